@@ -1,0 +1,26 @@
+# Two entry points (see README): `make demo` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DATARECON_DATA ?= $(abspath ../shared/data)
+export DATARECON_DATA
+
+.PHONY: venv demo test clean
+
+$(BIN)/datarecon: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[test]"
+	touch $(BIN)/datarecon
+
+venv: $(BIN)/datarecon
+
+demo: venv
+	$(BIN)/datarecon demo --out demo-out --overwrite
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) demo-out .pytest_cache

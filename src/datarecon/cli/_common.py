@@ -1,0 +1,41 @@
+"""Options and helpers shared by CLI modules."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from datarecon.errors import DataReconError
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    """``float32``/``float64`` → torch dtype, with a clear error."""
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise DataReconError(f"unknown dtype {name!r}; valid names: {', '.join(DTYPES)}") from None
+
+
+def parse_device(name: str) -> torch.device:
+    """``cpu``/``cuda``/``cuda:N`` → device; refuses cuda when none is available."""
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise DataReconError(f"unknown device {name!r}; use cpu or cuda") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DataReconError("--device cuda requested but no CUDA device is available; use --device cpu")
+    return dev
+
+
+def prepare_out_dir(out: Path, *, overwrite: bool, resume: bool = False) -> Path:
+    """Refuse an existing non-empty output directory unless ``--overwrite`` (or ``--resume``)."""
+    if out.exists() and any(out.iterdir()) and not resume:
+        if not overwrite:
+            raise DataReconError(f"output directory {out} exists; pass --overwrite to replace it or choose another --out")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out

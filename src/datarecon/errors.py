@@ -1,0 +1,25 @@
+"""User-facing errors.
+
+Every error a user can cause by bad input (a missing file, an unknown name, a
+bad value) is raised as :class:`DataReconError` with a one-line message that
+names the problem and the fix. The CLI turns it into ``error: <message>`` and
+exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class DataReconError(Exception):
+    """A problem the user can fix; its message is one line: problem + fix."""
+
+
+class DataMissingError(DataReconError):
+    """Data files are not where the loader looked."""
+
+
+class CheckpointError(DataReconError):
+    """A model or run directory is missing, tampered, or unsafe to load."""
+
+
+class DivergenceError(DataReconError):
+    """An optimisation produced NaN/inf; the last finite state was kept."""

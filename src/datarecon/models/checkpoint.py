@@ -1,0 +1,159 @@
+"""Model directories: safetensors weights + JSON metadata, loaded without executing code.
+
+Layout of a model directory::
+
+    weights.safetensors   θ* (parameter name -> tensor)
+    extras.safetensors    input_mean (C,H,W), train_indices, partition_indices, heldout_indices
+    model.json            format, arch, data, loss, weight_decay, training config, seed,
+                          versions, config_hash, metrics, sha256 of both tensor files
+
+Loading checks the format tag, the hashes and that the weights match the
+architecture, so a tampered or mismatched file is refused with a clear
+message; a pickle posing as weights is refused before it is parsed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from datarecon.errors import CheckpointError
+from datarecon.models.spec import ArchSpec, build_model
+from datarecon.utils.io import (
+    atomic_write_json,
+    config_hash,
+    load_tensors,
+    read_json,
+    save_tensors,
+    sha256_file,
+    versions,
+)
+
+FORMAT = "datarecon-model/1"
+WEIGHTS, EXTRAS, META = "weights.safetensors", "extras.safetensors", "model.json"
+
+
+@dataclass(frozen=True)
+class ModelBundle:
+    """Everything a model directory holds.
+
+    Attributes:
+        model: the network with θ* loaded (eval mode).
+        params: θ* as a name -> tensor dict (detached).
+        arch: the architecture spec.
+        loss: training loss name (``datarecon.training.losses.LOSSES``).
+        weight_decay: training weight decay (energy term (wd/2)‖θ‖²).
+        data: the data spec as a plain mapping (``datarecon.data.DataSpec`` fields).
+        normalisation: ``unit`` or ``unit-minus-mean``.
+        input_mean: (C, H, W) per-pixel mean subtracted from [0,1] images (zeros for ``unit``).
+        indices: train/partition/held-out indices into the dataset splits (evaluation only).
+        meta: the full metadata (training config, metrics, versions, ...).
+    """
+
+    model: nn.Module
+    params: dict[str, torch.Tensor]
+    arch: ArchSpec
+    loss: str
+    weight_decay: float
+    data: dict[str, Any]
+    normalisation: str
+    input_mean: torch.Tensor
+    indices: dict[str, torch.Tensor] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+
+def save_model_dir(out: str | Path, *, model: nn.Module, arch: ArchSpec, loss: str, weight_decay: float,
+                   data: dict[str, Any], normalisation: str, input_mean: torch.Tensor,
+                   indices: dict[str, torch.Tensor], training: dict[str, Any], seed: int,
+                   metrics: dict[str, Any] | None = None) -> Path:
+    """Write a model directory atomically (each file is replaced in one rename).
+
+    Returns:
+        The directory path.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    save_tensors(out / WEIGHTS, weights)
+    extras = {"input_mean": input_mean.detach().cpu().float().contiguous()}
+    extras.update({f"{k}_indices": v.detach().cpu().long().contiguous() for k, v in indices.items()})
+    save_tensors(out / EXTRAS, extras)
+    config = {"arch": arch.model_dump(mode="json"), "loss": loss, "weight_decay": weight_decay,
+              "data": data, "normalisation": normalisation, "training": training, "seed": seed}
+    meta = {
+        "format": FORMAT,
+        **config,
+        "config_hash": config_hash(config),
+        "versions": versions(),
+        "metrics": metrics or {},
+        "sha256": {WEIGHTS: sha256_file(out / WEIGHTS), EXTRAS: sha256_file(out / EXTRAS)},
+        "num_parameters": sum(v.numel() for v in weights.values()),
+    }
+    atomic_write_json(out / META, meta)
+    return out
+
+
+def read_model_meta(path: str | Path) -> dict[str, Any]:
+    """Read and check ``model.json`` of a model directory (no tensors loaded)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"model directory {path} not found; train one with `datarecon train --out {path}`")
+    meta = read_json(path / META)
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path / META} is not a datarecon model file (expected format {FORMAT!r})")
+    return meta
+
+
+def load_model_dir(path: str | Path, *, device: str | torch.device = "cpu",
+                   dtype: torch.dtype | None = None) -> ModelBundle:
+    """Load a model directory safely (safetensors only; hashes and shapes checked).
+
+    Args:
+        path: the model directory.
+        device: where to put the model.
+        dtype: convert parameters to this dtype (default: as saved).
+
+    Raises:
+        CheckpointError: missing/pickled/tampered files, or weights that do not fit the architecture.
+    """
+    path = Path(path)
+    meta = read_model_meta(path)
+    for name, digest in meta.get("sha256", {}).items():
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"{file} is missing; the model directory is incomplete")
+        if sha256_file(file) != digest:
+            raise CheckpointError(
+                f"{file} does not match the hash in {META} (tampered or from another run); re-train or restore it"
+            )
+    weights = load_tensors(path / WEIGHTS)
+    extras = load_tensors(path / EXTRAS)
+    try:
+        arch = ArchSpec.model_validate(meta["arch"])
+    except Exception as exc:
+        raise CheckpointError(f"{path / META} has an invalid architecture spec ({exc})") from None
+    model = build_model(arch)
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in weights.items()}
+    if expected != found:
+        raise CheckpointError(
+            f"{path / WEIGHTS} does not fit architecture {arch.name} (expected {expected}, found {found})"
+        )
+    model.load_state_dict(weights)
+    if dtype is not None:
+        model = model.to(dtype)
+    model = model.to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    indices = {k[: -len("_indices")]: v for k, v in extras.items() if k.endswith("_indices")}
+    return ModelBundle(
+        model=model, params=params, arch=arch, loss=meta["loss"], weight_decay=float(meta["weight_decay"]),
+        data=meta.get("data", {}), normalisation=meta.get("normalisation", "unit"),
+        input_mean=extras["input_mean"], indices=indices, meta=meta, path=path,
+    )

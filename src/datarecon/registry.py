@@ -1,0 +1,76 @@
+"""Explicit registries whose keys feed error messages.
+
+A :class:`Registry` maps names to objects (classes, functions, factories).
+Registering a name twice is refused unless ``force=True``; looking up an
+unknown name raises :class:`~datarecon.errors.DataReconError` listing the valid
+names taken from the registry itself (never from a hand-kept list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from datarecon.errors import DataReconError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """A named collection of ``T`` with clear errors.
+
+    Args:
+        kind: What the entries are ("architecture", "loss", ...); used in messages.
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str, obj: T | None = None, *, force: bool = False):
+        """Register ``obj`` under ``name``; usable as a decorator when ``obj`` is None.
+
+        Raises:
+            ValueError: ``name`` is already registered and ``force`` is False.
+        """
+
+        def _add(o: T) -> T:
+            if name in self._items and not force:
+                raise ValueError(f"{self.kind} {name!r} is already registered")
+            self._items[name] = o
+            return o
+
+        if obj is None:
+            return _add
+        return _add(obj)
+
+    def get(self, name: str) -> T:
+        """Return the entry for ``name``.
+
+        Raises:
+            DataReconError: unknown name; the message lists the valid names.
+        """
+        try:
+            return self._items[name]
+        except KeyError:
+            raise DataReconError(
+                f"unknown {self.kind} {name!r}; valid names: {', '.join(self.names())}"
+            ) from None
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def choices(registry: Registry) -> Callable[[], list[str]]:
+    """A zero-argument callable listing the registry's names (for CLI help)."""
+    return registry.names

@@ -1,0 +1,96 @@
+"""Training losses and the training energy E(x, y; θ).
+
+Labels: binary tasks use y ∈ {−1, +1} with one output f; multiclass tasks use
+class indices with k outputs. The energy is the target's own training
+objective (Runkel et al. 2024, the lower level of eq. 2):
+
+    E(x, y; θ) = (1/n) Σ_i L(Φ(x_i; θ), y_i) + (wd / 2) · ‖θ‖²
+
+The factor 1/2 makes ``wd`` the same number as PyTorch's SGD ``weight_decay``
+(gradient term wd·θ).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+import torch.nn.functional as F
+
+from datarecon.registry import Registry
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class LossEntry:
+    """A loss: its per-sample function and the label kind it expects."""
+
+    def __init__(self, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *, label_kind: str,
+                 doc: str) -> None:
+        self.per_sample = fn
+        self.label_kind = label_kind  # "binary" | "multiclass" | "any"
+        self.doc = doc
+
+    def __call__(self, outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Mean loss over the batch (scalar)."""
+        return self.per_sample(outputs, y).mean()
+
+
+def _binary_out(outputs: torch.Tensor) -> torch.Tensor:
+    return outputs.reshape(outputs.shape[0], -1)[:, 0]
+
+
+def _logistic(outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """softplus(−y·f) = BCE-with-logits with targets (y+1)/2, y ∈ {−1, +1}."""
+    return F.softplus(-y.to(outputs.dtype) * _binary_out(outputs))
+
+
+def _mse(outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(f − y)²; y real (regression on ±1 labels as in DecoReco)."""
+    return (_binary_out(outputs) - y.to(outputs.dtype)) ** 2
+
+
+def _huber(outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Huber loss with δ = 1."""
+    return F.huber_loss(_binary_out(outputs), y.to(outputs.dtype), reduction="none", delta=1.0)
+
+
+def _cross_entropy(outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Softmax cross-entropy, y class indices."""
+    return F.cross_entropy(outputs, y.long(), reduction="none")
+
+
+LOSSES: Registry[LossEntry] = Registry("loss")
+LOSSES.register("logistic", LossEntry(_logistic, label_kind="binary", doc="BCE with logits, y in {-1,+1}"))
+LOSSES.register("mse", LossEntry(_mse, label_kind="binary", doc="squared error on +-1 targets"))
+LOSSES.register("huber", LossEntry(_huber, label_kind="binary", doc="Huber (delta 1) on +-1 targets"))
+LOSSES.register("cross-entropy", LossEntry(_cross_entropy, label_kind="multiclass", doc="softmax CE"))
+
+
+def weight_penalty(params: Mapping[str, torch.Tensor], weight_decay: float) -> torch.Tensor:
+    """(wd / 2) · Σ_p ‖θ_p‖² (scalar)."""
+    total = sum((p * p).sum() for p in params.values())
+    return 0.5 * weight_decay * total  # type: ignore[return-value]
+
+
+def energy(outputs: torch.Tensor, y: torch.Tensor, params: Mapping[str, torch.Tensor], *,
+           loss: str, weight_decay: float) -> torch.Tensor:
+    """Training energy E = mean loss + (wd/2)‖θ‖² (Runkel eq. 2, lower level)."""
+    value = LOSSES.get(loss)(outputs, y)
+    if weight_decay:
+        value = value + weight_penalty(params, weight_decay)
+    return value
+
+
+def margins(outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-sample output margin: binary y·f; multiclass f_y − max_{j≠y} f_j. Shape (N,)."""
+    if y.dtype.is_floating_point:
+        return y.to(outputs.dtype) * _binary_out(outputs)
+    true = outputs.gather(1, y.long()[:, None])[:, 0]
+    other = outputs.scatter(1, y.long()[:, None], float("-inf")).amax(dim=1)
+    return true - other
+
+
+def accuracy(outputs: torch.Tensor, y: torch.Tensor) -> float:
+    """Fraction of correct predictions (binary: sign of f equals y)."""
+    return float((margins(outputs, y) > 0).to(torch.float64).mean())

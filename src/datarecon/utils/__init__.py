@@ -1,0 +1,1 @@
+"""Small shared utilities: atomic file I/O, hashing, versions, seeding."""

@@ -1,0 +1,151 @@
+"""Atomic file writes and JSON helpers.
+
+Every artefact datarecon writes (weights, metadata, checkpoints, run records)
+goes through :func:`atomic_write_bytes`: the bytes are written to a temporary
+file in the same directory, flushed and fsynced, then renamed over the target,
+so a killed process leaves either the old file or the new one, never a torn one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load as _st_load
+from safetensors.torch import save as _st_save
+
+from datarecon.errors import CheckpointError
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp file + fsync + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write UTF-8 ``text`` to ``path`` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert tensors, numpy values, paths and tuples into JSON-ready values."""
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().tolist()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
+        return str(obj)
+    return obj
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as pretty JSON atomically."""
+    atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read a JSON file, raising :class:`CheckpointError` with a clear message."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"missing file {path}; is this the right directory?")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path} is not valid JSON ({exc}); re-create it") from None
+
+
+_PICKLE_MAGIC = (b"\x80", b"PK\x03\x04")  # pickle protocol >= 2; torch zip archives
+
+
+def save_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor],
+                 *, metadata: dict[str, str] | None = None) -> None:
+    """Save a flat dict of tensors as safetensors, atomically."""
+    data = _st_save({k: v.detach().contiguous().cpu() for k, v in tensors.items()},
+                    metadata=metadata)
+    atomic_write_bytes(path, data)
+
+
+def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Load a safetensors file. Never unpickles: a pickle or torch.save file is refused.
+
+    Raises:
+        CheckpointError: missing, pickled, truncated or corrupt file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"missing weights file {path}; is this the right directory?")
+    raw = path.read_bytes()
+    if raw[:1] == _PICKLE_MAGIC[0] or raw[:4] == _PICKLE_MAGIC[1]:
+        raise CheckpointError(
+            f"{path} is a pickle/torch.save file; datarecon loads only safetensors "
+            "(pickles can execute code). Convert it with safetensors.torch.save_file"
+        )
+    try:
+        return dict(_st_load(raw))
+    except Exception as exc:  # safetensors raises its own error types
+        raise CheckpointError(f"{path} is not a valid safetensors file ({exc}); re-create it") from None
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's contents."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def config_hash(obj: Any) -> str:
+    """A stable short hash of a JSON-able config (sorted keys)."""
+    text = json.dumps(to_jsonable(obj), sort_keys=True, separators=(",", ":"))
+    return sha256_bytes(text.encode("utf-8"))[:16]
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages that determine numerical results."""
+    import platform
+
+    import numpy as np
+
+    import datarecon
+
+    return {
+        "datarecon": datarecon.__version__,
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }

@@ -1,0 +1,23 @@
+"""Shared test fixtures: the real data directory and a deterministic torch."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The real data folder (../shared/data or $DATARECON_DATA)."""
+    env = os.environ.get("DATARECON_DATA")
+    path = Path(env) if env else SHARED_DATA
+    if not (path / "mnist").is_dir():
+        pytest.skip(f"real data not found at {path}; set DATARECON_DATA")
+    return path
