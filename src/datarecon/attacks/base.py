@@ -183,3 +183,32 @@ class Attack(Protocol):
 
 AttackFactory = Callable[..., Attack]
 ATTACKS: Registry[Any] = Registry("attack method")
+
+
+class IterativeAttack(Protocol):
+    """The stepping form every attack implements, so one runner can checkpoint and resume any attack.
+
+    All mutable state (candidates, multipliers, optimiser buffers, inner θ, ...) lives in a flat
+    ``dict[str, Tensor]`` so the runner can save it as safetensors and restore it bit-identically.
+    ``step`` updates the state in place and returns scalar metrics; it must not apply a non-finite
+    update (it returns the non-finite metric and leaves the state as it was, so the runner keeps
+    the last finite state).
+
+    Attributes:
+        name: registry key (``kkt``, ``decoreco``, ``gradnorm``, ``bilevel``).
+        config: the attack's frozen pydantic config (saved in run.json).
+    """
+
+    name: str
+    config: Any
+
+    def init_state(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
+                   generator: torch.Generator) -> dict[str, torch.Tensor]: ...
+
+    def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
+             index: int) -> dict[str, float]: ...
+
+    def finish(self, target: Target, prior: AttackerPrior,
+               state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Return (per-candidate attacker-side scores name -> (m,), summary scalars incl. selection)."""
+        ...
