@@ -1,7 +1,125 @@
-"""CLI commands of this area (being written; registers nothing yet)."""
+"""``datarecon train`` (train a target model) and ``datarecon info`` (show a model card).
+
+Options override the fields of ``--config FILE`` (YAML/TOML mapping one-to-one to
+:class:`datarecon.training.target.TrainConfig`); without a config file, ``--dataset``,
+``--task`` and ``--n-per-class`` are required. User errors are raised as
+:class:`~datarecon.errors.DataReconError`; the main CLI prints them on one line (exit 2).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
+from datarecon.errors import DataReconError
+
+
+def _hidden(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    text = text.strip()
+    if text in ("", "none"):
+        return []
+    try:
+        widths = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise DataReconError(f"--hidden must be a comma-separated list of widths like 1000,1000; got {text!r}") from None
+    return widths
+
+
+def _strip_none(d: dict[str, Any]) -> dict[str, Any]:
+    """Drop ``None`` values (options not given) recursively, and mappings left empty."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            v = _strip_none(v)
+            if not v:
+                continue
+        if v is not None:
+            out[k] = v
+    return out
+
+
+def train_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
+    config: Annotated[Path | None, typer.Option("--config", help="YAML/TOML training config; options override it.")] = None,
+    dataset: Annotated[str | None, typer.Option(help="Dataset (cifar10, mnist, digits).")] = None,
+    task: Annotated[str | None, typer.Option(help="Task (vehicles-animals, odd-even, classes:a,b, all).")] = None,
+    n_per_class: Annotated[int | None, typer.Option("--n-per-class", help="Training images per class.")] = None,
+    selection: Annotated[str | None, typer.Option(help="first | random.")] = None,
+    normalisation: Annotated[str | None, typer.Option(help="unit | unit-minus-mean.")] = None,
+    arch: Annotated[str | None, typer.Option(help="Architecture (affine, one-hidden, mlp).")] = None,
+    hidden: Annotated[str | None, typer.Option(help="Hidden widths, comma-separated, e.g. 1000,1000.")] = None,
+    bias: Annotated[bool | None, typer.Option("--bias/--no-bias", help="Linear layers with biases.")] = None,
+    init_scale: Annotated[float | None, typer.Option("--init-scale", help="Std of first-layer weights.")] = None,
+    loss: Annotated[str | None, typer.Option(help="Loss (logistic, mse, huber, cross-entropy).")] = None,
+    weight_decay: Annotated[float | None, typer.Option("--weight-decay", help="wd in (wd/2)|θ|².")] = None,
+    optimizer: Annotated[str | None, typer.Option(help="gd | lbfgs.")] = None,
+    lr: Annotated[float | None, typer.Option(help="Learning rate.")] = None,
+    momentum: Annotated[float | None, typer.Option(help="Heavy-ball momentum (gd).")] = None,
+    epochs: Annotated[int | None, typer.Option(help="Maximum epochs (full-batch steps).")] = None,
+    schedule: Annotated[str | None, typer.Option(help="constant | loss-normalised | increasing.")] = None,
+    loss_threshold: Annotated[float | None, typer.Option("--loss-threshold", help="Stop below this loss.")] = None,
+    stop_at_zero_error: Annotated[bool | None, typer.Option("--stop-at-zero-error/--no-stop-at-zero-error",
+                                                            help="Stop at zero training error.")] = None,
+    margin_patience: Annotated[int | None, typer.Option("--margin-patience",
+                                                        help="Stop when the normalised margin is stable over this many epochs.")] = None,
+    dtype: Annotated[str | None, typer.Option(help="float32 | float64.")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu | cuda[:N].")] = None,
+    seed: Annotated[int | None, typer.Option(help="Initialisation seed.")] = None,
+    checkpoint_every: Annotated[int | None, typer.Option("--checkpoint-every", help="Epochs between checkpoints.")] = None,
+    log_every: Annotated[int | None, typer.Option("--log-every", help="Epochs between history rows.")] = None,
+    data_dir: Annotated[str | None, typer.Option("--data-dir", envvar="DATARECON_DATA",
+                                                 help="Data folder (default $DATARECON_DATA).")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing --out directory.")] = False,
+    resume: Annotated[bool, typer.Option(help="Continue from OUT/checkpoint.")] = False,
+    quiet: Annotated[bool, typer.Option(help="No progress bar, no model card.")] = False,
+) -> None:
+    """Train a target model full batch and write its model directory."""
+    from datarecon.config import load_config_file
+    from datarecon.training.target import TrainConfig, build_train_config, train_target
+
+    if overwrite and resume:
+        raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
+    overrides: dict[str, Any] = _strip_none({
+        "data": {"dataset": dataset, "task": task, "n_per_class": n_per_class, "selection": selection,
+                 "normalisation": normalisation},
+        "arch": {"name": arch, "hidden": _hidden(hidden), "bias": bias, "init_scale": init_scale},
+        "loss": loss, "weight_decay": weight_decay, "optimizer": optimizer, "lr": lr, "momentum": momentum,
+        "epochs": epochs, "schedule": schedule,
+        "stop": {"loss_threshold": loss_threshold, "zero_error": stop_at_zero_error,
+                 "margin_patience": margin_patience},
+        "dtype": dtype, "device": device, "seed": seed, "checkpoint_every": checkpoint_every,
+        "log_every": log_every,
+    })
+    if config is not None:
+        cfg = load_config_file(config, TrainConfig, overrides=overrides)
+    else:
+        given = overrides.get("data", {})
+        missing = [f"--{k.replace('_', '-')}" for k in ("dataset", "task", "n_per_class") if k not in given]
+        if missing:
+            raise DataReconError(f"missing {', '.join(missing)}; pass them or a --config FILE")
+        cfg = build_train_config(overrides)
+    result = train_target(cfg, data_dir=data_dir, out=out, resume=resume, overwrite=overwrite, progress=not quiet)
+    if not quiet:
+        from datarecon.models.checkpoint import load_model_dir
+        from datarecon.training.target import model_card
+
+        typer.echo(model_card(load_model_dir(result.out)))
+    typer.echo(f"wrote {result.out}")
+
+
+def info_cmd(model_dir: Annotated[Path, typer.Argument(help="A model directory (from datarecon train).")]) -> None:
+    """Print the model card of a model directory (architecture, data, loss, metrics, versions)."""
+    from datarecon.models.checkpoint import load_model_dir
+    from datarecon.training.target import model_card
+
+    typer.echo(model_card(load_model_dir(model_dir)))
+
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to app."""
+    """Add ``train`` and ``info`` to ``app``."""
+    app.command("train")(train_cmd)
+    app.command("info")(info_cmd)

@@ -139,7 +139,9 @@ def read_cifar_meta_txt(path: str | Path) -> tuple[str, ...]:
     names = tuple(line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines())
     names = tuple(n for n in names if n)
     if len(names) != 10:
-        raise DataReconError(f"{path} should list 10 class names, found {len(names)}; re-download it")
+        raise DataReconError(
+            f"{path} should list 10 class names, found {len(names)}; re-download it"
+        )
     return names
 
 
@@ -258,7 +260,9 @@ def read_cifar_pickle_meta(path: str | Path) -> tuple[str, ...]:
     except (KeyError, TypeError):
         raise DataReconError(f"{path} has no 'label_names'; re-download it") from None
     if len(names) != 10:
-        raise DataReconError(f"{path} should list 10 class names, found {len(names)}; re-download it")
+        raise DataReconError(
+            f"{path} should list 10 class names, found {len(names)}; re-download it"
+        )
     return names
 
 

@@ -1,0 +1,90 @@
+"""Evaluation: where ground truth enters, and only here.
+
+Pure functions on display-space image tensors ``(N, C, H, W)`` in ``[0, 1]``;
+nothing here mutates or reorders its inputs.
+
+* :mod:`~datarecon.evaluation.similarity`: SSIM (scikit-image conventions),
+  L2 and NCC matrices, downsampling, min-max rescale.
+* :mod:`~datarecon.evaluation.neighbours`: nearest neighbours with a cheap
+  prefilter and exact SSIM on the shortlist; ranks.
+* :mod:`~datarecon.evaluation.protocol`: the Haim et al. (2022) protocol,
+  collapse detection, parameter distance (Runkel et al. 2024, eq. 2).
+* :mod:`~datarecon.evaluation.baselines`: held-out and noise null baselines.
+* :mod:`~datarecon.evaluation.privacy`: real/fake rule, ROC AUC, TPR at low FPR.
+* :mod:`~datarecon.evaluation.run_eval`: evaluate a run directory.
+"""
+
+from datarecon.evaluation.baselines import (
+    Baselines,
+    best_similarity_to,
+    haim_ssim_against,
+    noise_images,
+    null_baselines,
+    summarise,
+)
+from datarecon.evaluation.neighbours import (
+    METRICS,
+    Metric,
+    Neighbours,
+    match_rank,
+    nearest_neighbours,
+    reference_rank,
+    similarity_matrix,
+)
+from datarecon.evaluation.privacy import (
+    LOW_FPRS,
+    PrivacyScore,
+    RealLabels,
+    label_candidates,
+    privacy_report,
+    real_labels,
+    roc_auc,
+    roc_curve,
+    score_privacy,
+    tpr_at_fpr,
+)
+from datarecon.evaluation.protocol import (
+    ASSIGNMENTS,
+    DEFAULT_THRESHOLDS,
+    Collapse,
+    HaimResult,
+    assign,
+    collapse,
+    counts_at,
+    haim_protocol,
+    param_distance,
+)
+from datarecon.evaluation.run_eval import (
+    CANDIDATES_CSV,
+    METRICS_FILE,
+    NEIGHBOURS_FILE,
+    REAL_RULE,
+    Evaluation,
+    evaluate_candidates,
+    evaluate_run,
+)
+from datarecon.evaluation.similarity import (
+    WINDOWS,
+    Window,
+    downsample2x,
+    effective_window_size,
+    l2_matrix,
+    minmax_rescale,
+    ncc_matrix,
+    ssim_matrix,
+    ssim_pairs,
+    standardise,
+    window_kernel,
+)
+
+__all__ = [
+    "ASSIGNMENTS", "Baselines", "CANDIDATES_CSV", "Collapse", "DEFAULT_THRESHOLDS", "Evaluation",
+    "HaimResult", "LOW_FPRS", "METRICS", "METRICS_FILE", "Metric", "NEIGHBOURS_FILE", "Neighbours",
+    "PrivacyScore", "REAL_RULE", "RealLabels", "WINDOWS", "Window", "assign", "best_similarity_to",
+    "collapse", "counts_at", "downsample2x", "effective_window_size", "evaluate_candidates",
+    "evaluate_run", "haim_protocol", "haim_ssim_against", "l2_matrix", "label_candidates",
+    "match_rank", "minmax_rescale", "ncc_matrix", "nearest_neighbours", "noise_images",
+    "null_baselines", "param_distance", "privacy_report", "real_labels", "reference_rank",
+    "roc_auc", "roc_curve", "score_privacy", "similarity_matrix", "ssim_matrix", "ssim_pairs",
+    "standardise", "summarise", "tpr_at_fpr", "window_kernel",
+]

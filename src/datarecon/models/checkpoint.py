@@ -52,6 +52,8 @@ class ModelBundle:
         input_mean: (C, H, W) per-pixel mean subtracted from [0,1] images (zeros for ``unit``).
         indices: train/partition/held-out indices into the dataset splits (evaluation only).
         meta: the full metadata (training config, metrics, versions, ...).
+        path: the directory it was loaded from.
+        extras: other tensors of ``extras.safetensors`` (e.g. ``train_margins`` (n,)).
     """
 
     model: nn.Module
@@ -65,13 +67,18 @@ class ModelBundle:
     indices: dict[str, torch.Tensor] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def save_model_dir(out: str | Path, *, model: nn.Module, arch: ArchSpec, loss: str, weight_decay: float,
                    data: dict[str, Any], normalisation: str, input_mean: torch.Tensor,
                    indices: dict[str, torch.Tensor], training: dict[str, Any], seed: int,
-                   metrics: dict[str, Any] | None = None) -> Path:
+                   metrics: dict[str, Any] | None = None,
+                   extra_tensors: dict[str, torch.Tensor] | None = None) -> Path:
     """Write a model directory atomically (each file is replaced in one rename).
+
+    ``extra_tensors`` (e.g. ``train_margins``) are stored in ``extras.safetensors`` beside the
+    input mean and the indices. Weights are saved in the model's dtype.
 
     Returns:
         The directory path.
@@ -82,6 +89,7 @@ def save_model_dir(out: str | Path, *, model: nn.Module, arch: ArchSpec, loss: s
     save_tensors(out / WEIGHTS, weights)
     extras = {"input_mean": input_mean.detach().cpu().float().contiguous()}
     extras.update({f"{k}_indices": v.detach().cpu().long().contiguous() for k, v in indices.items()})
+    extras.update({k: v.detach().cpu().contiguous() for k, v in (extra_tensors or {}).items()})
     save_tensors(out / EXTRAS, extras)
     config = {"arch": arch.model_dump(mode="json"), "loss": loss, "weight_decay": weight_decay,
               "data": data, "normalisation": normalisation, "training": training, "seed": seed}
@@ -137,7 +145,10 @@ def load_model_dir(path: str | Path, *, device: str | torch.device = "cpu",
         arch = ArchSpec.model_validate(meta["arch"])
     except Exception as exc:
         raise CheckpointError(f"{path / META} has an invalid architecture spec ({exc})") from None
-    model = build_model(arch)
+    saved_dtype = next(iter(weights.values())).dtype if weights else torch.float32
+    if not saved_dtype.is_floating_point:
+        raise CheckpointError(f"{path / WEIGHTS} holds non-float weights ({saved_dtype}); re-train the model")
+    model = build_model(arch, dtype=saved_dtype)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     found = {k: tuple(v.shape) for k, v in weights.items()}
     if expected != found:
@@ -152,8 +163,9 @@ def load_model_dir(path: str | Path, *, device: str | torch.device = "cpu",
         p.requires_grad_(False)
     params = {k: v.detach() for k, v in model.named_parameters()}
     indices = {k[: -len("_indices")]: v for k, v in extras.items() if k.endswith("_indices")}
+    other = {k: v for k, v in extras.items() if not k.endswith("_indices") and k != "input_mean"}
     return ModelBundle(
         model=model, params=params, arch=arch, loss=meta["loss"], weight_decay=float(meta["weight_decay"]),
         data=meta.get("data", {}), normalisation=meta.get("normalisation", "unit"),
-        input_mean=extras["input_mean"], indices=indices, meta=meta, path=path,
+        input_mean=extras["input_mean"], indices=indices, meta=meta, path=path, extras=other,
     )

@@ -1,0 +1,262 @@
+"""The bilevel problem's pieces as small pure functions (Runkel et al. 2024, eq. 2).
+
+    min_x  l(θ*, θ(x))   s.t.  θ(x) = argmin_θ E(x, y; θ)
+
+* :class:`FlatLayout` turns the parameter dict θ = {name: tensor} into one flat vector and
+  back (views, so gradients flow), so the inner solver, the linear solvers and the
+  curvature pairs all work on plain vectors of length P.
+* :func:`make_energy` gives E(x, θ_flat) = mean loss + (wd/2)‖θ‖², the target's own training
+  energy (``datarecon.training.losses.energy``), with the attack's weight decay.
+* :func:`resolve_weight_decay` refuses an energy without a finite minimiser.
+* :data:`UPPER_LOSSES`: upper-level losses l(θ*, θ) with their gradient in θ.
+* :data:`THETA0`: first inner iterate θ⁰ ("uniform" U(0,1) as in the paper, "target" θ*,
+  "default" the architecture's default initialisation).
+* :class:`HessianOperator`: Hessian-vector products ∇²_θE·v and the mixed product
+  ∇_x⟨∇_θE(x, θ), p⟩ from ONE graph of ∇_θE built with ``create_graph`` (double backward),
+  counting the products.
+
+References: Runkel, Gandikota, Geiping, Schönlieb, Moeller, "Training Data Reconstruction:
+Privacy due to Uncertainty?" (arXiv 2412.08544), eq. 2 and update 7.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from datarecon.errors import DataReconError
+from datarecon.registry import Registry
+from datarecon.training.losses import energy as training_energy
+
+EnergyFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""E(x, θ_flat) -> scalar; x: (m, *input_shape), θ_flat: (P,)."""
+
+# Losses whose minimiser over θ runs off to infinity on separable data unless weight decay is added.
+UNBOUNDED_WITHOUT_DECAY = frozenset({"logistic", "cross-entropy"})
+
+
+class FlatLayout:
+    """Names, shapes and offsets of a parameter dict, to move between dict and flat vector.
+
+    Args:
+        params: θ as name -> tensor (defines order, shapes, dtype and device).
+    """
+
+    def __init__(self, params: Mapping[str, torch.Tensor]) -> None:
+        self.names = list(params)
+        self.shapes = [tuple(p.shape) for p in params.values()]
+        self.numels = [p.numel() for p in params.values()]
+        first = next(iter(params.values()))
+        self.dtype, self.device = first.dtype, first.device
+
+    @property
+    def size(self) -> int:
+        """P, the total number of parameters."""
+        return sum(self.numels)
+
+    def flatten(self, params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """dict -> (P,) vector (a copy)."""
+        return torch.cat([params[k].reshape(-1) for k in self.names])
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """(P,) vector -> dict of views into it (differentiable)."""
+        parts = torch.split(flat, self.numels)
+        return {k: v.view(s) for k, v, s in zip(self.names, parts, self.shapes)}
+
+
+def resolve_weight_decay(loss: str, weight_decay: float, override: float | None) -> float:
+    """The weight decay of the lower-level energy, refusing one without a finite minimiser.
+
+    Args:
+        loss: the target's training loss name.
+        weight_decay: the target's training weight decay.
+        override: the attack's weight decay, replacing the target's when given.
+
+    Returns:
+        The weight decay to use in E.
+
+    Raises:
+        DataReconError: logistic / cross-entropy loss with zero weight decay (the energy has no
+            finite minimiser on separable data, so θ(x) does not exist).
+    """
+    wd = float(override) if override is not None else float(weight_decay)
+    if wd < 0 or not math.isfinite(wd):
+        raise DataReconError(f"weight decay must be a finite number >= 0, got {wd}; fix weight_decay_override")
+    if wd == 0.0 and loss in UNBOUNDED_WITHOUT_DECAY:
+        raise DataReconError(
+            f"the bilevel attack needs a finite minimiser of the training energy, but {loss} loss with zero weight "
+            "decay has none; pass a weight decay for the attack (weight_decay_override, e.g. 1e-2)"
+        )
+    return wd
+
+
+def make_energy(model: nn.Module, layout: FlatLayout, labels: torch.Tensor, *, loss: str,
+                weight_decay: float) -> EnergyFn:
+    """The lower-level energy E(x, θ) = (1/m) Σ_i L(Φ(x_i; θ), y_i) + (wd/2)‖θ‖² on flat θ.
+
+    Args:
+        model: the architecture, called functionally (its own parameters are ignored).
+        layout: how θ_flat maps to the model's parameter names.
+        labels: (m,) candidate labels (float ±1 binary, int64 multiclass).
+        loss: loss name (``datarecon.training.losses.LOSSES``).
+        weight_decay: wd ≥ 0.
+
+    Returns:
+        ``energy(x, theta_flat) -> scalar`` with x: (m, *input_shape), θ_flat: (P,).
+    """
+
+    def energy_fn(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        params = layout.unflatten(theta)
+        out = functional_call(model, params, (x,))
+        return training_energy(out, labels, params, loss=loss, weight_decay=weight_decay)
+
+    return energy_fn
+
+
+# --------------------------------------------------------------------------- upper-level losses
+
+
+@dataclass(frozen=True)
+class UpperLoss:
+    """An upper-level loss l(θ*, θ) with its θ-gradient, both closed form.
+
+    Attributes:
+        value: (θ, θ*) -> scalar tensor.
+        grad: (θ, θ*) -> (P,) ∇_θ l.
+        doc: one line.
+    """
+
+    value: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    grad: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    doc: str
+
+
+UPPER_LOSSES: Registry[UpperLoss] = Registry("upper-level loss")
+UPPER_LOSSES.register("sq", UpperLoss(
+    value=lambda th, ts: ((th - ts) ** 2).sum(),
+    grad=lambda th, ts: 2.0 * (th - ts),
+    doc="‖θ* − θ‖² (Runkel eq. 2; Table 1 reports this quantity)",
+))
+UPPER_LOSSES.register("normalised", UpperLoss(
+    value=lambda th, ts: ((th - ts) ** 2).sum() / (ts * ts).sum(),
+    grad=lambda th, ts: 2.0 * (th - ts) / (ts * ts).sum(),
+    doc="‖θ* − θ‖² / ‖θ*‖² (scale-free)",
+))
+
+
+# --------------------------------------------------------------------------- first inner iterate
+
+
+Theta0Fn = Callable[..., torch.Tensor]
+THETA0: Registry[Theta0Fn] = Registry("first inner iterate (theta0)")
+
+
+@THETA0.register("uniform")
+def theta0_uniform(model: nn.Module, layout: FlatLayout, theta_star: torch.Tensor, *,
+                   generator: torch.Generator) -> torch.Tensor:
+    """U(0, 1) per weight (Runkel et al. 2024, §4: "θ⁰ drawn randomly")."""
+    u = torch.rand(layout.size, generator=generator, dtype=torch.float64)
+    return u.to(dtype=layout.dtype, device=layout.device)
+
+
+@THETA0.register("target")
+def theta0_target(model: nn.Module, layout: FlatLayout, theta_star: torch.Tensor, *,
+                  generator: torch.Generator) -> torch.Tensor:
+    """θ⁰ = θ* (the attacker knows θ*; the inner solve then starts at the upper-level optimum)."""
+    return theta_star.clone()
+
+
+@THETA0.register("default")
+def theta0_default(model: nn.Module, layout: FlatLayout, theta_star: torch.Tensor, *,
+                   generator: torch.Generator) -> torch.Tensor:
+    """PyTorch's default Linear init U(−1/√fan_in, 1/√fan_in) for weight and bias of each Linear.
+
+    Parameters not owned by an ``nn.Linear`` use fan_in = size of their last dimension (1-D: zeros).
+    """
+    bounds: dict[str, float] = {}
+    for mod_name, mod in model.named_modules():
+        if isinstance(mod, nn.Linear):
+            for pname, _ in mod.named_parameters(recurse=False):
+                bounds[f"{mod_name}.{pname}" if mod_name else pname] = 1.0 / math.sqrt(mod.in_features)
+    parts = []
+    for name, shape, numel in zip(layout.names, layout.shapes, layout.numels):
+        b = bounds.get(name, 1.0 / math.sqrt(shape[-1]) if len(shape) >= 2 else 0.0)
+        u = torch.rand(numel, generator=generator, dtype=torch.float64)
+        parts.append((2.0 * u - 1.0) * b)
+    return torch.cat(parts).to(dtype=layout.dtype, device=layout.device)
+
+
+# --------------------------------------------------------------------------- second derivatives
+
+
+class HessianOperator:
+    """Second derivatives of E at (x, θ) from one double-backward graph.
+
+    Builds g = ∇_θE(x, θ) once with ``create_graph=True``; then
+
+    * ``op(v)``   = ∇²_θθE · v            (one backward through g; counted in ``count``),
+    * ``op.mixed(p)`` = ∇_x⟨∇_θE(x, θ), p⟩ (one backward through g into x; not counted).
+
+    Memory: one graph of the forward pass plus P-vectors; never a dense Hessian.
+
+    Args:
+        energy_fn: E(x, θ_flat).
+        x: (m, *input_shape) inputs (detached here).
+        theta: (P,) point (detached here).
+        need_x: build the graph so that ``mixed`` works.
+    """
+
+    def __init__(self, energy_fn: EnergyFn, x: torch.Tensor, theta: torch.Tensor, *, need_x: bool = True) -> None:
+        self.x = x.detach().requires_grad_(need_x)
+        self.theta = theta.detach().requires_grad_(True)
+        with torch.enable_grad():
+            value = energy_fn(self.x, self.theta)
+            (self.grad,) = torch.autograd.grad(value, self.theta, create_graph=True)
+        self.value = value.detach()
+        self.count = 0
+
+    def __call__(self, v: torch.Tensor) -> torch.Tensor:
+        """∇²_θE · v, shape (P,)."""
+        self.count += 1
+        (hv,) = torch.autograd.grad(self.grad, self.theta, v, retain_graph=True, allow_unused=True)
+        return torch.zeros_like(v) if hv is None else hv.detach()
+
+    def mixed(self, p: torch.Tensor) -> torch.Tensor:
+        """∇_x⟨∇_θE(x, θ), p⟩ with θ and p held fixed, shape of x."""
+        (gx,) = torch.autograd.grad(self.grad, self.x, p, retain_graph=True, allow_unused=True)
+        return torch.zeros_like(self.x) if gx is None else gx.detach()
+
+
+def value_and_grad(energy_fn: EnergyFn, x: torch.Tensor) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """θ ↦ (E(x, θ), ∇_θE(x, θ)) for fixed x, both detached (one forward + backward)."""
+    xd = x.detach()
+
+    def fun(theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        th = theta.detach().requires_grad_(True)
+        with torch.enable_grad():
+            value = energy_fn(xd, th)
+            (g,) = torch.autograd.grad(value, th)
+        return value.detach(), g
+
+    return fun
+
+
+def box_penalty(x: torch.Tensor, lower: torch.Tensor | float, upper: torch.Tensor | float
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pixel-box prior Σ relu(x − upper)² + relu(lower − x)² and its gradient in x.
+
+    Args:
+        x: (m, C, H, W) candidates (model input space).
+        lower, upper: scalars or (C, H, W) bounds.
+
+    Returns:
+        (value scalar, gradient shaped like x).
+    """
+    over = torch.clamp(x - torch.as_tensor(upper, dtype=x.dtype, device=x.device), min=0)
+    under = torch.clamp(torch.as_tensor(lower, dtype=x.dtype, device=x.device) - x, min=0)
+    return (over * over).sum() + (under * under).sum(), 2.0 * (over - under)

@@ -1,0 +1,357 @@
+"""KKT (Haim et al. 2022), DecoReco (Buzaglo et al. 2023) and gradient-norm (Runkel eq. 3) attacks.
+
+Thin stateful wrappers around the pure math of :mod:`datarecon.attacks.kkt_math`; each
+implements the :class:`~datarecon.attacks.base.IterativeAttack` protocol and is registered in
+:data:`~datarecon.attacks.base.ATTACKS` as a class with ``config_cls`` and ``from_config``:
+
+* ``kkt``: minimise R(x, λ) + w_box·box(x) + w_λ·hinge(λ) (see kkt_math), reference settings:
+  SGD momentum 0.9, λ₀ ~ U(0,1), lr_λ 1e-4, float64, sigmoid surrogate.
+* ``decoreco``: the same objective with formulation chosen from the target (``auto``:
+  multiclass for k > 1 outputs, regression for mse/huber losses, else binary) and a larger λ
+  learning rate (0.5). With weight decay, θ* is a stationary point of the regularised loss and λ
+  absorbs the scale, so the residual is the same.
+* ``gradnorm``: minimise ‖∇_θ E(x, y; θ*)‖² + w_box·box(x) over x only (no λ).
+
+State (flat dict, checkpointed by the runner): ``x`` (m, C, H, W), ``lambda`` (m,) and optimiser
+buffers ``opt.*``. ``step`` computes the update and commits it only when it is finite.
+
+Example::
+
+    attack = KKTAttack(KKTConfig(steps=1000, lr_x=0.1, alpha=20))
+    rec = run_attack(attack, target, prior, x0=x0, generator=g, out="runs/kkt")
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from datarecon.attacks import kkt_math
+from datarecon.attacks.base import ATTACKS, AttackerPrior, Reconstruction, Target
+from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, init_optimizer_state, optimizer_step
+from datarecon.attacks.selection import SelectionContext, select
+from datarecon.attacks.surrogate import SURROGATES, make_surrogate
+from datarecon.errors import DataReconError
+from datarecon.training.losses import LOSSES
+
+DTYPE_NAMES = {"float32": torch.float32, "float64": torch.float64}
+LAMBDA_INITS = ("uniform", "uniform-signed", "ones")
+
+
+class _AttackConfigBase(BaseModel):
+    """Fields shared by the x-optimising attacks (every weight a named field)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    steps: int = Field(default=1000, ge=0, description="optimisation steps")
+    lr_x: float = Field(default=0.1, gt=0, description="learning rate of the candidates x")
+    optimizer: str = Field(default="sgd", description="key of attacks.optim.OPTIMIZERS")
+    momentum: float = Field(default=0.9, ge=0, lt=1, description="SGD momentum")
+    nesterov: bool = False
+    adam_beta1: float = Field(default=0.9, ge=0, lt=1)
+    adam_beta2: float = Field(default=0.999, ge=0, lt=1)
+    adam_eps: float = Field(default=1e-8, gt=0)
+    box_weight: float = Field(default=1.0, ge=0, description="weight of the pixel-box prior")
+    surrogate: str = Field(default="sigmoid-surrogate", description="key of attacks.surrogate.SURROGATES")
+    alpha: float = Field(default=20.0, gt=0, description="surrogate sharpness: ReLU' := sigmoid(alpha z)")
+    dtype: Literal["float32", "float64"] = "float64"
+    dup_threshold: float = Field(default=0.99, gt=-1, le=1, description="cosine of near-duplicate candidates")
+
+    @field_validator("optimizer")
+    @classmethod
+    def _opt(cls, v: str) -> str:
+        OPTIMIZERS.get(v)
+        return v
+
+    @field_validator("surrogate")
+    @classmethod
+    def _sur(cls, v: str) -> str:
+        SURROGATES.get(v)
+        return v
+
+    def optimizer_settings(self) -> OptimizerSettings:
+        return OptimizerSettings(momentum=self.momentum, nesterov=self.nesterov, beta1=self.adam_beta1,
+                                 beta2=self.adam_beta2, eps=self.adam_eps)
+
+
+class KKTConfig(_AttackConfigBase):
+    """KKT attack (Haim et al. 2022); defaults near the reference's best shipped runs.
+
+    ``formulation``: ``binary`` | ``multiclass`` | ``regression`` (kkt_math.MARGINS) or ``auto``
+    (from the target: k > 1 → multiclass; mse/huber → regression; else binary).
+    """
+
+    lr_lambda: float = Field(default=1e-4, ge=0, description="learning rate of the multipliers")
+    lambda_init: Literal["uniform", "uniform-signed", "ones"] = Field(
+        default="uniform", description="U(0,1), U(-1,1) or all ones")
+    lambda_min: float = Field(default=0.45, ge=0, description="floor of lambda (hinge)")
+    lambda_min_weight: float = Field(default=5.0, ge=0, description="weight of relu(lambda_min - lambda)^2")
+    formulation: str = "binary"
+
+    @field_validator("formulation")
+    @classmethod
+    def _form(cls, v: str) -> str:
+        if v != "auto":
+            kkt_math.MARGINS.get(v)
+        return v
+
+
+class DecoRecoConfig(KKTConfig):
+    """DecoReco (Buzaglo et al. 2023): formulation from the target, λ learning rate 0.5."""
+
+    formulation: str = "auto"
+    lr_lambda: float = Field(default=0.5, ge=0)
+
+
+class GradNormConfig(_AttackConfigBase):
+    """Gradient-norm attack (Runkel et al. 2024, eq. 3): min_x ‖∇_θ E(x, y; θ*)‖² + box."""
+
+
+def resolve_formulation(name: str, target: Target) -> str:
+    """``auto`` → multiclass (k > 1), regression (mse/huber), binary (otherwise); else ``name``."""
+    if name != "auto":
+        return name
+    if target.num_outputs > 1:
+        return "multiclass"
+    return "regression" if target.loss in ("mse", "huber") else "binary"
+
+
+def check_formulation(formulation: str, target: Target, prior: AttackerPrior) -> None:
+    """Refuse a formulation that does not fit the model's outputs / labels (one-line error)."""
+    entry = kkt_math.MARGINS.get(formulation)
+    if entry.label_kind == "multiclass" and target.num_outputs < 2:
+        raise DataReconError(f"formulation {formulation!r} needs a multi-output model; this one has 1 output "
+                             "(use binary or regression)")
+    if entry.label_kind == "binary":
+        if target.num_outputs != 1:
+            raise DataReconError(f"formulation {formulation!r} needs a single-output model; this one has "
+                                 f"{target.num_outputs} (use multiclass)")
+        y = prior.labels
+        if not bool(((y == 1) | (y == -1)).all()):
+            raise DataReconError("binary formulation needs labels in {-1, +1}; use formulation regression otherwise")
+
+
+def assumption_notes(target: Target, formulation: str | None) -> list[str]:
+    """STYLE #7: what in the target breaks the method's assumptions (empty if nothing)."""
+    notes = []
+    if formulation is not None and not target.homogeneous:
+        notes.append("target is not homogeneous (has biases or non-ReLU layers); the KKT conditions of "
+                     "Haim et al. assume a bias-free ReLU network, expect a larger residual")
+    if formulation == "binary" and target.loss != "logistic":
+        notes.append(f"binary KKT formulation assumes logistic loss, target was trained with {target.loss!r}")
+    return notes
+
+
+class _Prepared:
+    """Cached per-target derived objects: θ* in the config dtype, surrogate and exact forwards."""
+
+    def __init__(self, target: Target, *, dtype: torch.dtype, surrogate: str, alpha: float) -> None:
+        self.params = {k: v.detach().to(dtype) for k, v in target.params.items()}
+        self.model = make_surrogate(surrogate, target.model, alpha=alpha)
+        self.theta_sq = float(kkt_math.squared_norm(self.params))
+        from torch.func import functional_call
+
+        sur_model, plain = self.model, target.model
+        self.forward = lambda x, p: functional_call(sur_model, dict(p), (x,))
+        self.exact_forward = lambda x, p: functional_call(plain, dict(p), (x,))
+
+
+class _XAttack:
+    """Shared machinery: config, dtype, prepared-target cache, committing finite updates."""
+
+    name = ""
+    config_cls: type[_AttackConfigBase] = _AttackConfigBase
+    divergence_hint = "lower lr_x, lr_lambda or the surrogate sharpness alpha (and check box_weight)"
+    resume_ignore = ("steps",)
+
+    def __init__(self, config: _AttackConfigBase | None = None) -> None:
+        self.config = config if config is not None else self.config_cls()
+        if not isinstance(self.config, self.config_cls):
+            raise TypeError(f"{type(self).__name__} needs a {self.config_cls.__name__}")
+        self._cache: dict[int, _Prepared] = {}
+
+    @classmethod
+    def from_config(cls, config: _AttackConfigBase) -> _XAttack:
+        """Build the attack from its config (used by the CLI through the ATTACKS registry)."""
+        return cls(config)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPE_NAMES[self.config.dtype]
+
+    def prepared(self, target: Target) -> _Prepared:
+        key = id(target)
+        if key not in self._cache:
+            self._cache[key] = _Prepared(target, dtype=self.dtype, surrogate=self.config.surrogate,
+                                         alpha=self.config.alpha)
+        return self._cache[key]
+
+    def labels(self, prior: AttackerPrior, device: torch.device) -> torch.Tensor:
+        y = prior.labels.to(device)
+        return y.to(self.dtype) if y.is_floating_point() else y.long()
+
+    def bounds(self, prior: AttackerPrior, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        lo = torch.as_tensor(prior.lower, dtype=self.dtype, device=device)
+        hi = torch.as_tensor(prior.upper, dtype=self.dtype, device=device)
+        return lo, hi
+
+    def _commit(self, state: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], lrs: dict[str, float],
+                metrics: dict[str, float]) -> dict[str, float]:
+        if not math.isfinite(metrics["loss"]):
+            return metrics
+        new = optimizer_step(self.config.optimizer, state, grads, lrs=lrs,
+                             settings=self.config.optimizer_settings())
+        if not all(bool(torch.isfinite(v).all()) for v in new.values() if v.is_floating_point()):
+            metrics["update"] = float("nan")  # NaNStop trips; the state keeps its last finite value
+            return metrics
+        for k, gr in grads.items():
+            metrics[f"grad_norm_{k}"] = float(gr.norm())
+        state.update(new)
+        return metrics
+
+
+class KKTAttack(_XAttack):
+    """The KKT attack of Haim et al. (2022); ``decoreco`` and ``kkt`` differ only in defaults."""
+
+    name = "kkt"
+    config_cls = KKTConfig
+
+    def formulation(self, target: Target) -> str:
+        return resolve_formulation(self.config.formulation, target)
+
+    def init_state(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
+                   generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """x = x0 (cast), λ₀ from ``lambda_init`` drawn with ``generator`` (CPU, float64), zero buffers."""
+        form = self.formulation(target)
+        check_formulation(form, target, prior)
+        for note in assumption_notes(target, form):
+            warnings.warn(f"{self.name}: {note}", UserWarning, stacklevel=2)
+        device = next(iter(target.params.values())).device
+        m = prior.m
+        if self.config.lambda_init == "uniform":
+            lam = torch.rand(m, generator=generator, dtype=torch.float64)
+        elif self.config.lambda_init == "uniform-signed":
+            lam = 2 * torch.rand(m, generator=generator, dtype=torch.float64) - 1
+        else:
+            lam = torch.ones(m, dtype=torch.float64)
+        x = x0.detach().to(device=device, dtype=self.dtype).clone()
+        lam = lam.to(device=device, dtype=self.dtype)
+        state = {"x": x, "lambda": lam}
+        state.update({k: v.to(device) for k, v in init_optimizer_state(self.config.optimizer, state).items()})
+        return state
+
+    def terms(self, target: Target, prior: AttackerPrior, x: torch.Tensor, lam: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The objective's terms at (x, λ) (differentiable)."""
+        prep = self.prepared(target)
+        lo, hi = self.bounds(prior, x.device)
+        c = self.config
+        return kkt_math.kkt_terms(prep.forward, prep.params, x, self.labels(prior, x.device), lam,
+                                  margin=self.formulation(target), lower=lo, upper=hi, lambda_min=c.lambda_min,
+                                  box_weight=c.box_weight, lambda_min_weight=c.lambda_min_weight)
+
+    def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
+             index: int) -> dict[str, float]:
+        """One optimiser step on (x, λ); metrics: loss, residual, rel_residual, box, lambda_hinge, ..."""
+        x = state["x"].detach().requires_grad_(True)
+        lam = state["lambda"].detach().requires_grad_(True)
+        terms = self.terms(target, prior, x, lam)
+        gx, gl = torch.autograd.grad(terms["loss"], [x, lam])
+        metrics = {k: float(v) for k, v in terms.items()}
+        metrics["rel_residual"] = metrics["residual"] / max(self.prepared(target).theta_sq, 1e-300)
+        metrics["lambda_mean"] = float(state["lambda"].mean())
+        grads = {"x": gx, "lambda": gl}
+        lrs = {"x": self.config.lr_x, "lambda": self.config.lr_lambda}
+        return self._commit(state, grads, lrs, metrics)
+
+    def context(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor]) -> SelectionContext:
+        prep = self.prepared(target)
+        form = self.formulation(target)
+        signed = kkt_math.MARGINS.get(form).signed_lambda
+        return SelectionContext(forward=prep.exact_forward, params=prep.params, x=state["x"],
+                                labels=self.labels(prior, state["x"].device), lam=state["lambda"],
+                                formulation=form, loss=target.loss, weight_decay=target.weight_decay,
+                                lambda_min=None if signed else self.config.lambda_min,
+                                dup_threshold=self.config.dup_threshold)
+
+    def finish(self, target: Target, prior: AttackerPrior,
+               state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Per-candidate scores and selection criteria (attacker-side only)."""
+        scores, criteria = select(self.context(target, prior, state))
+        return scores, {"formulation": self.formulation(target), "notes": assumption_notes(target, self.formulation(target)),
+                        "selection": criteria}
+
+    def run(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
+            generator: torch.Generator) -> Reconstruction:
+        """Convenience: :func:`run_attack` without a run directory or progress bar."""
+        from datarecon.attacks.runner import run_attack
+
+        return run_attack(self, target, prior, x0=x0, generator=generator, progress=False)
+
+
+class DecoRecoAttack(KKTAttack):
+    """DecoReco (Buzaglo et al. 2023): multiclass / regression forms, weight decay welcome."""
+
+    name = "decoreco"
+    config_cls = DecoRecoConfig
+
+
+class GradNormAttack(_XAttack):
+    """Runkel eq. 3: min_x ‖∇_θ E(x, y; θ*)‖² (+ box), E with the target's loss and weight decay."""
+
+    name = "gradnorm"
+    config_cls = GradNormConfig
+    divergence_hint = "lower lr_x or the surrogate sharpness alpha"
+
+    def init_state(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
+                   generator: torch.Generator) -> dict[str, torch.Tensor]:
+        entry = LOSSES.get(target.loss)
+        if entry.label_kind == "multiclass" and prior.labels.is_floating_point():
+            raise DataReconError(f"loss {target.loss!r} needs integer class labels")
+        device = next(iter(target.params.values())).device
+        state = {"x": x0.detach().to(device=device, dtype=self.dtype).clone()}
+        state.update({k: v.to(device) for k, v in init_optimizer_state(self.config.optimizer, state).items()})
+        return state
+
+    def terms(self, target: Target, prior: AttackerPrior, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        prep = self.prepared(target)
+        lo, hi = self.bounds(prior, x.device)
+        return kkt_math.gradnorm_terms(prep.forward, prep.params, x, self.labels(prior, x.device),
+                                       loss=target.loss, weight_decay=target.weight_decay, lower=lo, upper=hi,
+                                       box_weight=self.config.box_weight)
+
+    def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
+             index: int) -> dict[str, float]:
+        x = state["x"].detach().requires_grad_(True)
+        terms = self.terms(target, prior, x)
+        (gx,) = torch.autograd.grad(terms["loss"], [x])
+        metrics = {k: float(v) for k, v in terms.items()}
+        metrics["rel_residual"] = metrics["residual"] / max(self.prepared(target).theta_sq, 1e-300)
+        return self._commit(state, {"x": gx}, {"x": self.config.lr_x}, metrics)
+
+    def finish(self, target: Target, prior: AttackerPrior,
+               state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        prep = self.prepared(target)
+        x = state["x"]
+        ctx = SelectionContext(forward=prep.exact_forward, params=prep.params, x=x,
+                               labels=self.labels(prior, x.device), lam=torch.ones(x.shape[0], dtype=x.dtype),
+                               formulation=None, loss=target.loss, weight_decay=target.weight_decay,
+                               lambda_min=None, dup_threshold=self.config.dup_threshold)
+        scores, criteria = select(ctx)
+        scores.pop("lambda", None)
+        scores.pop("contribution", None)
+        return scores, {"formulation": "gradnorm", "notes": [], "selection": criteria}
+
+    def run(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
+            generator: torch.Generator) -> Reconstruction:
+        from datarecon.attacks.runner import run_attack
+
+        return run_attack(self, target, prior, x0=x0, generator=generator, progress=False)
+
+
+ATTACKS.register("kkt", KKTAttack)
+ATTACKS.register("decoreco", DecoRecoAttack)
+ATTACKS.register("gradnorm", GradNormAttack)

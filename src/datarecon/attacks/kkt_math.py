@@ -1,0 +1,184 @@
+"""Pure functions of the KKT / DecoReco / gradient-norm objectives (no state, no logging).
+
+Notation: candidates x (m, C, H, W) in model input space, labels y (m,), multipliers λ (m,),
+θ* the trained parameters (name → tensor), Φ(x; θ) the network (m, k).
+
+Margins (:data:`MARGINS`, "formulations"), out_i as a function of (Φ(x_i), y_i, λ_i):
+
+* ``binary``      out_i = λ_i y_i Φ(x_i)                       (Haim et al. 2022, eq. 3), λ ≥ λ_min
+* ``multiclass``  out_i = λ_i (Φ_{y_i}(x_i) − max_{j≠y_i} Φ_j(x_i))  (Buzaglo et al. 2023), λ ≥ λ_min
+* ``regression``  out_i = λ_i Φ(x_i), λ of any sign, no λ_min   (Buzaglo et al. 2023, general losses)
+
+Stationarity (KKT condition of the max-margin problem, or of a weight-decayed loss, λ absorbing
+the scale):
+
+    g = ∇_θ [ (1/m) Σ_i out_i ]            one batched vector-Jacobian product (create_graph)
+    R(x, λ) = Σ_p ‖θ*_p − g_p‖²
+
+Priors: box(x) = Σ relu(x − upper)² + relu(lower − x)² (elementwise, model input space),
+hinge(λ) = Σ relu(λ_min − λ)². The attack minimises
+
+    L(x, λ) = R + w_box · box(x) + w_λ · hinge(λ)      (reference: w_box = 1, w_λ = 5)
+
+Gradient norm (Runkel et al. 2024, eq. 3): G(x) = ‖∇_θ E(x, y; θ*)‖², E the training energy
+(mean loss + (wd/2)‖θ‖²) from :func:`datarecon.training.losses.energy`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from datarecon.registry import Registry
+from datarecon.training.losses import energy
+
+ForwardFn = Callable[[torch.Tensor, Mapping[str, torch.Tensor]], torch.Tensor]
+"""Φ(x; params): x (m, C, H, W), params name → tensor, returns (m, k)."""
+
+
+def _first(outputs: torch.Tensor) -> torch.Tensor:
+    return outputs.reshape(outputs.shape[0], -1)[:, 0]
+
+
+def binary_margin(outputs: torch.Tensor, labels: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+    """λ_i y_i Φ(x_i). outputs (m, 1), labels (m,) ±1, λ (m,) → (m,)."""
+    return lam * labels.to(outputs.dtype) * _first(outputs)
+
+
+def multiclass_margin(outputs: torch.Tensor, labels: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+    """λ_i (Φ_{y_i}(x_i) − max_{j≠y_i} Φ_j(x_i)). outputs (m, k), labels (m,) int64 → (m,)."""
+    idx = labels.long()[:, None]
+    true = outputs.gather(1, idx)[:, 0]
+    masked = outputs.scatter(1, idx, float("-inf"))
+    return lam * (true - masked.amax(dim=1))
+
+
+def regression_margin(outputs: torch.Tensor, labels: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+    """λ_i Φ(x_i) with signed λ (labels unused: the sign is learnt by λ). → (m,)."""
+    return lam * _first(outputs)
+
+
+@dataclass(frozen=True)
+class MarginEntry:
+    """A formulation: margin function, whether λ is signed (no λ_min), the label kind it needs."""
+
+    fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    signed_lambda: bool
+    label_kind: str  # "binary" | "multiclass" | "any"
+    doc: str
+
+
+MARGINS: Registry[MarginEntry] = Registry("formulation")
+MARGINS.register("binary", MarginEntry(binary_margin, False, "binary", "lambda_i y_i Phi(x_i) (Haim 2022)"))
+MARGINS.register("multiclass", MarginEntry(multiclass_margin, False, "multiclass",
+                                           "lambda_i (Phi_y - max_{j!=y} Phi_j) (Buzaglo 2023)"))
+MARGINS.register("regression", MarginEntry(regression_margin, True, "any",
+                                           "lambda_i Phi(x_i), signed lambda (Buzaglo 2023)"))
+
+
+def _leaves(params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Fresh leaves sharing θ*'s storage that require grad (θ* itself is never modified)."""
+    return {k: v.detach().requires_grad_(True) for k, v in params.items()}
+
+
+def combination_gradient(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor,
+                         labels: torch.Tensor, lam: torch.Tensor, *, margin: str,
+                         create_graph: bool = True) -> dict[str, torch.Tensor]:
+    """g = ∇_θ [(1/m) Σ_i out_i(x_i, λ_i; θ)] at θ = params, as ONE batched VJP.
+
+    Args:
+        forward: Φ(x; params).
+        params: θ* (name → tensor).
+        x: (m, C, H, W); labels (m,); lam (m,).
+        margin: a key of :data:`MARGINS`.
+        create_graph: keep the graph so g can be differentiated w.r.t. x and λ.
+
+    Returns:
+        g, name → tensor shaped like params.
+    """
+    leaves = _leaves(params)
+    outputs = forward(x, leaves)
+    total = MARGINS.get(margin).fn(outputs, labels, lam).sum() / x.shape[0]
+    grads = torch.autograd.grad(total, list(leaves.values()), create_graph=create_graph, allow_unused=True)
+    return {k: (gr if gr is not None else torch.zeros_like(leaves[k])) for k, gr in zip(leaves, grads)}
+
+
+def stationarity_residual(theta: Mapping[str, torch.Tensor], g: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """R = Σ_p ‖θ*_p − g_p‖² (scalar)."""
+    return sum(((theta[k] - g[k]) ** 2).sum() for k in theta)  # type: ignore[return-value]
+
+
+def squared_norm(theta: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Σ_p ‖θ_p‖² (scalar)."""
+    return sum((v * v).sum() for v in theta.values())  # type: ignore[return-value]
+
+
+def box_penalty(x: torch.Tensor, lower: torch.Tensor | float, upper: torch.Tensor | float) -> torch.Tensor:
+    """Σ relu(x − upper)² + relu(lower − x)² over all elements; bounds scalars or (C, H, W)."""
+    lo = torch.as_tensor(lower, dtype=x.dtype, device=x.device)
+    hi = torch.as_tensor(upper, dtype=x.dtype, device=x.device)
+    return (torch.relu(x - hi) ** 2 + torch.relu(lo - x) ** 2).sum()
+
+
+def lambda_hinge(lam: torch.Tensor, lambda_min: float) -> torch.Tensor:
+    """Σ relu(λ_min − λ_i)² (scalar)."""
+    return (torch.relu(lambda_min - lam) ** 2).sum()
+
+
+def kkt_terms(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor, labels: torch.Tensor,
+              lam: torch.Tensor, *, margin: str, lower: torch.Tensor | float, upper: torch.Tensor | float,
+              lambda_min: float, box_weight: float, lambda_min_weight: float) -> dict[str, torch.Tensor]:
+    """The KKT / DecoReco objective and its terms (all scalars, differentiable in x and λ).
+
+    Returns:
+        ``{"loss": R + w_box·box + w_λ·hinge, "residual": R, "box": box, "lambda_hinge": hinge}``;
+        the hinge is 0 for signed-λ formulations (``regression``).
+    """
+    g = combination_gradient(forward, params, x, labels, lam, margin=margin, create_graph=True)
+    residual = stationarity_residual(params, g)
+    box = box_penalty(x, lower, upper)
+    if MARGINS.get(margin).signed_lambda:
+        hinge = torch.zeros((), dtype=x.dtype, device=x.device)
+    else:
+        hinge = lambda_hinge(lam, lambda_min)
+    loss = residual + box_weight * box + lambda_min_weight * hinge
+    return {"loss": loss, "residual": residual, "box": box, "lambda_hinge": hinge}
+
+
+def energy_gradient(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor, labels: torch.Tensor,
+                    *, loss: str, weight_decay: float, create_graph: bool = True) -> dict[str, torch.Tensor]:
+    """∇_θ E(x, y; θ) at θ = params, E = mean loss + (wd/2)‖θ‖² (one batched VJP)."""
+    leaves = _leaves(params)
+    e = energy(forward(x, leaves), labels, leaves, loss=loss, weight_decay=weight_decay)
+    grads = torch.autograd.grad(e, list(leaves.values()), create_graph=create_graph, allow_unused=True)
+    return {k: (gr if gr is not None else torch.zeros_like(leaves[k])) for k, gr in zip(leaves, grads)}
+
+
+def gradnorm_terms(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor, labels: torch.Tensor,
+                   *, loss: str, weight_decay: float, lower: torch.Tensor | float, upper: torch.Tensor | float,
+                   box_weight: float) -> dict[str, torch.Tensor]:
+    """Runkel eq. 3: ``{"loss": ‖∇_θE‖² + w_box·box, "residual": ‖∇_θE‖², "box": box}``."""
+    g = energy_gradient(forward, params, x, labels, loss=loss, weight_decay=weight_decay, create_graph=True)
+    residual = squared_norm(g)
+    box = box_penalty(x, lower, upper)
+    return {"loss": residual + box_weight * box, "residual": residual, "box": box}
+
+
+def per_candidate_directional(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor,
+                              direction: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """d_i = ⟨∇_θ Φ_1(x_i; θ), v⟩ for all i (m,), with v = ``direction``, for a single-output Φ.
+
+    For k outputs, returns (m, k): d_ij = ⟨∇_θ Φ_j(x_i), v⟩. Computed without per-sample gradients:
+    u ↦ ⟨∇_θ(u·Φ), v⟩ is linear in u, so its gradient w.r.t. u is J v (double-backward trick).
+    """
+    leaves = _leaves(params)
+    with torch.enable_grad():
+        outputs = forward(x.detach(), leaves)
+        u = torch.zeros_like(outputs, requires_grad=True)
+        grads = torch.autograd.grad((u * outputs).sum(), list(leaves.values()), create_graph=True,
+                                    allow_unused=True)
+        inner = sum((gr * direction[k]).sum() for k, gr in zip(leaves, grads) if gr is not None)
+        (jv,) = torch.autograd.grad(inner, u)
+    return jv[:, 0] if jv.shape[1] == 1 else jv

@@ -1,0 +1,264 @@
+"""Deterministic choice of training, partition and held-out images.
+
+A :class:`DataSpec` says which dataset and task, how many images per task
+class and how they are picked; :func:`load_task` turns it into a
+:class:`TaskData`.
+
+Rules:
+
+* ``n_per_class`` counts images per *task* class. For binary tasks that is
+  per side: Haim et al.'s CIFAR-10 vehicles/animals model with n = 500
+  training images is ``n_per_class=250``.
+* ``selection="first"`` takes, for each task class, the first images of that
+  class in dataset order (what the reference code does: it walks the
+  unshuffled training set and keeps an image while its class is below quota).
+  The partition set is the *next* images of the same classes.
+  ``selection="random"`` draws, for each task class in order, one
+  ``torch.randperm`` from a ``torch.Generator`` seeded with ``seed``; the
+  training images are its first ``n_per_class`` entries and the partition the
+  following ``n_partition_per_class`` (so the two are disjoint, and changing
+  the partition size never changes the training set).
+* Training and partition come from the dataset's train split; held-out images
+  come from its test split, chosen the same way (a separate generator seeded
+  with ``seed``).
+* Within every split, indices (int64, into the source split) are sorted
+  ascending, i.e. images appear in dataset order, classes interleaved.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from datarecon.data.datasets import DATASETS, load_dataset
+from datarecon.data.formats import RawDataset
+from datarecon.data.normalisation import Normalisation
+from datarecon.data.tasks import ResolvedTask, resolve_task
+from datarecon.errors import DataReconError
+
+
+class DataSpec(BaseModel):
+    """What data a model is trained on.
+
+    Attributes:
+        dataset: a ``DATASETS`` name ("cifar10", "mnist", "digits").
+        task: a task string ("vehicles-animals", "odd-even", "classes:a,b", "all").
+        n_per_class: training images per task class (binary: per side), > 0.
+        selection: "first" (first-k in dataset order) or "random" (seeded).
+        seed: seed of the ``torch.Generator`` used by "random" (ignored by "first").
+        n_partition_per_class: partition images per task class, from the train
+            split, disjoint from training; defaults to ``n_per_class``; 0 = none.
+        n_heldout_per_class: held-out images per task class from the test split;
+            defaults to ``n_per_class``; 0 = none.
+        normalisation: "unit" (model input = display) or "unit-minus-mean"
+            (display minus the per-pixel mean of the training images).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dataset: str
+    task: str
+    n_per_class: int = Field(gt=0)
+    selection: Literal["first", "random"] = "first"
+    seed: int = Field(default=0, ge=0)
+    n_partition_per_class: int = Field(ge=0)
+    n_heldout_per_class: int = Field(ge=0)
+    normalisation: Literal["unit", "unit-minus-mean"] = "unit-minus-mean"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_counts(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "n_per_class" in data:
+            data = dict(data)
+            for key in ("n_partition_per_class", "n_heldout_per_class"):
+                if data.get(key) is None:
+                    data[key] = data["n_per_class"]
+        return data
+
+    def resolved_task(self) -> ResolvedTask:
+        """The task applied to the dataset (checks both names; reads no data).
+
+        Raises:
+            DataReconError: unknown dataset/task or a task that does not fit.
+        """
+        return resolve_task(self.dataset, self.task)
+
+
+@dataclass(frozen=True, eq=False)
+class Split:
+    """A set of images with their labels.
+
+    Attributes:
+        x: float32 (n, C, H, W) in display space [0, 1].
+        y: (n,) labels: float32 in {-1., +1.} (binary) or int64 in [0, k) (multiclass).
+        indices: int64 (n,) positions in the source split, ascending.
+        source: the dataset split they come from ("train" or "test").
+        source_labels: int64 (n,) the dataset's own class labels (e.g. 0..9).
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    indices: torch.Tensor
+    source: str
+    source_labels: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+
+@dataclass(frozen=True, eq=False)
+class TaskData:
+    """Everything :func:`load_task` produces.
+
+    Attributes:
+        spec: the :class:`DataSpec`.
+        train, partition, heldout: the three :class:`Split`s.
+        normalisation: fitted on ``train.x``.
+        input_shape: (C, H, W).
+        num_classes: task classes (2 for binary tasks).
+        label_kind: "binary" or "multiclass".
+        class_names: one name per task class (binary: index 0 is the -1 side).
+        task: the resolved task (which dataset classes form each task class).
+    """
+
+    spec: DataSpec
+    train: Split
+    partition: Split
+    heldout: Split
+    normalisation: Normalisation
+    input_shape: tuple[int, int, int]
+    num_classes: int
+    label_kind: str
+    class_names: tuple[str, ...]
+    task: ResolvedTask
+
+    def index_tensors(self) -> dict[str, torch.Tensor]:
+        """``{"train_indices", "partition_indices", "heldout_indices"}`` for checkpoints."""
+        return {"train_indices": self.train.indices.clone(),
+                "partition_indices": self.partition.indices.clone(),
+                "heldout_indices": self.heldout.indices.clone()}
+
+
+def select_indices(task_class: np.ndarray, counts: Sequence[int], *, num_classes: int,
+                   selection: str = "first", generator: torch.Generator | None = None,
+                   class_names: Sequence[str] | None = None, where: str = "the dataset",
+                   count_names: Sequence[str] | None = None) -> list[np.ndarray]:
+    """Pick disjoint blocks of images, ``counts[b]`` per task class for block b.
+
+    Args:
+        task_class: (N,) int task-class index of every image (-1 = not in the task).
+        counts: images per task class for each block (e.g. [train, partition]).
+        num_classes: number of task classes k.
+        selection: "first" (consecutive in dataset order) or "random"
+            (``torch.randperm`` per class, classes in order, from ``generator``).
+        generator: required for "random".
+        class_names, where, count_names: only for error messages.
+
+    Returns:
+        One sorted int64 index array per block; blocks are pairwise disjoint.
+
+    Raises:
+        DataReconError: a class has fewer images than ``sum(counts)``.
+    """
+    if selection not in ("first", "random"):
+        raise DataReconError(f"unknown selection {selection!r}; valid: first, random")
+    if selection == "random" and generator is None:
+        raise ValueError("selection='random' needs a torch.Generator")
+    task_class = np.asarray(task_class)
+    need = int(sum(counts))
+    blocks: list[list[np.ndarray]] = [[] for _ in counts]
+    for c in range(num_classes):
+        cand = np.flatnonzero(task_class == c)
+        if len(cand) < need:
+            name = class_names[c] if class_names is not None else str(c)
+            what = " + ".join(
+                f"{n}={k}" for n, k in zip(count_names or [f"block{i}" for i in range(len(counts))],
+                                            counts, strict=True) if k
+            )
+            raise DataReconError(
+                f"{what} needs {need} images of class {name!r} from {where}, but only "
+                f"{len(cand)} are available; lower the counts"
+            )
+        if selection == "random":
+            perm = torch.randperm(len(cand), generator=generator).numpy()
+            cand = cand[perm]
+        start = 0
+        for b, k in enumerate(counts):
+            blocks[b].append(cand[start:start + k])
+            start += k
+    return [np.sort(np.concatenate(parts)).astype(np.int64) if parts
+            else np.zeros(0, dtype=np.int64) for parts in blocks]
+
+
+def make_split(raw: RawDataset, indices: np.ndarray, task: ResolvedTask) -> Split:
+    """The :class:`Split` of ``raw`` at ``indices`` with ``task``'s labels."""
+    src = raw.labels[indices]
+    tc = task.task_class_of(src)
+    if (tc < 0).any():
+        raise DataReconError(f"indices include images outside task {task.task!r}")
+    return Split(
+        x=raw.float_images(indices),
+        y=task.encode(tc),
+        indices=torch.from_numpy(np.asarray(indices, dtype=np.int64).copy()),
+        source=raw.split,
+        source_labels=torch.from_numpy(src.astype(np.int64)),
+    )
+
+
+def load_task(spec: DataSpec, *, data_dir: str | os.PathLike | None = None) -> TaskData:
+    """Load the training, partition and held-out sets described by ``spec``.
+
+    Args:
+        spec: the data spec.
+        data_dir: data folder (see :func:`~datarecon.data.datasets.resolve_data_dir`).
+
+    Returns:
+        A :class:`TaskData`; same spec and files -> identical result.
+
+    Raises:
+        DataReconError: unknown dataset/task, a task that does not fit the
+            dataset, or more images requested than a class has.
+        DataMissingError: the dataset's files are missing.
+    """
+    task = resolve_task(spec.dataset, spec.task)
+    info = DATASETS.get(spec.dataset)
+    k = task.num_classes
+    names = ("n_per_class", "n_partition_per_class")
+
+    train_raw = load_dataset(spec.dataset, split="train", data_dir=data_dir)
+    gen = torch.Generator().manual_seed(spec.seed) if spec.selection == "random" else None
+    train_idx, part_idx = select_indices(
+        task.task_class_of(train_raw.labels), [spec.n_per_class, spec.n_partition_per_class],
+        num_classes=k, selection=spec.selection, generator=gen, class_names=task.class_names,
+        where=f"{spec.dataset} train", count_names=names,
+    )
+
+    if spec.n_heldout_per_class > 0:
+        test_raw = load_dataset(spec.dataset, split="test", data_dir=data_dir)
+        gen = torch.Generator().manual_seed(spec.seed) if spec.selection == "random" else None
+        (held_idx,) = select_indices(
+            task.task_class_of(test_raw.labels), [spec.n_heldout_per_class], num_classes=k,
+            selection=spec.selection, generator=gen, class_names=task.class_names,
+            where=f"{spec.dataset} test", count_names=("n_heldout_per_class",),
+        )
+        heldout = make_split(test_raw, held_idx, task)
+    else:
+        c, h, w = info.input_shape
+        empty_y = task.encode(np.zeros(0, dtype=np.int64))
+        heldout = Split(torch.zeros(0, c, h, w), empty_y, torch.zeros(0, dtype=torch.int64),
+                        "test", torch.zeros(0, dtype=torch.int64))
+
+    train = make_split(train_raw, train_idx, task)
+    partition = make_split(train_raw, part_idx, task)
+    return TaskData(
+        spec=spec, train=train, partition=partition, heldout=heldout,
+        normalisation=Normalisation.fit(spec.normalisation, train.x),
+        input_shape=train_raw.image_shape, num_classes=k, label_kind=task.label_kind,
+        class_names=task.class_names, task=task,
+    )

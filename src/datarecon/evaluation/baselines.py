@@ -1,0 +1,147 @@
+"""Null baselines: the same statistic for images that were never trained on.
+
+A similarity statistic ("best SSIM to the training set", "Haim protocol SSIM
+per training image") means little on its own: on small images even noise or
+unrelated natural images reach SSIM 0.4 (METHODS.md section 7). So every
+statistic is reported next to its value when the candidates are replaced by
+
+* ``heldout``: held-out images of the same distribution (never trained on);
+* ``noise``: uniform noise in ``[0, 1]`` from a seeded generator, as many
+  images as candidates.
+
+References:
+    Runkel et al. (2024), section 5 (partition and noise references);
+    Haim et al. (2022) protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from datarecon.errors import DataReconError
+from datarecon.evaluation.neighbours import nearest_neighbours
+from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, counts_at, haim_protocol
+from datarecon.evaluation.similarity import Window, check_images
+
+__all__ = [
+    "Baselines",
+    "noise_images",
+    "null_baselines",
+    "best_similarity_to",
+    "haim_ssim_against",
+    "summarise",
+]
+
+
+def noise_images(n: int, shape: Sequence[int], *, generator: torch.Generator | None = None,
+                 dtype: torch.dtype = torch.float32) -> Tensor:
+    """``n`` images of ``shape`` (C, H, W), i.i.d. uniform in ``[0, 1]``.
+
+    Args:
+        generator: Source of randomness; None means a generator seeded with 0
+            (same call, same images).
+    """
+    if generator is None:
+        generator = torch.Generator().manual_seed(0)
+    return torch.rand((int(n), *tuple(shape)), generator=generator, dtype=dtype)
+
+
+def summarise(values: Tensor, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> dict:
+    """Mean, median, min, max (NaN ignored) and counts above thresholds of a 1-D statistic."""
+    v = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
+    f = v[~torch.isnan(v)]
+    if f.numel() == 0:
+        nan = float("nan")
+        stats = {"mean": nan, "median": nan, "min": nan, "max": nan}
+    else:
+        stats = {"mean": float(f.mean()), "median": float(f.median()),
+                 "min": float(f.min()), "max": float(f.max())}
+    stats["n"] = int(v.numel())
+    stats["counts"] = {str(k): c for k, c in counts_at(v, thresholds).items()}
+    return stats
+
+
+@dataclass(frozen=True)
+class Baselines:
+    """A statistic for the real candidates and for null candidates.
+
+    Attributes:
+        statistic: Name of the statistic.
+        real: Values for the candidates (shape defined by the statistic).
+        heldout: Values with held-out images as candidates, or None.
+        noise: Values with uniform-noise images as candidates, or None.
+    """
+
+    statistic: str
+    real: Tensor
+    heldout: Tensor | None
+    noise: Tensor | None
+
+    def summary(self, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> dict:
+        """``{"real"|"heldout"|"noise": summarise(values)}`` for the available sets."""
+        out = {"statistic": self.statistic, "real": summarise(self.real, thresholds)}
+        for name in ("heldout", "noise"):
+            v = getattr(self, name)
+            if v is not None:
+                out[name] = summarise(v, thresholds)
+        return out
+
+
+def best_similarity_to(refs: Tensor, *, metric: str = "ssim", prefilter: str | None = "l2",
+                       top_k: int = 32, window: str | Window = "gaussian") -> Callable[[Tensor], Tensor]:
+    """Statistic: each candidate's best similarity to ``refs`` ((M, C, H, W) -> (M,))."""
+    def stat(cands: Tensor) -> Tensor:
+        return nearest_neighbours(cands, refs, metric=metric, prefilter=prefilter, top_k=top_k,
+                                  window=window).score
+    stat.__name__ = f"best_{metric}_to_references"
+    return stat
+
+
+def haim_ssim_against(train: Tensor, **kwargs) -> Callable[[Tensor], Tensor]:
+    """Statistic: the Haim-protocol SSIM per training image ((M, C, H, W) -> (N,)).
+
+    ``kwargs`` go to :func:`~datarecon.evaluation.protocol.haim_protocol`.
+    """
+    def stat(cands: Tensor) -> Tensor:
+        return haim_protocol(cands, train, **kwargs).ssim
+    stat.__name__ = "haim_ssim_per_training_image"
+    return stat
+
+
+def null_baselines(statistic: Callable[[Tensor], Tensor], candidates: Tensor, *,
+                   heldout: Tensor | None = None, noise: bool = True, n_noise: int | None = None,
+                   generator: torch.Generator | None = None, name: str | None = None) -> Baselines:
+    """Evaluate ``statistic`` on the candidates, on held-out images and on noise.
+
+    Args:
+        statistic: Function of a candidate batch ``(M, C, H, W)`` (display
+            space), e.g. :func:`best_similarity_to` (train) or
+            :func:`haim_ssim_against` (train).
+        candidates: ``(M, C, H, W)`` the real candidates.
+        heldout: ``(K, C, H, W)`` held-out images used as candidates (all of
+            them), or None to skip.
+        noise: Also evaluate uniform noise images in ``[0, 1]``.
+        n_noise: Number of noise images (default ``M``).
+        generator: Seeded generator for the noise (default: seed 0).
+        name: Statistic name (default: ``statistic.__name__``).
+
+    Returns:
+        :class:`Baselines` with the three values side by side.
+    """
+    candidates = check_images(candidates, "candidates")
+    real = statistic(candidates)
+    held = None
+    if heldout is not None:
+        heldout = check_images(heldout, "held-out images")
+        if heldout.shape[1:] != candidates.shape[1:]:
+            raise DataReconError(f"held-out images {tuple(heldout.shape[1:])} differ in shape from candidates {tuple(candidates.shape[1:])}")
+        held = statistic(heldout)
+    nz = None
+    if noise:
+        k = candidates.shape[0] if n_noise is None else int(n_noise)
+        nz = statistic(noise_images(k, candidates.shape[1:], generator=generator, dtype=candidates.dtype))
+    return Baselines(name or getattr(statistic, "__name__", "statistic"), real, held, nz)

@@ -1,0 +1,276 @@
+"""The sweep driver: expand, skip finished runs, fan out to a backend, retry, index.
+
+Only the driver writes the store index (``index.sqlite``) and the task records (``task.json``);
+workers write their own run directories. Re-running the same sweep resumes it: runs whose
+``run.json`` says ``complete`` (or ``diverged`` / ``stopped-early``: re-running would repeat them)
+are skipped, and unfinished runs continue from their checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from datarecon.errors import DataReconError
+from datarecon.experiments.backends import Outcome, Task, make_backend
+from datarecon.experiments.store import FINISHED, TASK_FILE, Store, row_from_dir
+from datarecon.experiments.sweep.config import RunSpec, SweepConfig, expand
+from datarecon.experiments.sweep.worker import CLAIM_FILE, execute_task
+from datarecon.utils.io import atomic_write_json, config_hash, read_json
+
+FAULTS_ENV = "DATARECON_SWEEP_FAULTS"
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """A run of the sweep with its key and directory."""
+
+    key: str
+    spec: RunSpec
+    run_dir: Path
+
+
+@dataclass
+class SweepResult:
+    """Summary of one sweep invocation.
+
+    Attributes:
+        sweep_id: hash of the sweep config and target model.
+        out: the store directory.
+        total: runs in the sweep; skipped: already finished before this invocation;
+        completed: finished now; failed: recorded as failed after retries;
+        retries: extra attempts spent; best_key / best_score: by the selection criterion;
+        wall_time_s: of this invocation; backend: backend description.
+    """
+
+    sweep_id: str
+    out: Path
+    total: int
+    skipped: int = 0
+    completed: int = 0
+    failed: int = 0
+    retries: int = 0
+    best_key: str | None = None
+    best_score: float | None = None
+    criterion: str = ""
+    wall_time_s: float = 0.0
+    backend: dict[str, Any] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
+
+
+def criterion_mode(name: str, mode: str | None = None) -> str:
+    """``min`` or ``max`` for an attacker-side criterion: ``mode`` if given, else the direction
+    registered in :data:`datarecon.attacks.selection.CRITERIA` (``better``: lower | higher).
+
+    Raises:
+        DataReconError: unknown criterion (lists the registered ones), or an ``info`` criterion
+            without an explicit ``mode``.
+    """
+    from datarecon.attacks.selection import CRITERIA
+
+    entry = CRITERIA.get(name)
+    if mode is not None:
+        return mode
+    if entry.better == "higher":
+        return "max"
+    if entry.better == "lower":
+        return "min"
+    raise DataReconError(f"selection criterion {name!r} is for information only; choose another or set selection.mode")
+
+
+def score_of(result: dict[str, Any] | None, criterion: str) -> float | None:
+    """The criterion's value in a worker result / index row: ``selection[criterion]`` (a number or
+    ``{"value": ...}``), else ``final[criterion]``; None when missing or not finite."""
+    if not result:
+        return None
+    for where in ("selection", "final"):
+        value = (result.get(where) or {}).get(criterion)
+        if isinstance(value, dict):
+            value = value.get("value")
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value):
+            return value
+    return None
+
+
+def model_identity(model_dir: str | Path) -> str:
+    """Content identity of a model directory: its config hash and weight hashes (not its path)."""
+    from datarecon.models.checkpoint import read_model_meta
+
+    meta = read_model_meta(model_dir)
+    return config_hash({"config_hash": meta.get("config_hash"), "sha256": meta.get("sha256")})
+
+
+def plan(config: SweepConfig, out: str | Path) -> tuple[str, list[PlannedRun]]:
+    """The sweep id and its runs (deduplicated by key, expansion order kept)."""
+    store = Store(out)
+    model_dir = str(Path(config.model_dir).expanduser().resolve())
+    model_id = model_identity(model_dir)
+    runs: list[PlannedRun] = []
+    seen: set[str] = set()
+    for spec in expand(config, model_dir=model_dir):
+        key = config_hash(spec.identity(model_id=model_id))
+        if key in seen:
+            continue
+        seen.add(key)
+        runs.append(PlannedRun(key=key, spec=spec, run_dir=store.run_dir(key)))
+    sweep_id = config_hash({"sweep": config.model_dump(mode="json", exclude={"model_dir"}), "model": model_id})
+    return sweep_id, runs
+
+
+def _faults() -> dict[int, dict[str, int]]:
+    """Test-only fault injection: ``DATARECON_SWEEP_FAULTS='{"<run index>": {"attempts": 1, "at_step": 3}}'``."""
+    text = os.environ.get(FAULTS_ENV)
+    if not text:
+        return {}
+    return {int(k): v for k, v in json.loads(text).items()}
+
+
+def is_finished(run_dir: Path) -> bool:
+    path = run_dir / "run.json"
+    if not path.is_file():
+        return False
+    try:
+        return read_json(path).get("status") in FINISHED
+    except DataReconError:
+        return False
+
+
+def run_sweep(config: SweepConfig, out: str | Path, *, backend: str = "local", workers: int | None = None,
+              ray_address: str | None = None, progress: bool = True, checkpoint_every: int = 100,
+              backend_options: dict[str, Any] | None = None) -> SweepResult:
+    """Run (or resume) a sweep into the store ``out``.
+
+    Args:
+        config: the sweep.
+        out: store directory (created); several sweeps may share one store, even concurrently.
+        backend: a ``BACKENDS`` name (``local``, ``ray``).
+        workers: tasks in flight (local: processes, default 1 = in the driver process; ray: default
+            the cluster's CPU count).
+        ray_address: Ray cluster address (``auto``, ``HOST:PORT``); None = embedded instance.
+        progress: show a bar over runs with the best-so-far selection score.
+        checkpoint_every: steps between run checkpoints (bounds the work lost by a crash).
+        backend_options: extra options of the backend (e.g. ``{"num_cpus": 2}`` for embedded Ray).
+
+    Returns:
+        A :class:`SweepResult`; failed runs are counted there and recorded in the store, not raised.
+    """
+    t0 = time.perf_counter()
+    out = Path(out)
+    store = Store(out)
+    sweep_id, runs = plan(config, out)
+    criterion = config.selection.criterion
+    mode = criterion_mode(criterion, config.selection.mode)
+    store.add_sweep(sweep_id, name=config.name, config=config.model_dump(mode="json"), keys=[r.key for r in runs])
+    result = SweepResult(sweep_id=sweep_id, out=out, total=len(runs), criterion=criterion)
+
+    def better(a: float, b: float | None) -> bool:
+        return b is None or (a < b if mode == "min" else a > b)
+
+    def note_best(key: str, res: dict[str, Any] | None) -> None:
+        s = score_of(res, criterion)
+        if s is not None and better(s, result.best_score):
+            result.best_score, result.best_key = s, key
+
+    todo: deque[PlannedRun] = deque()
+    finished_rows = []
+    for r in runs:
+        if is_finished(r.run_dir):
+            result.skipped += 1
+            row = row_from_dir(r.run_dir, root=out)
+            if row is not None:
+                finished_rows.append(row)
+                note_best(r.key, row)
+        else:
+            todo.append(r)
+    store.upsert_runs(finished_rows)
+
+    faults = _faults()
+    opts = dict(backend_options or {})
+    if backend == "ray":
+        opts.setdefault("address", ray_address)
+    elif ray_address:
+        raise DataReconError("--ray-address needs --backend ray")
+    by_key = {r.key: r for r in runs}
+    attempts: dict[str, int] = {}
+
+    def record(r: PlannedRun, *, status: str, attempt: int, error: str | None = None) -> None:
+        atomic_write_json(r.run_dir / TASK_FILE, {
+            "key": r.key, "sweep_id": sweep_id, "status": status, "attempts": attempt, "error": error,
+            "spec": r.spec.model_dump(mode="json"), "updated": time.time()})
+
+    bar = tqdm(total=len(runs), initial=result.skipped, desc="sweep", unit="run", disable=not progress,
+               dynamic_ncols=True)
+
+    def show() -> None:
+        best = f"{result.best_score:.4g}" if result.best_score is not None else "-"
+        bar.set_postfix({f"best {criterion}": best, "failed": result.failed}, refresh=True)
+
+    show()
+    with make_backend(backend, execute_task, workers=workers, **opts) as be:
+        result.backend = be.describe()
+
+        def submit(r: PlannedRun, attempt: int) -> None:
+            payload = {"key": r.key, "spec": r.spec.model_dump(mode="json"), "run_dir": str(r.run_dir),
+                       "attempt": attempt, "claim_file": str(r.run_dir / CLAIM_FILE),
+                       "num_threads": None if getattr(be, "in_process", False) else max(1, int(config.resources.num_cpus)),
+                       "checkpoint_every": checkpoint_every}
+            if r.spec.index in faults:
+                payload["fault"] = faults[r.spec.index]
+            r.run_dir.mkdir(parents=True, exist_ok=True)
+            record(r, status="running", attempt=attempt)
+            be.submit(Task(key=r.key, payload=payload, attempt=attempt, num_cpus=config.resources.num_cpus,
+                           num_gpus=config.resources.num_gpus))
+
+        while todo or be.in_flight:
+            while todo and be.in_flight < be.capacity:
+                r = todo.popleft()
+                submit(r, attempts.get(r.key, 0))
+            for oc in be.wait():
+                _handle(oc, by_key[oc.task.key], config=config, attempts=attempts, submit=submit, record=record,
+                        result=result, store=store, note_best=note_best, out=out)
+                if oc.ok or result.failures.get(oc.task.key):
+                    bar.update(1)
+                show()
+    bar.close()
+    result.wall_time_s = time.perf_counter() - t0
+    return result
+
+
+def _handle(oc: Outcome, r: PlannedRun, *, config: SweepConfig, attempts: dict[str, int], submit, record,
+            result: SweepResult, store: Store, note_best, out: Path) -> None:
+    """Book an outcome: index a finished run, resubmit a crashed one, or record it as failed."""
+    attempt = oc.task.attempt
+    if oc.ok:
+        record(r, status="done", attempt=attempt + 1)
+        result.completed += 1
+        note_best(r.key, oc.result)
+    elif not oc.charged:
+        submit(r, attempt)  # collateral interruption: same attempt again
+        return
+    elif oc.retryable and attempt < config.max_retries:
+        attempts[r.key] = attempt + 1
+        result.retries += 1
+        submit(r, attempt + 1)
+        return
+    else:
+        record(r, status="failed", attempt=attempt + 1, error=oc.error)
+        result.failed += 1
+        result.failures[r.key] = oc.error or "failed"
+    row = row_from_dir(r.run_dir, root=out)
+    if row is not None:
+        store.upsert_runs([row])

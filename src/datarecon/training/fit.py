@@ -1,0 +1,396 @@
+"""Full-batch training of a network on in-memory tensors, built on :class:`~datarecon.training.engine.Engine`.
+
+:func:`fit` minimises the training energy (Runkel et al. 2024, lower level of eq. 2)
+
+    E(θ) = (1/n) Σ_i L(Φ(x_i; θ), y_i) + (wd/2)·‖θ‖²
+
+with one full-batch update per epoch. Hooks give the progress bar, the history, the NaN stop,
+the stop conditions (loss threshold, zero training error, margin stabilisation) and periodic
+training checkpoints (safetensors + JSON, written atomically) from which a killed run resumes
+bit-identically (same device, same dtype).
+
+Every epoch's metrics describe θ_t *before* that epoch's update: ``loss`` (mean data loss),
+``energy``, ``train_acc``, ``min_margin``, ``weight_norm``, ``normalised_margin``
+(min margin / ‖θ‖^L, L = number of linear layers), ``grad_norm`` and ``lr``.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from datarecon.errors import CheckpointError, DataReconError
+from datarecon.training.engine import BaseHook, Checkpoint, Engine, History, Hook, LoopState, NaNStop, ProgressBar
+from datarecon.training.kkt_regime import homogeneity_degree, normalised_margin
+from datarecon.training.losses import LOSSES, accuracy, margins, weight_penalty
+from datarecon.training.optim import OPTIMIZERS, SCHEDULES, USES_PRECOMPUTED_GRAD
+from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, sha256_file
+
+CHECKPOINT_FORMAT = "datarecon-train-checkpoint/1"
+STATE_JSON = "state.json"
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When to stop before ``epochs`` (all off by default).
+
+    Attributes:
+        loss_threshold: stop once the mean data loss is ≤ this.
+        zero_error: stop once every training sample is classified correctly.
+        margin_patience: check every ``margin_patience`` epochs, after zero training error, whether
+            the normalised margin changed by less than ``margin_rtol`` (relative) since the previous
+            check; stop if so. 0 disables the check.
+        margin_rtol: relative tolerance of the margin-stabilisation check.
+    """
+
+    loss_threshold: float | None = None
+    zero_error: bool = False
+    margin_patience: int = 0
+    margin_rtol: float = 1e-4
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Result of :func:`fit` (fixed fields whatever the options).
+
+    Attributes:
+        model: the trained network (the same object that was passed in, trained in place).
+        status: ``completed`` (ran all epochs), ``stopped`` (a stop rule fired), ``diverged``
+            (non-finite energy or gradient; the last finite θ is kept) or ``interrupted``.
+        stop_reason: human-readable reason.
+        epochs_done: number of completed epochs (including those before a resume).
+        history: one row per logged epoch ``{"step": t, **metrics}``.
+        metrics: final metrics at the returned θ (same keys as the per-epoch metrics, minus lr).
+        margins: (n,) per-sample output margins at the returned θ.
+        wall_time_s: training wall time (including time before a resume).
+        resumed_from: epoch the run resumed from (0 for a fresh run).
+    """
+
+    model: nn.Module
+    status: str
+    stop_reason: str
+    epochs_done: int
+    history: list[dict[str, float]]
+    metrics: dict[str, float]
+    margins: torch.Tensor
+    wall_time_s: float
+    resumed_from: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str,
+             weight_decay: float = 0.0) -> tuple[dict[str, float], torch.Tensor]:
+    """Metrics of ``model`` on (x, y) without gradients.
+
+    Returns:
+        (metrics dict: loss, energy, train_acc, min_margin, mean_margin, weight_norm,
+        normalised_margin; per-sample margins (n,)).
+    """
+    with torch.no_grad():
+        out = model(x)
+        params = dict(model.named_parameters())
+        return _metrics(model, out, y, params, loss=loss, weight_decay=weight_decay)
+
+
+def _metrics(model: nn.Module, out: torch.Tensor, y: torch.Tensor, params: dict[str, torch.Tensor], *,
+             loss: str, weight_decay: float,
+             data_loss: torch.Tensor | None = None) -> tuple[dict[str, float], torch.Tensor]:
+    with torch.no_grad():
+        out = out.detach()
+        dl = LOSSES.get(loss)(out, y) if data_loss is None else data_loss.detach()
+        sq = sum((p.detach().double() ** 2).sum() for p in params.values())
+        norm = float(torch.sqrt(torch.as_tensor(sq)))
+        m = margins(out, y)
+        metrics = {
+            "loss": float(dl),
+            "energy": float(dl) + 0.5 * weight_decay * norm * norm,
+            "train_acc": accuracy(out, y),
+            "min_margin": float(m.min()) if m.numel() else float("nan"),
+            "mean_margin": float(m.mean()) if m.numel() else float("nan"),
+            "weight_norm": norm,
+            "normalised_margin": normalised_margin(m, norm, homogeneity_degree(model)),
+        }
+    return metrics, m
+
+
+class StopHook(BaseHook):
+    """Applies a :class:`StopRule`; its only state (``last_margin``) is checkpointed."""
+
+    def __init__(self, rule: StopRule) -> None:
+        self.rule = rule
+        self.last_margin: float | None = None
+
+    def after_step(self, state: LoopState) -> bool:
+        m, r = state.metrics, self.rule
+        if r.loss_threshold is not None and m.get("loss", math.inf) <= r.loss_threshold:
+            state.stop_reason = f"loss {m['loss']:.3g} <= threshold {r.loss_threshold:g}"
+            return True
+        separated = m.get("train_acc", 0.0) >= 1.0
+        if r.zero_error and separated:
+            state.stop_reason = "zero training error"
+            return True
+        if r.margin_patience and state.step % r.margin_patience == 0:
+            nm = m.get("normalised_margin", float("nan"))
+            if not separated or not math.isfinite(nm):
+                self.last_margin = None
+                return False
+            prev, self.last_margin = self.last_margin, nm
+            if prev is not None and abs(nm - prev) <= r.margin_rtol * abs(prev):
+                state.stop_reason = (f"normalised margin stabilised ({prev:.6g} -> {nm:.6g} over "
+                                     f"{r.margin_patience} epochs)")
+                return True
+        return False
+
+
+class _Stepper:
+    """One full-batch epoch; remembers whether an update is in progress (for safe checkpoints)."""
+
+    def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight_decay: float,
+                 optimizer: str, lr: float, momentum: float, schedule: str, max_lr_factor: float) -> None:
+        self.model, self.x, self.y = model, x, y
+        self.loss, self.weight_decay = loss, weight_decay
+        self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.params = [p for _, p in self.named]
+        self.optimizer_name = optimizer
+        self.opt = OPTIMIZERS.get(optimizer)(self.params, lr=lr, momentum=momentum)
+        self.precomputed = optimizer in USES_PRECOMPUTED_GRAD
+        self.schedule = SCHEDULES.get(schedule)
+        self.lr, self.max_lr_factor = lr, max_lr_factor
+        self.in_update = False
+        self.loss_fn = LOSSES.get(loss)
+
+    def energy_terms(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        out = self.model(self.x)
+        dl = self.loss_fn(out, self.y)
+        e = dl + weight_penalty(dict(self.named), self.weight_decay) if self.weight_decay else dl
+        return out, dl, e
+
+    def __call__(self, epoch: int) -> dict[str, float]:
+        for p in self.params:
+            p.grad = None
+        out, dl, e = self.energy_terms()
+        e.backward()
+        with torch.no_grad():
+            gsq = sum((p.grad.double() ** 2).sum() for p in self.params if p.grad is not None)
+            grad_norm = float(torch.sqrt(torch.as_tensor(gsq)))
+        metrics, _ = _metrics(self.model, out, self.y, dict(self.named), loss=self.loss,
+                              weight_decay=self.weight_decay, data_loss=dl)
+        metrics["energy"] = float(e.detach())
+        metrics["grad_norm"] = grad_norm
+        lr_t = float(self.schedule(self.lr, epoch, metrics["loss"], max_lr_factor=self.max_lr_factor))
+        metrics["lr"] = lr_t
+        if not (math.isfinite(metrics["energy"]) and math.isfinite(grad_norm) and math.isfinite(lr_t)):
+            return metrics  # keep θ_t (last finite state); NaNStop ends the loop
+        self.in_update = True
+        backup = None if self.precomputed else [p.detach().clone() for p in self.params]
+        self.opt.step(True, lr_t, lambda: self.energy_terms()[2])
+        if backup is not None and not all(bool(torch.isfinite(p).all()) for p in self.params):
+            with torch.no_grad():
+                for p, b in zip(self.params, backup):
+                    p.copy_(b)
+            metrics["energy"] = float("nan")
+        self.in_update = False
+        return metrics
+
+
+class TrainingCheckpoint:
+    """Atomic training checkpoints in a folder: ``state-<epoch>.safetensors`` + ``state.json``.
+
+    The tensor file is written first under a new name, then ``state.json`` (which names it and
+    records its SHA-256) replaces the old JSON in one rename, then older tensor files are deleted;
+    a kill at any moment leaves one consistent checkpoint.
+
+    Args:
+        folder: the checkpoint folder (created).
+        tag: identifies the run's configuration; a resume with another tag is refused.
+    """
+
+    def __init__(self, folder: str | Path, *, tag: str) -> None:
+        self.folder = Path(folder)
+        self.tag = tag
+
+    def exists(self) -> bool:
+        return (self.folder / STATE_JSON).is_file()
+
+    def save(self, *, epoch: int, model: nn.Module, opt_tensors: dict[str, torch.Tensor],
+             info: dict[str, Any]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        name = f"state-{epoch:09d}.safetensors"
+        tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+        tensors.update({f"opt.{k}": v for k, v in opt_tensors.items()})
+        save_tensors(self.folder / name, tensors)
+        atomic_write_json(self.folder / STATE_JSON, {
+            "format": CHECKPOINT_FORMAT, "tag": self.tag, "epoch": epoch, "tensors": name,
+            "sha256": sha256_file(self.folder / name), **info,
+        })
+        for old in self.folder.glob("state-*.safetensors"):
+            if old.name != name:
+                old.unlink(missing_ok=True)
+
+    def load(self) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Returns (info, model state dict, optimiser tensors).
+
+        Raises:
+            CheckpointError: missing/corrupt checkpoint or a different configuration.
+        """
+        info = read_json(self.folder / STATE_JSON)
+        if not isinstance(info, dict) or info.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointError(f"{self.folder / STATE_JSON} is not a datarecon training checkpoint; "
+                                  "delete the folder or train without --resume")
+        if info.get("tag") != self.tag:
+            raise CheckpointError(
+                f"the checkpoint in {self.folder} was written with another configuration "
+                f"(hash {info.get('tag')} != {self.tag}); rerun with the original settings or use --overwrite"
+            )
+        path = self.folder / str(info["tensors"])
+        if not path.is_file() or sha256_file(path) != info.get("sha256"):
+            raise CheckpointError(f"{path} is missing or does not match {STATE_JSON}; delete {self.folder} "
+                                  "and retrain with --overwrite")
+        tensors = load_tensors(path)
+        model_sd = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+        opt = {k[len("opt."):]: v for k, v in tensors.items() if k.startswith("opt.")}
+        return info, model_sd, opt
+
+    def clear(self) -> None:
+        if self.folder.exists():
+            shutil.rmtree(self.folder)
+
+
+class _CheckpointHook(Checkpoint):
+    """:class:`Checkpoint` that skips the final save when the loop was interrupted mid-update."""
+
+    def __init__(self, save: Callable[[LoopState], None], *, every: int, stepper: _Stepper) -> None:
+        super().__init__(save, every=every)
+        self.stepper = stepper
+
+    def after_run(self, state: LoopState) -> None:
+        if not self.stepper.in_update:
+            self.save(state)
+
+
+def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight_decay: float = 0.0,
+        optimizer: str = "gd", lr: float = 0.01, momentum: float = 0.0, epochs: int = 1000,
+        schedule: str = "constant", max_lr_factor: float = 1e6, stop: StopRule | None = None,
+        log_every: int = 1, progress: bool = False, checkpoint_dir: str | Path | None = None,
+        checkpoint_every: int = 0, resume: bool = False, tag: str = "",
+        hooks: Sequence[Hook] = ()) -> FitResult:
+    """Train ``model`` full-batch on (x, y) by minimising E(θ) = mean L + (wd/2)‖θ‖².
+
+    Args:
+        model: the network, trained in place (its dtype/device must match ``x``).
+        x: (n, *input_shape) inputs in model input space.
+        y: (n,) labels: float ±1 (binary/regression losses) or int64 classes (cross-entropy).
+        loss: a name in :data:`datarecon.training.losses.LOSSES`.
+        weight_decay: wd ≥ 0 of the energy term (wd/2)‖θ‖².
+        optimizer: a name in :data:`datarecon.training.optim.OPTIMIZERS` (``gd``, ``lbfgs``).
+        lr: base learning rate η > 0 (initial step for ``lbfgs``).
+        momentum: heavy-ball momentum μ ∈ [0, 1) (``gd`` only).
+        epochs: maximum number of epochs (full-batch updates).
+        schedule: a name in :data:`datarecon.training.optim.SCHEDULES`.
+        max_lr_factor: cap of the learning rate relative to ``lr`` for growing schedules.
+        stop: early-stop rules (:class:`StopRule`); default none.
+        log_every: history row every ``log_every`` epochs (and the last).
+        progress: show a tqdm bar.
+        checkpoint_dir: folder for training checkpoints (None: no checkpoints).
+        checkpoint_every: checkpoint period in epochs (0: only at the end of the run).
+        resume: continue from the checkpoint in ``checkpoint_dir`` if there is one.
+        tag: configuration identifier stored in checkpoints; a resume with another tag is refused.
+        hooks: extra engine hooks, run after the built-in ones.
+
+    Returns:
+        :class:`FitResult`.
+
+    Raises:
+        DataReconError: bad arguments; CheckpointError: unusable checkpoint on resume.
+
+    References:
+        Runkel et al. 2024 eq. 2 (lower level); Haim et al. 2022 §5 (full-batch GD on logistic loss).
+    """
+    if x.shape[0] != y.shape[0]:
+        raise DataReconError(f"x has {x.shape[0]} samples but y has {y.shape[0]}; pass matching tensors")
+    if x.shape[0] == 0:
+        raise DataReconError("no training samples; increase n_per_class")
+    if not (lr > 0 and math.isfinite(lr)):
+        raise DataReconError(f"learning rate must be positive, got {lr}; pass --lr > 0")
+    if epochs < 0:
+        raise DataReconError(f"epochs must be >= 0, got {epochs}")
+    if weight_decay < 0:
+        raise DataReconError(f"weight decay must be >= 0, got {weight_decay}")
+    if not 0.0 <= momentum < 1.0:
+        raise DataReconError(f"momentum must lie in [0, 1), got {momentum}")
+    if optimizer != "gd" and schedule != "constant":
+        raise DataReconError(f"schedule {schedule!r} applies to --optimizer gd only; use --schedule constant")
+    entry = LOSSES.get(loss)
+    if entry.label_kind == "multiclass" and y.dtype.is_floating_point:
+        raise DataReconError(f"loss {loss!r} needs class-index labels (a multiclass task)")
+    if entry.label_kind == "binary" and not y.dtype.is_floating_point:
+        raise DataReconError(f"loss {loss!r} needs +-1 labels (a binary task); use --loss cross-entropy "
+                             "for multiclass tasks")
+    stop = stop or StopRule()
+    model.train()
+    stepper = _Stepper(model, x, y, loss=loss, weight_decay=weight_decay, optimizer=optimizer, lr=lr,
+                       momentum=momentum, schedule=schedule, max_lr_factor=max_lr_factor)
+    history = History(every=log_every)
+    stop_hook = StopHook(stop)
+    nan_stop = NaNStop(keys=["energy", "grad_norm"])
+
+    start, elapsed, status, reason, finished = 0, 0.0, "", "", False
+    ckpt = TrainingCheckpoint(checkpoint_dir, tag=tag) if checkpoint_dir is not None else None
+    if ckpt is not None and resume and ckpt.exists():
+        info, model_sd, opt_tensors = ckpt.load()
+        try:
+            model.load_state_dict(model_sd)
+        except RuntimeError as exc:
+            raise CheckpointError(f"checkpoint in {ckpt.folder} does not fit the model "
+                                  f"({str(exc).splitlines()[0]}); use --overwrite") from None
+        stepper.opt.load_state(opt_tensors, info.get("opt_scalars", {}))
+        start, elapsed = int(info["epoch"]), float(info.get("wall_time_s", 0.0))
+        history.rows = list(info.get("history", []))
+        stop_hook.last_margin = info.get("last_margin")
+        status, reason, finished = info.get("status", ""), info.get("stop_reason", ""), bool(info.get("finished"))
+    resumed_from = start
+
+    def _save(state: LoopState) -> None:
+        if ckpt is None:
+            return
+        opt_tensors, opt_scalars = stepper.opt.state_tensors()
+        done = state.stop_reason != "" or state.step >= state.total
+        ckpt.save(epoch=state.step, model=model, opt_tensors=opt_tensors, info={
+            "wall_time_s": state.wall_time_s, "history": history.rows, "last_margin": stop_hook.last_margin,
+            "opt_scalars": opt_scalars, "finished": done and not nan_stop.tripped,
+            "status": _status(state, nan_stop), "stop_reason": state.stop_reason,
+        })
+
+    if finished:
+        state = LoopState(step=start, total=epochs, stop_reason=reason, wall_time_s=elapsed)
+    else:
+        all_hooks: list[Hook] = [nan_stop, history, stop_hook,
+                                 ProgressBar(keys=["loss", "train_acc", "normalised_margin"],
+                                             desc="train", enabled=progress, every=max(1, log_every))]
+        if ckpt is not None:
+            all_hooks.append(_CheckpointHook(_save, every=checkpoint_every or max(epochs, 1), stepper=stepper))
+        all_hooks.extend(hooks)
+        engine = Engine(stepper, hooks=all_hooks)
+        state = engine.run(start=start, total=epochs, elapsed_s=elapsed)
+        status = _status(state, nan_stop)
+    final, m = evaluate(model, x, y, loss=loss, weight_decay=weight_decay)
+    return FitResult(model=model, status=status, stop_reason=state.stop_reason, epochs_done=state.step,
+                     history=history.rows, metrics=final, margins=m.detach().cpu(),
+                     wall_time_s=state.wall_time_s, resumed_from=resumed_from)
+
+
+def _status(state: LoopState, nan_stop: NaNStop) -> str:
+    if nan_stop.tripped:
+        return "diverged"
+    if state.stop_reason == "completed" or (not state.stop_reason and state.step >= state.total):
+        return "completed"
+    if state.stop_reason:
+        return "stopped"
+    return "interrupted"

@@ -1,0 +1,363 @@
+"""Train a target model from a typed config and write its model directory.
+
+:class:`TrainConfig` maps one-to-one to a YAML/TOML file (``datarecon.config.load_config_file``)::
+
+    data: {dataset: cifar10, task: vehicles-animals, n_per_class: 250}
+    arch: {name: mlp, hidden: [1000, 1000], bias: false, init_scale: 1.0e-4}
+    loss: logistic
+    lr: 0.01
+    epochs: 1000000
+    stop: {margin_patience: 10000}
+
+:func:`train_target` loads the task, builds the model from a seeded ``torch.Generator``, trains
+full batch (:func:`datarecon.training.fit.fit`) with periodic checkpoints in ``OUT/checkpoint/``,
+and writes ``OUT/`` with :func:`datarecon.models.checkpoint.save_model_dir` plus
+``history.jsonl``. :func:`model_card` renders a model directory for humans.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from datarecon.config import build_config
+from datarecon.data import DATASETS, DataSpec, load_task
+from datarecon.errors import DataReconError, DivergenceError
+from datarecon.models.checkpoint import ModelBundle, save_model_dir
+from datarecon.models.spec import ARCHITECTURES, ArchSpec, build_model, count_parameters, is_homogeneous
+from datarecon.training.fit import FitResult, StopRule, evaluate, fit
+from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
+from datarecon.training.losses import LOSSES
+from datarecon.training.optim import OPTIMIZERS, SCHEDULES
+from datarecon.utils.io import atomic_write_text, config_hash
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+CHECKPOINT_DIR = "checkpoint"
+HISTORY = "history.jsonl"
+
+
+class ArchConfig(BaseModel):
+    """The architecture fields a user chooses; input shape and output count come from the data.
+
+    Attributes:
+        name: ``ARCHITECTURES`` key (``affine``, ``one-hidden``, ``mlp``).
+        hidden: hidden widths (None: the architecture's default).
+        bias: linear layers with biases (False gives a homogeneous network for the KKT attack).
+        init_scale: std of the first layer's N(0,1) weights (Haim: 1e-4); None: PyTorch default.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "mlp"
+    hidden: tuple[int, ...] | None = None
+    bias: bool = True
+    init_scale: float | None = Field(default=None, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        ARCHITECTURES.get(v)  # DataReconError listing the valid names
+        return v
+
+    @field_validator("hidden")
+    @classmethod
+    def _positive(cls, v: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if v is not None and any(h <= 0 for h in v):
+            raise ValueError(f"hidden widths must be positive, got {list(v)}")
+        return v
+
+    def spec(self, *, input_shape: tuple[int, ...], num_outputs: int) -> ArchSpec:
+        """The full :class:`ArchSpec` for data of ``input_shape`` and ``num_outputs`` outputs."""
+        return ArchSpec(name=self.name, input_shape=tuple(input_shape), num_outputs=num_outputs,
+                        hidden=self.hidden, bias=self.bias, init_scale=self.init_scale)
+
+
+class StopConfig(BaseModel):
+    """Early stops (see :class:`datarecon.training.fit.StopRule`); all off by default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    loss_threshold: float | None = Field(default=None, gt=0)
+    zero_error: bool = False
+    margin_patience: int = Field(default=0, ge=0)
+    margin_rtol: float = Field(default=1e-4, gt=0)
+
+    def rule(self) -> StopRule:
+        return StopRule(loss_threshold=self.loss_threshold, zero_error=self.zero_error,
+                        margin_patience=self.margin_patience, margin_rtol=self.margin_rtol)
+
+
+class TrainConfig(BaseModel):
+    """Everything that determines a trained target (one-to-one with a YAML/TOML file).
+
+    Attributes:
+        data: the data spec (dataset, task, n_per_class, selection, ...).
+        arch: architecture choices.
+        loss: ``LOSSES`` key; must fit the task (binary losses for binary tasks,
+            ``cross-entropy`` for multiclass).
+        weight_decay: wd ≥ 0 in E = mean L + (wd/2)‖θ‖².
+        optimizer: ``OPTIMIZERS`` key (``gd`` | ``lbfgs``).
+        lr: learning rate > 0 (initial step of the L-BFGS line search).
+        momentum: heavy-ball momentum in [0, 1) (``gd`` only).
+        epochs: maximum number of full-batch epochs (≥ 1).
+        schedule: ``SCHEDULES`` key (``constant`` | ``loss-normalised`` | ``increasing``; gd only).
+        max_lr_factor: cap of the learning rate of growing schedules, relative to ``lr``.
+        stop: early stops.
+        dtype: ``float32`` | ``float64`` (parameters and inputs).
+        device: ``cpu`` | ``cuda[:N]`` (not part of the config hash).
+        seed: seed of the initialisation generator.
+        checkpoint_every: epochs between training checkpoints (0: only at the end; not hashed).
+        log_every: epochs between history rows.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data: DataSpec
+    arch: ArchConfig = ArchConfig()
+    loss: str = "logistic"
+    weight_decay: float = Field(default=0.0, ge=0)
+    optimizer: str = "gd"
+    lr: float = Field(default=0.01, gt=0)
+    momentum: float = Field(default=0.0, ge=0, lt=1)
+    epochs: int = Field(default=1000, ge=1)
+    schedule: str = "constant"
+    max_lr_factor: float = Field(default=1e6, ge=1)
+    stop: StopConfig = StopConfig()
+    dtype: Literal["float32", "float64"] = "float32"
+    device: str = "cpu"
+    seed: int = Field(default=0, ge=0)
+    checkpoint_every: int = Field(default=1000, ge=0)
+    log_every: int = Field(default=100, ge=1)
+
+    @field_validator("loss")
+    @classmethod
+    def _loss(cls, v: str) -> str:
+        LOSSES.get(v)
+        return v
+
+    @field_validator("optimizer")
+    @classmethod
+    def _optimizer(cls, v: str) -> str:
+        OPTIMIZERS.get(v)
+        return v
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, v: str) -> str:
+        SCHEDULES.get(v)
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        if self.optimizer != "gd" and self.momentum:
+            raise DataReconError(f"momentum applies to optimizer gd only; set momentum 0 for {self.optimizer}")
+        if self.optimizer != "gd" and self.schedule != "constant":
+            raise DataReconError(f"schedule {self.schedule!r} applies to optimizer gd only; use constant")
+        kind = self.data.resolved_task().label_kind
+        need = LOSSES.get(self.loss).label_kind
+        if need not in ("any", kind):
+            fits = [n for n in LOSSES.names() if LOSSES.get(n).label_kind in ("any", kind)]
+            raise DataReconError(
+                f"loss {self.loss!r} does not fit the {kind} task {self.data.task!r}; use one of: {', '.join(fits)}"
+            )
+        return self
+
+    def arch_spec(self) -> ArchSpec:
+        """The architecture with input shape and output count derived from the data spec."""
+        task = self.data.resolved_task()
+        info = DATASETS.get(self.data.dataset)
+        outputs = 1 if task.label_kind == "binary" else task.num_classes
+        return self.arch.spec(input_shape=tuple(info.input_shape), num_outputs=outputs)
+
+    def hash(self) -> str:
+        """Hash of the fields that determine the result (``device`` and ``checkpoint_every`` excluded)."""
+        return config_hash(self.model_dump(mode="json", exclude={"device", "checkpoint_every"}))
+
+
+def build_train_config(fields: dict[str, Any], *, where: str = "training config") -> TrainConfig:
+    """Validate a mapping into a :class:`TrainConfig` (one-line :class:`DataReconError` on failure)."""
+    return build_config(TrainConfig, fields, where=where)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What :func:`train_target` produced.
+
+    Attributes:
+        out: the model directory.
+        model: the trained network (on the training device/dtype).
+        arch: its architecture.
+        metrics: the metrics saved in ``model.json``.
+        fit: the :class:`~datarecon.training.fit.FitResult`.
+        config: the training config.
+    """
+
+    out: Path
+    model: torch.nn.Module
+    arch: ArchSpec
+    metrics: dict[str, Any]
+    fit: FitResult
+    config: TrainConfig
+
+
+def _check_out(out: Path, *, overwrite: bool, resume: bool) -> bool:
+    """Whether ``out`` must be emptied first; refuses an existing directory without overwrite/resume."""
+    if out.exists() and not out.is_dir():
+        raise DataReconError(f"output path {out} is a file; choose a directory for --out")
+    if out.exists() and any(out.iterdir()) and not resume:
+        if not overwrite:
+            raise DataReconError(f"output directory {out} exists; pass --overwrite to replace it or choose another --out")
+        return True
+    return False
+
+
+def _device(name: str) -> torch.device:
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise DataReconError(f"unknown device {name!r}; use cpu or cuda") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DataReconError("device cuda requested but no CUDA device is available; use --device cpu")
+    return dev
+
+
+def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out: str | Path,
+                 resume: bool = False, overwrite: bool = False, progress: bool = True,
+                 kkt_score: bool = False) -> TrainResult:
+    """Train the target described by ``config`` and write its model directory to ``out``.
+
+    Args:
+        config: the training config.
+        data_dir: data folder (default ``$DATARECON_DATA`` / user cache).
+        out: the model directory to write (must not exist unless ``overwrite`` or ``resume``).
+        resume: continue from ``out/checkpoint/`` when present (the config hash must match).
+        overwrite: replace an existing ``out``.
+        progress: show a progress bar.
+        kkt_score: also compute the KKT-regime score (per-sample gradients; n × P memory bounded).
+
+    Returns:
+        :class:`TrainResult`.
+
+    Raises:
+        DataReconError: bad config / data; DataMissingError: no data files;
+        CheckpointError: unusable checkpoint on resume; DivergenceError: training produced NaN/inf.
+    """
+    out = Path(out)
+    device = _device(config.device)
+    dtype = DTYPES[config.dtype]
+    clear = _check_out(out, overwrite=overwrite, resume=resume)
+    task = load_task(config.data, data_dir=data_dir)  # before touching out: bad data leaves no folder
+    if clear:
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    arch = config.arch_spec()
+    gen = torch.Generator().manual_seed(config.seed)
+    model = build_model(arch, generator=gen, dtype=dtype).to(device)
+    norm = task.normalisation
+    x = norm.to_model(task.train.x).to(device=device, dtype=dtype)
+    y = task.train.y.to(device)
+    if y.dtype.is_floating_point:
+        y = y.to(dtype)
+    result = fit(model, x, y, loss=config.loss, weight_decay=config.weight_decay, optimizer=config.optimizer,
+                 lr=config.lr, momentum=config.momentum, epochs=config.epochs, schedule=config.schedule,
+                 max_lr_factor=config.max_lr_factor, stop=config.stop.rule(), log_every=config.log_every,
+                 progress=progress, checkpoint_dir=out / CHECKPOINT_DIR,
+                 checkpoint_every=config.checkpoint_every, resume=resume, tag=config.hash())
+    if result.status == "diverged":
+        raise DivergenceError(
+            f"training diverged after {result.epochs_done} epochs ({result.stop_reason}); "
+            f"lower --lr (now {config.lr:g}) and rerun with --overwrite"
+        )
+    metrics: dict[str, Any] = {
+        "status": result.status, "stop_reason": result.stop_reason, "epochs_done": result.epochs_done,
+        "wall_time_s": result.wall_time_s, "n_train": int(x.shape[0]),
+        "train_loss": result.metrics["loss"], "train_energy": result.metrics["energy"],
+        "train_accuracy": result.metrics["train_acc"], "min_margin": result.metrics["min_margin"],
+        "mean_margin": result.metrics["mean_margin"], "weight_norm": result.metrics["weight_norm"],
+        "normalised_margin": result.metrics["normalised_margin"],
+        "homogeneous": is_homogeneous(arch), "homogeneity_degree": homogeneity_degree(model),
+    }
+    if len(task.heldout):
+        xh = norm.to_model(task.heldout.x).to(device=device, dtype=dtype)
+        yh = task.heldout.y.to(device)
+        if yh.dtype.is_floating_point:
+            yh = yh.to(dtype)
+        held, _ = evaluate(model, xh, yh, loss=config.loss)
+        metrics.update({"heldout_loss": held["loss"], "heldout_accuracy": held["train_acc"],
+                        "n_heldout": int(xh.shape[0])})
+    if kkt_score:
+        score = kkt_regime_score(model, x, y)
+        metrics.update({"kkt_regime_score": score.score, "kkt_num_active": score.num_active})
+    model_cpu = model.to("cpu")
+    save_model_dir(
+        out, model=model_cpu, arch=arch, loss=config.loss, weight_decay=config.weight_decay,
+        data=config.data.model_dump(mode="json"), normalisation=norm.kind, input_mean=norm.mean,
+        indices={"train": task.train.indices, "partition": task.partition.indices,
+                 "heldout": task.heldout.indices},
+        training={**config.model_dump(mode="json"), "config_hash": config.hash()}, seed=config.seed,
+        metrics=metrics, extra_tensors={"train_margins": result.margins},
+    )
+    atomic_write_text(out / HISTORY, "".join(json.dumps(_finite(r)) + "\n" for r in result.history))
+    return TrainResult(out=out, model=model, arch=arch, metrics=metrics, fit=result, config=config)
+
+
+def _finite(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in row.items()}
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def model_card(bundle: ModelBundle) -> str:
+    """A human-readable summary of a model directory (used by ``datarecon info`` and the demo).
+
+    Shows the architecture and parameter count, the data spec, loss and weight decay, the training
+    settings and metrics, the versions and the config hash.
+    """
+    meta, arch = bundle.meta, bundle.arch
+    widths = [arch.input_dim, *arch.resolved_hidden(), arch.num_outputs]
+    data, tr, m = bundle.data, meta.get("training", {}) or {}, meta.get("metrics", {}) or {}
+    dtype = str(next(iter(bundle.params.values())).dtype).replace("torch.", "") if bundle.params else "?"
+    lines = [
+        f"model       {bundle.path if bundle.path is not None else '(in memory)'}",
+        f"arch        {arch.name} {'-'.join(map(str, widths))}, bias {_fmt(arch.bias)}, "
+        f"init_scale {arch.init_scale if arch.init_scale is not None else 'default'}, "
+        f"input {'x'.join(map(str, arch.input_shape))}",
+        f"parameters  {count_parameters(arch):,} ({dtype}); homogeneous {_fmt(is_homogeneous(arch))}",
+        f"data        {data.get('dataset')} / {data.get('task')}, {data.get('n_per_class')} per class "
+        f"({data.get('selection')}, seed {data.get('seed')}), normalisation {bundle.normalisation}",
+        f"loss        {bundle.loss}, weight decay {bundle.weight_decay:g}",
+    ]
+    if tr:
+        lines.append(
+            f"training    {tr.get('optimizer')} lr {tr.get('lr')} momentum {tr.get('momentum')} "
+            f"schedule {tr.get('schedule')}, epochs {m.get('epochs_done', '?')}/{tr.get('epochs')}, "
+            f"seed {meta.get('seed')}"
+        )
+    if m:
+        lines.append(f"status      {m.get('status', '?')}" + (f" ({m['stop_reason']})" if m.get("stop_reason") not in (None, "", m.get("status")) else "")
+                     + (f", {m['wall_time_s']:.1f} s" if isinstance(m.get("wall_time_s"), (int, float)) else ""))
+        keys = [("train_loss", "train loss"), ("train_accuracy", "train acc"), ("heldout_accuracy", "held-out acc"),
+                ("min_margin", "min margin"), ("normalised_margin", "normalised margin"),
+                ("weight_norm", "‖θ‖"), ("kkt_regime_score", "KKT-regime score")]
+        shown = [f"{label} {_fmt(m[k])}" for k, label in keys if k in m]
+        for i in range(0, len(shown), 4):
+            lines.append(("metrics     " if i == 0 else "            ") + ", ".join(shown[i:i + 4]))
+    vers = meta.get("versions", {})
+    if vers:
+        lines.append("versions    " + ", ".join(f"{k} {v}" for k, v in vers.items()))
+    if meta.get("config_hash"):
+        lines.append(f"config hash {meta['config_hash']}")
+    return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""ROC / AUC against sklearn and a hand-computed case; the real/fake rule; baselines."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from datarecon.errors import DataReconError
+from datarecon.evaluation import (
+    best_similarity_to,
+    label_candidates,
+    noise_images,
+    null_baselines,
+    privacy_report,
+    real_labels,
+    roc_auc,
+    roc_curve,
+    score_privacy,
+    tpr_at_fpr,
+)
+
+sk_metrics = pytest.importorskip("sklearn.metrics")
+
+
+def test_auc_hand_computed_with_ties():
+    y = [1, 0, 1, 0, 1]
+    s = [0.9, 0.9, 0.5, 0.1, 0.05]
+    # pairs (pos, neg): (0.9,0.9) tie 0.5; (0.9,0.1) 1; (0.5,0.9) 0; (0.5,0.1) 1; (0.05,0.9) 0; (0.05,0.1) 0
+    assert abs(roc_auc(y, s) - 2.5 / 6) < 1e-12
+    fpr, tpr, thr = roc_curve(y, s)
+    np.testing.assert_allclose(fpr, [0, 0.5, 0.5, 1.0, 1.0])
+    np.testing.assert_allclose(tpr, [0, 1 / 3, 2 / 3, 2 / 3, 1.0])
+    assert thr[0] == math.inf and thr[1] == 0.9
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("ties", [False, True], ids=["continuous", "ties"])
+def test_auc_and_roc_match_sklearn(seed, ties):
+    g = np.random.default_rng(seed)
+    y = g.random(200) < 0.3
+    s = g.normal(size=200) + y
+    if ties:
+        s = np.round(s, 1)
+    assert abs(roc_auc(y, s) - sk_metrics.roc_auc_score(y, s)) < 1e-12
+    fpr, tpr, _ = roc_curve(torch.from_numpy(y), torch.from_numpy(s))
+    f2, t2, _ = sk_metrics.roc_curve(y, s, drop_intermediate=False)
+    np.testing.assert_allclose(fpr, f2)
+    np.testing.assert_allclose(tpr, t2)
+
+
+def test_one_class_and_tpr_at_fpr():
+    assert math.isnan(roc_auc([1, 1, 1], [0.1, 0.2, 0.3]))
+    r = score_privacy([0, 0], [0.1, 0.2], name="lam")
+    assert math.isnan(r.auc) and "one class" in r.note and math.isnan(r.tpr_at[0.01])
+    fpr = np.array([0, 0, 0.005, 0.02, 1]); tpr = np.array([0, 0.3, 0.5, 0.8, 1])
+    assert tpr_at_fpr(fpr, tpr, 0.01) == 0.5 and tpr_at_fpr(fpr, tpr, 0.001) == 0.3
+    y = np.r_[np.ones(10), np.zeros(10)]
+    rep = privacy_report(y, {"perfect": torch.from_numpy(np.r_[np.ones(10), np.zeros(10)]),
+                             "nan": torch.full((20,), float("nan"))})
+    assert rep["perfect"].auc == 1.0 and rep["perfect"].tpr_at[0.01] == 1.0
+    assert "TPR at FPR 0" in rep["perfect"].note
+    assert rep["nan"].auc == 0.5 and "NaN" in rep["nan"].note
+    with pytest.raises(DataReconError, match="3 values for 20"):
+        privacy_report(y, {"x": torch.ones(3)})
+
+
+def test_real_rule():
+    assert real_labels(torch.tensor([0.9, 0.5, 0.5]), torch.tensor([0.8, 0.5, 0.6])).tolist() == [True, False, False]
+    assert real_labels(torch.tensor([1.0, 3.0]), torch.tensor([2.0, 2.0]), higher_is_better=False).tolist() == [True, False]
+    assert real_labels(torch.tensor([0.9, 0.2]), torch.tensor([0.1, 0.1]), floor=0.3).tolist() == [True, False]
+    assert real_labels(torch.tensor([1.0, 3.0]), torch.tensor([9.0, 9.0]), higher_is_better=False,
+                       floor=2.0).tolist() == [True, False]
+
+
+def test_training_copies_are_real_and_noise_is_fake(smooth):
+    train = smooth(12, 3, 16, 16, seed=1)
+    held = smooth(12, 3, 16, 16, seed=2)
+    cands = torch.cat([train[[4, 7, 1]], noise_images(3, (3, 16, 16), generator=torch.Generator().manual_seed(3))])
+    noise_floor = float(best_similarity_to(train, top_k=12)(
+        noise_images(20, (3, 16, 16), generator=torch.Generator().manual_seed(9))).max())
+    lab = label_candidates(cands, train, held, top_k=12, floor=noise_floor)
+    assert lab.real.tolist() == [True, True, True, False, False, False]
+    assert lab.floor == noise_floor
+    assert lab.train.index[:3].tolist() == [4, 7, 1]
+    torch.testing.assert_close(lab.train.score[:3], torch.ones(3), atol=1e-5, rtol=0)
+
+
+def test_null_baselines(smooth):
+    train = smooth(10, 1, 16, 16, seed=4)
+    held = smooth(8, 1, 16, 16, seed=5)
+    stat = best_similarity_to(train, top_k=10)
+    b = null_baselines(stat, train[:5], heldout=held, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(b.real, torch.ones(5), atol=1e-5, rtol=0)
+    assert b.heldout.shape == (8,) and b.noise.shape == (5,)
+    assert float(b.noise.max()) < float(b.heldout.max()) < 0.999
+    s = b.summary()
+    assert s["real"]["counts"]["0.4"] == 5 and s["noise"]["counts"]["0.9"] == 0
+    # seeded: same generator seed, same noise
+    b2 = null_baselines(stat, train[:5], generator=torch.Generator().manual_seed(0))
+    assert torch.equal(b.noise, b2.noise) and b2.heldout is None

@@ -1,0 +1,127 @@
+"""evaluate_candidates (pure core) and evaluate_run (run directory) end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+
+from datarecon.errors import CheckpointError, DataReconError
+from datarecon.evaluation import evaluate_candidates, evaluate_run, noise_images
+from datarecon.utils.io import atomic_write_json, load_tensors, save_tensors
+
+
+def _case(smooth):
+    train = smooth(16, 3, 16, 16, seed=1)
+    held = smooth(16, 3, 16, 16, seed=2)
+    part = smooth(16, 3, 16, 16, seed=3)
+    noise = noise_images(4, (3, 16, 16), generator=torch.Generator().manual_seed(4))
+    cands = torch.cat([train[[3, 9, 12]], noise])  # 3 copies of training images, 4 noise
+    return train, held, part, cands
+
+
+def test_evaluate_candidates_copies_real_noise_fake(smooth):
+    train, held, part, cands = _case(smooth)
+    before = cands.clone()
+    scores = {"oracle": torch.tensor([1.0, 1, 1, 0, 0, 0, 0]), "rand": torch.arange(7.0)}
+    ev = evaluate_candidates(cands, torch.ones(7), scores,
+                             references={"train": train, "heldout": held, "partition": part,
+                                         "noise": noise_images(16, (3, 16, 16))},
+                             top_k=16, multipliers=torch.linspace(0, 1, 7), margins=torch.rand(16))
+    assert torch.equal(cands, before)
+    assert ev.real.tolist() == [True] * 3 + [False] * 4
+    s = ev.summary
+    assert s["privacy"]["scores"]["oracle"]["auc"] == 1.0
+    assert s["privacy"]["scores"]["rand"]["auc"] == 0.0
+    assert s["privacy"]["n_real"] == 3 and s["privacy"]["floor"] is not None
+    assert s["haim"]["counts"]["0.9"] == 3
+    assert s["haim"]["counts_by_assignment"]["independent"]["0.9"] >= 3
+    assert len(s["haim"]["per_train"]["margin"]) == 16
+    base = s["baselines"]["haim_ssim"]
+    assert base["real"]["counts"]["0.9"] == 3 and base["noise"]["counts"]["0.4"] == 0
+    assert len(base["curves"]["heldout"]) == 16
+    assert set(s["mean_l2_to_nearest"]) == {"train", "heldout", "partition", "noise"}
+    rows = ev.rows
+    assert [r["train_ssim_index"] for r in rows[:3]] == [3, 9, 12]
+    assert all(abs(r["train_ssim"] - 1) < 1e-5 for r in rows[:3])
+    assert sorted(r["train_rank"] for r in rows[:3]) == [1, 2, 3]
+    assert rows[0]["real"] == 1 and rows[5]["real"] == 0 and "score_oracle" in rows[0]
+    json.dumps(s)  # JSON-ready
+
+
+def test_evaluate_candidates_without_heldout(smooth):
+    train, _, _, cands = _case(smooth)
+    ev = evaluate_candidates(cands, references={"train": train}, baselines=False, top_k=4)
+    assert ev.real is None and "note" in ev.summary["privacy"]
+    with pytest.raises(DataReconError, match="2 values for 7"):
+        evaluate_candidates(cands, scores={"x": torch.ones(2)}, references={"train": train})
+    with pytest.raises(DataReconError, match="reference set 'train' has images"):
+        evaluate_candidates(cands, references={"train": train[:, :1]})
+
+
+def _make_model_dir(path):
+    from datarecon.data import DataSpec, load_task
+    from datarecon.models.checkpoint import save_model_dir
+    from datarecon.models.spec import ArchSpec, build_model
+
+    spec = DataSpec(dataset="digits", task="odd-even", n_per_class=10, n_partition_per_class=10,
+                    n_heldout_per_class=10)
+    task = load_task(spec)
+    arch = ArchSpec(name="mlp", input_shape=(1, 8, 8), num_outputs=1, hidden=(8,))
+    torch.manual_seed(0)
+    model = build_model(arch)
+    idx = task.index_tensors()
+    save_model_dir(path, model=model, arch=arch, loss="bce", weight_decay=0.0,
+                   data=spec.model_dump(mode="json"), normalisation=spec.normalisation,
+                   input_mean=task.normalisation.mean,
+                   indices={k[: -len("_indices")]: v for k, v in idx.items()}, training={}, seed=0)
+    return task
+
+
+def test_evaluate_run_writes_metrics_and_csv(tmp_path):
+    pytest.importorskip("datarecon.models.checkpoint")
+    task = _make_model_dir(tmp_path / "model")
+    norm = task.normalisation
+    noise = noise_images(4, (1, 8, 8), generator=torch.Generator().manual_seed(1))
+    x = norm.to_model(torch.cat([task.train.x[[0, 5, 11]], noise]))
+    run = tmp_path / "run"
+    run.mkdir()
+    save_tensors(run / "candidates.safetensors",
+                 {"x": x, "labels": torch.tensor([1.0, -1, 1, -1, 1, -1, 1]), "multipliers": torch.ones(7),
+                  "score_lambda": torch.tensor([3.0, 3, 3, 0, 1, 2, 0])})
+    atomic_write_json(run / "run.json", {"model_dir": str(tmp_path / "model"), "method": "kkt",
+                                         "status": "complete", "extra": {"param_distance": 1.5e-3}})
+    summary = evaluate_run(run, progress=False)
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["param_distance"] == 1.5e-3 and summary["param_distance"] == 1.5e-3
+    assert m["window_size"] == 7  # 8x8 digits: the Gaussian window falls back to 7x7
+    assert m["privacy"]["n_real"] == 3
+    assert m["privacy"]["scores"]["lambda"]["auc"] == 1.0
+    assert set(m["reference_sizes"]) == {"train", "partition", "noise", "heldout"}
+    assert len(m["haim"]["per_train"]["margin"]) == 20
+    rows = list(csv.DictReader((run / "candidates.csv").open()))
+    assert len(rows) == 7 and rows[0]["train_ssim_index"] == "0" and rows[2]["train_ssim_index"] == "11"
+    assert [r["real"] for r in rows] == ["1", "1", "1", "0", "0", "0", "0"]
+    nb = load_tensors(run / "neighbours.safetensors")
+    assert nb["candidates"].shape[0] == 7 and nb["train"].shape == (7, 1, 8, 8)
+    assert math.isclose(float(nb["train_score"][0]), 1.0, abs_tol=1e-5)
+
+
+def test_evaluate_run_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="not found"):
+        evaluate_run(tmp_path / "nope")
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(CheckpointError, match="run.json is missing"):
+        evaluate_run(run)
+    atomic_write_json(run / "run.json", {"model_dir": str(tmp_path / "missing"), "status": "running"})
+    save_tensors(run / "candidates.safetensors", {"x": torch.zeros(2, 1, 8, 8)})
+    with pytest.raises(DataReconError, match="status 'running'"):
+        evaluate_run(run)
+    with pytest.raises(CheckpointError, match="model directory .* not found"):
+        evaluate_run(run, allow_incomplete=True)
+    with pytest.raises(DataReconError, match="valid names: train, partition, heldout, noise"):
+        evaluate_run(run, against=("test",))

@@ -1,0 +1,92 @@
+"""Model directories: bit-exact round trip and refusal of tampered / unsafe / mismatched files."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from datarecon.errors import CheckpointError
+from datarecon.models.checkpoint import EXTRAS, META, WEIGHTS, load_model_dir, read_model_meta, save_model_dir
+from datarecon.models.spec import ArchSpec, build_model
+
+
+def _save(out: Path, *, dtype: torch.dtype = torch.float32, hidden=(6,)) -> tuple[torch.nn.Module, ArchSpec]:
+    spec = ArchSpec(name="mlp", input_shape=(1, 3, 3), hidden=hidden, bias=False)
+    model = build_model(spec, generator=torch.Generator().manual_seed(0), dtype=dtype)
+    save_model_dir(out, model=model, arch=spec, loss="logistic", weight_decay=1e-3,
+                   data={"dataset": "digits", "task": "odd-even", "n_per_class": 2},
+                   normalisation="unit-minus-mean", input_mean=torch.rand(1, 3, 3),
+                   indices={"train": torch.tensor([0, 3, 5, 9]), "partition": torch.tensor([1]),
+                            "heldout": torch.tensor([2])},
+                   training={"lr": 0.1}, seed=0, metrics={"train_accuracy": 1.0},
+                   extra_tensors={"train_margins": torch.tensor([1.0, 2.0, 3.0, 4.0])})
+    return model, spec
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_round_trip_is_bit_exact(tmp_path: Path, dtype: torch.dtype) -> None:
+    model, spec = _save(tmp_path / "m", dtype=dtype)
+    b = load_model_dir(tmp_path / "m")
+    assert b.arch == spec and b.loss == "logistic" and b.weight_decay == 1e-3
+    for k, v in model.state_dict().items():
+        assert b.params[k].dtype == dtype
+        assert torch.equal(b.params[k], v)
+    assert torch.equal(b.indices["train"], torch.tensor([0, 3, 5, 9]))
+    assert set(b.indices) == {"train", "partition", "heldout"}
+    assert torch.equal(b.extras["train_margins"], torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    x = torch.randn(2, 1, 3, 3, dtype=dtype)
+    assert torch.equal(b.model(x), model(x))
+    assert b.meta["num_parameters"] == 9 * 6 + 6
+    assert read_model_meta(tmp_path / "m")["metrics"] == {"train_accuracy": 1.0}
+
+
+def test_tampered_weights_are_refused(tmp_path: Path) -> None:
+    _save(tmp_path / "m")
+    other = tmp_path / "other"
+    model = build_model(ArchSpec(name="mlp", input_shape=(1, 3, 3), hidden=(6,), bias=False),
+                        generator=torch.Generator().manual_seed(9))
+    from datarecon.utils.io import save_tensors
+
+    save_tensors(other / WEIGHTS, model.state_dict())
+    (tmp_path / "m" / WEIGHTS).write_bytes((other / WEIGHTS).read_bytes())
+    with pytest.raises(CheckpointError, match="does not match the hash"):
+        load_model_dir(tmp_path / "m")
+
+
+def test_pickle_posing_as_weights_is_refused(tmp_path: Path) -> None:
+    model, _ = _save(tmp_path / "m")
+    weights = tmp_path / "m" / WEIGHTS
+    torch.save(model.state_dict(), weights)  # zip archive
+    meta = json.loads((tmp_path / "m" / META).read_text())
+    meta.pop("sha256")  # even without the hash check the loader must not unpickle
+    (tmp_path / "m" / META).write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="pickle/torch.save file"):
+        load_model_dir(tmp_path / "m")
+    weights.write_bytes(pickle.dumps({"x": 1}, protocol=4))
+    with pytest.raises(CheckpointError, match="pickle/torch.save file"):
+        load_model_dir(tmp_path / "m")
+
+
+def test_mismatched_shapes_are_refused(tmp_path: Path) -> None:
+    _save(tmp_path / "m", hidden=(6,))
+    meta = json.loads((tmp_path / "m" / META).read_text())
+    meta["arch"]["hidden"] = [7]
+    (tmp_path / "m" / META).write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="does not fit architecture mlp"):
+        load_model_dir(tmp_path / "m")
+
+
+def test_missing_directory_and_wrong_format(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="not found; train one"):
+        load_model_dir(tmp_path / "nope")
+    _save(tmp_path / "m")
+    (tmp_path / "m" / EXTRAS).unlink()
+    with pytest.raises(CheckpointError, match="missing; the model directory is incomplete"):
+        load_model_dir(tmp_path / "m")
+    (tmp_path / "m" / META).write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(CheckpointError, match="not a datarecon model file"):
+        load_model_dir(tmp_path / "m")
