@@ -45,7 +45,7 @@ def test_exhaustive_matches_brute_force(smooth, metric):
     assert nb.higher_is_better == higher
 
 
-@pytest.mark.parametrize("prefilter", ["l2", "ncc"])
+@pytest.mark.parametrize("prefilter", ["lncc", "l2", "ncc"])
 def test_prefilter_topk_equals_exhaustive(smooth, prefilter):
     c = smooth(30, seed=3)
     r = smooth(40, seed=4)
@@ -92,7 +92,7 @@ def test_match_rank():
 
 def test_errors(smooth):
     c = smooth(2, seed=1)
-    with pytest.raises(DataReconError, match="valid names: l2, ncc, ssim"):
+    with pytest.raises(DataReconError, match="valid names: l2, lncc, ncc, ssim"):
         nearest_neighbours(c, c, metric="cosine")
     with pytest.raises(DataReconError, match="not a cheap metric"):
         nearest_neighbours(c, c, prefilter="ssim")

@@ -147,3 +147,23 @@ def test_window_registry_and_errors():
         ssim_pairs(torch.rand(8, 8), torch.rand(8, 8))
     with pytest.raises(DataReconError, match="NaN"):
         l2_matrix(torch.full((1, 1, 2, 2), float("nan")), torch.rand(1, 1, 2, 2))
+
+
+def test_local_ncc_matches_scipy():
+    from scipy.ndimage import uniform_filter
+
+    from datarecon.evaluation import local_ncc_matrix, local_standardise
+
+    a = _smooth(3, 2, 12, 12, seed=7)
+    b = _smooth(4, 2, 12, 12, seed=8)
+    z = local_standardise(a, size=5).numpy()
+    x = a.numpy()
+    mu = uniform_filter(x, size=(1, 1, 5, 5), mode="nearest")
+    var = np.clip(uniform_filter(x * x, size=(1, 1, 5, 5), mode="nearest") - mu**2, 0, None)
+    np.testing.assert_allclose(z, (x - mu) / np.sqrt(var + 0.03**2), atol=1e-10)
+    mat = local_ncc_matrix(a, b, size=5)
+    zb = local_standardise(b, size=5)
+    for i in range(3):
+        for j in range(4):
+            assert abs(float(mat[i, j]) - float((local_standardise(a, size=5)[i] * zb[j]).mean())) < 1e-10
+    assert local_ncc_matrix(torch.rand(2, 1, 3, 3), torch.rand(2, 1, 3, 3)).shape == (2, 2)

@@ -133,7 +133,8 @@ def source_indices(n: int, m: int, *, count: str, what: str) -> torch.Tensor:
         raise DataReconError(f"no {what} images to initialise from")
     if n != m and count == "exact":
         raise DataReconError(
-            f"{m} candidates but {n} {what} images; pass --candidates {n} or count='cycle' to reuse/truncate them"
+            f"{m} candidates but {n} {what} images; pass --candidates {n}, or --init-count cycle "
+            "(count='cycle') to reuse/truncate them"
         )
     return torch.arange(m) % n
 

@@ -260,7 +260,7 @@ class KKTAttack(_XAttack):
         lam = state["lambda"].detach().requires_grad_(True)
         terms = self.terms(target, prior, x, lam)
         gx, gl = torch.autograd.grad(terms["loss"], [x, lam])
-        metrics = {k: float(v) for k, v in terms.items()}
+        metrics = {k: float(v.detach()) for k, v in terms.items()}
         metrics["rel_residual"] = metrics["residual"] / max(self.prepared(target).theta_sq, 1e-300)
         metrics["lambda_mean"] = float(state["lambda"].mean())
         grads = {"x": gx, "lambda": gl}
@@ -328,7 +328,7 @@ class GradNormAttack(_XAttack):
         x = state["x"].detach().requires_grad_(True)
         terms = self.terms(target, prior, x)
         (gx,) = torch.autograd.grad(terms["loss"], [x])
-        metrics = {k: float(v) for k, v in terms.items()}
+        metrics = {k: float(v.detach()) for k, v in terms.items()}
         metrics["rel_residual"] = metrics["residual"] / max(self.prepared(target).theta_sq, 1e-300)
         return self._commit(state, {"x": gx}, {"x": self.config.lr_x}, metrics)
 

@@ -91,7 +91,7 @@ class Baselines:
         return out
 
 
-def best_similarity_to(refs: Tensor, *, metric: str = "ssim", prefilter: str | None = "l2",
+def best_similarity_to(refs: Tensor, *, metric: str = "ssim", prefilter: str | None = "lncc",
                        top_k: int = 32, window: str | Window = "gaussian") -> Callable[[Tensor], Tensor]:
     """Statistic: each candidate's best similarity to ``refs`` ((M, C, H, W) -> (M,))."""
     def stat(cands: Tensor) -> Tensor:

@@ -2,7 +2,7 @@
 
 Exact all-pairs SSIM is expensive (``M * R`` filtered images), so the default
 search shortlists ``top_k`` references per candidate with a cheap matrix
-product metric (L2 via ``torch.cdist`` or NCC) and computes the exact metric on
+product metric (local NCC by default, or L2 via ``torch.cdist``, or global NCC) and computes the exact metric on
 the shortlist only. ``exhaustive=True`` computes all pairs. With ``top_k``
 large enough the two agree (tested); ``benchmarks/bench_evaluation.py``
 measures the agreement and the speed-up on structured images.
@@ -30,6 +30,7 @@ from datarecon.evaluation.similarity import (
     _common,
     _ssim_index_pairs,
     l2_matrix,
+    local_ncc_matrix,
     ncc_matrix,
     ssim_matrix,
 )
@@ -67,6 +68,7 @@ METRICS: Registry[Metric] = Registry("similarity metric")
 METRICS.register("ssim", Metric("ssim", ssim_matrix, True, False))
 METRICS.register("l2", Metric("l2", l2_matrix, False, True))
 METRICS.register("ncc", Metric("ncc", ncc_matrix, True, True))
+METRICS.register("lncc", Metric("lncc", local_ncc_matrix, True, True))
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def _best_first(values: Tensor, k: int, higher: bool) -> tuple[Tensor, Tensor]:
 
 
 def nearest_neighbours(cands: Tensor, refs: Tensor, *, metric: str = "ssim",
-                       prefilter: str | None = "l2", top_k: int = 32, exhaustive: bool = False,
+                       prefilter: str | None = "lncc", top_k: int = 32, exhaustive: bool = False,
                        return_topk: int | None = None, window: str | Window = "gaussian",
                        chunk: int = DEFAULT_CHUNK, progress: bool = False) -> Neighbours:
     """Best reference for each candidate under ``metric``.
@@ -128,8 +130,8 @@ def nearest_neighbours(cands: Tensor, refs: Tensor, *, metric: str = "ssim",
     Args:
         cands: ``(M, C, H, W)`` display-space candidates in ``[0, 1]``.
         refs: ``(R, C, H, W)`` display-space references in ``[0, 1]``.
-        metric: ``"ssim"``, ``"l2"`` or ``"ncc"`` (see :data:`METRICS`).
-        prefilter: Cheap metric for the shortlist (``"l2"``, ``"ncc"``) or
+        metric: ``"ssim"``, ``"l2"``, ``"ncc"`` or ``"lncc"`` (see :data:`METRICS`).
+        prefilter: Cheap metric for the shortlist (``"lncc"``, ``"l2"``, ``"ncc"``) or
             None for an exhaustive search.
         top_k: Shortlist length per candidate (clipped to ``R``).
         exhaustive: Compute the exact metric on all pairs.

@@ -105,7 +105,7 @@ class RealLabels:
 
 
 def label_candidates(cands: Tensor, train: Tensor, heldout: Tensor, *, metric: str = "ssim",
-                     prefilter: str | None = "l2", top_k: int = 32,
+                     prefilter: str | None = "lncc", top_k: int = 32,
                      window: str | Window = "gaussian", floor: float | None = None,
                      progress: bool = False) -> RealLabels:
     """Nearest neighbours in the training and held-out sets, then :func:`real_labels`.

@@ -37,7 +37,6 @@ from torch import Tensor
 from datarecon.errors import DataReconError
 from datarecon.evaluation.similarity import (
     DEFAULT_CHUNK,
-    Window,
     _common,
     _ssim_index_pairs,
     downsample2x,

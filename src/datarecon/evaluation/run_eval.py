@@ -113,7 +113,7 @@ def _curve(t: Tensor | None) -> list[float | None] | None:
 def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
                         scores: Mapping[str, Tensor] | None = None, *,
                         references: Mapping[str, Tensor], train_key: str = "train",
-                        heldout_key: str = "heldout", metric: str = "ssim", prefilter: str | None = "l2",
+                        heldout_key: str = "heldout", metric: str = "ssim", prefilter: str | None = "lncc",
                         top_k: int = 32, window: str = "gaussian",
                         thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
                         assignment: str = "greedy", multipliers: Tensor | None = None,
@@ -355,7 +355,7 @@ def _margins(bundle, x_model: Tensor, y: Tensor) -> Tensor | None:
 
 
 def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "partition", "noise", "heldout"),
-                 data_dir: str | Path | None = None, metric: str = "ssim", prefilter: str | None = "l2",
+                 data_dir: str | Path | None = None, metric: str = "ssim", prefilter: str | None = "lncc",
                  top_k: int = 32, window: str = "gaussian",
                  thresholds: Sequence[float] = DEFAULT_THRESHOLDS, assignment: str = "greedy",
                  seed: int = 0, allow_incomplete: bool = False, write: bool = True,

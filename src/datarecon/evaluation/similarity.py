@@ -51,6 +51,8 @@ __all__ = [
     "ssim_matrix",
     "l2_matrix",
     "ncc_matrix",
+    "local_ncc_matrix",
+    "local_standardise",
     "standardise",
     "downsample2x",
     "minmax_rescale",
@@ -327,6 +329,46 @@ def ncc_matrix(cands: Tensor, refs: Tensor, *, dtype: torch.dtype = torch.float6
     d = cands[0].numel() if cands.shape[0] else refs[0].numel()
     za = standardise(cands.to(dtype)).flatten(1)
     zb = standardise(refs.to(dtype)).flatten(1)
+    return (za @ zb.t()) / d
+
+
+def local_standardise(x: Tensor, *, size: int = 7, c: float = 0.03**2) -> Tensor:
+    """Standardise each pixel by its local mean and std (uniform ``size`` window, per channel).
+
+    ``z = (x - μ_local) / sqrt(σ²_local + c)`` with replicate padding; ``c``
+    is SSIM's contrast constant, so flat regions give ~0 instead of noise.
+    Returns a new tensor ``(N, C, H, W)``.
+    """
+    x = check_images(x)
+    k = min(size, effective_window_size(Window("uniform", size), x.shape[-2], x.shape[-1]))
+    p = k // 2
+    xp = F.pad(x, (p, p, p, p), mode="replicate") if p else x
+    mu = F.avg_pool2d(xp, k, stride=1)
+    var = (F.avg_pool2d(xp * xp, k, stride=1) - mu * mu).clamp_min(0)
+    return (x - mu) / torch.sqrt(var + c)
+
+
+def local_ncc_matrix(cands: Tensor, refs: Tensor, *, size: int = 7,
+                     dtype: torch.dtype = torch.float64) -> Tensor:
+    """Mean product of locally standardised images, all pairs by one matrix product.
+
+    A cheap proxy of SSIM's contrast-structure term (SSIM compares local,
+    not global, statistics), used as the default nearest-neighbour
+    prefilter: on structured 32x32 images its top-32 shortlist contained the
+    exact SSIM best match more often than L2's or global NCC's
+    (``benchmarks/bench_evaluation.py``).
+
+    Args:
+        cands: ``(M, C, H, W)``; refs: ``(R, C, H, W)``.
+        size: Side of the local window.
+
+    Returns:
+        Tensor ``(M, R)`` (higher = more similar).
+    """
+    cands, refs = _common(cands, refs, ("candidates", "references"))
+    d = cands[0].numel() if cands.shape[0] else refs[0].numel()
+    za = local_standardise(cands.to(dtype), size=size).flatten(1)
+    zb = local_standardise(refs.to(dtype), size=size).flatten(1)
     return (za @ zb.t()) / d
 
 

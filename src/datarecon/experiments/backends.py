@@ -201,7 +201,12 @@ class LocalBackend(Backend):
                 self._ready.append(_exception_outcome(task, exc))
             return
         assert self._pool is not None, "backend not started"
-        self._futures[self._pool.submit(_call, self.fn, task.payload)] = task
+        try:
+            fut = self._pool.submit(_call, self.fn, task.payload)
+        except BrokenProcessPool:  # a worker died since the last wait(): recover first
+            self._ready.extend(self._recover())
+            fut = self._pool.submit(_call, self.fn, task.payload)
+        self._futures[fut] = task
 
     def wait(self, timeout: float | None = None) -> list[Outcome]:
         if self._ready:

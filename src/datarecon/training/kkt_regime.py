@@ -106,7 +106,7 @@ class KKTRegimeScore:
     Attributes:
         score: min_{λ≥0} ‖θ* − Aλ‖² / ‖θ*‖² ∈ [0, 1].
         multipliers: (n,) the minimising λ ≥ 0 (scale relative to the un-normalised J).
-        num_active: number of λ_i > 0 (support vectors).
+        num_active: number of λ_i > 1e-8·max λ (support vectors).
         solver: ``nnls`` or ``fista``.
     """
 
@@ -202,8 +202,10 @@ def kkt_regime_score(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *,
     gram, b = _gram_and_rhs(model, params, x, y, theta, chunk_size=chunk_size, max_bytes=max_bytes)
     lam, residual = nnls_normal_equations(gram.numpy(), b.numpy(), c, solver=solver)
     lam_t = torch.from_numpy(lam)
+    top = float(lam.max()) if lam.size else 0.0
     return KKTRegimeScore(score=min(max(residual / c, 0.0), 1.0), multipliers=lam_t,
-                          num_active=int((lam_t > 0).sum()), solver=solver)
+                          num_active=int((lam_t > 1e-8 * top).sum()) if top > 0 else 0,
+                          solver=solver)
 
 
 def _gram_and_rhs(model: nn.Module, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,

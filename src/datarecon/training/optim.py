@@ -88,9 +88,12 @@ class LBFGS:
     for checkpoints: lists of tensors become ``key.i`` entries.
     """
 
-    def __init__(self, params: list[torch.nn.Parameter], *, lr: float = 1.0, history_size: int = 20) -> None:
+    def __init__(self, params: list[torch.nn.Parameter], *, lr: float = 1.0, history_size: int = 20,
+                 max_line_search: int = 25) -> None:
         self.params = params
-        self.opt = torch.optim.LBFGS(params, lr=lr, max_iter=1, history_size=history_size,
+        # max_eval bounds the line search too (max_ls = max_eval − 1 here): leave it 25 trials
+        self.opt = torch.optim.LBFGS(params, lr=lr, max_iter=1, max_eval=1 + max_line_search,
+                                     history_size=history_size,
                                      tolerance_grad=0.0, tolerance_change=0.0,
                                      line_search_fn="strong_wolfe")
 

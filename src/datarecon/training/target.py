@@ -304,7 +304,7 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
         training={**config.model_dump(mode="json"), "config_hash": config.hash()}, seed=config.seed,
         metrics=metrics, extra_tensors={"train_margins": result.margins},
     )
-    atomic_write_text(out / HISTORY, "".join(json.dumps(_finite(r)) + "\n" for r in result.history))
+    atomic_write_text(out / HISTORY, "".join(json.dumps(_finite(r), sort_keys=True) + "\n" for r in result.history))
     return TrainResult(out=out, model=model, arch=arch, metrics=metrics, fit=result, config=config)
 
 

@@ -115,14 +115,31 @@ def model_identity(model_dir: str | Path) -> str:
     return config_hash({"config_hash": meta.get("config_hash"), "sha256": meta.get("sha256")})
 
 
+def validate_spec(spec: RunSpec) -> None:
+    """Check a run spec's attack and initialisation fields before any run starts (one-line errors)."""
+    from datarecon.attacks.base import ATTACKS
+    from datarecon.attacks.init import init_params
+    from datarecon.config import build_config
+    from datarecon.experiments.runs import load_attack_modules
+
+    if spec.method not in ATTACKS:
+        load_attack_modules()
+    entry = ATTACKS.get(spec.method)
+    build_config(entry.config_cls, {**spec.attack, "steps": spec.steps, "dtype": spec.dtype},
+                 where=f"{spec.method} attack config of sweep run {spec.index} ({spec.params})")
+    init = dict(spec.init)
+    init_params(init.pop("name"), **init)
+
+
 def plan(config: SweepConfig, out: str | Path) -> tuple[str, list[PlannedRun]]:
-    """The sweep id and its runs (deduplicated by key, expansion order kept)."""
+    """The sweep id and its runs (deduplicated by key, expansion order kept; every spec validated)."""
     store = Store(out)
     model_dir = str(Path(config.model_dir).expanduser().resolve())
     model_id = model_identity(model_dir)
     runs: list[PlannedRun] = []
     seen: set[str] = set()
     for spec in expand(config, model_dir=model_dir):
+        validate_spec(spec)
         key = config_hash(spec.identity(model_id=model_id))
         if key in seen:
             continue

@@ -1,0 +1,132 @@
+"""Cost of one KKT attack step relative to one plain forward+backward of the same model and batch.
+
+One attack step = the create-graph VJP g = ∇_θ[(1/m)Σ λ_i y_i Φ(x_i)] + the backward of
+‖θ* − g‖² (+ priors) to x and λ + the optimiser update (KKTAttack.step). The plain pass is
+the logistic training loss on the same batch, backward to θ. METHODS.md §7 measured ≈ 0.36–0.5 s
+(float32) and ≈ 0.72 s (float64) per step on 2 cores for D-1000-1000-1, m = 1000.
+
+Usage::
+
+    python benchmarks/bench_attack_step.py            # full sizes → benchmarks/results/attack_step.json
+    python benchmarks/bench_attack_step.py --quick    # small sizes → benchmarks/results/attack_step_quick.json
+
+Exits non-zero on any error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def _cases(quick: bool) -> list[dict]:
+    if quick:
+        return [dict(name="mlp-quick", arch="mlp", input_shape=(3, 8, 8), hidden=(64, 64), m=64, bias=False),
+                dict(name="one-hidden-quick", arch="one-hidden", input_shape=(3, 8, 8), hidden=(256,), m=64,
+                     bias=True)]
+    return [dict(name="mlp-1000-1000", arch="mlp", input_shape=(3, 32, 32), hidden=(1000, 1000), m=1000, bias=False),
+            dict(name="one-hidden-6144", arch="one-hidden", input_shape=(3, 32, 32), hidden=(6144,), m=1000,
+                 bias=True)]
+
+
+def _time(fn, *, repeats: int) -> dict:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return {"median_s": statistics.median(times), "min_s": min(times), "repeats": repeats}
+
+
+def bench_case(case: dict, *, dtype: torch.dtype, device: torch.device, repeats: int) -> dict:
+    import warnings
+
+    from datarecon.attacks.base import AttackerPrior, Target
+    from datarecon.attacks.init import make_init
+    from datarecon.attacks.kkt import KKTAttack, KKTConfig
+    from datarecon.models.spec import ArchSpec, build_model, is_homogeneous
+    from datarecon.training.losses import energy
+
+    arch = ArchSpec(name=case["arch"], input_shape=case["input_shape"], hidden=case["hidden"], bias=case["bias"])
+    gen = torch.Generator().manual_seed(0)
+    model = build_model(arch, generator=gen, dtype=dtype).to(device)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    target = Target(model=model, params=params, loss="logistic", weight_decay=0.0, input_shape=arch.input_shape,
+                    num_outputs=1, homogeneous=is_homogeneous(arch))
+    m = case["m"]
+    prior = AttackerPrior.balanced(m=m, num_outputs=1, input_shape=arch.input_shape, lower=-1.0, upper=1.0)
+    x0 = make_init("gaussian", m=m, input_shape=arch.input_shape, generator=gen, scale=1e-3, dtype=dtype,
+                   device=device)
+    attack = KKTAttack(KKTConfig(steps=1, dtype="float64" if dtype == torch.float64 else "float32", lr_x=1e-6,
+                                 lr_lambda=0.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        state = attack.init_state(target, prior, x0=x0, generator=gen)
+    labels = prior.labels.to(device=device, dtype=dtype)
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def plain():
+        model.zero_grad(set_to_none=True)
+        for p in model.parameters():
+            p.requires_grad_(True)
+        e = energy(model(x0), labels, dict(model.named_parameters()), loss="logistic", weight_decay=0.0)
+        e.backward()
+        sync()
+
+    def step():
+        attack.step(target, prior, state, 0)
+        sync()
+
+    t_plain = _time(plain, repeats=repeats)
+    t_step = _time(step, repeats=repeats)
+    return {"case": case["name"], "dtype": str(dtype).replace("torch.", ""), "device": str(device), "m": m,
+            "input_shape": list(case["input_shape"]), "hidden": list(case["hidden"]),
+            "num_parameters": sum(p.numel() for p in params.values()), "plain_fwd_bwd": t_plain, "attack_step": t_step,
+            "ratio": t_step["median_s"] / t_plain["median_s"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (seconds)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed repeats per measurement (default 3, quick 5)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    ap.add_argument("--out", type=Path, default=None, help="JSON output path")
+    args = ap.parse_args(argv)
+    try:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        device = torch.device(args.device)
+        repeats = args.repeats or (5 if args.quick else 3)
+        out = args.out or Path(__file__).parent / "results" / ("attack_step_quick.json" if args.quick
+                                                               else "attack_step.json")
+        rows = []
+        for case in _cases(args.quick):
+            for dtype in (torch.float32, torch.float64):
+                r = bench_case(case, dtype=dtype, device=device, repeats=repeats)
+                rows.append(r)
+                print(f"{r['case']:>18} {r['dtype']:>7}: attack step {r['attack_step']['median_s']:.4f} s, "
+                      f"plain fwd+bwd {r['plain_fwd_bwd']['median_s']:.4f} s, ratio {r['ratio']:.1f}x", flush=True)
+        from datarecon.utils.io import atomic_write_json, versions
+
+        atomic_write_json(out, {"benchmark": "attack_step", "quick": args.quick, "threads": torch.get_num_threads(),
+                                "versions": versions(), "results": rows})
+        print(f"wrote {out}")
+    except Exception as exc:  # exit non-zero with a one-line reason
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,369 @@
+"""Building blocks shared by the paper reproductions: target training, attack runs,
+evaluation and figure pieces (each a :class:`~datarecon.experiments.reproduce.pieces.Piece`).
+
+The attack pieces respect the threat model: an attack sees a :class:`~datarecon.attacks.base.Target`
+(θ*, architecture, loss, weight decay) and an :class:`~datarecon.attacks.base.AttackerPrior`
+(labels, input shape, pixel box). Training images reach an attack only through an
+initialisation the experiment explicitly chooses (ground truth / partition / mixture,
+Runkel et al. 2024 §4.3, §4.5); the ground truth otherwise enters only the evaluation pieces.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from datarecon.errors import DataReconError
+from datarecon.experiments.reproduce.pieces import Context, Piece
+from datarecon.training.target import ArchConfig, StopConfig, TrainConfig
+from datarecon.utils.io import atomic_write_json, atomic_write_text, load_tensors, read_json, save_tensors
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+RUN_SUBDIR = "run"
+
+
+class TargetTraining(BaseModel):
+    """How one target is trained (the data spec is shared and added by the reproduction).
+
+    Maps onto :class:`datarecon.training.target.TrainConfig` (same field meanings).
+    ``kkt_score`` records the KKT-regime score (``datarecon.training.kkt_regime_score``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    arch: ArchConfig
+    loss: str = "logistic"
+    weight_decay: float = Field(default=0.0, ge=0)
+    optimizer: str = "gd"
+    lr: float = Field(default=0.01, gt=0)
+    momentum: float = Field(default=0.0, ge=0, lt=1)
+    epochs: int = Field(default=1000, ge=1)
+    schedule: str = "constant"
+    max_lr_factor: float = Field(default=1e6, ge=1)
+    stop: StopConfig = StopConfig()
+    dtype: Literal["float32", "float64"] = "float64"
+    seed: int = Field(default=0, ge=0)
+    kkt_score: bool = False
+
+    def train_config(self, data: Mapping[str, Any], *, device: str) -> TrainConfig:
+        """The full :class:`TrainConfig` for ``data`` (a DataSpec mapping)."""
+        fields = self.model_dump(mode="json", exclude={"kkt_score"})
+        return TrainConfig.model_validate({**fields, "data": dict(data), "device": device,
+                                           "log_every": max(1, self.epochs // 50), "checkpoint_every": 0})
+
+
+class EvalSettings(BaseModel):
+    """Evaluation settings (``datarecon.evaluation.evaluate_candidates``).
+
+    Attributes:
+        window: SSIM window ("gaussian" = 11x11 σ 1.5, scikit-image conventions); it changes values.
+        metric: primary nearest-neighbour metric ("ssim": "structurally most similar").
+        n_floor_noise: uniform-noise images for the real/fake floor of the privacy measurement.
+        grid_max: candidates kept for the figures' grids.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    window: str = "gaussian"
+    metric: str = "ssim"
+    n_floor_noise: int = Field(default=1000, ge=0)
+    grid_max: int = Field(default=40, ge=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# training
+
+
+def train_piece(key: str, training: TargetTraining, data: Mapping[str, Any]) -> Piece:
+    """Train a target into ``OUT/<key>/`` (a model directory, ``datarecon.models.checkpoint``)."""
+
+    def run(ctx: Context, d: Path) -> dict[str, Any]:
+        from datarecon.training.target import train_target
+
+        cfg = training.train_config(data, device=ctx.device)
+        res = train_target(cfg, data_dir=ctx.data_dir, out=d / "model", overwrite=True, progress=False,
+                           kkt_score=training.kkt_score)
+        return {"metrics": res.metrics, "model_dir": "model", "config_hash": cfg.hash()}
+
+    return Piece(key=key, run=run, spec={"training": training.model_dump(mode="json"), "data": dict(data)},
+                 kind="train")
+
+
+def model_dir(ctx: Context, key: str) -> Path:
+    """The model directory written by :func:`train_piece` ``key``."""
+    return ctx.dir(key) / "model"
+
+
+# ---------------------------------------------------------------------------------------------
+# candidate sources (experimenter side)
+
+
+def paired_sources(train_x: torch.Tensor, train_y: torch.Tensor, part_x: torch.Tensor, part_y: torch.Tensor,
+                   m: int):
+    """Training and partition images for m candidates, paired by label.
+
+    Candidate i starts from training image ``i mod n`` and from the next unused partition image
+    with the same label, so mixtures λ₁x_GT + (1 − λ₁)x_part never mix classes.
+
+    Returns:
+        ``(InitSources, labels)`` with exactly m images per source (model input space) and the
+        (m,) labels of the candidates.
+
+    Raises:
+        DataReconError: too few partition images of some class.
+    """
+    from datarecon.attacks.init import InitSources
+
+    n = train_x.shape[0]
+    gidx = torch.arange(m) % n
+    labels = train_y[gidx]
+    used: dict[float, list[int]] = {}
+    for c in torch.unique(part_y).tolist():
+        used[c] = torch.nonzero(part_y == c).view(-1).tolist()
+    pidx = []
+    for y in labels.tolist():
+        pool = used.get(y, [])
+        if not pool:
+            raise DataReconError(
+                f"not enough partition images of label {y:g} for {m} candidates; raise n_partition_per_class"
+            )
+        pidx.append(pool.pop(0))
+    pidx_t = torch.tensor(pidx, dtype=torch.int64)
+    src = InitSources(ground_truth=train_x[gidx], ground_truth_labels=labels,
+                      partition=part_x[pidx_t], partition_labels=part_y[pidx_t])
+    return src, labels
+
+
+def load_model_and_task(path: Path, *, data_dir, dtype: torch.dtype = torch.float64, device: str = "cpu"):
+    """(bundle, task, normalisation) of a model directory (experimenter / evaluation side)."""
+    from datarecon.data import DataSpec, Normalisation, load_task
+    from datarecon.models.checkpoint import load_model_dir
+
+    bundle = load_model_dir(path, device=device, dtype=dtype)
+    task = load_task(DataSpec.model_validate(bundle.data), data_dir=data_dir)
+    norm = Normalisation.from_mean(bundle.normalisation, bundle.input_mean)
+    return bundle, task, norm
+
+
+# ---------------------------------------------------------------------------------------------
+# attacks
+
+
+def attack_piece(key: str, *, model_key: str, attack_factory: Callable[[Any], Any], attack_config: BaseModel,
+                 init: Mapping[str, Any], candidates_factor: int = 1, seed: int = 0,
+                 record: Mapping[str, Any] | None = None) -> Piece:
+    """Run one attack on the target of ``model_key``; the run directory is ``OUT/<key>/run``.
+
+    Args:
+        attack_factory: builds the attack object from ``attack_config`` (e.g. ``BilevelAttack``).
+        attack_config: the attack's frozen config (steps included).
+        init: ``{"name": INITS key, **params}`` (``datarecon.attacks.init.make_init``).
+        candidates_factor: m = factor × n (n = training-set size, which the attacker knows).
+        seed: seed of the generator for x₀ and the attack's own randomness.
+        record: extra fields for run.json (e.g. the mixture weights of a landscape point).
+    """
+
+    def run(ctx: Context, d: Path) -> dict[str, Any]:
+        from datarecon.attacks.base import AttackerPrior, Target
+        from datarecon.attacks.init import INITS, make_init
+        from datarecon.attacks.runner import run_attack
+
+        cfg_dtype = DTYPES[getattr(attack_config, "dtype", "float64")]
+        mdir = model_dir(ctx, model_key)
+        target = Target.from_model_dir(mdir, device=ctx.device, dtype=cfg_dtype)
+        # experimenter side: sizes, labels, and (only for data inits) the chosen images
+        bundle, task, norm = load_model_and_task(mdir, data_dir=ctx.data_dir)
+        n = len(task.train)
+        m = candidates_factor * n
+        mean = bundle.input_mean.to(torch.float64)
+        params = {k: v for k, v in init.items() if k != "name"}
+        sources = None
+        if INITS.get(init["name"]).needs:
+            sources, labels = paired_sources(norm.to_model(task.train.x).double(), task.train.y,
+                                             norm.to_model(task.partition.x).double(), task.partition.y, m)
+        else:  # the attacker knows n and the class balance: the same label multiset
+            labels = task.train.y[torch.arange(m) % n]
+        labels = labels.to(torch.float64) if target.num_outputs == 1 else labels.long()
+        prior = AttackerPrior(labels=labels, input_shape=tuple(target.input_shape),
+                              lower=(0.0 - mean).to(cfg_dtype).to(ctx.device),
+                              upper=(1.0 - mean).to(cfg_dtype).to(ctx.device))
+        gen = torch.Generator().manual_seed(seed)
+        x0 = make_init(init["name"], m=m, input_shape=tuple(target.input_shape), mean=mean, generator=gen,
+                       sources=sources, dtype=cfg_dtype, device=ctx.device, **params)
+        attack = attack_factory(attack_config)
+        rec = run_attack(attack, target, prior, x0=x0, generator=gen, out=d / RUN_SUBDIR, resume=ctx.resume,
+                         progress=False, seed=seed, checkpoint_every=max(10, getattr(attack_config, "steps", 100)),
+                         record={"init": dict(init), "candidates": m, **dict(record or {})})
+        save_tensors(d / "x0.safetensors", {"x0": x0.detach().cpu()})
+        meta = read_json(d / RUN_SUBDIR / "run.json")
+        return {"status": rec.status, "steps_done": rec.steps_done, "m": m,
+                "wall_time_s": meta.get("wall_time_s"), "final": _scalars(meta.get("final", {})),
+                "selection": _scalars(meta.get("selection", {})),
+                "param_distance": (meta.get("extra") or {}).get("param_distance"),
+                "init_shift": float((rec.x.cpu().double() - x0.cpu().double()).flatten(1).norm(dim=1).mean())}
+
+    spec = {"attack": type(attack_config).__name__, "config": attack_config.model_dump(mode="json"),
+            "init": dict(init), "factor": candidates_factor, "seed": seed, "record": dict(record or {})}
+    return Piece(key=key, run=run, spec=spec, deps=(model_key,), kind="attack")
+
+
+def _scalars(d: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if isinstance(v, (int, float, str, bool)) or v is None}
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation
+
+
+def _rows_csv(rows: Sequence[Mapping[str, Any]]) -> str:
+    cols: list[str] = []
+    for r in rows:
+        cols.extend(k for k in r if k not in cols)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Write rows (dicts) as CSV atomically."""
+    atomic_write_text(path, _rows_csv(rows))
+
+
+def evaluate_display(display: torch.Tensor, *, labels, scores, multipliers, bundle, task, norm,
+                     settings: EvalSettings, light: bool, seed: int = 0):
+    """``evaluate_candidates`` against train / partition / held-out / noise sets of ``task``.
+
+    ``light`` skips the null baselines and the noise floor (landscape points).
+    """
+    from datarecon.evaluation import evaluate_candidates, noise_images
+    from datarecon.training.losses import margins as out_margins
+
+    refs = {"train": task.train.x, "partition": task.partition.x, "heldout": task.heldout.x,
+            "noise": noise_images(len(task.train), task.input_shape, generator=torch.Generator().manual_seed(seed))}
+    with torch.no_grad():
+        xm = norm.to_model(task.train.x).to(next(bundle.model.parameters()).dtype)
+        train_margins = out_margins(bundle.model(xm), task.train.y.to(xm.dtype) if task.train.y.is_floating_point()
+                                    else task.train.y).double()
+    return evaluate_candidates(
+        display, labels, scores, references=refs, metric=settings.metric, window=settings.window,
+        multipliers=multipliers, margins=train_margins, baselines=not light,
+        real_floor=None if light else "noise", n_floor_noise=settings.n_floor_noise,
+        generator=torch.Generator().manual_seed(seed), progress=False)
+
+
+def save_grid(path: Path, ev, display: torch.Tensor, task, *, order: torch.Tensor, metric: str) -> None:
+    """Candidates (display, clamped) in ``order`` with their nearest train / partition images."""
+    out: dict[str, torch.Tensor] = {"order": order, "candidates": display.clamp(0, 1)[order].float()}
+    for name in ("train", "partition"):
+        nb = ev.neighbours.get((name, metric))
+        if nb is not None:
+            out[f"{name}_index"] = nb.index[order]
+            out[f"{name}_score"] = nb.score[order].float()
+            out[name] = getattr(task, name).x[nb.index[order]].float()
+    save_tensors(path, out, metadata={"metric": metric})
+
+
+def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSettings, light: bool = False,
+                   score_name: str = "margin") -> Piece:
+    """Evaluate the run of ``run_key``: ``metrics.json``, ``candidates.csv`` and the figure grids.
+
+    Grids (``grid-<order>.safetensors``: the first ``grid_max`` candidates with their nearest
+    training / partition images) in three orders: ``candidate`` (the paper's "first
+    reconstructions"), ``train-similarity`` (best matches first) and ``score`` (the attacker-side
+    score ``score_name``, highest first; what an adversary without data would look at).
+    """
+
+    def run(ctx: Context, d: Path) -> dict[str, Any]:
+        bundle, task, norm = load_model_and_task(model_dir(ctx, model_key), data_dir=ctx.data_dir)
+        rdir = ctx.dir(run_key) / RUN_SUBDIR
+        t = load_tensors(rdir / "candidates.safetensors")
+        meta = read_json(rdir / "run.json")
+        display = norm.to_display(t["x"].float())
+        scores = {k[6:]: v.reshape(-1) for k, v in t.items() if k.startswith("score_")}
+        ev = evaluate_display(display, labels=t.get("labels"), scores=scores, multipliers=t.get("multipliers"),
+                              bundle=bundle, task=task, norm=norm, settings=settings, light=light)
+        summary = dict(ev.summary)
+        summary["param_distance"] = (meta.get("extra") or {}).get("param_distance")
+        summary["run"] = {"method": meta.get("method"), "status": meta.get("status"),
+                          "steps_done": meta.get("steps_done"), "init": meta.get("init")}
+        atomic_write_json(d / "metrics.json", summary)
+        write_csv(d / "candidates.csv", ev.rows)
+        m = display.shape[0]
+        nb = ev.neighbours[("train", settings.metric)]
+        s = nb.score.double()
+        orders = {"candidate": torch.arange(m),
+                  "train-similarity": torch.sort(-s if nb.higher_is_better else s, stable=True).indices}
+        if score_name in scores:
+            orders["score"] = torch.sort(-scores[score_name].double(), stable=True).indices
+        for name, order in orders.items():
+            save_grid(d / f"grid-{name}.safetensors", ev, display, task, order=order[: settings.grid_max],
+                      metric=settings.metric)
+        return compact_summary(summary)
+
+    return Piece(key=key, run=run, spec={"settings": settings.model_dump(mode="json"), "light": light,
+                                         "score": score_name},
+                 deps=(model_key, run_key), kind="evaluate")
+
+
+def compact_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The numbers later pieces need from a metrics summary (small enough for a marker)."""
+    out: dict[str, Any] = {"param_distance": summary.get("param_distance"),
+                           "mean_l2_to_nearest": summary.get("mean_l2_to_nearest"),
+                           "n_candidates": summary.get("n_candidates")}
+    nearest = summary.get("nearest") or {}
+    out["mean_ssim_to_nearest"] = {k: (v.get("ssim") or {}).get("mean") for k, v in nearest.items()}
+    priv = summary.get("privacy") or {}
+    out["privacy"] = {"n_real": priv.get("n_real"), "n_fake": priv.get("n_fake"), "floor": priv.get("floor"),
+                      "scores": priv.get("scores", {})}
+    haim = summary.get("haim") or {}
+    out["haim_counts"] = haim.get("counts")
+    return out
+
+
+def finite(v: Any) -> float:
+    """``v`` as float, NaN when missing or not a number."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+    return f if math.isfinite(f) else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------
+# figures
+
+
+def grid_figure(grid_path: Path, *, sets: Sequence[str] = ("train",), max_items: int = 20, title: str,
+                png: Path, annotate_rank: Mapping[int, int] | None = None) -> None:
+    """A neighbour grid (candidate | nearest image of each set) from ``grid.safetensors``."""
+    from datarecon.report.figures import neighbour_grid, save_figure
+
+    g = load_tensors(grid_path)
+    matches = {s: g[s] for s in sets if s in g}
+    scores = {s: g[f"{s}_score"].tolist() for s in sets if f"{s}_score" in g}
+    fig = neighbour_grid(g["candidates"], matches, scores=scores, max_items=max_items, title=title)
+    save_figure(fig, png)
+
+
+def figure_piece(key: str, *, deps: Sequence[str], draw: Callable[[Context, Path], list[str]],
+                 spec: Mapping[str, Any] | None = None) -> Piece:
+    """A piece that draws PNG files into its directory; ``draw`` returns the file names written."""
+
+    def run(ctx: Context, d: Path) -> dict[str, Any]:
+        files = draw(ctx, d)
+        missing = [f for f in files if not (d / f).is_file()]
+        if missing:
+            raise DataReconError(f"figure piece {key} did not write {missing}")
+        return {"files": list(files)}
+
+    return Piece(key=key, run=run, spec=dict(spec or {}), deps=tuple(deps), kind="figure")

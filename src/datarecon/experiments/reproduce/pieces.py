@@ -1,0 +1,181 @@
+"""Pieces of a reproduction, each in its own directory with an atomic completion marker.
+
+A reproduction is a list of :class:`Piece` s (train target X, run attack Y, evaluate Z, draw
+figure W). Each piece writes only under ``OUT/<piece.key>/``; when it finishes, the runner writes
+``OUT/<piece.key>/DONE.json`` atomically (temp file + rename) as the very last thing. A rerun of
+the same reproduction into the same ``OUT`` skips every piece whose marker exists and carries the
+same hash, so a killed reproduction resumes where it stopped.
+
+The hash of a piece covers its own spec (the part of the config it depends on) and the hashes of
+the pieces it reads from, so changing one setting reruns exactly the pieces downstream of it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datarecon.errors import DataReconError
+from datarecon.utils.io import atomic_write_json, config_hash, read_json
+
+MARKER = "DONE.json"
+MANIFEST = "reproduction.json"
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One resumable unit of a reproduction.
+
+    Attributes:
+        key: its directory relative to the output folder, e.g. ``"models/affine"``.
+        run: ``run(ctx, dir) -> summary`` does the work, writing only under ``dir``; the returned
+            JSON-able summary is stored in the marker and readable by later pieces.
+        spec: JSON-able description of what determines its result (hashed).
+        deps: keys of pieces it reads from (must come earlier in the plan).
+        kind: short label for progress output ("train", "attack", "evaluate", "figure", ...).
+    """
+
+    key: str
+    run: Callable[[Context, Path], dict[str, Any]]
+    spec: dict[str, Any] = field(default_factory=dict)
+    deps: tuple[str, ...] = ()
+    kind: str = "piece"
+
+
+@dataclass
+class Context:
+    """What a running piece may read: the output folder, finished pieces' summaries, options.
+
+    Attributes:
+        out: the reproduction's output folder.
+        data_dir: data folder (None: ``$DATARECON_DATA`` / cache).
+        device: torch device name for training and attacks.
+        resume: let attack runs continue from their own checkpoints inside an unfinished piece.
+        summaries: key -> summary of every finished piece so far.
+    """
+
+    out: Path
+    data_dir: str | Path | None = None
+    device: str = "cpu"
+    resume: bool = False
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def dir(self, key: str) -> Path:
+        """The directory of piece ``key``."""
+        return self.out / key
+
+    def summary(self, key: str) -> dict[str, Any]:
+        """The summary of the finished piece ``key``."""
+        try:
+            return self.summaries[key]
+        except KeyError:
+            raise DataReconError(f"piece {key!r} has not run yet; this is a bug in the reproduction plan") from None
+
+
+@dataclass(frozen=True)
+class PieceRecord:
+    """What happened to one piece in :func:`execute`: ``status`` is "ran" or "skipped"."""
+
+    key: str
+    status: str
+    wall_time_s: float
+    hash: str
+
+
+def piece_hashes(pieces: Sequence[Piece]) -> dict[str, str]:
+    """Hash of each piece: its key, spec and the hashes of its dependencies.
+
+    Raises:
+        DataReconError: duplicate keys or a dependency that is not earlier in the plan.
+    """
+    hashes: dict[str, str] = {}
+    for p in pieces:
+        if p.key in hashes:
+            raise DataReconError(f"piece {p.key!r} appears twice in the plan")
+        missing = [d for d in p.deps if d not in hashes]
+        if missing:
+            raise DataReconError(f"piece {p.key!r} depends on {missing}, which are not earlier in the plan")
+        hashes[p.key] = config_hash({"key": p.key, "spec": p.spec, "deps": {d: hashes[d] for d in p.deps}})
+    return hashes
+
+
+def is_done(directory: Path, expected_hash: str) -> bool:
+    """Whether ``directory`` holds a completion marker with ``expected_hash``."""
+    marker = directory / MARKER
+    if not marker.is_file():
+        return False
+    try:
+        return read_json(marker).get("hash") == expected_hash
+    except DataReconError:
+        return False
+
+
+def execute(pieces: Sequence[Piece], ctx: Context, *, log: Callable[[str], None] = print) -> list[PieceRecord]:
+    """Run the pieces in order, skipping those already finished with the same hash.
+
+    A piece directory without a valid marker is cleared before its piece runs (a partial result
+    of a killed run), except that with ``ctx.resume`` it is kept so an attack can continue from
+    its own checkpoint.
+
+    Returns:
+        One :class:`PieceRecord` per piece.
+    """
+    hashes = piece_hashes(pieces)
+    records: list[PieceRecord] = []
+    total = len(pieces)
+    width = len(str(total))
+    for i, p in enumerate(pieces, start=1):
+        d = ctx.dir(p.key)
+        h = hashes[p.key]
+        tag = f"[{i:>{width}}/{total}] {p.kind:<8} {p.key}"
+        if is_done(d, h):
+            ctx.summaries[p.key] = read_json(d / MARKER).get("summary", {})
+            log(f"{tag}: done earlier, skipped")
+            records.append(PieceRecord(p.key, "skipped", 0.0, h))
+            continue
+        if d.exists() and not ctx.resume:
+            shutil.rmtree(d)
+        elif (d / MARKER).exists():  # stale marker (other hash): never trust it
+            (d / MARKER).unlink()
+        d.mkdir(parents=True, exist_ok=True)
+        log(f"{tag}: running ...")
+        t0 = time.perf_counter()
+        summary = p.run(ctx, d) or {}
+        wall = time.perf_counter() - t0
+        ctx.summaries[p.key] = summary
+        atomic_write_json(d / MARKER, {"key": p.key, "hash": h, "kind": p.kind, "wall_time_s": wall,
+                                       "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                       "deps": list(p.deps), "summary": summary})
+        log(f"{tag}: done in {wall:.1f} s")
+        records.append(PieceRecord(p.key, "ran", wall, h))
+    return records
+
+
+def check_manifest(out: Path, *, name: str, config_hash_: str, overwrite: bool) -> None:
+    """Refuse to mix two configurations in one output folder.
+
+    ``OUT/reproduction.json`` names the reproduction and its config hash. A folder written by
+    another reproduction or config is refused unless ``overwrite`` (then it is emptied).
+
+    Raises:
+        DataReconError: ``out`` holds another reproduction/config, or unrelated files.
+    """
+    manifest = out / MANIFEST
+    if out.exists() and not out.is_dir():
+        raise DataReconError(f"--out {out} is a file; choose a directory")
+    if out.is_dir() and any(out.iterdir()):
+        same = False
+        if manifest.is_file():
+            m = read_json(manifest)
+            same = m.get("name") == name and m.get("config_hash") == config_hash_
+        if not same:
+            if not overwrite:
+                what = (f"another configuration ({read_json(manifest).get('name')}, hash "
+                        f"{read_json(manifest).get('config_hash')})" if manifest.is_file() else "other files")
+                raise DataReconError(f"{out} holds {what}; pass --overwrite to replace it or choose another --out")
+            shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,297 @@
+"""Figures from evaluation results (matplotlib, Agg backend; plotting only).
+
+Every function takes results already computed by :mod:`datarecon.evaluation`
+(tensors, arrays or the ``metrics.json`` summary) and returns a
+:class:`matplotlib.figure.Figure`; nothing is computed from ground truth
+here. :func:`figure_png` and :func:`save_figure` turn a figure into PNG bytes
+or a file (atomic write).
+
+References:
+    Haim et al. (2022) Fig. 3-5 (neighbour grids, sorted SSIM curve, SSIM vs
+    margin); Runkel et al. (2024) Fig. 10-12 (landscape over the mixture
+    initialisation x = λ₂(λ₁ x_GT + (1 − λ₁) x_part) + (1 − λ₂) x_rnd).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from datarecon.errors import DataReconError  # noqa: E402
+from datarecon.utils.io import atomic_write_bytes  # noqa: E402
+
+__all__ = [
+    "figure_png",
+    "save_figure",
+    "neighbour_grid",
+    "sorted_ssim_curve",
+    "ssim_vs_margin",
+    "roc_curves",
+    "landscape_heatmaps",
+    "interpolation_curves",
+    "LANDSCAPE_SETS",
+]
+
+#: Reference sets shown in the landscape figures (Runkel Fig. 10-12).
+LANDSCAPE_SETS: tuple[str, ...] = ("train", "partition", "noise")
+_SET_TITLES = {"train": "ground truth", "partition": "partition", "noise": "noise", "heldout": "held-out"}
+
+
+def figure_png(fig: Figure, *, dpi: int = 100, close: bool = True) -> bytes:
+    """Render ``fig`` to PNG bytes (and close it unless ``close=False``)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    if close:
+        plt.close(fig)
+    return buf.getvalue()
+
+
+def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 100, close: bool = True) -> None:
+    """Write ``fig`` as a PNG file atomically."""
+    atomic_write_bytes(path, figure_png(fig, dpi=dpi, close=close))
+
+
+def _img(x: Any) -> np.ndarray:
+    """(C, H, W) tensor/array in [0, 1] -> (H, W[, 3]) for imshow."""
+    a = x.detach().cpu().float().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=float)
+    a = np.clip(a, 0.0, 1.0)
+    if a.ndim == 3:
+        a = a[0] if a.shape[0] == 1 else np.transpose(a, (1, 2, 0))
+    return a
+
+
+def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor], *,
+                   scores: Mapping[str, Sequence[float]] | None = None, max_items: int = 24,
+                   groups_per_row: int = 4, title: str | None = None) -> Figure:
+    """Each candidate beside its nearest image in each reference set.
+
+    Args:
+        candidates: ``(K, C, H, W)`` display-space candidates, already in the
+            order to show (e.g. sorted by similarity to the training set).
+        matches: ``{set name: (K, C, H, W)}`` their nearest images (e.g.
+            ``train``, ``partition``), same order.
+        scores: ``{set name: (K,)}`` similarity values written under the
+            matched images, optional.
+        max_items: Show at most this many candidates.
+        groups_per_row: Candidate groups (candidate + matches) per figure row.
+        title: Figure title.
+
+    Returns:
+        Figure.
+    """
+    k = min(int(candidates.shape[0]), max_items)
+    if k == 0:
+        raise DataReconError("no candidates to show in the neighbour grid")
+    names = list(matches)
+    width = 1 + len(names)
+    gpr = max(1, min(groups_per_row, k))
+    rows = math.ceil(k / gpr)
+    fig, axes = plt.subplots(rows, gpr * width, figsize=(1.1 * gpr * width, 1.35 * rows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for i in range(k):
+        r, g = divmod(i, gpr)
+        ax = axes[r, g * width]
+        ax.imshow(_img(candidates[i]), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+        ax.set_title(f"#{i + 1}", fontsize=7)
+        for j, name in enumerate(names):
+            ax = axes[r, g * width + 1 + j]
+            ax.imshow(_img(matches[name][i]), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+            label = _SET_TITLES.get(name, name)
+            if scores is not None and name in scores:
+                label = f"{label} {float(scores[name][i]):.2f}"
+            ax.set_title(label, fontsize=6)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _clean(values: Sequence[float | None] | None) -> np.ndarray:
+    if values is None:
+        return np.zeros(0)
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+
+
+def sorted_ssim_curve(curves: Mapping[str, Sequence[float | None]], *, threshold: float | None = 0.4,
+                      window: str | None = None, title: str | None = None) -> Figure:
+    """Sorted per-training-image SSIM (Haim protocol) with baseline curves.
+
+    Args:
+        curves: ``{label: SSIM values}`` e.g. ``real``, ``heldout``, ``noise``
+            (sorted here in decreasing order; None/NaN dropped).
+        threshold: Draw the "good reconstruction" line (None: none).
+        window: SSIM window named in the axis label (it changes the values).
+        title: Axes title.
+    """
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for label, vals in curves.items():
+        v = _clean(vals)
+        v = np.sort(v[~np.isnan(v)])[::-1]
+        if v.size:
+            ax.plot(np.arange(1, v.size + 1), v, label=f"{label} (n={v.size})",
+                    lw=2 if label == "real" else 1.2, ls="-" if label == "real" else "--")
+    if threshold is not None:
+        ax.axhline(threshold, color="gray", lw=0.8, ls=":", label=f"SSIM {threshold}")
+    ax.set_xlabel("training images, sorted")
+    ax.set_ylabel("SSIM" + (f" ({window} window)" if window else ""))
+    ax.set_ylim(min(-0.1, ax.get_ylim()[0]), 1.02)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    ax.set_title(title or "Sorted SSIM of the best reconstruction per training image", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def ssim_vs_margin(ssim: Sequence[float | None], margin: Sequence[float], *,
+                   threshold: float | None = 0.4, title: str | None = None) -> Figure:
+    """Scatter of each training image's reconstruction SSIM against its output margin.
+
+    Args:
+        ssim: ``(N,)`` Haim-protocol SSIM per training image (None/NaN skipped).
+        margin: ``(N,)`` output margin ``y Φ(x)`` (or multiclass margin) per training image.
+    """
+    s, m = _clean(ssim), _clean(margin)
+    if s.shape != m.shape:
+        raise DataReconError(f"ssim ({s.size}) and margin ({m.size}) have different lengths")
+    ok = ~(np.isnan(s) | np.isnan(m))
+    fig, ax = plt.subplots(figsize=(4.5, 3.4))
+    ax.scatter(m[ok], s[ok], s=8, alpha=0.7)
+    if threshold is not None:
+        ax.axhline(threshold, color="gray", lw=0.8, ls=":")
+    ax.set_xlabel("output margin of the training image")
+    ax.set_ylabel("SSIM of its best reconstruction")
+    ax.set_title(title or "SSIM vs margin", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def roc_curves(rocs: Mapping[str, tuple[Sequence[float], Sequence[float], float]], *,
+               title: str | None = None, log: bool = False) -> Figure:
+    """ROC curves of attacker-side scores (real vs fake candidates).
+
+    Args:
+        rocs: ``{score name: (fpr, tpr, auc)}``.
+        log: Log-scaled axes (to read TPR at low FPR).
+    """
+    fig, ax = plt.subplots(figsize=(4.2, 4))
+    for name, (fpr, tpr, auc) in rocs.items():
+        f, t = _clean(fpr), _clean(tpr)
+        if f.size and not np.isnan(f).any():
+            ax.plot(f, t, label=f"{name} (AUC {auc:.3f})" if auc == auc else f"{name} (AUC n/a)",
+                    drawstyle="default")
+    ax.plot([0, 1], [0, 1], color="gray", lw=0.8, ls=":")
+    if log:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(1e-3, 1)
+        ax.set_ylim(1e-3, 1)
+    ax.set_xlabel("false-positive rate (fake called real)")
+    ax.set_ylabel("true-positive rate")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(title or "Can the attacker tell real reconstructions?", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _landscape_value(metrics: Mapping[str, Any], name: str, key: str) -> float:
+    if key in metrics and isinstance(metrics[key], Mapping):
+        v = metrics[key].get(name)
+    else:
+        v = metrics.get(name)
+    return float("nan") if v is None else float(v)
+
+
+def _grid(results: Mapping[tuple[float, float], Mapping[str, Any]]):
+    if not results:
+        raise DataReconError("no results for the landscape; pass {(lambda1, lambda2): metrics}")
+    l1 = sorted({float(k[0]) for k in results})
+    l2 = sorted({float(k[1]) for k in results})
+    return l1, l2
+
+
+def landscape_heatmaps(results: Mapping[tuple[float, float], Mapping[str, Any]], *,
+                       sets: Sequence[str] = LANDSCAPE_SETS, key: str = "mean_l2_to_nearest",
+                       title: str | None = None) -> Figure:
+    """Heatmaps of the mean L2 distance to the nearest image of each set over (λ₁, λ₂).
+
+    Args:
+        results: ``{(λ₁, λ₂): metrics}``; ``metrics[key][set]`` (e.g. a
+            ``metrics.json`` summary) or ``metrics[set]`` holds the value.
+        sets: Reference sets, one heatmap each.
+        key: Summary key holding ``{set: value}``.
+
+    Returns:
+        Figure with one heatmap per set (λ₁ on x, λ₂ on y); missing cells blank.
+    """
+    l1, l2 = _grid(results)
+    fig, axes = plt.subplots(1, len(sets), figsize=(3.6 * len(sets), 3.2), squeeze=False)
+    for ax, name in zip(axes[0], sets, strict=True):
+        grid = np.full((len(l2), len(l1)), np.nan)
+        for (a, b), met in results.items():
+            grid[l2.index(float(b)), l1.index(float(a))] = _landscape_value(met, name, key)
+        im = ax.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(l1)), [f"{v:g}" for v in l1])
+        ax.set_yticks(range(len(l2)), [f"{v:g}" for v in l2])
+        ax.set_xlabel("λ₁ (ground truth ↔ partition)")
+        ax.set_ylabel("λ₂ (image ↔ noise)")
+        ax.set_title(f"mean L2 to nearest {_SET_TITLES.get(name, name)}", fontsize=9)
+        for (yy, xx), v in np.ndenumerate(grid):
+            if not np.isnan(v):
+                ax.text(xx, yy, f"{v:.2g}", ha="center", va="center", fontsize=6, color="w")
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def interpolation_curves(results: Mapping[Any, Any], *, sets: Sequence[str] = LANDSCAPE_SETS,
+                         key: str = "mean_l2_to_nearest", title: str | None = None) -> Figure:
+    """The two interpolation curves of the landscape (Runkel Fig. 11-12).
+
+    Left: λ₂ = 1, ground truth ↔ partition over λ₁. Right: λ₁ = 1, ground
+    truth ↔ noise over λ₂. One line per (method, reference set).
+
+    Args:
+        results: ``{(λ₁, λ₂): metrics}`` for one method, or
+            ``{method: {(λ₁, λ₂): metrics}}`` to compare methods.
+        sets, key: See :func:`landscape_heatmaps`.
+    """
+    if results and all(isinstance(k, tuple) for k in results):
+        by_method = {"": results}
+    else:
+        by_method = dict(results)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    styles = ["-", "--", ":", "-."]
+    for mi, (method, res) in enumerate(by_method.items()):
+        _grid(res)
+        for name in sets:
+            for ax, fixed_axis in ((axes[0], 1), (axes[1], 0)):
+                pts = sorted((float(k[1 - fixed_axis]), _landscape_value(v, name, key))
+                             for k, v in res.items() if abs(float(k[fixed_axis]) - 1.0) < 1e-9)
+                if pts:
+                    xs, ys = zip(*pts, strict=True)
+                    lbl = f"{method} {_SET_TITLES.get(name, name)}".strip()
+                    ax.plot(xs, ys, marker="o", ms=3, ls=styles[mi % len(styles)], label=lbl)
+    axes[0].set_xlabel("λ₁ (λ₂ = 1): partition → ground truth")
+    axes[1].set_xlabel("λ₂ (λ₁ = 1): noise → ground truth")
+    for ax in axes:
+        ax.set_ylabel("mean L2 to nearest")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.suptitle(title or "Interpolation curves", fontsize=10)
+    fig.tight_layout()
+    return fig

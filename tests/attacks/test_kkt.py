@@ -1,0 +1,143 @@
+"""KKT / DecoReco / gradnorm attacks: planted recovery, determinism, assumptions, misuse."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from datarecon.attacks.base import ATTACKS, AttackerPrior, Target
+from datarecon.attacks.init import make_init
+from datarecon.attacks.kkt import (
+    DecoRecoAttack,
+    DecoRecoConfig,
+    GradNormAttack,
+    GradNormConfig,
+    KKTAttack,
+    KKTConfig,
+    resolve_formulation,
+)
+from datarecon.attacks.runner import run_attack
+from datarecon.config import build_config
+from datarecon.errors import DataReconError
+
+SHAPE = (1, 4, 4)
+
+
+def _linear_planted(m: int, seed: int = 0):
+    """Bias-free linear Φ(x) = w·x with θ* = (1/m) Σ λ_i y_i x_i exactly (λ = 1)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(m, *SHAPE, generator=g, dtype=torch.float64) - 0.5
+    y = torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(m)], dtype=torch.float64)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 1, bias=False)).double()
+    w = (y[:, None] * x.reshape(m, -1)).sum(0, keepdim=True) / m
+    target = Target(model=model, params={"1.weight": w}, loss="logistic", weight_decay=0.0, input_shape=SHAPE,
+                    num_outputs=1, homogeneous=True)
+    prior = AttackerPrior(labels=y, input_shape=SHAPE, lower=-1.0, upper=1.0)
+    return target, prior, x, g
+
+
+@pytest.mark.parametrize("m", [1, 4], ids=["m1-unique", "m4-underdetermined"])
+def test_planted_linear_recovery(m):
+    target, prior, x_true, g = _linear_planted(m)
+    x0 = x_true + 0.05 * torch.randn(x_true.shape, generator=g, dtype=torch.float64)
+    cfg = KKTConfig(steps=300, lr_x=1.0, lr_lambda=0.0, lambda_init="ones", lambda_min=0.5, momentum=0.5)
+    rec = run_attack(KKTAttack(cfg), target, prior, x0=x0, generator=g, progress=False, log_every=300)
+    assert rec.history[-1]["residual"] < 1e-12 * max(rec.history[0]["residual"], 1e-30) + 1e-20
+    err0, err = (x0 - x_true).norm(), (rec.x - x_true).norm()
+    if m == 1:
+        assert err < 1e-6  # the solution is unique: x = θ*·m/(λ y)
+    else:
+        assert err < err0  # gradient flow projects x0 onto the solution set, which contains x_true
+
+
+def test_deterministic_by_seed(make_target, prior):
+    target = make_target()
+
+    def once(seed):
+        g = torch.Generator().manual_seed(seed)
+        x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=g, scale=0.1)
+        return run_attack(KKTAttack(KKTConfig(steps=5, lr_x=0.5)), target, prior, x0=x0, generator=g, progress=False)
+
+    a, b, c = once(1), once(1), once(2)
+    assert torch.equal(a.x, b.x) and torch.equal(a.multipliers, b.multipliers)
+    assert not torch.equal(a.x, c.x)
+
+
+def test_kkt_lowers_the_objective(make_target, prior):
+    target = make_target()
+    g = torch.Generator().manual_seed(0)
+    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=g, scale=0.1)
+    rec = run_attack(KKTAttack(KKTConfig(steps=60, lr_x=0.5, lr_lambda=0.01)), target, prior, x0=x0, generator=g,
+                     progress=False, log_every=1)
+    assert rec.history[-1]["loss"] < 0.9 * rec.history[0]["loss"]
+
+
+def test_decoreco_multiclass_and_regression(make_target):
+    tgt = make_target(k=3, loss="cross-entropy")
+    prior = AttackerPrior.balanced(m=6, num_outputs=3, input_shape=SHAPE, lower=-1.0, upper=1.0)
+    g = torch.Generator().manual_seed(0)
+    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=g, scale=0.1)
+    attack = DecoRecoAttack(DecoRecoConfig(steps=30, lr_x=0.1, lr_lambda=0.05))
+    rec = run_attack(attack, tgt, prior, x0=x0, generator=g, progress=False, log_every=1)
+    assert rec.summary["formulation"] == "multiclass" and rec.history[-1]["loss"] < rec.history[0]["loss"]
+    reg = make_target(loss="mse", weight_decay=7.5e-4)
+    prior1 = AttackerPrior.balanced(m=6, num_outputs=1, input_shape=SHAPE, lower=-1.0, upper=1.0)
+    cfg = DecoRecoConfig(steps=30, lr_x=0.5, lambda_init="uniform-signed", lr_lambda=0.01)
+    rec = run_attack(DecoRecoAttack(cfg), reg, prior1, x0=x0, generator=g, progress=False, log_every=1)
+    assert rec.summary["formulation"] == "regression"
+    assert rec.history[-1]["lambda_hinge"] == 0.0 and rec.history[-1]["loss"] < rec.history[0]["loss"]
+    assert rec.summary["selection"]["lambda_at_min"]["value"] <= 1.0
+
+
+def test_gradnorm_lowers_gradient_norm(make_target, prior):
+    target = make_target(weight_decay=1e-2)
+    g = torch.Generator().manual_seed(0)
+    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=g, scale=0.1)
+    rec = run_attack(GradNormAttack(GradNormConfig(steps=30, lr_x=0.5)), target, prior, x0=x0, generator=g,
+                     progress=False, log_every=1)
+    assert rec.history[-1]["residual"] < rec.history[0]["residual"]
+    assert torch.equal(rec.multipliers, torch.ones(6, dtype=torch.float64))
+
+
+def test_warns_on_non_homogeneous_target(make_target, prior):
+    target = make_target(bias=True)
+    g = torch.Generator().manual_seed(0)
+    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=g, scale=0.1)
+    with pytest.warns(UserWarning, match="not homogeneous"):
+        rec = run_attack(KKTAttack(KKTConfig(steps=1)), target, prior, x0=x0, generator=g, progress=False)
+    assert any("homogeneous" in n for n in rec.summary["notes"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_attack(KKTAttack(KKTConfig(steps=1)), make_target(), prior, x0=x0, generator=g, progress=False)
+
+
+def test_auto_formulation(make_target):
+    assert resolve_formulation("auto", make_target(k=3, loss="cross-entropy")) == "multiclass"
+    assert resolve_formulation("auto", make_target(loss="mse")) == "regression"
+    assert resolve_formulation("auto", make_target()) == "binary"
+
+
+def test_misuse_errors(make_target, prior):
+    g = torch.Generator().manual_seed(0)
+    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=g, scale=0.1)
+    with pytest.raises(DataReconError, match="needs a multi-output model"):
+        run_attack(KKTAttack(KKTConfig(steps=1, formulation="multiclass")), make_target(), prior, x0=x0,
+                   generator=g, progress=False)
+    with pytest.raises(DataReconError, match="unknown formulation 'hinge'; valid names: binary, multiclass, regression"):
+        build_config(KKTConfig, {"formulation": "hinge"})
+    with pytest.raises(DataReconError, match="unknown optimizer 'rmsprop'; valid names: adam, sgd"):
+        build_config(KKTConfig, {"optimizer": "rmsprop"})
+    with pytest.raises(DataReconError, match="lr_x"):
+        build_config(KKTConfig, {"lr_x": -1})
+    with pytest.raises(DataReconError, match="unknown attack method 'foo'; valid names: .*decoreco, gradnorm, kkt"):
+        ATTACKS.get("foo")
+
+
+@pytest.mark.parametrize("name", ["kkt", "decoreco", "gradnorm"])
+def test_registry_entries_build_from_config(name):
+    entry = ATTACKS.get(name)
+    attack = entry.from_config(entry.config_cls(steps=3))
+    assert attack.name == name and attack.config.steps == 3

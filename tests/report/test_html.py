@@ -1,0 +1,120 @@
+"""The HTML report is self-contained: every <img> is a data: URI holding a valid PNG."""
+
+from __future__ import annotations
+
+import base64
+import io
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import pytest
+import torch
+
+from datarecon.errors import DataReconError
+from datarecon.evaluation import evaluate_candidates, noise_images
+from datarecon.evaluation.run_eval import _write_neighbour_images
+from datarecon.report import FigureItem, Section, Table, figure_png, render_report, sorted_ssim_curve, write_report
+from datarecon.utils.io import atomic_write_json
+
+
+class _Collect(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.imgs: list[str] = []
+        self.external: list[str] = []
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        a = dict(attrs)
+        if tag == "img":
+            self.imgs.append(a.get("src", ""))
+        for key in ("src", "href"):
+            v = a.get(key)
+            if v and not v.startswith("data:") and not v.startswith("#"):
+                self.external.append(v)
+        if tag in ("script", "link", "iframe"):
+            self.external.append(tag)
+
+
+def _check_html(path: Path) -> _Collect:
+    text = path.read_text(encoding="utf-8")
+    p = _Collect()
+    p.feed(text)
+    assert not p.external, p.external
+    assert "http://" not in text and "https://" not in text and "@import" not in text
+    for src in p.imgs:
+        assert src.startswith("data:image/png;base64,")
+        data = base64.b64decode(src.split(",", 1)[1], validate=True)
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        assert mpimg.imread(io.BytesIO(data), format="png").ndim == 3
+    return p
+
+
+def _smooth(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 3, 16, 16, generator=g)
+    x = torch.nn.functional.avg_pool2d(x, 3, stride=1, padding=1)
+    lo = x.flatten(1).min(1).values.view(-1, 1, 1, 1)
+    hi = x.flatten(1).max(1).values.view(-1, 1, 1, 1)
+    return (x - lo) / (hi - lo)
+
+
+def _fake_run(root: Path, name: str, lam: tuple[float, float] | None, seed: int) -> Path:
+    train, held, part = _smooth(12, 1), _smooth(12, 2), _smooth(12, 3)
+    cands = torch.cat([train[:3] * 0.9 + 0.05, noise_images(5, (3, 16, 16), generator=torch.Generator().manual_seed(seed))])
+    refs = {"train": train, "heldout": held, "partition": part, "noise": noise_images(12, (3, 16, 16))}
+    ev = evaluate_candidates(cands, torch.ones(8), {"lambda": torch.rand(8, generator=torch.Generator().manual_seed(seed))},
+                             references=refs, top_k=12, margins=torch.linspace(0, 1, 12), n_floor_noise=50)
+    run = root / name
+    run.mkdir()
+    config = {"attack": {"name": "bilevel"}}
+    if lam is not None:
+        config["init"] = {"kind": "mixture", "lambda1": lam[0], "lambda2": lam[1]}
+    atomic_write_json(run / "run.json", {"model_dir": "m", "method": "bilevel", "status": "complete", "config": config})
+    summary = dict(ev.summary, param_distance=1e-3)
+    atomic_write_json(run / "metrics.json", summary)
+    _write_neighbour_images(run / "neighbours.safetensors", ev, cands, refs, "ssim", 16)
+    return run
+
+
+def test_write_report_sections(tmp_path):
+    png = figure_png(sorted_ssim_curve({"real": [0.9, 0.5]}))
+    out = write_report([Section("A <b>", text=["x & y"], tables=[Table("t", ["a", "b"], [[1.0, None], ["s", float("nan")]])],
+                                figures=[FigureItem("f", png)], code='{"a": 1}', notes=["careful"])],
+                       out=tmp_path / "r.html", title="T")
+    p = _check_html(out)
+    assert len(p.imgs) == 1 and "A &lt;b&gt;" in out.read_text()
+    with pytest.raises(DataReconError, match="not PNG"):
+        write_report([Section("x", figures=[FigureItem("bad", b"GIF89a")])], out=tmp_path / "bad.html")
+
+
+def test_render_report_from_runs(tmp_path):
+    runs = [_fake_run(tmp_path, f"r{i}", lam, i) for i, lam in enumerate([(0.0, 1.0), (1.0, 1.0), (1.0, 0.0), (0.5, 0.5)])]
+    runs.append(_fake_run(tmp_path, "plain", None, 9))
+    out = render_report(runs, out=tmp_path / "report.html")
+    p = _check_html(out)
+    text = out.read_text()
+    # per run: curve, margin scatter, ROC, grid; plus landscape heatmaps and interpolation curves
+    assert len(p.imgs) == 5 * 4 + 2
+    assert "Landscape" in text and "ROC AUC" in text and "Real/fake rule" in text
+    with pytest.raises(DataReconError, match="no metrics.json"):
+        render_report([tmp_path / "missing"], out=tmp_path / "x.html")
+    with pytest.raises(DataReconError, match="no run directories"):
+        render_report([], out=tmp_path / "x.html")
+    _screenshot(out, tmp_path)
+
+
+def _screenshot(html_path: Path, tmp_path: Path) -> None:
+    exe = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "", shutil.which("chromium-browser") or "",
+                            shutil.which("google-chrome") or "") if p and Path(p).exists()), None)
+    if exe is None:
+        pytest.skip("no Chromium at /usr/bin/chromium (or on PATH): headless render not checked")
+    shot = tmp_path / "shot.png"
+    subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+                    "--window-size=1200,2000", html_path.as_uri()], check=True, timeout=60,
+                   capture_output=True)
+    assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
