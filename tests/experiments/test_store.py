@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import multiprocessing
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,11 @@ def test_two_processes_write_one_store_concurrently(tmp_path):
     procs = [ctx.Process(target=_writer, args=(str(tmp_path), p, n)) for p in ("a", "b")]
     for p in procs:
         p.start()
-    Store(tmp_path).rebuild() if (tmp_path / "runs").exists() else None  # a reader/rebuilder meanwhile
+    rebuilds = 0
+    while any(p.is_alive() for p in procs):  # a third writer: rebuilds while the two drivers write
+        Store(tmp_path).rebuild()
+        rebuilds += 1
+        time.sleep(0.05)
     for p in procs:
         p.join(120)
         assert p.exitcode == 0

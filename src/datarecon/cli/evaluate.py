@@ -1,7 +1,75 @@
-"""CLI commands of this area (being written; registers nothing yet)."""
+"""``datarecon evaluate``: compare a run's candidates with the ground truth (evaluation only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from datarecon.errors import DataReconError
+
+
+def _evaluate(run: Path, *, against: str, data_dir: Path | None, metric: str, window: str,
+              assignment: str, top_k: int, seed: int, allow_incomplete: bool, quiet: bool) -> dict:
+    from datarecon.evaluation import evaluate_run
+
+    sets = tuple(s.strip() for s in against.split(",") if s.strip())
+    valid = {"train", "partition", "noise", "heldout"}
+    bad = [s for s in sets if s not in valid]
+    if bad or not sets:
+        raise DataReconError(f"unknown reference set(s) {bad or against!r} in --against; valid names: "
+                             f"{', '.join(sorted(valid))}")
+    return evaluate_run(run, against=sets, data_dir=data_dir, metric=metric, window=window,
+                        assignment=assignment, top_k=top_k, seed=seed, allow_incomplete=allow_incomplete,
+                        progress=not quiet)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to app."""
+    """Add ``evaluate`` to ``app``."""
+
+    @app.command("evaluate")
+    def evaluate_cmd(
+        runs: Annotated[list[Path] | None, typer.Argument(help="Run directories to evaluate.")] = None,
+        sweep: Annotated[Path | None, typer.Option(help="Evaluate the pooled candidates of a sweep directory.")] = None,
+        top: Annotated[int, typer.Option(help="With --sweep: pool the K best runs (attacker-side criterion).")] = 5,
+        against: Annotated[str, typer.Option(help="Reference sets, comma-separated.")] = "train,partition,noise,heldout",
+        data_dir: Annotated[Path | None, typer.Option(envvar="DATARECON_DATA", help="Data folder.")] = None,
+        metric: Annotated[str, typer.Option(help="Nearest-neighbour metric: ssim, l2, ncc, lncc.")] = "ssim",
+        window: Annotated[str, typer.Option(help="SSIM window: gaussian (sigma 1.5, like scikit-image) or box3.")] = "gaussian",
+        assignment: Annotated[str, typer.Option(help="Haim protocol matching: greedy, hungarian, independent.")] = "greedy",
+        top_k: Annotated[int, typer.Option(help="Prefilter shortlist size before exact SSIM.")] = 32,
+        seed: Annotated[int, typer.Option(help="Seed of the noise reference set and baselines.")] = 0,
+        allow_incomplete: Annotated[bool, typer.Option(help="Evaluate runs that did not finish.")] = False,
+        quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+    ) -> None:
+        """Write RUN/metrics.json and RUN/candidates.csv (nearest neighbours, Haim protocol, baselines, privacy ROC)."""
+        targets = list(runs or [])
+        if sweep is not None:
+            from datarecon.experiments.sweep import pool_candidates
+
+            targets.append(pool_candidates(sweep, top=top))
+        if not targets:
+            raise DataReconError("nothing to evaluate; pass RUN directories or --sweep DIR")
+        for run in targets:
+            summary = _evaluate(Path(run), against=against, data_dir=data_dir, metric=metric, window=window,
+                                assignment=assignment, top_k=top_k, seed=seed,
+                                allow_incomplete=allow_incomplete, quiet=quiet)
+            typer.echo(f"{run}: wrote metrics.json and candidates.csv")
+            typer.echo(json.dumps(_headline(summary), indent=2))
+
+
+def _headline(summary: dict) -> dict:
+    """The few numbers worth printing: count at SSIM > 0.4, parameter distance, AUC per score."""
+    out: dict = {}
+    haim = summary.get("haim") or {}
+    if "counts" in haim:
+        out["train_images_with_ssim>0.4"] = haim["counts"].get("0.4")
+    if summary.get("param_distance") is not None:
+        out["param_distance"] = summary["param_distance"]
+    scores = (summary.get("privacy") or {}).get("scores") or {}
+    for name, val in scores.items():
+        if isinstance(val, dict) and "auc" in val:
+            out[f"auc[{name}]"] = val["auc"]
+    return out

@@ -136,16 +136,18 @@ class Store:
     def rebuild(self) -> int:
         """Re-create the index from the run, pool and sweep directories; returns the number of runs.
 
-        Runs in one transaction: concurrent readers see the old index until it commits.
+        The directories are scanned while holding the write lock, so a driver that finishes a run
+        meanwhile waits and then adds its row: nothing written concurrently is lost. Readers see
+        the old index until the transaction commits.
         """
-        rows = [r for r in (row_from_dir(d, root=self.root) for d in self.run_dirs()) if r is not None]
-        sweeps = []
-        for f in sorted((self.root / SWEEPS).glob("*.json")):
-            try:
-                sweeps.append(read_json(f))
-            except CheckpointError:
-                continue
         with self.connect(write=True) as con:
+            rows = [r for r in (row_from_dir(d, root=self.root) for d in self.run_dirs()) if r is not None]
+            sweeps = []
+            for f in sorted((self.root / SWEEPS).glob("*.json")):
+                try:
+                    sweeps.append(read_json(f))
+                except CheckpointError:
+                    continue
             con.execute("DELETE FROM runs")
             con.execute("DELETE FROM sweeps")
             con.execute("DELETE FROM sweep_runs")

@@ -1,0 +1,105 @@
+"""``datarecon train`` / ``datarecon info`` in-process: happy path and pinned one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from datarecon.cli.main import main
+
+DIGITS = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "15", "--hidden", "12",
+          "--no-bias", "--lr", "0.5", "--epochs", "40"]
+
+
+def _err(capsys, argv: list[str]) -> str:
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 2, captured
+    assert "Traceback" not in captured.err + captured.out
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_train_then_info(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "m"
+    assert main([*DIGITS, "--out", str(out), "--quiet"]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {out}"
+    assert main(["info", str(out)]) == 0
+    card = capsys.readouterr().out
+    for text in ("arch        mlp 64-12-1, bias no", "parameters  780", "digits / odd-even, 15 per class",
+                 "loss        logistic, weight decay 0", "gd lr 0.5", "epochs 40/40", "train acc", "versions"):
+        assert text in card, card
+
+
+def test_config_file_with_option_overrides(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("data: {dataset: digits, task: odd-even, n_per_class: 10}\n"
+                   "arch: {name: mlp, hidden: [8], bias: true}\nlr: 0.1\nepochs: 5\n")
+    out = tmp_path / "m"
+    assert main(["train", "--config", str(cfg), "--no-bias", "--weight-decay", "0.01", "--epochs", "7",
+                 "--dtype", "float64", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "bias no" in text and "weight decay 0.01" in text and "epochs 7/7" in text and "float64" in text
+
+
+def test_resume_option(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "m"
+    assert main([*DIGITS, "--out", str(out), "--quiet"]) == 0
+    assert main([*DIGITS, "--out", str(out), "--quiet", "--resume"]) == 0
+    line = _err(capsys, [*DIGITS, "--lr", "0.4", "--out", str(out), "--quiet", "--resume"])
+    assert "written with another configuration" in line
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--arch", "cnn"], "error: unknown architecture 'cnn'; valid names: affine, mlp, one-hidden"),
+    (["--loss", "hinge"], "error: unknown loss 'hinge'; valid names: cross-entropy, huber, logistic, mse"),
+    (["--n-per-class", "0"], "error: invalid training config: data.n_per_class: Input should be greater than 0"),
+    (["--n-per-class", "-3"], "error: invalid training config: data.n_per_class: Input should be greater than 0; "
+                              "data.n_partition_per_class: Input should be greater than or equal to 0; "
+                              "data.n_heldout_per_class: Input should be greater than or equal to 0"),
+    (["--lr", "0"], "error: invalid training config: lr: Input should be greater than 0"),
+    (["--lr", "-0.1"], "error: invalid training config: lr: Input should be greater than 0"),
+    (["--n-per-class", "900"], "error: n_per_class=900 + n_partition_per_class=900 needs 1800 images of class "
+                               "'even' from digits train, but only 746 are available; lower the counts"),
+    (["--loss", "cross-entropy"], "error: loss 'cross-entropy' does not fit the binary task 'odd-even'; "
+                                  "use one of: huber, logistic, mse"),
+    (["--optimizer", "adam"], "error: unknown optimizer 'adam'; valid names: gd, lbfgs"),
+    (["--hidden", "a,b"], "error: --hidden must be a comma-separated list of widths like 1000,1000; got 'a,b'"),
+], ids=["arch", "loss", "n-zero", "n-negative", "lr-zero", "lr-negative", "n-too-large", "loss-task",
+        "optimizer", "hidden"])
+def test_user_errors_are_one_line(tmp_path: Path, capsys, extra, message) -> None:
+    out = tmp_path / "m"
+    assert _err(capsys, [*DIGITS, *extra, "--out", str(out)]) == message
+    assert not out.exists()
+
+
+def test_existing_out_dir_needs_overwrite(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "x").write_text("x")
+    assert _err(capsys, [*DIGITS, "--out", str(out)]) == (
+        f"error: output directory {out} exists; pass --overwrite to replace it or choose another --out")
+    assert main([*DIGITS, "--out", str(out), "--overwrite", "--quiet"]) == 0
+    assert not (out / "x").exists()
+
+
+def test_missing_data_dir(tmp_path: Path, capsys) -> None:
+    line = _err(capsys, ["train", "--dataset", "mnist", "--task", "odd-even", "--n-per-class", "5",
+                         "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "m")])
+    assert line.startswith("error: MNIST not found") and str(tmp_path / "nowhere") in line
+
+
+def test_missing_required_options_and_bad_config(tmp_path: Path, capsys) -> None:
+    assert _err(capsys, ["train", "--dataset", "digits", "--out", str(tmp_path / "m")]) == (
+        "error: missing --task, --n-per-class; pass them or a --config FILE")
+    assert _err(capsys, ["train", "--config", str(tmp_path / "none.yaml"), "--out", str(tmp_path / "m")]) == (
+        f"error: config file {tmp_path / 'none.yaml'} not found; check the path")
+    assert "not both" in _err(capsys, [*DIGITS, "--out", str(tmp_path / "m"), "--resume", "--overwrite"])
+
+
+def test_info_on_missing_dir(tmp_path: Path, capsys) -> None:
+    line = _err(capsys, ["info", str(tmp_path / "nope")])
+    assert line == f"error: model directory {tmp_path / 'nope'} not found; train one with `datarecon train --out {tmp_path / 'nope'}`"
