@@ -90,3 +90,21 @@ def test_missing_directory_and_wrong_format(tmp_path: Path) -> None:
     (tmp_path / "m" / META).write_text(json.dumps({"format": "something-else"}))
     with pytest.raises(CheckpointError, match="not a datarecon model file"):
         load_model_dir(tmp_path / "m")
+
+
+def test_saved_tensors_never_start_with_pickle_byte(tmp_path: Path) -> None:
+    """A safetensors header length ≡ 0x80 (mod 256) would look like a pickle to load_tensors."""
+    from safetensors.torch import save as st_save
+
+    from datarecon.models.checkpoint import save_tensors
+    from datarecon.utils.io import load_tensors
+
+    for i in range(200):  # find a tensor dict whose plain encoding starts with 0x80
+        tensors = {"k" * i: torch.zeros(2)}
+        if st_save(tensors)[:1] == b"\x80":
+            break
+    else:  # pragma: no cover
+        pytest.skip("no colliding header found")
+    save_tensors(tmp_path / "t.safetensors", tensors)
+    assert (tmp_path / "t.safetensors").read_bytes()[:1] != b"\x80"
+    assert torch.equal(load_tensors(tmp_path / "t.safetensors")["k" * i], torch.zeros(2))

@@ -1,0 +1,128 @@
+"""Paper reproductions: one typed config each, scales as YAML presets, resumable pieces.
+
+``reproduce(name, scale=..., out=...)`` builds the reproduction's config from the preset
+``experiments/presets/<name>-<scale>.yaml`` (overrides over the config's defaults, which are
+the published scale), runs its pieces (:mod:`.pieces`: each in its own folder with an atomic
+``DONE.json`` written last; finished pieces are skipped on a rerun) and writes
+``OUT/report.html``. Registered reproductions: :data:`REPRODUCTIONS`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from datarecon.config import build_config, merge, read_config_mapping
+from datarecon.errors import DataReconError
+from datarecon.registry import Registry
+from datarecon.utils.io import atomic_write_json, config_hash, versions
+
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+SCALES = ("smoke", "small", "paper")
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """A registered reproduction.
+
+    Attributes:
+        config_cls: its frozen pydantic config (defaults = the published scale).
+        plan: ``config -> [Piece]``.
+        sections: ``(ctx, config, *, scale, timings) -> [report Section]``.
+        title: report title.
+    """
+
+    config_cls: type[BaseModel]
+    plan: Callable[[Any], list]
+    sections: Callable[..., list]
+    title: str
+
+
+REPRODUCTIONS: Registry[Reproduction] = Registry("reproduction")
+
+
+def _register() -> None:
+    from datarecon.experiments.reproduce import haim2022, runkel2024
+
+    REPRODUCTIONS.register("runkel2024", Reproduction(
+        runkel2024.RunkelConfig, runkel2024.plan, runkel2024.report_sections,
+        "Runkel et al. (2024): Training data reconstruction — privacy due to uncertainty? (reproduction)"))
+    REPRODUCTIONS.register("haim2022", Reproduction(
+        haim2022.HaimConfig, haim2022.plan, haim2022.report_sections,
+        "Haim et al. (2022): Reconstructing training data from trained neural networks (reproduction)"))
+
+
+def preset_path(name: str, scale: str) -> Path:
+    """The preset file of ``name`` at ``scale``."""
+    return PRESETS_DIR / f"{name}-{scale}.yaml"
+
+
+def load_config(name: str, *, scale: str = "paper", overrides: dict[str, Any] | None = None) -> BaseModel:
+    """The config of reproduction ``name``: defaults, then the scale preset, then ``overrides``.
+
+    Raises:
+        DataReconError: unknown reproduction or scale, or invalid fields (one line).
+    """
+    entry = REPRODUCTIONS.get(name)
+    if scale not in SCALES:
+        raise DataReconError(f"unknown scale {scale!r}; valid scales: {', '.join(SCALES)}")
+    path = preset_path(name, scale)
+    fields = read_config_mapping(path) if path.is_file() else {}
+    return build_config(entry.config_cls, merge(fields, overrides or {}), where=f"{name} {scale} config")
+
+
+def reproduce(name: str, *, out: str | Path, scale: str = "smoke", data_dir: str | Path | None = None,
+              device: str = "cpu", resume: bool = False, overwrite: bool = False,
+              overrides: dict[str, Any] | None = None, log: Callable[[str], None] = print) -> Path:
+    """Run reproduction ``name`` into ``out`` and write ``out/report.html``.
+
+    Args:
+        name: a key of :data:`REPRODUCTIONS` (``runkel2024``, ``haim2022``).
+        out: output folder; rerunning into the same folder skips finished pieces.
+        scale: ``smoke`` (CI, minutes on 2 CPU cores), ``small`` (CPU, < 1 h), ``paper`` (GPU).
+        data_dir: data folder (default ``$DATARECON_DATA`` / cache).
+        device: ``cpu`` or ``cuda[:N]``.
+        resume: inside an unfinished piece, continue an attack from its checkpoint.
+        overwrite: replace an output folder holding another reproduction/configuration.
+        overrides: config fields over the preset (nested mapping).
+        log: progress sink (one line per piece).
+
+    Returns:
+        Path of ``report.html``.
+    """
+    from datarecon.experiments.reproduce.pieces import MANIFEST, Context, check_manifest, execute
+    from datarecon.report.html import write_report
+
+    entry = REPRODUCTIONS.get(name)
+    cfg = load_config(name, scale=scale, overrides=overrides)
+    chash = config_hash(cfg.model_dump(mode="json"))
+    out = Path(out)
+    check_manifest(out, name=name, config_hash_=chash, overwrite=overwrite)
+    atomic_write_json(out / MANIFEST, {"name": name, "scale": scale, "config_hash": chash,
+                                       "config": cfg.model_dump(mode="json"), "versions": versions()})
+    pieces = entry.plan(cfg)
+    ctx = Context(out=out, data_dir=data_dir, device=device, resume=resume)
+    log(f"{name} ({scale}): {len(pieces)} pieces -> {out}")
+    t0 = time.perf_counter()
+    records = execute(pieces, ctx, log=log)
+    timings: dict[str, float] = {}
+    kinds = {p.key: p.kind for p in pieces}
+    for r in records:
+        timings[kinds[r.key]] = timings.get(kinds[r.key], 0.0) + r.wall_time_s
+    timings["total (this invocation)"] = time.perf_counter() - t0
+    report = write_report(entry.sections(ctx, cfg, scale=scale, timings=timings), out=out / "report.html",
+                          title=entry.title)
+    atomic_write_json(out / "timings.json", {"pieces": {r.key: {"status": r.status, "wall_time_s": r.wall_time_s}
+                                                        for r in records}, "totals": timings})
+    log(f"wrote {report} ({timings['total (this invocation)']:.1f} s)")
+    return report
+
+
+_register()
+
+__all__ = ["PRESETS_DIR", "REPRODUCTIONS", "SCALES", "Reproduction", "load_config", "preset_path", "reproduce"]
