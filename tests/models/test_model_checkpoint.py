@@ -92,19 +92,18 @@ def test_missing_directory_and_wrong_format(tmp_path: Path) -> None:
         load_model_dir(tmp_path / "m")
 
 
-def test_saved_tensors_never_start_with_pickle_byte(tmp_path: Path) -> None:
-    """A safetensors header length ≡ 0x80 (mod 256) would look like a pickle to load_tensors."""
+def test_safetensors_whose_header_starts_with_pickle_byte_loads(tmp_path: Path) -> None:
+    """A safetensors header length ≡ 0x80 (mod 256) starts with the pickle PROTO byte; it must still load."""
     from safetensors.torch import save as st_save
 
-    from datarecon.models.checkpoint import save_tensors
-    from datarecon.utils.io import load_tensors
+    from datarecon.utils.io import load_tensors, save_tensors
 
-    for i in range(200):  # find a tensor dict whose plain encoding starts with 0x80
+    for i in range(300):  # find a tensor dict whose encoding starts with 0x80
         tensors = {"k" * i: torch.zeros(2)}
         if st_save(tensors)[:1] == b"\x80":
             break
     else:  # pragma: no cover
-        pytest.skip("no colliding header found")
+        pytest.fail("no colliding header found in 300 tries")
     save_tensors(tmp_path / "t.safetensors", tensors)
-    assert (tmp_path / "t.safetensors").read_bytes()[:1] != b"\x80"
+    assert (tmp_path / "t.safetensors").read_bytes()[:1] == b"\x80"
     assert torch.equal(load_tensors(tmp_path / "t.safetensors")["k" * i], torch.zeros(2))

@@ -127,3 +127,26 @@ def test_score_errors() -> None:
         model[1].weight.zero_()
     with pytest.raises(DataReconError, match="all parameters are zero"):
         kkt_regime_score(model, x, y)
+
+
+@pytest.mark.parametrize(("bias", "outputs"), [(False, 1), (True, 1), (True, 3)],
+                         ids=["nobias-binary", "bias-binary", "bias-multiclass"])
+def test_layerwise_gram_equals_jacobian_gram(bias: bool, outputs: int) -> None:
+    x, y = _data(n=11, multiclass=outputs > 1)
+    spec = ArchSpec(name="mlp", input_shape=(1, 3, 3), hidden=(7, 5), bias=bias, num_outputs=outputs)
+    model = build_model(spec, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    a = kkt_regime_score(model, x, y, method="layerwise")
+    b = kkt_regime_score(model, x, y, method="jacobian")
+    assert a.score == pytest.approx(b.score, rel=1e-9, abs=1e-13)
+    torch.testing.assert_close(a.multipliers, b.multipliers, rtol=1e-6, atol=1e-9)
+    # float32 model: the layerwise path still accumulates in float64
+    c = kkt_regime_score(model.float(), x.float(), y.float() if outputs == 1 else y, method="layerwise")
+    assert c.score == pytest.approx(b.score, rel=1e-4, abs=1e-7)
+
+
+def test_layerwise_refuses_other_models() -> None:
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(9, 1), torch.nn.Tanh())
+    x, y = _data(n=4)
+    with pytest.raises(DataReconError, match="method 'layerwise' needs"):
+        kkt_regime_score(model.double(), x, y, method="layerwise")
+    assert 0.0 <= kkt_regime_score(model.double(), x, y).score <= 1.0  # auto falls back to jacobian

@@ -1,7 +1,41 @@
-"""CLI commands of this area (being written; registers nothing yet)."""
+"""``datarecon demo``: train → attack → evaluate → report on bundled digits, in about a minute."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to app."""
+    """Add ``demo`` to ``app``."""
+
+    @app.command("demo")
+    def demo_cmd(
+        out: Annotated[Path, typer.Option(help="Output folder.")] = Path("demo-out"),
+        steps: Annotated[int | None, typer.Option(help="Attack steps (default 2000).")] = None,
+        seed: Annotated[int, typer.Option(help="Seed of data selection, training and attack.")] = 0,
+        config: Annotated[Path | None, typer.Option(help="YAML/TOML file of DemoConfig fields.")] = None,
+        overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+        quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+    ) -> None:
+        """Train a homogeneous MLP on digits odd/even, reconstruct its training data with the KKT attack,
+        and write reconstructions.png and report.html."""
+        from datarecon.cli._common import prepare_out_dir
+        from datarecon.config import build_config, merge, read_config_mapping
+        from datarecon.experiments.demo import DemoConfig, run_demo
+        from datarecon.models.checkpoint import load_model_dir
+        from datarecon.training.target import model_card
+
+        fields = read_config_mapping(config) if config is not None else {}
+        cfg = build_config(DemoConfig, merge(fields, {"attack_steps": steps, "seed": seed}), where="demo config")
+        prepare_out_dir(out, overwrite=overwrite)
+        result = run_demo(cfg, out=out, progress=not quiet)
+        typer.echo(model_card(load_model_dir(result.model_dir)))
+        typer.echo("")
+        rel = result.relative_residual
+        typer.echo(f"KKT attack: relative stationarity residual {rel:.3g}" if rel is not None else "KKT attack done")
+        typer.echo(f"training images with a reconstruction at SSIM > 0.4: {result.good_reconstructions} of "
+                   f"{result.n_train} (uniform-noise candidates reach {result.noise_baseline_good})")
+        typer.echo(f"wrote {result.picture} and {result.report}")

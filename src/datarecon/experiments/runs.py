@@ -1,15 +1,9 @@
-"""Build one attack run from a :class:`~datarecon.experiments.sweep.config.RunSpec` and execute it.
+"""Execute one sweep run spec: a thin adapter onto :func:`datarecon.experiments.reconstruct.reconstruct`.
 
-:func:`run_from_spec` is what a sweep worker calls: it loads the attacker's view of the model
-directory (θ*, architecture, loss, weight decay; never the training images), builds the attack
-from the ``ATTACKS`` registry (``config_cls`` + ``from_config``), the attacker prior (m balanced
-labels, pixel box of the model input space) and x₀ (``datarecon.attacks.init.make_init``), and
-runs :func:`datarecon.attacks.runner.run_attack` into a run directory (run contract in
-``docs/dev/CONTRACTS.md``).
-
-Data-dependent initialisations (``ground-truth``, ``partition``, ``mix``) are the experimenter's
-explicit choice (Runkel et al. 2024, §4.3/§4.5): only then are images loaded, from the model's
-own data spec, and handed to the initialisation (never to the attack).
+A :class:`~datarecon.experiments.sweep.config.RunSpec` (method, attack fields, init, candidates,
+steps, dtype, seed) is translated into the one Python API for a reconstruction run, so sweeps,
+``datarecon reconstruct`` and the paper reproductions build targets, priors, x₀ and attacks the
+same way and write the same run directory (``docs/dev/CONTRACTS.md``).
 """
 
 from __future__ import annotations
@@ -19,17 +13,12 @@ import pkgutil
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from datarecon.attacks.base import ATTACKS, AttackerPrior, Reconstruction, Target
-from datarecon.config import build_config
-from datarecon.errors import DataReconError
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+from datarecon.attacks.base import ATTACKS, Reconstruction
 
 
 def load_attack_modules() -> None:
-    """Import every module of ``datarecon.attacks`` so their registry entries exist."""
+    """Import every module of ``datarecon.attacks`` so their registry entries exist (spawned workers
+    start with an empty registry)."""
     import datarecon.attacks as pkg
 
     for info in pkgutil.walk_packages(pkg.__path__, prefix="datarecon.attacks."):
@@ -39,24 +28,27 @@ def load_attack_modules() -> None:
             continue
 
 
-def build_attack(method: str, fields: dict[str, Any]) -> Any:
-    """The attack ``method`` with its config validated from ``fields`` (one-line error on bad fields)."""
-    if method not in ATTACKS:
+def attack_fields(spec: Any) -> dict[str, Any]:
+    """The method config fields of a run spec: ``attack`` plus ``steps`` and ``dtype`` when the
+    method's config has them."""
+    if spec.method not in ATTACKS:
         load_attack_modules()
-    entry = ATTACKS.get(method)
-    config_cls = getattr(entry, "config_cls", None)
-    if config_cls is None:
-        raise DataReconError(f"attack {method!r} has no config_cls; it cannot be built from a config")
-    cfg = build_config(config_cls, fields, where=f"{method} attack config")
-    return entry.from_config(cfg) if hasattr(entry, "from_config") else entry(cfg)
+    known = set(getattr(ATTACKS.get(spec.method), "config_cls").model_fields)
+    fields = dict(spec.attack)
+    for name in ("steps", "dtype"):
+        if name in known:
+            fields[name] = getattr(spec, name)
+    return fields
 
 
-def default_candidates(data: dict[str, Any]) -> int:
-    """m = 2n (Haim et al. 2022) from the model's data spec, n = n_per_class × task classes."""
-    from datarecon.data import DataSpec
+def validate_spec(spec: Any) -> None:
+    """Check a run spec's attack and initialisation fields without running anything (one-line errors)."""
+    from datarecon.attacks.init import init_params
+    from datarecon.experiments.reconstruct import method_config
 
-    spec = DataSpec.model_validate(data)
-    return 2 * spec.n_per_class * spec.resolved_task().num_classes
+    method_config(spec.method, attack_fields(spec))
+    init = dict(spec.init)
+    init_params(init.pop("name"), **init)
 
 
 def run_from_spec(spec: Any, *, out: str | Path, resume: bool = True, progress: bool = False,
@@ -79,53 +71,14 @@ def run_from_spec(spec: Any, *, out: str | Path, resume: bool = True, progress: 
     Raises:
         DataReconError: bad attack/init fields, unknown names, or a model that does not fit.
     """
-    from datarecon.attacks.init import INITS, InitSources, init_labels, make_init
-    from datarecon.attacks.runner import run_attack
+    from datarecon.experiments.reconstruct import reconstruct
     from datarecon.experiments.sweep.config import RunSpec
-    from datarecon.models.checkpoint import load_model_dir
-    from datarecon.models.spec import is_homogeneous
 
     if not isinstance(spec, RunSpec):
         spec = RunSpec.model_validate(spec)
-    dtype = DTYPES[spec.dtype]
-    attack = build_attack(spec.method, {**spec.attack, "steps": spec.steps, "dtype": spec.dtype})
-
-    bundle = load_model_dir(spec.model_dir, device=spec.device, dtype=dtype)
-    target = Target(model=bundle.model, params=bundle.params, loss=bundle.loss, weight_decay=bundle.weight_decay,
-                    input_shape=tuple(bundle.arch.input_shape), num_outputs=bundle.arch.num_outputs,
-                    homogeneous=is_homogeneous(bundle.arch), model_dir=str(Path(spec.model_dir).resolve()))
-    shape = tuple(target.input_shape)
-    mean = bundle.input_mean.to(torch.float64)
-    m = spec.candidates or default_candidates(bundle.data)
-
     init = dict(spec.init)
     init_name = init.pop("name")
-    sources = None
-    if INITS.get(init_name).needs:
-        sources = _init_sources(bundle, data_dir=data_dir)
-    labels = init_labels(init_name, m=m, sources=sources, **init)
-    if labels is not None:
-        labels = labels.to(torch.float64) if target.num_outputs == 1 else labels.long()
-        prior = AttackerPrior(labels=labels, input_shape=shape, lower=(0.0 - mean).to(dtype),
-                              upper=(1.0 - mean).to(dtype))
-    else:
-        prior = AttackerPrior.balanced(m=m, num_outputs=target.num_outputs, input_shape=shape,
-                                       lower=(0.0 - mean).to(dtype), upper=(1.0 - mean).to(dtype))
-    generator = torch.Generator().manual_seed(int(spec.seed))
-    x0 = make_init(init_name, m=m, input_shape=shape, mean=mean, generator=generator, sources=sources,
-                   dtype=dtype, device=spec.device, **init)
-    record = {"init": spec.init, "candidates": m, "sweep_params": spec.params}
-    return run_attack(attack, target, prior, x0=x0, generator=generator, steps=spec.steps, out=out,
-                      checkpoint_every=checkpoint_every, resume=resume, progress=progress, log_every=log_every,
-                      seed=spec.seed, hooks=list(hooks), record=record)
-
-
-def _init_sources(bundle: Any, *, data_dir: str | Path | None) -> Any:
-    """Training and partition images of the model's data spec, in model input space (experimenter side)."""
-    from datarecon.attacks.init import InitSources
-    from datarecon.data import DataSpec, Normalisation, load_task
-
-    task = load_task(DataSpec.model_validate(bundle.data), data_dir=data_dir)
-    norm = Normalisation.from_mean(bundle.normalisation, bundle.input_mean)
-    return InitSources(ground_truth=norm.to_model(task.train.x).double(), ground_truth_labels=task.train.y,
-                       partition=norm.to_model(task.partition.x).double(), partition_labels=task.partition.y)
+    return reconstruct(spec.model_dir, out=out, method=spec.method, config=attack_fields(spec), init=init_name,
+                       init_params=init, candidates=spec.candidates, seed=spec.seed, device=spec.device,
+                       data_dir=data_dir, resume=resume, progress=progress, checkpoint_every=checkpoint_every,
+                       log_every=log_every, hooks=list(hooks), record={"sweep_params": spec.params})

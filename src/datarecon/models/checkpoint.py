@@ -24,11 +24,11 @@ from torch import nn
 from datarecon.errors import CheckpointError
 from datarecon.models.spec import ArchSpec, build_model
 from datarecon.utils.io import (
-    atomic_write_bytes,
     atomic_write_json,
     config_hash,
     load_tensors,
     read_json,
+    save_tensors,
     sha256_file,
     versions,
 )
@@ -36,22 +36,6 @@ from datarecon.utils.io import (
 FORMAT = "datarecon-model/1"
 
 
-def save_tensors(path: str | Path, tensors: dict[str, torch.Tensor]) -> None:
-    """Save safetensors atomically, never starting with byte 0x80.
-
-    A safetensors file starts with its header length as a little-endian u64; when that length is
-    ≡ 0x80 (mod 256) the first byte equals the pickle magic that
-    :func:`datarecon.utils.io.load_tensors` refuses. A metadata pad then changes the length.
-    """
-    from safetensors.torch import save as st_save
-
-    flat = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
-    data = st_save(flat)
-    pad = 1
-    while data[:1] == b"\x80":
-        data = st_save(flat, metadata={"pad": " " * pad})
-        pad += 1
-    atomic_write_bytes(path, data)
 WEIGHTS, EXTRAS, META = "weights.safetensors", "extras.safetensors", "model.json"
 
 

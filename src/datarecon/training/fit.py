@@ -31,7 +31,7 @@ from datarecon.training.engine import BaseHook, Checkpoint, Engine, History, Hoo
 from datarecon.training.kkt_regime import homogeneity_degree, normalised_margin
 from datarecon.training.losses import LOSSES, accuracy, margins, weight_penalty
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES, USES_PRECOMPUTED_GRAD
-from datarecon.models.checkpoint import save_tensors
+from datarecon.utils.io import save_tensors
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, sha256_file
 
 CHECKPOINT_FORMAT = "datarecon-train-checkpoint/1"

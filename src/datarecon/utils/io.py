@@ -83,7 +83,17 @@ def read_json(path: str | os.PathLike) -> Any:
         raise CheckpointError(f"{path} is not valid JSON ({exc}); re-create it") from None
 
 
-_PICKLE_MAGIC = (b"\x80", b"PK\x03\x04")  # pickle protocol >= 2; torch zip archives
+def _looks_like_safetensors(raw: bytes) -> bool:
+    """A safetensors file: u64 little-endian header length N, then N bytes of JSON starting with '{'."""
+    if len(raw) < 10:
+        return False
+    n = int.from_bytes(raw[:8], "little")
+    return 2 <= n <= len(raw) - 8 and raw[8:9] == b"{"
+
+
+def _looks_like_pickle(raw: bytes) -> bool:
+    """Pickle protocol >= 2 (0x80 PROTO opcode) or a torch.save zip archive."""
+    return raw[:1] == b"\x80" or raw[:4] == b"PK\x03\x04"
 
 
 def save_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor],
@@ -104,7 +114,7 @@ def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise CheckpointError(f"missing weights file {path}; is this the right directory?")
     raw = path.read_bytes()
-    if raw[:1] == _PICKLE_MAGIC[0] or raw[:4] == _PICKLE_MAGIC[1]:
+    if not _looks_like_safetensors(raw) and _looks_like_pickle(raw):
         raise CheckpointError(
             f"{path} is a pickle/torch.save file; datarecon loads only safetensors "
             "(pickles can execute code). Convert it with safetensors.torch.save_file"

@@ -70,11 +70,11 @@ def fd_gradient(f, x: torch.Tensor, h: float) -> torch.Tensor:
     return out
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def problem_factory():
     return build_problem
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def fd():
     return fd_gradient

@@ -29,7 +29,7 @@ float32, history 10: ≈ 1.7 GB, saved in every checkpoint); no dense Hessian.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -79,6 +79,7 @@ class BilevelConfig(BaseModel):
         weight_decay_override: weight decay of the lower-level energy instead of the target's
             (required for logistic / cross-entropy targets trained without weight decay).
         box_weight: weight of the pixel-box prior Σ relu(x − upper)² + relu(lower − x)² (0: off).
+        dtype: float32 | float64 of the attack (θ*, θ, x and all solves).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -102,6 +103,7 @@ class BilevelConfig(BaseModel):
     upper_loss: str = "sq"
     weight_decay_override: float | None = Field(default=None, ge=0)
     box_weight: float = Field(default=0.0, ge=0)
+    dtype: Literal["float32", "float64"] = "float64"
 
     @field_validator("optimizer")
     @classmethod
@@ -149,12 +151,25 @@ class BilevelAttack:
     """
 
     name = "bilevel"
+    config_cls = BilevelConfig
     divergence_hint = ("lower lr_x, raise weight_decay_override or damping, or use --hessian cg "
                        "with a tighter solve_tol")
     resume_ignore = ("steps",)
 
     def __init__(self, config: BilevelConfig | None = None) -> None:
-        self.config = config or BilevelConfig()
+        self.config = config if config is not None else BilevelConfig()
+        if not isinstance(self.config, BilevelConfig):
+            raise TypeError(f"BilevelAttack needs a BilevelConfig, got {type(self.config).__name__}")
+        self._cache: tuple | None = None  # (target, prior, layout, energy, θ*) of the last call
+
+    @classmethod
+    def from_config(cls, config: BilevelConfig) -> BilevelAttack:
+        """Build the attack from its config (used by the CLI through the ATTACKS registry)."""
+        return cls(config)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float64 if self.config.dtype == "float64" else torch.float32
 
     # ------------------------------------------------------------------ helpers
 
@@ -163,14 +178,19 @@ class BilevelAttack:
         return resolve_weight_decay(target.loss, target.weight_decay, self.config.weight_decay_override)
 
     def _problem(self, target: Target, prior: AttackerPrior):
-        layout = FlatLayout(target.params)
-        labels = prior.labels.to(layout.device)
-        if labels.is_floating_point():
-            labels = labels.to(layout.dtype)
-        energy_fn = make_energy(target.model, layout, labels, loss=target.loss,
-                                weight_decay=self.weight_decay(target))
-        theta_star = layout.flatten(target.params).detach()
-        return layout, energy_fn, theta_star
+        """(layout, E(x, θ), θ*) in the attack's dtype, cached per (target, prior)."""
+        cached = self._cache
+        if cached is None or cached[0] is not target or cached[1] is not prior:
+            params = {k: v.detach().to(self.dtype) for k, v in target.params.items()}
+            layout = FlatLayout(params)
+            labels = prior.labels.to(layout.device)
+            if labels.is_floating_point():
+                labels = labels.to(layout.dtype)
+            # functional_call replaces every parameter, so the module's own dtype does not matter
+            energy_fn = make_energy(target.model, layout, labels, loss=target.loss,
+                                    weight_decay=self.weight_decay(target))
+            self._cache = (target, prior, layout, energy_fn, layout.flatten(params).detach())
+        return self._cache[2:]
 
     @staticmethod
     def _on(state: dict[str, torch.Tensor], layout: FlatLayout) -> None:
@@ -237,11 +257,12 @@ class BilevelAttack:
             "inner_iters": float(inner.iterations),
             "inner_evals": float(inner.evaluations),
             "hvps": float(hg.solve.hvps),
-            "solve_residual": hg.solve.residual,
             "negative_curvature": float(hg.solve.negative_curvature),
             "grad_x_norm": float(torch.linalg.vector_norm(grad_x)),
             "box": float(box),
         }
+        if math.isfinite(hg.solve.residual):
+            metrics["solve_residual"] = hg.solve.residual
         finite = (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_x_norm"])
                   and math.isfinite(inner.grad_norm) and all(bool(torch.isfinite(v).all()) for v in new.values()
                                                              if v.is_floating_point())
@@ -284,8 +305,9 @@ class BilevelAttack:
         dist = float(((inner.theta - theta_star) ** 2).sum())
         counts, res = state[COUNTS], state[RESIDUALS].double()
         steps_done = int(counts[_C_STEPS])
+        layout, _, _ = self._problem(target, prior)
         with torch.no_grad():
-            out = target.forward(state["x"])
+            out = target.forward(state["x"], layout.unflatten(theta_star))
             score = margins(out, prior.labels.to(out.device)).detach().cpu()
         extra = {
             "param_distance": dist,
@@ -305,8 +327,3 @@ class BilevelAttack:
         }
         summary = {"param_distance": dist, "selection": {"param_distance": dist}, "extra": extra}
         return {"margin": score}, summary
-
-
-def build_bilevel(config: BilevelConfig | None = None) -> BilevelAttack:
-    """Factory for the attack registry."""
-    return BilevelAttack(config)

@@ -126,6 +126,23 @@ def solve_neumann(hvp: HVP, b: torch.Tensor, *, alpha: float, terms: int, dampin
     return SolveResult(p.mul_(alpha), hvps=max(terms - 1, 0), iterations=terms)
 
 
+def estimate_lambda_max(hvp: HVP, v0: torch.Tensor, *, iters: int = 20) -> tuple[float, int]:
+    """Largest |eigenvalue| of H by power iteration (for the Neumann step α < 2/λ_max).
+
+    Returns:
+        (estimate, HVPs used = ``iters``).
+    """
+    v = v0 / torch.linalg.vector_norm(v0)
+    lam = 0.0
+    for _ in range(iters):
+        hv = hvp(v)
+        lam = float(torch.linalg.vector_norm(hv))
+        if lam == 0.0:
+            break
+        v = hv / lam
+    return lam, iters
+
+
 # --------------------------------------------------------------------------- registry
 
 

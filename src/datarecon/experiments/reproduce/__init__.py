@@ -65,6 +65,9 @@ def preset_path(name: str, scale: str) -> Path:
 def load_config(name: str, *, scale: str = "paper", overrides: dict[str, Any] | None = None) -> BaseModel:
     """The config of reproduction ``name``: defaults, then the scale preset, then ``overrides``.
 
+    Nested mappings merge field by field, so a preset names only what differs from the defaults
+    (lists, e.g. hidden widths or attack runs, are replaced whole).
+
     Raises:
         DataReconError: unknown reproduction or scale, or invalid fields (one line).
     """
@@ -72,8 +75,9 @@ def load_config(name: str, *, scale: str = "paper", overrides: dict[str, Any] | 
     if scale not in SCALES:
         raise DataReconError(f"unknown scale {scale!r}; valid scales: {', '.join(SCALES)}")
     path = preset_path(name, scale)
-    fields = read_config_mapping(path) if path.is_file() else {}
-    return build_config(entry.config_cls, merge(fields, overrides or {}), where=f"{name} {scale} config")
+    preset = read_config_mapping(path) if path.is_file() else {}
+    base = entry.config_cls().model_dump(mode="json")  # presets override only what differs
+    return build_config(entry.config_cls, merge(merge(base, preset), overrides or {}), where=f"{name} {scale} config")
 
 
 def reproduce(name: str, *, out: str | Path, scale: str = "smoke", data_dir: str | Path | None = None,

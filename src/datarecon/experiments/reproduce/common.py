@@ -205,7 +205,10 @@ def attack_piece(key: str, *, model_key: str, attack_factory: Callable[[Any], An
         meta = read_json(d / RUN_SUBDIR / "run.json")
         return {"status": rec.status, "steps_done": rec.steps_done, "m": m,
                 "wall_time_s": meta.get("wall_time_s"), "final": _scalars(meta.get("final", {})),
-                "selection": _scalars(meta.get("selection", {})),
+                "selection": {k: (v.get("value") if isinstance(v, dict) else v)
+                              for k, v in (meta.get("selection") or {}).items()},
+                "selection_direction": {k: v.get("better") for k, v in (meta.get("selection") or {}).items()
+                                        if isinstance(v, dict)},
                 "param_distance": (meta.get("extra") or {}).get("param_distance"),
                 "init_shift": float((rec.x.cpu().double() - x0.cpu().double()).flatten(1).norm(dim=1).mean())}
 

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from datarecon.errors import DataReconError
 from datarecon.experiments.backends import Outcome, Task, make_backend
+from datarecon.experiments.runs import validate_spec
 from datarecon.experiments.store import FINISHED, TASK_FILE, Store, row_from_dir
 from datarecon.experiments.sweep.config import RunSpec, SweepConfig, expand
 from datarecon.experiments.sweep.worker import CLAIM_FILE, execute_task
@@ -113,22 +114,6 @@ def model_identity(model_dir: str | Path) -> str:
 
     meta = read_model_meta(model_dir)
     return config_hash({"config_hash": meta.get("config_hash"), "sha256": meta.get("sha256")})
-
-
-def validate_spec(spec: RunSpec) -> None:
-    """Check a run spec's attack and initialisation fields before any run starts (one-line errors)."""
-    from datarecon.attacks.base import ATTACKS
-    from datarecon.attacks.init import init_params
-    from datarecon.config import build_config
-    from datarecon.experiments.runs import load_attack_modules
-
-    if spec.method not in ATTACKS:
-        load_attack_modules()
-    entry = ATTACKS.get(spec.method)
-    build_config(entry.config_cls, {**spec.attack, "steps": spec.steps, "dtype": spec.dtype},
-                 where=f"{spec.method} attack config of sweep run {spec.index} ({spec.params})")
-    init = dict(spec.init)
-    init_params(init.pop("name"), **init)
 
 
 def plan(config: SweepConfig, out: str | Path) -> tuple[str, list[PlannedRun]]:

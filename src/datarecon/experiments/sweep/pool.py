@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from datarecon.errors import DataReconError
-from datarecon.experiments.store import FINISHED, Store
+from datarecon.experiments.store import Store
 from datarecon.experiments.sweep.driver import criterion_mode, score_of
 from datarecon.utils.io import atomic_write_json, config_hash, load_tensors, save_tensors, versions
 
@@ -111,4 +111,4 @@ def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relati
     return pool_dir
 
 
-__all__ = ["FINISHED", "pool_candidates", "rank_runs"]
+__all__ = ["pool_candidates", "rank_runs"]

@@ -1,0 +1,180 @@
+"""Benchmark of the bilevel attack's inverse-Hessian strategies (qn, cg, neumann).
+
+For an affine CIFAR-shaped target (3072 + 1 parameters) and a reduced-width one-hidden ReLU
+target, trained with logistic loss + weight decay on n synthetic images (U(0,1) − 0.5), the
+attack starts from fresh random candidates (m = n) and runs a few shared warm-up outer steps.
+At that common point, with θ̂ solved tightly, each strategy's hypergradient is compared with a
+tight-CG reference (relative error, cosine); then each strategy runs timed outer steps from
+the same state (wall time per step, HVPs and inner iterations per step).
+
+    python benchmarks/bench_bilevel.py --quick        # ~30 s
+    python benchmarks/bench_bilevel.py                # full
+
+Writes benchmarks/results/bilevel.json; exits non-zero on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from datarecon.attacks.base import AttackerPrior, Target
+from datarecon.attacks.bilevel import BilevelAttack, BilevelConfig, FlatLayout, lbfgs_minimize, make_energy
+from datarecon.attacks.bilevel.hypergrad import hypergradient
+from datarecon.attacks.bilevel.lbfgs import LBFGSMemory
+from datarecon.attacks.bilevel.linear_solve import SolveOptions, estimate_lambda_max
+from datarecon.attacks.bilevel.problem import HessianOperator, value_and_grad
+from datarecon.utils.io import atomic_write_json, versions
+
+SHAPE = (3, 32, 32)
+STRATEGIES = ("qn", "cg", "neumann")
+
+
+def make_target(kind: str, *, n: int, width: int, wd: float, dtype: torch.dtype, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    d = 3 * 32 * 32
+    if kind == "affine":
+        model = nn.Sequential(nn.Flatten(), nn.Linear(d, 1))
+    else:
+        model = nn.Sequential(nn.Flatten(), nn.Linear(d, width), nn.ReLU(), nn.Linear(width, 1))
+    model = model.to(dtype)
+    layout = FlatLayout({k: v.detach() for k, v in model.named_parameters()})
+    x = torch.rand(n, *SHAPE, generator=g, dtype=dtype) - 0.5
+    y = torch.cat([torch.ones(n - n // 2), -torch.ones(n // 2)]).to(dtype)
+    energy = make_energy(model, layout, y, loss="logistic", weight_decay=wd)
+    theta0 = layout.flatten({k: v.detach() for k, v in model.named_parameters()})
+    res = lbfgs_minimize(value_and_grad(energy, x), theta0, tol=1e-8, max_iter=2000)
+    target = Target(model=model, params=layout.unflatten(res.theta.clone()), loss="logistic", weight_decay=wd,
+                    input_shape=SHAPE, num_outputs=1)
+    prior = AttackerPrior(labels=y, input_shape=SHAPE, lower=-0.5, upper=0.5)
+    return target, prior, {"train_grad_norm": res.grad_norm, "train_iters": res.iterations}
+
+
+def bench(kind: str, args) -> dict:
+    dtype = torch.float64 if args.dtype == "float64" else torch.float32
+    width = args.width if kind == "one-hidden" else 0
+    target, prior, train = make_target(kind, n=args.n, width=width, wd=args.wd, dtype=dtype, seed=args.seed)
+    g = torch.Generator().manual_seed(args.seed + 1)
+    x0 = (torch.rand(args.n, *SHAPE, generator=g, dtype=dtype) - 0.5)
+    base = dict(lr_x=args.lr_x, inner_tol=args.inner_tol, dtype=args.dtype, theta0="uniform",
+                inner_max_iter=args.inner_max_iter)
+    warm = BilevelAttack(BilevelConfig(hessian="cg", **base))
+    state = warm.init_state(target, prior, x0=x0, generator=torch.Generator().manual_seed(0))
+    t0 = time.perf_counter()
+    for i in range(args.warmup):
+        warm.step(target, prior, state, i)
+    warm_s = time.perf_counter() - t0
+
+    # --- accuracy at the common point: θ̂ solved tightly, reference = CG to 1e-10 relative residual
+    layout, energy, theta_star = warm._problem(target, prior)
+    memory = LBFGSMemory(state["lbfgs.s"].clone(), state["lbfgs.y"].clone(), state["lbfgs.meta"].clone())
+    tight = lbfgs_minimize(value_and_grad(energy, state["x"]), state["theta"], pairs=memory.pairs(),
+                           tol=args.tight_tol, max_iter=500, history=memory.size)
+    memory.extend(tight.new_pairs)
+    pairs = memory.pairs()
+    op = HessianOperator(energy, state["x"], tight.theta, need_x=False)
+    lam_max, power_hvps = estimate_lambda_max(op, torch.ones_like(tight.theta), iters=30)
+    alpha = 1.0 / lam_max
+    ref = hypergradient(energy, state["x"], tight.theta, theta_star, strategy="cg",
+                        options=SolveOptions(tol=1e-10, max_iter=5000, warm_start=False))
+    strat_opts = {
+        "qn": SolveOptions(),
+        "cg": SolveOptions(tol=args.cg_tol, max_iter=args.cg_max_iter, warm_start=False),
+        "neumann": SolveOptions(neumann_alpha=alpha, max_iter=args.neumann_terms),
+    }
+    rows = []
+    for strat in STRATEGIES:
+        hg = hypergradient(energy, state["x"], tight.theta, theta_star, strategy=strat,
+                           options=strat_opts[strat], pairs=pairs)
+        diff = hg.grad_x - ref.grad_x
+        rel = float(diff.norm() / ref.grad_x.norm())
+        cos = float((hg.grad_x * ref.grad_x).sum() / (hg.grad_x.norm() * ref.grad_x.norm()))
+        # --- timing: outer steps from the same warm state
+        cfg = BilevelConfig(hessian=strat, solve_tol=args.cg_tol, solve_max_iter=(
+            args.neumann_terms if strat == "neumann" else args.cg_max_iter), neumann_alpha=alpha, **base)
+        attack = BilevelAttack(cfg)
+        st = {k: v.clone() for k, v in state.items()}
+        times, hvps, inner_iters, residuals = [], [], [], []
+        for i in range(args.steps):
+            t = time.perf_counter()
+            m = attack.step(target, prior, st, args.warmup + i)
+            times.append(time.perf_counter() - t)
+            hvps.append(m["hvps"])
+            inner_iters.append(m["inner_iters"])
+            residuals.append(m["residual"])
+            if not all(v == v for v in m.values()):
+                raise RuntimeError(f"{kind}/{strat}: non-finite metrics {m}")
+        rows.append({"strategy": strat, "rel_error": rel, "cosine": cos, "hvps_accuracy_solve": hg.solve.hvps,
+                     "ms_per_step_median": 1e3 * statistics.median(times), "ms_per_step_mean": 1e3 * statistics.mean(times),
+                     "hvps_per_step": statistics.mean(hvps), "inner_iters_per_step": statistics.mean(inner_iters),
+                     "inner_residual_max": max(residuals), "param_distance_end": m["param_distance"]})
+    return {"target": kind, "num_parameters": layout.size, "width": width, "n": args.n, "dtype": args.dtype,
+            "weight_decay": args.wd, "train": train, "warmup_steps": args.warmup, "warmup_s": warm_s,
+            "tight_inner_residual": tight.grad_norm, "lambda_max": lam_max, "neumann_alpha": alpha,
+            "reference_cg_hvps": ref.solve.hvps, "reference_residual": ref.solve.residual,
+            "lbfgs_pairs": len(pairs), "strategies": rows}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--n", type=int, default=100)
+    ap.add_argument("--width", type=int, default=None, help="one-hidden width (default 256; quick 32)")
+    ap.add_argument("--wd", type=float, default=1e-2)
+    ap.add_argument("--dtype", choices=("float32", "float64"), default="float64")
+    ap.add_argument("--lr-x", type=float, default=0.05)
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=None, help="timed outer steps per strategy")
+    ap.add_argument("--inner-tol", type=float, default=1e-6)
+    ap.add_argument("--inner-max-iter", type=int, default=50)
+    ap.add_argument("--tight-tol", type=float, default=1e-10)
+    ap.add_argument("--cg-tol", type=float, default=1e-6)
+    ap.add_argument("--cg-max-iter", type=int, default=100)
+    ap.add_argument("--neumann-terms", type=int, default=100)
+    ap.add_argument("--targets", default="affine,one-hidden")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bilevel.json")
+    args = ap.parse_args(argv)
+    args.width = args.width or (32 if args.quick else 256)
+    args.warmup = args.warmup if args.warmup is not None else (3 if args.quick else 10)
+    args.steps = args.steps or (5 if args.quick else 20)
+    torch.set_num_threads(args.threads)
+    results = []
+    try:
+        for kind in args.targets.split(","):
+            t = time.perf_counter()
+            r = bench(kind, args)
+            r["wall_s"] = time.perf_counter() - t
+            results.append(r)
+            print(f"\n{kind}: P = {r['num_parameters']}, n = {r['n']}, {r['dtype']}, wd = {r['weight_decay']}, "
+                  f"λ_max ≈ {r['lambda_max']:.3g} (neumann α = {r['neumann_alpha']:.3g}), "
+                  f"reference CG {r['reference_cg_hvps']} HVPs, tight inner residual {r['tight_inner_residual']:.1e}")
+            print(f"{'strategy':>9} {'rel.err':>9} {'cosine':>8} {'ms/step':>9} {'HVP/step':>9} {'inner it':>9} "
+                  f"{'inner res':>10}")
+            for s in r["strategies"]:
+                print(f"{s['strategy']:>9} {s['rel_error']:9.2e} {s['cosine']:8.4f} {s['ms_per_step_median']:9.1f} "
+                      f"{s['hvps_per_step']:9.1f} {s['inner_iters_per_step']:9.1f} {s['inner_residual_max']:10.1e}")
+    except Exception as exc:  # noqa: BLE001 — report and fail
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    payload = {"benchmark": "bilevel", "quick": args.quick, "args": {k: (str(v) if isinstance(v, Path) else v)
+                                                                     for k, v in vars(args).items()},
+               "platform": platform.platform(), "threads": torch.get_num_threads(), "versions": versions(),
+               "results": results}
+    atomic_write_json(args.out, payload)
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The bilevel attack end to end: planted solutions, misuse, registry, runner, resume (float64)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from datarecon.attacks import ATTACKS, run_attack
+from datarecon.attacks.base import AttackerPrior, Target
+from datarecon.attacks.bilevel import BilevelAttack, BilevelConfig, FlatLayout, lbfgs_minimize, make_energy
+from datarecon.attacks.bilevel.problem import THETA0, value_and_grad
+from datarecon.attacks.runner import load_checkpoint, read_run
+from datarecon.errors import DataReconError
+
+DT = torch.float64
+SHAPE = (1, 3, 3)
+WD = 0.05
+
+
+@pytest.fixture(scope="module")
+def planted():
+    """An affine classifier trained (to ‖∇E‖ ≤ 1e-13) with weight decay on 6 known images."""
+    g = torch.Generator().manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(9, 1)).double()
+    layout = FlatLayout({k: v.detach() for k, v in model.named_parameters()})
+    x_gt = torch.rand(6, *SHAPE, generator=g, dtype=DT) - 0.5
+    y = torch.tensor([1.0, 1, 1, -1, -1, -1], dtype=DT)
+    energy = make_energy(model, layout, y, loss="logistic", weight_decay=WD)
+    theta = lbfgs_minimize(value_and_grad(energy, x_gt), torch.zeros(layout.size, dtype=DT), tol=1e-13,
+                           max_iter=1000).theta
+    target = Target(model=model, params=layout.unflatten(theta.clone()), loss="logistic", weight_decay=WD,
+                    input_shape=SHAPE, num_outputs=1)
+    prior = AttackerPrior(labels=y, input_shape=SHAPE, lower=-0.5, upper=0.5)
+    return target, prior, x_gt
+
+
+def _run(target, prior, x0, *, steps, out=None, resume=False, **cfg):
+    attack = BilevelAttack(BilevelConfig(steps=steps, **cfg))
+    return run_attack(attack, target, prior, x0=x0, generator=torch.Generator().manual_seed(0), out=out,
+                      resume=resume, progress=False, log_every=1, checkpoint_every=2)
+
+
+@pytest.mark.parametrize("hessian", ["cg", "qn", "neumann"])
+def test_ground_truth_initialisation_stays(planted, hessian):
+    target, prior, x_gt = planted
+    rec = _run(target, prior, x_gt.clone(), steps=10, lr_x=0.1, hessian=hessian, inner_tol=1e-11)
+    assert rec.status == "complete"
+    assert float((rec.x - x_gt).norm()) < 1e-8
+    assert rec.summary["extra"]["param_distance"] < 1e-18
+
+
+@pytest.mark.parametrize("hessian", ["cg", "qn", "neumann"])
+def test_perturbed_initialisation_moves_back(planted, hessian):
+    """From x_GT + 0.01·N(0,1): ‖θ* − θ(x)‖² falls by > 100x and x moves toward x_GT (only the
+    components of x that change θ are restored: the affine problem's level sets are large)."""
+    target, prior, x_gt = planted
+    x0 = x_gt + 0.01 * torch.randn(x_gt.shape, generator=torch.Generator().manual_seed(1), dtype=DT)
+    rec = _run(target, prior, x0, steps=60, lr_x=0.05, hessian=hessian, inner_tol=1e-10)
+    first, last = rec.history[0]["param_distance"], rec.summary["extra"]["param_distance"]
+    assert last < first / 100
+    assert float((rec.x - x_gt).norm()) < 0.95 * float((x0 - x_gt).norm())
+
+
+def test_logistic_without_weight_decay_is_refused(planted):
+    target, prior, x_gt = planted
+    bare = Target(model=target.model, params=target.params, loss="logistic", weight_decay=0.0,
+                  input_shape=SHAPE, num_outputs=1)
+    with pytest.raises(DataReconError, match="zero weight decay has none.*weight_decay_override") as exc:
+        BilevelAttack().init_state(bare, prior, x0=x_gt, generator=torch.Generator())
+    assert "\n" not in str(exc.value)
+    ok = BilevelAttack(BilevelConfig(weight_decay_override=0.05))
+    state = ok.init_state(bare, prior, x0=x_gt, generator=torch.Generator())
+    assert state["theta"].shape == (10,)
+
+
+@pytest.mark.parametrize("field,value,names", [
+    ("hessian", "lu", "cg, neumann, qn"),
+    ("theta0", "zeros", "default, target, uniform"),
+    ("upper_loss", "l1", "normalised, sq"),
+    ("line_search", "exact", "armijo, strong-wolfe"),
+])
+def test_unknown_names_list_valid_ones(field, value, names):
+    with pytest.raises(DataReconError, match=f"valid names: {names}"):
+        BilevelConfig(**{field: value})
+
+
+def test_registered_and_buildable_from_config():
+    entry = ATTACKS.get("bilevel")
+    assert entry is BilevelAttack
+    attack = entry.from_config(BilevelConfig(hessian="qn"))
+    assert attack.name == "bilevel" and attack.config.hessian == "qn"
+    from datarecon.experiments.reconstruct import method_config
+
+    cfg = method_config("bilevel", {"hessian": "neumann"}, steps=3)
+    assert isinstance(cfg, BilevelConfig) and cfg.steps == 3
+
+
+def test_run_directory_records_extra_and_resume_is_bit_identical(planted, tmp_path):
+    target, prior, x_gt = planted
+    x0 = x_gt + 0.05 * torch.randn(x_gt.shape, generator=torch.Generator().manual_seed(2), dtype=DT)
+    cfg = dict(lr_x=0.05, hessian="cg", theta0="uniform", inner_tol=1e-9)
+    full = _run(target, prior, x0, steps=6, out=tmp_path / "full", **cfg)
+    _run(target, prior, x0, steps=3, out=tmp_path / "part", **cfg)
+    resumed = _run(target, prior, x0, steps=6, out=tmp_path / "part", resume=True, **cfg)
+    assert torch.equal(full.x, resumed.x)
+    a, _ = load_checkpoint(tmp_path / "full")
+    b, _ = load_checkpoint(tmp_path / "part")
+    assert set(a) == set(b)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    assert {"theta", "p", "lbfgs.s", "lbfgs.y", "lbfgs.meta", "opt.x.momentum"} <= set(a)
+    _, run = read_run(tmp_path / "full")
+    extra = run["extra"]
+    for key in ("param_distance", "inner_residual_final", "inner_residual_max", "hvp_count", "inner_iterations"):
+        assert key in extra
+    assert extra["hvp_count"] > 0 and extra["inner_iterations"] > 0 and extra["outer_steps"] == 6
+    assert run["extra"] == resumed.summary["extra"]
+
+
+@pytest.mark.parametrize("theta0", ["uniform", "target", "default"])
+def test_theta0_choices_and_float32(planted, theta0):
+    target, prior, x_gt = planted
+    rec = _run(target, prior, x_gt.float(), steps=2, lr_x=0.05, theta0=theta0, dtype="float32", inner_tol=1e-5)
+    assert rec.x.dtype == torch.float32 and rec.status == "complete"
+    assert rec.summary["extra"]["param_distance"] < 1e-6
+
+
+def test_theta0_uniform_is_unit_interval_and_seeded(planted):
+    target, _, _ = planted
+    layout = FlatLayout(target.params)
+    star = layout.flatten(target.params)
+    a = THETA0.get("uniform")(target.model, layout, star, generator=torch.Generator().manual_seed(3))
+    b = THETA0.get("uniform")(target.model, layout, star, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a, b) and float(a.min()) >= 0 and float(a.max()) <= 1
+
+
+def test_box_prior_pulls_into_range(planted):
+    target, prior, x_gt = planted
+    x0 = x_gt.clone()
+    x0[0, 0, 0, 0] = 2.0  # far outside [-0.5, 0.5]
+    rec = _run(target, prior, x0, steps=20, lr_x=0.05, box_weight=5.0)
+    assert float(rec.x[0, 0, 0, 0]) < 1.0
+    assert rec.history[-1]["box"] < rec.history[0]["box"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu(planted):
+    target, prior, x_gt = planted
+    x0 = x_gt + 0.01 * torch.randn(x_gt.shape, generator=torch.Generator().manual_seed(1), dtype=DT)
+    cpu = _run(target, prior, x0, steps=5, lr_x=0.05, inner_tol=1e-10)
+    gpu_target = target.to(device="cuda")
+    gpu_prior = AttackerPrior(labels=prior.labels.cuda(), input_shape=SHAPE, lower=-0.5, upper=0.5)
+    gpu = _run(gpu_target, gpu_prior, x0.cuda(), steps=5, lr_x=0.05, inner_tol=1e-10)
+    torch.testing.assert_close(gpu.x.cpu(), cpu.x, rtol=1e-6, atol=1e-9)
