@@ -291,12 +291,16 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
         rdir = ctx.dir(run_key) / RUN_SUBDIR
         t = load_tensors(rdir / "candidates.safetensors")
         meta = read_json(rdir / "run.json")
-        display = norm.to_display(t["x"].float())
+        x = t["x"].double()
+        nonfinite = int((~torch.isfinite(x)).flatten(1).any(dim=1).sum())
+        # a diverged run keeps its last finite state, which may still be huge; keep it finite for float32
+        display = norm.to_display(torch.nan_to_num(x, nan=0.0).clamp(-1e6, 1e6)).float()
         scores = {k[6:]: v.reshape(-1) for k, v in t.items() if k.startswith("score_")}
         ev = evaluate_display(display, labels=t.get("labels"), scores=scores, multipliers=t.get("multipliers"),
                               bundle=bundle, task=task, norm=norm, settings=settings, light=light)
         summary = dict(ev.summary)
         summary["param_distance"] = (meta.get("extra") or {}).get("param_distance")
+        summary["nonfinite_candidates"] = nonfinite
         summary["run"] = {"method": meta.get("method"), "status": meta.get("status"),
                           "steps_done": meta.get("steps_done"), "init": meta.get("init")}
         atomic_write_json(d / "metrics.json", summary)
