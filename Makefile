@@ -7,11 +7,16 @@ export DATARECON_DATA
 
 .PHONY: venv demo test clean
 
+# The test suite also exercises the optional Ray backend (extra `ray`).
+$(VENV)/.ray-extra: $(BIN)/datarecon
+	$(BIN)/pip install -q -e ".[test,ray]" torch==2.13.0
+	touch $@
+
 $(BIN)/datarecon: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -e ".[test]" torch==2.13.0
 	touch $(BIN)/datarecon
 
 venv: $(BIN)/datarecon
@@ -19,7 +24,7 @@ venv: $(BIN)/datarecon
 demo: venv
 	$(BIN)/datarecon demo --out demo-out --overwrite
 
-test: venv
+test: venv $(VENV)/.ray-extra
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -85,14 +85,18 @@ def main(argv: list[str] | None = None) -> int:
             train_s = time.perf_counter() - t0
             bundle = load_model_dir(Path(tmp) / "model")
             target = Target.from_model_dir(Path(tmp) / "model")
-        data = load_task(bundle.data_spec, data_dir=args.data_dir)
-        norm = bundle.normalisation
+        from datarecon.data import DataSpec
+
+        data = load_task(DataSpec(**bundle.data), data_dir=args.data_dir)
+        norm = data.normalisation
+        if not torch.allclose(norm.mean.double(), bundle.input_mean.double()):
+            raise RuntimeError("training mean differs from the model directory's input_mean")
         train_display = data.train.x.double()
         n = train_display.shape[0]
         m = 2 * n
         lo, hi = norm.model_range()
         prior = AttackerPrior.balanced(m=m, num_outputs=1, input_shape=tuple(target.input_shape), lower=lo, upper=hi)
-        x0 = make_init("gaussian", m=m, input_shape=tuple(target.input_shape),
+        x0 = make_init("gaussian", m=m, input_shape=tuple(target.input_shape), mean=norm.mean.double(),
                        generator=torch.Generator().manual_seed(args.seed), scale=args.init_scale,
                        dtype=torch.float64, device=torch.device("cpu"))
         print(f"target: {args.dataset} odd-even n={n}, hidden {args.hidden}, train acc "

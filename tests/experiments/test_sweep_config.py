@@ -99,3 +99,15 @@ def test_example_files_load_and_match_reference_ranges():
     assert (r["attack.alpha"].dist, r["attack.alpha"].low, r["attack.alpha"].high) == ("uniform", 10.0, 500.0)
     assert ref.steps == 50000 and ref.dtype == "float64" and ref.selection.criterion == "relative_residual"
     assert len(expand(load_config_file(EXAMPLES / "sweep-tiny.yaml", SweepConfig))) == 4
+
+
+def test_ray_missing_gives_install_hint(monkeypatch):
+    import sys
+
+    from datarecon.errors import DataReconError
+    from datarecon.experiments.backends import BACKENDS, import_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    with pytest.raises(DataReconError, match=r"pip install 'datarecon\[ray\]'"):
+        import_ray()
+    assert {"local", "ray"} <= set(BACKENDS.names())

@@ -168,6 +168,12 @@ def test_cli_sweep_pool_store(model_dir, tmp_path, capsys):
     assert "params.init.scale" in header and "selection.relative_residual.value" in header
     assert main(["store", "rebuild", str(out)]) == 0
     assert "indexed 3 runs" in capsys.readouterr().out
+    # pooled evaluation straight from the sweep directory (evaluation is where ground truth enters)
+    assert main(["evaluate", "--sweep", str(out), "--top", "2", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "wrote metrics.json" in printed
+    pooled = json.loads(next(out.glob("pools/*/metrics.json")).read_text())
+    assert pooled["run"]["method"] == "pool"
     assert main(["sweep", "--out", str(out)]) == 2
     assert main(["store", "list", str(out), "--sort", "nope.x"]) == 2
     assert "unknown sort column" in capsys.readouterr().err

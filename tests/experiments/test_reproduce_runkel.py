@@ -1,0 +1,143 @@
+"""End-to-end smoke run of ``datarecon reproduce runkel2024`` on the real CIFAR-10 data.
+
+The reproduction runs once per module (module-scoped fixture) into a temporary folder; the tests
+check its artefacts with comparisons between settings, never hard-coded numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from datarecon.errors import DataReconError
+from datarecon.experiments.reproduce import SCALES, load_config, reproduce
+from datarecon.experiments.reproduce.pieces import MARKER
+from datarecon.utils.io import read_json
+
+
+@pytest.fixture(scope="module")
+def runkel(tmp_path_factory, data_dir):
+    out = tmp_path_factory.mktemp("runkel2024")
+    lines: list[str] = []
+    t0 = time.perf_counter()
+    reproduce("runkel2024", scale="smoke", out=out, data_dir=data_dir, log=lines.append)
+    return out, lines, time.perf_counter() - t0
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _metrics(out: Path, key: str) -> dict:
+    return read_json(out / "eval" / key / "metrics.json")
+
+
+def test_table1_every_cell_present_and_finite(runkel):
+    out, _, _ = runkel
+    rows = _csv(out / "tables" / "table1.csv")
+    assert [r["x_init"] for r in rows] == ["random", "ground-truth", "partition"]
+    for r in rows:
+        for col in ("affine_ours", "affine_paper", "one-hidden_ours", "one-hidden_paper"):
+            assert math.isfinite(float(r[col])), (r["x_init"], col)
+
+
+def test_every_figure_and_table_written(runkel):
+    out, _, _ = runkel
+    expected = {
+        "fig01": ["fig01a_affine.png", "fig01b_one-hidden.png"],
+        "fig02": ["fig02a_affine.png", "fig02b_one-hidden.png"],
+        "fig03": ["fig03a_affine_vs_train.png", "fig03b_affine_vs_partition.png"],
+        "fig04": ["fig04a_one-hidden_vs_train.png", "fig04b_one-hidden_vs_partition.png"],
+        "fig05": ["fig05.png"],
+        "fig06-07": ["fig06.png", "fig07.png", "rank.csv"],
+        "fig08": ["fig08.png"],
+        "fig09": ["fig09a_vs_train.png", "fig09b_vs_partition.png"],
+        "fig10-12": ["fig10a_bilevel.png", "fig10b_decoreco.png", "fig11-12a_bilevel.png", "fig11-12b_decoreco.png"],
+    }
+    for folder, files in expected.items():
+        for f in files:
+            p = out / "figures" / folder / f
+            assert p.is_file() and p.stat().st_size > 0, p
+            if f.endswith(".png"):
+                assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for f in ("table1.csv", "nearest.csv", "privacy.csv", "landscape.csv"):
+        assert (out / "tables" / f).is_file()
+    land = _csv(out / "tables" / "landscape.csv")
+    assert len(land) == 2 * 25  # 5x5 grid for bilevel and DecoReco
+    assert all(math.isfinite(float(r["mean_l2_train"])) for r in land)
+
+
+def test_report_embeds_every_figure(runkel):
+    out, _, _ = runkel
+    html = (out / "report.html").read_text(encoding="utf-8")
+    n_png = len(list((out / "figures").rglob("*.png")))
+    assert html.count("data:image/png;base64,") >= n_png
+    assert "Table 1" in html and "0.001121" in html  # the paper's affine/random value is shown beside ours
+
+
+def test_ground_truth_init_beats_random_init_on_affine(runkel):
+    out, _, _ = runkel
+    gt = _metrics(out, "bilevel/affine/ground-truth")["mean_l2_to_nearest"]["train"]
+    rnd = _metrics(out, "bilevel/affine/random")["mean_l2_to_nearest"]["train"]
+    assert gt < rnd
+
+
+@pytest.mark.parametrize("setting", ["bilevel/affine/partition", "bilevel/one-hidden/partition",
+                                     "decoreco/partition"])
+def test_partition_init_stays_closer_to_partition_than_to_training_set(runkel, setting):
+    out, _, _ = runkel
+    d = _metrics(out, setting)["mean_l2_to_nearest"]
+    assert d["partition"] < d["train"]
+
+
+def test_privacy_measurement_per_setting(runkel):
+    out, _, _ = runkel
+    rows = _csv(out / "tables" / "privacy.csv")
+    settings = {r["setting"] for r in rows}
+    assert {"bilevel/affine/random", "decoreco/tuned", "decoreco/partition"} <= settings
+    for r in rows:
+        assert int(r["n_real"]) + int(r["n_fake"]) > 0
+
+
+def test_progress_output_per_piece(runkel):
+    out, lines, _ = runkel
+    n = len([line for line in lines if ": done in " in line])
+    assert n == sum(1 for _ in out.rglob(MARKER))
+
+
+def test_rerun_skips_finished_pieces_and_reruns_a_killed_one(runkel, data_dir):
+    out, _, _ = runkel
+    victim = out / "eval" / "bilevel" / "affine" / "random"
+    before = {p: p.stat().st_mtime_ns for p in out.rglob(MARKER)}
+    (victim / MARKER).unlink()  # as if killed before the marker was written
+    lines: list[str] = []
+    reproduce("runkel2024", scale="smoke", out=out, data_dir=data_dir, log=lines.append)
+    after = {p: p.stat().st_mtime_ns for p in out.rglob(MARKER)}
+    assert set(after) == set(before)
+    changed = [p for p in after if after[p] != before[p]]
+    assert changed == [victim / MARKER]
+    assert sum(": done in " in line for line in lines) == 1
+    assert sum("skipped" in line for line in lines) == len(before) - 1
+
+
+def test_other_configuration_in_same_folder_is_refused(runkel, data_dir):
+    out, _, _ = runkel
+    with pytest.raises(DataReconError, match="--overwrite"):
+        reproduce("runkel2024", scale="smoke", out=out, data_dir=data_dir, log=lambda s: None,
+                  overrides={"seed": 1})
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_every_scale_preset_loads(scale):
+    cfg = load_config("runkel2024", scale=scale)
+    assert cfg.landscape.grid == (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def test_unknown_scale_lists_valid_ones():
+    with pytest.raises(DataReconError, match="smoke, small, paper"):
+        load_config("runkel2024", scale="huge")
