@@ -38,7 +38,8 @@ SHAPE = (3, 32, 32)
 STRATEGIES = ("qn", "cg", "neumann")
 
 
-def make_target(kind: str, *, n: int, width: int, wd: float, dtype: torch.dtype, seed: int):
+def make_target(kind: str, *, n: int, width: int, wd: float, dtype: torch.dtype, seed: int,
+                args_train_iter: int = 500):
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     d = 3 * 32 * 32
@@ -52,7 +53,7 @@ def make_target(kind: str, *, n: int, width: int, wd: float, dtype: torch.dtype,
     y = torch.cat([torch.ones(n - n // 2), -torch.ones(n // 2)]).to(dtype)
     energy = make_energy(model, layout, y, loss="logistic", weight_decay=wd)
     theta0 = layout.flatten({k: v.detach() for k, v in model.named_parameters()})
-    res = lbfgs_minimize(value_and_grad(energy, x), theta0, tol=1e-8, max_iter=2000)
+    res = lbfgs_minimize(value_and_grad(energy, x), theta0, tol=1e-8, max_iter=args_train_iter)
     target = Target(model=model, params=layout.unflatten(res.theta.clone()), loss="logistic", weight_decay=wd,
                     input_shape=SHAPE, num_outputs=1)
     prior = AttackerPrior(labels=y, input_shape=SHAPE, lower=-0.5, upper=0.5)
@@ -62,11 +63,14 @@ def make_target(kind: str, *, n: int, width: int, wd: float, dtype: torch.dtype,
 def bench(kind: str, args) -> dict:
     dtype = torch.float64 if args.dtype == "float64" else torch.float32
     width = args.width if kind == "one-hidden" else 0
+    # ReLU targets: the inner solve stalls on kinks and ∇²E there is indefinite (undamped and
+    # μ ≤ 0.1 CG meet negative curvature at once); METHODS §7: damping 1 converges.
+    mu = args.damping_one_hidden if kind == "one-hidden" else 0.0
     target, prior, train = make_target(kind, n=args.n, width=width, wd=args.wd, dtype=dtype, seed=args.seed)
     g = torch.Generator().manual_seed(args.seed + 1)
     x0 = (torch.rand(args.n, *SHAPE, generator=g, dtype=dtype) - 0.5)
     base = dict(lr_x=args.lr_x, inner_tol=args.inner_tol, dtype=args.dtype, theta0="uniform",
-                inner_max_iter=args.inner_max_iter)
+                inner_max_iter=args.inner_max_iter, inner_max_iter_first=args.inner_max_iter_first, damping=mu)
     warm = BilevelAttack(BilevelConfig(hessian="cg", **base))
     state = warm.init_state(target, prior, x0=x0, generator=torch.Generator().manual_seed(0))
     t0 = time.perf_counter()
@@ -83,13 +87,16 @@ def bench(kind: str, args) -> dict:
     pairs = memory.pairs()
     op = HessianOperator(energy, state["x"], tight.theta, need_x=False)
     lam_max, power_hvps = estimate_lambda_max(op, torch.ones_like(tight.theta), iters=30)
-    alpha = 1.0 / lam_max
+    alpha = 1.0 / (lam_max + mu)
     ref = hypergradient(energy, state["x"], tight.theta, theta_star, strategy="cg",
-                        options=SolveOptions(tol=1e-10, max_iter=5000, warm_start=False))
+                        options=SolveOptions(tol=1e-10, max_iter=5000, warm_start=False, damping=mu))
+    if ref.solve.negative_curvature or not ref.solve.converged:
+        raise RuntimeError(f"{kind}: reference CG did not converge (negative curvature "
+                           f"{ref.solve.negative_curvature}); raise --damping-one-hidden")
     strat_opts = {
         "qn": SolveOptions(),
-        "cg": SolveOptions(tol=args.cg_tol, max_iter=args.cg_max_iter, warm_start=False),
-        "neumann": SolveOptions(neumann_alpha=alpha, max_iter=args.neumann_terms),
+        "cg": SolveOptions(tol=args.cg_tol, max_iter=args.cg_max_iter, warm_start=False, damping=mu),
+        "neumann": SolveOptions(neumann_alpha=alpha, max_iter=args.neumann_terms, damping=mu),
     }
     rows = []
     for strat in STRATEGIES:
@@ -104,6 +111,7 @@ def bench(kind: str, args) -> dict:
         attack = BilevelAttack(cfg)
         st = {k: v.clone() for k, v in state.items()}
         times, hvps, inner_iters, residuals = [], [], [], []
+        m: dict[str, float] = {}
         for i in range(args.steps):
             t = time.perf_counter()
             m = attack.step(target, prior, st, args.warmup + i)
@@ -117,7 +125,7 @@ def bench(kind: str, args) -> dict:
                      "ms_per_step_median": 1e3 * statistics.median(times), "ms_per_step_mean": 1e3 * statistics.mean(times),
                      "hvps_per_step": statistics.mean(hvps), "inner_iters_per_step": statistics.mean(inner_iters),
                      "inner_residual_max": max(residuals), "param_distance_end": m["param_distance"]})
-    return {"target": kind, "num_parameters": layout.size, "width": width, "n": args.n, "dtype": args.dtype,
+    return {"target": kind, "num_parameters": layout.size, "damping": mu, "width": width, "n": args.n, "dtype": args.dtype,
             "weight_decay": args.wd, "train": train, "warmup_steps": args.warmup, "warmup_s": warm_s,
             "tight_inner_residual": tight.grad_norm, "lambda_max": lam_max, "neumann_alpha": alpha,
             "reference_cg_hvps": ref.solve.hvps, "reference_residual": ref.solve.residual,
@@ -128,7 +136,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--n", type=int, default=100)
-    ap.add_argument("--width", type=int, default=None, help="one-hidden width (default 256; quick 32)")
+    ap.add_argument("--width", type=int, default=None, help="one-hidden width (default 128; quick 32)")
     ap.add_argument("--wd", type=float, default=1e-2)
     ap.add_argument("--dtype", choices=("float32", "float64"), default="float64")
     ap.add_argument("--lr-x", type=float, default=0.05)
@@ -136,18 +144,21 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="timed outer steps per strategy")
     ap.add_argument("--inner-tol", type=float, default=1e-6)
     ap.add_argument("--inner-max-iter", type=int, default=50)
+    ap.add_argument("--inner-max-iter-first", type=int, default=300)
     ap.add_argument("--tight-tol", type=float, default=1e-10)
     ap.add_argument("--cg-tol", type=float, default=1e-6)
     ap.add_argument("--cg-max-iter", type=int, default=100)
     ap.add_argument("--neumann-terms", type=int, default=100)
+    ap.add_argument("--damping-one-hidden", type=float, default=1.0,
+                    help="μ of H + μI for the ReLU one-hidden target (reference, cg, neumann; qn has none)")
     ap.add_argument("--targets", default="affine,one-hidden")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: least noisy on a shared 2-core box)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bilevel.json")
     args = ap.parse_args(argv)
-    args.width = args.width or (32 if args.quick else 256)
-    args.warmup = args.warmup if args.warmup is not None else (3 if args.quick else 10)
-    args.steps = args.steps or (5 if args.quick else 20)
+    args.width = args.width or (32 if args.quick else 128)
+    args.warmup = args.warmup if args.warmup is not None else (3 if args.quick else 5)
+    args.steps = args.steps or (5 if args.quick else 10)
     torch.set_num_threads(args.threads)
     results = []
     try:
@@ -158,7 +169,7 @@ def main(argv=None) -> int:
             results.append(r)
             print(f"\n{kind}: P = {r['num_parameters']}, n = {r['n']}, {r['dtype']}, wd = {r['weight_decay']}, "
                   f"λ_max ≈ {r['lambda_max']:.3g} (neumann α = {r['neumann_alpha']:.3g}), "
-                  f"reference CG {r['reference_cg_hvps']} HVPs, tight inner residual {r['tight_inner_residual']:.1e}")
+                  f"damping μ = {r['damping']}, reference CG {r['reference_cg_hvps']} HVPs, tight inner residual {r['tight_inner_residual']:.1e}")
             print(f"{'strategy':>9} {'rel.err':>9} {'cosine':>8} {'ms/step':>9} {'HVP/step':>9} {'inner it':>9} "
                   f"{'inner res':>10}")
             for s in r["strategies"]:
