@@ -16,7 +16,6 @@ Exits non-zero on any error.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time

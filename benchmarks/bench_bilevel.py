@@ -16,7 +16,6 @@ Writes benchmarks/results/bilevel.json; exits non-zero on error.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys

@@ -34,7 +34,12 @@ import torch
 
 def train(args, out: Path):
     from datarecon.data import DataSpec
-    from datarecon.training.target import ArchConfig, StopConfig, TrainConfig, train_target
+    from datarecon.training.target import (
+        ArchConfig,
+        StopConfig,
+        TrainConfig,
+        train_target,
+    )
 
     data = DataSpec(dataset=args.dataset, task="odd-even", n_per_class=args.n_per_side, seed=args.seed)
     hidden = tuple(int(h) for h in args.hidden.split(","))
@@ -160,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                                            "init": "gaussian", "init_scale": args.init_scale, "seed": args.seed},
                                 "results": results, "step_timing": timing, "float64_over_float32": ratio})
         print(f"wrote {out}")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - one-line reason, non-zero exit
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -64,7 +64,13 @@ class _Recorder:
     def after_step(self, state) -> bool:
         if state.step not in self.epochs:
             return False
-        from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score, normalised_margin, params_norm
+        from datarecon.errors import DataReconError
+        from datarecon.training.kkt_regime import (
+            homogeneity_degree,
+            kkt_regime_score,
+            normalised_margin,
+            params_norm,
+        )
         from datarecon.training.losses import LOSSES, margins
 
         t0 = time.perf_counter()
@@ -77,7 +83,7 @@ class _Recorder:
         try:
             s = kkt_regime_score(self.model, self.x, self.y)
             score, active = s.score, s.num_active
-        except Exception:  # e.g. all-zero parameters after a blow-up: record, keep going
+        except DataReconError:  # e.g. all-zero parameters after a blow-up: record, keep going
             score, active = float("nan"), 0
         self.score_time_s += time.perf_counter() - t0
         self.rows.append({"epoch": state.step, "score": score, "normalised_margin": gamma, "loss": loss,
@@ -229,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "threads": torch.get_num_threads(), "command": " ".join(sys.argv),
                                 "versions": versions(), "summary": summary, "runs": runs})
         print(f"wrote {out}")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - one-line reason, non-zero exit
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -74,3 +74,18 @@ class Registry(Generic[T]):
 def choices(registry: Registry) -> Callable[[], list[str]]:
     """A zero-argument callable listing the registry's names (for CLI help)."""
     return registry.names
+
+
+def registered(registry: Registry) -> object:
+    """A pydantic validator marker: the field must name an entry of ``registry``.
+
+    Use as ``optimizer: Annotated[str, registered(OPTIMIZERS)] = "sgd"``; an unknown name raises
+    :class:`~datarecon.errors.DataReconError` listing the valid names from the registry.
+    """
+    from pydantic import AfterValidator
+
+    def check(value: str) -> str:
+        registry.get(value)
+        return value
+
+    return AfterValidator(check)

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from datarecon.registry import registered
 from datarecon.attacks import kkt_math
 from datarecon.attacks.base import ATTACKS, AttackerPrior, Reconstruction, Target
 from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, init_optimizer_state, optimizer_step
@@ -49,29 +50,19 @@ class _AttackConfigBase(BaseModel):
 
     steps: int = Field(default=1000, ge=0, description="optimisation steps")
     lr_x: float = Field(default=0.1, gt=0, description="learning rate of the candidates x")
-    optimizer: str = Field(default="sgd", description="key of attacks.optim.OPTIMIZERS")
+    optimizer: Annotated[str, registered(OPTIMIZERS)] = Field(default="sgd", description="key of attacks.optim.OPTIMIZERS")
     momentum: float = Field(default=0.9, ge=0, lt=1, description="SGD momentum")
     nesterov: bool = False
     adam_beta1: float = Field(default=0.9, ge=0, lt=1)
     adam_beta2: float = Field(default=0.999, ge=0, lt=1)
     adam_eps: float = Field(default=1e-8, gt=0)
     box_weight: float = Field(default=1.0, ge=0, description="weight of the pixel-box prior")
-    surrogate: str = Field(default="sigmoid-surrogate", description="key of attacks.surrogate.SURROGATES")
+    surrogate: Annotated[str, registered(SURROGATES)] = Field(default="sigmoid-surrogate", description="key of attacks.surrogate.SURROGATES")
     alpha: float = Field(default=20.0, gt=0, description="surrogate sharpness: ReLU' := sigmoid(alpha z)")
     dtype: Literal["float32", "float64"] = "float64"
     dup_threshold: float = Field(default=0.99, gt=-1, le=1, description="cosine of near-duplicate candidates")
 
-    @field_validator("optimizer")
-    @classmethod
-    def _opt(cls, v: str) -> str:
-        OPTIMIZERS.get(v)
-        return v
 
-    @field_validator("surrogate")
-    @classmethod
-    def _sur(cls, v: str) -> str:
-        SURROGATES.get(v)
-        return v
 
     def optimizer_settings(self) -> OptimizerSettings:
         return OptimizerSettings(momentum=self.momentum, nesterov=self.nesterov, beta1=self.adam_beta1,

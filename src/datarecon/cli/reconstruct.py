@@ -18,11 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 import typer
 import yaml
 
-from datarecon.errors import DataReconError, DivergenceError
+from datarecon.errors import DataReconError
 
 DATA_INITS = ("ground-truth", "partition", "mix")
 

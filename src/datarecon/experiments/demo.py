@@ -41,6 +41,7 @@ class DemoConfig(BaseModel):
     alpha: float = Field(default=20.0, gt=0)
     init_scale: float = Field(default=0.05, gt=0)
     seed: int = Field(default=0, ge=0)
+    threads: int = Field(default=1, ge=1, description="torch intra-op threads (tiny model: 1 is fastest)")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,11 @@ def run_demo(config: DemoConfig = DemoConfig(), *, out: str | Path, data_dir: st
     from datarecon.training.target import ArchConfig, StopConfig, TrainConfig, train_target
     from datarecon.utils.io import load_tensors
 
+    import torch
+
+    # The demo's matrices are tiny: thread start-up costs more than it saves (measured 14 s with one
+    # thread vs 95 s with two on the shared 2-core machine; docs/PERFORMANCE.md).
+    torch.set_num_threads(config.threads)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     data = DataSpec(dataset="digits", task="odd-even", n_per_class=config.n_per_class, seed=config.seed)

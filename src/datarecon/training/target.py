@@ -22,11 +22,12 @@ import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from datarecon.registry import registered
 from datarecon.config import build_config
 from datarecon.data import DATASETS, DataSpec, load_task
 from datarecon.errors import DataReconError, DivergenceError
@@ -55,16 +56,11 @@ class ArchConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = "mlp"
+    name: Annotated[str, registered(ARCHITECTURES)] = "mlp"
     hidden: tuple[int, ...] | None = None
     bias: bool = True
     init_scale: float | None = Field(default=None, gt=0)
 
-    @field_validator("name")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        ARCHITECTURES.get(v)  # DataReconError listing the valid names
-        return v
 
     @field_validator("hidden")
     @classmethod
@@ -121,13 +117,13 @@ class TrainConfig(BaseModel):
 
     data: DataSpec
     arch: ArchConfig = ArchConfig()
-    loss: str = "logistic"
+    loss: Annotated[str, registered(LOSSES)] = "logistic"
     weight_decay: float = Field(default=0.0, ge=0)
-    optimizer: str = "gd"
+    optimizer: Annotated[str, registered(OPTIMIZERS)] = "gd"
     lr: float = Field(default=0.01, gt=0)
     momentum: float = Field(default=0.0, ge=0, lt=1)
     epochs: int = Field(default=1000, ge=1)
-    schedule: str = "constant"
+    schedule: Annotated[str, registered(SCHEDULES)] = "constant"
     max_lr_factor: float = Field(default=1e6, ge=1)
     stop: StopConfig = StopConfig()
     dtype: Literal["float32", "float64"] = "float32"
@@ -136,23 +132,8 @@ class TrainConfig(BaseModel):
     checkpoint_every: int = Field(default=1000, ge=0)
     log_every: int = Field(default=100, ge=1)
 
-    @field_validator("loss")
-    @classmethod
-    def _loss(cls, v: str) -> str:
-        LOSSES.get(v)
-        return v
 
-    @field_validator("optimizer")
-    @classmethod
-    def _optimizer(cls, v: str) -> str:
-        OPTIMIZERS.get(v)
-        return v
 
-    @field_validator("schedule")
-    @classmethod
-    def _schedule(cls, v: str) -> str:
-        SCHEDULES.get(v)
-        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:

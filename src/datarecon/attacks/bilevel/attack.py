@@ -29,11 +29,12 @@ float32, history 10: ≈ 1.7 GB, saved in every checkpoint); no dense Hessian.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
+from datarecon.registry import registered
 from datarecon.attacks.base import AttackerPrior, Target
 from datarecon.attacks.bilevel.hypergrad import hypergradient
 from datarecon.attacks.bilevel.lbfgs import LINE_SEARCHES, LBFGSMemory, lbfgs_minimize
@@ -91,9 +92,9 @@ class BilevelConfig(BaseModel):
 
     steps: int = Field(default=200, ge=0)
     lr_x: float = Field(default=0.05, gt=0)
-    optimizer: str = "sgd"
+    optimizer: Annotated[str, registered(OPTIMIZERS)] = "sgd"
     momentum: float = Field(default=0.0, ge=0.0, lt=1.0)
-    hessian: str = "cg"
+    hessian: Annotated[str, registered(LINEAR_SOLVERS)] = "cg"
     solve_tol: float = Field(default=1e-6, gt=0)
     solve_max_iter: int = Field(default=100, ge=1)
     damping: float = Field(default=0.0, ge=0)
@@ -103,42 +104,17 @@ class BilevelConfig(BaseModel):
     inner_max_iter: int = Field(default=50, ge=0)
     inner_max_iter_first: int = Field(default=1000, ge=0)
     lbfgs_history: int = Field(default=10, ge=0)
-    line_search: str = "strong-wolfe"
-    theta0: str = "uniform"
-    upper_loss: str = "sq"
+    line_search: Annotated[str, registered(LINE_SEARCHES)] = "strong-wolfe"
+    theta0: Annotated[str, registered(THETA0)] = "uniform"
+    upper_loss: Annotated[str, registered(UPPER_LOSSES)] = "sq"
     weight_decay_override: float | None = Field(default=None, ge=0)
     box_weight: float = Field(default=0.0, ge=0)
     dtype: Literal["float32", "float64"] = "float64"
 
-    @field_validator("optimizer")
-    @classmethod
-    def _opt(cls, v: str) -> str:
-        OPTIMIZERS.get(v)  # raises DataReconError listing the valid names
-        return v
 
-    @field_validator("hessian")
-    @classmethod
-    def _hess(cls, v: str) -> str:
-        LINEAR_SOLVERS.get(v)
-        return v
 
-    @field_validator("line_search")
-    @classmethod
-    def _ls(cls, v: str) -> str:
-        LINE_SEARCHES.get(v)
-        return v
 
-    @field_validator("theta0")
-    @classmethod
-    def _th0(cls, v: str) -> str:
-        THETA0.get(v)
-        return v
 
-    @field_validator("upper_loss")
-    @classmethod
-    def _up(cls, v: str) -> str:
-        UPPER_LOSSES.get(v)
-        return v
 
     def solve_options(self) -> SolveOptions:
         return SolveOptions(tol=self.solve_tol, max_iter=self.solve_max_iter, damping=self.damping,

@@ -38,13 +38,13 @@ import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from datarecon.errors import DataReconError
-from datarecon.registry import Registry
+from datarecon.registry import Registry, registered
 
 # ---------------------------------------------------------------------------
 # distributions
@@ -99,16 +99,11 @@ class Dist(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    dist: str
+    dist: Annotated[str, registered(DISTRIBUTIONS)]
     low: float | None = None
     high: float | None = None
     values: tuple[Any, ...] | None = None
 
-    @field_validator("dist")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        DISTRIBUTIONS.get(v)
-        return v
 
     @model_validator(mode="after")
     def _check(self) -> Dist:
