@@ -157,7 +157,7 @@ def _download_cifar10(root: Path, opener, timeout, progress) -> Path:
         extract = Path(tmpdir) / "extract"
         try:
             with tarfile.open(tar_path, "r:gz") as tar:
-                tar.extractall(extract, filter="data")  # refuses links/paths leaving `extract`
+                _safe_extract(tar, extract)
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise DataReconError(
                 f"{CIFAR10_PY.filename} is corrupt or unsafe to extract ({exc}); re-download it"
@@ -169,6 +169,35 @@ def _download_cifar10(root: Path, opener, timeout, progress) -> Path:
             )
         os.replace(src, target)
     return target
+
+
+def _safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
+    """Extract regular files and folders only, all inside ``dest``.
+
+    Members that are links, devices, absolute paths or paths leaving ``dest`` are refused
+    (``tarfile.TarError``) before anything is written. Python's ``filter="data"`` does the same
+    but exists only from 3.11.4 on, so the check is done here for every supported Python.
+    """
+    dest = dest.resolve()
+    members = tar.getmembers()
+    for member in members:
+        if not (member.isfile() or member.isdir()):
+            raise tarfile.TarError(f"member {member.name!r} is not a regular file or folder")
+        path = (dest / member.name).resolve()
+        if member.name.startswith(("/", "\\")) or not path.is_relative_to(dest):
+            raise tarfile.TarError(f"member {member.name!r} would be written outside the folder")
+    dest.mkdir(parents=True, exist_ok=True)
+    for member in members:
+        path = dest / member.name
+        if member.isdir():
+            path.mkdir(parents=True, exist_ok=True)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        source = tar.extractfile(member)
+        if source is None:
+            raise tarfile.TarError(f"member {member.name!r} has no data")
+        with source, open(path, "wb") as fh:
+            fh.write(source.read())
 
 
 def _download_mnist(root: Path, opener, timeout, progress) -> Path:
