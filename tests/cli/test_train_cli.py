@@ -103,3 +103,8 @@ def test_missing_required_options_and_bad_config(tmp_path: Path, capsys) -> None
 def test_info_on_missing_dir(tmp_path: Path, capsys) -> None:
     line = _err(capsys, ["info", str(tmp_path / "nope")])
     assert line == f"error: model directory {tmp_path / 'nope'} not found; train one with `datarecon train --out {tmp_path / 'nope'}`"
+
+
+def test_reproduce_rejects_negative_threads(tmp_path: Path, capsys) -> None:
+    line = _err(capsys, ["reproduce", "runkel2024", "--out", str(tmp_path / "r"), "--threads", "-1"])
+    assert "--threads must be >= 0" in line

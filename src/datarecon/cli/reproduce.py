@@ -17,12 +17,19 @@ app = typer.Typer(help="Reproduce a paper's experiments (runkel2024, haim2022) a
 
 
 def _run(name: str, *, scale: str, out: Path, data_dir: str | None, device: str, resume: bool,
-         overwrite: bool, config: Path | None) -> None:
+         overwrite: bool, config: Path | None, threads: int) -> None:
+    import torch
+
     from datarecon.cli._common import parse_device
+    from datarecon.errors import DataReconError
     from datarecon.config import read_config_mapping
     from datarecon.experiments.reproduce import reproduce
 
     parse_device(device)  # refuses cuda without a GPU, with a one-line message
+    if threads < 0:
+        raise DataReconError(f"--threads must be >= 0 (0 = PyTorch's default), got {threads}")
+    if threads:
+        torch.set_num_threads(threads)
     overrides = read_config_mapping(config) if config is not None else None
     report = reproduce(name, out=out, scale=scale, data_dir=data_dir, device=device, resume=resume,
                        overwrite=overwrite, overrides=overrides, log=typer.echo)
@@ -36,22 +43,25 @@ _Device = Annotated[str, typer.Option("--device", help="cpu | cuda[:N].")]
 _Resume = Annotated[bool, typer.Option("--resume", help="Continue unfinished attacks from their checkpoints.")]
 _Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an --out folder of another configuration.")]
 _Config = Annotated[Path | None, typer.Option("--config", help="YAML/TOML overrides over the scale preset.")]
+_Threads = Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch (0: its default, all cores).")]
 
 
 @app.command("runkel2024")
 def runkel2024_cmd(out: _Out, scale: _Scale = "smoke", data_dir: _Data = None, device: _Device = "cpu",
-                   resume: _Resume = False, overwrite: _Overwrite = False, config: _Config = None) -> None:
+                   resume: _Resume = False, overwrite: _Overwrite = False, config: _Config = None,
+                   threads: _Threads = 0) -> None:
     """Runkel et al. 2024: Table 1, Figures 1-12 and the privacy measurement."""
     _run("runkel2024", scale=scale, out=out, data_dir=data_dir, device=device, resume=resume,
-         overwrite=overwrite, config=config)
+         overwrite=overwrite, config=config, threads=threads)
 
 
 @app.command("haim2022")
 def haim2022_cmd(out: _Out, scale: _Scale = "smoke", data_dir: _Data = None, device: _Device = "cpu",
-                 resume: _Resume = False, overwrite: _Overwrite = False, config: _Config = None) -> None:
+                 resume: _Resume = False, overwrite: _Overwrite = False, config: _Config = None,
+                 threads: _Threads = 0) -> None:
     """Haim et al. 2022: KKT attack on MNIST odd/even and CIFAR-10 vehicles/animals."""
     _run("haim2022", scale=scale, out=out, data_dir=data_dir, device=device, resume=resume,
-         overwrite=overwrite, config=config)
+         overwrite=overwrite, config=config, threads=threads)
 
 
 def register(root: typer.Typer) -> None:

@@ -59,6 +59,10 @@ def test_perturbed_initialisation_moves_back(planted, hessian):
     rec = _run(target, prior, x0, steps=60, lr_x=0.05, hessian=hessian, inner_tol=1e-10)
     first, last = rec.history[0]["param_distance"], rec.summary["extra"]["param_distance"]
     assert last < first / 100
+    extra = rec.summary["extra"]
+    assert extra["param_distance_x0"] == first  # the no-attack reference: θ(x⁰) before any x update
+    assert extra["param_distance_per_parameter"] == last / extra["num_parameters"]
+    assert extra["param_distance_x0_per_parameter"] == first / extra["num_parameters"]
     assert float((rec.x - x_gt).norm()) < 0.95 * float((x0 - x_gt).norm())
 
 

@@ -52,6 +52,7 @@ from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, init_optimize
 from datarecon.training.losses import margins
 
 COUNTS, RESIDUALS = "bilevel.counts", "bilevel.residuals"
+DIST_X0 = "bilevel.param_distance_x0"  # ‖θ* − θ(x⁰)‖²: the first inner solve, before any x update
 _C_STEPS, _C_INNER, _C_EVALS, _C_HVPS = range(4)
 
 
@@ -177,7 +178,7 @@ class BilevelAttack:
     def _on(state: dict[str, torch.Tensor], layout: FlatLayout) -> None:
         """Move floating state to the target's device (a checkpoint is loaded on CPU)."""
         for k, v in list(state.items()):
-            if v.is_floating_point() and v.device != layout.device and k != RESIDUALS:
+            if v.is_floating_point() and v.device != layout.device and k not in (RESIDUALS, DIST_X0):
                 state[k] = v.to(layout.device)
 
     def _inner(self, energy_fn, x, theta, memory: LBFGSMemory, *, first: bool):
@@ -205,6 +206,7 @@ class BilevelAttack:
             "lbfgs.s": mem.s, "lbfgs.y": mem.y, "lbfgs.meta": mem.meta,
             COUNTS: torch.zeros(4, dtype=torch.int64),
             RESIDUALS: torch.zeros(3, dtype=torch.float64),
+            DIST_X0: torch.full((), float("nan"), dtype=torch.float64),
         }
         state.update(init_optimizer_state(self.config.optimizer, {"x": x}))
         return state
@@ -256,6 +258,8 @@ class BilevelAttack:
         state["p"] = hg.p
         memory.extend(inner.new_pairs)
         state.update(new)
+        if int(counts[_C_STEPS]) == 0:
+            state[DIST_X0] = torch.tensor(dist, dtype=torch.float64)
         counts += torch.tensor([1, inner.iterations, inner.evaluations, hg.solve.hvps], dtype=torch.int64)
         res = state[RESIDUALS]
         res[0] = inner.grad_norm
@@ -278,7 +282,10 @@ class BilevelAttack:
         Scores (attacker-side, higher = more trusted): ``margin`` y·Φ(x; θ*) (binary) or the
         multiclass margin under θ*.
 
-        ``extra``: ``param_distance`` ‖θ* − θ(x_final)‖² (Runkel Table 1), its normalised form,
+        ``extra``: ``param_distance`` ‖θ* − θ(x_final)‖² (Runkel Table 1), its normalised form
+        (÷ ‖θ*‖²) and per-parameter form (÷ P, the reading under which the paper's values match),
+        ``param_distance_x0`` ‖θ* − θ(x⁰)‖² after the first inner solve, before any x update (the
+        no-attack reference: a Table 1 value at this level says nothing about x),
         the final inner residual and residual statistics over the run, total HVPs, inner
         iterations and evaluations, the weight decay and strategy used.
         """
@@ -290,9 +297,14 @@ class BilevelAttack:
         with torch.no_grad():
             out = target.forward(state["x"], layout.unflatten(theta_star))
             score = margins(out, prior.labels.to(out.device)).detach().cpu()
+        n_params = int(theta_star.numel())
+        dist_x0 = float(state[DIST_X0]) if DIST_X0 in state else float("nan")
         extra = {
             "param_distance": dist,
             "param_distance_normalised": dist / float((theta_star * theta_star).sum()),
+            "param_distance_per_parameter": dist / n_params,
+            "param_distance_x0": dist_x0,
+            "param_distance_x0_per_parameter": dist_x0 / n_params,
             "inner_residual_final": inner.grad_norm,
             "inner_converged_final": inner.converged,
             "inner_residual_last_step": float(res[0]),
@@ -304,7 +316,7 @@ class BilevelAttack:
             "outer_steps": steps_done,
             "weight_decay": self.weight_decay(target),
             "hessian": self.config.hessian,
-            "num_parameters": int(theta_star.numel()),
+            "num_parameters": n_params,
         }
         summary = {"param_distance": dist, "selection": {"param_distance": dist}, "extra": extra}
         return {"margin": score}, summary

@@ -81,6 +81,11 @@ class EvalSettings(BaseModel):
 # training
 
 
+#: bilevel run-record distances carried into metrics summaries (see ``BilevelAttack.finish``).
+PARAM_DISTANCE_KEYS = ("param_distance", "param_distance_per_parameter", "param_distance_x0",
+                       "param_distance_x0_per_parameter")
+
+
 def train_piece(key: str, training: TargetTraining, data: Mapping[str, Any]) -> Piece:
     """Train a target into ``OUT/<key>/`` (a model directory, ``datarecon.models.checkpoint``)."""
 
@@ -299,7 +304,8 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
         ev = evaluate_display(display, labels=t.get("labels"), scores=scores, multipliers=t.get("multipliers"),
                               bundle=bundle, task=task, norm=norm, settings=settings, light=light)
         summary = dict(ev.summary)
-        summary["param_distance"] = (meta.get("extra") or {}).get("param_distance")
+        for k in PARAM_DISTANCE_KEYS:
+            summary[k] = (meta.get("extra") or {}).get(k)
         summary["nonfinite_candidates"] = nonfinite
         summary["run"] = {"method": meta.get("method"), "status": meta.get("status"),
                           "steps_done": meta.get("steps_done"), "init": meta.get("init")}
@@ -324,9 +330,9 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
 
 def compact_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The numbers later pieces need from a metrics summary (small enough for a marker)."""
-    out: dict[str, Any] = {"param_distance": summary.get("param_distance"),
-                           "mean_l2_to_nearest": summary.get("mean_l2_to_nearest"),
-                           "n_candidates": summary.get("n_candidates")}
+    out: dict[str, Any] = {k: summary.get(k) for k in PARAM_DISTANCE_KEYS}
+    out |= {"mean_l2_to_nearest": summary.get("mean_l2_to_nearest"),
+            "n_candidates": summary.get("n_candidates")}
     nearest = summary.get("nearest") or {}
     out["mean_ssim_to_nearest"] = {k: (v.get("ssim") or {}).get("mean") for k, v in nearest.items()}
     priv = summary.get("privacy") or {}
