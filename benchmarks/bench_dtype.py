@@ -30,6 +30,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from _common import results_path, write_results
 
 
 def train(args, out: Path):
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         steps = args.steps or (200 if args.quick else 2000)
         if args.quick:
             args.train_epochs = min(args.train_epochs, 1000)
-        out = args.out or Path(__file__).parent / "results" / ("dtype_quick.json" if args.quick else "dtype.json")
+        out = results_path("dtype", quick=args.quick, out=args.out)
         from datarecon.attacks.base import AttackerPrior, Target
         from datarecon.attacks.init import make_init
         from datarecon.attacks.kkt import KKTAttack, KKTConfig
@@ -82,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
         from datarecon.data.selection import load_task
         from datarecon.evaluation.protocol import haim_protocol
         from datarecon.models.checkpoint import load_model_dir
-        from datarecon.utils.io import atomic_write_json, versions
 
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
@@ -154,17 +154,14 @@ def main(argv: list[str] | None = None) -> int:
         ratio = timing["float64"]["median_s"] / timing["float32"]["median_s"]
         print(f"step time (interleaved, median of {args.timing_repeats}): float32 {timing['float32']['median_s']*1e3:.2f} ms,"
               f" float64 {timing['float64']['median_s']*1e3:.2f} ms, float64/float32 = {ratio:.2f}x")
-        atomic_write_json(out, {"benchmark": "dtype", "quick": args.quick, "command": " ".join(sys.argv),
-                                "threads": torch.get_num_threads(), "versions": versions(),
-                                "target": {"dataset": args.dataset, "task": "odd-even", "n": n, "hidden": args.hidden,
-                                           "train_epochs": args.train_epochs, "train_lr": args.train_lr,
-                                           "train_metrics": {k: v for k, v in tr.metrics.items()
-                                                             if isinstance(v, (int, float))}},
-                                "attack": {"m": m, "steps": steps, "lr_x": args.lr_x, "lr_lambda": args.lr_lambda,
-                                           "lambda_min": args.lambda_min, "alpha": args.alpha,
-                                           "init": "gaussian", "init_scale": args.init_scale, "seed": args.seed},
-                                "results": results, "step_timing": timing, "float64_over_float32": ratio})
-        print(f"wrote {out}")
+        write_results(out, benchmark="dtype", quick=args.quick,
+                      target={"dataset": args.dataset, "task": "odd-even", "n": n, "hidden": args.hidden,
+                              "train_epochs": args.train_epochs, "train_lr": args.train_lr,
+                              "train_metrics": {k: v for k, v in tr.metrics.items() if isinstance(v, (int, float))}},
+                      attack={"m": m, "steps": steps, "lr_x": args.lr_x, "lr_lambda": args.lr_lambda,
+                              "lambda_min": args.lambda_min, "alpha": args.alpha,
+                              "init": "gaussian", "init_scale": args.init_scale, "seed": args.seed},
+                      results=results, step_timing=timing, float64_over_float32=ratio)
     except Exception as exc:  # noqa: BLE001 - one-line reason, non-zero exit
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

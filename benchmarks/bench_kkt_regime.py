@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _common import results_path, write_results
 
 SCHEDULES = ("constant", "loss-normalised", "increasing")
 
@@ -171,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         e_const = args.epochs_constant or (2000 if args.quick else 100_000)
         e_other = args.epochs or (500 if args.quick else 10_000)
         target_epochs = 1_000_000
-        out = args.out or Path(__file__).parent / "results" / ("kkt_regime_quick.json" if args.quick
-                                                               else "kkt_regime.json")
+        out = results_path("kkt_regime", quick=args.quick, out=args.out)
         x, y, input_shape, desc = load_data(args.dataset, n, args.data_dir)
         print(f"data: {desc} (n={x.shape[0]}), D-{hidden}-{hidden}-1 bias-free, init 1e-4, logistic, float64, "
               f"lr {args.lr}", flush=True)
@@ -227,14 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["reaches_1e6_estimate_within_1e4_epochs"] = bool(best_epoch is not None and best_epoch <= 10_000)
         print(f"best schedule reaching the extrapolated 1e6-epoch score: {best_name} at epoch {best_epoch} "
               f"(≤ 1e4: {summary['reaches_1e6_estimate_within_1e4_epochs']})")
-        from datarecon.utils.io import atomic_write_json, versions
-
-        atomic_write_json(out, {"benchmark": "kkt_regime", "quick": args.quick, "data": desc,
-                                "n": int(x.shape[0]), "hidden": hidden, "lr": args.lr,
-                                "max_lr_factor": args.max_lr_factor, "seed": args.seed,
-                                "threads": torch.get_num_threads(), "command": " ".join(sys.argv),
-                                "versions": versions(), "summary": summary, "runs": runs})
-        print(f"wrote {out}")
+        write_results(out, benchmark="kkt_regime", quick=args.quick, data=desc, n=int(x.shape[0]), hidden=hidden,
+                      lr=args.lr, max_lr_factor=args.max_lr_factor, seed=args.seed, summary=summary, runs=runs)
     except Exception as exc:  # noqa: BLE001 - one-line reason, non-zero exit
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -43,7 +43,8 @@ def _linear_planted(m: int, seed: int = 0):
 def test_planted_linear_recovery(m):
     target, prior, x_true, g = _linear_planted(m)
     x0 = x_true + 0.05 * torch.randn(x_true.shape, generator=g, dtype=torch.float64)
-    cfg = KKTConfig(steps=300, lr_x=1.0, lr_lambda=0.0, lambda_init="ones", lambda_min=0.5, momentum=0.5)
+    cfg = KKTConfig(steps=300, lr_x=1.0, lr_lambda=0.0, lambda_init="ones", lambda_min=0.5, momentum=0.5,
+                    dtype="float64")  # a 1e-12 planted-solution test needs float64
     rec = run_attack(KKTAttack(cfg), target, prior, x0=x0, generator=g, progress=False, log_every=300)
     assert rec.history[-1]["residual"] < 1e-12 * max(rec.history[0]["residual"], 1e-30) + 1e-20
     err0, err = (x0 - x_true).norm(), (rec.x - x_true).norm()

@@ -26,8 +26,6 @@ References:
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,7 +52,7 @@ from datarecon.evaluation.protocol import (
     haim_protocol,
 )
 from datarecon.evaluation.similarity import check_images, effective_window_size
-from datarecon.utils.io import atomic_write_json, atomic_write_text, load_tensors, read_json, save_tensors
+from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
 
 __all__ = [
     "Evaluation",
@@ -313,20 +311,6 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
     return Evaluation(summary=summary, rows=rows, neighbours=nbrs, haim=haim, privacy=priv, real=real)
 
 
-def _rows_to_csv(rows: list[dict[str, Any]]) -> str:
-    cols: list[str] = []
-    for r in rows:
-        for k in r:
-            if k not in cols:
-                cols.append(k)
-    buf = io.StringIO()
-    wr = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
-    wr.writeheader()
-    for r in rows:
-        wr.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-    return buf.getvalue()
-
-
 def _resolve_model_dir(run_dir: Path, model_dir: str | None) -> Path:
     if not model_dir:
         raise CheckpointError(f"{run_dir / 'run.json'} has no model_dir; re-create the run with `datarecon reconstruct`")
@@ -443,7 +427,7 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
                       "config": meta.get("config"), "data": bundle.data, "arch": bundle.arch.model_dump(mode="json")}
     if write:
         atomic_write_json(run_dir / METRICS_FILE, summary)
-        atomic_write_text(run_dir / CANDIDATES_CSV, _rows_to_csv(ev.rows))
+        write_csv(run_dir / CANDIDATES_CSV, ev.rows)
         _write_neighbour_images(run_dir / NEIGHBOURS_FILE, ev, display.clamp(0, 1), refs, metric, grid_max)
     return summary
 

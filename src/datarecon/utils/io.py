@@ -8,10 +8,13 @@ so a killed process leaves either the old file or the new one, never a torn one.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import os
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +73,32 @@ def to_jsonable(obj: Any) -> Any:
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write ``obj`` as pretty JSON atomically."""
     atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n")
+
+
+def rows_to_csv(rows: Sequence[Mapping[str, Any]]) -> str:
+    """CSV text of ``rows`` (dicts): header + one line per row, ``\\n`` line ends.
+
+    Args:
+        rows: Dicts; the columns are the union of their keys in first-seen order, a key a row
+            lacks is written as an empty cell. Floats are written with ``.6g``.
+
+    Returns:
+        The CSV text (just ``"\\n"`` when ``rows`` is empty).
+    """
+    cols: list[str] = []
+    for r in rows:
+        cols.extend(k for k in r if k not in cols)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def write_csv(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Write ``rows`` (dicts) as CSV to ``path`` atomically (see :func:`rows_to_csv`)."""
+    atomic_write_text(path, rows_to_csv(rows))
 
 
 def read_json(path: str | os.PathLike) -> Any:

@@ -10,8 +10,6 @@ Runkel et al. 2024 §4.3, §4.5); the ground truth otherwise enters only the eva
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -23,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from datarecon.errors import DataReconError
 from datarecon.experiments.reproduce.pieces import Context, Piece
 from datarecon.training.target import ArchConfig, StopConfig, TrainConfig
-from datarecon.utils.io import atomic_write_json, atomic_write_text, load_tensors, read_json, save_tensors
+from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 RUN_SUBDIR = "run"
@@ -228,23 +226,6 @@ def _scalars(d: Mapping[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------
 # evaluation
-
-
-def _rows_csv(rows: Sequence[Mapping[str, Any]]) -> str:
-    cols: list[str] = []
-    for r in rows:
-        cols.extend(k for k in r if k not in cols)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-    return buf.getvalue()
-
-
-def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Write rows (dicts) as CSV atomically."""
-    atomic_write_text(path, _rows_csv(rows))
 
 
 def evaluate_display(display: torch.Tensor, *, labels, scores, multipliers, bundle, task, norm,

@@ -1,0 +1,39 @@
+"""Shared tail of the benchmark scripts: where results go and how they are written.
+
+Imported by the scripts as ``from _common import ...`` (``python benchmarks/<script>.py`` puts
+this folder first on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+#: Default folder of the JSON results.
+RESULTS_DIR = Path(__file__).parent / "results"
+
+
+def results_path(name: str, *, quick: bool, out: Path | None = None) -> Path:
+    """``out`` if given, else ``benchmarks/results/<name>.json`` (``<name>_quick.json`` when ``quick``)."""
+    return out or RESULTS_DIR / (f"{name}_quick.json" if quick else f"{name}.json")
+
+
+def write_results(out: Path, *, benchmark: str, quick: bool, **fields: Any) -> None:
+    """Write the results JSON atomically, then print ``wrote <out>``.
+
+    Args:
+        out: Destination file (its folder is created).
+        benchmark: Benchmark name (``"benchmark"`` key).
+        quick: Whether ``--quick`` was given (``"quick"`` key).
+        **fields: Benchmark-specific entries; ``command`` (this process's argv), ``threads``
+            (``torch.get_num_threads()``) and ``versions`` (``datarecon.utils.io.versions()``)
+            are added.
+    """
+    import torch
+
+    from datarecon.utils.io import atomic_write_json, versions
+
+    atomic_write_json(out, {"benchmark": benchmark, "quick": quick, "command": " ".join(sys.argv),
+                            "threads": torch.get_num_threads(), "versions": versions(), **fields})
+    print(f"wrote {out}")

@@ -1,0 +1,45 @@
+"""datarecon.utils.io: CSV rows written atomically and read back."""
+
+from __future__ import annotations
+
+import csv
+
+from datarecon.utils.io import rows_to_csv, write_csv
+
+
+def _read(path):
+    with open(path, encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_write_csv_round_trip_with_differing_keys(tmp_path):
+    rows = [
+        {"name": "a", "ssim": 0.123456789, "n": 3},
+        {"name": "b", "flag": True},  # lacks ssim, n; adds flag
+        {"n": 5, "ssim": 1.0, "note": None},
+    ]
+    path = tmp_path / "sub" / "rows.csv"  # parent folder is created
+    write_csv(path, rows)
+    raw = path.read_text(encoding="utf-8")
+    assert raw.splitlines()[0] == "name,ssim,n,flag,note"  # union of keys, first-seen order
+    assert "\r" not in raw
+    assert _read(path) == [
+        {"name": "a", "ssim": "0.123457", "n": "3", "flag": "", "note": ""},  # floats as .6g
+        {"name": "b", "ssim": "", "n": "", "flag": "True", "note": ""},
+        {"name": "", "ssim": "1", "n": "5", "flag": "", "note": ""},
+    ]
+    assert not [p for p in path.parent.iterdir() if p.name != "rows.csv"]  # no temp file left
+
+
+def test_write_csv_overwrites_and_handles_no_rows(tmp_path):
+    path = tmp_path / "rows.csv"
+    write_csv(path, [{"x": 1}])
+    write_csv(path, [])
+    assert path.read_text(encoding="utf-8") == rows_to_csv([]) == "\n"
+    assert _read(path) == []
+
+
+def test_reproduce_common_reexports_write_csv():
+    from datarecon.experiments.reproduce import common
+
+    assert common.write_csv is write_csv
