@@ -2,7 +2,9 @@
 
 One attack step = the create-graph VJP g = ∇_θ[(1/m)Σ λ_i y_i Φ(x_i)] + the backward of
 ‖θ* − g‖² (+ priors) to x and λ + the optimiser update (KKTAttack.step). The plain pass is
-the logistic training loss on the same batch, backward to θ. METHODS.md §7 measured ≈ 0.36–0.5 s
+the logistic training loss on the same batch, backward to θ. The two are timed interleaved
+(plain, step, plain, step, ...) so that load changes on a shared machine hit both. Memory: the bytes
+autograd saves for backward in each (all devices) and, on CUDA, the peak allocation. METHODS.md §7 measured ≈ 0.36–0.5 s
 (float32) and ≈ 0.72 s (float64) per step on 2 cores for D-1000-1000-1, m = 1000.
 
 Usage::
@@ -32,16 +34,6 @@ def _cases(quick: bool) -> list[dict]:
     return [dict(name="mlp-1000-1000", arch="mlp", input_shape=(3, 32, 32), hidden=(1000, 1000), m=1000, bias=False),
             dict(name="one-hidden-6144", arch="one-hidden", input_shape=(3, 32, 32), hidden=(6144,), m=1000,
                  bias=True)]
-
-
-def _time(fn, *, repeats: int) -> dict:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return {"median_s": statistics.median(times), "min_s": min(times), "repeats": repeats}
 
 
 def bench_case(case: dict, *, dtype: torch.dtype, device: torch.device, repeats: int) -> dict:
@@ -86,12 +78,53 @@ def bench_case(case: dict, *, dtype: torch.dtype, device: torch.device, repeats:
         attack.step(target, prior, state, 0)
         sync()
 
-    t_plain = _time(plain, repeats=repeats)
-    t_step = _time(step, repeats=repeats)
+    t_plain, t_step, ratios = _time_interleaved(plain, step, repeats=repeats)
+    mem_plain, mem_step = _saved_bytes(plain), _saved_bytes(step)
+    peak = {}
+    if device.type == "cuda":
+        for name, fn in (("plain_fwd_bwd", plain), ("attack_step", step)):
+            torch.cuda.reset_peak_memory_stats(device)
+            base = torch.cuda.memory_allocated(device)
+            fn()
+            peak[name] = torch.cuda.max_memory_allocated(device) - base
     return {"case": case["name"], "dtype": str(dtype).replace("torch.", ""), "device": str(device), "m": m,
             "input_shape": list(case["input_shape"]), "hidden": list(case["hidden"]),
             "num_parameters": sum(p.numel() for p in params.values()), "plain_fwd_bwd": t_plain, "attack_step": t_step,
-            "ratio": t_step["median_s"] / t_plain["median_s"]}
+            "ratio": t_step["median_s"] / t_plain["median_s"], "ratio_pairs_median": statistics.median(ratios),
+            "saved_for_backward_bytes": {"plain_fwd_bwd": mem_plain, "attack_step": mem_step},
+            "cuda_peak_extra_bytes": peak or None}
+
+
+def _time_interleaved(a, b, *, repeats: int) -> tuple[dict, dict, list[float]]:
+    """Time a and b alternately (a, b, a, b, ...) so that load changes hit both; per-pair ratios b/a."""
+    a(), b()  # warm-up
+    ta, tb = [], []
+    for _ in range(repeats):
+        for fn, acc in ((a, ta), (b, tb)):
+            t0 = time.perf_counter()
+            fn()
+            acc.append(time.perf_counter() - t0)
+    summary = [{"median_s": statistics.median(t), "min_s": min(t), "repeats": repeats} for t in (ta, tb)]
+    return summary[0], summary[1], [y / x for x, y in zip(ta, tb)]
+
+
+def _saved_bytes(fn) -> int:
+    """Bytes of the tensors autograd saves for backward while ``fn`` runs (forward, create-graph VJP
+    and double backward): the memory an attack step holds beyond its inputs, on any device. Views of
+    one storage are counted once."""
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        try:
+            st = t.untyped_storage()
+            seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
+        except RuntimeError:
+            pass
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return int(sum(seen.values()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,8 +147,11 @@ def main(argv: list[str] | None = None) -> int:
             for dtype in (torch.float32, torch.float64):
                 r = bench_case(case, dtype=dtype, device=device, repeats=repeats)
                 rows.append(r)
+                mem = r["saved_for_backward_bytes"]
                 print(f"{r['case']:>18} {r['dtype']:>7}: attack step {r['attack_step']['median_s']:.4f} s, "
-                      f"plain fwd+bwd {r['plain_fwd_bwd']['median_s']:.4f} s, ratio {r['ratio']:.1f}x", flush=True)
+                      f"plain fwd+bwd {r['plain_fwd_bwd']['median_s']:.4f} s, ratio {r['ratio']:.2f}x "
+                      f"(median of interleaved pairs {r['ratio_pairs_median']:.2f}x); saved for backward "
+                      f"{mem['attack_step'] / 2**20:.1f} MiB vs {mem['plain_fwd_bwd'] / 2**20:.1f} MiB", flush=True)
         from datarecon.utils.io import atomic_write_json, versions
 
         atomic_write_json(out, {"benchmark": "attack_step", "quick": args.quick, "threads": torch.get_num_threads(),

@@ -111,3 +111,11 @@ def test_ray_missing_gives_install_hint(monkeypatch):
     with pytest.raises(DataReconError, match=r"pip install 'datarecon\[ray\]'"):
         import_ray()
     assert {"local", "ray"} <= set(BACKENDS.names())
+
+
+@pytest.mark.parametrize(("method", "dtype", "expected"), [
+    ("kkt", None, "float32"), ("decoreco", None, "float32"), ("bilevel", None, "float64"), ("kkt", "float64", "float64"),
+])
+def test_dtype_defaults_to_the_methods(method, dtype, expected):
+    specs = expand(SweepConfig(model_dir="m", method=method, steps=2, dtype=dtype))
+    assert {s.dtype for s in specs} == {expected}

@@ -223,7 +223,8 @@ class SweepConfig(BaseModel):
         init: base initialisation: ``{name: <INITS name>, **params}``.
         candidates: number of candidates m (``None``: the attack's default, e.g. 2n).
         steps: optimisation steps per run.
-        dtype, device: numerics of each run.
+        dtype, device: numerics of each run (``dtype`` None: the method's default, e.g. float32 for
+            the KKT family, float64 for bilevel).
         search: what varies (:class:`SearchSpace`).
         budget: maximum number of runs (``None``: the full expansion).
         seed: drives the random draws (and the run seed when ``search.seeds`` is absent).
@@ -241,7 +242,7 @@ class SweepConfig(BaseModel):
     init: dict[str, Any] = Field(default_factory=lambda: {"name": "gaussian", "scale": 1e-3})
     candidates: int | None = Field(default=None, ge=1)
     steps: int = Field(default=1000, ge=1)
-    dtype: Literal["float32", "float64"] = "float64"
+    dtype: Literal["float32", "float64"] | None = None
     device: str = "cpu"
     search: SearchSpace = Field(default_factory=SearchSpace)
     budget: int | None = Field(default=None, ge=1)
@@ -337,6 +338,13 @@ def n_samples(config: SweepConfig) -> int:
     return 1
 
 
+def method_dtype(method: str) -> str:
+    """The default dtype of ``method``'s attack config."""
+    from datarecon.experiments.reconstruct import method_config
+
+    return str(getattr(method_config(method), "dtype", "float64"))
+
+
 def expand(config: SweepConfig, *, model_dir: str | None = None) -> list[RunSpec]:
     """All runs of a sweep, in the deterministic order described in the module docstring.
 
@@ -349,7 +357,7 @@ def expand(config: SweepConfig, *, model_dir: str | None = None) -> list[RunSpec
     """
     base = {"model_dir": model_dir or config.model_dir, "method": config.method, "attack": dict(config.attack),
             "init": dict(config.init), "candidates": config.candidates, "steps": config.steps,
-            "dtype": config.dtype, "device": config.device}
+            "dtype": config.dtype or method_dtype(config.method), "device": config.device}
     points = grid_points(config.search.grid)
     seeds = config.search.seed_list(config.seed)
     specs: list[RunSpec] = []
