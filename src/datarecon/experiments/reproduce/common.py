@@ -174,36 +174,28 @@ def attack_piece(key: str, *, model_key: str, attack_factory: Callable[[Any], An
     """
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        from datarecon.attacks.base import AttackerPrior, Target
-        from datarecon.attacks.init import INITS, make_init
+        from datarecon.attacks.init import INITS
         from datarecon.attacks.runner import run_attack
+        from datarecon.experiments.reconstruct import prepare_attack
 
         cfg_dtype = DTYPES[getattr(attack_config, "dtype", "float64")]
         mdir = model_dir(ctx, model_key)
-        target = Target.from_model_dir(mdir, device=ctx.device, dtype=cfg_dtype)
-        # experimenter side: sizes, labels, and (only for data inits) the chosen images
-        bundle, task, norm = load_model_and_task(mdir, data_dir=ctx.data_dir)
-        n = len(task.train)
-        m = candidates_factor * n
-        mean = bundle.input_mean.to(torch.float64)
+        # experimenter side: n, and (only for data inits) the chosen images, paired by label so that
+        # mixtures never mix classes; the attacker side (target, prior, x0) is the CLI's
+        _, task, norm = load_model_and_task(mdir, data_dir=ctx.data_dir)
+        m = candidates_factor * len(task.train)
         params = {k: v for k, v in init.items() if k != "name"}
         sources = None
         if INITS.get(init["name"]).needs:
-            sources, labels = paired_sources(norm.to_model(task.train.x).double(), task.train.y,
-                                             norm.to_model(task.partition.x).double(), task.partition.y, m)
-        else:  # the attacker knows n and the class balance: the same label multiset
-            labels = task.train.y[torch.arange(m) % n]
-        labels = labels.to(torch.float64) if target.num_outputs == 1 else labels.long()
-        prior = AttackerPrior(labels=labels, input_shape=tuple(target.input_shape),
-                              lower=(0.0 - mean).to(cfg_dtype).to(ctx.device),
-                              upper=(1.0 - mean).to(cfg_dtype).to(ctx.device))
-        gen = torch.Generator().manual_seed(seed)
-        x0 = make_init(init["name"], m=m, input_shape=tuple(target.input_shape), mean=mean, generator=gen,
-                       sources=sources, dtype=cfg_dtype, device=ctx.device, **params)
+            sources, _ = paired_sources(norm.to_model(task.train.x).double(), task.train.y,
+                                        norm.to_model(task.partition.x).double(), task.partition.y, m)
+        setup = prepare_attack(mdir, init=init["name"], init_params=params, candidates=m, seed=seed, dtype=cfg_dtype,
+                               device=ctx.device, data_dir=ctx.data_dir, sources=sources)
+        target, prior, x0, gen = setup.target, setup.prior, setup.x0, setup.generator
         attack = attack_factory(attack_config)
         rec = run_attack(attack, target, prior, x0=x0, generator=gen, out=d / RUN_SUBDIR, resume=ctx.resume,
                          progress=False, seed=seed, checkpoint_every=max(10, getattr(attack_config, "steps", 100)),
-                         record={"init": dict(init), "candidates": m, **dict(record or {})})
+                         record={**setup.record, **dict(record or {})})
         save_tensors(d / "x0.safetensors", {"x0": x0.detach().cpu()})
         meta = read_json(d / RUN_SUBDIR / "run.json")
         return {"status": rec.status, "steps_done": rec.steps_done, "m": m,
