@@ -157,3 +157,31 @@ def test_cuda_matches_cpu(planted):
     gpu_prior = AttackerPrior(labels=prior.labels.cuda(), input_shape=SHAPE, lower=-0.5, upper=0.5)
     gpu = _run(gpu_target, gpu_prior, x0.cuda(), steps=5, lr_x=0.05, inner_tol=1e-10)
     torch.testing.assert_close(gpu.x.cpu(), cpu.x, rtol=1e-6, atol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def relu_target():
+    """A one-hidden ReLU classifier with weight decay: its energy has kinks where ∇²E is indefinite."""
+    g = torch.Generator().manual_seed(1)
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(9, 8), nn.ReLU(), nn.Linear(8, 1)).double()
+    layout = FlatLayout({k: v.detach() for k, v in model.named_parameters()})
+    x = torch.rand(6, *SHAPE, generator=g, dtype=DT) - 0.5
+    y = torch.tensor([1.0, 1, 1, -1, -1, -1], dtype=DT)
+    energy = make_energy(model, layout, y, loss="logistic", weight_decay=WD)
+    start = layout.flatten(dict(model.named_parameters())).detach()
+    theta = lbfgs_minimize(value_and_grad(energy, x), start, tol=1e-10, max_iter=500).theta
+    target = Target(model=model, params=layout.unflatten(theta.clone()), loss="logistic", weight_decay=WD,
+                    input_shape=SHAPE, num_outputs=1)
+    prior = AttackerPrior(labels=y, input_shape=SHAPE, lower=-0.5, upper=0.5)
+    return target, prior, torch.rand(6, *SHAPE, generator=g, dtype=DT) - 0.5
+
+
+def test_negative_curvature_warns_without_damping_only(relu_target, recwarn):
+    target, prior, x0 = relu_target
+    rec = _run(target, prior, x0, steps=3, lr_x=0.1)
+    assert any(h["negative_curvature"] for h in rec.history)
+    assert any("negative curvature" in str(w.message) and "damping" in str(w.message) for w in recwarn.list)
+    recwarn.clear()
+    _run(target, prior, x0, steps=3, lr_x=0.1, damping=1.0)
+    assert not any("negative curvature" in str(w.message) for w in recwarn.list)

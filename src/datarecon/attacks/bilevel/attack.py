@@ -29,6 +29,7 @@ float32, history 10: ≈ 1.7 GB, saved in every checkpoint); no dense Hessian.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Annotated, Any, Literal
 
 import torch
@@ -231,6 +232,11 @@ class BilevelAttack:
             grad_x = grad_x + cfg.box_weight * box_grad
         new = optimizer_step(cfg.optimizer, state, {"x": grad_x}, lrs={"x": cfg.lr_x},
                              settings=cfg.optimizer_settings())
+        if hg.solve.negative_curvature and cfg.damping == 0 and cfg.hessian in ("cg", "neumann"):
+            warnings.warn(
+                f"bilevel: the linear solve met negative curvature at step {index} (the lower-level energy is "
+                "not convex there, e.g. a ReLU target's kinks); the hypergradient is unreliable: set damping "
+                "(e.g. --set damping=1.0)", RuntimeWarning, stacklevel=2)
         dist = float(((inner.theta - theta_star) ** 2).sum())
         metrics = {
             "loss": float(hg.upper),
