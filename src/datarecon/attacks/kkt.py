@@ -24,11 +24,12 @@ Example::
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from typing import Annotated, Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from datarecon.registry import registered
 from datarecon.attacks import kkt_math
@@ -84,6 +85,8 @@ class KKTConfig(_AttackConfigBase):
     lambda_min: float = Field(default=0.45, ge=0, description="floor of lambda (hinge)")
     lambda_min_weight: float = Field(default=5.0, ge=0, description="weight of relu(lambda_min - lambda)^2")
     formulation: str = "binary"
+    compile: bool = Field(default=False, description="torch.compile the step's objective and gradient "
+                          "(same maths; pays a one-off compile, see benchmarks/bench_compile.py)")
 
     @field_validator("formulation")
     @classmethod
@@ -91,6 +94,14 @@ class KKTConfig(_AttackConfigBase):
         if v != "auto":
             kkt_math.MARGINS.get(v)
         return v
+
+    @model_serializer(mode="wrap")
+    def _drop_default_compile(self, handler):  # type: ignore[no-untyped-def]
+        # compile=False is left out of dumps so config hashes (resume, pieces, sweeps) stay as before
+        data = handler(self)
+        if isinstance(data, dict) and not self.compile:
+            data.pop("compile", None)
+        return data
 
 
 class DecoRecoConfig(KKTConfig):
@@ -207,11 +218,56 @@ class _XAttack:
         return metrics
 
 
+def compile_function(fn: Any) -> Any:
+    """``torch.compile(fn)`` as one static-shape graph; 1 inductor compile thread on <= 4 CPUs."""
+    import torch._inductor.config as inductor_config
+
+    if (os.cpu_count() or 1) <= 4:
+        inductor_config.compile_threads = 1
+    return torch.compile(fn, fullgraph=True, dynamic=False)
+
+
 class KKTAttack(_XAttack):
-    """The KKT attack of Haim et al. (2022); ``decoreco`` and ``kkt`` differ only in defaults."""
+    """The KKT attack of Haim et al. (2022); ``decoreco`` and ``kkt`` differ only in defaults.
+
+    With ``compile=True`` the step's objective and its gradient w.r.t. (x, λ) come from
+    :func:`kkt_math.kkt_value_and_grad` compiled with ``torch.compile`` (one graph per target and
+    shape), otherwise from :meth:`terms` + autograd; the optimiser update is the same.
+    """
 
     name = "kkt"
     config_cls = KKTConfig
+    resume_ignore = ("steps", "compile")
+
+    def __init__(self, config: KKTConfig | None = None) -> None:
+        super().__init__(config)
+        self._compiled: dict[int, Any] = {}
+
+    def compiled_value_and_grad(self, target: Target) -> Any:
+        """The compiled (x, λ, θ*, labels, lower, upper) ↦ ((∂L/∂x, ∂L/∂λ), (L, (R, box, hinge)))."""
+        key = id(target)
+        if key not in self._compiled:
+            from datarecon.attacks.surrogate import functional_surrogate
+
+            c = self.config
+            model = functional_surrogate(c.surrogate, target.model, alpha=c.alpha)
+            fn = kkt_math.kkt_value_and_grad(model, margin=self.formulation(target), lambda_min=c.lambda_min,
+                                             box_weight=c.box_weight, lambda_min_weight=c.lambda_min_weight)
+            self._compiled[key] = compile_function(fn)
+        return self._compiled[key]
+
+    def _compiled_terms(self, target: Target, prior: AttackerPrior, x: torch.Tensor,
+                        lam: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        fn = self.compiled_value_and_grad(target)
+        lo, hi = self.bounds(prior, x.device)
+        args = (x, lam, self.prepared(target).params, self.labels(prior, x.device), lo, hi)
+        try:
+            (gx, gl), (loss, (residual, box, hinge)) = fn(*args)
+        except Exception as exc:  # e.g. no C++ compiler: one line with the way out
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise DataReconError(f"torch.compile of the {self.name} step failed ({type(exc).__name__}: {first}); "
+                                 "run without --compile") from exc
+        return {"loss": loss, "residual": residual, "box": box, "lambda_hinge": hinge}, gx, gl
 
     def formulation(self, target: Target) -> str:
         return resolve_formulation(self.config.formulation, target)
@@ -249,10 +305,13 @@ class KKTAttack(_XAttack):
     def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
              index: int) -> dict[str, float]:
         """One optimiser step on (x, λ); metrics: loss, residual, rel_residual, box, lambda_hinge, ..."""
-        x = state["x"].detach().requires_grad_(True)
-        lam = state["lambda"].detach().requires_grad_(True)
-        terms = self.terms(target, prior, x, lam)
-        gx, gl = torch.autograd.grad(terms["loss"], [x, lam])
+        if self.config.compile:
+            terms, gx, gl = self._compiled_terms(target, prior, state["x"].detach(), state["lambda"].detach())
+        else:
+            x = state["x"].detach().requires_grad_(True)
+            lam = state["lambda"].detach().requires_grad_(True)
+            terms = self.terms(target, prior, x, lam)
+            gx, gl = torch.autograd.grad(terms["loss"], [x, lam])
         metrics = {k: float(v.detach()) for k, v in terms.items()}
         metrics["rel_residual"] = metrics["residual"] / max(self.prepared(target).theta_sq, 1e-300)
         metrics["lambda_mean"] = float(state["lambda"].mean())

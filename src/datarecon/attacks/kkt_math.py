@@ -147,6 +147,39 @@ def kkt_terms(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.T
     return {"loss": loss, "residual": residual, "box": box, "lambda_hinge": hinge}
 
 
+def kkt_value_and_grad(model: torch.nn.Module, *, margin: str, lambda_min: float, box_weight: float,
+                       lambda_min_weight: float) -> Callable[..., tuple]:
+    """:func:`kkt_terms` and its gradient w.r.t. (x, λ) as ONE pure torch.func function.
+
+    For ``torch.compile`` (double backward through a compiled module is unsupported, so the inner
+    VJP and the outer gradient must be one graph). ``model`` must be free of autograd.Functions
+    (see :func:`datarecon.attacks.surrogate.functional_surrogate`).
+
+    Returns:
+        f(x, λ, params, labels, lower, upper) → ((∂L/∂x, ∂L/∂λ), (L, (R, box, hinge))), the same
+        maths as :func:`kkt_terms` + autograd (L = R + w_box·box + w_λ·hinge).
+    """
+    from torch.func import functional_call, grad, grad_and_value
+
+    entry = MARGINS.get(margin)
+
+    def objective(x, lam, params, labels, lower, upper):
+        def total(p):
+            return entry.fn(functional_call(model, p, (x,)), labels, lam).sum() / x.shape[0]
+
+        g = grad(total)(params)
+        residual = stationarity_residual(params, g)
+        box = box_penalty(x, lower, upper)
+        if entry.signed_lambda:
+            hinge = torch.zeros((), dtype=x.dtype, device=x.device)
+        else:
+            hinge = lambda_hinge(lam, lambda_min)
+        loss = residual + box_weight * box + lambda_min_weight * hinge
+        return loss, (residual, box, hinge)
+
+    return grad_and_value(objective, argnums=(0, 1), has_aux=True)
+
+
 def energy_gradient(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor, labels: torch.Tensor,
                     *, loss: str, weight_decay: float, create_graph: bool = True) -> dict[str, torch.Tensor]:
     """∇_θ E(x, y; θ) at θ = params, E = mean loss + (wd/2)‖θ‖² (one batched VJP)."""

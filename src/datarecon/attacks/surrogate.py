@@ -13,6 +13,11 @@ ops on the saved input, so ``create_graph=True`` / double backward works. As α 
 derivative tends to ReLU's step function.
 
 Registered in :data:`SURROGATES` (``relu``: the model unchanged; ``sigmoid-surrogate``).
+
+:func:`functional_surrogate` gives the same surrogate in plain torch ops (no autograd.Function),
+for the torch.func + ``torch.compile`` path of the KKT attack: an autograd.Function inside
+torch.func transforms under ``torch.compile`` gets wrong second derivatives in torch 2.13
+(benchmarks/bench_compile.py measures it).
 """
 
 from __future__ import annotations
@@ -73,12 +78,51 @@ def with_surrogate(model: nn.Module, alpha: float) -> nn.Module:
     return out
 
 
-def _replace_relus(module: nn.Module, alpha: float) -> None:
+def _replace_relus(module: nn.Module, alpha: float, cls: type[SurrogateReLU] = SurrogateReLU) -> None:
     for name, child in module.named_children():
         if isinstance(child, nn.ReLU):
-            setattr(module, name, SurrogateReLU(alpha))
+            setattr(module, name, cls(alpha))
         else:
-            _replace_relus(child, alpha)
+            _replace_relus(child, alpha, cls)
+
+
+def plain_surrogate_relu(z: torch.Tensor, alpha: float) -> torch.Tensor:
+    """:func:`surrogate_relu` in plain ops: relu(z).detach() + s − s.detach(), s' = sigmoid(αz).
+
+    s(z) = softplus(αz)/α, evaluated as z + softplus(−αz)/α for z ≥ 0 (softplus of a non-positive
+    argument: no overflow, no threshold), so ds/dz = sigmoid(αz) (0.5 at z = 0) and
+    d²s/dz² = α·σ(1 − σ): the same value, derivative and second derivative as the autograd.Function.
+    """
+    pos = z >= 0
+    s = torch.where(pos, z + nn.functional.softplus(-alpha * z) / alpha,
+                    nn.functional.softplus(alpha * z) / alpha)
+    return torch.relu(z).detach() + (s - s.detach())
+
+
+class PlainSurrogateReLU(SurrogateReLU):
+    """:class:`SurrogateReLU` written in plain ops (torch.func / torch.compile friendly)."""
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return plain_surrogate_relu(z, self.alpha)
+
+
+def functional_surrogate(name: str, model: nn.Module, *, alpha: float) -> nn.Module:
+    """``make_surrogate(name, ...)`` without autograd.Functions (``relu``, ``sigmoid-surrogate``).
+
+    Raises:
+        DataReconError: another surrogate (it has no plain-ops form here).
+    """
+    from datarecon.errors import DataReconError
+
+    SURROGATES.get(name)
+    if name == "relu":
+        return model
+    if name != "sigmoid-surrogate":
+        raise DataReconError(f"surrogate {name!r} has no torch.func form; use relu or sigmoid-surrogate, "
+                             "or run without compile")
+    out = copy.deepcopy(model)
+    _replace_relus(out, float(alpha), cls=PlainSurrogateReLU)
+    return out
 
 
 def count_relus(model: nn.Module) -> int:
