@@ -147,3 +147,21 @@ def test_every_scale_preset_loads(scale):
 def test_unknown_scale_lists_valid_ones():
     with pytest.raises(DataReconError, match="smoke, small, paper"):
         load_config("runkel2024", scale="huge")
+
+
+def test_reproduction_times_script_reads_the_markers(runkel, capsys):
+    """benchmarks/reproduction_times.py: every piece counted, per-step times for every attack."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "reproduction_times.py"
+    spec = importlib.util.spec_from_file_location("reproduction_times", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out, _, _ = runkel
+    res = mod.collect(out)
+    n_markers = len(list(out.rglob("DONE.json")))
+    assert res["pieces"] == n_markers and res["total_wall_s"] > 0
+    attacks = [r for r in res["rows"] if r["kind"] == "attack"]
+    assert attacks and all(r["ms_per_step"] > 0 and r["steps"] > 0 for r in attacks)
+    assert mod.main([str(out / "no-such-folder")]) == 1
+    assert "no DONE.json" in capsys.readouterr().err

@@ -1,0 +1,80 @@
+"""Wall time of a finished (or partly finished) reproduction, per piece kind and per attack.
+
+Reads the completion markers ``OUT/**/DONE.json`` that ``datarecon reproduce`` writes and, for
+attack pieces, the run record ``run/run.json`` (steps, method, Hessian-vector products). Prints the
+total and per-kind wall time and, for every attack, its wall time per step (for the bilevel attack:
+per outer step, the number the performance issue asks for at each scale). The sum of piece wall
+times is the reproduction's compute time; it excludes process start-up and report rendering.
+
+Usage::
+
+    python benchmarks/reproduction_times.py out/small-runkel [--json benchmarks/results/reproduce_small.json]
+
+Exits non-zero on error (e.g. no DONE.json under OUT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+def collect(out: Path) -> dict[str, Any]:
+    """Per-piece rows and per-kind totals of the reproduction in ``out``."""
+    markers = sorted(out.rglob("DONE.json"))
+    if not markers:
+        raise FileNotFoundError(f"no DONE.json under {out}: run `datarecon reproduce ... --out {out}` first")
+    rows = []
+    for marker in markers:
+        done = json.loads(marker.read_text(encoding="utf-8"))
+        row: dict[str, Any] = {"key": done.get("key"), "kind": done.get("kind"),
+                               "wall_s": float(done.get("wall_time_s") or 0.0)}
+        run_json = marker.parent / "run" / "run.json"
+        if done.get("kind") == "attack" and run_json.is_file():
+            run = json.loads(run_json.read_text(encoding="utf-8"))
+            steps = int(run.get("steps_done") or 0)
+            extra = run.get("extra") or {}
+            row |= {"method": run.get("method"), "steps": steps, "m": run.get("m"),
+                    "attack_wall_s": float(run.get("wall_time_s") or 0.0),
+                    "ms_per_step": 1e3 * float(run.get("wall_time_s") or 0.0) / steps if steps else None,
+                    "num_parameters": extra.get("num_parameters"), "hvps": extra.get("hvp_count")}
+        rows.append(row)
+    by_kind: dict[str, float] = defaultdict(float)
+    for r in rows:
+        by_kind[str(r["kind"])] += r["wall_s"]
+    return {"out": str(out), "pieces": len(rows), "total_wall_s": sum(r["wall_s"] for r in rows),
+            "by_kind_wall_s": dict(by_kind), "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path, help="a reproduction's --out folder")
+    ap.add_argument("--json", type=Path, default=None, help="also write the numbers as JSON here")
+    args = ap.parse_args(argv)
+    try:
+        res = collect(args.out)
+        print(f"{res['out']}: {res['pieces']} finished pieces, {res['total_wall_s']:.1f} s of piece wall time")
+        for kind, wall in sorted(res["by_kind_wall_s"].items()):
+            print(f"  {kind:<10} {wall:8.1f} s")
+        print("attacks (wall per step):")
+        for r in res["rows"]:
+            if r.get("ms_per_step") is not None:
+                print(f"  {r['key']:<48} {r['method']:<9} P={r['num_parameters'] or '-':<8} m={r['m']:<4} "
+                      f"{r['steps']:>5} steps  {r['ms_per_step']:9.1f} ms/step")
+        if args.json:
+            from datarecon.utils.io import atomic_write_json
+
+            atomic_write_json(args.json, res)
+            print(f"wrote {args.json}")
+    except Exception as exc:  # one line, non-zero exit
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
