@@ -131,6 +131,46 @@ def bench(kind: str, args) -> dict:
             "lbfgs_pairs": len(pairs), "strategies": rows}
 
 
+def bench_schedule(kind: str, args) -> dict:
+    """Fixed vs "distance" inner tolerance over ``args.schedule_steps`` outer steps from the same x₀.
+
+    Same target, x₀, θ⁰ and settings; the two schedules alternate over ``args.schedule_repeats``
+    rounds (fixed, distance, fixed, ...) so load changes hit both. Reports wall time per outer
+    step, inner L-BFGS iterations and the final ‖θ* − θ‖².
+    """
+    dtype = torch.float64 if args.dtype == "float64" else torch.float32
+    width = args.width if kind == "one-hidden" else 0
+    mu = args.damping_one_hidden if kind == "one-hidden" else 0.0
+    target, prior, _ = make_target(kind, n=args.n, width=width, wd=args.wd, dtype=dtype, seed=args.seed)
+    x0 = (torch.rand(args.n, *SHAPE, generator=torch.Generator().manual_seed(args.seed + 1), dtype=dtype) - 0.5)
+    base = dict(lr_x=args.lr_x_schedule, inner_tol=args.inner_tol, dtype=args.dtype, theta0="uniform",
+                inner_max_iter=args.inner_max_iter, inner_max_iter_first=args.inner_max_iter_first, damping=mu,
+                hessian="cg", solve_tol=args.cg_tol, solve_max_iter=args.cg_max_iter)
+    runs: dict[str, list[dict]] = {"fixed": [], "distance": []}
+    for _ in range(args.schedule_repeats):
+        for schedule in runs:
+            attack = BilevelAttack(BilevelConfig(inner_tol_schedule=schedule, **base))
+            st = attack.init_state(target, prior, x0=x0, generator=torch.Generator().manual_seed(0))
+            t0 = time.perf_counter()
+            inner, hvps = 0.0, 0.0
+            m: dict[str, float] = {}
+            for i in range(args.schedule_steps):
+                m = attack.step(target, prior, st, i)
+                inner += m["inner_iters"]
+                hvps += m["hvps"]
+            wall = time.perf_counter() - t0
+            runs[schedule].append({"wall_s": wall, "inner_iters": inner, "hvps": hvps,
+                                   "param_distance_end": m["param_distance"], "inner_tol_end": m["inner_tol"]})
+    out = {"target": kind, "steps": args.schedule_steps, "repeats": args.schedule_repeats, "lr_x": args.lr_x_schedule}
+    for schedule, rs in runs.items():
+        out[schedule] = {"ms_per_step_median": 1e3 * statistics.median(r["wall_s"] for r in rs) / args.schedule_steps,
+                         "inner_iters_total": rs[0]["inner_iters"], "hvps_total": rs[0]["hvps"],
+                         "param_distance_end": rs[0]["param_distance_end"], "inner_tol_end": rs[0]["inner_tol_end"],
+                         "runs": rs}
+    out["speedup"] = out["fixed"]["ms_per_step_median"] / out["distance"]["ms_per_step_median"]
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -151,6 +191,12 @@ def main(argv=None) -> int:
     ap.add_argument("--damping-one-hidden", type=float, default=1.0,
                     help="μ of H + μI for the ReLU one-hidden target (reference, cg, neumann; qn has none)")
     ap.add_argument("--targets", default="affine,one-hidden")
+    ap.add_argument("--schedule-steps", type=int, default=0,
+                    help="also compare the fixed and 'distance' inner-tolerance schedules over this many outer steps "
+                         "from fresh candidates (0: skip)")
+    ap.add_argument("--schedule-repeats", type=int, default=2)
+    ap.add_argument("--lr-x-schedule", type=float, default=10.0, help="x step size of the schedule comparison")
+    ap.add_argument("--schedule-only", action="store_true", help="run only the schedule comparison")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: least noisy on a shared 2-core box)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bilevel.json")
@@ -161,7 +207,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     results = []
     try:
-        for kind in args.targets.split(","):
+        for kind in ([] if args.schedule_only else args.targets.split(",")):
             t = time.perf_counter()
             r = bench(kind, args)
             r["wall_s"] = time.perf_counter() - t
@@ -174,13 +220,25 @@ def main(argv=None) -> int:
             for s in r["strategies"]:
                 print(f"{s['strategy']:>9} {s['rel_error']:9.2e} {s['cosine']:8.4f} {s['ms_per_step_median']:9.1f} "
                       f"{s['hvps_per_step']:9.1f} {s['inner_iters_per_step']:9.1f} {s['inner_residual_max']:10.1e}")
+        schedules = []
+        if args.schedule_steps:
+            for kind in args.targets.split(","):
+                r = bench_schedule(kind, args)
+                schedules.append(r)
+                print(f"\n{kind}: inner tolerance schedule over {r['steps']} outer steps (lr_x {r['lr_x']}, "
+                      f"{r['repeats']} alternating repeats)")
+                for name in ("fixed", "distance"):
+                    v = r[name]
+                    print(f"{name:>9}: {v['ms_per_step_median']:8.1f} ms/step, {v['inner_iters_total']:6.0f} inner iters, "
+                          f"{v['hvps_total']:6.0f} HVPs, final ‖θ*−θ‖² {v['param_distance_end']:.3e}")
+                print(f"  speed-up of 'distance': {r['speedup']:.2f}x")
     except Exception as exc:  # noqa: BLE001 — report and fail
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     payload = {"benchmark": "bilevel", "quick": args.quick, "args": {k: (str(v) if isinstance(v, Path) else v)
                                                                      for k, v in vars(args).items()},
                "platform": platform.platform(), "threads": torch.get_num_threads(), "versions": versions(),
-               "results": results}
+               "results": results, "schedules": schedules}
     atomic_write_json(args.out, payload)
     print(f"\nwrote {args.out}")
     return 0

@@ -185,3 +185,20 @@ def test_negative_curvature_warns_without_damping_only(relu_target, recwarn):
     recwarn.clear()
     _run(target, prior, x0, steps=3, lr_x=0.1, damping=1.0)
     assert not any("negative curvature" in str(w.message) for w in recwarn.list)
+
+
+def test_distance_tolerance_schedule_loosens_early_and_still_converges(planted):
+    """inner_tol_schedule="distance": tol_k = clip(0.1·wd·‖θ* − θ_{k−1}‖, inner_tol, inner_tol_max) —
+    loose while θ is far from θ*, tight near it, and the planted problem is still solved."""
+    target, prior, x_gt = planted
+    x0 = x_gt + 0.01 * torch.randn(x_gt.shape, generator=torch.Generator().manual_seed(1), dtype=DT)
+    cfg = dict(steps=60, lr_x=0.05, inner_tol=1e-10, inner_tol_max=1e-3)
+    fixed = _run(target, prior, x0, **cfg)
+    sched = _run(target, prior, x0, inner_tol_schedule="distance", **cfg)
+    tols = [h["inner_tol"] for h in sched.history]
+    assert all(1e-10 <= t <= 1e-3 for t in tols)
+    assert tols[0] > 1e-10 and tols[-1] < tols[0]  # tightens as θ approaches θ*
+    first = sched.history[0]["param_distance"]
+    assert sched.summary["extra"]["param_distance"] < first / 100
+    assert sched.summary["extra"]["inner_iterations"] < fixed.summary["extra"]["inner_iterations"]
+    assert all(h["inner_tol"] == 1e-10 for h in fixed.history)

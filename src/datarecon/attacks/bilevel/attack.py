@@ -77,7 +77,14 @@ class BilevelConfig(BaseModel):
             negative curvature at μ ≤ 0.1 on the one-hidden benchmark; μ = 1 converges).
         neumann_alpha: Neumann step size α (needs α·λ_max(H) < 2).
         warm_start_p: start CG from the previous p.
-        inner_tol: inner L-BFGS stops at ‖∇_θE‖₂ ≤ inner_tol.
+        inner_tol: inner L-BFGS stops at ‖∇_θE‖₂ ≤ inner_tol (with ``inner_tol_schedule``
+            "distance": the floor of the schedule).
+        inner_tol_schedule: "fixed" (``inner_tol`` at every step) or "distance": tie the inner
+            tolerance to outer progress, tol_k = clip(inner_tol_factor · wd · ‖θ* − θ_{k−1}‖,
+            inner_tol, inner_tol_max). E is wd-strongly convex for affine targets, so the inner error
+            ‖θ̂ − θ(x)‖ ≤ tol/wd stays below inner_tol_factor × the current distance: no accuracy is
+            spent on θ(x) while x is still far from a solution.
+        inner_tol_factor, inner_tol_max: of the "distance" schedule.
         inner_max_iter: inner iteration cap per outer step.
         inner_max_iter_first: cap for the first inner solve (from θ⁰).
         lbfgs_history: curvature pairs kept (inner model and "qn" strategy).
@@ -103,6 +110,9 @@ class BilevelConfig(BaseModel):
     neumann_alpha: float = Field(default=1.0, gt=0)
     warm_start_p: bool = True
     inner_tol: float = Field(default=1e-6, gt=0)
+    inner_tol_schedule: Literal["fixed", "distance"] = "fixed"
+    inner_tol_factor: float = Field(default=0.1, gt=0)
+    inner_tol_max: float = Field(default=1e-2, gt=0)
     inner_max_iter: int = Field(default=50, ge=0)
     inner_max_iter_first: int = Field(default=1000, ge=0)
     lbfgs_history: int = Field(default=10, ge=0)
@@ -182,10 +192,18 @@ class BilevelAttack:
             if v.is_floating_point() and v.device != layout.device and k not in (RESIDUALS, DIST_X0):
                 state[k] = v.to(layout.device)
 
-    def _inner(self, energy_fn, x, theta, memory: LBFGSMemory, *, first: bool):
+    def inner_tolerance(self, *, theta: torch.Tensor, theta_star: torch.Tensor, weight_decay: float) -> float:
+        """The inner L-BFGS tolerance of this step (see ``inner_tol_schedule``)."""
+        cfg = self.config
+        if cfg.inner_tol_schedule == "fixed":
+            return cfg.inner_tol
+        dist = float(torch.linalg.vector_norm(theta_star - theta))
+        return min(max(cfg.inner_tol_factor * weight_decay * dist, cfg.inner_tol), cfg.inner_tol_max)
+
+    def _inner(self, energy_fn, x, theta, memory: LBFGSMemory, *, first: bool, tol: float | None = None):
         cfg = self.config
         return lbfgs_minimize(value_and_grad(energy_fn, x), theta, pairs=memory.pairs(),
-                              history=cfg.lbfgs_history, tol=cfg.inner_tol,
+                              history=cfg.lbfgs_history, tol=cfg.inner_tol if tol is None else tol,
                               max_iter=cfg.inner_max_iter_first if first else cfg.inner_max_iter,
                               line_search=cfg.line_search)
 
@@ -221,7 +239,8 @@ class BilevelAttack:
         x = state["x"]
         memory = LBFGSMemory(state["lbfgs.s"], state["lbfgs.y"], state["lbfgs.meta"])
         counts = state[COUNTS]
-        inner = self._inner(energy_fn, x, state["theta"], memory, first=int(counts[_C_STEPS]) == 0)
+        tol = self.inner_tolerance(theta=state["theta"], theta_star=theta_star, weight_decay=self.weight_decay(target))
+        inner = self._inner(energy_fn, x, state["theta"], memory, first=int(counts[_C_STEPS]) == 0, tol=tol)
         pairs = (memory.pairs() + inner.new_pairs)[-cfg.lbfgs_history:] if cfg.lbfgs_history else []
         hg = hypergradient(energy_fn, x, inner.theta, theta_star, upper=cfg.upper_loss, strategy=cfg.hessian,
                            options=cfg.solve_options(), pairs=pairs, previous_p=state["p"])
@@ -244,6 +263,7 @@ class BilevelAttack:
             "energy": float(hg.energy),
             "residual": inner.grad_norm,
             "inner_iters": float(inner.iterations),
+            "inner_tol": tol,
             "inner_evals": float(inner.evaluations),
             "hvps": float(hg.solve.hvps),
             "negative_curvature": float(hg.solve.negative_curvature),
