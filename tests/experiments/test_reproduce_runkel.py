@@ -144,6 +144,18 @@ def test_every_scale_preset_loads(scale):
     assert cfg.landscape.grid == (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
+def test_paper_dry_run_overrides_keep_the_published_sizes():
+    """examples/runkel2024-paper-dryrun.yaml cuts loops only: sizes stay those of the paper preset."""
+    from datarecon.config import read_config_mapping
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "runkel2024-paper-dryrun.yaml"
+    paper = load_config("runkel2024", scale="paper")
+    dry = load_config("runkel2024", scale="paper", overrides=read_config_mapping(path))
+    assert dry.data == paper.data and dry.one_hidden.arch == paper.one_hidden.arch
+    assert dry.decoreco_target.arch == paper.decoreco_target.arch and dry.landscape.grid == paper.landscape.grid
+    assert dry.bilevel_one_hidden.steps == 1 and dry.bilevel_one_hidden.inner_tol_schedule == "distance"
+
+
 def test_unknown_scale_lists_valid_ones():
     with pytest.raises(DataReconError, match="smoke, small, paper"):
         load_config("runkel2024", scale="huge")
