@@ -55,7 +55,8 @@ def test_one_class_and_tpr_at_fpr():
     assert math.isnan(roc_auc([1, 1, 1], [0.1, 0.2, 0.3]))
     r = score_privacy([0, 0], [0.1, 0.2], name="lam")
     assert math.isnan(r.auc) and "one class" in r.note and math.isnan(r.tpr_at[0.01])
-    fpr = np.array([0, 0, 0.005, 0.02, 1]); tpr = np.array([0, 0.3, 0.5, 0.8, 1])
+    fpr = np.array([0, 0, 0.005, 0.02, 1])
+    tpr = np.array([0, 0.3, 0.5, 0.8, 1])
     assert tpr_at_fpr(fpr, tpr, 0.01) == 0.5 and tpr_at_fpr(fpr, tpr, 0.001) == 0.3
     y = np.r_[np.ones(10), np.zeros(10)]
     rep = privacy_report(y, {"perfect": torch.from_numpy(np.r_[np.ones(10), np.zeros(10)]),
