@@ -142,3 +142,26 @@ def test_registry_entries_build_from_config(name):
     entry = ATTACKS.get(name)
     attack = entry.from_config(entry.config_cls(steps=3))
     assert attack.name == name and attack.config.steps == 3
+
+
+@pytest.mark.parametrize("box_weight", [0.0, 1.0, 3.0])
+def test_step_gradient_equals_full_autograd_objective(make_target, prior, box_weight):
+    """The eager step (box prior in closed form) moves x and λ exactly as autograd of the full
+    objective L = R + w_box·box + w_λ·hinge would (SGD without momentum, float64)."""
+    target = make_target()
+    g = torch.Generator().manual_seed(4)
+    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=g, scale=2.0, dtype=torch.float64)
+    cfg = KKTConfig(steps=1, lr_x=0.1, lr_lambda=0.05, momentum=0.0, box_weight=box_weight, dtype="float64")
+    attack = KKTAttack(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        state = attack.init_state(target, prior, x0=x0, generator=torch.Generator().manual_seed(0))
+    x = state["x"].detach().clone().requires_grad_(True)
+    lam = state["lambda"].detach().clone().requires_grad_(True)
+    terms = attack.terms(target, prior, x, lam)
+    gx, gl = torch.autograd.grad(terms["loss"], [x, lam])
+    metrics = attack.step(target, prior, state, 0)
+    torch.testing.assert_close(state["x"], x.detach() - 0.1 * gx, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(state["lambda"], lam.detach() - 0.05 * gl, rtol=1e-12, atol=1e-14)
+    assert metrics["loss"] == pytest.approx(float(terms["loss"]), rel=1e-12)
+    assert metrics["box"] == pytest.approx(float(terms["box"]), rel=1e-12) and metrics["box"] > 0

@@ -143,3 +143,18 @@ def test_per_candidate_directional_matches_loop():
             gr = torch.autograd.grad(_fwd(model)(x[i:i + 1], leaves)[0, j], list(leaves.values()))
             ref = sum((a * v[n]).sum() for a, n in zip(gr, leaves))
             assert d[i, j].item() == pytest.approx(ref.item(), rel=1e-10, abs=1e-12)
+
+
+def test_box_value_and_grad_equals_autograd_of_box_penalty():
+    g = torch.Generator().manual_seed(3)
+    x = (2.0 * torch.rand(5, 3, 4, 4, generator=g, dtype=torch.float64) - 1.0).requires_grad_(True)
+    lo = -0.4 * torch.ones(3, 4, 4, dtype=torch.float64)
+    hi = torch.full((3, 4, 4), 0.3, dtype=torch.float64)
+    with torch.no_grad():
+        x[0, 0, 0, 0] = 0.3  # exactly on a bound
+    ref = kkt_math.box_penalty(x, lo, hi)
+    (ref_grad,) = torch.autograd.grad(ref, x)
+    value, grad = kkt_math.box_value_and_grad(x.detach(), lo, hi)
+    torch.testing.assert_close(value, ref.detach(), rtol=1e-15, atol=0)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-15, atol=0)
+    assert float(ref) > 0  # some pixels are outside the box

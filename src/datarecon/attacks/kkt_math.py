@@ -122,6 +122,23 @@ def box_penalty(x: torch.Tensor, lower: torch.Tensor | float, upper: torch.Tenso
     return (torch.relu(x - hi) ** 2 + torch.relu(lo - x) ** 2).sum()
 
 
+def box_value_and_grad(x: torch.Tensor, lower: torch.Tensor | float,
+                       upper: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`box_penalty` and its gradient in closed form, without autograd.
+
+    With d = x − clamp(x, lower, upper): box = Σ d², ∂box/∂x = 2d (d is zero inside the box). Three
+    passes over x instead of the ~10 that autograd spends on the relu/pow form (the box prior is
+    most of the KKT step's non-matmul time at m × 3 × 32 × 32).
+
+    Returns:
+        (scalar value, gradient shaped like x).
+    """
+    lo = torch.as_tensor(lower, dtype=x.dtype, device=x.device)
+    hi = torch.as_tensor(upper, dtype=x.dtype, device=x.device)
+    d = x - torch.clamp(x, lo, hi)
+    return (d * d).sum(), d.mul_(2.0)
+
+
 def lambda_hinge(lam: torch.Tensor, lambda_min: float) -> torch.Tensor:
     """Σ relu(λ_min − λ_i)² (scalar)."""
     return (torch.relu(lambda_min - lam) ** 2).sum()
@@ -129,8 +146,12 @@ def lambda_hinge(lam: torch.Tensor, lambda_min: float) -> torch.Tensor:
 
 def kkt_terms(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor, labels: torch.Tensor,
               lam: torch.Tensor, *, margin: str, lower: torch.Tensor | float, upper: torch.Tensor | float,
-              lambda_min: float, box_weight: float, lambda_min_weight: float) -> dict[str, torch.Tensor]:
+              lambda_min: float, box_weight: float, lambda_min_weight: float,
+              include_box: bool = True) -> dict[str, torch.Tensor]:
     """The KKT / DecoReco objective and its terms (all scalars, differentiable in x and λ).
+
+    ``include_box=False`` leaves the box prior out (``box`` = 0, not in ``loss``), for callers that
+    add it with :func:`box_value_and_grad`.
 
     Returns:
         ``{"loss": R + w_box·box + w_λ·hinge, "residual": R, "box": box, "lambda_hinge": hinge}``;
@@ -138,7 +159,7 @@ def kkt_terms(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.T
     """
     g = combination_gradient(forward, params, x, labels, lam, margin=margin, create_graph=True)
     residual = stationarity_residual(params, g)
-    box = box_penalty(x, lower, upper)
+    box = box_penalty(x, lower, upper) if include_box else torch.zeros((), dtype=x.dtype, device=x.device)
     if MARGINS.get(margin).signed_lambda:
         hinge = torch.zeros((), dtype=x.dtype, device=x.device)
     else:
