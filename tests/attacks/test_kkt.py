@@ -165,3 +165,31 @@ def test_step_gradient_equals_full_autograd_objective(make_target, prior, box_we
     torch.testing.assert_close(state["lambda"], lam.detach() - 0.05 * gl, rtol=1e-12, atol=1e-14)
     assert metrics["loss"] == pytest.approx(float(terms["loss"]), rel=1e-12)
     assert metrics["box"] == pytest.approx(float(terms["box"]), rel=1e-12) and metrics["box"] > 0
+
+
+class _FunctionalReLU(nn.Module):
+    """A custom bias-free MLP that applies ReLU as a function (invisible to the surrogate swap)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(16, 8, bias=False)
+        self.fc2 = nn.Linear(8, 1, bias=False)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+def test_functional_relu_is_reported_when_a_surrogate_is_asked_for(prior):
+    from datarecon.attacks.surrogate import count_functional_relus
+
+    model = _FunctionalReLU().double()
+    assert count_functional_relus(model) == 1
+    assert count_functional_relus(nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU())) == 0
+    target = Target(model=model, params={k: v.detach() for k, v in model.named_parameters()}, loss="logistic",
+                    weight_decay=0.0, input_shape=SHAPE, num_outputs=1, homogeneous=True)
+    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=torch.Generator().manual_seed(0), scale=0.1)
+    with pytest.warns(UserWarning, match="applies ReLU as a function.*nn.ReLU modules"):
+        KKTAttack(KKTConfig(steps=1)).init_state(target, prior, x0=x0, generator=torch.Generator())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the exact-ReLU attack has nothing to report
+        KKTAttack(KKTConfig(steps=1, surrogate="relu")).init_state(target, prior, x0=x0, generator=torch.Generator())

@@ -139,9 +139,17 @@ def check_formulation(formulation: str, target: Target, prior: AttackerPrior) ->
             raise DataReconError("binary formulation needs labels in {-1, +1}; use formulation regression otherwise")
 
 
-def assumption_notes(target: Target, formulation: str | None) -> list[str]:
+def assumption_notes(target: Target, formulation: str | None, *, surrogate: str = "relu") -> list[str]:
     """STYLE #7: what in the target breaks the method's assumptions (empty if nothing)."""
+    from datarecon.attacks.surrogate import count_functional_relus
+
     notes = []
+    if surrogate != "relu":
+        calls = count_functional_relus(target.model)
+        if calls:
+            notes.append(f"the model applies ReLU as a function in its forward ({calls} call(s) of torch.relu / "
+                         f"F.relu); the {surrogate!r} surrogate replaces nn.ReLU modules only, so those keep "
+                         "ReLU's zero second derivative: write them as nn.ReLU modules")
     if formulation is not None and not target.homogeneous:
         notes.append("target is not homogeneous (has biases or non-ReLU layers); the KKT conditions of "
                      "Haim et al. assume a bias-free ReLU network, expect a larger residual")
@@ -278,7 +286,7 @@ class KKTAttack(_XAttack):
         """x = x0 (cast), λ₀ from ``lambda_init`` drawn with ``generator`` (CPU, float64), zero buffers."""
         form = self.formulation(target)
         check_formulation(form, target, prior)
-        for note in assumption_notes(target, form):
+        for note in assumption_notes(target, form, surrogate=self.config.surrogate):
             warnings.warn(f"{self.name}: {note}", UserWarning, stacklevel=2)
         device = next(iter(target.params.values())).device
         m = prior.m
@@ -343,8 +351,9 @@ class KKTAttack(_XAttack):
                state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Per-candidate scores and selection criteria (attacker-side only)."""
         scores, criteria = select(self.context(target, prior, state))
-        return scores, {"formulation": self.formulation(target), "notes": assumption_notes(target, self.formulation(target)),
-                        "selection": criteria}
+        form = self.formulation(target)
+        notes = assumption_notes(target, form, surrogate=self.config.surrogate)
+        return scores, {"formulation": form, "notes": notes, "selection": criteria}
 
     def run(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
             generator: torch.Generator) -> Reconstruction:

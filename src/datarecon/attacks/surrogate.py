@@ -130,6 +130,29 @@ def count_relus(model: nn.Module) -> int:
     return sum(isinstance(m, nn.ReLU) for m in model.modules())
 
 
+_FUNCTIONAL_RELUS = {torch.relu, torch.nn.functional.relu, torch.relu_, torch.nn.functional.relu_}
+
+
+def count_functional_relus(model: nn.Module) -> int | None:
+    """ReLUs applied as functions (``torch.relu``, ``F.relu``, ``Tensor.relu``) in ``model``'s forward.
+
+    The surrogate cannot replace these: it swaps ``nn.ReLU`` submodules only. Found by tracing the
+    forward symbolically with ``torch.fx`` (nothing is executed on data).
+
+    Returns:
+        The number of such calls, or None when the forward cannot be traced (data-dependent control
+        flow); then nothing is known.
+    """
+    import torch.fx
+
+    try:
+        graph = torch.fx.symbolic_trace(model).graph
+    except Exception:  # noqa: BLE001 - untraceable forwards are allowed; we just cannot tell
+        return None
+    return sum((n.op == "call_function" and n.target in _FUNCTIONAL_RELUS)
+               or (n.op == "call_method" and n.target in ("relu", "relu_")) for n in graph.nodes)
+
+
 SurrogateFactory = Callable[[nn.Module, float], nn.Module]
 SURROGATES: Registry[SurrogateFactory] = Registry("surrogate")
 SURROGATES.register("relu", lambda model, alpha: model)
