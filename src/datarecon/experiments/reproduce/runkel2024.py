@@ -115,10 +115,10 @@ class RunkelConfig(BaseModel):
                                                      weight_decay=7.5e-4, optimizer="lbfgs", lr=1.0, epochs=5000)
     bilevel_affine: BilevelConfig = BilevelConfig(steps=1000, lr_x=10.0)
     # ReLU target: the inner solve stalls on kinks where ∇²E is indefinite, so the undamped
-    # hypergradient explodes (‖∇x‖ 2.5 → 660 in 20 steps on the smoke target, distance rising).
-    # Damping 1 keeps it bounded; with SGD at the affine step size ‖θ* − θ‖² falls 8.4 → 6.0 in
-    # 60 steps while x moves 2.1 (L2 per image, partition start). Adam (lr 0.05) lowers the
-    # distance more (→ 4.7) but moves x by 61 per image: the images are destroyed.
+    # hypergradient explodes (x moves 1.3e7 per image even at lr 1e-3). Damping 1 keeps it bounded:
+    # with SGD at the affine step size ‖θ* − θ‖² falls 6.8 → 6.0 in 60 steps while x moves 2.05 per
+    # image; Adam lowers the distance more (→ 4.8) but moves x 61 per image (images destroyed).
+    # Measured by benchmarks/bilevel_one_hidden_settings.sh on the smoke target.
     bilevel_one_hidden: BilevelConfig = BilevelConfig(steps=1000, lr_x=10.0, damping=1.0)
     decoreco: DecoRecoSettings = DecoRecoSettings()
     landscape: LandscapeSettings = LandscapeSettings()
