@@ -158,3 +158,27 @@ def test_box_value_and_grad_equals_autograd_of_box_penalty():
     torch.testing.assert_close(value, ref.detach(), rtol=1e-15, atol=0)
     torch.testing.assert_close(grad, ref_grad, rtol=1e-15, atol=0)
     assert float(ref) > 0  # some pixels are outside the box
+
+
+@pytest.mark.parametrize("margin,k", [("binary", 1), ("multiclass", 3), ("regression", 1)])
+def test_seeded_backward_equals_autograd_of_the_objective(margin, k):
+    """kkt_residual_and_grads (g's backward seeded by ∂R/∂g) gives the values and gradients of
+    autograd on kkt_terms without the box prior, float64, with biases (some g_p independent of x)."""
+    model = _mlp(6, 5, k, bias=True, seed=4)
+    params = _params(model)
+    g = torch.Generator().manual_seed(5)
+    m = 4
+    x = torch.randn(m, 1, 2, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    y = torch.randint(0, k, (m,), generator=g) if margin == "multiclass" else torch.tensor([1.0, -1, 1, -1]).double()
+    lam = (torch.rand(m, generator=g, dtype=torch.float64) - 0.2).requires_grad_(True)  # some below λ_min
+    ref = kkt_math.kkt_terms(_fwd(model), params, x, y, lam, margin=margin, lower=-0.5, upper=0.5, lambda_min=0.5,
+                             box_weight=1.0, lambda_min_weight=5.0, include_box=False)
+    rx, rl = torch.autograd.grad(ref["loss"], [x, lam])
+    terms, gx, gl = kkt_math.kkt_residual_and_grads(_fwd(model), params, x, y, lam, margin=margin, lambda_min=0.5,
+                                                    lambda_min_weight=5.0)
+    for key in ("loss", "residual", "lambda_hinge"):
+        torch.testing.assert_close(terms[key], ref[key].detach(), rtol=1e-13, atol=1e-15)
+    torch.testing.assert_close(gx, rx, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(gl, rl, rtol=1e-12, atol=1e-14)
+    if margin != "regression":
+        assert float(terms["lambda_hinge"]) > 0

@@ -319,17 +319,17 @@ class KKTAttack(_XAttack):
         if self.config.compile:
             terms, gx, gl = self._compiled_terms(target, prior, state["x"].detach(), state["lambda"].detach())
         else:
-            x = state["x"].detach().requires_grad_(True)
-            lam = state["lambda"].detach().requires_grad_(True)
-            terms = self.terms(target, prior, x, lam, include_box=False)
-            gx, gl = torch.autograd.grad(terms["loss"], [x, lam])
-            # the box prior in closed form (same value and gradient, a third of the passes)
+            # the objective of terms(), differentiated cheaply: g's backward seeded by ∂R/∂g and the
+            # box prior in closed form (same values and gradients; tests compare with autograd)
+            prep, c, x = self.prepared(target), self.config, state["x"]
+            terms, gx, gl = kkt_math.kkt_residual_and_grads(
+                prep.forward, prep.params, x, self.labels(prior, x.device), state["lambda"],
+                margin=self.formulation(target), lambda_min=c.lambda_min, lambda_min_weight=c.lambda_min_weight)
             lo, hi = self.bounds(prior, x.device)
             box, box_grad = kkt_math.box_value_and_grad(x.detach(), lo, hi)
-            w = self.config.box_weight
-            terms["box"], terms["loss"] = box, terms["loss"].detach() + w * box
-            if w:
-                gx = gx.add_(box_grad, alpha=w)
+            terms["box"], terms["loss"] = box, terms["loss"] + c.box_weight * box
+            if c.box_weight:
+                gx = gx.add_(box_grad, alpha=c.box_weight)
         metrics = {k: float(v.detach()) for k, v in terms.items()}
         metrics["rel_residual"] = metrics["residual"] / max(self.prepared(target).theta_sq, 1e-300)
         metrics["lambda_mean"] = float(state["lambda"].mean())

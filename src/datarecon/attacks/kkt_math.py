@@ -168,6 +168,42 @@ def kkt_terms(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.T
     return {"loss": loss, "residual": residual, "box": box, "lambda_hinge": hinge}
 
 
+def kkt_residual_and_grads(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor,
+                           labels: torch.Tensor, lam: torch.Tensor, *, margin: str, lambda_min: float,
+                           lambda_min_weight: float) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """R + w_λ·hinge and its gradient w.r.t. (x, λ), without the box prior (see :func:`box_value_and_grad`).
+
+    The same numbers as autograd of :func:`kkt_terms` (``include_box=False``), computed with one
+    backward of g seeded by ∂R/∂g = −2(θ* − g): the θ-sized square, sum and their backward stay out
+    of the graph (five fewer passes over θ per step).
+
+    Returns:
+        (``{"loss", "residual", "box" (0), "lambda_hinge"}`` detached scalars, ∂/∂x (like x), ∂/∂λ (m,)).
+    """
+    x = x.detach().requires_grad_(True)
+    lam = lam.detach().requires_grad_(True)
+    g = combination_gradient(forward, params, x, labels, lam, margin=margin, create_graph=True)
+    names = [k for k in params if g[k].requires_grad]
+    with torch.no_grad():
+        r = {k: params[k] - g[k] for k in params}
+        residual = sum((v * v).sum() for v in r.values())
+    outputs: list[torch.Tensor] = [g[k] for k in names]
+    seeds: list[torch.Tensor] = [-2.0 * r[k] for k in names]
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    hinge = zero
+    if not MARGINS.get(margin).signed_lambda:
+        hinge_t = lambda_hinge(lam, lambda_min)
+        hinge = hinge_t.detach()
+        if lambda_min_weight:
+            outputs.append(hinge_t)
+            seeds.append(torch.full((), float(lambda_min_weight), dtype=x.dtype, device=x.device))
+    gx, gl = torch.autograd.grad(outputs, [x, lam], grad_outputs=seeds, allow_unused=True)
+    gx = torch.zeros_like(x) if gx is None else gx
+    gl = torch.zeros_like(lam) if gl is None else gl
+    loss = residual + lambda_min_weight * hinge
+    return {"loss": loss, "residual": residual, "box": zero, "lambda_hinge": hinge}, gx, gl
+
+
 def kkt_value_and_grad(model: torch.nn.Module, *, margin: str, lambda_min: float, box_weight: float,
                        lambda_min_weight: float) -> Callable[..., tuple]:
     """:func:`kkt_terms` and its gradient w.r.t. (x, λ) as ONE pure torch.func function.
