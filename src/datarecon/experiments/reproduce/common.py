@@ -84,6 +84,22 @@ PARAM_DISTANCE_KEYS = ("param_distance", "param_distance_per_parameter", "param_
                        "param_distance_x0_per_parameter")
 
 
+#: column order of the reference sets in tables (others follow, sorted)
+SET_ORDER = ("train", "partition", "heldout", "noise")
+
+
+def ordered_items(d: Mapping[str, Any], first: Sequence[str] = SET_ORDER) -> list[tuple[str, Any]]:
+    """``d``'s items with the keys of ``first`` in that order, then the rest sorted: tables get the
+    same columns whether a summary came from memory or from a marker (JSON, sorted keys)."""
+    head = [(k, d[k]) for k in first if k in d]
+    return head + sorted((k, v) for k, v in d.items() if k not in first)
+
+
+def by_fpr(tpr: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """TPR-at-FPR items, largest FPR first (1 %, then 0.1 %)."""
+    return sorted(tpr.items(), key=lambda kv: -float(kv[0]))
+
+
 def train_piece(key: str, training: TargetTraining, data: Mapping[str, Any]) -> Piece:
     """Train a target into ``OUT/<key>/`` (a model directory, ``datarecon.models.checkpoint``)."""
 

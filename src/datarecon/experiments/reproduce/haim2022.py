@@ -31,6 +31,7 @@ from datarecon.experiments.reproduce.common import (
     EvalSettings,
     TargetTraining,
     attack_piece,
+    by_fpr,
     evaluate_piece,
     figure_piece,
     finite,
@@ -238,10 +239,10 @@ def _tables_piece(cfg: HaimConfig) -> Piece:
         priv = []
         for ds in cfg.datasets:
             p = ctx.summary(f"eval/{_name(ds)}").get("privacy") or {}
-            for score, v in (p.get("scores") or {}).items():
+            for score, v in sorted((p.get("scores") or {}).items()):  # stable row order
                 priv.append({"dataset": _name(ds), "score": score, "n_real": p.get("n_real"), "n_fake": p.get("n_fake"),
                              "auc": finite(v.get("auc")),
-                             **{f"tpr_at_fpr_{f}": finite(t) for f, t in (v.get("tpr_at_fpr") or {}).items()}})
+                             **{f"tpr_at_fpr_{f}": finite(t) for f, t in by_fpr(v.get("tpr_at_fpr") or {})}})
         write_csv(d / "privacy.csv", priv)
         return {"rows": rows, "files": ["haim.csv", "privacy.csv"]}
 

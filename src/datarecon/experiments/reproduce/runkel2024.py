@@ -31,10 +31,12 @@ from datarecon.experiments.reproduce.common import (
     EvalSettings,
     TargetTraining,
     attack_piece,
+    by_fpr,
     evaluate_piece,
     figure_piece,
     finite,
     grid_figure,
+    ordered_items,
     train_piece,
     write_csv,
 )
@@ -395,9 +397,9 @@ def nearest_rows(ctx: Context, keys: list[str]) -> list[dict[str, Any]]:
     for key in keys:
         s = ctx.summary(key)
         row: dict[str, Any] = {"setting": key.removeprefix("eval/")}
-        for k, v in (s.get("mean_l2_to_nearest") or {}).items():
+        for k, v in ordered_items(s.get("mean_l2_to_nearest") or {}):
             row[f"mean_l2_{k}"] = finite(v)
-        for k, v in (s.get("mean_ssim_to_nearest") or {}).items():
+        for k, v in ordered_items(s.get("mean_ssim_to_nearest") or {}):
             row[f"mean_ssim_{k}"] = finite(v)
         row["param_distance"] = finite(s.get("param_distance"))
         rows.append(row)
@@ -409,11 +411,11 @@ def privacy_rows(ctx: Context, keys: list[str]) -> list[dict[str, Any]]:
     rows = []
     for key in keys:
         p = ctx.summary(key).get("privacy") or {}
-        for score, v in (p.get("scores") or {}).items():
+        for score, v in sorted((p.get("scores") or {}).items()):  # stable row order
             tpr = v.get("tpr_at_fpr") or {}
             rows.append({"setting": key.removeprefix("eval/"), "score": score, "n_real": p.get("n_real"),
                          "n_fake": p.get("n_fake"), "auc": finite(v.get("auc")),
-                         **{f"tpr_at_fpr_{f}": finite(t) for f, t in tpr.items()}, "note": v.get("note", "")})
+                         **{f"tpr_at_fpr_{f}": finite(t) for f, t in by_fpr(tpr)}, "note": v.get("note", "")})
     return rows
 
 
