@@ -6,12 +6,23 @@ this folder first on ``sys.path``).
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
 
 #: Default folder of the JSON results.
 RESULTS_DIR = Path(__file__).parent / "results"
+
+
+def base_parser(doc: str | None, *, quick_help: str, repeats_help: str) -> argparse.ArgumentParser:
+    """The options every timing benchmark takes: --quick, --repeats, --threads, --out."""
+    ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0] if doc else None)
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--repeats", type=int, default=None, help=repeats_help)
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    ap.add_argument("--out", type=Path, default=None, help="JSON output path")
+    return ap
 
 
 def results_path(name: str, *, quick: bool, out: Path | None = None) -> Path:

@@ -17,13 +17,12 @@ Exits non-zero on any error.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
+from _common import base_parser, results_path, write_results
 
 
 def _cases(quick: bool) -> list[dict]:
@@ -79,6 +78,8 @@ def bench_case(case: dict, *, dtype: torch.dtype, device: torch.device, repeats:
         sync()
 
     t_plain, t_step, ratios = _time_interleaved(plain, step, repeats=repeats)
+    matmuls = {"plain_fwd_bwd": _matmul_time(plain, repeats=3), "attack_step": _matmul_time(step, repeats=3)}
+    matmuls["ratio"] = matmuls["attack_step"]["s"] / matmuls["plain_fwd_bwd"]["s"]
     mem_plain, mem_step = _saved_bytes(plain), _saved_bytes(step)
     peak = {}
     if device.type == "cuda":
@@ -92,6 +93,7 @@ def bench_case(case: dict, *, dtype: torch.dtype, device: torch.device, repeats:
             "num_parameters": sum(p.numel() for p in params.values()), "plain_fwd_bwd": t_plain, "attack_step": t_step,
             "ratio": t_step["median_s"] / t_plain["median_s"], "ratio_pairs_median": statistics.median(ratios),
             "saved_for_backward_bytes": {"plain_fwd_bwd": mem_plain, "attack_step": mem_step},
+            "matmuls": matmuls,
             "cuda_peak_extra_bytes": peak or None}
 
 
@@ -106,6 +108,29 @@ def _time_interleaved(a, b, *, repeats: int) -> tuple[dict, dict, list[float]]:
             acc.append(time.perf_counter() - t0)
     summary = [{"median_s": statistics.median(t), "min_s": min(t), "repeats": repeats} for t in (ta, tb)]
     return summary[0], summary[1], [y / x for x, y in zip(ta, tb)]
+
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm")  # the kernels (aten::matmul only dispatches)
+
+
+def _matmul_time(fn, *, repeats: int) -> dict:
+    """Matrix-multiply calls and their self time per call of ``fn`` (torch.profiler, CPU ops).
+
+    The ratio of these between the attack step and the plain pass is the matmul floor of the step:
+    what it would cost if all other work were free.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=acts) as prof:
+        for _ in range(repeats):
+            fn()
+    calls, us = 0, 0.0
+    for ev in prof.key_averages():
+        if ev.key in MATMUL_OPS:
+            calls += ev.count
+            us += max(ev.self_cpu_time_total, getattr(ev, "self_device_time_total", 0.0) or 0.0)
+    return {"calls": calls // repeats, "s": us * 1e-6 / repeats}
 
 
 def _saved_bytes(fn) -> int:
@@ -128,20 +153,16 @@ def _saved_bytes(fn) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes (seconds)")
-    ap.add_argument("--repeats", type=int, default=None, help="timed repeats per measurement (default 3, quick 5)")
+    ap = base_parser(__doc__, quick_help="small sizes (seconds)",
+                     repeats_help="timed repeats per measurement (default 3, quick 5)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
-    ap.add_argument("--out", type=Path, default=None, help="JSON output path")
     args = ap.parse_args(argv)
     try:
         if args.threads:
             torch.set_num_threads(args.threads)
         device = torch.device(args.device)
         repeats = args.repeats or (5 if args.quick else 3)
-        out = args.out or Path(__file__).parent / "results" / ("attack_step_quick.json" if args.quick
-                                                               else "attack_step.json")
+        out = results_path("attack_step", quick=args.quick, out=args.out)
         rows = []
         for case in _cases(args.quick):
             for dtype in (torch.float32, torch.float64):
@@ -152,11 +173,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"plain fwd+bwd {r['plain_fwd_bwd']['median_s']:.4f} s, ratio {r['ratio']:.2f}x "
                       f"(median of interleaved pairs {r['ratio_pairs_median']:.2f}x); saved for backward "
                       f"{mem['attack_step'] / 2**20:.1f} MiB vs {mem['plain_fwd_bwd'] / 2**20:.1f} MiB", flush=True)
-        from datarecon.utils.io import atomic_write_json, versions
-
-        atomic_write_json(out, {"benchmark": "attack_step", "quick": args.quick, "threads": torch.get_num_threads(),
-                                "versions": versions(), "results": rows})
-        print(f"wrote {out}")
+                mm = r["matmuls"]
+                print(f"{'':>26} matmuls alone: step {mm['attack_step']['calls']} calls {mm['attack_step']['s']:.4f} s, "
+                      f"plain {mm['plain_fwd_bwd']['calls']} calls {mm['plain_fwd_bwd']['s']:.4f} s, "
+                      f"ratio {mm['ratio']:.2f}x", flush=True)
+        write_results(out, benchmark="attack_step", quick=args.quick, results=rows)
     except Exception as exc:  # exit non-zero with a one-line reason
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -41,15 +41,14 @@ _CACHE = None if "TORCHINDUCTOR_CACHE_DIR" in os.environ else tempfile.mkdtemp(p
 if _CACHE is not None:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = _CACHE
 
-import argparse
 import shutil
 import statistics
 import sys
 import time
 import warnings
-from pathlib import Path
 
 import torch
+from _common import base_parser, results_path, write_results
 from torch import nn
 
 
@@ -280,17 +279,14 @@ def bench_case(case: dict, dtype: torch.dtype, *, repeats: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="only the small case (about a minute)")
-    ap.add_argument("--repeats", type=int, default=None, help="interleaved timed pairs (default 20, full case 5)")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
-    ap.add_argument("--out", type=Path, default=None, help="JSON output path")
+    ap = base_parser(__doc__, quick_help="only the small case (about a minute)",
+                     repeats_help="interleaved timed pairs (default 20, full case 5)")
     args = ap.parse_args(argv)
     try:
         if args.threads:
             torch.set_num_threads(args.threads)
         compile_threads = _configure_inductor()
-        out = args.out or Path(__file__).parent / "results" / ("compile_quick.json" if args.quick else "compile.json")
+        out = results_path("compile", quick=args.quick, out=args.out)
         checks = check_tiny()
         rows = []
         for case in _cases(args.quick):
@@ -298,12 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             repeats = args.repeats or (5 if big else 20)
             for dtype in case["dtypes"]:
                 rows.append(bench_case(case, dtype, repeats=repeats))
-        from datarecon.utils.io import atomic_write_json, versions
-
-        atomic_write_json(out, {"benchmark": "compile", "quick": args.quick, "threads": torch.get_num_threads(),
-                                "inductor_compile_threads": compile_threads, "cpu_count": os.cpu_count(),
-                                "versions": versions(), "checks": checks, "results": rows})
-        print(f"wrote {out}")
+        write_results(out, benchmark="compile", quick=args.quick, inductor_compile_threads=compile_threads,
+                      cpu_count=os.cpu_count(), checks=checks, results=rows)
     except Exception as exc:  # exit non-zero with a one-line reason
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

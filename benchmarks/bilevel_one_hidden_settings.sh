@@ -9,6 +9,10 @@ M=${1:-out/smoke-runkel/models/one-hidden/model}
 OUT=${2:-/tmp/bilevel-one-hidden-settings}
 PY=${PYTHON:-.venv/bin/python}
 DR=${DATARECON:-.venv/bin/datarecon}
+if [[ ! -f "$M/model.json" ]]; then
+  echo "error: no model directory at $M; run: datarecon reproduce runkel2024 --scale smoke --out out/smoke-runkel" >&2
+  exit 2
+fi
 common=(--model "$M" --method bilevel --init partition --candidates 10 --steps 60 --log-every 10 --no-progress
         --set inner_tol=1e-5 --set inner_max_iter=10 --set inner_max_iter_first=100 --set solve_max_iter=30)
 declare -A settings=(
@@ -18,7 +22,7 @@ declare -A settings=(
 )
 for name in undamped-sgd damped-sgd damped-adam; do
   # shellcheck disable=SC2086
-  "$DR" reconstruct "${common[@]}" ${settings[$name]} --out "$OUT/$name" --overwrite > /dev/null 2>&1
+  "$DR" reconstruct "${common[@]}" ${settings[$name]} --out "$OUT/$name" --overwrite > /dev/null
   "$PY" - "$OUT/$name" "$name" "$M" <<'PY'
 import json, sys
 from pathlib import Path

@@ -27,3 +27,14 @@ def test_demo_cli_refuses_existing_output(tmp_path: Path, capsys) -> None:
     assert main(["demo", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "exists; pass --overwrite" in err and "Traceback" not in err
+
+
+def test_demo_config_checks_the_training_schedule(tmp_path: Path, capsys) -> None:
+    from datarecon.cli.main import main
+
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("train_schedule: cosine\n")
+    assert main(["demo", "--out", str(tmp_path / "d"), "--quiet", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: unknown schedule 'cosine'; valid names: constant, increasing, loss-normalised"]
+    assert not (tmp_path / "d").exists()

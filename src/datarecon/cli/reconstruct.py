@@ -67,7 +67,8 @@ def reconstruct(
     formulation: str | None = typer.Option(None, "--formulation", help="binary | multiclass | regression | auto"),
     hessian: str | None = typer.Option(None, "--hessian", help="bilevel: inverse-Hessian strategy"),
     compile_: bool = typer.Option(False, "--compile", help="kkt/decoreco: torch.compile the step (one-off "
-                                  "compile, ~10 s on 2 CPU cores; pays off after a few hundred steps)"),
+                                  "compile ~10 s; measured 1.6-1.9x per step on tiny nets, ~1.05x at full "
+                                  "size; docs/PERFORMANCE.md)"),
     set_: list[str] | None = typer.Option(None, "--set", help="field=value override of any config field (repeatable)"),
     checkpoint_every: int = typer.Option(100, "--checkpoint-every"),
     log_every: int = typer.Option(10, "--log-every"),

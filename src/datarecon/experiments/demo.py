@@ -20,9 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from datarecon.registry import registered
+from datarecon.training.optim import SCHEDULES
 
 
 class DemoConfig(BaseModel):
@@ -37,7 +40,8 @@ class DemoConfig(BaseModel):
     # constant, not loss-normalised: at lr 0.5 the loss-normalised schedule ends with a smaller
     # normalised margin (0.048 vs 0.11) and the attack reaches residual 0.36 vs 0.007 (34 vs 36
     # of 40 at SSIM > 0.4); docs/PERFORMANCE.md §1 gives the commands.
-    train_schedule: str = Field(default="constant", description="training schedule (training.optim.SCHEDULES)")
+    train_schedule: Annotated[str, registered(SCHEDULES)] = Field(
+        default="constant", description="training schedule (training.optim.SCHEDULES)")
     attack_steps: int = Field(default=2000, ge=1)
     lr_x: float = Field(default=0.01, gt=0)
     lr_lambda: float = Field(default=0.01, gt=0)
