@@ -8,7 +8,7 @@ import math
 import pytest
 
 from datarecon.errors import DataReconError
-from datarecon.experiments.reproduce import SCALES, load_config, reproduce
+from datarecon.experiments.reproduce import available_scales, load_config, reproduce
 from datarecon.utils.io import read_json
 
 
@@ -64,7 +64,7 @@ def test_null_baselines_reported(haim):
     assert m["window"] == "gaussian"
 
 
-@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("scale", available_scales("haim2022"))
 def test_every_scale_preset_loads(scale):
     cfg = load_config("haim2022", scale=scale)
     assert cfg.target.arch.bias is False and cfg.target.kkt_score

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from datarecon.errors import DataReconError
-from datarecon.experiments.reproduce import SCALES, load_config, reproduce
+from datarecon.experiments.reproduce import available_scales, load_config, reproduce
 from datarecon.experiments.reproduce.pieces import MARKER
 from datarecon.utils.io import read_json
 
@@ -150,7 +150,7 @@ def test_other_configuration_in_same_folder_is_refused(runkel, data_dir):
                   overrides={"seed": 1})
 
 
-@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("scale", available_scales("runkel2024"))
 def test_every_scale_preset_loads(scale):
     cfg = load_config("runkel2024", scale=scale)
     assert cfg.landscape.grid == (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -169,8 +169,34 @@ def test_paper_dry_run_overrides_keep_the_published_sizes():
 
 
 def test_unknown_scale_lists_valid_ones():
-    with pytest.raises(DataReconError, match="smoke, small, paper"):
+    with pytest.raises(DataReconError, match="valid scales: smoke, small"):
         load_config("runkel2024", scale="huge")
+
+
+def test_scales_follow_the_ladder_and_missing_rungs_are_refused(tmp_path, monkeypatch):
+    """A rung without a preset file is refused (never silently the paper's defaults)."""
+    from datarecon.experiments import reproduce as rp
+
+    monkeypatch.setattr(rp, "PRESETS_DIR", tmp_path)
+    (tmp_path / "runkel2024-smoke.yaml").write_text("{}\n")
+    assert rp.available_scales("runkel2024") == ("smoke", "paper")
+    with pytest.raises(DataReconError, match="valid scales: smoke, paper"):
+        load_config("runkel2024", scale="medium")
+
+
+def test_dry_run_lists_pieces_and_marks_finished_ones(runkel, tmp_path):
+    """plan_reproduction runs nothing; pieces finished in OUT show as done, an empty OUT as todo."""
+    from datarecon.experiments.reproduce import plan_reproduction
+    from datarecon.experiments.reproduce.pieces import format_plan
+
+    out, _, _ = runkel
+    done = plan_reproduction("runkel2024", out=out, scale="smoke")
+    assert done and all(p.done for p in done)
+    fresh = plan_reproduction("runkel2024", out=tmp_path / "empty", scale="smoke")
+    assert [p.key for p in fresh] == [p.key for p in done] and not any(p.done for p in fresh)
+    assert not (tmp_path / "empty").exists()
+    lines = format_plan(fresh, device="cpu")
+    assert lines[-1].startswith(f"to run: {len(fresh)} of {len(fresh)} pieces")
 
 
 def test_reproduction_times_script_reads_the_markers(runkel, capsys):

@@ -17,13 +17,14 @@ app = typer.Typer(help="Reproduce a paper's experiments (runkel2024, haim2022) a
 
 
 def _run(name: str, *, scale: str, out: Path, data_dir: str | None, device: str, resume: bool,
-         overwrite: bool, config: Path | None, threads: int) -> None:
+         overwrite: bool, config: Path | None, threads: int, dry_run: bool = False) -> None:
     import torch
 
     from datarecon.cli._common import parse_device
     from datarecon.errors import DataReconError
     from datarecon.config import read_config_mapping
-    from datarecon.experiments.reproduce import reproduce
+    from datarecon.experiments.reproduce import plan_reproduction, reproduce
+    from datarecon.experiments.reproduce.pieces import format_plan
 
     parse_device(device)  # refuses cuda without a GPU, with a one-line message
     if threads < 0:
@@ -31,12 +32,19 @@ def _run(name: str, *, scale: str, out: Path, data_dir: str | None, device: str,
     if threads:
         torch.set_num_threads(threads)
     overrides = read_config_mapping(config) if config is not None else None
+    if dry_run:
+        planned = plan_reproduction(name, out=out, scale=scale, data_dir=data_dir, device=device,
+                                    overrides=overrides)
+        for line in format_plan(planned, device=device):
+            typer.echo(line)
+        return
     report = reproduce(name, out=out, scale=scale, data_dir=data_dir, device=device, resume=resume,
                        overwrite=overwrite, overrides=overrides, log=typer.echo)
     typer.echo(f"report: {report}")
 
 
-_Scale = Annotated[str, typer.Option("--scale", help="smoke (CI, minutes on CPU) | small (CPU, < 1 h) | paper (GPU).")]
+_Scale = Annotated[str, typer.Option("--scale", help="smoke (CI, minutes on CPU) | small (CPU, minutes) | "
+                                     "medium (paper width, CPU, <= 1 h) | paper (GPU); see --dry-run.")]
 _Out = Annotated[Path, typer.Option("--out", help="Output folder (rerun into it to resume).")]
 _Data = Annotated[str | None, typer.Option("--data-dir", envvar="DATARECON_DATA", help="Data folder.")]
 _Device = Annotated[str, typer.Option("--device", help="cpu | cuda[:N].")]
@@ -44,24 +52,26 @@ _Resume = Annotated[bool, typer.Option("--resume", help="Continue unfinished att
 _Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an --out folder of another configuration.")]
 _Config = Annotated[Path | None, typer.Option("--config", help="YAML/TOML overrides over the scale preset.")]
 _Threads = Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch (0: its default, all cores).")]
+_DryRun = Annotated[bool, typer.Option("--dry-run", help="List the pieces, which are done in --out, and the "
+                                        "estimated time of each on --device; run nothing.")]
 
 
 @app.command("runkel2024")
 def runkel2024_cmd(out: _Out, scale: _Scale = "smoke", data_dir: _Data = None, device: _Device = "cpu",
                    resume: _Resume = False, overwrite: _Overwrite = False, config: _Config = None,
-                   threads: _Threads = 0) -> None:
+                   threads: _Threads = 0, dry_run: _DryRun = False) -> None:
     """Runkel et al. 2024: Table 1, Figures 1-12 and the privacy measurement."""
     _run("runkel2024", scale=scale, out=out, data_dir=data_dir, device=device, resume=resume,
-         overwrite=overwrite, config=config, threads=threads)
+         overwrite=overwrite, config=config, threads=threads, dry_run=dry_run)
 
 
 @app.command("haim2022")
 def haim2022_cmd(out: _Out, scale: _Scale = "smoke", data_dir: _Data = None, device: _Device = "cpu",
                  resume: _Resume = False, overwrite: _Overwrite = False, config: _Config = None,
-                 threads: _Threads = 0) -> None:
+                 threads: _Threads = 0, dry_run: _DryRun = False) -> None:
     """Haim et al. 2022: KKT attack on MNIST odd/even and CIFAR-10 vehicles/animals."""
     _run("haim2022", scale=scale, out=out, data_dir=data_dir, device=device, resume=resume,
-         overwrite=overwrite, config=config, threads=threads)
+         overwrite=overwrite, config=config, threads=threads, dry_run=dry_run)
 
 
 def register(root: typer.Typer) -> None:

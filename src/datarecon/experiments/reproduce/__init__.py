@@ -23,7 +23,9 @@ from datarecon.registry import Registry
 from datarecon.utils.io import atomic_write_json, config_hash, versions
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
-SCALES = ("smoke", "small", "paper")
+#: The scale ladder, smallest first. ``paper`` is each config's defaults (its preset file only
+#: documents that); a reproduction offers the other rungs for which it ships a preset file.
+SCALES = ("smoke", "small", "medium", "paper")
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,12 @@ def preset_path(name: str, scale: str) -> Path:
     return PRESETS_DIR / f"{name}-{scale}.yaml"
 
 
+def available_scales(name: str) -> tuple[str, ...]:
+    """The rungs of :data:`SCALES` that reproduction ``name`` has a preset for (``paper`` always)."""
+    REPRODUCTIONS.get(name)
+    return tuple(s for s in SCALES if s == "paper" or preset_path(name, s).is_file())
+
+
 def load_config(name: str, *, scale: str = "paper", overrides: dict[str, Any] | None = None) -> BaseModel:
     """The config of reproduction ``name``: defaults, then the scale preset, then ``overrides``.
 
@@ -72,12 +80,24 @@ def load_config(name: str, *, scale: str = "paper", overrides: dict[str, Any] | 
         DataReconError: unknown reproduction or scale, or invalid fields (one line).
     """
     entry = REPRODUCTIONS.get(name)
-    if scale not in SCALES:
-        raise DataReconError(f"unknown scale {scale!r}; valid scales: {', '.join(SCALES)}")
+    valid = available_scales(name)
+    if scale not in valid:
+        raise DataReconError(f"unknown scale {scale!r} for {name}; valid scales: {', '.join(valid)}")
     path = preset_path(name, scale)
     preset = read_config_mapping(path) if path.is_file() else {}
     base = entry.config_cls().model_dump(mode="json")  # presets override only what differs
     return build_config(entry.config_cls, merge(merge(base, preset), overrides or {}), where=f"{name} {scale} config")
+
+
+def plan_reproduction(name: str, *, out: str | Path, scale: str = "smoke", data_dir: str | Path | None = None,
+                      device: str = "cpu", overrides: dict[str, Any] | None = None) -> list:
+    """Dry run of :func:`reproduce`: its pieces, which are finished in ``out``, and their estimated
+    wall times on ``device`` (:class:`~.pieces.PlannedPiece`); nothing is run or written."""
+    from datarecon.experiments.reproduce.pieces import Context, dry_run
+
+    entry = REPRODUCTIONS.get(name)
+    cfg = load_config(name, scale=scale, overrides=overrides)
+    return dry_run(entry.plan(cfg), Context(out=Path(out), data_dir=data_dir, device=device))
 
 
 def reproduce(name: str, *, out: str | Path, scale: str = "smoke", data_dir: str | Path | None = None,
@@ -129,4 +149,5 @@ def reproduce(name: str, *, out: str | Path, scale: str = "smoke", data_dir: str
 
 _register()
 
-__all__ = ["PRESETS_DIR", "REPRODUCTIONS", "SCALES", "Reproduction", "load_config", "preset_path", "reproduce"]
+__all__ = ["PRESETS_DIR", "REPRODUCTIONS", "SCALES", "Reproduction", "available_scales", "load_config",
+           "plan_reproduction", "preset_path", "reproduce"]

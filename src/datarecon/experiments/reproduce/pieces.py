@@ -37,6 +37,9 @@ class Piece:
         spec: JSON-able description of what determines its result (hashed).
         deps: keys of pieces it reads from (must come earlier in the plan).
         kind: short label for progress output ("train", "attack", "evaluate", "figure", ...).
+        estimate: ``estimate(device) -> seconds`` (``device`` a torch device name such as ``"cpu"`` or
+            ``"cuda"``): the piece's expected wall time from a cost model, for ``--dry-run``; None when
+            the piece has no model (cheap pieces: tables, figures).
     """
 
     key: str
@@ -44,6 +47,7 @@ class Piece:
     spec: dict[str, Any] = field(default_factory=dict)
     deps: tuple[str, ...] = ()
     kind: str = "piece"
+    estimate: Callable[[str], float | None] | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -153,6 +157,62 @@ def execute(pieces: Sequence[Piece], ctx: Context, *, log: Callable[[str], None]
         log(f"{tag}: done in {wall:.1f} s")
         records.append(PieceRecord(p.key, "ran", wall, h))
     return records
+
+
+@dataclass(frozen=True)
+class PlannedPiece:
+    """One line of a dry run: a piece, whether it is already finished, and its estimated wall time.
+
+    Attributes:
+        key, kind: as in :class:`Piece`.
+        done: a completion marker with the same hash exists (a rerun would skip it).
+        estimate_s: estimated seconds on the chosen device (None: no cost model; cheap).
+    """
+
+    key: str
+    kind: str
+    done: bool
+    estimate_s: float | None
+
+
+def dry_run(pieces: Sequence[Piece], ctx: Context) -> list[PlannedPiece]:
+    """What :func:`execute` would do, without running anything: each piece, done or not, and its estimate."""
+    hashes = piece_hashes(pieces)
+    out = []
+    for p in pieces:
+        done = is_done(ctx.dir(p.key), hashes[p.key])
+        est = p.estimate(ctx.device) if p.estimate is not None else None
+        out.append(PlannedPiece(p.key, p.kind, done, None if est is None else float(est)))
+    return out
+
+
+def format_plan(planned: Sequence[PlannedPiece], *, device: str) -> list[str]:
+    """Human-readable lines for a dry run (one per piece, then the total still to run)."""
+    width = max((len(p.key) for p in planned), default=10)
+    lines = [f"{'piece':<{width}}  {'kind':<8}  {'state':<5}  estimate ({device})"]
+    todo = 0.0
+    unknown = 0
+    for p in planned:
+        est = "-" if p.estimate_s is None else format_seconds(p.estimate_s)
+        lines.append(f"{p.key:<{width}}  {p.kind:<8}  {'done' if p.done else 'todo':<5}  {est}")
+        if not p.done:
+            if p.estimate_s is None:
+                unknown += 1
+            else:
+                todo += p.estimate_s
+    rest = f" (+ {unknown} cheap pieces without an estimate)" if unknown else ""
+    lines.append(f"to run: {sum(not p.done for p in planned)} of {len(planned)} pieces, "
+                 f"estimated {format_seconds(todo)}{rest}")
+    return lines
+
+
+def format_seconds(s: float) -> str:
+    """``42 s``, ``3.5 min`` or ``2.1 h``."""
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
 
 
 def check_manifest(out: Path, *, name: str, config_hash_: str, overwrite: bool) -> None:
