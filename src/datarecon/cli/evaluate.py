@@ -12,7 +12,7 @@ from datarecon.errors import DataReconError
 
 
 def _evaluate(run: Path, *, against: str, data_dir: Path | None, metric: str, window: str,
-              assignment: str, top_k: int, seed: int, allow_incomplete: bool, quiet: bool) -> dict:
+              assignment: str, top_k: int, seed: int, allow_incomplete: bool, progress: bool) -> dict:
     from datarecon.evaluation import evaluate_run
 
     sets = tuple(s.strip() for s in against.split(",") if s.strip())
@@ -23,7 +23,7 @@ def _evaluate(run: Path, *, against: str, data_dir: Path | None, metric: str, wi
                              f"{', '.join(sorted(valid))}")
     return evaluate_run(run, against=sets, data_dir=data_dir, metric=metric, window=window,
                         assignment=assignment, top_k=top_k, seed=seed, allow_incomplete=allow_incomplete,
-                        progress=not quiet)
+                        progress=progress)
 
 
 def register(app: typer.Typer) -> None:
@@ -42,7 +42,9 @@ def register(app: typer.Typer) -> None:
         top_k: Annotated[int, typer.Option(help="Prefilter shortlist size before exact SSIM.")] = 32,
         seed: Annotated[int, typer.Option(help="Seed of the noise reference set and baselines.")] = 0,
         allow_incomplete: Annotated[bool, typer.Option(help="Evaluate runs that did not finish.")] = False,
-        quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+        progress: Annotated[bool, typer.Option("--progress/--no-progress",
+                                               help="Show progress (a bar on a terminal, plain lines in a log).")] = True,
+        quiet: Annotated[bool, typer.Option("--quiet", hidden=True, help="Deprecated: --no-progress.")] = False,
     ) -> None:
         """Write RUN/metrics.json and RUN/candidates.csv (nearest neighbours, Haim protocol, baselines, privacy ROC)."""
         targets = list(runs or [])
@@ -55,7 +57,7 @@ def register(app: typer.Typer) -> None:
         for run in targets:
             summary = _evaluate(Path(run), against=against, data_dir=data_dir, metric=metric, window=window,
                                 assignment=assignment, top_k=top_k, seed=seed,
-                                allow_incomplete=allow_incomplete, quiet=quiet)
+                                allow_incomplete=allow_incomplete, progress=progress and not quiet)
             typer.echo(f"{run}: wrote metrics.json and candidates.csv")
             typer.echo(json.dumps(_headline(summary), indent=2))
 
