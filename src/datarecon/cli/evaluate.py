@@ -63,11 +63,21 @@ def register(app: typer.Typer) -> None:
 
 
 def _headline(summary: dict) -> dict:
-    """The few numbers worth printing: count at SSIM > 0.4, parameter distance, AUC per score."""
+    """The few numbers worth printing: the null-calibrated count with its nulls, the count at SSIM > 0.4
+    beside the held-out null, parameter distance, AUC per score."""
     out: dict = {}
+    head = summary.get("headline") or {}
+    cal = head.get("calibrated")
+    if cal:
+        out["reconstructed_at_null_calibrated_ssim"] = {
+            "count": cal["count"], "of": head.get("n_train"), "threshold": cal["threshold"],
+            "heldout_null": cal["heldout"], "noise_null": cal.get("noise")}
     haim = summary.get("haim") or {}
     if "counts" in haim:
         out["train_images_with_ssim>0.4"] = haim["counts"].get("0.4")
+        paper = head.get("paper") or {}
+        if paper.get("heldout") is not None:
+            out["heldout_null_with_ssim>0.4"] = paper["heldout"]
     if summary.get("param_distance") is not None:
         out["param_distance"] = summary["param_distance"]
     scores = (summary.get("privacy") or {}).get("scores") or {}

@@ -47,7 +47,7 @@ from datarecon.evaluation.baselines import (
     summarise,
 )
 from datarecon.evaluation.neighbours import METRICS, Neighbours, nearest_neighbours
-from datarecon.evaluation.privacy import LOW_FPRS, PrivacyScore, privacy_report, real_labels
+from datarecon.evaluation.privacy import LOW_FPRS, PrivacyScore, bootstrap_auc_ci, privacy_report, real_labels
 from datarecon.evaluation.protocol import (
     DEFAULT_THRESHOLDS,
     HaimResult,
@@ -300,7 +300,8 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
                              else "given" if real_floor is not None else "none"),
             "n_real": int(real.sum()), "n_fake": int((~real).sum()),
             "fprs": list(LOW_FPRS),
-            "scores": {k: v.summary() for k, v in priv.items()},
+            "scores": {k: {**v.summary(), "auc_ci_95": bootstrap_auc_ci(real, scores[k], generator=0)}
+                       for k, v in priv.items()},
             "roc": {k: {"fpr": v.fpr.tolist(), "tpr": v.tpr.tolist()} for k, v in priv.items()},
         }
     else:
