@@ -110,3 +110,19 @@ def test_render_report_from_runs(tmp_path):
         render_report([tmp_path / "missing"], out=tmp_path / "x.html")
     with pytest.raises(DataReconError, match="no run directories"):
         render_report([], out=tmp_path / "x.html")
+
+
+@pytest.mark.parametrize("undefined", [None, "nan"], ids=["null", "old-nan-string"])
+def test_report_survives_undefined_auc(tmp_path, undefined):
+    """An undefined AUC (one class empty) is shown as n/a, whether written as null or, by older
+    versions, as the string "nan" (which used to crash the ROC legend)."""
+    import json
+
+    run = _fake_run(tmp_path, "r", None, 0)
+    m = json.loads((run / "metrics.json").read_text())
+    for v in m["privacy"]["scores"].values():
+        v["auc"], v["auc_ci_95"] = undefined, None
+    (run / "metrics.json").write_text(json.dumps(m))
+    out = render_report([run], out=tmp_path / "report.html")
+    _check_html(out)
+    assert "n/a" in out.read_text()
