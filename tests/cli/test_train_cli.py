@@ -108,3 +108,61 @@ def test_info_on_missing_dir(tmp_path: Path, capsys) -> None:
 def test_reproduce_rejects_negative_threads(tmp_path: Path, capsys) -> None:
     line = _err(capsys, ["reproduce", "runkel2024", "--out", str(tmp_path / "r"), "--threads", "-1"])
     assert "--threads must be >= 0" in line
+
+
+def _leaf_fields(model_cls, prefix: str = "") -> set[str]:
+    """Dotted names of every leaf field of a pydantic config (nested configs expanded)."""
+    from pydantic import BaseModel
+
+    names: set[str] = set()
+    for name, info in model_cls.model_fields.items():
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            names |= _leaf_fields(ann, f"{prefix}{name}.")
+        else:
+            names.add(prefix + name)
+    return names
+
+
+def test_every_training_config_field_is_reachable_from_the_cli(tmp_path: Path) -> None:
+    """Each leaf of TrainConfig is set by some option: flip every option and read the written config."""
+    import json
+
+    from datarecon.training.target import TrainConfig
+
+    out = tmp_path / "m"
+    argv = ["train", "--out", str(out), "--dataset", "digits", "--task", "odd-even", "--n-per-class", "6",
+            "--selection", "random", "--data-seed", "3", "--n-heldout-per-class", "4", "--n-partition-per-class", "2",
+            "--normalisation", "unit", "--arch", "mlp", "--hidden", "8,8", "--no-bias", "--init-scale", "0.01",
+            "--loss", "logistic", "--weight-decay", "0", "--optimizer", "gd", "--lr", "0.02", "--momentum", "0",
+            "--epochs", "400", "--schedule", "loss-normalised", "--max-lr-factor", "none",
+            "--margin-ascent-steps", "5", "--margin-ascent-step-size", "0.02", "--margin-ascent-growth", "1.2",
+            "--margin-ascent-max-step", "0.05", "--margin-ascent-min-step", "1e-7",
+            "--loss-threshold", "1e-30", "--no-stop-at-zero-error", "--margin-patience", "0", "--margin-rtol", "1e-5",
+            "--dtype", "float64", "--device", "cpu", "--seed", "2", "--checkpoint-every", "50", "--log-every", "20",
+            "--kkt-score", "--no-progress", "--quiet"]
+    assert main(argv) == 0
+    meta = json.loads((out / "model.json").read_text())
+    tr, data = meta["training"], meta["training"]["data"]
+    expected = {"data.dataset": "digits", "data.task": "odd-even", "data.n_per_class": 6, "data.selection": "random",
+                "data.seed": 3, "data.n_heldout_per_class": 4, "data.n_partition_per_class": 2,
+                "data.normalisation": "unit", "arch.name": "mlp", "arch.hidden": [8, 8], "arch.bias": False,
+                "arch.init_scale": 0.01, "loss": "logistic", "weight_decay": 0.0, "optimizer": "gd", "lr": 0.02,
+                "momentum": 0.0, "epochs": 400, "schedule": "loss-normalised", "max_lr_factor": None,
+                "margin_ascent.steps": 5, "margin_ascent.step_size": 0.02, "margin_ascent.growth": 1.2,
+                "margin_ascent.max_step": 0.05, "margin_ascent.min_step": 1e-7, "stop.loss_threshold": 1e-30,
+                "stop.zero_error": False, "stop.margin_patience": 0, "stop.margin_rtol": 1e-5, "dtype": "float64",
+                "device": "cpu", "seed": 2, "checkpoint_every": 50, "log_every": 20, "kkt_score": True}
+    assert set(expected) == _leaf_fields(TrainConfig)  # a new config field must get an option here
+    for dotted, value in expected.items():
+        node = tr
+        for part in dotted.split("."):
+            node = node[part]
+        assert node == value, dotted
+    assert data["dataset"] == "digits" and "kkt_regime_score" in meta["metrics"]
+    assert meta["metrics"]["margin_ascent_steps"] >= 1
+
+
+def test_max_lr_factor_must_be_a_number_or_none(capsys) -> None:
+    line = _err(capsys, [*DIGITS, "--out", "unused", "--max-lr-factor", "big"])
+    assert "--max-lr-factor" in line and "'none'" in line

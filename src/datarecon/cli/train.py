@@ -29,6 +29,18 @@ def _hidden(text: str | None) -> list[int] | None:
     return widths
 
 
+def _cap(text: str | None) -> float | str | None:
+    """``--max-lr-factor``: a number >= 1, or ``none`` (no cap)."""
+    if text is None:
+        return None
+    if text.strip().lower() in ("none", "inf", "off"):
+        return "none"
+    try:
+        return float(text)
+    except ValueError:
+        raise DataReconError(f"--max-lr-factor must be a number >= 1 or 'none' (no cap); got {text!r}") from None
+
+
 def _strip_none(d: dict[str, Any]) -> dict[str, Any]:
     """Drop ``None`` values (options not given) recursively, and mappings left empty."""
     out: dict[str, Any] = {}
@@ -49,6 +61,11 @@ def train_cmd(
     task: Annotated[str | None, typer.Option(help="Task (vehicles-animals, odd-even, classes:a,b, all).")] = None,
     n_per_class: Annotated[int | None, typer.Option("--n-per-class", help="Training images per class.")] = None,
     selection: Annotated[str | None, typer.Option(help="first | random.")] = None,
+    data_seed: Annotated[int | None, typer.Option("--data-seed", help="Seed of --selection random.")] = None,
+    n_heldout_per_class: Annotated[int | None, typer.Option("--n-heldout-per-class",
+                                                            help="Held-out test images per class.")] = None,
+    n_partition_per_class: Annotated[int | None, typer.Option("--n-partition-per-class",
+                                                              help="Disjoint partition images per class.")] = None,
     normalisation: Annotated[str | None, typer.Option(help="unit | unit-minus-mean.")] = None,
     arch: Annotated[str | None, typer.Option(help="Architecture (affine, one-hidden, mlp).")] = None,
     hidden: Annotated[str | None, typer.Option(help="Hidden widths, comma-separated, e.g. 1000,1000.")] = None,
@@ -61,11 +78,28 @@ def train_cmd(
     momentum: Annotated[float | None, typer.Option(help="Heavy-ball momentum (gd).")] = None,
     epochs: Annotated[int | None, typer.Option(help="Maximum epochs (full-batch steps).")] = None,
     schedule: Annotated[str | None, typer.Option(help="constant | loss-normalised | increasing.")] = None,
+    max_lr_factor: Annotated[str | None, typer.Option(
+        "--max-lr-factor", help="Cap of growing schedules relative to --lr, or 'none' (loss-normalised then "
+                                "steps lr*grad log L in the log domain).")] = None,
+    margin_ascent_steps: Annotated[int | None, typer.Option(
+        "--margin-ascent-steps", help="Margin-ascent steps after the epochs (0: off).")] = None,
+    margin_ascent_step_size: Annotated[float | None, typer.Option(
+        "--margin-ascent-step-size", help="Initial margin-ascent angle (radians).")] = None,
+    margin_ascent_growth: Annotated[float | None, typer.Option(
+        "--margin-ascent-growth", help="Angle factor after an accepted step.")] = None,
+    margin_ascent_max_step: Annotated[float | None, typer.Option(
+        "--margin-ascent-max-step", help="Largest margin-ascent angle.")] = None,
+    margin_ascent_min_step: Annotated[float | None, typer.Option(
+        "--margin-ascent-min-step", help="Stop margin ascent when the angle falls below this.")] = None,
     loss_threshold: Annotated[float | None, typer.Option("--loss-threshold", help="Stop below this loss.")] = None,
     stop_at_zero_error: Annotated[bool | None, typer.Option("--stop-at-zero-error/--no-stop-at-zero-error",
                                                             help="Stop at zero training error.")] = None,
     margin_patience: Annotated[int | None, typer.Option("--margin-patience",
                                                         help="Stop when the normalised margin is stable over this many epochs.")] = None,
+    margin_rtol: Annotated[float | None, typer.Option("--margin-rtol",
+                                                      help="Relative change counted as stable (--margin-patience).")] = None,
+    kkt_score: Annotated[bool | None, typer.Option("--kkt-score/--no-kkt-score",
+                                                   help="Record the KKT-regime score in the model card.")] = None,
     dtype: Annotated[str | None, typer.Option(help="float32 | float64.")] = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda[:N].")] = None,
     seed: Annotated[int | None, typer.Option(help="Initialisation seed.")] = None,
@@ -88,15 +122,22 @@ def train_cmd(
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     overrides: dict[str, Any] = _strip_none({
         "data": {"dataset": dataset, "task": task, "n_per_class": n_per_class, "selection": selection,
-                 "normalisation": normalisation},
+                 "normalisation": normalisation, "seed": data_seed, "n_heldout_per_class": n_heldout_per_class,
+                 "n_partition_per_class": n_partition_per_class},
         "arch": {"name": arch, "hidden": _hidden(hidden), "bias": bias, "init_scale": init_scale},
         "loss": loss, "weight_decay": weight_decay, "optimizer": optimizer, "lr": lr, "momentum": momentum,
-        "epochs": epochs, "schedule": schedule,
+        "epochs": epochs, "schedule": schedule, "max_lr_factor": _cap(max_lr_factor),
+        "margin_ascent": {"steps": margin_ascent_steps, "step_size": margin_ascent_step_size,
+                          "growth": margin_ascent_growth, "max_step": margin_ascent_max_step,
+                          "min_step": margin_ascent_min_step},
         "stop": {"loss_threshold": loss_threshold, "zero_error": stop_at_zero_error,
-                 "margin_patience": margin_patience},
+                 "margin_patience": margin_patience, "margin_rtol": margin_rtol},
+        "kkt_score": kkt_score,
         "dtype": dtype, "device": device, "seed": seed, "checkpoint_every": checkpoint_every,
         "log_every": log_every,
     })
+    if overrides.get("max_lr_factor") == "none":
+        overrides["max_lr_factor"] = None  # after _strip_none: an explicit "no cap"
     if config is not None:
         cfg = load_config_file(config, TrainConfig, overrides=overrides)
     else:

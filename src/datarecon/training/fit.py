@@ -154,7 +154,9 @@ class _Stepper:
     """One full-batch epoch; remembers whether an update is in progress (for safe checkpoints)."""
 
     def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight_decay: float,
-                 optimizer: str, lr: float, momentum: float, schedule: str, max_lr_factor: float) -> None:
+                 optimizer: str, lr: float, momentum: float, schedule: str, max_lr_factor: float | None) -> None:
+        from datarecon.training.margin import EXP_TAILED
+
         self.model, self.x, self.y = model, x, y
         self.loss, self.weight_decay = loss, weight_decay
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -166,6 +168,10 @@ class _Stepper:
         self.lr, self.max_lr_factor = lr, max_lr_factor
         self.in_update = False
         self.loss_fn = LOSSES.get(loss)
+        # loss-normalised GD on an exp-tailed loss without weight decay: step lr·∇log L (= (lr/L)·∇L),
+        # computed in the log domain so that neither L nor ∇L underflows once the margins are large
+        self.log_domain = (schedule == "loss-normalised" and loss in EXP_TAILED and not weight_decay
+                           and optimizer == "gd")
 
     def energy_terms(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         out = self.model(self.x)
@@ -173,20 +179,43 @@ class _Stepper:
         e = dl + weight_penalty(dict(self.named), self.weight_decay) if self.weight_decay else dl
         return out, dl, e
 
+    def _log_domain_terms(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        from datarecon.training.margin import log_mean_loss
+
+        out = self.model(self.x)
+        log_l = log_mean_loss(out, self.y, loss=self.loss)
+        return out, log_l, log_l
+
     def __call__(self, epoch: int) -> dict[str, float]:
         for p in self.params:
             p.grad = None
-        out, dl, e = self.energy_terms()
+        if self.log_domain:
+            out, log_l, e = self._log_domain_terms()
+            dl = log_l.detach().exp()
+        else:
+            out, dl, e = self.energy_terms()
         e.backward()
         with torch.no_grad():
             gsq = sum((p.grad.double() ** 2).sum() for p in self.params if p.grad is not None)
             grad_norm = float(torch.sqrt(torch.as_tensor(gsq)))
         metrics, _ = _metrics(self.model, out, self.y, dict(self.named), loss=self.loss,
                               weight_decay=self.weight_decay, data_loss=dl)
-        metrics["energy"] = float(e.detach())
-        metrics["grad_norm"] = grad_norm
-        lr_t = float(self.schedule(self.lr, epoch, metrics["loss"], max_lr_factor=self.max_lr_factor))
-        metrics["lr"] = lr_t
+        if self.log_domain:
+            log_loss = float(e.detach())
+            metrics["log_loss"] = log_loss
+            # the step on ∇log L is lr·min(1, cap·L); on ∇L that is min(lr/L, lr·cap) (reported as "lr")
+            log_cap = math.inf if self.max_lr_factor is None else math.log(self.max_lr_factor)
+            lr_t = self.lr * math.exp(min(0.0, log_cap + log_loss))
+            metrics["lr"] = self.lr * math.exp(min(-log_loss, log_cap)) if -log_loss < 700 else math.inf
+            metrics["grad_norm"] = grad_norm * math.exp(log_loss)  # ‖∇L‖ = L·‖∇log L‖
+            metrics["energy"] = metrics["loss"]
+            grad_norm = metrics["grad_norm"] if math.isfinite(log_loss) else math.nan
+        else:
+            metrics["energy"] = float(e.detach())
+            metrics["grad_norm"] = grad_norm
+            lr_t = float(self.schedule(self.lr, epoch, metrics["loss"],
+                                       max_lr_factor=math.inf if self.max_lr_factor is None else self.max_lr_factor))
+            metrics["lr"] = lr_t
         if not (math.isfinite(metrics["energy"]) and math.isfinite(grad_norm) and math.isfinite(lr_t)):
             return metrics  # keep θ_t (last finite state); NaNStop ends the loop
         self.in_update = True
@@ -278,7 +307,7 @@ class _CheckpointHook(Checkpoint):
 
 def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight_decay: float = 0.0,
         optimizer: str = "gd", lr: float = 0.01, momentum: float = 0.0, epochs: int = 1000,
-        schedule: str = "constant", max_lr_factor: float = 1e6, stop: StopRule | None = None,
+        schedule: str = "constant", max_lr_factor: float | None = 1e6, stop: StopRule | None = None,
         log_every: int = 1, progress: bool = False, checkpoint_dir: str | Path | None = None,
         checkpoint_every: int = 0, resume: bool = False, tag: str = "",
         hooks: Sequence[Hook] = ()) -> FitResult:
@@ -295,7 +324,9 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight
         momentum: heavy-ball momentum μ ∈ [0, 1) (``gd`` only).
         epochs: maximum number of epochs (full-batch updates).
         schedule: a name in :data:`datarecon.training.optim.SCHEDULES`.
-        max_lr_factor: cap of the learning rate relative to ``lr`` for growing schedules.
+        max_lr_factor: cap of the learning rate relative to ``lr`` for growing schedules (None: no cap).
+            ``loss-normalised`` on an exp-tailed loss without weight decay steps lr·min(1, cap·L)·∇log L,
+            computed in the log domain: (lr/L)·∇L without underflow, however small L gets.
         stop: early-stop rules (:class:`StopRule`); default none.
         log_every: history row every ``log_every`` epochs (and the last).
         progress: show a tqdm bar.
@@ -386,6 +417,112 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight
     return FitResult(model=model, status=status, stop_reason=state.stop_reason, epochs_done=state.step,
                      history=history.rows, metrics=final, margins=m.detach().cpu(),
                      wall_time_s=state.wall_time_s, resumed_from=resumed_from)
+
+
+def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, steps: int,
+                  step_size: float = 0.01, growth: float = 1.1, max_step: float = 0.1, min_step: float = 1e-6,
+                  log_every: int = 1, progress: bool = False, checkpoint_dir: str | Path | None = None,
+                  checkpoint_every: int = 0, resume: bool = False, tag: str = "",
+                  hooks: Sequence[Hook] = ()) -> FitResult:
+    """Margin ascent (:mod:`datarecon.training.margin`): minimise log L on the sphere ‖θ‖ = ‖θ₀‖.
+
+    For a homogeneous network on separated data this keeps raising the normalised margin after the
+    training loss has stalled, towards a KKT point of the max-margin problem (θ* ∝ Σ λ_i y_i ∇Φ_i).
+
+    Args:
+        model: the trained network (modified in place); its training data must be separated.
+        x: (n, *input_shape) inputs in model input space; y: (n,) labels (±1 or classes).
+        loss: ``logistic`` or ``cross-entropy`` (exponentially tailed).
+        steps: number of steps (each one forward + backward).
+        step_size: initial angle η₀ of a step on the sphere (radians).
+        growth: η ← growth·η after an accepted step (η ← η/2 after a rejected one).
+        max_step: upper bound of η.
+        min_step: stop once η < min_step (no step of that size lowers log L any more).
+        log_every, progress, checkpoint_dir, checkpoint_every, resume, tag, hooks: as in :func:`fit`.
+
+    Returns:
+        :class:`FitResult` (``epochs_done`` counts ascent steps; history rows carry ``step_size``,
+        ``accepted``, ``log_loss``, ``normalised_margin``).
+
+    Raises:
+        DataReconError: a loss that is not exponentially tailed, weights all zero, or training data
+        that are not separated (margin ascent needs zero training error).
+
+    References:
+        Lyu & Li 2020 §4 (smoothed normalised margin); Haim et al. 2022 eq. 3–4.
+    """
+    from datarecon.training.margin import MarginAscentStepper
+
+    if steps < 0:
+        raise DataReconError(f"margin ascent steps must be >= 0, got {steps}")
+    if not (0 < step_size <= max_step and 0 < min_step and growth >= 1.0):
+        raise DataReconError("margin ascent needs 0 < step_size <= max_step, min_step > 0 and growth >= 1; "
+                             f"got step_size {step_size}, max_step {max_step}, min_step {min_step}, growth {growth}")
+    degree = homogeneity_degree(model)
+    stepper = MarginAscentStepper(model, x, y, loss=loss, step_size=step_size, growth=growth,
+                                  max_step=max_step, min_step=min_step)
+    history = History(every=log_every)
+    nan_stop = NaNStop(keys=["log_loss"])
+
+    class _Converged(BaseHook):
+        def after_step(self, state: LoopState) -> bool:
+            m = state.metrics
+            m["normalised_margin"] = normalised_margin(torch.tensor([m["min_margin"]]), stepper.radius, degree)
+            if stepper.converged():
+                state.stop_reason = f"converged (step size {stepper.step_size:.2g} < {min_step:g})"
+                return True
+            return False
+
+    start, elapsed, reason, finished = 0, 0.0, "", False
+    ckpt = TrainingCheckpoint(checkpoint_dir, tag=tag) if checkpoint_dir is not None else None
+    if ckpt is not None and resume and ckpt.exists():
+        info, model_sd, _ = ckpt.load()
+        try:
+            model.load_state_dict(model_sd)
+        except RuntimeError as exc:
+            raise CheckpointError(f"checkpoint in {ckpt.folder} does not fit the model "
+                                  f"({str(exc).splitlines()[0]}); use --overwrite") from None
+        stepper.load_state(info["ascent"])
+        start, elapsed = int(info["epoch"]), float(info.get("wall_time_s", 0.0))
+        history.rows = list(info.get("history", []))
+        reason, finished = info.get("stop_reason", ""), bool(info.get("finished"))
+    else:
+        with torch.no_grad():
+            separated = bool((margins(model(x), y) > 0).all())
+        if not separated:
+            raise DataReconError("margin ascent needs zero training error, but some training samples are "
+                                 "misclassified; train longer (more --epochs) before the ascent")
+    resumed_from = start
+
+    def _save(state: LoopState) -> None:
+        if ckpt is None:
+            return
+        done = state.stop_reason != "" or state.step >= state.total
+        ckpt.save(epoch=state.step, model=model, opt_tensors={}, info={
+            "wall_time_s": state.wall_time_s, "history": history.rows, "ascent": stepper.state(),
+            "finished": done and not nan_stop.tripped, "status": _status(state, nan_stop),
+            "stop_reason": state.stop_reason})
+
+    class _AscentCheckpoint(Checkpoint):
+        def after_run(self, state: LoopState) -> None:
+            if not stepper.in_update:
+                self.save(state)
+
+    if finished:
+        state = LoopState(step=start, total=steps, stop_reason=reason, wall_time_s=elapsed)
+    else:
+        all_hooks: list[Hook] = [_Converged(), nan_stop, history,
+                                 ProgressBar(keys=["normalised_margin", "step_size"], desc="margin ascent",
+                                             enabled=progress, every=max(1, log_every))]
+        if ckpt is not None:
+            all_hooks.append(_AscentCheckpoint(_save, every=checkpoint_every or max(steps, 1)))
+        all_hooks.extend(hooks)
+        state = Engine(stepper, hooks=all_hooks).run(start=start, total=steps, elapsed_s=elapsed)
+    final, m = evaluate(model, x, y, loss=loss)
+    return FitResult(model=model, status=_status(state, nan_stop), stop_reason=state.stop_reason,
+                     epochs_done=state.step, history=history.rows, metrics=final, margins=m.detach().cpu(),
+                     wall_time_s=state.wall_time_s, resumed_from=resumed_from,
+                     extra={"ascent": stepper.state()})
 
 
 def _status(state: LoopState, nan_stop: NaNStop) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -33,7 +34,7 @@ from datarecon.data import DATASETS, DataSpec, load_task
 from datarecon.errors import DataReconError, DivergenceError
 from datarecon.models.checkpoint import ModelBundle, save_model_dir
 from datarecon.models.spec import ARCHITECTURES, ArchSpec, build_model, count_parameters, is_homogeneous
-from datarecon.training.fit import FitResult, StopRule, evaluate, fit
+from datarecon.training.fit import FitResult, StopRule, ascend_margin, evaluate, fit
 from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
 from datarecon.training.losses import LOSSES
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
@@ -41,6 +42,7 @@ from datarecon.utils.io import atomic_write_text, config_hash
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 CHECKPOINT_DIR = "checkpoint"
+ASCENT_CHECKPOINT_DIR = "checkpoint-margin-ascent"
 HISTORY = "history.jsonl"
 
 
@@ -90,6 +92,37 @@ class StopConfig(BaseModel):
                         margin_patience=self.margin_patience, margin_rtol=self.margin_rtol)
 
 
+class MarginAscentConfig(BaseModel):
+    """Margin ascent after the GD epochs (:func:`datarecon.training.fit.ascend_margin`); off when ``steps`` is 0.
+
+    Minimises log L on the sphere ‖θ‖ = R (R the norm GD reached): for a homogeneous network on
+    separated data it keeps raising the normalised margin towards a KKT point of the max-margin
+    problem after the loss has stalled (:mod:`datarecon.training.margin`).
+
+    Attributes:
+        steps: number of ascent steps (one forward/backward each); 0 disables the stage.
+        step_size: initial angle of a step on the sphere (radians).
+        growth: factor on the angle after an accepted step (a rejected step halves it).
+        max_step: largest angle.
+        min_step: the stage stops once the angle falls below this (converged to that resolution).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    steps: int = Field(default=0, ge=0)
+    step_size: float = Field(default=0.01, gt=0, le=1)
+    growth: float = Field(default=1.1, ge=1)
+    max_step: float = Field(default=0.1, gt=0, le=1)
+    min_step: float = Field(default=1e-6, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> MarginAscentConfig:
+        if self.step_size > self.max_step:
+            raise DataReconError(f"margin_ascent step_size {self.step_size} exceeds max_step {self.max_step}; "
+                                 "lower step_size or raise max_step")
+        return self
+
+
 class TrainConfig(BaseModel):
     """Everything that determines a trained target (one-to-one with a YAML/TOML file).
 
@@ -104,13 +137,16 @@ class TrainConfig(BaseModel):
         momentum: heavy-ball momentum in [0, 1) (``gd`` only).
         epochs: maximum number of full-batch epochs (≥ 1).
         schedule: ``SCHEDULES`` key (``constant`` | ``loss-normalised`` | ``increasing``; gd only).
-        max_lr_factor: cap of the learning rate of growing schedules, relative to ``lr``.
-        stop: early stops.
+        max_lr_factor: cap of the learning rate of growing schedules, relative to ``lr``; None: no
+            cap (``loss-normalised`` on logistic / cross-entropy then steps lr·∇log L, in the log domain).
+        margin_ascent: optional second stage after the epochs (:class:`MarginAscentConfig`).
+        stop: early stops (of the GD epochs).
         dtype: ``float32`` | ``float64`` (parameters and inputs).
         device: ``cpu`` | ``cuda[:N]`` (not part of the config hash).
         seed: seed of the initialisation generator.
         checkpoint_every: epochs between training checkpoints (0: only at the end; not hashed).
         log_every: epochs between history rows.
+        kkt_score: record the KKT-regime score in the model card (not hashed: it changes no weight).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -124,13 +160,15 @@ class TrainConfig(BaseModel):
     momentum: float = Field(default=0.0, ge=0, lt=1)
     epochs: int = Field(default=1000, ge=1)
     schedule: Annotated[str, registered(SCHEDULES)] = "constant"
-    max_lr_factor: float = Field(default=1e6, ge=1)
+    max_lr_factor: float | None = Field(default=1e6, ge=1)
+    margin_ascent: MarginAscentConfig = MarginAscentConfig()
     stop: StopConfig = StopConfig()
     dtype: Literal["float32", "float64"] = "float32"
     device: str = "cpu"
     seed: int = Field(default=0, ge=0)
     checkpoint_every: int = Field(default=1000, ge=0)
     log_every: int = Field(default=100, ge=1)
+    kkt_score: bool = False
 
 
 
@@ -141,6 +179,15 @@ class TrainConfig(BaseModel):
             raise DataReconError(f"momentum applies to optimizer gd only; set momentum 0 for {self.optimizer}")
         if self.optimizer != "gd" and self.schedule != "constant":
             raise DataReconError(f"schedule {self.schedule!r} applies to optimizer gd only; use constant")
+        if self.margin_ascent.steps:
+            from datarecon.training.margin import EXP_TAILED
+
+            if self.loss not in EXP_TAILED:
+                raise DataReconError(f"margin ascent needs an exponentially tailed loss ({', '.join(EXP_TAILED)}), "
+                                     f"not {self.loss!r}; set margin_ascent steps to 0")
+            if self.weight_decay:
+                raise DataReconError("margin ascent maximises the margin of an unregularised loss; "
+                                     "with weight decay the minimiser is finite: set margin_ascent steps to 0")
         kind = self.data.resolved_task().label_kind
         need = LOSSES.get(self.loss).label_kind
         if need not in ("any", kind):
@@ -159,7 +206,10 @@ class TrainConfig(BaseModel):
 
     def hash(self) -> str:
         """Hash of the fields that determine the result (``device`` and ``checkpoint_every`` excluded)."""
-        return config_hash(self.model_dump(mode="json", exclude={"device", "checkpoint_every"}))
+        data = self.model_dump(mode="json", exclude={"device", "checkpoint_every", "kkt_score"})
+        if not self.margin_ascent.steps:
+            data.pop("margin_ascent")  # off: hashes stay those of configs written before the field existed
+        return config_hash(data)
 
 
 def build_train_config(fields: dict[str, Any], *, where: str = "training config") -> TrainConfig:
@@ -221,7 +271,7 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
         resume: continue from ``out/checkpoint/`` when present (the config hash must match).
         overwrite: replace an existing ``out``.
         progress: show a progress bar.
-        kkt_score: also compute the KKT-regime score (per-sample gradients; n × P memory bounded).
+        kkt_score: also compute the KKT-regime score (as ``config.kkt_score``; either one turns it on).
 
     Returns:
         :class:`TrainResult`.
@@ -256,9 +306,31 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
             f"training diverged after {result.epochs_done} epochs ({result.stop_reason}); "
             f"lower --lr (now {config.lr:g}) and rerun with --overwrite"
         )
+    gd_result, history = result, list(result.history)
+    ascent: dict[str, Any] = {}
+    separated = bool(float(result.margins.min()) > 0) if result.margins.numel() else False
+    if config.margin_ascent.steps and result.status != "interrupted" and not separated:
+        warnings.warn("margin ascent skipped: the training data are not separated after the epochs "
+                      "(train longer or with a larger --lr)", stacklevel=2)
+        ascent = {"margin_ascent_steps": 0, "margin_ascent_status": "skipped",
+                  "margin_ascent_stop_reason": "training data not separated"}
+    if config.margin_ascent.steps and result.status != "interrupted" and separated:
+        ma = config.margin_ascent
+        result = ascend_margin(model, x, y, loss=config.loss, steps=ma.steps, step_size=ma.step_size,
+                               growth=ma.growth, max_step=ma.max_step, min_step=ma.min_step,
+                               log_every=config.log_every, progress=progress,
+                               checkpoint_dir=out / ASCENT_CHECKPOINT_DIR, checkpoint_every=config.checkpoint_every,
+                               resume=resume, tag=config.hash())
+        history += [{**row, "stage": "margin-ascent", "step": gd_result.epochs_done + row["step"]}
+                    for row in result.history]
+        ascent = {"margin_ascent_steps": result.epochs_done, "margin_ascent_status": result.status,
+                  "margin_ascent_stop_reason": result.stop_reason,
+                  "margin_ascent_wall_time_s": result.wall_time_s,
+                  "normalised_margin_before_ascent": gd_result.metrics["normalised_margin"]}
     metrics: dict[str, Any] = {
-        "status": result.status, "stop_reason": result.stop_reason, "epochs_done": result.epochs_done,
-        "wall_time_s": result.wall_time_s, "n_train": int(x.shape[0]),
+        "status": gd_result.status, "stop_reason": gd_result.stop_reason, "epochs_done": gd_result.epochs_done,
+        "wall_time_s": gd_result.wall_time_s + float(ascent.get("margin_ascent_wall_time_s", 0.0)),
+        "n_train": int(x.shape[0]), **ascent,
         "train_loss": result.metrics["loss"], "train_energy": result.metrics["energy"],
         "train_accuracy": result.metrics["train_acc"], "min_margin": result.metrics["min_margin"],
         "mean_margin": result.metrics["mean_margin"], "weight_norm": result.metrics["weight_norm"],
@@ -273,7 +345,7 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
         held, _ = evaluate(model, xh, yh, loss=config.loss)
         metrics.update({"heldout_loss": held["loss"], "heldout_accuracy": held["train_acc"],
                         "n_heldout": int(xh.shape[0])})
-    if kkt_score:
+    if kkt_score or config.kkt_score:
         score = kkt_regime_score(model, x, y)
         metrics.update({"kkt_regime_score": score.score, "kkt_num_active": score.num_active})
     model_cpu = model.to("cpu")
@@ -285,7 +357,7 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
         training={**config.model_dump(mode="json"), "config_hash": config.hash()}, seed=config.seed,
         metrics=metrics, extra_tensors={"train_margins": result.margins},
     )
-    atomic_write_text(out / HISTORY, "".join(json.dumps(_finite(r), sort_keys=True) + "\n" for r in result.history))
+    atomic_write_text(out / HISTORY, "".join(json.dumps(_finite(r), sort_keys=True) + "\n" for r in history))
     return TrainResult(out=out, model=model, arch=arch, metrics=metrics, fit=result, config=config)
 
 
@@ -327,6 +399,13 @@ def model_card(bundle: ModelBundle) -> str:
             f"schedule {tr.get('schedule')}, epochs {m.get('epochs_done', '?')}/{tr.get('epochs')}, "
             f"seed {meta.get('seed')}"
         )
+        if m.get("margin_ascent_status") == "skipped":
+            lines.append(f"            margin ascent skipped ({m.get('margin_ascent_stop_reason')})")
+        elif "margin_ascent_steps" in m:
+            lines.append(f"            then margin ascent: {m['margin_ascent_steps']} steps "
+                         f"({m.get('margin_ascent_stop_reason') or m.get('margin_ascent_status')}), normalised margin "
+                         f"{m.get('normalised_margin_before_ascent', float('nan')):.4g} -> "
+                         f"{m.get('normalised_margin', float('nan')):.4g}")
     if m:
         lines.append(f"status      {m.get('status', '?')}" + (f" ({m['stop_reason']})" if m.get("stop_reason") not in (None, "", m.get("status")) else "")
                      + (f", {m['wall_time_s']:.1f} s" if isinstance(m.get("wall_time_s"), (int, float)) else ""))

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from datarecon.errors import DataReconError
 from datarecon.experiments.reproduce.pieces import Context, Piece
-from datarecon.training.target import ArchConfig, StopConfig, TrainConfig
+from datarecon.training.target import ArchConfig, MarginAscentConfig, StopConfig, TrainConfig
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -44,7 +44,8 @@ class TargetTraining(BaseModel):
     momentum: float = Field(default=0.0, ge=0, lt=1)
     epochs: int = Field(default=1000, ge=1)
     schedule: str = "constant"
-    max_lr_factor: float = Field(default=1e6, ge=1)
+    max_lr_factor: float | None = Field(default=1e6, ge=1)
+    margin_ascent: MarginAscentConfig = MarginAscentConfig()
     stop: StopConfig = StopConfig()
     dtype: Literal["float32", "float64"] = "float64"
     seed: int = Field(default=0, ge=0)
