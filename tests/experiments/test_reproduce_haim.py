@@ -72,3 +72,26 @@ def test_unknown_selection_criterion_is_refused(tmp_path, data_dir):
     with pytest.raises(DataReconError, match="relative_residual"):
         reproduce("haim2022", scale="smoke", out=tmp_path / "x", data_dir=data_dir, log=lambda s: None,
                   overrides={"selection": "distance_to_training_set"})
+
+
+def test_medium_rung_is_the_papers_width_at_n_100_and_fits_an_hour_on_cpu():
+    cfg = load_config("haim2022", scale="medium")
+    assert cfg.target.arch.hidden == (1000, 1000) and 2 * cfg.n_per_class == 100
+    assert {d.dataset for d in cfg.datasets} == {"mnist", "cifar10"} and cfg.candidates_factor == 2
+
+
+def test_dry_run_estimates_train_and_attack_pieces_from_the_cost_model(tmp_path):
+    """The estimates reproduce the measurements they were calibrated on (docs/PERFORMANCE.md)."""
+    from datarecon.experiments.reproduce import plan_reproduction
+
+    def est(scale, device):
+        planned = plan_reproduction("haim2022", out=tmp_path / scale, scale=scale, device=device)
+        return {p.key: p.estimate_s for p in planned}
+
+    paper_gpu = est("paper", "cuda")
+    assert paper_gpu["models/cifar10"] == pytest.approx(168, rel=0.05)  # H100: 100 000 epochs in 168 s
+    assert paper_gpu["runs/cifar10/run0"] == pytest.approx(50_000 * 4.1e-3, rel=0.15)  # 4.1 ms/step float64
+    medium_cpu = est("medium", "cpu")
+    assert medium_cpu["runs/cifar10/run0"] == pytest.approx(3000 * 0.079, rel=0.05)  # 2 cores, m = 200
+    assert medium_cpu["tables"] is None
+    assert sum(v for v in medium_cpu.values() if v) < 3600

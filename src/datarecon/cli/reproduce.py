@@ -26,7 +26,11 @@ def _run(name: str, *, scale: str, out: Path, data_dir: str | None, device: str,
     from datarecon.experiments.reproduce import plan_reproduction, reproduce
     from datarecon.experiments.reproduce.pieces import format_plan
 
-    parse_device(device)  # refuses cuda without a GPU, with a one-line message
+    if dry_run:  # estimates for the named device need no such device here
+        if device.split(":")[0] not in ("cpu", "cuda"):
+            raise DataReconError(f"unknown device {device!r}; use cpu or cuda")
+    else:
+        parse_device(device)  # refuses cuda without a GPU, with a one-line message
     if threads < 0:
         raise DataReconError(f"--threads must be >= 0 (0 = PyTorch's default), got {threads}")
     if threads:
