@@ -17,7 +17,7 @@ app = typer.Typer(help="Reproduce a paper's experiments (runkel2024, haim2022) a
 
 
 def _run(name: str, *, scale: str, out: Path, data_dir: str | None, device: str, resume: bool,
-         overwrite: bool, config: Path | None, threads: int, dry_run: bool = False) -> None:
+         overwrite: bool, config: Path | None, threads: int, dry_run: bool = False, progress: bool = True) -> None:
     import torch
 
     from datarecon.cli._common import parse_device
@@ -43,7 +43,7 @@ def _run(name: str, *, scale: str, out: Path, data_dir: str | None, device: str,
             typer.echo(line)
         return
     report = reproduce(name, out=out, scale=scale, data_dir=data_dir, device=device, resume=resume,
-                       overwrite=overwrite, overrides=overrides, log=typer.echo)
+                       overwrite=overwrite, overrides=overrides, log=typer.echo, progress=progress)
     typer.echo(f"report: {report}")
 
 
@@ -58,24 +58,28 @@ _Config = Annotated[Path | None, typer.Option("--config", help="YAML/TOML overri
 _Threads = Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch (0: its default, all cores).")]
 _DryRun = Annotated[bool, typer.Option("--dry-run", help="List the pieces, which are done in --out, and the "
                                         "estimated time of each on --device; run nothing.")]
+_Progress = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress inside long pieces "
+                                         "(a bar on a terminal, plain lines with rate and ETA in a log).")]
 
 
 @app.command("runkel2024")
 def runkel2024_cmd(out: _Out, scale: _Scale = "smoke", data_dir: _Data = None, device: _Device = "cpu",
                    resume: _Resume = False, overwrite: _Overwrite = False, config: _Config = None,
-                   threads: _Threads = 0, dry_run: _DryRun = False) -> None:
+                   threads: _Threads = 0, dry_run: _DryRun = False,
+                 progress: _Progress = True) -> None:
     """Runkel et al. 2024: Table 1, Figures 1-12 and the privacy measurement."""
     _run("runkel2024", scale=scale, out=out, data_dir=data_dir, device=device, resume=resume,
-         overwrite=overwrite, config=config, threads=threads, dry_run=dry_run)
+         overwrite=overwrite, config=config, threads=threads, dry_run=dry_run, progress=progress)
 
 
 @app.command("haim2022")
 def haim2022_cmd(out: _Out, scale: _Scale = "smoke", data_dir: _Data = None, device: _Device = "cpu",
                  resume: _Resume = False, overwrite: _Overwrite = False, config: _Config = None,
-                 threads: _Threads = 0, dry_run: _DryRun = False) -> None:
+                 threads: _Threads = 0, dry_run: _DryRun = False,
+                 progress: _Progress = True) -> None:
     """Haim et al. 2022: KKT attack on MNIST odd/even and CIFAR-10 vehicles/animals."""
     _run("haim2022", scale=scale, out=out, data_dir=data_dir, device=device, resume=resume,
-         overwrite=overwrite, config=config, threads=threads, dry_run=dry_run)
+         overwrite=overwrite, config=config, threads=threads, dry_run=dry_run, progress=progress)
 
 
 def register(root: typer.Typer) -> None:

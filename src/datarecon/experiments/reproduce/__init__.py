@@ -102,7 +102,8 @@ def plan_reproduction(name: str, *, out: str | Path, scale: str = "smoke", data_
 
 def reproduce(name: str, *, out: str | Path, scale: str = "smoke", data_dir: str | Path | None = None,
               device: str = "cpu", resume: bool = False, overwrite: bool = False,
-              overrides: dict[str, Any] | None = None, log: Callable[[str], None] = print) -> Path:
+              overrides: dict[str, Any] | None = None, log: Callable[[str], None] = print,
+              progress: bool = False) -> Path:
     """Run reproduction ``name`` into ``out`` and write ``out/report.html``.
 
     Args:
@@ -115,6 +116,8 @@ def reproduce(name: str, *, out: str | Path, scale: str = "smoke", data_dir: str
         overwrite: replace an output folder holding another reproduction/configuration.
         overrides: config fields over the preset (nested mapping).
         log: progress sink (one line per piece).
+        progress: progress inside long pieces (training epochs, attack steps) on stderr: a bar on a
+            terminal, plain rate-limited lines with rate and ETA otherwise.
 
     Returns:
         Path of ``report.html``.
@@ -130,7 +133,7 @@ def reproduce(name: str, *, out: str | Path, scale: str = "smoke", data_dir: str
     atomic_write_json(out / MANIFEST, {"name": name, "scale": scale, "config_hash": chash,
                                        "config": cfg.model_dump(mode="json"), "versions": versions()})
     pieces = entry.plan(cfg)
-    ctx = Context(out=out, data_dir=data_dir, device=device, resume=resume)
+    ctx = Context(out=out, data_dir=data_dir, device=device, resume=resume, progress=progress)
     log(f"{name} ({scale}): {len(pieces)} pieces -> {out}")
     t0 = time.perf_counter()
     records = execute(pieces, ctx, log=log)

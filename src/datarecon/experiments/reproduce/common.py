@@ -108,7 +108,7 @@ def train_piece(key: str, training: TargetTraining, data: Mapping[str, Any]) -> 
         from datarecon.training.target import train_target
 
         cfg = training.train_config(data, device=ctx.device)
-        res = train_target(cfg, data_dir=ctx.data_dir, out=d / "model", overwrite=True, progress=False,
+        res = train_target(cfg, data_dir=ctx.data_dir, out=d / "model", overwrite=True, progress=ctx.progress,
                            kkt_score=training.kkt_score)
         return {"metrics": res.metrics, "model_dir": "model", "config_hash": cfg.hash()}
 
@@ -211,7 +211,7 @@ def attack_piece(key: str, *, model_key: str, attack_factory: Callable[[Any], An
         target, prior, x0, gen = setup.target, setup.prior, setup.x0, setup.generator
         attack = attack_factory(attack_config)
         rec = run_attack(attack, target, prior, x0=x0, generator=gen, out=d / RUN_SUBDIR, resume=ctx.resume,
-                         progress=False, seed=seed, checkpoint_every=max(10, getattr(attack_config, "steps", 100)),
+                         progress=ctx.progress, seed=seed, checkpoint_every=max(10, getattr(attack_config, "steps", 100)),
                          record={**setup.record, **dict(record or {})})
         save_tensors(d / "x0.safetensors", {"x0": x0.detach().cpu()})
         meta = read_json(d / RUN_SUBDIR / "run.json")

@@ -59,6 +59,8 @@ class Context:
         data_dir: data folder (None: ``$DATARECON_DATA`` / cache).
         device: torch device name for training and attacks.
         resume: let attack runs continue from their own checkpoints inside an unfinished piece.
+        progress: long pieces (training, attacks) report progress on stderr: a bar on a terminal,
+            plain rate-limited lines (step, rate, ETA) in a log.
         summaries: key -> summary of every finished piece so far.
     """
 
@@ -66,6 +68,7 @@ class Context:
     data_dir: str | Path | None = None
     device: str = "cpu"
     resume: bool = False
+    progress: bool = False
     summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def dir(self, key: str) -> Path:
