@@ -47,9 +47,9 @@ def _seconds(table: dict[str, tuple[float, float]], factor: float, device: str, 
 
 
 def train_seconds(device: str, *, dtype: str, n: int, params: int, epochs: int, ascent_steps: int = 0) -> float:
-    """Estimated seconds of ``epochs`` full-batch epochs (+ margin-ascent steps, ≈ 2 epochs each)."""
+    """Estimated seconds of ``epochs`` full-batch epochs (+ margin-ascent steps, one forward/backward each)."""
     return _seconds(TRAIN_RATE, DTYPE_FACTOR["train"].get(dtype, 1.0), device, n, params,
-                    epochs + 2 * ascent_steps)
+                    epochs + ascent_steps)
 
 
 def kkt_seconds(device: str, *, dtype: str, m: int, params: int, steps: int) -> float:
