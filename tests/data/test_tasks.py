@@ -13,7 +13,7 @@ from datarecon.errors import DataReconError
 
 
 def test_registry_names():
-    assert TASKS.names() == ["all", "classes", "odd-even", "vehicles-animals"]
+    assert TASKS.names() == ["all", "classes", "odd-even", "pair", "vehicles-animals"]
 
 
 def test_vehicles_animals():
@@ -58,7 +58,7 @@ def test_unknown_task_lists_valid_names():
     with pytest.raises(DataReconError) as err:
         resolve_task("mnist", "parity")
     assert str(err.value) == (
-        "unknown task 'parity'; valid names: all, classes, odd-even, vehicles-animals"
+        "unknown task 'parity'; valid names: all, classes, odd-even, pair, vehicles-animals"
     )
 
 
@@ -67,9 +67,9 @@ def test_task_not_fitting_dataset():
         resolve_task("mnist", "vehicles-animals")
     assert str(err.value) == (
         "task 'vehicles-animals' does not fit dataset 'mnist'; valid tasks for mnist: "
-        "all, classes:<c1>,<c2>,..., odd-even"
+        "all, classes:<c1>,<c2>,..., odd-even, pair:<negative>,<positive>"
     )
-    assert valid_tasks("cifar10") == ["all", "classes:<c1>,<c2>,...", "vehicles-animals"]
+    assert valid_tasks("cifar10") == ["all", "classes:<c1>,<c2>,...", "pair:<negative>,<positive>", "vehicles-animals"]
 
 
 @pytest.mark.parametrize("task,msg", [

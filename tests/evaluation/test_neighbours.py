@@ -50,11 +50,12 @@ def test_prefilter_topk_equals_exhaustive(smooth, prefilter):
     c = smooth(30, seed=3)
     r = smooth(40, seed=4)
     ex = nearest_neighbours(c, r, metric="ssim", exhaustive=True)
-    pf = nearest_neighbours(c, r, metric="ssim", prefilter=prefilter, top_k=40)
+    pf = nearest_neighbours(c, r, metric="ssim", prefilter=prefilter, top_k=40, exact_up_to=0)
     assert torch.equal(ex.index, pf.index)
     torch.testing.assert_close(ex.score, pf.score)
-    assert pf.prefilter == prefilter and pf.top_k == 40
-    small = nearest_neighbours(c, r, metric="ssim", prefilter=prefilter, top_k=5, return_topk=5)
+    assert pf.prefilter == prefilter and pf.top_k == 40 and pf.exact
+    small = nearest_neighbours(c, r, metric="ssim", prefilter=prefilter, top_k=5, return_topk=5, exact_up_to=0)
+    assert not small.exact
     assert small.topk_index.shape == (30, 5)
     assert bool((small.topk_score[:, :-1] >= small.topk_score[:, 1:]).all())
 

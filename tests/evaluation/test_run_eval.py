@@ -30,7 +30,8 @@ def test_evaluate_candidates_copies_real_noise_fake(smooth):
     ev = evaluate_candidates(cands, torch.ones(7), scores,
                              references={"train": train, "heldout": held, "partition": part,
                                          "noise": noise_images(16, (3, 16, 16))},
-                             top_k=16, multipliers=torch.linspace(0, 1, 7), margins=torch.rand(16))
+                             top_k=16, multipliers=torch.linspace(0, 1, 7), margins=torch.rand(16),
+                             min_class_size=1)
     assert torch.equal(cands, before)
     assert ev.real.tolist() == [True] * 3 + [False] * 4
     s = ev.summary
@@ -74,7 +75,7 @@ def _make_model_dir(path):
     torch.manual_seed(0)
     model = build_model(arch)
     idx = task.index_tensors()
-    save_model_dir(path, model=model, arch=arch, loss="bce", weight_decay=0.0,
+    save_model_dir(path, model=model, arch=arch, loss="logistic", weight_decay=0.0,
                    data=spec.model_dump(mode="json"), normalisation=spec.normalisation,
                    input_mean=task.normalisation.mean,
                    indices={k[: -len("_indices")]: v for k, v in idx.items()}, training={}, seed=0)
@@ -99,7 +100,10 @@ def test_evaluate_run_writes_metrics_and_csv(tmp_path):
     assert m["param_distance"] == 1.5e-3 and summary["param_distance"] == 1.5e-3
     assert m["window_size"] == 7  # 8x8 digits: the Gaussian window falls back to 7x7
     assert m["privacy"]["n_real"] == 3
-    assert m["privacy"]["scores"]["lambda"]["auc"] == 1.0
+    # 3 real and 4 fake candidates: a perfect separation by luck is not reported as a measurement
+    lam = m["privacy"]["scores"]["lambda"]
+    assert lam["measurable"] is False and lam["auc"] == "nan" and "not measurable" in lam["note"]
+    assert m["privacy"]["roc"] == {} and m["privacy"]["min_class_size"] == 10
     assert set(m["reference_sizes"]) == {"train", "partition", "noise", "heldout"}
     assert len(m["haim"]["per_train"]["margin"]) == 20
     rows = list(csv.DictReader((run / "candidates.csv").open()))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -68,7 +69,8 @@ def _fake_run(root: Path, name: str, lam: tuple[float, float] | None, seed: int)
     cands = torch.cat([train[:3] * 0.9 + 0.05, noise_images(5, (3, 16, 16), generator=torch.Generator().manual_seed(seed))])
     refs = {"train": train, "heldout": held, "partition": part, "noise": noise_images(12, (3, 16, 16))}
     ev = evaluate_candidates(cands, torch.ones(8), {"lambda": torch.rand(8, generator=torch.Generator().manual_seed(seed))},
-                             references=refs, top_k=12, margins=torch.linspace(0, 1, 12), n_floor_noise=50)
+                             references=refs, top_k=12, margins=torch.linspace(0, 1, 12), n_floor_noise=50,
+                             min_class_size=1)
     run = root / name
     run.mkdir()
     config = {"attack": {"name": "bilevel"}}
@@ -98,8 +100,10 @@ def test_render_report_from_runs(tmp_path):
     out = render_report(runs, out=tmp_path / "report.html")
     p = _check_html(out)
     text = out.read_text()
-    # per run: curve, margin scatter, ROC, grid; plus landscape heatmaps and interpolation curves
-    assert len(p.imgs) == 5 * 4 + 2
+    # per run: curve, margin scatter, ROC (where measurable: both classes present), grid; plus landscape
+    # heatmaps and interpolation curves
+    with_roc = sum(bool(json.loads((r / "metrics.json").read_text())["privacy"]["roc"]) for r in runs)
+    assert len(p.imgs) == 5 * 3 + with_roc + 2 and with_roc >= 4
     assert "Landscape" in text and "ROC AUC" in text and "Real/fake rule" in text
     with pytest.raises(DataReconError, match="no metrics.json"):
         render_report([tmp_path / "missing"], out=tmp_path / "x.html")

@@ -108,7 +108,7 @@ def reconstruct(
     dev = parse_device(device)
     if init in DATA_INITS:
         typer.echo(DATA_INITS_NOTE.format(init=init), err=True)
-    prepare_out_dir(out, overwrite=overwrite, resume=resume)
+    prepare_out_dir(out, kind="run", overwrite=overwrite, resume=resume)
     rec = run(model, out=out, method=method, config=config, init=init, init_params=init_params,
               candidates=candidates, seed=seed, device=dev, data_dir=data_dir, resume=resume, progress=progress,
               checkpoint_every=checkpoint_every, log_every=log_every, early_stop_patience=early_stop_patience,

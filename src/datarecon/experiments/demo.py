@@ -31,7 +31,7 @@ from datarecon.training.optim import SCHEDULES
 class DemoConfig(BaseModel):
     """Settings of the demo (defaults finish in about a minute on 2 CPU cores)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     n_per_class: int = Field(default=20, ge=1, description="training images per side (n = 2x this)")
     hidden: int = Field(default=200, ge=1, description="hidden width of the 64-h-1 bias-free MLP")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -38,6 +37,7 @@ from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
 from datarecon.training.losses import LOSSES
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
 from datarecon.utils.io import atomic_write_text, config_hash
+from datarecon.utils.outdir import check_out_dir, clear_out_dir
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 CHECKPOINT_DIR = "checkpoint"
@@ -54,7 +54,7 @@ class ArchConfig(BaseModel):
         init_scale: std of the first layer's N(0,1) weights (Haim: 1e-4); None: PyTorch default.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: Annotated[str, registered(ARCHITECTURES)] = "mlp"
     hidden: tuple[int, ...] | None = None
@@ -78,7 +78,7 @@ class ArchConfig(BaseModel):
 class StopConfig(BaseModel):
     """Early stops (see :class:`datarecon.training.fit.StopRule`); all off by default."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     loss_threshold: float | None = Field(default=None, gt=0)
     zero_error: bool = False
@@ -113,7 +113,7 @@ class TrainConfig(BaseModel):
         log_every: epochs between history rows.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     data: DataSpec
     arch: ArchConfig = ArchConfig()
@@ -188,17 +188,6 @@ class TrainResult:
     config: TrainConfig
 
 
-def _check_out(out: Path, *, overwrite: bool, resume: bool) -> bool:
-    """Whether ``out`` must be emptied first; refuses an existing directory without overwrite/resume."""
-    if out.exists() and not out.is_dir():
-        raise DataReconError(f"output path {out} is a file; choose a directory for --out")
-    if out.exists() and any(out.iterdir()) and not resume:
-        if not overwrite:
-            raise DataReconError(f"output directory {out} exists; pass --overwrite to replace it or choose another --out")
-        return True
-    return False
-
-
 def _device(name: str) -> torch.device:
     try:
         dev = torch.device(name)
@@ -233,10 +222,10 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
     out = Path(out)
     device = _device(config.device)
     dtype = DTYPES[config.dtype]
-    clear = _check_out(out, overwrite=overwrite, resume=resume)
+    clear = check_out_dir(out, kind="model", overwrite=overwrite, resume=resume)
     task = load_task(config.data, data_dir=data_dir)  # before touching out: bad data leaves no folder
     if clear:
-        shutil.rmtree(out)
+        clear_out_dir(out, kind="model")
     out.mkdir(parents=True, exist_ok=True)
     arch = config.arch_spec()
     gen = torch.Generator().manual_seed(config.seed)
