@@ -84,3 +84,21 @@ def test_task_not_fitting_dataset():
 def test_bad_task_strings(task, msg):
     with pytest.raises(DataReconError, match=re.escape(msg)):
         resolve_task("cifar10", task)
+
+
+def test_pair_is_binary_over_two_chosen_classes():
+    """Haim's setting (one ±1 output) from any two classes: the first listed is -1, the second +1."""
+    t = resolve_task("cifar10", "pair:cat,dog")
+    assert t.label_kind == "binary" and t.groups == ((3,), (5,)) and t.class_names == ("cat", "dog")
+    assert t.task_class_of(np.arange(10)).tolist() == [-1, -1, -1, 0, -1, 1, -1, -1, -1, -1]
+    assert t.encode(np.array([0, 1])).tolist() == [-1.0, 1.0]
+    assert resolve_task("mnist", "pair:5,3").groups == ((5,), (3,))
+
+
+def test_pair_task_trains_a_one_output_model():
+    from datarecon.data import DataSpec, load_task
+
+    task = load_task(DataSpec(dataset="digits", task="pair:3,5", n_per_class=4, n_heldout_per_class=0,
+                              n_partition_per_class=0))
+    assert task.label_kind == "binary" and task.train.y.dtype == torch.float32
+    assert sorted(set(task.train.y.tolist())) == [-1.0, 1.0] and len(task.train) == 8

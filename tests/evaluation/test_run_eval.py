@@ -129,3 +129,28 @@ def test_evaluate_run_errors(tmp_path):
         evaluate_run(run, allow_incomplete=True)
     with pytest.raises(DataReconError, match="valid names: train, partition, heldout, noise"):
         evaluate_run(run, against=("test",))
+
+
+def test_approximate_searches_are_labelled(smooth):
+    train, held, _, cands = _case(smooth)
+    exact = evaluate_candidates(cands, references={"train": train, "heldout": held}, top_k=4, n_floor_noise=20)
+    assert exact.summary["approximate"] == [] and exact.summary["nearest"]["train"]["ssim"]["exact"] is True
+    approx = evaluate_candidates(cands, references={"train": train, "heldout": held}, top_k=4, exact_up_to=0,
+                                 n_floor_noise=20)
+    s = approx.summary
+    assert s["nearest"]["train"]["ssim"]["exact"] is False and s["nearest"]["train"]["l2"]["exact"] is True
+    assert any(a.startswith("nearest.train.ssim: best of a top-4 lncc shortlist") for a in s["approximate"])
+    assert any(a.startswith("privacy.floor") for a in s["approximate"])
+
+
+def test_a_run_that_stopped_early_is_evaluated(tmp_path):
+    task = _make_model_dir(tmp_path / "model")
+    run = tmp_path / "run"
+    run.mkdir()
+    save_tensors(run / "candidates.safetensors", {"x": task.normalisation.to_model(task.train.x[:4])})
+    atomic_write_json(run / "run.json", {"model_dir": str(tmp_path / "model"), "method": "kkt",
+                                         "status": "stopped-early"})
+    assert evaluate_run(run, progress=False)["run"]["status"] == "stopped-early"
+    atomic_write_json(run / "run.json", {"model_dir": str(tmp_path / "model"), "method": "kkt", "status": "diverged"})
+    with pytest.raises(DataReconError, match="status 'diverged'; .* or pass --allow-incomplete"):
+        evaluate_run(run, progress=False)
