@@ -194,6 +194,20 @@ def sha256_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+#: JSON fields that hold wall-clock times or timestamps. Everything else datarecon writes is
+#: byte-reproducible from its inputs (docs/RELIABILITY.md); these fields are where time goes.
+TIMING_FIELDS = ("wall_time_s", "task_time_s", "finished_at", "created", "updated")
+
+
+def strip_timing(obj: Any) -> Any:
+    """``obj`` (parsed JSON) without the :data:`TIMING_FIELDS`, at any depth (for comparing artefacts)."""
+    if isinstance(obj, dict):
+        return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING_FIELDS}
+    if isinstance(obj, list):
+        return [strip_timing(v) for v in obj]
+    return obj
+
+
 def config_hash(obj: Any) -> str:
     """A stable short hash of a JSON-able config (sorted keys)."""
     text = json.dumps(to_jsonable(obj), sort_keys=True, separators=(",", ":"))
