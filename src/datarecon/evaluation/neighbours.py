@@ -77,8 +77,9 @@ METRICS.register("ncc", Metric("ncc", ncc_matrix, True, True))
 METRICS.register("lncc", Metric("lncc", local_ncc_matrix, True, True))
 
 
-#: exhaustive (exact) searches up to this many candidate-reference pairs: ~4 s for 32x32x3 images
-#: and ~1 s for 28x28 on one loaded CPU core (11 000 and 54 000 SSIM pairs/s measured)
+#: exhaustive (exact) searches up to this many candidate-reference pairs: about 6 s for 32x32x3
+#: images at the 8 800 SSIM pairs/s of ``benchmarks/bench_evaluation.py`` (2 CPU threads,
+#: benchmarks/results/evaluation.json), where the top-32 shortlist got 8 % of the top-1 matches wrong
 EXACT_UP_TO = 50_000
 
 
