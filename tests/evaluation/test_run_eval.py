@@ -102,7 +102,8 @@ def test_evaluate_run_writes_metrics_and_csv(tmp_path):
     assert m["privacy"]["n_real"] == 3
     # 3 real and 4 fake candidates: a perfect separation by luck is not reported as a measurement
     lam = m["privacy"]["scores"]["lambda"]
-    assert lam["measurable"] is False and lam["auc"] == "nan" and "not measurable" in lam["note"]
+    assert lam["measurable"] is False and lam["auc"] is None and lam["auc_ci_95"] is None
+    assert "not measurable" in lam["note"]
     assert m["privacy"]["roc"] == {} and m["privacy"]["min_class_size"] == 10
     assert set(m["reference_sizes"]) == {"train", "partition", "noise", "heldout"}
     assert len(m["haim"]["per_train"]["margin"]) == 20
@@ -154,3 +155,37 @@ def test_a_run_that_stopped_early_is_evaluated(tmp_path):
     atomic_write_json(run / "run.json", {"model_dir": str(tmp_path / "model"), "method": "kkt", "status": "diverged"})
     with pytest.raises(DataReconError, match="status 'diverged'; .* or pass --allow-incomplete"):
         evaluate_run(run, progress=False)
+
+
+def test_null_calibrated_threshold_against_a_naive_count():
+    """The threshold lets at most floor(rate N) null values above it, and is the lowest such value."""
+    import torch
+
+    from datarecon.evaluation.baselines import null_calibrated
+
+    g = torch.Generator().manual_seed(3)
+    for n, rate in ((40, 0.05), (20, 0.05), (7, 0.0), (10, 0.3)):
+        real, null, noise = torch.rand(n, generator=g), torch.rand(n, generator=g), torch.rand(n, generator=g) * 0.5
+        null[0] = float("nan")
+        c = null_calibrated(real, null, others={"noise": noise}, rate=rate)
+        k = int(rate * n + 1e-9)
+        finite = [v for v in null.tolist() if v == v]
+        # naive: try every candidate threshold, keep the smallest one with <= k null values above it
+        ok = [t for t in finite if sum(v > t for v in finite) <= k]
+        assert c.allowed == k and c.threshold == min(ok)
+        assert c.null == sum(v > c.threshold for v in finite) <= k
+        assert c.count == sum(v > c.threshold for v in real.tolist())
+        assert c.others["noise"] == sum(v > c.threshold for v in noise.tolist())
+
+
+def test_null_calibrated_refuses_mismatched_inputs():
+    import pytest
+    import torch
+
+    from datarecon.errors import DataReconError
+    from datarecon.evaluation.baselines import null_calibrated
+
+    with pytest.raises(DataReconError, match="differ in length"):
+        null_calibrated(torch.zeros(3), torch.zeros(4))
+    with pytest.raises(DataReconError, match=r"rate must be in \[0, 1\)"):
+        null_calibrated(torch.zeros(3), torch.zeros(3), rate=1.0)
