@@ -167,8 +167,12 @@ def _check_resume(meta: dict[str, Any], *, key: str, chash: str, out: Path, mode
 
 
 def _restored_metrics(meta: dict[str, Any]) -> dict[str, float]:
-    """The last step's metrics saved with a checkpoint (non-finite values were saved as strings)."""
-    return {k: float(v) for k, v in (meta.get("metrics") or {}).items()}
+    """The last step's metrics saved with a checkpoint.
+
+    Non-finite values are saved as JSON ``null`` (older versions wrote the strings ``"nan"``/``"inf"``,
+    which ``float`` reads back); both come back as floats.
+    """
+    return {k: math.nan if v is None else float(v) for k, v in (meta.get("metrics") or {}).items()}
 
 
 def _all_finite(state: dict[str, torch.Tensor]) -> bool:
