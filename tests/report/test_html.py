@@ -62,13 +62,13 @@ def _smooth(n, seed):
     return (x - lo) / (hi - lo)
 
 
-def _fake_run(root: Path, name: str, lam: tuple[float, float] | None, seed: int) -> Path:
+def _fake_run(root: Path, name: str, lam: tuple[float, float] | None, seed: int, *, min_class_size: int = 1) -> Path:
     train, held, part = _smooth(12, 1), _smooth(12, 2), _smooth(12, 3)
     cands = torch.cat([train[:3] * 0.9 + 0.05, noise_images(5, (3, 16, 16), generator=torch.Generator().manual_seed(seed))])
     refs = {"train": train, "heldout": held, "partition": part, "noise": noise_images(12, (3, 16, 16))}
     ev = evaluate_candidates(cands, torch.ones(8), {"lambda": torch.rand(8, generator=torch.Generator().manual_seed(seed))},
                              references=refs, top_k=12, margins=torch.linspace(0, 1, 12), n_floor_noise=50,
-                             min_class_size=1)
+                             min_class_size=min_class_size)
     run = root / name
     run.mkdir()
     config = {"attack": {"name": "bilevel"}}
@@ -126,3 +126,13 @@ def test_report_survives_undefined_auc(tmp_path, undefined):
     out = render_report([run], out=tmp_path / "report.html")
     _check_html(out)
     assert "n/a" in out.read_text()
+
+
+def test_report_says_too_few_of_a_class_is_not_measurable(tmp_path):
+    """Both classes present but below min_class_size: no ROC figure, no AUC claimed, the card says why."""
+    run = _fake_run(tmp_path, "r", None, 0, min_class_size=10)
+    priv = json.loads((run / "metrics.json").read_text())["privacy"]
+    assert priv["n_real"] and priv["n_fake"] and priv["roc"] == {}  # 8 candidates: fewer than 10 of each
+    text = render_report([run], out=tmp_path / "report.html").read_text()
+    assert "not measurable: fewer than 10 of a class" in text
+    assert "best attacker-side score" not in text and "ROC of each attacker-side score" not in text
