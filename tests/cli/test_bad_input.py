@@ -24,7 +24,7 @@ from datarecon.cli.main import main
 from datarecon.utils.io import load_tensors, save_tensors, sha256_file
 
 TRAIN = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "5", "--hidden", "4", "--no-bias",
-         "--epochs", "2", "--quiet"]
+         "--epochs", "2", "--no-progress"]
 
 
 def _model(out: Path, seed: int) -> Path:
@@ -210,7 +210,7 @@ CASES: dict[str, Case] = {
     "resume-and-overwrite": Case(lambda ws: _rec(ws, "--resume", "--overwrite", out="run"), "not both"),
     "disk-full": Case(lambda ws: _rec(ws), "no space left on device writing", out=_new_run, patch=_disk_full),
     # -- train ---------------------------------------------------------------------------------------
-    "train-wd-infinite": Case(lambda ws: ["train", "--quiet", "--out", str(ws.root / "m"), "--config", str(_write(
+    "train-wd-infinite": Case(lambda ws: ["train", "--no-progress", "--out", str(ws.root / "m"), "--config", str(_write(
         ws.root / "t.yaml", "data: {dataset: digits, task: odd-even, n_per_class: 5}\nweight_decay: .inf\n"))],
         "weight_decay: Input should be a finite number"),
     "train-lr-infinite": Case(lambda ws: [*TRAIN, "--lr", "inf", "--out", str(ws.root / "m")], "lr: Input should be"),
@@ -230,11 +230,11 @@ CASES: dict[str, Case] = {
                                       "--data-dir", str(ws.root / "nowhere"), "--out", str(ws.root / "m")],
                           "MNIST not found"),
     # -- evaluate ------------------------------------------------------------------------------------
-    "evaluate-model-dir": Case(lambda ws: ["evaluate", "--quiet", str(ws.model)],
+    "evaluate-model-dir": Case(lambda ws: ["evaluate", "--no-progress", str(ws.model)],
                                "is a model directory, not a run directory"),
-    "evaluate-unfinished": Case(lambda ws: ["evaluate", "--quiet", str(_running(ws))], "--allow-incomplete"),
-    "evaluate-missing": Case(lambda ws: ["evaluate", "--quiet", str(ws.root / "none")], "not found"),
-    "evaluate-against-unknown": Case(lambda ws: ["evaluate", "--quiet", "--against", "test", str(ws.run)],
+    "evaluate-unfinished": Case(lambda ws: ["evaluate", "--no-progress", str(_running(ws))], "--allow-incomplete"),
+    "evaluate-missing": Case(lambda ws: ["evaluate", "--no-progress", str(ws.root / "none")], "not found"),
+    "evaluate-against-unknown": Case(lambda ws: ["evaluate", "--no-progress", "--against", "test", str(ws.run)],
                                      "unknown reference set"),
     # -- sweeps, stores, reports, reproductions, demo -------------------------------------------------
     "sweep-into-a-run": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws)), "--out", str(ws.run)],
@@ -250,7 +250,7 @@ CASES: dict[str, Case] = {
     "report-unevaluated": Case(lambda ws: ["report", str(ws.run), "--out", str(ws.root / "r.html")], "metrics.json"),
     "reproduce-overwrite-foreign": Case(lambda ws: ["reproduce", "haim2022", "--out", str(_foreign(ws)),
                                                     "--overwrite"], "refusing to --overwrite"),
-    "demo-overwrite-foreign": Case(lambda ws: ["demo", "--quiet", "--out", str(_foreign(ws)), "--overwrite"],
+    "demo-overwrite-foreign": Case(lambda ws: ["demo", "--no-progress", "--out", str(_foreign(ws)), "--overwrite"],
                                    "refusing to --overwrite"),
 }
 

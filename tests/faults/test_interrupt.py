@@ -14,7 +14,7 @@ from faultlib import kill_at, progress_at_least, run_ok, start
 pytestmark = pytest.mark.slow
 
 TRAIN = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "5", "--hidden", "16", "--no-bias",
-         "--init-scale", "1e-2", "--lr", "0.5", "--dtype", "float64", "--quiet"]
+         "--init-scale", "1e-2", "--lr", "0.5", "--dtype", "float64", "--no-progress"]
 RESUME = "interrupted; rerun the same command with --resume to continue from the last checkpoint"
 
 

@@ -18,12 +18,12 @@ pytestmark = pytest.mark.slow
 
 TRAIN = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "10", "--hidden", "16", "--no-bias",
          "--init-scale", "1e-2", "--lr", "0.5", "--epochs", "300", "--checkpoint-every", "10", "--dtype", "float64",
-         "--quiet"]
+         "--no-progress"]
 KKT = ["reconstruct", "--no-progress", "--steps", "200", "--checkpoint-every", "10", "--candidates", "8",
        "--init-scale", "0.05", "--lr-x", "0.01", "--lr-lambda", "0.01", "--lambda-min", "0.2"]
 AFFINE = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "5", "--arch", "affine",
           "--loss", "logistic", "--weight-decay", "1e-2", "--optimizer", "lbfgs", "--lr", "1", "--epochs", "30",
-          "--dtype", "float64", "--quiet"]
+          "--dtype", "float64", "--no-progress"]
 BILEVEL = ["reconstruct", "--no-progress", "--method", "bilevel", "--hessian", "cg", "--steps", "40",
            "--checkpoint-every", "2", "--candidates", "4", "--init", "uniform"]
 REPRODUCTION = """\

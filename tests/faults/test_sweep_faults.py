@@ -21,7 +21,7 @@ from faultlib import alive, assert_same_tree, kill_at, read_json_or_none, run_ok
 pytestmark = pytest.mark.slow
 
 TRAIN = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "5", "--hidden", "16", "--no-bias",
-         "--init-scale", "1e-2", "--lr", "0.5", "--epochs", "100", "--dtype", "float64", "--quiet"]
+         "--init-scale", "1e-2", "--lr", "0.5", "--epochs", "100", "--dtype", "float64", "--no-progress"]
 STEPS = 300
 
 
