@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     top_exh = full.argmax(1)
 
     t0 = time.perf_counter()
-    nb = nearest_neighbours(cands, train, metric="ssim", prefilter=args.prefilter, top_k=args.top_k)
+    nb = nearest_neighbours(cands, train, metric="ssim", prefilter=args.prefilter, top_k=args.top_k, exact_up_to=0)
     t_pre = time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -23,3 +23,7 @@ class CheckpointError(DataReconError):
 
 class DivergenceError(DataReconError):
     """An optimisation produced NaN/inf; the last finite state was kept."""
+
+
+class DiskFullError(DataReconError):
+    """A write failed because the disk (or quota) is full; the file written keeps its old content."""

@@ -193,3 +193,17 @@ def test_functional_relu_is_reported_when_a_surrogate_is_asked_for(prior):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the exact-ReLU attack has nothing to report
         KKTAttack(KKTConfig(steps=1, surrogate="relu")).init_state(target, prior, x0=x0, generator=torch.Generator())
+
+
+def test_formulation_auto_is_the_default_of_the_kkt_family(make_target):
+    """kkt attacks a multiclass (or regression) target without being told its formulation."""
+    assert KKTConfig().formulation == "auto" and DecoRecoConfig().formulation == "auto"
+    target = make_target(k=3)
+    prior = AttackerPrior.balanced(m=6, num_outputs=3, input_shape=(1, 4, 4), lower=-1.0, upper=1.0)
+    x0 = make_init("gaussian", m=6, input_shape=(1, 4, 4), generator=torch.Generator().manual_seed(0), scale=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        rec = run_attack(KKTAttack(KKTConfig(steps=3, lr_x=0.1)), target, prior, x0=x0,
+                         generator=torch.Generator().manual_seed(0), progress=False)
+    assert rec.summary["formulation"] == "multiclass" and rec.steps_done == 3
+    assert KKTAttack(KKTConfig()).formulation(make_target()) == "binary"  # Haim's setting stays binary

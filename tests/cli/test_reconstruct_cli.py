@@ -94,3 +94,14 @@ def test_one_line_errors(model_dir, tmp_path, capsys, args, message):
 def test_missing_model_dir(tmp_path, capsys):
     assert _run(["--model", str(tmp_path / "none"), "--out", str(tmp_path / "r")]) == 2
     assert "model directory" in capsys.readouterr().err
+
+
+def test_resuming_a_finished_run_reports_and_keeps_its_final_loss(model_dir, tmp_path, capsys):
+    args = ["--model", str(model_dir), "--candidates", "8", "--steps", "4", "--out", str(tmp_path / "r")]
+    assert _run(args) == 0
+    first_line = capsys.readouterr().out
+    before = (tmp_path / "r" / "run.json").read_bytes()
+    assert _run([*args, "--resume"]) == 0
+    again = capsys.readouterr().out
+    assert "loss nan" not in again and again == first_line
+    assert (tmp_path / "r" / "run.json").read_bytes() == before

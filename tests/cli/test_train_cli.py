@@ -78,12 +78,24 @@ def test_user_errors_are_one_line(tmp_path: Path, capsys, extra, message) -> Non
 
 def test_existing_out_dir_needs_overwrite(tmp_path: Path, capsys) -> None:
     out = tmp_path / "m"
-    out.mkdir()
-    (out / "x").write_text("x")
+    assert main([*DIGITS, "--out", str(out), "--quiet"]) == 0
+    first = (out / "weights.safetensors").read_bytes()
     assert _err(capsys, [*DIGITS, "--out", str(out)]) == (
         f"error: output directory {out} exists; pass --overwrite to replace it or choose another --out")
-    assert main([*DIGITS, "--out", str(out), "--overwrite", "--quiet"]) == 0
-    assert not (out / "x").exists()
+    (out / ".weights.safetensors.abc.tmp").write_text("left by a killed writer")
+    assert main([*DIGITS, "--out", str(out), "--overwrite", "--quiet", "--seed", "1"]) == 0
+    assert (out / "weights.safetensors").read_bytes() != first
+    assert not (out / ".weights.safetensors.abc.tmp").exists()
+
+
+def test_overwrite_refuses_a_folder_that_is_not_a_model_directory(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "u"
+    (out / "important").mkdir(parents=True)
+    (out / "important" / "thesis.txt").write_text("x")
+    line = _err(capsys, [*DIGITS, "--out", str(out), "--overwrite"])
+    assert line == (f"error: refusing to --overwrite {out}: it is not a datarecon model directory (it holds "
+                    "'important'); choose another --out or remove it yourself")
+    assert (out / "important" / "thesis.txt").read_text() == "x"
 
 
 def test_missing_data_dir(tmp_path: Path, capsys) -> None:

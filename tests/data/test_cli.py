@@ -58,3 +58,23 @@ def test_download_digits_is_noop(app, tmp_path):
     res = CliRunner().invoke(app, ["data", "download", "digits", "--data-dir", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert "nothing to download" in res.output
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["gzip", "plain"])
+def test_info_reports_a_truncated_mnist_file(app, data_dir, tmp_path, packed):
+    import gzip
+    import shutil
+
+    mnist = tmp_path / "mnist"
+    shutil.copytree(data_dir / "mnist", mnist)
+    name = "t10k-images-idx3-ubyte"
+    raw = gzip.decompress((mnist / f"{name}.gz").read_bytes())[:-784]  # one image short
+    (mnist / f"{name}.gz").unlink()
+    if packed:
+        (mnist / f"{name}.gz").write_bytes(gzip.compress(raw))
+    else:
+        (mnist / name).write_bytes(raw)
+    res = CliRunner().invoke(app, ["data", "info", "--data-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.split()[0] == "mnist")
+    assert line.split()[1] == "damaged" and "the file is truncated or corrupt, re-download it" in line, line

@@ -163,3 +163,35 @@ def test_download_skips_present_dataset(data_dir):
     web = FakeWeb({})
     assert download_fn("cifar10", data_dir=data_dir, opener=web) == Path(data_dir)
     assert web.calls == []
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info
+
+
+@pytest.mark.parametrize("members", [
+    [_member("/tmp/abs.txt")],
+    [_member("cifar-10-batches-py/../../up.txt")],
+    [_member("cifar-10-batches-py/link", tarfile.SYMTYPE, "/etc/passwd")],
+    [_member("cifar-10-batches-py/hard", tarfile.LNKTYPE, "/etc/passwd")],
+    [_member("cifar-10-batches-py/dev", tarfile.CHRTYPE)],
+    [_member("cifar-10-batches-py/fifo", tarfile.FIFOTYPE)],
+    [_member("cifar-10-batches-py/ok.txt"), _member("cifar-10-batches-py/dir", tarfile.SYMTYPE, ".."),
+     _member("cifar-10-batches-py/dir/escaped.txt")],
+], ids=["absolute", "dotdot", "symlink", "hardlink", "device", "fifo", "through-symlink"])
+def test_malicious_archives_are_refused_before_anything_is_written(tmp_path, monkeypatch, members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for info in members:
+            data = b"x" if info.isfile() else b""
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data else None)
+    blob = buf.getvalue()
+    url = "https://example.invalid/c.tar.gz"
+    monkeypatch.setattr(dl, "CIFAR10_PY", RemoteFile("cifar-10-python.tar.gz", (url,), _md5(blob)))
+    root = tmp_path / "data"
+    with pytest.raises(DataReconError, match="corrupt or unsafe to extract"):
+        download_fn("cifar10", data_dir=root, opener=FakeWeb({url: blob}))
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["data"]

@@ -13,7 +13,7 @@ from datarecon.errors import DataReconError
 
 
 def test_registry_names():
-    assert TASKS.names() == ["all", "classes", "odd-even", "vehicles-animals"]
+    assert TASKS.names() == ["all", "classes", "odd-even", "pair", "vehicles-animals"]
 
 
 def test_vehicles_animals():
@@ -58,7 +58,7 @@ def test_unknown_task_lists_valid_names():
     with pytest.raises(DataReconError) as err:
         resolve_task("mnist", "parity")
     assert str(err.value) == (
-        "unknown task 'parity'; valid names: all, classes, odd-even, vehicles-animals"
+        "unknown task 'parity'; valid names: all, classes, odd-even, pair, vehicles-animals"
     )
 
 
@@ -67,9 +67,9 @@ def test_task_not_fitting_dataset():
         resolve_task("mnist", "vehicles-animals")
     assert str(err.value) == (
         "task 'vehicles-animals' does not fit dataset 'mnist'; valid tasks for mnist: "
-        "all, classes:<c1>,<c2>,..., odd-even"
+        "all, classes:<c1>,<c2>,..., odd-even, pair:<negative>,<positive>"
     )
-    assert valid_tasks("cifar10") == ["all", "classes:<c1>,<c2>,...", "vehicles-animals"]
+    assert valid_tasks("cifar10") == ["all", "classes:<c1>,<c2>,...", "pair:<negative>,<positive>", "vehicles-animals"]
 
 
 @pytest.mark.parametrize("task,msg", [
@@ -84,3 +84,21 @@ def test_task_not_fitting_dataset():
 def test_bad_task_strings(task, msg):
     with pytest.raises(DataReconError, match=re.escape(msg)):
         resolve_task("cifar10", task)
+
+
+def test_pair_is_binary_over_two_chosen_classes():
+    """Haim's setting (one ±1 output) from any two classes: the first listed is -1, the second +1."""
+    t = resolve_task("cifar10", "pair:cat,dog")
+    assert t.label_kind == "binary" and t.groups == ((3,), (5,)) and t.class_names == ("cat", "dog")
+    assert t.task_class_of(np.arange(10)).tolist() == [-1, -1, -1, 0, -1, 1, -1, -1, -1, -1]
+    assert t.encode(np.array([0, 1])).tolist() == [-1.0, 1.0]
+    assert resolve_task("mnist", "pair:5,3").groups == ((5,), (3,))
+
+
+def test_pair_task_trains_a_one_output_model():
+    from datarecon.data import DataSpec, load_task
+
+    task = load_task(DataSpec(dataset="digits", task="pair:3,5", n_per_class=4, n_heldout_per_class=0,
+                              n_partition_per_class=0))
+    assert task.label_kind == "binary" and task.train.y.dtype == torch.float32
+    assert sorted(set(task.train.y.tolist())) == [-1.0, 1.0] and len(task.train) == 8

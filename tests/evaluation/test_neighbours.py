@@ -50,11 +50,12 @@ def test_prefilter_topk_equals_exhaustive(smooth, prefilter):
     c = smooth(30, seed=3)
     r = smooth(40, seed=4)
     ex = nearest_neighbours(c, r, metric="ssim", exhaustive=True)
-    pf = nearest_neighbours(c, r, metric="ssim", prefilter=prefilter, top_k=40)
+    pf = nearest_neighbours(c, r, metric="ssim", prefilter=prefilter, top_k=40, exact_up_to=0)
     assert torch.equal(ex.index, pf.index)
     torch.testing.assert_close(ex.score, pf.score)
-    assert pf.prefilter == prefilter and pf.top_k == 40
-    small = nearest_neighbours(c, r, metric="ssim", prefilter=prefilter, top_k=5, return_topk=5)
+    assert pf.prefilter == prefilter and pf.top_k == 40 and pf.exact
+    small = nearest_neighbours(c, r, metric="ssim", prefilter=prefilter, top_k=5, return_topk=5, exact_up_to=0)
+    assert not small.exact
     assert small.topk_index.shape == (30, 5)
     assert bool((small.topk_score[:, :-1] >= small.topk_score[:, 1:]).all())
 
@@ -98,3 +99,18 @@ def test_errors(smooth):
         nearest_neighbours(c, c, prefilter="ssim")
     with pytest.raises(DataReconError, match="empty"):
         nearest_neighbours(c, c[:0])
+
+
+def test_exact_by_default_when_cheap_and_labelled_when_approximate(smooth):
+    """A shortlist of top_k < R misses true best matches; up to EXACT_UP_TO pairs the default search is exact."""
+    from datarecon.evaluation.neighbours import EXACT_UP_TO
+
+    c, r = smooth(40, seed=11), smooth(60, seed=12)
+    ex = nearest_neighbours(c, r, metric="ssim", exhaustive=True)
+    short = nearest_neighbours(c, r, metric="ssim", top_k=1, exact_up_to=0)
+    assert not short.exact and not torch.equal(short.index, ex.index)  # the case this test is about
+    assert 40 * 60 <= EXACT_UP_TO
+    default = nearest_neighbours(c, r, metric="ssim", top_k=1)
+    assert default.exact and torch.equal(default.index, ex.index) and torch.equal(default.score, ex.score)
+    with pytest.raises(DataReconError, match="exact_up_to must be >= 0"):
+        nearest_neighbours(c, r, exact_up_to=-1)

@@ -104,6 +104,19 @@ def test_null_baselines(smooth):
     assert torch.equal(b.noise, b2.noise) and b2.heldout is None
 
 
+def test_too_few_of_a_class_is_not_measurable():
+    """One fake among 80 candidates separates perfectly by luck: reported as not measurable."""
+    from datarecon.evaluation.privacy import MIN_CLASS_SIZE, score_privacy
+
+    labels = torch.tensor([True] * 79 + [False])
+    scores = torch.arange(80.0, 0.0, -1.0)
+    ps = score_privacy(labels, scores, name="lambda")
+    assert not ps.measurable and math.isnan(ps.auc) and all(math.isnan(v) for v in ps.tpr_at.values())
+    assert ps.note.startswith("not measurable: 79 real and 1 fake") and ps.summary()["measurable"] is False
+    ok = score_privacy(torch.tensor([True] * 70 + [False] * MIN_CLASS_SIZE), torch.arange(80.0, 0.0, -1.0))
+    assert ok.measurable and ok.auc == 1.0
+
+
 def test_bootstrap_auc_ci_matches_a_naive_loop_and_covers_the_auc():
     import numpy as np
 

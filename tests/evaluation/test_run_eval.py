@@ -30,7 +30,8 @@ def test_evaluate_candidates_copies_real_noise_fake(smooth):
     ev = evaluate_candidates(cands, torch.ones(7), scores,
                              references={"train": train, "heldout": held, "partition": part,
                                          "noise": noise_images(16, (3, 16, 16))},
-                             top_k=16, multipliers=torch.linspace(0, 1, 7), margins=torch.rand(16))
+                             top_k=16, multipliers=torch.linspace(0, 1, 7), margins=torch.rand(16),
+                             min_class_size=1)
     assert torch.equal(cands, before)
     assert ev.real.tolist() == [True] * 3 + [False] * 4
     s = ev.summary
@@ -74,7 +75,7 @@ def _make_model_dir(path):
     torch.manual_seed(0)
     model = build_model(arch)
     idx = task.index_tensors()
-    save_model_dir(path, model=model, arch=arch, loss="bce", weight_decay=0.0,
+    save_model_dir(path, model=model, arch=arch, loss="logistic", weight_decay=0.0,
                    data=spec.model_dump(mode="json"), normalisation=spec.normalisation,
                    input_mean=task.normalisation.mean,
                    indices={k[: -len("_indices")]: v for k, v in idx.items()}, training={}, seed=0)
@@ -99,7 +100,11 @@ def test_evaluate_run_writes_metrics_and_csv(tmp_path):
     assert m["param_distance"] == 1.5e-3 and summary["param_distance"] == 1.5e-3
     assert m["window_size"] == 7  # 8x8 digits: the Gaussian window falls back to 7x7
     assert m["privacy"]["n_real"] == 3
-    assert m["privacy"]["scores"]["lambda"]["auc"] == 1.0
+    # 3 real and 4 fake candidates: a perfect separation by luck is not reported as a measurement
+    lam = m["privacy"]["scores"]["lambda"]
+    assert lam["measurable"] is False and lam["auc"] is None and lam["auc_ci_95"] is None
+    assert "not measurable" in lam["note"]
+    assert m["privacy"]["roc"] == {} and m["privacy"]["min_class_size"] == 10
     assert set(m["reference_sizes"]) == {"train", "partition", "noise", "heldout"}
     assert len(m["haim"]["per_train"]["margin"]) == 20
     rows = list(csv.DictReader((run / "candidates.csv").open()))
@@ -125,6 +130,31 @@ def test_evaluate_run_errors(tmp_path):
         evaluate_run(run, allow_incomplete=True)
     with pytest.raises(DataReconError, match="valid names: train, partition, heldout, noise"):
         evaluate_run(run, against=("test",))
+
+
+def test_approximate_searches_are_labelled(smooth):
+    train, held, _, cands = _case(smooth)
+    exact = evaluate_candidates(cands, references={"train": train, "heldout": held}, top_k=4, n_floor_noise=20)
+    assert exact.summary["approximate"] == [] and exact.summary["nearest"]["train"]["ssim"]["exact"] is True
+    approx = evaluate_candidates(cands, references={"train": train, "heldout": held}, top_k=4, exact_up_to=0,
+                                 n_floor_noise=20)
+    s = approx.summary
+    assert s["nearest"]["train"]["ssim"]["exact"] is False and s["nearest"]["train"]["l2"]["exact"] is True
+    assert any(a.startswith("nearest.train.ssim: best of a top-4 lncc shortlist") for a in s["approximate"])
+    assert any(a.startswith("privacy.floor") for a in s["approximate"])
+
+
+def test_a_run_that_stopped_early_is_evaluated(tmp_path):
+    task = _make_model_dir(tmp_path / "model")
+    run = tmp_path / "run"
+    run.mkdir()
+    save_tensors(run / "candidates.safetensors", {"x": task.normalisation.to_model(task.train.x[:4])})
+    atomic_write_json(run / "run.json", {"model_dir": str(tmp_path / "model"), "method": "kkt",
+                                         "status": "stopped-early"})
+    assert evaluate_run(run, progress=False)["run"]["status"] == "stopped-early"
+    atomic_write_json(run / "run.json", {"model_dir": str(tmp_path / "model"), "method": "kkt", "status": "diverged"})
+    with pytest.raises(DataReconError, match="status 'diverged'; .* or pass --allow-incomplete"):
+        evaluate_run(run, progress=False)
 
 
 def test_null_calibrated_threshold_against_a_naive_count():

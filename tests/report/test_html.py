@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -61,12 +62,13 @@ def _smooth(n, seed):
     return (x - lo) / (hi - lo)
 
 
-def _fake_run(root: Path, name: str, lam: tuple[float, float] | None, seed: int) -> Path:
+def _fake_run(root: Path, name: str, lam: tuple[float, float] | None, seed: int, *, min_class_size: int = 1) -> Path:
     train, held, part = _smooth(12, 1), _smooth(12, 2), _smooth(12, 3)
     cands = torch.cat([train[:3] * 0.9 + 0.05, noise_images(5, (3, 16, 16), generator=torch.Generator().manual_seed(seed))])
     refs = {"train": train, "heldout": held, "partition": part, "noise": noise_images(12, (3, 16, 16))}
     ev = evaluate_candidates(cands, torch.ones(8), {"lambda": torch.rand(8, generator=torch.Generator().manual_seed(seed))},
-                             references=refs, top_k=12, margins=torch.linspace(0, 1, 12), n_floor_noise=50)
+                             references=refs, top_k=12, margins=torch.linspace(0, 1, 12), n_floor_noise=50,
+                             min_class_size=min_class_size)
     run = root / name
     run.mkdir()
     config = {"attack": {"name": "bilevel"}}
@@ -96,15 +98,15 @@ def test_render_report_from_runs(tmp_path):
     out = render_report(runs, out=tmp_path / "report.html")
     p = _check_html(out)
     text = out.read_text()
-    # per run: curve, margin scatter, grid, and the ROC where both classes exist (no history.jsonl here:
-    # no convergence curve); plus landscape heatmaps and interpolation curves
-    import json
-
-    both = sum(1 for r in runs if (lambda pr: pr["n_real"] and pr["n_fake"])(
-        json.loads((r / "metrics.json").read_text())["privacy"]))
-    assert 0 < both < 5
-    assert len(p.imgs) == 5 * 3 + both + 2
-    assert text.count("not measurable: 0 ") == 5 - both
+    # per run: curve, margin scatter, grid, and the ROC where it is measurable (both classes, at least
+    # min_class_size each; no history.jsonl here: no convergence curve); plus landscape heatmaps and
+    # interpolation curves
+    priv = [json.loads((r / "metrics.json").read_text())["privacy"] for r in runs]
+    with_roc = sum(bool(pr["roc"]) for pr in priv)
+    assert with_roc == sum(1 for pr in priv if pr["n_real"] and pr["n_fake"])  # min_class_size=1 here
+    assert 0 < with_roc < 5
+    assert len(p.imgs) == 5 * 3 + with_roc + 2
+    assert text.count("not measurable: 0 ") == 5 - with_roc
     assert "Landscape" in text and "ROC AUC" in text and "Real/fake rule" in text
     with pytest.raises(DataReconError, match="no metrics.json"):
         render_report([tmp_path / "missing"], out=tmp_path / "x.html")
@@ -116,8 +118,6 @@ def test_render_report_from_runs(tmp_path):
 def test_report_survives_undefined_auc(tmp_path, undefined):
     """An undefined AUC (one class empty) is shown as n/a, whether written as null or, by older
     versions, as the string "nan" (which used to crash the ROC legend)."""
-    import json
-
     run = _fake_run(tmp_path, "r", None, 0)
     m = json.loads((run / "metrics.json").read_text())
     for v in m["privacy"]["scores"].values():
@@ -126,3 +126,13 @@ def test_report_survives_undefined_auc(tmp_path, undefined):
     out = render_report([run], out=tmp_path / "report.html")
     _check_html(out)
     assert "n/a" in out.read_text()
+
+
+def test_report_says_too_few_of_a_class_is_not_measurable(tmp_path):
+    """Both classes present but below min_class_size: no ROC figure, no AUC claimed, the card says why."""
+    run = _fake_run(tmp_path, "r", None, 0, min_class_size=10)
+    priv = json.loads((run / "metrics.json").read_text())["privacy"]
+    assert priv["n_real"] and priv["n_fake"] and priv["roc"] == {}  # 8 candidates: fewer than 10 of each
+    text = render_report([run], out=tmp_path / "report.html").read_text()
+    assert "not measurable: fewer than 10 of a class" in text
+    assert "best attacker-side score" not in text and "ROC of each attacker-side score" not in text

@@ -100,11 +100,15 @@ def test_killed_run_resumes_bit_identically(tmp_path: Path, monkeypatch) -> None
                      progress=False, resume=True)
 
 
-def test_overwrite_replaces_directory(tmp_path: Path) -> None:
-    (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "junk.txt").write_text("x")
+def test_overwrite_replaces_a_model_directory_only(tmp_path: Path) -> None:
+    train_target(_cfg(epochs=2), out=tmp_path / "m", progress=False)
+    first = (tmp_path / "m" / "model.json").read_text()
     train_target(_cfg(epochs=3), out=tmp_path / "m", progress=False, overwrite=True)
-    assert not (tmp_path / "m" / "junk.txt").exists() and (tmp_path / "m" / "model.json").is_file()
+    assert (tmp_path / "m" / "model.json").read_text() != first
+    (tmp_path / "m" / "junk.txt").write_text("x")  # not ours: --overwrite must not delete it
+    with pytest.raises(DataReconError, match="refusing to --overwrite .*it holds 'junk.txt'"):
+        train_target(_cfg(epochs=3), out=tmp_path / "m", progress=False, overwrite=True)
+    assert (tmp_path / "m" / "junk.txt").read_text() == "x" and (tmp_path / "m" / "model.json").is_file()
 
 
 def test_config_file_maps_one_to_one(tmp_path: Path) -> None:

@@ -47,6 +47,44 @@ def test_reproduce_common_reexports_write_csv():
     assert common.write_csv is write_csv
 
 
+def test_load_tensors_gives_the_same_key_order_in_every_process(tmp_path):
+    """safetensors hands keys back in a per-process hash order; load_tensors sorts them."""
+    import subprocess
+    import sys
+
+    import torch
+
+    from datarecon.utils.io import save_tensors
+
+    names = ["x", "labels", "multipliers", "score_lambda", "score_margin", "score_contribution", "score_uniqueness"]
+    save_tensors(tmp_path / "c.safetensors", {k: torch.zeros(2) for k in names})
+    code = ("import sys; from datarecon.utils.io import load_tensors; "
+            "print(','.join(load_tensors(sys.argv[1])))")
+    orders = {subprocess.run([sys.executable, "-c", code, str(tmp_path / "c.safetensors")], check=True,
+                             capture_output=True, text=True).stdout.strip() for _ in range(3)}
+    assert orders == {",".join(sorted(names))}
+
+
+def test_a_full_disk_keeps_the_old_file_and_names_it(tmp_path, monkeypatch):
+    import errno
+
+    import pytest
+
+    from datarecon.errors import DiskFullError
+    from datarecon.utils.io import atomic_write_text
+
+    path = tmp_path / "run.json"
+    atomic_write_text(path, "old")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("datarecon.utils.io.os.fsync", full)
+    with pytest.raises(DiskFullError, match=f"no space left on device writing {path}; .*previous version .*intact"):
+        atomic_write_text(path, "new")
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
 def test_undefined_numbers_are_written_as_json_null(tmp_path):
     import json
     import math

@@ -64,7 +64,7 @@ class InitSources:
 
 
 class _Params(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class UniformInit(_Params):

@@ -47,7 +47,7 @@ LAMBDA_INITS = ("uniform", "uniform-signed", "ones")
 class _AttackConfigBase(BaseModel):
     """Fields shared by the x-optimising attacks (every weight a named field)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     steps: int = Field(default=1000, ge=0, description="optimisation steps")
     lr_x: float = Field(default=0.1, gt=0, description="learning rate of the candidates x")
@@ -75,8 +75,9 @@ class _AttackConfigBase(BaseModel):
 class KKTConfig(_AttackConfigBase):
     """KKT attack (Haim et al. 2022); defaults near the reference's best shipped runs.
 
-    ``formulation``: ``binary`` | ``multiclass`` | ``regression`` (kkt_math.MARGINS) or ``auto``
-    (from the target: k > 1 → multiclass; mse/huber → regression; else binary).
+    ``formulation``: ``auto`` (default: from the target: k > 1 → multiclass; mse/huber →
+    regression; else binary, Haim's setting) or one of ``binary`` | ``multiclass`` |
+    ``regression`` (kkt_math.MARGINS) to force it.
     """
 
     lr_lambda: float = Field(default=1e-4, ge=0, description="learning rate of the multipliers")
@@ -84,7 +85,7 @@ class KKTConfig(_AttackConfigBase):
         default="uniform", description="U(0,1), U(-1,1) or all ones")
     lambda_min: float = Field(default=0.45, ge=0, description="floor of lambda (hinge)")
     lambda_min_weight: float = Field(default=5.0, ge=0, description="weight of relu(lambda_min - lambda)^2")
-    formulation: str = "binary"
+    formulation: str = "auto"
     compile: bool = Field(default=False, description="torch.compile the step's objective and gradient "
                           "(same maths; pays a one-off compile, see benchmarks/bench_compile.py)")
 

@@ -27,7 +27,7 @@ from datarecon.registry import Registry
 class OptimizerSettings(BaseModel):
     """Hyper-parameters shared by the optimisers (each uses the fields it needs)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
     nesterov: bool = False

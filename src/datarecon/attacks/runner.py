@@ -32,15 +32,18 @@ Run directory (docs/dev/CONTRACTS.md)::
 Resume: with ``resume=True`` and a checkpoint present, the state is restored bit-for-bit and the
 loop continues at ``steps_done``; on CPU with the same seed the result is bit-identical to an
 uninterrupted run. ``history.jsonl`` is truncated to the restored step. A checkpoint written with a
-different config (other than ``resume_ignore`` fields) or another method is refused.
+different config (other than ``resume_ignore`` fields), another method, or a different resume key
+(:func:`resume_key`: the target's weights, the prior, x₀, the generator, the early stop) is refused.
+Resuming a finished run changes nothing: its final loss terms, stop reason and wall time are kept.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,11 +93,86 @@ def config_dict(config: Any) -> dict[str, Any]:
     raise TypeError(f"cannot serialise attack config of type {type(config).__name__}")
 
 
-def resume_hash(attack: Any) -> str:
-    """Hash of the attack's method + config without the fields allowed to change on resume."""
+def resume_hash(attack: Any, target: Target | None = None) -> str:
+    """Hash of the attack's method + config without the fields allowed to change on resume.
+
+    With ``target``, a ``formulation`` of ``auto`` is hashed as the formulation it resolves to, so a
+    run started with an explicit ``binary`` resumes under the ``auto`` default on a binary target.
+    """
     ignore = set(getattr(attack, "resume_ignore", ("steps",)))
     cfg = {k: v for k, v in config_dict(attack.config).items() if k not in ignore}
+    if target is not None and "formulation" in cfg and hasattr(attack, "formulation"):
+        cfg["formulation"] = attack.formulation(target)
     return config_hash({"method": attack.name, "config": cfg})
+
+
+def tensor_digest(tensors: Mapping[str, torch.Tensor | float]) -> str:
+    """SHA-256 of named tensors (sorted names, dtype, shape and bytes): equal iff bit-identical."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = torch.as_tensor(tensors[name]).detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def resume_key(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
+               generator: torch.Generator, early_stop: Any = None) -> str:
+    """Identity of everything that determines a run's result; a checkpoint resumes only under the same key.
+
+    Covers the method and its config (minus ``resume_ignore``), the target (θ* bit for bit, its
+    architecture, loss and weight decay), the prior (labels and pixel box), x₀ (so the
+    initialisation, its data, its seed and m), the generator's initial state and the early-stop
+    rule. Not covered: where files live, progress and checkpoint periods.
+    """
+    stop = early_stop.settings() if hasattr(early_stop, "settings") else (
+        type(early_stop).__name__ if early_stop is not None else None)
+    return config_hash({
+        "attack": resume_hash(attack, target),
+        "target": {"params": tensor_digest(target.params), "model": repr(target.model), "loss": target.loss,
+                   "weight_decay": repr(float(target.weight_decay)), "input_shape": list(target.input_shape),
+                   "num_outputs": target.num_outputs},
+        "prior": tensor_digest({"labels": prior.labels, "lower": torch.as_tensor(prior.lower),
+                                "upper": torch.as_tensor(prior.upper)}),
+        "x0": tensor_digest({"x0": x0}),
+        "generator": tensor_digest({"state": generator.get_state()}),
+        "early_stop": stop,
+    })
+
+
+def _check_resume(meta: dict[str, Any], *, key: str, chash: str, out: Path, model_dir: str | None) -> None:
+    """Refuse a checkpoint written by another configuration, target, prior or initialisation."""
+    if meta.get("config_hash") != chash:
+        raise DataReconError(
+            f"{out} was run with another method/config (checkpoint {meta.get('method')}, "
+            f"config_hash {meta.get('config_hash')} != {chash}); use the same settings to resume or a new --out"
+        )
+    if "resume_key" in meta:
+        if meta["resume_key"] != key:
+            raise DataReconError(
+                f"{out} was run against another model, initialisation, seed or prior (resume key "
+                f"{meta['resume_key']} != {key}); resume with the same --model and settings or choose a new --out"
+            )
+        return
+    # a checkpoint from before resume keys: at least the model directory must be the same
+    try:
+        recorded = read_json(out / RUN_JSON).get("model_dir")
+    except DataReconError:
+        recorded = None
+    if recorded is not None and model_dir is not None and recorded != model_dir:
+        raise DataReconError(f"{out} was run against the model {recorded}, not {model_dir}; resume with the same "
+                             "--model or choose a new --out")
+    warnings.warn(f"{out}: checkpoint predates resume keys; only its config and model path could be checked",
+                  UserWarning, stacklevel=3)
+
+
+def _restored_metrics(meta: dict[str, Any]) -> dict[str, float]:
+    """The last step's metrics saved with a checkpoint.
+
+    Non-finite values are saved as JSON ``null`` (older versions wrote the strings ``"nan"``/``"inf"``,
+    which ``float`` reads back); both come back as floats.
+    """
+    return {k: math.nan if v is None else float(v) for k, v in (meta.get("metrics") or {}).items()}
 
 
 def _all_finite(state: dict[str, torch.Tensor]) -> bool:
@@ -205,29 +283,26 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
     """
     prior.check(target)
     steps = int(steps if steps is not None else getattr(attack.config, "steps"))
-    if steps < 0:
-        raise DataReconError(f"steps must be >= 0, got {steps}")
+    if steps < 1:
+        raise DataReconError(f"steps must be at least 1, got {steps}; set steps (--steps N) to N >= 1")
     if tuple(x0.shape) != (prior.m, *tuple(target.input_shape)):
         raise DataReconError(
             f"x0 has shape {tuple(x0.shape)}, expected (m, *input_shape) = {(prior.m, *target.input_shape)}"
         )
     out_path = Path(out) if out is not None else None
-    chash = resume_hash(attack)
+    chash = resume_hash(attack, target)
+    key = resume_key(attack, target, prior, x0=x0, generator=generator, early_stop=early_stop)
     cfg = config_dict(attack.config)
     base_record: dict[str, Any] = {
         "model_dir": target.model_dir, "method": attack.name, "config": cfg, "config_hash": chash,
-        "seed": seed, "versions": versions(), "m": prior.m, **(record or {}),
+        "resume_key": key, "seed": seed, "versions": versions(), "m": prior.m, **(record or {}),
     }
 
     ckpt = load_checkpoint(out_path) if (out_path is not None and resume) else None
-    start, elapsed, es_state = 0, 0.0, {}
+    start, elapsed, es_state, meta = 0, 0.0, {}, {}
     if ckpt is not None:
         tensors, meta = ckpt
-        if meta.get("config_hash") != chash:
-            raise DataReconError(
-                f"{out_path} was run with another method/config (checkpoint {meta.get('method')}, "
-                f"config_hash {meta.get('config_hash')} != {chash}); use the same settings to resume or a new --out"
-            )
+        _check_resume(meta, key=key, chash=chash, out=out_path, model_dir=base_record["model_dir"])
         gen_state = tensors.pop(_GEN_KEY, None)
         if gen_state is not None:
             generator.set_state(gen_state)
@@ -236,6 +311,8 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
         es_state = meta.get("early_stop", {}) or {}
         if meta.get("status") == "diverged":
             raise DataReconError(f"{out_path} diverged at step {start}; start a new run with lower step sizes")
+        if meta.get("status") == "stopped-early":
+            steps = start  # its own early stop ended it: nothing left to run
     else:
         state = attack.init_state(target, prior, x0=x0, generator=generator)
         if "x" not in state:
@@ -259,16 +336,18 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
     es_hook = _EarlyStopState(early_stop, "stopped early: residual plateau") if early_stop is not None else None
     if es_hook is not None:
         es_hook.load_state_dict(es_state)
+        es_hook.tripped = meta.get("status") == "stopped-early"
 
     def progress_meta(ls: LoopState, status: str) -> dict[str, Any]:
-        return {"method": attack.name, "config_hash": chash, "steps_done": ls.step, "total": ls.total,
-                "wall_time_s": ls.wall_time_s, "status": status,
-                "early_stop": es_hook.state_dict() if es_hook is not None else {}}
+        return {"method": attack.name, "config_hash": chash, "resume_key": key, "steps_done": ls.step,
+                "total": ls.total, "wall_time_s": ls.wall_time_s, "status": status, "stop_reason": ls.stop_reason,
+                "metrics": dict(ls.metrics), "early_stop": es_hook.state_dict() if es_hook is not None else {}}
 
     def save(ls: LoopState) -> None:
         if out_path is None:
             return
-        status = "diverged" if nan_stop.tripped else "running"
+        status = ("diverged" if nan_stop.tripped else
+                  "stopped-early" if es_hook is not None and es_hook.tripped else "running")
         save_checkpoint(out_path, state, progress_meta(ls, status), generator=generator)
 
     def step_fn(i: int) -> dict[str, float]:
@@ -284,6 +363,10 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
         engine_hooks.append(Checkpoint(save, every=checkpoint_every))
     engine_hooks.extend(hooks)
     loop = Engine(step_fn, hooks=engine_hooks).run(start=start, total=steps, elapsed_s=elapsed)
+    if ckpt is not None and loop.step == start:  # resumed a finished run: report it as it was
+        loop.metrics = loop.metrics or _restored_metrics(meta)
+        loop.stop_reason = meta.get("stop_reason") or loop.stop_reason
+        loop.wall_time_s = elapsed
 
     message = ""
     if nan_stop.tripped or not _all_finite(state):
@@ -345,4 +428,5 @@ def finite_or_nan(value: float) -> float:
 
 
 __all__ = ["CANDIDATES", "DEFAULT_DIVERGENCE_HINT", "HISTORY", "RUN_JSON", "config_dict", "load_checkpoint",
-           "read_run", "resume_hash", "run_attack", "save_checkpoint", "write_candidates"]
+           "read_run", "resume_hash", "resume_key", "run_attack", "save_checkpoint", "tensor_digest",
+           "write_candidates"]

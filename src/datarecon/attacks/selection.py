@@ -233,6 +233,10 @@ class ResidualPlateau:
             self.since += 1
         return self.since >= self.patience
 
+    def settings(self) -> dict[str, Any]:
+        """What determines its decisions (part of a run's resume key)."""
+        return {"key": self.key, "patience": self.patience, "rel_tol": repr(self.rel_tol)}
+
     def state_dict(self) -> dict[str, Any]:
         return {"best": repr(self.best), "since": self.since}
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import torch
@@ -31,11 +30,11 @@ def parse_device(name: str) -> torch.device:
     return dev
 
 
-def prepare_out_dir(out: Path, *, overwrite: bool, resume: bool = False) -> Path:
-    """Refuse an existing non-empty output directory unless ``--overwrite`` (or ``--resume``)."""
-    if out.exists() and any(out.iterdir()) and not resume:
-        if not overwrite:
-            raise DataReconError(f"output directory {out} exists; pass --overwrite to replace it or choose another --out")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+def prepare_out_dir(out: Path, *, kind: str, overwrite: bool, resume: bool = False) -> Path:
+    """Refuse an existing non-empty output directory unless ``--overwrite`` (or ``--resume``);
+    ``--overwrite`` replaces only a datarecon artefact of ``kind`` (:mod:`datarecon.utils.outdir`)."""
+    from datarecon.utils.outdir import prepare_out_dir as prepare
+
+    if overwrite and resume:
+        raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
+    return prepare(out, kind=kind, overwrite=overwrite, resume=resume)

@@ -12,7 +12,7 @@ import typer
 
 from datarecon.data import DATASETS, dataset_counts, resolve_data_dir
 from datarecon.data import download_dataset
-from datarecon.errors import DataMissingError
+from datarecon.errors import DataMissingError, DataReconError
 
 DataDirOpt = Annotated[
     str | None,
@@ -39,6 +39,9 @@ def info_cmd(data_dir: DataDirOpt = None) -> None:
             counts = dataset_counts(name, data_dir=root)
         except DataMissingError as exc:
             typer.echo(f"  {name:<8} missing  ({exc})")
+            continue
+        except DataReconError as exc:  # present but truncated or corrupt
+            typer.echo(f"  {name:<8} damaged  ({exc})")
             continue
         where = "bundled" if not info.needs_files else "found"
         shape = "x".join(str(s) for s in info.input_shape)

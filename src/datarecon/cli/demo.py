@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
 
         fields = read_config_mapping(config) if config is not None else {}
         cfg = build_config(DemoConfig, merge(fields, {"attack_steps": steps, "seed": seed}), where="demo config")
-        prepare_out_dir(out, overwrite=overwrite)
+        prepare_out_dir(out, kind="demo", overwrite=overwrite)
         result = run_demo(cfg, out=out, progress=progress and not quiet)
         typer.echo(model_card(load_model_dir(result.model_dir)))
         typer.echo("")

@@ -9,10 +9,12 @@ from typing import Annotated
 import typer
 
 from datarecon.errors import DataReconError
+from datarecon.evaluation.neighbours import EXACT_UP_TO
 
 
 def _evaluate(run: Path, *, against: str, data_dir: Path | None, metric: str, window: str,
-              assignment: str, top_k: int, seed: int, allow_incomplete: bool, progress: bool) -> dict:
+              assignment: str, top_k: int, exact_up_to: int, seed: int, allow_incomplete: bool,
+              progress: bool) -> dict:
     from datarecon.evaluation import evaluate_run
 
     sets = tuple(s.strip() for s in against.split(",") if s.strip())
@@ -22,8 +24,8 @@ def _evaluate(run: Path, *, against: str, data_dir: Path | None, metric: str, wi
         raise DataReconError(f"unknown reference set(s) {bad or against!r} in --against; valid names: "
                              f"{', '.join(sorted(valid))}")
     return evaluate_run(run, against=sets, data_dir=data_dir, metric=metric, window=window,
-                        assignment=assignment, top_k=top_k, seed=seed, allow_incomplete=allow_incomplete,
-                        progress=progress)
+                        assignment=assignment, top_k=top_k, exact_up_to=exact_up_to, seed=seed,
+                        allow_incomplete=allow_incomplete, progress=progress)
 
 
 def register(app: typer.Typer) -> None:
@@ -39,7 +41,10 @@ def register(app: typer.Typer) -> None:
         metric: Annotated[str, typer.Option(help="Nearest-neighbour metric: ssim, l2, ncc, lncc.")] = "ssim",
         window: Annotated[str, typer.Option(help="SSIM window: gaussian (sigma 1.5, like scikit-image) or box3.")] = "gaussian",
         assignment: Annotated[str, typer.Option(help="Haim protocol matching: greedy, hungarian, independent.")] = "greedy",
-        top_k: Annotated[int, typer.Option(help="Prefilter shortlist size before exact SSIM.")] = 32,
+        top_k: Annotated[int, typer.Option(help="Prefilter shortlist size before exact SSIM (searches of more "
+                                                "than --exact-up-to pairs only; labelled approximate).")] = 32,
+        exact_up_to: Annotated[int, typer.Option(help="Compare every candidate with every reference (exact) up to "
+                                                      "this many pairs per search.")] = EXACT_UP_TO,
         seed: Annotated[int, typer.Option(help="Seed of the noise reference set and baselines.")] = 0,
         allow_incomplete: Annotated[bool, typer.Option(help="Evaluate runs that did not finish.")] = False,
         progress: Annotated[bool, typer.Option("--progress/--no-progress",
@@ -56,7 +61,7 @@ def register(app: typer.Typer) -> None:
             raise DataReconError("nothing to evaluate; pass RUN directories or --sweep DIR")
         for run in targets:
             summary = _evaluate(Path(run), against=against, data_dir=data_dir, metric=metric, window=window,
-                                assignment=assignment, top_k=top_k, seed=seed,
+                                assignment=assignment, top_k=top_k, exact_up_to=exact_up_to, seed=seed,
                                 allow_incomplete=allow_incomplete, progress=progress and not quiet)
             typer.echo(f"{run}: wrote metrics.json and candidates.csv")
             typer.echo(json.dumps(_headline(summary), indent=2))
@@ -83,5 +88,5 @@ def _headline(summary: dict) -> dict:
     scores = (summary.get("privacy") or {}).get("scores") or {}
     for name, val in scores.items():
         if isinstance(val, dict) and "auc" in val:
-            out[f"auc[{name}]"] = val["auc"]
+            out[f"auc[{name}]"] = val["auc"] if val.get("measurable", True) else "not measurable"
     return out

@@ -50,6 +50,26 @@ def _register_all() -> None:
 _register_all()
 
 
+#: exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it
+INTERRUPTED = 130
+#: what to do after Ctrl-C, per command; commands not listed have nothing to resume
+_RESUME_HINTS = {
+    "train": "rerun the same command with --resume to continue from the last checkpoint",
+    "reconstruct": "rerun the same command with --resume to continue from the last checkpoint",
+    "sweep": "rerun the same command to resume the sweep (finished runs are skipped, the others continue "
+             "from their checkpoints)",
+    "reproduce": "rerun the same command with --resume to continue (finished pieces are skipped)",
+    "demo": "rerun it with --overwrite to start afresh",
+}
+
+
+def interrupt_message(argv: list[str]) -> str:
+    """The line printed after Ctrl-C: that the run stopped, and how to continue it."""
+    command = next((a for a in argv if not a.startswith("-")), "")
+    hint = _RESUME_HINTS.get(command)
+    return "interrupted" + (f"; {hint}" if hint else "")
+
+
 def _walk_commands(cmd: Any) -> Iterator[Any]:
     """``cmd`` and every sub-command under it (depth first)."""
     yield cmd
@@ -75,20 +95,30 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code.
 
     Usage errors are reported by typer itself (exit 2); :class:`DataReconError` becomes
-    ``error: <message>`` with exit 2; anything else is an internal error (exit 1) whose
-    traceback is shown only with ``DATARECON_DEBUG=1``.
+    ``error: <message>`` with exit 2, and so does a full disk (which file, and that the last
+    checkpoint is intact); Ctrl-C prints how to resume and exits 130; anything else is an
+    internal error (exit 1) whose traceback is shown only with ``DATARECON_DEBUG=1``.
     """
+    from datarecon.utils.io import DISK_FULL_ERRNOS, disk_full_message
+
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        build_command().main(args=argv, standalone_mode=True, prog_name="datarecon")
+        build_command().main(args=args, standalone_mode=True, prog_name="datarecon")
     except SystemExit as exc:
-        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
+        code = int(exc.code or 0) if not isinstance(exc.code, str) else 1
+        if code == INTERRUPTED:  # typer turns KeyboardInterrupt into a silent Exit(130)
+            typer.echo(interrupt_message(args), err=True)
+        return code
     except DataReconError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
     except KeyboardInterrupt:
-        typer.echo("interrupted; rerun the same command with --resume to continue", err=True)
-        return 130
+        typer.echo(interrupt_message(args), err=True)
+        return INTERRUPTED
     except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:  # e.g. a history append
+            typer.echo(f"error: {disk_full_message(exc.filename)}", err=True)
+            return 2
         if os.environ.get("DATARECON_DEBUG"):
             raise
         typer.echo(f"internal error: {type(exc).__name__}: {exc} (set DATARECON_DEBUG=1 for a traceback)",

@@ -79,7 +79,8 @@ def reconstruct(
 ) -> None:
     """Reconstruct training-data candidates from a trained model's weights."""
     from datarecon.attacks import INITS
-    from datarecon.cli._common import parse_device, prepare_out_dir
+    from datarecon.cli._common import parse_device
+    from datarecon.utils.outdir import check_out_dir
     from datarecon.config import merge, read_config_mapping
     from datarecon.experiments.reconstruct import DATA_INITS_NOTE, method_config, reconstruct as run
 
@@ -104,14 +105,19 @@ def reconstruct(
             init_params[key] = value
     if candidates is not None and candidates < 1:
         raise DataReconError(f"candidate count must be at least 1, got {candidates}; pass --candidates M with M >= 1")
+    if getattr(config, "steps", 1) < 1:
+        raise DataReconError(f"steps must be at least 1, got {config.steps}; pass --steps N with N >= 1")
     if checkpoint_every < 1 or log_every < 1:
         raise DataReconError("--checkpoint-every and --log-every must be >= 1")
     dev = parse_device(device)
+    if overwrite and resume:
+        raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
+    check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)  # before the note below
     if init in DATA_INITS:
         typer.echo(DATA_INITS_NOTE.format(init=init), err=True)
-    prepare_out_dir(out, overwrite=overwrite, resume=resume)
     rec = run(model, out=out, method=method, config=config, init=init, init_params=init_params,
-              candidates=candidates, seed=seed, device=dev, data_dir=data_dir, resume=resume, progress=progress,
+              candidates=candidates, seed=seed, device=dev, data_dir=data_dir, resume=resume, overwrite=overwrite,
+              progress=progress,
               checkpoint_every=checkpoint_every, log_every=log_every, early_stop_patience=early_stop_patience,
               early_stop_tol=early_stop_tol, raise_on_divergence=True)
     final = rec.summary.get("final", {})

@@ -108,9 +108,13 @@ def store_list(
     sweep_id: Optional[str] = typer.Option(None, "--sweep", help="only runs of this sweep id"),
 ) -> None:
     """List the indexed runs (key, status, steps, time, swept parameters, sort value)."""
-    from datarecon.experiments.store import COLUMNS, Store, sort_expression
+    from datarecon.attacks.selection import CRITERIA
+    from datarecon.experiments.store import COLUMNS, JSON_COLUMNS, Store, sort_expression
 
     if sort and "." not in sort and sort not in COLUMNS:
+        if sort not in CRITERIA:
+            raise DataReconError(f"unknown --sort {sort!r}; use a column ({', '.join(COLUMNS)}), a selection "
+                                 f"criterion ({', '.join(CRITERIA.names())}) or <{'|'.join(JSON_COLUMNS)}>.<field>")
         sort = f"selection.{sort}.value"  # a bare criterion name, e.g. relative_residual
     if sort:
         sort_expression(sort)  # validate early

@@ -58,7 +58,7 @@ def train_cmd(
     out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
     config: Annotated[Path | None, typer.Option("--config", help="YAML/TOML training config; options override it.")] = None,
     dataset: Annotated[str | None, typer.Option(help="Dataset (cifar10, mnist, digits).")] = None,
-    task: Annotated[str | None, typer.Option(help="Task (vehicles-animals, odd-even, classes:a,b, all).")] = None,
+    task: Annotated[str | None, typer.Option(help="Task (vehicles-animals, odd-even, pair:a,b, classes:a,b,..., all).")] = None,
     n_per_class: Annotated[int | None, typer.Option("--n-per-class", help="Training images per class.")] = None,
     selection: Annotated[str | None, typer.Option(help="first | random.")] = None,
     data_seed: Annotated[int | None, typer.Option("--data-seed", help="Seed of --selection random.")] = None,

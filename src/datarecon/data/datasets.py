@@ -191,7 +191,10 @@ def _mnist_read(files: tuple[Path, ...], split: str) -> RawDataset:
 
 
 def _mnist_count(files: tuple[Path, ...], split: str) -> int:
-    return formats.read_idx_count(files[0])
+    images, labels = formats.read_idx_count(files[0]), formats.read_idx_count(files[1])
+    if images != labels:
+        raise DataReconError(f"{files[0]} has {images} images but {files[1]} has {labels} labels; re-download both")
+    return images
 
 
 DATASETS.register("mnist", DatasetInfo(
@@ -281,10 +284,12 @@ def clear_cache() -> None:
 
 
 def dataset_counts(name: str, *, data_dir: str | os.PathLike | None = None) -> dict[str, int]:
-    """``{"train": n, "test": m}`` read cheaply from headers / file sizes.
+    """``{"train": n, "test": m}`` from headers, with each file's size checked against its header
+    (a gzip file is streamed once through the decompressor; nothing is kept in memory).
 
     Raises:
         DataMissingError: the files are not there.
+        DataReconError: a file is truncated, padded or damaged.
     """
     info = DATASETS.get(name)
     root = resolve_data_dir(data_dir)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import math
 import pickle
 import struct
 from dataclasses import dataclass
@@ -348,16 +349,41 @@ def read_idx_labels(path: str | Path) -> np.ndarray:
 
 
 def read_idx_count(path: str | Path) -> int:
-    """The item count from an IDX header (reads only the header; gzip or plain)."""
+    """The item count of an IDX file, with its size checked against the header (gzip or plain).
+
+    Reads the header, then the file's size (plain) or streams it once through the decompressor
+    (gzip), without keeping the data: a truncated or padded file is reported, not counted.
+
+    Raises:
+        DataReconError: short header, damaged gzip stream, or a size that does not match the header.
+    """
     path = Path(path)
     with open(path, "rb") as fh:
         head = fh.read(2)
-    opener = gzip.open if head == b"\x1f\x8b" else open
-    with opener(path, "rb") as fh:  # type: ignore[operator]
-        header = fh.read(8)
-    if len(header) < 8:
-        raise DataReconError(f"{path} is too short for an IDX header; re-download it")
-    return int(struct.unpack(">II", header)[1])
+    gz = head == b"\x1f\x8b"
+    try:
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as fh:  # type: ignore[operator]
+            header = fh.read(4)
+            if len(header) < 4:
+                raise DataReconError(f"{path} is too short for an IDX header; re-download it")
+            ndim = header[3]
+            dims_raw = fh.read(4 * ndim)
+            if ndim < 1 or len(dims_raw) < 4 * ndim:
+                raise DataReconError(f"{path} is too short for an IDX header; re-download it")
+            dims = struct.unpack(f">{ndim}I", dims_raw)
+            if gz:
+                size = 4 + 4 * ndim
+                while chunk := fh.read(1 << 20):
+                    size += len(chunk)
+            else:
+                size = path.stat().st_size
+    except (OSError, EOFError) as exc:
+        raise DataReconError(f"{path} is a damaged gzip file ({exc}); re-download it") from None
+    expected = 4 + 4 * ndim + math.prod(dims)
+    if size != expected:
+        raise DataReconError(f"{path} holds {size} bytes but its header ({' x '.join(map(str, dims))}) needs "
+                             f"{expected}; the file is truncated or corrupt, re-download it")
+    return int(dims[0])
 
 
 def load_mnist_idx(images_path: Path, labels_path: Path, *, split: str = "train") -> RawDataset:

@@ -60,7 +60,7 @@ class DataSpec(BaseModel):
             (display minus the per-pixel mean of the training images).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     dataset: str
     task: str

@@ -9,6 +9,8 @@ A task string is ``name`` or ``name:argument``. Registered tasks (:data:`TASKS`)
 * ``classes:a,b,c`` (any dataset), multiclass over the listed classes, label
   i for the i-th listed class (0..k-1, k >= 2). Classes are given by name
   ("cat,dog") or by index ("3,5").
+* ``pair:a,b`` (any dataset), binary over two listed classes: a -> -1,
+  b -> +1 (one ±1 output: Haim et al.'s setting from two chosen classes).
 * ``all`` (any dataset), 10-class multiclass with the dataset's own labels.
 
 Binary convention: a binary task has two task classes; task class 0 is the
@@ -117,12 +119,13 @@ def _odd_even(arg, dataset, names):
     return "binary", (evens, odds), ("even", "odd")
 
 
-def _classes(arg, dataset, names):
+def _class_indices(arg, dataset, names, *, task: str) -> list[int]:
+    """Dataset class indices of a comma-separated list of class names or indices (>= 2, distinct)."""
     items = [s.strip() for s in (arg or "").split(",")]
     if len(items) < 2 or any(not s for s in items):
         raise DataReconError(
-            f"task 'classes:{arg or ''}' needs at least two comma-separated classes, "
-            f"e.g. classes:{names[0]},{names[1]}"
+            f"task '{task}:{arg or ''}' needs at least two comma-separated classes, "
+            f"e.g. {task}:{names[0]},{names[1]}"
         )
     idx: list[int] = []
     for s in items:
@@ -136,9 +139,22 @@ def _classes(arg, dataset, names):
                 f"(or indices 0..{len(names) - 1})"
             )
         if i in idx:
-            raise DataReconError(f"class {s!r} is listed twice in task 'classes:{arg}'")
+            raise DataReconError(f"class {s!r} is listed twice in task '{task}:{arg}'")
         idx.append(i)
+    return idx
+
+
+def _classes(arg, dataset, names):
+    idx = _class_indices(arg, dataset, names, task="classes")
     return "multiclass", tuple((i,) for i in idx), tuple(names[i] for i in idx)
+
+
+def _pair(arg, dataset, names):
+    idx = _class_indices(arg, dataset, names, task="pair")
+    if len(idx) != 2:
+        raise DataReconError(f"task 'pair:{arg}' takes exactly two classes (the -1 class, then the +1 class), "
+                             f"e.g. pair:{names[3]},{names[5]}; use classes:... for more")
+    return "binary", ((idx[0],), (idx[1],)), (names[idx[0]], names[idx[1]])
 
 
 def _all(arg, dataset, names):
@@ -156,6 +172,10 @@ TASKS.register("classes", TaskDef(
     "classes", "classes:<c1>,<c2>,...",
     "multiclass over the listed classes, labels 0..k-1 in the listed order",
     None, _classes, takes_argument=True))
+TASKS.register("pair", TaskDef(
+    "pair", "pair:<negative>,<positive>",
+    "binary over two listed classes: the first -1, the second +1 (one output, Haim's setting)",
+    None, _pair, takes_argument=True))
 TASKS.register("all", TaskDef("all", "all", "10-class multiclass", None, _all))
 
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from datarecon.errors import DataReconError
-from datarecon.evaluation.neighbours import nearest_neighbours
+from datarecon.evaluation.neighbours import EXACT_UP_TO, nearest_neighbours
 from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, counts_at, haim_protocol
 from datarecon.evaluation.similarity import Window, check_images
 
@@ -170,11 +170,13 @@ class Baselines:
 
 
 def best_similarity_to(refs: Tensor, *, metric: str = "ssim", prefilter: str | None = "lncc",
-                       top_k: int = 32, window: str | Window = "gaussian") -> Callable[[Tensor], Tensor]:
-    """Statistic: each candidate's best similarity to ``refs`` ((M, C, H, W) -> (M,))."""
+                       top_k: int = 32, window: str | Window = "gaussian",
+                       exact_up_to: int = EXACT_UP_TO) -> Callable[[Tensor], Tensor]:
+    """Statistic: each candidate's best similarity to ``refs`` ((M, C, H, W) -> (M,)); exact up to
+    ``exact_up_to`` pairs (see :func:`~datarecon.evaluation.neighbours.nearest_neighbours`)."""
     def stat(cands: Tensor) -> Tensor:
         return nearest_neighbours(cands, refs, metric=metric, prefilter=prefilter, top_k=top_k,
-                                  window=window).score
+                                  window=window, exact_up_to=exact_up_to).score
     stat.__name__ = f"best_{metric}_to_references"
     return stat
 

@@ -1,11 +1,15 @@
 """Nearest neighbours of candidates (reconstructions) in a reference set.
 
-Exact all-pairs SSIM is expensive (``M * R`` filtered images), so the default
-search shortlists ``top_k`` references per candidate with a cheap matrix
-product metric (local NCC by default, or L2 via ``torch.cdist``, or global NCC) and computes the exact metric on
-the shortlist only. ``exhaustive=True`` computes all pairs. With ``top_k``
-large enough the two agree (tested); ``benchmarks/bench_evaluation.py``
-measures the agreement and the speed-up on structured images.
+Exact all-pairs SSIM is expensive (``M * R`` filtered images). Up to
+:data:`EXACT_UP_TO` pairs (cheap: seconds on one CPU core) the search is exhaustive,
+hence exact; beyond that it shortlists ``top_k`` references per candidate with a
+cheap matrix product metric (local NCC by default, or L2 via ``torch.cdist``, or
+global NCC) and computes the exact metric on the shortlist only, so a best match
+outside the shortlist is missed: such results carry ``exact=False`` and are
+labelled approximate in ``metrics.json``. ``exhaustive=True`` computes all pairs
+at any size. With ``top_k`` large enough the two agree (tested);
+``benchmarks/bench_evaluation.py`` measures the agreement and the speed-up on
+structured images.
 
 Metrics live in :data:`METRICS`; each knows whether higher is better.
 
@@ -37,9 +41,11 @@ from datarecon.evaluation.similarity import (
 from datarecon.registry import Registry
 
 __all__ = [
+    "EXACT_UP_TO",
     "METRICS",
     "Metric",
     "Neighbours",
+    "is_exact",
     "nearest_neighbours",
     "similarity_matrix",
     "reference_rank",
@@ -71,6 +77,19 @@ METRICS.register("ncc", Metric("ncc", ncc_matrix, True, True))
 METRICS.register("lncc", Metric("lncc", local_ncc_matrix, True, True))
 
 
+#: exhaustive (exact) searches up to this many candidate-reference pairs: about 6 s for 32x32x3
+#: images at the 8 800 SSIM pairs/s of ``benchmarks/bench_evaluation.py`` (2 CPU threads,
+#: benchmarks/results/evaluation.json), where the top-32 shortlist got 8 % of the top-1 matches wrong
+EXACT_UP_TO = 50_000
+
+
+def is_exact(n_cands: int, n_refs: int, *, metric: str = "ssim", prefilter: str | None = "lncc",
+             top_k: int = 32, exhaustive: bool = False, exact_up_to: int = EXACT_UP_TO) -> bool:
+    """Whether :func:`nearest_neighbours` with these settings computes every pair (an exact result)."""
+    return (METRICS.get(metric).cheap or exhaustive or prefilter is None or top_k >= n_refs
+            or n_cands * n_refs <= exact_up_to)
+
+
 @dataclass(frozen=True)
 class Neighbours:
     """Result of a nearest-neighbour search.
@@ -86,6 +105,8 @@ class Neighbours:
         topk_score: ``(M, k)`` their metric values, or None.
         prefilter: Prefilter metric name, or None when exhaustive.
         top_k: Shortlist length used by the prefilter (0 when exhaustive).
+        exact: every pair was compared, so ``index`` and ``score`` are the true best match
+            (False: best of the prefilter's shortlist, an approximation).
     """
 
     index: Tensor
@@ -96,6 +117,7 @@ class Neighbours:
     topk_score: Tensor | None = None
     prefilter: str | None = None
     top_k: int = 0
+    exact: bool = True
 
 
 def similarity_matrix(cands: Tensor, refs: Tensor, *, metric: str = "ssim",
@@ -117,15 +139,17 @@ def _best_first(values: Tensor, k: int, higher: bool) -> tuple[Tensor, Tensor]:
 
 def nearest_neighbours(cands: Tensor, refs: Tensor, *, metric: str = "ssim",
                        prefilter: str | None = "lncc", top_k: int = 32, exhaustive: bool = False,
-                       return_topk: int | None = None, window: str | Window = "gaussian",
-                       chunk: int = DEFAULT_CHUNK, progress: bool = False) -> Neighbours:
+                       exact_up_to: int = EXACT_UP_TO, return_topk: int | None = None,
+                       window: str | Window = "gaussian", chunk: int = DEFAULT_CHUNK,
+                       progress: bool = False) -> Neighbours:
     """Best reference for each candidate under ``metric``.
 
-    For an expensive metric (SSIM) and ``exhaustive=False``, references are
-    shortlisted by ``prefilter`` (top ``top_k`` per candidate from a matrix
-    product), then ranked by the exact metric; the result is exact whenever
-    the true best match is in the shortlist. Cheap metrics (L2, NCC) are
-    always exhaustive.
+    For an expensive metric (SSIM) with more than ``exact_up_to`` pairs and
+    ``exhaustive=False``, references are shortlisted by ``prefilter`` (top
+    ``top_k`` per candidate from a matrix product), then ranked by the exact
+    metric; the result is exact whenever the true best match is in the
+    shortlist and is marked ``exact=False``. Cheap metrics (L2, NCC) and
+    searches of at most ``exact_up_to`` pairs are always exhaustive.
 
     Args:
         cands: ``(M, C, H, W)`` display-space candidates in ``[0, 1]``.
@@ -134,7 +158,9 @@ def nearest_neighbours(cands: Tensor, refs: Tensor, *, metric: str = "ssim",
         prefilter: Cheap metric for the shortlist (``"lncc"``, ``"l2"``, ``"ncc"``) or
             None for an exhaustive search.
         top_k: Shortlist length per candidate (clipped to ``R``).
-        exhaustive: Compute the exact metric on all pairs.
+        exhaustive: Compute the exact metric on all pairs, whatever their number.
+        exact_up_to: Compute all pairs when ``M * R`` is at most this (default
+            :data:`EXACT_UP_TO`; 0: prefilter whenever ``top_k < R``).
         return_topk: Also return this many best references per candidate
             (clipped to the shortlist length when prefiltering).
         window: SSIM window (see :data:`~datarecon.evaluation.similarity.WINDOWS`).
@@ -155,12 +181,14 @@ def nearest_neighbours(cands: Tensor, refs: Tensor, *, metric: str = "ssim",
         raise DataReconError("the reference set is empty; pass at least one reference image")
     if top_k < 1:
         raise DataReconError(f"top_k must be >= 1, got {top_k}")
-    use_prefilter = (not m.cheap) and (not exhaustive) and prefilter is not None
+    if exact_up_to < 0:
+        raise DataReconError(f"exact_up_to must be >= 0, got {exact_up_to}")
+    if prefilter is not None and not METRICS.get(prefilter).cheap:  # checked whether or not it is used
+        cheap = [n for n in METRICS.names() if METRICS.get(n).cheap]
+        raise DataReconError(f"prefilter {prefilter!r} is not a cheap metric; use one of: {', '.join(cheap)}")
+    use_prefilter = (not m.cheap) and (not exhaustive) and prefilter is not None and n_c * n_r > exact_up_to
     if use_prefilter:
         pf = METRICS.get(prefilter)
-        if not pf.cheap:
-            cheap = [n for n in METRICS.names() if METRICS.get(n).cheap]
-            raise DataReconError(f"prefilter {prefilter!r} is not a cheap metric; use one of: {', '.join(cheap)}")
         k = min(top_k, n_r)
         pre = pf.matrix(cands, refs)
         _, shortlist = _best_first(pre, k, pf.higher_is_better)  # (M, k)
@@ -179,7 +207,7 @@ def nearest_neighbours(cands: Tensor, refs: Tensor, *, metric: str = "ssim",
             higher_is_better=True,
             topk_index=order[:, :kk].clone() if return_topk else None,
             topk_score=vals[:, :kk].clone() if return_topk else None,
-            prefilter=pf.name, top_k=k,
+            prefilter=pf.name, top_k=k, exact=k >= n_r,
         )
     full = similarity_matrix(cands, refs, metric=m.name, window=window, chunk=chunk, progress=progress)
     kk = 1 if not return_topk else min(return_topk, n_r)

@@ -46,6 +46,7 @@ from datarecon.evaluation.similarity import Window
 
 __all__ = [
     "LOW_FPRS",
+    "MIN_CLASS_SIZE",
     "RealLabels",
     "real_labels",
     "label_candidates",
@@ -60,6 +61,10 @@ __all__ = [
 
 #: False-positive rates at which the TPR is reported.
 LOW_FPRS: tuple[float, ...] = (0.01, 0.001)
+
+#: Fewest real and fewest fake candidates for which an ROC is reported: below it one candidate
+#: moves the AUC by more than 0.1 (one fake among 80 gives AUC 1.0 or 0.0 by luck).
+MIN_CLASS_SIZE = 10
 
 
 def real_labels(best_train: Tensor, best_heldout: Tensor, *, higher_is_better: bool = True,
@@ -208,6 +213,8 @@ class PrivacyScore:
         fpr, tpr, thresholds: ROC points.
         n_real, n_fake: Class sizes.
         note: Caveats (one class; too few negatives for the low FPRs; NaN scores).
+        measurable: both classes have at least ``min_class_size`` candidates; when False, ``auc``
+            and ``tpr_at`` are NaN (the ROC of a handful of candidates is luck, not a measurement).
     """
 
     name: str
@@ -219,15 +226,16 @@ class PrivacyScore:
     n_real: int
     n_fake: int
     note: str = ""
+    measurable: bool = True
 
     def summary(self) -> dict:
         """JSON-ready summary (without the curve)."""
         return {"auc": self.auc, "tpr_at_fpr": {str(k): v for k, v in self.tpr_at.items()},
-                "n_real": self.n_real, "n_fake": self.n_fake, "note": self.note}
+                "n_real": self.n_real, "n_fake": self.n_fake, "note": self.note, "measurable": self.measurable}
 
 
-def score_privacy(labels, scores, *, name: str = "score",
-                  fprs: tuple[float, ...] = LOW_FPRS) -> PrivacyScore:
+def score_privacy(labels, scores, *, name: str = "score", fprs: tuple[float, ...] = LOW_FPRS,
+                  min_class_size: int = MIN_CLASS_SIZE) -> PrivacyScore:
     """ROC AUC, TPR at low FPR and the ROC curve of one score.
 
     Args:
@@ -235,6 +243,8 @@ def score_privacy(labels, scores, *, name: str = "score",
         scores: ``(M,)`` attacker-side score, higher = more likely real.
         name: Score name.
         fprs: FPRs at which to report the TPR.
+        min_class_size: below this many real or fake candidates the separation is reported as not
+            measurable (AUC and TPRs NaN, ``measurable`` False).
     """
     y = _as_np(labels, "labels") > 0.5
     s = _as_np(scores, "scores")
@@ -243,6 +253,12 @@ def score_privacy(labels, scores, *, name: str = "score",
     notes = []
     if n_real == 0 or n_fake == 0:
         notes.append(f"only one class ({n_real} real, {n_fake} fake): AUC undefined")
+    elif min(n_real, n_fake) < min_class_size:
+        notes.append(f"not measurable: {n_real} real and {n_fake} fake candidates, fewer than {min_class_size} "
+                     "in a class")
+        nan = float("nan")
+        return PrivacyScore(name, nan, {float(f): nan for f in fprs}, fpr, tpr, thr, n_real, n_fake,
+                            "; ".join(notes), measurable=False)
     else:
         small = [f for f in fprs if f < 1.0 / n_fake]
         if small:
@@ -250,11 +266,11 @@ def score_privacy(labels, scores, *, name: str = "score",
     if np.isnan(s).any():
         notes.append(f"{int(np.isnan(s).sum())} NaN scores ranked lowest")
     return PrivacyScore(name, roc_auc(y, s), {float(f): tpr_at_fpr(fpr, tpr, f) for f in fprs},
-                        fpr, tpr, thr, n_real, n_fake, "; ".join(notes))
+                        fpr, tpr, thr, n_real, n_fake, "; ".join(notes), measurable=n_real > 0 and n_fake > 0)
 
 
-def privacy_report(labels, scores: Mapping[str, Tensor], *,
-                   fprs: tuple[float, ...] = LOW_FPRS) -> dict[str, PrivacyScore]:
+def privacy_report(labels, scores: Mapping[str, Tensor], *, fprs: tuple[float, ...] = LOW_FPRS,
+                   min_class_size: int = MIN_CLASS_SIZE) -> dict[str, PrivacyScore]:
     """:func:`score_privacy` for every attacker-side score.
 
     Args:
@@ -269,7 +285,7 @@ def privacy_report(labels, scores: Mapping[str, Tensor], *,
     for k, v in scores.items():
         if _as_np(v, k).size != n:
             raise DataReconError(f"score {k!r} has {_as_np(v, k).size} values for {n} candidates")
-        out[k] = score_privacy(labels, v, name=k, fprs=fprs)
+        out[k] = score_privacy(labels, v, name=k, fprs=fprs, min_class_size=min_class_size)
     return out
 
 

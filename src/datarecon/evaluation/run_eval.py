@@ -46,8 +46,15 @@ from datarecon.evaluation.baselines import (
     null_calibrated,
     summarise,
 )
-from datarecon.evaluation.neighbours import METRICS, Neighbours, nearest_neighbours
-from datarecon.evaluation.privacy import LOW_FPRS, PrivacyScore, bootstrap_auc_ci, privacy_report, real_labels
+from datarecon.evaluation.neighbours import EXACT_UP_TO, METRICS, Neighbours, is_exact, nearest_neighbours
+from datarecon.evaluation.privacy import (
+    LOW_FPRS,
+    MIN_CLASS_SIZE,
+    PrivacyScore,
+    bootstrap_auc_ci,
+    privacy_report,
+    real_labels,
+)
 from datarecon.evaluation.protocol import (
     DEFAULT_THRESHOLDS,
     HaimResult,
@@ -71,6 +78,8 @@ __all__ = [
     "NEIGHBOURS_FILE",
 ]
 
+#: run statuses evaluated without ``allow_incomplete``: finished, by its step budget or its own early stop
+EVALUABLE = ("complete", "stopped-early")
 METRICS_FILE = "metrics.json"
 #: The fixed "good reconstruction" SSIM threshold of the papers (Haim et al. 2022; Buzaglo et al. 2023).
 PAPER_THRESHOLD = 0.4
@@ -121,11 +130,12 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
                         scores: Mapping[str, Tensor] | None = None, *,
                         references: Mapping[str, Tensor], train_key: str = "train",
                         heldout_key: str = "heldout", metric: str = "ssim", prefilter: str | None = "lncc",
-                        top_k: int = 32, window: str = "gaussian",
+                        top_k: int = 32, exact_up_to: int = EXACT_UP_TO, window: str = "gaussian",
                         thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
                         assignment: str = "greedy", multipliers: Tensor | None = None,
                         margins: Tensor | None = None, collapse_metric: str = "l2",
                         real_floor: float | str | None = "noise", n_floor_noise: int = 1000,
+                        min_class_size: int = MIN_CLASS_SIZE,
                         baselines: bool = True, generator: torch.Generator | None = None,
                         progress: bool = False) -> Evaluation:
     """Evaluate display-space candidates against named reference sets.
@@ -140,8 +150,11 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
             e.g. ``train``, ``partition``, ``heldout``, ``noise``. Empty sets are skipped.
         train_key, heldout_key: Which references are the training and held-out sets.
         metric: Primary metric for neighbours and the real/fake rule.
-        prefilter, top_k, window: Nearest-neighbour search (see
-            :func:`~datarecon.evaluation.neighbours.nearest_neighbours`).
+        prefilter, top_k, exact_up_to, window: Nearest-neighbour search (see
+            :func:`~datarecon.evaluation.neighbours.nearest_neighbours`): exhaustive up to
+            ``exact_up_to`` candidate-reference pairs, else the best of a ``top_k`` shortlist;
+            the summary labels every approximate search (``nearest.<set>.<metric>.exact``
+            and the list ``approximate``).
         thresholds: SSIM thresholds for the Haim counts.
         assignment: Duplicate handling of the main Haim result (the other
             two variants are always reported too).
@@ -155,6 +168,8 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
             any of ``n_floor_noise`` uniform-noise images (seeded); a number;
             or None for no floor.
         n_floor_noise: Noise images used for the ``"noise"`` floor.
+        min_class_size: Fewest real and fake candidates for a measurable ROC (see
+            :func:`~datarecon.evaluation.privacy.score_privacy`).
         baselines: Compute held-out and noise baselines.
         generator: Seeded generator for noise baselines (default seed 0).
         progress: Show progress bars.
@@ -184,7 +199,8 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
     summary: dict[str, Any] = {
         "n_candidates": m, "image_shape": list(raw.shape[1:]), "metric": primary.name,
         "window": window, "window_size": effective_window_size(window, h, w),
-        "prefilter": prefilter, "top_k": top_k, "thresholds": [float(t) for t in thresholds],
+        "prefilter": prefilter, "top_k": top_k, "exact_up_to": exact_up_to,
+        "thresholds": [float(t) for t in thresholds],
         "reference_sizes": {k: int(v.shape[0]) for k, v in refs.items()},
     }
     rows: list[dict[str, Any]] = [{"candidate": i} for i in range(m)]
@@ -200,11 +216,16 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
     metrics = [primary.name] + [x for x in ("ssim", "l2") if x != primary.name]
     jobs = [(s, mm) for s in refs for mm in metrics]
     nearest: dict[str, dict[str, Any]] = {}
+    approximate: list[str] = []
+    search = {"prefilter": prefilter, "top_k": top_k, "window": window, "exact_up_to": exact_up_to}
     for s, mm in track(jobs, desc="nearest neighbours", unit="search", mode=progress):
         nb = nearest_neighbours(cands, refs[s], metric=mm, prefilter=prefilter, top_k=top_k,
-                                window=window)
+                                exact_up_to=exact_up_to, window=window)
         nbrs[(s, mm)] = nb
-        stats = summarise(nb.score, thresholds if mm == "ssim" else ())
+        stats = {**summarise(nb.score, thresholds if mm == "ssim" else ()), "exact": nb.exact}
+        if not nb.exact:
+            approximate.append(f"nearest.{s}.{mm}: best of a top-{nb.top_k} {nb.prefilter} shortlist "
+                               f"({m} x {refs[s].shape[0]} pairs > exact_up_to)")
         nearest.setdefault(s, {})[mm] = stats
         for r, j, v in zip(rows, nb.index.tolist(), nb.score.tolist(), strict=True):
             r[f"{s}_{mm}_index"] = j
@@ -261,9 +282,14 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
         b1 = null_baselines(haim_ssim_against(refs[train_key], assignment=assignment, window=window),
                             raw, heldout=held, generator=gen, name="haim_ssim")
         gen = generator if generator is not None else torch.Generator().manual_seed(1)
-        b2 = null_baselines(best_similarity_to(refs[train_key], metric=primary.name, prefilter=prefilter,
-                                               top_k=top_k, window=window),
+        b2 = null_baselines(best_similarity_to(refs[train_key], metric=primary.name, **search),
                             cands, heldout=held, generator=gen, name=f"best_{primary.name}_to_train")
+        n_train = refs[train_key].shape[0]
+        for who, n in (("candidates", m), ("heldout", 0 if held is None else held.shape[0]), ("noise", m)):
+            if n and not is_exact(n, n_train, metric=primary.name, prefilter=prefilter, top_k=top_k,
+                                  exact_up_to=exact_up_to):
+                approximate.append(f"baselines.best_{primary.name}_to_train ({who}): best of a top-{top_k} "
+                                   f"{prefilter} shortlist")
         summary["baselines"] = {
             "haim_ssim": {**b1.summary(thresholds),
                           "curves": {"real": _curve(b1.real), "heldout": _curve(b1.heldout),
@@ -281,8 +307,10 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
             raise DataReconError(f"real_floor must be 'noise', a number or None, got {real_floor!r}")
         floor = None
         if train_key in refs and n_floor_noise > 0:
-            stat = best_similarity_to(refs[train_key], metric=primary.name, prefilter=prefilter,
-                                      top_k=top_k, window=window)
+            stat = best_similarity_to(refs[train_key], metric=primary.name, **search)
+            if not is_exact(n_floor_noise, refs[train_key].shape[0], metric=primary.name, prefilter=prefilter,
+                            top_k=top_k, exact_up_to=exact_up_to):
+                approximate.append(f"privacy.floor: best of a top-{top_k} {prefilter} shortlist")
             nz = stat(noise_images(n_floor_noise, raw.shape[1:], dtype=cands.dtype,
                                    generator=torch.Generator().manual_seed(12345)))
             floor = float(nz.max() if primary.higher_is_better else nz.min())
@@ -293,16 +321,19 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
                            higher_is_better=primary.higher_is_better, floor=floor)
         for r, v in zip(rows, real.tolist(), strict=True):
             r["real"] = int(v)
-        priv = privacy_report(real, scores) if scores else {}
+        priv = privacy_report(real, scores, min_class_size=min_class_size) if scores else {}
         summary["privacy"] = {
             "rule": REAL_RULE.format(metric=primary.name),
             "floor": floor, "floor_source": (f"best of {n_floor_noise} uniform-noise images" if real_floor == "noise"
                              else "given" if real_floor is not None else "none"),
             "n_real": int(real.sum()), "n_fake": int((~real).sum()),
             "fprs": list(LOW_FPRS),
-            "scores": {k: {**v.summary(), "auc_ci_95": bootstrap_auc_ci(real, scores[k], generator=0)}
+            # the bootstrap CI only where the AUC itself is measurable (both classes >= min_class_size)
+            "scores": {k: {**v.summary(),
+                           "auc_ci_95": bootstrap_auc_ci(real, scores[k], generator=0) if v.measurable else None}
                        for k, v in priv.items()},
-            "roc": {k: {"fpr": v.fpr.tolist(), "tpr": v.tpr.tolist()} for k, v in priv.items()},
+            "min_class_size": min_class_size,
+            "roc": {k: {"fpr": v.fpr.tolist(), "tpr": v.tpr.tolist()} for k, v in priv.items() if v.measurable},
         }
     else:
         summary["privacy"] = {"note": f"no {heldout_key!r} or {train_key!r} reference set: real/fake labels not computed"}
@@ -310,6 +341,7 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
         for r, s in zip(rows, torch.as_tensor(v).reshape(-1).tolist(), strict=True):
             r[f"score_{k}"] = s
 
+    summary["approximate"] = approximate
     c = collapse(cands, metric=collapse_metric, window=window)
     summary["collapse"] = {"metric": c.metric, "threshold": c.threshold,
                            "fraction_pairs": _finite(c.fraction_pairs),
@@ -391,7 +423,7 @@ def _margins(bundle, x_model: Tensor, y: Tensor) -> Tensor | None:
 
 def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "partition", "noise", "heldout"),
                  data_dir: str | Path | None = None, metric: str = "ssim", prefilter: str | None = "lncc",
-                 top_k: int = 32, window: str = "gaussian",
+                 top_k: int = 32, exact_up_to: int = EXACT_UP_TO, window: str = "gaussian",
                  thresholds: Sequence[float] = DEFAULT_THRESHOLDS, assignment: str = "greedy",
                  seed: int = 0, allow_incomplete: bool = False, write: bool = True,
                  grid_max: int = 64, progress: bool = True) -> dict[str, Any]:
@@ -403,10 +435,11 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
             (from the model's data spec) and ``noise`` (uniform images in
             ``[0, 1]``, as many as training images, seeded by ``seed``).
         data_dir: Data folder for :func:`datarecon.data.load_task`.
-        metric, prefilter, top_k, window, thresholds, assignment: See
+        metric, prefilter, top_k, exact_up_to, window, thresholds, assignment: See
             :func:`evaluate_candidates`.
         seed: Seed of the noise reference set and the noise baselines.
-        allow_incomplete: Evaluate runs whose status is not ``complete``.
+        allow_incomplete: Evaluate runs that did not finish (status other than ``complete`` or
+            ``stopped-early``: ``running``, ``diverged``).
         write: Write ``metrics.json``, ``candidates.csv`` and ``neighbours.safetensors``.
         grid_max: Candidates stored for the report's neighbour grids.
         progress: Show progress bars.
@@ -428,13 +461,18 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
         raise DataReconError(f"unknown reference set(s) {bad}; valid names: {', '.join(valid)}")
     if not run_dir.is_dir():
         raise CheckpointError(f"run directory {run_dir} not found; run an attack with `datarecon reconstruct`")
+    if (run_dir / "model.json").is_file() and not (run_dir / "run.json").is_file():
+        raise CheckpointError(f"{run_dir} is a model directory, not a run directory; attack it with `datarecon "
+                              f"reconstruct --model {run_dir} --out RUN` and evaluate RUN")
     for name in ("run.json", "candidates.safetensors"):
         if not (run_dir / name).is_file():
-            raise CheckpointError(f"{run_dir} is incomplete: {name} is missing; finish or --resume the run")
+            raise CheckpointError(f"{run_dir} is incomplete: {name} is missing; finish the run (`datarecon "
+                                  "reconstruct ... --resume`) or evaluate another run directory")
     meta = read_json(run_dir / "run.json")
     status = meta.get("status", "complete")
-    if status != "complete" and not allow_incomplete:
-        raise DataReconError(f"run {run_dir} has status {status!r}; finish it (--resume) or pass allow_incomplete")
+    if status not in EVALUABLE and not allow_incomplete:
+        raise DataReconError(f"run {run_dir} has status {status!r}; finish it (`datarecon reconstruct ... --resume`) "
+                             "or pass --allow-incomplete (allow_incomplete=True in Python)")
     tensors = load_tensors(run_dir / "candidates.safetensors")
     if "x" not in tensors:
         raise CheckpointError(f"{run_dir / 'candidates.safetensors'} has no 'x' tensor; re-create the run")
@@ -466,7 +504,7 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
     margins = _margins(bundle, norm.to_model(task.train.x), task.train.y) if "train" in refs else None
     ev = evaluate_candidates(
         display, tensors.get("labels"), scores, references=refs, metric=metric, prefilter=prefilter,
-        top_k=top_k, window=window, thresholds=thresholds, assignment=assignment,
+        top_k=top_k, exact_up_to=exact_up_to, window=window, thresholds=thresholds, assignment=assignment,
         multipliers=tensors.get("multipliers"), margins=margins,
         generator=torch.Generator().manual_seed(seed), progress=progress,
     )

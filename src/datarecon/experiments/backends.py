@@ -19,7 +19,10 @@ resubmits without counting an attempt.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
 from concurrent.futures import wait as futures_wait
@@ -142,6 +145,31 @@ def _call(fn: WorkerFn, payload: dict[str, Any]) -> dict[str, Any]:
     return fn(payload)
 
 
+#: exit code of a pool worker that stopped because its driver died
+ORPHANED_EXIT = 75
+#: seconds between a pool worker's checks that its driver is alive
+PARENT_POLL_S = 0.5
+
+
+def _exit_when_orphaned(driver_pid: int, poll_s: float) -> None:
+    while True:
+        time.sleep(poll_s)
+        if os.getppid() != driver_pid:  # re-parented: the driver is gone (SIGKILL, OOM killer, ...)
+            os._exit(ORPHANED_EXIT)
+
+
+def watch_driver(driver_pid: int, poll_s: float = PARENT_POLL_S) -> None:
+    """Pool-worker initialiser: exit at once when the driver process dies.
+
+    Without it, workers of a killed driver finish their task, keep writing run files nobody books
+    and then block forever. A daemon thread polls the parent pid; on the driver's death the worker
+    exits within ``poll_s`` seconds. Its run keeps its last checkpoint (writes are atomic), so
+    rerunning the sweep resumes it bit-identically.
+    """
+    threading.Thread(target=_exit_when_orphaned, args=(driver_pid, poll_s), daemon=True,
+                     name="datarecon-watch-driver").start()
+
+
 def _exception_outcome(task: Task, exc: BaseException) -> Outcome:
     retryable = not isinstance(exc, DataReconError)
     first = (str(exc).splitlines() or [""])[0]
@@ -179,7 +207,8 @@ class LocalBackend(Backend):
             self._pool = self._new_pool()
 
     def _new_pool(self) -> ProcessPoolExecutor:
-        kwargs: dict[str, Any] = {"max_workers": self.capacity, "mp_context": multiprocessing.get_context("spawn")}
+        kwargs: dict[str, Any] = {"max_workers": self.capacity, "mp_context": multiprocessing.get_context("spawn"),
+                                  "initializer": watch_driver, "initargs": (os.getpid(),)}
         if self.max_tasks_per_child is not None:
             kwargs["max_tasks_per_child"] = self.max_tasks_per_child
         return ProcessPoolExecutor(**kwargs)
@@ -411,4 +440,4 @@ class RayBackend(Backend):
 
 
 __all__ = ["BACKENDS", "Backend", "LocalBackend", "Outcome", "RayBackend", "Task", "claim_pid", "import_ray",
-           "make_backend"]
+           "make_backend", "watch_driver"]

@@ -31,7 +31,7 @@ from datarecon.training.optim import SCHEDULES
 class DemoConfig(BaseModel):
     """Settings of the demo (defaults finish in about a minute on 2 CPU cores)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     # 10 per side: at 20 per side one held-out digit is a near copy of a training digit (SSIM 0.94), so
     # the null-calibrated threshold is 0.94 and the claim shrinks to 3 of 40 (null 2); at 10 per side

@@ -164,19 +164,22 @@ def reconstruct(model_dir: str | Path, *, out: str | Path, method: str = "kkt",
                 config: Mapping[str, Any] | BaseModel | None = None, steps: int | None = None,
                 init: str = "gaussian", init_params: Mapping[str, Any] | None = None,
                 candidates: int | None = None, seed: int = 0, device: str | torch.device = "cpu",
-                data_dir: str | Path | None = None, resume: bool = False, progress: bool = True,
-                checkpoint_every: int = 100, log_every: int = 10, early_stop_patience: int = 0,
+                data_dir: str | Path | None = None, resume: bool = False, overwrite: bool = False,
+                progress: bool = True, checkpoint_every: int = 100, log_every: int = 10, early_stop_patience: int = 0,
                 early_stop_tol: float = 1e-3, hooks: Sequence[Any] = (), sources: Any = None,
                 record: Mapping[str, Any] | None = None, raise_on_divergence: bool = False) -> Reconstruction:
     """Run ``method`` on ``model_dir`` into the run directory ``out``.
 
     Args:
         model_dir: the target's model directory.
-        out: run directory (created; resumed with ``resume=True``).
+        out: run directory (created; resumed with ``resume=True``). An existing non-empty ``out`` is
+            refused unless ``resume`` or ``overwrite``; ``overwrite`` replaces only a run directory
+            (:mod:`datarecon.utils.outdir`), and only after the model and settings were accepted.
         method: attack name (``kkt``, ``decoreco``, ``gradnorm``, ``bilevel``).
         config: the method's config fields (mapping or config object); ``steps`` overrides.
         init, init_params, candidates, seed, device, data_dir, sources: see :func:`prepare_attack`.
         resume: continue from ``out/checkpoint`` (bit-identical on CPU).
+        overwrite: replace an existing run directory ``out``.
         progress: show a progress bar with the loss terms.
         checkpoint_every, log_every: checkpoint and history periods (steps).
         early_stop_patience, early_stop_tol: stop on a plateau of the relative stationarity residual
@@ -190,12 +193,18 @@ def reconstruct(model_dir: str | Path, *, out: str | Path, method: str = "kkt",
     """
     from datarecon.attacks.runner import run_attack
     from datarecon.attacks.selection import ResidualPlateau
+    from datarecon.utils.outdir import check_out_dir, clear_out_dir
 
+    if overwrite and resume:
+        raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
+    clear = check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)
     cfg = method_config(method, config, steps=steps)
     dtype = DTYPES[getattr(cfg, "dtype", None) or "float64"]
     setup = prepare_attack(model_dir, init=init, init_params=init_params, candidates=candidates, seed=seed,
                            dtype=dtype, device=device, data_dir=data_dir, sources=sources)
     attack = make_attack(method, cfg)
+    if clear:  # only now: a bad model or setting leaves the old run untouched
+        clear_out_dir(out, kind="run")
     early = (ResidualPlateau(key="rel_residual", patience=early_stop_patience, rel_tol=early_stop_tol)
              if early_stop_patience > 0 else None)
     rec_meta = {**setup.record, "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol},

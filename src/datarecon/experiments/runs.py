@@ -10,10 +10,39 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from datarecon.attacks.base import ATTACKS, Reconstruction
+from datarecon.errors import DataReconError
+
+#: ``datarecon reconstruct`` options whose sweep field is not ``attack.<name>``
+SWEEP_FIELDS = {"--candidates": "candidates", "--steps": "steps", "--dtype": "dtype", "--seed": "seed",
+                "--init": "init.name", "--init-count": "init.count", "--init-scale": "init.scale",
+                "--mix-l1": "init.l1", "--mix-l2": "init.l2", "--mix-noise": "init.noise"}
+_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
+
+
+def sweep_field(flag: str) -> str:
+    """The sweep-file field of a ``datarecon reconstruct`` option (``--lr-x`` → ``attack.lr_x``)."""
+    return SWEEP_FIELDS.get(flag, "attack." + flag[2:].replace("-", "_"))
+
+
+def sweep_message(message: str) -> str:
+    """An error message of the reconstruction API with its command-line options named as sweep fields."""
+    return _FLAG.sub(lambda m: sweep_field(m.group(0)), message.replace("pass --", "set --"))
+
+
+@contextmanager
+def in_sweep_terms(spec: Any):
+    """Re-raise a :class:`DataReconError` of one sweep run naming the run and its sweep fields, not CLI flags."""
+    try:
+        yield
+    except DataReconError as exc:
+        params = f" {spec.params}" if getattr(spec, "params", None) else ""
+        raise type(exc)(f"sweep run {spec.index}{params}: {sweep_message(str(exc))} in the sweep file") from None
 
 
 def load_attack_modules() -> None:
@@ -46,9 +75,10 @@ def validate_spec(spec: Any) -> None:
     from datarecon.attacks.init import init_params
     from datarecon.experiments.reconstruct import method_config
 
-    method_config(spec.method, attack_fields(spec))
-    init = dict(spec.init)
-    init_params(init.pop("name"), **init)
+    with in_sweep_terms(spec):
+        method_config(spec.method, attack_fields(spec))
+        init = dict(spec.init)
+        init_params(init.pop("name"), **init)
 
 
 def run_from_spec(spec: Any, *, out: str | Path, resume: bool = True, progress: bool = False,
@@ -78,7 +108,8 @@ def run_from_spec(spec: Any, *, out: str | Path, resume: bool = True, progress: 
         spec = RunSpec.model_validate(spec)
     init = dict(spec.init)
     init_name = init.pop("name")
-    return reconstruct(spec.model_dir, out=out, method=spec.method, config=attack_fields(spec), init=init_name,
-                       init_params=init, candidates=spec.candidates, seed=spec.seed, device=spec.device,
-                       data_dir=data_dir, resume=resume, progress=progress, checkpoint_every=checkpoint_every,
-                       log_every=log_every, hooks=list(hooks), record={"sweep_params": spec.params})
+    with in_sweep_terms(spec):
+        return reconstruct(spec.model_dir, out=out, method=spec.method, config=attack_fields(spec), init=init_name,
+                           init_params=init, candidates=spec.candidates, seed=spec.seed, device=spec.device,
+                           data_dir=data_dir, resume=resume, progress=progress, checkpoint_every=checkpoint_every,
+                           log_every=log_every, hooks=list(hooks), record={"sweep_params": spec.params})

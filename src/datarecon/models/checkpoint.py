@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
-from datarecon.errors import CheckpointError
-from datarecon.models.spec import ArchSpec, build_model
+from datarecon.errors import CheckpointError, DataReconError
+from datarecon.models.spec import ArchSpec, build_model, parameter_shapes
 from datarecon.utils.io import (
     atomic_write_json,
     config_hash,
@@ -37,6 +38,30 @@ FORMAT = "datarecon-model/1"
 
 
 WEIGHTS, EXTRAS, META = "weights.safetensors", "extras.safetensors", "model.json"
+
+
+def _known_loss(name: str) -> str:
+    from datarecon.training.losses import LOSSES
+
+    LOSSES.get(name)  # unknown: DataReconError listing the registered losses
+    return name
+
+
+class ModelMeta(BaseModel):
+    """The fields of ``model.json`` that loading relies on, validated before anything is built.
+
+    Other fields (training config, metrics, versions, ...) are kept as they are.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
+
+    format: Literal["datarecon-model/1"]
+    arch: ArchSpec
+    loss: Annotated[str, AfterValidator(_known_loss)]
+    weight_decay: float = Field(ge=0)
+    data: dict[str, Any] = Field(default_factory=dict)
+    normalisation: Literal["unit", "unit-minus-mean"] = "unit"
+    sha256: dict[str, str] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -113,10 +138,61 @@ def read_model_meta(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"model directory {path} not found; train one with `datarecon train --out {path}`")
+    if not (path / META).is_file() and (path / "run.json").is_file():
+        raise CheckpointError(f"{path} is a run directory, not a model directory; pass the --model the run "
+                              "attacked (its run.json names it)")
     meta = read_json(path / META)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path / META} is not a datarecon model file (expected format {FORMAT!r})")
+    validate_meta(meta, where=path / META)
     return meta
+
+
+def validate_meta(meta: dict[str, Any], *, where: Path | str = META) -> ModelMeta:
+    """Check the fields of ``model.json`` (types, ranges, registered names) without building anything.
+
+    Raises:
+        CheckpointError: one line naming each bad field.
+    """
+    try:
+        return ModelMeta.model_validate(meta)
+    except ValidationError as exc:
+        bad = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors())
+        raise CheckpointError(f"{where} is invalid ({bad}); re-train the model or restore the file") from None
+    except DataReconError as exc:  # an unknown registered name (loss, architecture)
+        raise CheckpointError(f"{where} is invalid ({exc}); re-train the model or restore the file") from None
+
+
+def _check_weights(path: Path, weights: dict[str, torch.Tensor], arch: ArchSpec) -> None:
+    """The weights fit ``arch`` (compared before building it) and are finite floats."""
+    expected = parameter_shapes(arch)
+    found = {k: tuple(v.shape) for k, v in weights.items()}
+    if expected != found:
+        raise CheckpointError(
+            f"{path / WEIGHTS} does not fit architecture {arch.name} (expected {expected}, found {found})"
+        )
+    for name, t in weights.items():
+        if not t.dtype.is_floating_point:
+            raise CheckpointError(f"{path / WEIGHTS} holds non-float weights ({name}: {t.dtype}); re-train the model")
+        if not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"{path / WEIGHTS} holds NaN or infinite values in {name}; the model is "
+                                  "unusable: re-train it or restore the file")
+
+
+def _check_extras(path: Path, extras: dict[str, torch.Tensor], arch: ArchSpec) -> None:
+    """``input_mean`` of the input shape, finite; index tensors are 1-D integers."""
+    mean = extras.get("input_mean")
+    if mean is None:
+        raise CheckpointError(f"{path / EXTRAS} has no input_mean; re-train the model or restore the file")
+    if tuple(mean.shape) != tuple(arch.input_shape) or not mean.dtype.is_floating_point:
+        raise CheckpointError(f"{path / EXTRAS}: input_mean has shape {tuple(mean.shape)} ({mean.dtype}), expected "
+                              f"floats of the input shape {tuple(arch.input_shape)}; re-train the model")
+    if not bool(torch.isfinite(mean).all()):
+        raise CheckpointError(f"{path / EXTRAS}: input_mean holds NaN or infinite values; re-train the model")
+    for name, t in extras.items():
+        if name.endswith("_indices") and (t.dim() != 1 or t.dtype.is_floating_point):
+            raise CheckpointError(f"{path / EXTRAS}: {name} must be 1-D integers, got {tuple(t.shape)} {t.dtype}; "
+                                  "re-train the model")
 
 
 def load_model_dir(path: str | Path, *, device: str | torch.device = "cpu",
@@ -143,20 +219,18 @@ def load_model_dir(path: str | Path, *, device: str | torch.device = "cpu",
             )
     weights = load_tensors(path / WEIGHTS)
     extras = load_tensors(path / EXTRAS)
+    checked = validate_meta(meta, where=path / META)
+    arch = checked.arch
+    _check_weights(path, weights, arch)  # before build_model: a spec of petabytes is refused here
+    _check_extras(path, extras, arch)
+    dtypes = {t.dtype for t in weights.values()}
+    if len(dtypes) > 1:
+        raise CheckpointError(f"{path / WEIGHTS} mixes dtypes {sorted(map(str, dtypes))}; re-train the model")
+    saved_dtype = dtypes.pop() if dtypes else torch.float32
     try:
-        arch = ArchSpec.model_validate(meta["arch"])
-    except Exception as exc:
-        raise CheckpointError(f"{path / META} has an invalid architecture spec ({exc})") from None
-    saved_dtype = next(iter(weights.values())).dtype if weights else torch.float32
-    if not saved_dtype.is_floating_point:
-        raise CheckpointError(f"{path / WEIGHTS} holds non-float weights ({saved_dtype}); re-train the model")
-    model = build_model(arch, dtype=saved_dtype)
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    found = {k: tuple(v.shape) for k, v in weights.items()}
-    if expected != found:
-        raise CheckpointError(
-            f"{path / WEIGHTS} does not fit architecture {arch.name} (expected {expected}, found {found})"
-        )
+        model = build_model(arch, dtype=saved_dtype)
+    except DataReconError as exc:
+        raise CheckpointError(f"{path / META}: {exc}") from None
     model.load_state_dict(weights)
     if dtype is not None:
         model = model.to(dtype)
@@ -167,7 +241,7 @@ def load_model_dir(path: str | Path, *, device: str | torch.device = "cpu",
     indices = {k[: -len("_indices")]: v for k, v in extras.items() if k.endswith("_indices")}
     other = {k: v for k, v in extras.items() if not k.endswith("_indices") and k != "input_mean"}
     return ModelBundle(
-        model=model, params=params, arch=arch, loss=meta["loss"], weight_decay=float(meta["weight_decay"]),
-        data=meta.get("data", {}), normalisation=meta.get("normalisation", "unit"),
+        model=model, params=params, arch=arch, loss=checked.loss, weight_decay=checked.weight_decay,
+        data=checked.data, normalisation=checked.normalisation,
         input_mean=extras["input_mean"], indices=indices, meta=meta, path=path, extras=other,
     )

@@ -35,7 +35,7 @@ class ArchSpec(BaseModel):
         init_scale: std of the first layer's N(0, 1) weights; ``None``: PyTorch's default init.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = "mlp"
     input_shape: tuple[int, ...] = (1, 8, 8)
@@ -48,6 +48,20 @@ class ArchSpec(BaseModel):
     @classmethod
     def _known(cls, v: str) -> str:
         ARCHITECTURES.get(v)  # raises DataReconError listing valid names
+        return v
+
+    @field_validator("input_shape")
+    @classmethod
+    def _shape(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or any(d < 1 for d in v):
+            raise ValueError(f"input_shape must be positive sizes like [1, 28, 28], got {list(v)}")
+        return v
+
+    @field_validator("hidden")
+    @classmethod
+    def _widths(cls, v: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if v is not None and any(h < 1 for h in v):
+            raise ValueError(f"hidden widths must be positive, got {list(v)}")
         return v
 
     @property
@@ -120,6 +134,19 @@ def _init_linear(lin: nn.Linear, *, generator: torch.Generator | None) -> None:
         lin.weight.uniform_(-bound, bound, generator=generator)
         if lin.bias is not None:
             lin.bias.uniform_(-bound, bound, generator=generator)
+
+
+def parameter_shapes(spec: ArchSpec) -> dict[str, tuple[int, ...]]:
+    """The state-dict names and shapes :func:`build_model` gives ``spec``, computed without building it
+    (so a spec can be checked against a weights file before any memory is allocated)."""
+    widths = [spec.input_dim, *spec.resolved_hidden(), spec.num_outputs]
+    shapes: dict[str, tuple[int, ...]] = {}
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        layer = 1 + 2 * i  # Sequential(Flatten, Linear, ReLU, Linear, ...)
+        shapes[f"{layer}.weight"] = (b, a)
+        if spec.bias:
+            shapes[f"{layer}.bias"] = (b,)
+    return shapes
 
 
 def count_parameters(spec: ArchSpec) -> int:

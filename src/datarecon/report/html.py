@@ -364,6 +364,11 @@ def _privacy_card(m: Mapping[str, Any]) -> Card:
         which = "fakes" if not n_fake else "real candidates"
         return Card("Can the attacker tell real from fake?", rows,
                     lead=f"not measurable: 0 {which} (the AUC needs both classes)", status="warn")
+    least = priv.get("min_class_size")
+    if least and min(n_real, n_fake) < least:
+        return Card("Can the attacker tell real from fake?", rows,
+                    lead=f"not measurable: fewer than {least} of a class (an AUC from so few is luck)",
+                    status="warn")
     best = None
     for name, v in (priv.get("scores") or {}).items():
         auc, ci = _num(v.get("auc")), v.get("auc_ci_95")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
 from datarecon.training.losses import LOSSES
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
 from datarecon.utils.io import atomic_write_text, config_hash
+from datarecon.utils.outdir import check_out_dir, clear_out_dir
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 CHECKPOINT_DIR = "checkpoint"
@@ -56,7 +56,7 @@ class ArchConfig(BaseModel):
         init_scale: std of the first layer's N(0,1) weights (Haim: 1e-4); None: PyTorch default.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: Annotated[str, registered(ARCHITECTURES)] = "mlp"
     hidden: tuple[int, ...] | None = None
@@ -80,7 +80,7 @@ class ArchConfig(BaseModel):
 class StopConfig(BaseModel):
     """Early stops (see :class:`datarecon.training.fit.StopRule`); all off by default."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     loss_threshold: float | None = Field(default=None, gt=0)
     zero_error: bool = False
@@ -149,7 +149,7 @@ class TrainConfig(BaseModel):
         kkt_score: record the KKT-regime score in the model card (not hashed: it changes no weight).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     data: DataSpec
     arch: ArchConfig = ArchConfig()
@@ -238,17 +238,6 @@ class TrainResult:
     config: TrainConfig
 
 
-def _check_out(out: Path, *, overwrite: bool, resume: bool) -> bool:
-    """Whether ``out`` must be emptied first; refuses an existing directory without overwrite/resume."""
-    if out.exists() and not out.is_dir():
-        raise DataReconError(f"output path {out} is a file; choose a directory for --out")
-    if out.exists() and any(out.iterdir()) and not resume:
-        if not overwrite:
-            raise DataReconError(f"output directory {out} exists; pass --overwrite to replace it or choose another --out")
-        return True
-    return False
-
-
 def _device(name: str) -> torch.device:
     try:
         dev = torch.device(name)
@@ -283,10 +272,10 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
     out = Path(out)
     device = _device(config.device)
     dtype = DTYPES[config.dtype]
-    clear = _check_out(out, overwrite=overwrite, resume=resume)
+    clear = check_out_dir(out, kind="model", overwrite=overwrite, resume=resume)
     task = load_task(config.data, data_dir=data_dir)  # before touching out: bad data leaves no folder
     if clear:
-        shutil.rmtree(out)
+        clear_out_dir(out, kind="model")
     out.mkdir(parents=True, exist_ok=True)
     arch = config.arch_spec()
     gen = torch.Generator().manual_seed(config.seed)

@@ -14,6 +14,7 @@ JSON files are standard JSON: undefined or non-finite numbers (NaN, ±inf) are w
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import io
 import json
@@ -28,7 +29,17 @@ import torch
 from safetensors.torch import load as _st_load
 from safetensors.torch import save as _st_save
 
-from datarecon.errors import CheckpointError
+from datarecon.errors import CheckpointError, DiskFullError
+
+#: errno values of a full disk or exhausted quota
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_message(path: str | os.PathLike | None) -> str:
+    """One line for a write that failed on a full disk: which file, and that the old file is intact."""
+    where = f"writing {path}" if path else "writing a file"
+    return (f"no space left on device {where}; files are replaced atomically, so the previous version "
+            "(and the last checkpoint) is intact: free some space and rerun with --resume")
 
 
 def current_umask() -> int:
@@ -49,11 +60,16 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (temp file + fsync + rename).
 
     The file's mode is ``0o666 & ~umask``, as for a file created with ``open``.
+
+    Raises:
+        DiskFullError: the disk (or quota) is full; ``path`` keeps its previous content and the
+            temporary file is removed.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         if hasattr(os, "fchmod"):
             os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as fh:
@@ -61,11 +77,14 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+    except BaseException as exc:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+            raise DiskFullError(disk_full_message(path)) from None
         raise
 
 
@@ -166,6 +185,9 @@ def save_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor],
 def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """Load a safetensors file. Never unpickles: a pickle or torch.save file is refused.
 
+    Returns:
+        name -> tensor, in sorted name order (the same in every process).
+
     Raises:
         CheckpointError: missing, pickled, truncated or corrupt file.
     """
@@ -179,9 +201,12 @@ def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
             "(pickles can execute code). Convert it with safetensors.torch.save_file"
         )
     try:
-        return dict(_st_load(raw))
+        tensors = _st_load(raw)
     except Exception as exc:  # safetensors raises its own error types
         raise CheckpointError(f"{path} is not a valid safetensors file ({exc}); re-create it") from None
+    # safetensors hands the tensors back in a per-process hash order: sort them, so everything
+    # derived from the key order (CSV columns, score lists) is the same in every process
+    return {k: tensors[k] for k in sorted(tensors)}
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -196,6 +221,20 @@ def sha256_file(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+#: JSON fields that hold wall-clock times or timestamps. Everything else datarecon writes is
+#: byte-reproducible from its inputs (docs/RELIABILITY.md); these fields are where time goes.
+TIMING_FIELDS = ("wall_time_s", "task_time_s", "finished_at", "created", "updated")
+
+
+def strip_timing(obj: Any) -> Any:
+    """``obj`` (parsed JSON) without the :data:`TIMING_FIELDS`, at any depth (for comparing artefacts)."""
+    if isinstance(obj, dict):
+        return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING_FIELDS}
+    if isinstance(obj, list):
+        return [strip_timing(v) for v in obj]
+    return obj
 
 
 def config_hash(obj: Any) -> str:

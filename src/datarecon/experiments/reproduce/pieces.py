@@ -222,23 +222,23 @@ def check_manifest(out: Path, *, name: str, config_hash_: str, overwrite: bool) 
     """Refuse to mix two configurations in one output folder.
 
     ``OUT/reproduction.json`` names the reproduction and its config hash. A folder written by
-    another reproduction or config is refused unless ``overwrite`` (then it is emptied).
+    another reproduction or config is refused unless ``overwrite`` (then it is emptied); a folder
+    without a manifest (not a reproduction) is never emptied (:mod:`datarecon.utils.outdir`).
 
     Raises:
         DataReconError: ``out`` holds another reproduction/config, or unrelated files.
     """
+    from datarecon.utils.outdir import check_out_dir, clear_out_dir
+
     manifest = out / MANIFEST
-    if out.exists() and not out.is_dir():
-        raise DataReconError(f"--out {out} is a file; choose a directory")
-    if out.is_dir() and any(out.iterdir()):
-        same = False
-        if manifest.is_file():
-            m = read_json(manifest)
-            same = m.get("name") == name and m.get("config_hash") == config_hash_
-        if not same:
-            if not overwrite:
-                what = (f"another configuration ({read_json(manifest).get('name')}, hash "
-                        f"{read_json(manifest).get('config_hash')})" if manifest.is_file() else "other files")
-                raise DataReconError(f"{out} holds {what}; pass --overwrite to replace it or choose another --out")
-            shutil.rmtree(out)
+    same = False
+    if manifest.is_file():
+        m = read_json(manifest)
+        same = m.get("name") == name and m.get("config_hash") == config_hash_
+    if out.is_dir() and any(out.iterdir()) and not same and not overwrite and manifest.is_file():
+        m = read_json(manifest)
+        raise DataReconError(f"{out} holds another configuration ({m.get('name')}, hash {m.get('config_hash')}); "
+                             "pass --overwrite to replace it or choose another --out")
+    if check_out_dir(out, kind="reproduction", overwrite=overwrite, resume=same):
+        clear_out_dir(out, kind="reproduction")
     out.mkdir(parents=True, exist_ok=True)

@@ -97,7 +97,7 @@ class Dist(BaseModel):
         values: the options of ``choice``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     dist: Annotated[str, registered(DISTRIBUTIONS)]
     low: float | None = None
@@ -149,7 +149,7 @@ class SearchSpace(BaseModel):
             default: the sweep's ``seed``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     grid: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
     random: dict[str, Dist] = Field(default_factory=dict)
@@ -192,7 +192,7 @@ class SearchSpace(BaseModel):
 class Resources(BaseModel):
     """Per-run resources (used by the Ray backend; ``num_cpus`` also sets torch's threads)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     num_cpus: float = Field(default=1.0, gt=0)
     num_gpus: float = Field(default=0.0, ge=0)
@@ -207,7 +207,7 @@ class Selection(BaseModel):
         mode: ``min`` or ``max``; ``None``: the direction registered with the criterion.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     criterion: str = "relative_residual"
     mode: Literal["min", "max"] | None = None
@@ -234,7 +234,7 @@ class SweepConfig(BaseModel):
         name: a label stored with the sweep.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     model_dir: str
     method: str = "kkt"
@@ -271,7 +271,7 @@ class RunSpec(BaseModel):
         index: position in the sweep's expansion order.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     model_dir: str
     method: str

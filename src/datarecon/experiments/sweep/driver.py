@@ -142,6 +142,49 @@ def _faults() -> dict[int, dict[str, int]]:
     return {int(k): v for k, v in json.loads(text).items()}
 
 
+def check_store_dir(out: Path) -> None:
+    """Refuse a ``--out`` that is a file, another datarecon artefact or a non-empty foreign folder
+    (a sweep writes a results store, and a rerun into the same store resumes it).
+
+    Raises:
+        DataReconError: one line naming the problem.
+    """
+    from datarecon.utils.outdir import ARTEFACTS, check_out_dir
+
+    check_out_dir(out, kind="store", resume=True)
+    kind = ARTEFACTS.get("store")
+    if out.is_dir() and any(out.iterdir()) and not kind.recognises(out):
+        foreign = kind.foreign(out)
+        held = f" (it holds {foreign[0]!r})" if foreign else ""
+        raise DataReconError(f"--out {out} is not a results store{held}; choose a new or empty folder for the sweep")
+
+
+def read_task(run_dir: Path) -> dict[str, Any] | None:
+    """The driver's record ``task.json`` of a run (None when absent or unreadable)."""
+    path = run_dir / TASK_FILE
+    if not path.is_file():
+        return None
+    try:
+        task = read_json(path)
+    except DataReconError:
+        return None
+    return task if isinstance(task, dict) else None
+
+
+def next_attempt(task: dict[str, Any] | None) -> int:
+    """The attempt index to submit next for an unfinished run, from its record: counts survive a
+    driver restart. An attempt still marked ``running`` was cut short by the driver's own death
+    (not the run's fault) and is continued under the same index; after a failure the count moves on,
+    so a rerun gives a failed run one more attempt."""
+    if not task:
+        return 0
+    try:
+        started = int(task.get("attempts") or 0)
+    except (TypeError, ValueError):
+        return 0
+    return max(0, started - 1) if task.get("status") == "running" else max(0, started)
+
+
 def is_finished(run_dir: Path) -> bool:
     path = run_dir / "run.json"
     if not path.is_file():
@@ -173,6 +216,7 @@ def run_sweep(config: SweepConfig, out: str | Path, *, backend: str = "local", w
     """
     t0 = time.perf_counter()
     out = Path(out)
+    check_store_dir(out)
     store = Store(out)
     sweep_id, runs = plan(config, out)
     criterion = config.selection.criterion
@@ -190,14 +234,19 @@ def run_sweep(config: SweepConfig, out: str | Path, *, backend: str = "local", w
 
     todo: deque[PlannedRun] = deque()
     finished_rows = []
+    attempts: dict[str, int] = {}
     for r in runs:
+        task = read_task(r.run_dir)
         if is_finished(r.run_dir):
             result.skipped += 1
+            if task is not None and task.get("status") == "running":  # finished, never booked
+                atomic_write_json(r.run_dir / TASK_FILE, {**task, "status": "done"})
             row = row_from_dir(r.run_dir, root=out)
             if row is not None:
                 finished_rows.append(row)
                 note_best(r.key, row)
         else:
+            attempts[r.key] = next_attempt(task)
             todo.append(r)
     store.upsert_runs(finished_rows)
 
@@ -208,11 +257,11 @@ def run_sweep(config: SweepConfig, out: str | Path, *, backend: str = "local", w
     elif ray_address:
         raise DataReconError("--ray-address needs --backend ray")
     by_key = {r.key: r for r in runs}
-    attempts: dict[str, int] = {}
 
     def record(r: PlannedRun, *, status: str, attempt: int, error: str | None = None) -> None:
+        # attempts = attempts started so far (this one included); cumulative over driver restarts
         atomic_write_json(r.run_dir / TASK_FILE, {
-            "key": r.key, "sweep_id": sweep_id, "status": status, "attempts": attempt, "error": error,
+            "key": r.key, "sweep_id": sweep_id, "status": status, "attempts": attempt + 1, "error": error,
             "spec": r.spec.model_dump(mode="json"), "updated": time.time()})
 
     bar = tqdm(total=len(runs), initial=result.skipped, desc="sweep", unit="run", disable=not progress,
@@ -258,7 +307,7 @@ def _handle(oc: Outcome, r: PlannedRun, *, config: SweepConfig, attempts: dict[s
     """Book an outcome: index a finished run, resubmit a crashed one, or record it as failed."""
     attempt = oc.task.attempt
     if oc.ok:
-        record(r, status="done", attempt=attempt + 1)
+        record(r, status="done", attempt=attempt)
         result.completed += 1
         note_best(r.key, oc.result)
     elif not oc.charged:
@@ -270,7 +319,7 @@ def _handle(oc: Outcome, r: PlannedRun, *, config: SweepConfig, attempts: dict[s
         submit(r, attempt + 1)
         return
     else:
-        record(r, status="failed", attempt=attempt + 1, error=oc.error)
+        record(r, status="failed", attempt=attempt, error=oc.error)
         result.failed += 1
         result.failures[r.key] = oc.error or "failed"
     row = row_from_dir(r.run_dir, root=out)

@@ -1,0 +1,291 @@
+"""Bad input, table-driven: every case exits 2 with one ``error:`` line, no traceback, and changes
+nothing outside the command's own output folder (and, where the command is refused, not even that).
+
+Each case builds its input in a fresh workspace (copies of a pristine model directory and of a
+finished run, tampered as the case needs), snapshots every file of the workspace, runs the command
+in-process and compares the snapshot afterwards.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from datarecon.cli.main import main
+from datarecon.utils.io import load_tensors, save_tensors, sha256_file
+
+TRAIN = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "5", "--hidden", "4", "--no-bias",
+         "--epochs", "2", "--no-progress"]
+
+
+def _model(out: Path, seed: int) -> Path:
+    from datarecon.data import DataSpec, load_task
+    from datarecon.models.checkpoint import save_model_dir
+    from datarecon.models.spec import ArchSpec, build_model
+
+    spec = DataSpec(dataset="digits", task="odd-even", n_per_class=5, n_partition_per_class=5, n_heldout_per_class=5)
+    task = load_task(spec)
+    arch = ArchSpec(name="mlp", input_shape=(1, 8, 8), hidden=(8,), bias=False, init_scale=1e-2)
+    model = build_model(arch, generator=torch.Generator().manual_seed(seed))
+    save_model_dir(out, model=model, arch=arch, loss="logistic", weight_decay=0.0, data=spec.model_dump(mode="json"),
+                   normalisation=spec.normalisation, input_mean=task.normalisation.mean,
+                   indices={"train": task.train.indices, "partition": task.partition.indices,
+                            "heldout": task.heldout.indices}, training={}, seed=seed)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> dict[str, Path]:
+    """Two model directories (different weights, same architecture) and a finished 3-step kkt run on the first."""
+    root = tmp_path_factory.mktemp("pristine")
+    a, b = _model(root / "model", 0), _model(root / "other-model", 1)
+    assert main(["reconstruct", "--no-progress", "--model", str(a), "--steps", "3", "--candidates", "4",
+                 "--out", str(root / "run")]) == 0
+    return {"model": a, "other": b, "run": root / "run"}
+
+
+@dataclass
+class Workspace:
+    """A scratch folder with fresh copies of the pristine artefacts."""
+
+    root: Path
+    model: Path
+    other: Path
+    run: Path
+
+    def edit_meta(self, change: Callable[[dict], None]) -> Path:
+        meta = json.loads((self.model / "model.json").read_text())
+        change(meta)
+        (self.model / "model.json").write_text(json.dumps(meta))
+        return self.model
+
+    def rewrite(self, name: str, data: bytes) -> Path:
+        """Replace a tensor file and record its new hash, as a careful tamperer would."""
+        (self.model / name).write_bytes(data)
+        self.edit_meta(lambda m: m["sha256"].__setitem__(name, sha256_file(self.model / name)))
+        return self.model
+
+    def tensors(self, name: str, change: Callable[[dict], None]) -> Path:
+        t = load_tensors(self.model / name)
+        change(t)
+        tmp = self.root / "t.safetensors"
+        save_tensors(tmp, t)
+        data = tmp.read_bytes()
+        tmp.unlink()
+        return self.rewrite(name, data)
+
+
+@dataclass(frozen=True)
+class Case:
+    """``argv(ws)`` builds the input and returns the command line; ``out(ws)`` is the one folder the
+    command may change (None: none); ``message`` must appear in the error line."""
+
+    argv: Callable[[Workspace], list[str]]
+    message: str
+    out: Callable[[Workspace], Path] | None = None
+    patch: Callable[[pytest.MonkeyPatch], None] | None = None
+
+
+def _rec(ws: Workspace, *args: str, model: Path | None = None, out: str = "new-run") -> list[str]:
+    return ["reconstruct", "--no-progress", "--model", str(model or ws.model), "--steps", "3", "--candidates", "4",
+            "--out", str(ws.root / out), *args]
+
+
+def _new_run(ws: Workspace) -> Path:
+    return ws.root / "new-run"
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def _foreign(ws: Workspace) -> Path:
+    (ws.root / "u" / "important").mkdir(parents=True, exist_ok=True)
+    (ws.root / "u" / "important" / "thesis.txt").write_text("years of work")
+    return ws.root / "u"
+
+
+def _pickle(ws: Workspace) -> Path:
+    import io
+
+    buf = io.BytesIO()
+    torch.save({"1.weight": torch.zeros(8, 64)}, buf)
+    return ws.rewrite("weights.safetensors", buf.getvalue())
+
+
+def _disk_full(mp: pytest.MonkeyPatch) -> None:
+    def fsync(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    mp.setattr("datarecon.utils.io.os.fsync", fsync)
+
+
+def _sweep(ws: Workspace, extra: str = "") -> Path:
+    return _write(ws.root / "sweep.yaml", f"model_dir: {ws.model}\nsteps: 2\ncandidates: 4\n{extra}")
+
+
+def _running(ws: Workspace) -> Path:
+    meta = json.loads((ws.run / "run.json").read_text())
+    (ws.run / "run.json").write_text(json.dumps({**meta, "status": "running"}))
+    return ws.run
+
+
+def _cwd_with_files(ws: Workspace) -> list[str]:
+    """``--out . --overwrite`` in a working directory that holds the user's files."""
+    (ws.root / "project").mkdir()
+    (ws.root / "project" / "notes.txt").write_text("mine")
+    os.chdir(ws.root / "project")  # the test's monkeypatch.chdir restores the original directory
+    return [*TRAIN, "--out", ".", "--overwrite"]
+
+
+CASES: dict[str, Case] = {
+    # -- tampered or broken model directories (reconstruct reads them) -------------------------------
+    "model-hidden-negative": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["arch"].update(hidden=[-5]))),
+                                  "hidden widths must be positive"),
+    "model-hidden-petabytes": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["arch"].update(hidden=[1e12]))),
+                                   "does not fit architecture mlp"),
+    "model-no-loss": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m.pop("loss"))), "loss: Field required"),
+    "model-wd-text": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m.update(weight_decay="abc"))),
+                          "weight_decay"),
+    "model-wd-negative": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m.update(weight_decay=-1))),
+                              "weight_decay: Input should be greater than or equal to 0"),
+    "model-wd-infinite": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m.update(weight_decay=float("inf")))),
+                              "weight_decay: Input should be a finite number"),
+    "model-loss-unknown": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m.update(loss="hinge-xyz"))),
+                               "unknown loss 'hinge-xyz'"),
+    "model-format": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m.update(format="other/1"))),
+                         "is not a datarecon model file"),
+    "model-arch-unknown": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["arch"].update(name="resnet"))),
+                               "unknown architecture 'resnet'"),
+    "model-input-shape-zero": Case(
+        lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["arch"].update(input_shape=[0, 8, 8]))),
+        "input_shape must be positive sizes"),
+    "model-json-garbage": Case(lambda ws: _rec(ws, model=_write(ws.model / "model.json", "{not json").parent),
+                               "is not valid JSON"),
+    "weights-nan": Case(lambda ws: _rec(ws, model=ws.tensors("weights.safetensors",
+                                                             lambda t: t["1.weight"].__setitem__((0, 0), float("nan")))),
+                        "NaN or infinite values in 1.weight"),
+    "weights-pickle": Case(lambda ws: _rec(ws, model=_pickle(ws)), "pickles can execute code"),
+    "weights-truncated": Case(lambda ws: _rec(ws, model=ws.rewrite(
+        "weights.safetensors", (ws.model / "weights.safetensors").read_bytes()[:100])), "not a valid safetensors file"),
+    "weights-tampered": Case(lambda ws: _rec(ws, model=_write(ws.model / "weights.safetensors", "x").parent),
+                             "does not match the hash"),
+    "extras-no-mean": Case(lambda ws: _rec(ws, model=ws.tensors("extras.safetensors", lambda t: t.pop("input_mean"))),
+                           "has no input_mean"),
+    "extras-mean-shape": Case(lambda ws: _rec(ws, model=ws.tensors(
+        "extras.safetensors", lambda t: t.__setitem__("input_mean", torch.zeros(3, 8, 8)))), "input_mean has shape"),
+    "model-missing": Case(lambda ws: _rec(ws, model=ws.root / "nowhere"), "not found"),
+    "model-is-a-run": Case(lambda ws: _rec(ws, model=ws.run), "is a run directory, not a model directory"),
+    # -- reconstruct options and output folders ------------------------------------------------------
+    "out-is-a-file": Case(lambda ws: _rec(ws, out=_write(ws.root / "f.txt", "x").name), "is an existing file"),
+    "steps-zero": Case(lambda ws: [*_rec(ws), "--steps", "0"], "steps must be at least 1"),
+    "candidates-zero": Case(lambda ws: [*_rec(ws), "--candidates", "0"], "candidate count must be at least 1"),
+    "method-unknown": Case(lambda ws: _rec(ws, "--method", "nope"), "unknown attack method 'nope'"),
+    "init-unknown": Case(lambda ws: _rec(ws, "--init", "zeros"), "unknown initialisation 'zeros'"),
+    "dtype-unknown": Case(lambda ws: _rec(ws, "--dtype", "float16"), "dtype"),
+    "device-unknown": Case(lambda ws: _rec(ws, "--device", "warp"), "unknown device 'warp'"),
+    "lr-negative": Case(lambda ws: _rec(ws, "--lr-x", "-1"), "lr_x: Input should be greater than 0"),
+    "set-unknown-field": Case(lambda ws: _rec(ws, "--set", "bogus=1"), "bogus"),
+    "formulation-unknown": Case(lambda ws: _rec(ws, "--formulation", "hinge"), "unknown formulation 'hinge'"),
+    "checkpoint-every-zero": Case(lambda ws: _rec(ws, "--checkpoint-every", "0"), "--checkpoint-every"),
+    "config-missing": Case(lambda ws: _rec(ws, "--config", str(ws.root / "none.yaml")), "not found"),
+    "config-not-mapping": Case(lambda ws: _rec(ws, "--config", str(_write(ws.root / "c.yaml", "- 1\n- 2\n"))),
+                               "must hold a mapping"),
+    "resume-other-model": Case(lambda ws: _rec(ws, "--resume", model=ws.other, out="run"),
+                               "was run against another model"),
+    "resume-into-model-dir": Case(lambda ws: _rec(ws, "--resume", out="model"),
+                                  "is a datarecon model directory, not a run directory"),
+    "overwrite-foreign-folder": Case(lambda ws: _rec(ws, "--overwrite", out=_foreign(ws).name),
+                                     "refusing to --overwrite"),
+    "resume-and-overwrite": Case(lambda ws: _rec(ws, "--resume", "--overwrite", out="run"), "not both"),
+    "disk-full": Case(lambda ws: _rec(ws), "no space left on device writing", out=_new_run, patch=_disk_full),
+    # -- train ---------------------------------------------------------------------------------------
+    "train-wd-infinite": Case(lambda ws: ["train", "--no-progress", "--out", str(ws.root / "m"), "--config", str(_write(
+        ws.root / "t.yaml", "data: {dataset: digits, task: odd-even, n_per_class: 5}\nweight_decay: .inf\n"))],
+        "weight_decay: Input should be a finite number"),
+    "train-lr-infinite": Case(lambda ws: [*TRAIN, "--lr", "inf", "--out", str(ws.root / "m")], "lr: Input should be"),
+    "train-overwrite-foreign": Case(lambda ws: [*TRAIN, "--out", str(_foreign(ws)), "--overwrite"],
+                                    "refusing to --overwrite"),
+    "train-overwrite-project": Case(_cwd_with_files, "it holds 'notes.txt'"),
+    "train-pair-one-class": Case(lambda ws: [*TRAIN[:4], "pair:3", *TRAIN[5:], "--out", str(ws.root / "m")],
+                                 "needs at least two comma-separated classes"),
+    "train-pair-three": Case(lambda ws: [*TRAIN[:4], "pair:1,2,3", *TRAIN[5:], "--out", str(ws.root / "m")],
+                             "takes exactly two classes"),
+    "train-dataset-unknown": Case(lambda ws: ["train", "--dataset", "imagenet", "--task", "all", "--n-per-class", "5",
+                                              "--out", str(ws.root / "m")], "unknown dataset 'imagenet'"),
+    "train-hidden-negative": Case(lambda ws: [*TRAIN, "--hidden", "-5", "--out", str(ws.root / "m")],
+                                  "hidden widths must be positive"),
+    "train-epochs-zero": Case(lambda ws: [*TRAIN, "--epochs", "0", "--out", str(ws.root / "m")], "epochs"),
+    "train-no-data": Case(lambda ws: ["train", "--dataset", "mnist", "--task", "odd-even", "--n-per-class", "5",
+                                      "--data-dir", str(ws.root / "nowhere"), "--out", str(ws.root / "m")],
+                          "MNIST not found"),
+    # -- evaluate ------------------------------------------------------------------------------------
+    "evaluate-model-dir": Case(lambda ws: ["evaluate", "--no-progress", str(ws.model)],
+                               "is a model directory, not a run directory"),
+    "evaluate-unfinished": Case(lambda ws: ["evaluate", "--no-progress", str(_running(ws))], "--allow-incomplete"),
+    "evaluate-missing": Case(lambda ws: ["evaluate", "--no-progress", str(ws.root / "none")], "not found"),
+    "evaluate-against-unknown": Case(lambda ws: ["evaluate", "--no-progress", "--against", "test", str(ws.run)],
+                                     "unknown reference set"),
+    # -- sweeps, stores, reports, reproductions, demo -------------------------------------------------
+    "sweep-into-a-run": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws)), "--out", str(ws.run)],
+                             "is a datarecon run directory, not a results store"),
+    "sweep-into-foreign": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws)),
+                                           "--out", str(_foreign(ws))], "is not a results store"),
+    "sweep-bad-attack-field": Case(lambda ws: ["sweep", "--no-progress", "--config",
+                                               str(_sweep(ws, "attack: {lr_x: -1}\n")), "--out", str(ws.root / "s")],
+                                   "sweep run 0: invalid kkt config: lr_x"),
+    "store-sort-unknown": Case(lambda ws: ["store", "list", str(ws.root), "--sort", "nonexistent"],
+                               "unknown --sort 'nonexistent'"),
+    "store-missing": Case(lambda ws: ["store", "list", str(ws.root / "none")], "no results index"),
+    "report-unevaluated": Case(lambda ws: ["report", str(ws.run), "--out", str(ws.root / "r.html")], "metrics.json"),
+    "reproduce-overwrite-foreign": Case(lambda ws: ["reproduce", "haim2022", "--out", str(_foreign(ws)),
+                                                    "--overwrite"], "refusing to --overwrite"),
+    "demo-overwrite-foreign": Case(lambda ws: ["demo", "--no-progress", "--out", str(_foreign(ws)), "--overwrite"],
+                                   "refusing to --overwrite"),
+}
+
+
+def _snapshot(root: Path, *, skip: Path | None) -> dict[str, str]:
+    """Every file and folder under ``root`` (except under ``skip``) with a hash of its content."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if skip is not None and (p == skip or skip in p.parents):
+            continue
+        out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+    return out
+
+
+def test_there_are_at_least_forty_cases() -> None:
+    assert len(CASES) >= 40
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input(name: str, pristine, tmp_path: Path, capsys, monkeypatch) -> None:
+    case = CASES[name]
+    ws = Workspace(root=tmp_path, model=tmp_path / "model", other=tmp_path / "other-model", run=tmp_path / "run")
+    for key, dst in (("model", ws.model), ("other", ws.other), ("run", ws.run)):
+        shutil.copytree(pristine[key], dst)
+    monkeypatch.chdir(tmp_path)
+    argv = case.argv(ws)
+    allowed = case.out(ws) if case.out is not None else None
+    before = _snapshot(tmp_path, skip=allowed)
+    if case.patch is not None:
+        case.patch(monkeypatch)
+    code = main(argv)
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 2, (code, captured.out, captured.err)
+    assert "Traceback" not in captured.out + captured.err
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    assert case.message in lines[0], lines[0]
+    assert _snapshot(tmp_path, skip=allowed) == before, "files outside the run folder changed"

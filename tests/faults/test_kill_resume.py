@@ -1,0 +1,107 @@
+"""SIGKILL at a random point, then resume: the artefacts equal an uninterrupted run's, bit for bit.
+
+Train, the KKT attack, the bilevel attack and a paper reproduction are killed from outside (as the
+OOM killer or a lost node would), then rerun with ``--resume``; the result is compared file by file
+with an uninterrupted run written to the same paths (``conftest.assert_same_tree``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from faultlib import assert_same_tree, kill_at, progress_at_least, read_json_or_none, run_ok, set_aside, start
+
+pytestmark = pytest.mark.slow
+
+TRAIN = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "10", "--hidden", "16", "--no-bias",
+         "--init-scale", "1e-2", "--lr", "0.5", "--epochs", "300", "--checkpoint-every", "10", "--dtype", "float64",
+         "--no-progress"]
+KKT = ["reconstruct", "--no-progress", "--steps", "200", "--checkpoint-every", "10", "--candidates", "8",
+       "--init-scale", "0.05", "--lr-x", "0.01", "--lr-lambda", "0.01", "--lambda-min", "0.2"]
+AFFINE = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "5", "--arch", "affine",
+          "--loss", "logistic", "--weight-decay", "1e-2", "--optimizer", "lbfgs", "--lr", "1", "--epochs", "30",
+          "--dtype", "float64", "--no-progress"]
+BILEVEL = ["reconstruct", "--no-progress", "--method", "bilevel", "--hessian", "cg", "--steps", "40",
+           "--checkpoint-every", "2", "--candidates", "4", "--init", "uniform"]
+REPRODUCTION = """\
+datasets:
+  - dataset: digits
+    task: odd-even
+    runs:
+      - {init_scale: 0.01, lr_x: 0.05, lambda_min: 0.4, alpha: 20}
+      - {init_scale: 0.01, lr_x: 0.05, lambda_min: 0.4, alpha: 20, seed: 1}
+n_per_class: 4
+n_heldout_per_class: 4
+target:
+  arch: {name: mlp, hidden: [16], bias: false, init_scale: 1.0e-2}
+  epochs: 200
+  kkt_score: false
+attack: {steps: 400, dtype: float64}
+keep: 1
+evaluation: {n_floor_noise: 20, grid_max: 8}
+"""
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("faults") / "model"
+    run_ok(*TRAIN, "--epochs", "100", "--out", str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def affine(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("faults") / "affine"
+    run_ok(*AFFINE, "--out", str(out))
+    return out
+
+
+def test_train(tmp_path: Path, rng) -> None:
+    out = tmp_path / "m"
+    args = [*TRAIN, "--out", str(out)]
+    run_ok(*args)
+    ref = set_aside(out)
+    epoch = rng.randrange(10, 250)
+    proc = start(*args)
+    kill_at(proc, progress_at_least(out / "checkpoint" / "state.json", "epoch", epoch), rng)
+    assert proc.returncode == -9 and not (out / "model.json").exists()
+    run_ok(*args, "--resume")
+    assert assert_same_tree(ref, out) >= 5
+
+
+@pytest.mark.parametrize("method", ["kkt", "bilevel"])
+def test_attack(method: str, model: Path, affine: Path, tmp_path: Path, rng) -> None:
+    out = tmp_path / "run"
+    args = [*KKT, "--model", str(model)] if method == "kkt" else [*BILEVEL, "--model", str(affine)]
+    args += ["--out", str(out)]
+    run_ok(*args)
+    ref = set_aside(out)
+    total = 200 if method == "kkt" else 40
+    step = rng.randrange(2, int(0.7 * total))
+    proc = start(*args)
+    kill_at(proc, progress_at_least(out / "checkpoint" / "progress.json", "steps_done", step), rng)
+    assert proc.returncode == -9 and json.loads((out / "run.json").read_text())["status"] == "running"
+    run_ok(*args, "--resume")
+    assert json.loads((out / "run.json").read_text())["status"] == "complete"
+    assert assert_same_tree(ref, out) >= 4
+
+
+def test_reproduction(tmp_path: Path, rng) -> None:
+    (tmp_path / "c.yaml").write_text(REPRODUCTION)
+    out = tmp_path / "rep"
+    args = ["reproduce", "haim2022", "--scale", "smoke", "--config", str(tmp_path / "c.yaml"), "--threads", "1",
+            "--out", str(out)]
+    run_ok(*args)
+    ref = set_aside(out)
+    # a random point: in the first or the second attack, at a random step
+    run = out / "runs" / "digits" / f"run{rng.randrange(2)}" / "run"
+    step = rng.randrange(20, 300)
+    proc = start(*args)
+    kill_at(proc, progress_at_least(run / "checkpoint" / "progress.json", "steps_done", step), rng)
+    assert proc.returncode == -9 and not (out / "report.html").exists()
+    run_ok(*args, "--resume")
+    assert read_json_or_none(out / "tables" / "DONE.json") is not None
+    assert assert_same_tree(ref, out) >= 20
