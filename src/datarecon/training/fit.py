@@ -86,6 +86,14 @@ class FitResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+
+def squared_norm(t: torch.Tensor) -> torch.Tensor:
+    """‖t‖² accumulated in float64 as one dot product (no squared copy of t; float64 tensors not cast)."""
+    v = t.reshape(-1)
+    if v.dtype != torch.float64:
+        v = v.double()
+    return torch.dot(v, v)
+
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str,
              weight_decay: float = 0.0) -> tuple[dict[str, float], torch.Tensor]:
     """Metrics of ``model`` on (x, y) without gradients.
@@ -106,7 +114,7 @@ def _metrics(model: nn.Module, out: torch.Tensor, y: torch.Tensor, params: dict[
     with torch.no_grad():
         out = out.detach()
         dl = LOSSES.get(loss)(out, y) if data_loss is None else data_loss.detach()
-        sq = sum((p.detach().double() ** 2).sum() for p in params.values())
+        sq = sum(squared_norm(p.detach()) for p in params.values())
         norm = float(torch.sqrt(torch.as_tensor(sq)))
         m = margins(out, y)
         metrics = {
@@ -196,7 +204,7 @@ class _Stepper:
             out, dl, e = self.energy_terms()
         e.backward()
         with torch.no_grad():
-            gsq = sum((p.grad.double() ** 2).sum() for p in self.params if p.grad is not None)
+            gsq = sum(squared_norm(p.grad) for p in self.params if p.grad is not None)
             grad_norm = float(torch.sqrt(torch.as_tensor(gsq)))
         metrics, _ = _metrics(self.model, out, self.y, dict(self.named), loss=self.loss,
                               weight_decay=self.weight_decay, data_loss=dl)

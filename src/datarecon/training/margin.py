@@ -94,6 +94,12 @@ def log_mean_loss(outputs: torch.Tensor, y: torch.Tensor, *, loss: str) -> torch
     return torch.logsumexp(log_softplus(s), dim=0) - math.log(s.shape[0])
 
 
+def _sq(t: torch.Tensor) -> torch.Tensor:
+    from datarecon.training.fit import squared_norm
+
+    return squared_norm(t)
+
+
 def tangent_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], *, radius: float,
                  angle: float) -> float:
     """One normalised Riemannian step on the sphere ‖θ‖ = ``radius``, in place.
@@ -111,15 +117,15 @@ def tangent_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], 
         ‖g⊥‖ (0 at a stationary point; then θ is left unchanged).
     """
     with torch.no_grad():
-        dot = sum(float((g.double() * p.double()).sum()) for g, p in zip(grads, params)) / radius ** 2
+        dot = sum(float(torch.dot(g.reshape(-1).double(), p.reshape(-1).double())) for g, p in zip(grads, params)) / radius ** 2
         tang = [g - dot * p for g, p in zip(grads, params)]
-        gnorm = math.sqrt(sum(float((t.double() ** 2).sum()) for t in tang))
+        gnorm = math.sqrt(sum(float(_sq(t)) for t in tang))
         if gnorm == 0.0 or not math.isfinite(gnorm):
             return gnorm
         scale = angle * radius / gnorm
         for p, t in zip(params, tang):
             p.sub_(t, alpha=scale)
-        norm = math.sqrt(sum(float((p.double() ** 2).sum()) for p in params))
+        norm = math.sqrt(sum(float(_sq(p)) for p in params))
         for p in params:
             p.mul_(radius / norm)
     return gnorm
@@ -149,7 +155,7 @@ class MarginAscentStepper:
                                  f"the target was trained with {loss!r}: set margin_ascent steps to 0")
         self.model, self.x, self.y, self.loss = model, x, y, loss
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.radius = math.sqrt(sum(float((p.detach().double() ** 2).sum()) for p in self.params))
+        self.radius = math.sqrt(sum(float(_sq(p.detach())) for p in self.params))
         if self.radius == 0.0:
             raise DataReconError("margin ascent needs non-zero weights; train the target first")
         self.step_size, self.growth, self.max_step, self.min_step = step_size, growth, max_step, min_step
