@@ -120,7 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SystemExit(f"error: unknown recipes {unknown}; valid: {', '.join(RECIPES)}")
         task = {"mnist": "odd-even", "cifar10": "vehicles-animals"}[dataset]
-        results = {}
+        results: dict = {}
+        out = results_path("target_recipes", quick=args.quick, out=args.out)
+        setup = {"dataset": dataset, "task": task, "n": 2 * n_side, "hidden": hidden, "epochs": epochs,
+                 "ascent_steps": ascent, "attack_steps": steps, "attack_runs": args.attack_runs,
+                 "threads": args.threads}
         with tempfile.TemporaryDirectory() as tmp:
             for recipe in recipes:
                 fields = {"data": {"dataset": dataset, "task": task, "n_per_class": n_side, "selection": "first",
@@ -158,12 +162,8 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     print(f"[{recipe}] not attacked: training accuracy {row['train_accuracy']}", flush=True)
                 results[recipe] = row
-        out = results_path("target_recipes", quick=args.quick, out=args.out)
-        write_results(out, benchmark="bench_target_recipes", quick=args.quick,
-                      setup={"dataset": dataset, "task": task, "n": 2 * n_side, "hidden": hidden, "epochs": epochs,
-                             "ascent_steps": ascent, "attack_steps": steps, "attack_runs": args.attack_runs,
-                             "threads": args.threads},
-                      results=results)
+                # written after every recipe: a run stopped later keeps what it measured
+                write_results(out, benchmark="bench_target_recipes", quick=args.quick, setup=setup, results=results)
         print(f"wrote {out}")
         return 0
     except Exception as exc:  # noqa: BLE001 — a benchmark reports any failure on one line
