@@ -59,7 +59,7 @@ def reconstruct(
     resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing OUT"),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="data folder (data-dependent inits only)"),
-    lr_x: float | None = typer.Option(None, "--lr-x"),
+    lr_x: float | None = typer.Option(None, "--lr-x", help="step size on x (bilevel: omit for the step chosen from the problem)"),
     lr_lambda: float | None = typer.Option(None, "--lr-lambda"),
     lambda_min: float | None = typer.Option(None, "--lambda-min"),
     alpha: float | None = typer.Option(None, "--alpha", help="surrogate sharpness"),

@@ -59,7 +59,7 @@ def implicit_gradient(op, p: torch.Tensor) -> torch.Tensor:
 
 
 def hypergradient(energy_fn: EnergyFn, x: torch.Tensor, theta: torch.Tensor, theta_star: torch.Tensor, *,
-                  upper: str = "sq", strategy: str = "pcg", options: SolveOptions | None = None,
+                  upper: str = "sq", strategy: str = "cg", options: SolveOptions | None = None,
                   pairs: Sequence[Pair] = (), previous_p: torch.Tensor | None = None,
                   curvature: str = "hessian", eigvec: torch.Tensor | None = None) -> Hypergradient:
     """Hypergradient of x ↦ l(θ*, θ̂(x)) at a solved lower level θ̂ ≈ θ(x).
