@@ -197,16 +197,17 @@ def test_kinked_targets_get_the_nonsmooth_treatment_by_default(planted, relu_tar
     rec = _run(relu, relu_prior, relu_x0, steps=2)
     extra = rec.summary["extra"]
     assert extra["target_has_kinks"] is True
-    assert (extra["curvature"], extra["damping"], extra["inner_activation"]) == (
-        NONSMOOTH.curvature, NONSMOOTH.damping, NONSMOOTH.inner_activation)
+    assert (extra["curvature"], extra["damping"], extra["inner_activation"], extra["max_step"]) == (
+        NONSMOOTH.curvature, NONSMOOTH.damping, NONSMOOTH.inner_activation, NONSMOOTH.max_step)
     assert extra["solve_negative_curvature_steps"] == 0
     target, prior, x_gt = planted
     extra = _run(target, prior, x_gt.clone(), steps=1).summary["extra"]
     assert extra["target_has_kinks"] is False
     assert (extra["curvature"], extra["damping"], extra["inner_activation"]) == (
         SMOOTH.curvature, SMOOTH.damping, SMOOTH.inner_activation)
+    assert extra["max_step"] is None  # no cap on smooth targets
     # explicit settings win over the automatic choice
-    cfg = BilevelConfig(curvature="hessian", damping=0.5, inner_activation="softplus")
+    cfg = BilevelConfig(curvature="hessian", damping=0.5, inner_activation="softplus", max_step=0.2)
     assert cfg.treatment(kinks=True) == cfg.treatment(kinks=False)
     assert cfg.treatment(kinks=True).damping == 0.5
 
@@ -253,6 +254,30 @@ def test_problem_derived_step_solves_the_perturbed_problem_without_tuning(plante
     else:
         assert extra["solve_residual_max"] <= 1e-6 and extra["solve_nonconverged_steps"] == 0
     assert float((rec.x - x_gt).norm()) < float((x0 - x_gt).norm())
+
+
+def test_problem_derived_step_never_moves_x_more_than_max_step(planted):
+    """With ``max_step`` set, every accepted step satisfies ‖Δx‖ ≤ max_step·‖x‖ (the cap of the
+    Polyak trial; the default on ReLU targets); without it (the default on smooth targets) the first
+    step is larger, so the cap is what bounds it."""
+    target, prior, x_gt = planted
+    x0 = x_gt + 0.3 * torch.randn(x_gt.shape, generator=torch.Generator().manual_seed(2), dtype=DT)
+
+    def moves(max_step: float | None) -> list[tuple[float, float]]:
+        attack = BilevelAttack(BilevelConfig(max_step=max_step, inner_tol=1e-10))
+        state = attack.init_state(target, prior, x0=x0, generator=torch.Generator().manual_seed(0))
+        out = []
+        for k in range(6):
+            before = state["x"].clone()
+            attack.step(target, prior, state, k)
+            out.append((float((state["x"] - before).norm()), float(before.norm())))
+        return out
+
+    capped = moves(0.01)
+    assert all(dx <= 0.01 * nx * (1 + 1e-9) for dx, nx in capped)
+    assert sum(dx > 0 for dx, _ in capped) >= 5  # steps are taken, not all rejected
+    free = moves(None)
+    assert free[0][0] > 2 * capped[0][0]
 
 
 def test_optimizer_options_need_a_fixed_step():

@@ -94,14 +94,18 @@ class KinkTreatment:
         curvature: ``CURVATURES`` name of the matrix the linear solve inverts.
         damping: μ of (matrix + μI).
         inner_activation: ``INNER_ACTIVATIONS`` name of the inner energy's activation.
+        max_step: cap on one problem-derived step on x, ‖Δx‖ ≤ max_step·‖x‖ (inf: no cap).
     """
 
     curvature: str
     damping: float
     inner_activation: str
+    max_step: float = math.inf
 
 
-#: Settings for targets without kinks (affine, tanh, ...): the implicit function theorem as written.
+#: Settings for targets without kinks (affine, tanh, ...): the implicit function theorem as written;
+#: no cap on the outer step (the Armijo test alone keeps it where the hypergradient describes l; a
+#: 1 % cap made the README's affine partition run end at 4e-7 instead of 2e-9 after 50 steps).
 SMOOTH = KinkTreatment(curvature="hessian", damping=0.0, inner_activation="target")
 #: Settings for targets with kinks, chosen by the descent-rate measurement of docs/PERFORMANCE.md
 #: §6 (``benchmarks/bench_bilevel_relu.py``): the rate at which a small step along the negative
@@ -109,8 +113,11 @@ SMOOTH = KinkTreatment(curvature="hessian", damping=0.0, inner_activation="targe
 #: runkel2024 one-hidden target (width 256) damped CG with μ = 0.1 had the best median rate
 #: (0.98–1.00 of the best treatment at each point); μ = 0.01 and 1, Gauss–Newton and a softplus₅
 #: inner energy with Gauss–Newton came within 6–13 %, the paper's qn within 12–21 %; the
-#: undamped Hessian (negative curvature) reached 0.08–0.09, a random direction ≈ 0.
-NONSMOOTH = KinkTreatment(curvature="hessian", damping=0.1, inner_activation="target")
+#: undamped Hessian (negative curvature) reached 0.08–0.09, a random direction ≈ 0. The same
+#: measurement found the rate at a move of 1 % of ‖x‖ still 55–74 % of the rate at 0.1 %, so one
+#: outer step moves x by at most 1 % of ‖x‖ (larger Polyak trials were rejected by the line search,
+#: each rejection costing an inner re-solve).
+NONSMOOTH = KinkTreatment(curvature="hessian", damping=0.1, inner_activation="target", max_step=0.01)
 
 
 class BilevelConfig(BaseModel):
@@ -120,16 +127,25 @@ class BilevelConfig(BaseModel):
         steps: outer steps.
         lr_x: step size η on x. None (default): chosen from the problem at every step — the
             Polyak step η = l(x)/‖∇_x l‖² (the upper loss l = ‖θ* − θ(x)‖² has the known lower
-            bound 0), at most ``ls_grow`` × the last accepted step, then halved until the Armijo
-            condition l(x − η∇l) ≤ l(x) − ``ls_c1``·η‖∇l‖² holds with the inner problem re-solved
-            at the trial point (at most ``ls_max_trials`` trials; none accepted: x stays). An
+            bound 0), at most ``ls_grow`` × the last accepted step and at most a move of
+            ``max_step`` × ‖x‖, then halved until the Armijo condition
+            l(x − η∇l) ≤ l(x) − ``ls_c1``·η‖∇l‖² holds with the inner problem re-solved at the
+            trial point (at most ``ls_max_trials`` trials; none accepted: x stays). An
             attacker-side rule: it uses θ*, never the training data. A number: that fixed step
             with ``optimizer``.
         optimizer: ``datarecon.attacks.optim.OPTIMIZERS`` name ("sgd", "adam"), used with a fixed
             ``lr_x``. METHODS §7: Adam moves even a ground-truth initialisation; plain gradient
             steps keep it in place.
         momentum: SGD momentum (0: plain gradient descent), with a fixed ``lr_x``.
-        ls_c1, ls_grow, ls_max_trials: of the problem-derived step (``lr_x`` None).
+        ls_c1, ls_grow, ls_max_trials: of the problem-derived step (``lr_x`` None). ``ls_c1`` =
+            0.25 accepts a step only if l falls by at least a quarter of what the first-order
+            model predicts (a trust-region ratio test), so steps stay where the hypergradient
+            describes l.
+        max_step: cap on one problem-derived step, ‖Δx‖ ≤ max_step·‖x‖ (Frobenius norm over
+            all candidates). None (default): no cap for smooth targets, ``NONSMOOTH.max_step``
+            (1 %) for targets with kinks, where the descent-rate measurement (docs/PERFORMANCE.md
+            §6) found the first-order model still predicting 55–74 % of the decrease at moves of
+            1 % of ‖x‖; larger moves leave the region the hypergradient describes.
         hessian: inverse-Hessian strategy (``LINEAR_SOLVERS``: "cg", "pcg", "neumann", "qn").
             Default "cg", warm-started: fewest Hessian-vector products and least time to a relative
             residual of 1e-6 in ``benchmarks/bench_bilevel_solvers.py`` (affine: 16 HVPs per solve;
@@ -180,8 +196,9 @@ class BilevelConfig(BaseModel):
     lr_x: float | None = Field(default=None, gt=0)
     optimizer: Annotated[str, registered(OPTIMIZERS)] = "sgd"
     momentum: float = Field(default=0.0, ge=0.0, lt=1.0)
-    ls_c1: float = Field(default=1e-4, gt=0, lt=1)
+    ls_c1: float = Field(default=0.25, gt=0, lt=1)
     ls_grow: float = Field(default=4.0, ge=1)
+    max_step: float | None = Field(default=None, gt=0)
     ls_max_trials: int = Field(default=8, ge=1)
     hessian: Annotated[str, registered(LINEAR_SOLVERS)] = "cg"
     solve_tol: float = Field(default=1e-6, gt=0)
@@ -240,12 +257,13 @@ class BilevelConfig(BaseModel):
         return OptimizerSettings(momentum=self.momentum)
 
     def treatment(self, *, kinks: bool) -> KinkTreatment:
-        """The curvature, damping and inner activation for a target with or without kinks."""
+        """The curvature, damping, inner activation and step cap for a target with or without kinks."""
         base = NONSMOOTH if kinks else SMOOTH
         return KinkTreatment(
             curvature=base.curvature if self.curvature == "auto" else self.curvature,
             damping=base.damping if self.damping is None else float(self.damping),
-            inner_activation=base.inner_activation if self.inner_activation == "auto" else self.inner_activation)
+            inner_activation=base.inner_activation if self.inner_activation == "auto" else self.inner_activation,
+            max_step=base.max_step if self.max_step is None else float(self.max_step))
 
 
 @dataclass(frozen=True)
@@ -491,6 +509,8 @@ class BilevelAttack:
         t = f0 / gg  # Polyak's step for the known optimal value 0 of the upper loss
         if last_step > 0.0:
             t = min(t, cfg.ls_grow * last_step)
+        if math.isfinite(pr.treatment.max_step):  # stay where the first-order model was measured to hold
+            t = min(t, pr.treatment.max_step * _trust_scale(x, prior) / math.sqrt(gg))
         iters = evals = 0
         for trial in range(1, cfg.ls_max_trials + 1):
             x_try = x - t * grad_x
@@ -582,6 +602,7 @@ class BilevelAttack:
             "target_has_kinks": pr.kinks,
             "curvature": pr.treatment.curvature,
             "damping": pr.treatment.damping,
+            "max_step": pr.treatment.max_step if math.isfinite(pr.treatment.max_step) else None,
             "inner_activation": pr.treatment.inner_activation,
             "num_parameters": n_params,
         }
@@ -602,6 +623,15 @@ class _StepResult:
     trials: int
     inner_iterations: int
     inner_evaluations: int
+
+
+def _trust_scale(x: torch.Tensor, prior: AttackerPrior) -> float:
+    """‖x‖ (Frobenius over all candidates), or the pixel box's diameter × √m when x = 0."""
+    n = float(torch.linalg.vector_norm(x))
+    if n > 0:
+        return n
+    width = torch.as_tensor(prior.upper, dtype=x.dtype) - torch.as_tensor(prior.lower, dtype=x.dtype)
+    return float(torch.linalg.vector_norm(width.expand(x.shape[1:]))) * math.sqrt(x.shape[0])
 
 
 def _accumulate(stats: torch.Tensor, value: float) -> None:

@@ -115,13 +115,12 @@ class RunkelConfig(BaseModel):
                                                 weight_decay=1e-2, optimizer="lbfgs", lr=1.0, epochs=2000)
     decoreco_target: TargetTraining = TargetTraining(arch=ArchConfig(name="mlp", hidden=(1000, 1000), bias=True),
                                                      weight_decay=7.5e-4, optimizer="lbfgs", lr=1.0, epochs=5000)
-    bilevel_affine: BilevelConfig = BilevelConfig(steps=1000, lr_x=10.0)
-    # ReLU target: the inner solve stalls on kinks where ∇²E is indefinite, so the undamped
-    # hypergradient explodes (x moves 1.3e7 per image even at lr 1e-3). Damping 1 keeps it bounded:
-    # with SGD at the affine step size ‖θ* − θ‖² falls 6.8 → 6.0 in 60 steps while x moves 2.05 per
-    # image; Adam lowers the distance more (→ 4.8) but moves x 61 per image (images destroyed).
-    # Measured by benchmarks/bilevel_one_hidden_settings.sh on the smoke target.
-    bilevel_one_hidden: BilevelConfig = BilevelConfig(steps=1000, lr_x=10.0, damping=1.0)
+    # The outer step is chosen from the problem (Polyak trial + Armijo backtracking on ‖θ* − θ(x)‖²,
+    # BilevelConfig.lr_x = None): no step size to tune, ground-truth starts stay put.
+    bilevel_affine: BilevelConfig = BilevelConfig(steps=1000)
+    # ReLU target: the attack detects the kinks and uses its measured-best treatment (damped CG,
+    # μ = 0.1, outer steps of at most 1 % of ‖x‖; docs/PERFORMANCE.md §6, benchmarks/bench_bilevel_relu.py).
+    bilevel_one_hidden: BilevelConfig = BilevelConfig(steps=1000)
     decoreco: DecoRecoSettings = DecoRecoSettings()
     landscape: LandscapeSettings = LandscapeSettings()
     evaluation: EvalSettings = EvalSettings()
