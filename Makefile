@@ -25,6 +25,7 @@ demo: venv
 	$(BIN)/datarecon demo --out demo-out --overwrite
 
 test: venv $(VENV)/.ray-extra
+	@command -v chromium >/dev/null 2>&1 || echo "note: no chromium on PATH: the browser tests of the reports are skipped (apt-get install chromium)"
 	$(BIN)/python -m pytest -q
 
 clean:

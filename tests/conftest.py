@@ -24,3 +24,13 @@ def data_dir() -> Path:
             pytest.fail(message)  # CI always has ../shared/data: a skip would hide a broken set-up
         pytest.skip(message)
     return path
+
+
+@pytest.fixture(scope="session")
+def haim_smoke(tmp_path_factory, data_dir):
+    """``datarecon reproduce haim2022 --scale smoke`` once per session: (out folder, its config)."""
+    from datarecon.experiments.reproduce import load_config, reproduce
+
+    out = tmp_path_factory.mktemp("haim2022")
+    reproduce("haim2022", scale="smoke", out=out, data_dir=data_dir, log=lambda s: None)
+    return out, load_config("haim2022", scale="smoke")

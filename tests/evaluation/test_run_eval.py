@@ -125,3 +125,37 @@ def test_evaluate_run_errors(tmp_path):
         evaluate_run(run, allow_incomplete=True)
     with pytest.raises(DataReconError, match="valid names: train, partition, heldout, noise"):
         evaluate_run(run, against=("test",))
+
+
+def test_null_calibrated_threshold_against_a_naive_count():
+    """The threshold lets at most floor(rate N) null values above it, and is the lowest such value."""
+    import torch
+
+    from datarecon.evaluation.baselines import null_calibrated
+
+    g = torch.Generator().manual_seed(3)
+    for n, rate in ((40, 0.05), (20, 0.05), (7, 0.0), (10, 0.3)):
+        real, null, noise = torch.rand(n, generator=g), torch.rand(n, generator=g), torch.rand(n, generator=g) * 0.5
+        null[0] = float("nan")
+        c = null_calibrated(real, null, others={"noise": noise}, rate=rate)
+        k = int(rate * n + 1e-9)
+        finite = [v for v in null.tolist() if v == v]
+        # naive: try every candidate threshold, keep the smallest one with <= k null values above it
+        ok = [t for t in finite if sum(v > t for v in finite) <= k]
+        assert c.allowed == k and c.threshold == min(ok)
+        assert c.null == sum(v > c.threshold for v in finite) <= k
+        assert c.count == sum(v > c.threshold for v in real.tolist())
+        assert c.others["noise"] == sum(v > c.threshold for v in noise.tolist())
+
+
+def test_null_calibrated_refuses_mismatched_inputs():
+    import pytest
+    import torch
+
+    from datarecon.errors import DataReconError
+    from datarecon.evaluation.baselines import null_calibrated
+
+    with pytest.raises(DataReconError, match="differ in length"):
+        null_calibrated(torch.zeros(3), torch.zeros(4))
+    with pytest.raises(DataReconError, match=r"rate must be in \[0, 1\)"):
+        null_calibrated(torch.zeros(3), torch.zeros(3), rate=1.0)

@@ -13,10 +13,8 @@ from datarecon.utils.io import read_json
 
 
 @pytest.fixture(scope="module")
-def haim(tmp_path_factory, data_dir):
-    out = tmp_path_factory.mktemp("haim2022")
-    reproduce("haim2022", scale="smoke", out=out, data_dir=data_dir, log=lambda s: None)
-    return out, load_config("haim2022", scale="smoke")
+def haim(haim_smoke):
+    return haim_smoke  # one smoke run per session, shared with the browser test (tests/conftest.py)
 
 
 def test_summary_table_complete_and_finite(haim):

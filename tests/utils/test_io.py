@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from datarecon.utils.io import rows_to_csv, write_csv
 
 
@@ -43,3 +45,39 @@ def test_reproduce_common_reexports_write_csv():
     from datarecon.experiments.reproduce import common
 
     assert common.write_csv is write_csv
+
+
+def test_undefined_numbers_are_written_as_json_null(tmp_path):
+    import json
+    import math
+
+    import numpy as np
+    import torch
+
+    from datarecon.utils.io import atomic_write_json, to_jsonable
+
+    obj = {"auc": float("nan"), "up": math.inf, "t": torch.tensor([1.0, float("nan")]),
+           "a": np.array([-np.inf, 2.0]), "g": np.float64("nan"), "ok": 0.5}
+    assert to_jsonable(obj) == {"auc": None, "up": None, "t": [1.0, None], "a": [None, 2.0], "g": None, "ok": 0.5}
+    atomic_write_json(tmp_path / "m.json", obj)
+    text = (tmp_path / "m.json").read_text()
+    assert "NaN" not in text and '"nan"' not in text and "Infinity" not in text
+    assert json.loads(text)["auc"] is None
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077], ids=["022", "027", "077"])
+def test_atomic_writes_respect_the_umask(tmp_path, umask):
+    import os
+
+    from datarecon.utils.io import atomic_write_text, current_umask
+
+    old = os.umask(umask)
+    try:
+        assert current_umask() == umask
+        atomic_write_text(tmp_path / "f.txt", "x")
+        with open(tmp_path / "plain.txt", "w") as fh:  # what open() gives: the reference
+            fh.write("x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "f.txt").stat().st_mode & 0o777 == (tmp_path / "plain.txt").stat().st_mode & 0o777
+    assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o666 & ~umask

@@ -275,7 +275,7 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
         return attack.step(target, prior, state, i)
 
     engine_hooks: list[Any] = [
-        ProgressBar(keys=("loss", "residual", "box", "lambda_hinge"), desc=attack.name, enabled=progress),
+        ProgressBar(keys=("loss", "rel_residual", "residual", "box", "lambda_hinge"), desc=attack.name, enabled=progress),
         history, nan_stop,
     ]
     if es_hook is not None:

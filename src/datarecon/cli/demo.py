@@ -18,7 +18,9 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option(help="Seed of data selection, training and attack.")] = 0,
         config: Annotated[Path | None, typer.Option(help="YAML/TOML file of DemoConfig fields.")] = None,
         overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
-        quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+        progress: Annotated[bool, typer.Option("--progress/--no-progress",
+                                               help="Show progress (a bar on a terminal, plain lines in a log).")] = True,
+        quiet: Annotated[bool, typer.Option("--quiet", hidden=True, help="Deprecated: --no-progress.")] = False,
     ) -> None:
         """Train a homogeneous MLP on digits odd/even, reconstruct its training data with the KKT attack,
         and write reconstructions.png and report.html."""
@@ -31,11 +33,11 @@ def register(app: typer.Typer) -> None:
         fields = read_config_mapping(config) if config is not None else {}
         cfg = build_config(DemoConfig, merge(fields, {"attack_steps": steps, "seed": seed}), where="demo config")
         prepare_out_dir(out, overwrite=overwrite)
-        result = run_demo(cfg, out=out, progress=not quiet)
+        result = run_demo(cfg, out=out, progress=progress and not quiet)
         typer.echo(model_card(load_model_dir(result.model_dir)))
         typer.echo("")
         rel = result.relative_residual
         typer.echo(f"KKT attack: relative stationarity residual {rel:.3g}" if rel is not None else "KKT attack done")
-        typer.echo(f"training images with a reconstruction at SSIM > 0.4: {result.good_reconstructions} of "
-                   f"{result.n_train} (uniform-noise candidates reach {result.noise_baseline_good})")
+        for line in result.headline_lines():
+            typer.echo(line)
         typer.echo(f"wrote {result.picture} and {result.report}")

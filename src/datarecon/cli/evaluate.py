@@ -12,7 +12,7 @@ from datarecon.errors import DataReconError
 
 
 def _evaluate(run: Path, *, against: str, data_dir: Path | None, metric: str, window: str,
-              assignment: str, top_k: int, seed: int, allow_incomplete: bool, quiet: bool) -> dict:
+              assignment: str, top_k: int, seed: int, allow_incomplete: bool, progress: bool) -> dict:
     from datarecon.evaluation import evaluate_run
 
     sets = tuple(s.strip() for s in against.split(",") if s.strip())
@@ -23,7 +23,7 @@ def _evaluate(run: Path, *, against: str, data_dir: Path | None, metric: str, wi
                              f"{', '.join(sorted(valid))}")
     return evaluate_run(run, against=sets, data_dir=data_dir, metric=metric, window=window,
                         assignment=assignment, top_k=top_k, seed=seed, allow_incomplete=allow_incomplete,
-                        progress=not quiet)
+                        progress=progress)
 
 
 def register(app: typer.Typer) -> None:
@@ -42,7 +42,9 @@ def register(app: typer.Typer) -> None:
         top_k: Annotated[int, typer.Option(help="Prefilter shortlist size before exact SSIM.")] = 32,
         seed: Annotated[int, typer.Option(help="Seed of the noise reference set and baselines.")] = 0,
         allow_incomplete: Annotated[bool, typer.Option(help="Evaluate runs that did not finish.")] = False,
-        quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+        progress: Annotated[bool, typer.Option("--progress/--no-progress",
+                                               help="Show progress (a bar on a terminal, plain lines in a log).")] = True,
+        quiet: Annotated[bool, typer.Option("--quiet", hidden=True, help="Deprecated: --no-progress.")] = False,
     ) -> None:
         """Write RUN/metrics.json and RUN/candidates.csv (nearest neighbours, Haim protocol, baselines, privacy ROC)."""
         targets = list(runs or [])
@@ -55,17 +57,27 @@ def register(app: typer.Typer) -> None:
         for run in targets:
             summary = _evaluate(Path(run), against=against, data_dir=data_dir, metric=metric, window=window,
                                 assignment=assignment, top_k=top_k, seed=seed,
-                                allow_incomplete=allow_incomplete, quiet=quiet)
+                                allow_incomplete=allow_incomplete, progress=progress and not quiet)
             typer.echo(f"{run}: wrote metrics.json and candidates.csv")
             typer.echo(json.dumps(_headline(summary), indent=2))
 
 
 def _headline(summary: dict) -> dict:
-    """The few numbers worth printing: count at SSIM > 0.4, parameter distance, AUC per score."""
+    """The few numbers worth printing: the null-calibrated count with its nulls, the count at SSIM > 0.4
+    beside the held-out null, parameter distance, AUC per score."""
     out: dict = {}
+    head = summary.get("headline") or {}
+    cal = head.get("calibrated")
+    if cal:
+        out["reconstructed_at_null_calibrated_ssim"] = {
+            "count": cal["count"], "of": head.get("n_train"), "threshold": cal["threshold"],
+            "heldout_null": cal["heldout"], "noise_null": cal.get("noise")}
     haim = summary.get("haim") or {}
     if "counts" in haim:
         out["train_images_with_ssim>0.4"] = haim["counts"].get("0.4")
+        paper = head.get("paper") or {}
+        if paper.get("heldout") is not None:
+            out["heldout_null_with_ssim>0.4"] = paper["heldout"]
     if summary.get("param_distance") is not None:
         out["param_distance"] = summary["param_distance"]
     scores = (summary.get("privacy") or {}).get("scores") or {}

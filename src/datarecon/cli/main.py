@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import typer
+import typer.main
 
 from datarecon.errors import DataReconError
 
@@ -23,7 +26,8 @@ app = typer.Typer(
 )
 
 # Modules that contribute commands, in help order.
-_COMMAND_MODULES = ("data", "train", "reconstruct", "evaluate", "report", "sweep", "reproduce", "demo")
+_COMMAND_MODULES = ("data", "train", "reconstruct", "evaluate", "report", "sweep", "reproduce", "demo",
+                    "examples")
 
 
 @app.command("version")
@@ -46,6 +50,27 @@ def _register_all() -> None:
 _register_all()
 
 
+def _walk_commands(cmd: Any) -> Iterator[Any]:
+    """``cmd`` and every sub-command under it (depth first)."""
+    yield cmd
+    for sub in getattr(cmd, "commands", {}).values():
+        yield from _walk_commands(sub)
+
+
+def build_command() -> Any:
+    """The (click) command tree of :data:`app`, with flags shown as flags.
+
+    typer labels boolean flags ``<bool>`` in the help, which reads as if ``--resume true`` were
+    accepted; flags take no value, so their type column is left empty here.
+    """
+    cmd = typer.main.get_command(app)
+    for c in _walk_commands(cmd):
+        for param in c.params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+    return cmd
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code.
 
@@ -54,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     traceback is shown only with ``DATARECON_DEBUG=1``.
     """
     try:
-        app(args=argv, standalone_mode=True)
+        build_command().main(args=argv, standalone_mode=True, prog_name="datarecon")
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except DataReconError as exc:

@@ -59,22 +59,25 @@ def reconstruct(
     resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing OUT"),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="data folder (data-dependent inits only)"),
-    lr_x: float | None = typer.Option(None, "--lr-x", help="step size on x (bilevel: omit for the step chosen from the problem)"),
-    lr_lambda: float | None = typer.Option(None, "--lr-lambda"),
-    lambda_min: float | None = typer.Option(None, "--lambda-min"),
+    lr_x: float | None = typer.Option(None, "--lr-x", help="step size of the candidates x (KKT family; bilevel: "
+                                      "omit for the step chosen from the problem)"),
+    lr_lambda: float | None = typer.Option(None, "--lr-lambda", help="step size of the multipliers λ (KKT family)"),
+    lambda_min: float | None = typer.Option(None, "--lambda-min", help="lower bound of λ (penalised below; KKT family)"),
     alpha: float | None = typer.Option(None, "--alpha", help="surrogate sharpness"),
-    optimizer: str | None = typer.Option(None, "--optimizer"),
+    optimizer: str | None = typer.Option(None, "--optimizer", help="optimiser of x (sgd | adam; bilevel: only "
+                                         "with --lr-x)"),
     formulation: str | None = typer.Option(None, "--formulation", help="binary | multiclass | regression | auto"),
     hessian: str | None = typer.Option(None, "--hessian", help="bilevel: inverse-Hessian strategy"),
     compile_: bool = typer.Option(False, "--compile", help="kkt/decoreco: torch.compile the step (one-off "
                                   "compile ~10 s; measured 1.6-1.9x per step on tiny nets, ~1.05x at full "
                                   "size; docs/PERFORMANCE.md)"),
     set_: list[str] | None = typer.Option(None, "--set", help="field=value override of any config field (repeatable)"),
-    checkpoint_every: int = typer.Option(100, "--checkpoint-every"),
-    log_every: int = typer.Option(10, "--log-every"),
+    checkpoint_every: int = typer.Option(100, "--checkpoint-every", help="steps between checkpoints (work lost by a crash)"),
+    log_every: int = typer.Option(10, "--log-every", help="steps between rows of history.jsonl"),
     early_stop_patience: int = typer.Option(0, "--early-stop-patience", help="stop after N steps without relative-residual improvement (0: off)"),
-    early_stop_tol: float = typer.Option(1e-3, "--early-stop-tol"),
-    progress: bool = typer.Option(True, "--progress/--no-progress"),
+    early_stop_tol: float = typer.Option(1e-3, "--early-stop-tol", help="relative improvement of the residual that counts for --early-stop-patience"),
+    progress: bool = typer.Option(True, "--progress/--no-progress",
+                                  help="show progress (a bar on a terminal, plain lines in a log)"),
 ) -> None:
     """Reconstruct training-data candidates from a trained model's weights."""
     from datarecon.attacks import INITS

@@ -75,7 +75,10 @@ def train_cmd(
                                                  help="Data folder (default $DATARECON_DATA).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing --out directory.")] = False,
     resume: Annotated[bool, typer.Option(help="Continue from OUT/checkpoint.")] = False,
-    quiet: Annotated[bool, typer.Option(help="No progress bar, no model card.")] = False,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress",
+                                           help="Show progress (a bar on a terminal, plain lines in a log).")] = True,
+    quiet: Annotated[bool, typer.Option("--quiet", hidden=True,
+                                        help="Deprecated: --no-progress, and no model card.")] = False,
 ) -> None:
     """Train a target model full batch and write its model directory."""
     from datarecon.config import load_config_file
@@ -102,7 +105,8 @@ def train_cmd(
         if missing:
             raise DataReconError(f"missing {', '.join(missing)}; pass them or a --config FILE")
         cfg = build_train_config(overrides)
-    result = train_target(cfg, data_dir=data_dir, out=out, resume=resume, overwrite=overwrite, progress=not quiet)
+    result = train_target(cfg, data_dir=data_dir, out=out, resume=resume, overwrite=overwrite,
+                          progress=progress and not quiet)
     if not quiet:
         from datarecon.models.checkpoint import load_model_dir
         from datarecon.training.target import model_card

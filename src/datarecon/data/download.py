@@ -27,6 +27,7 @@ from pathlib import Path
 
 from datarecon.data.datasets import DATASETS, MNIST_FILES, resolve_data_dir
 from datarecon.errors import DataMissingError, DataReconError
+from datarecon.utils.io import current_umask
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ def fetch(remote: RemoteFile, dest: Path, *, opener: Callable | None = None,
         if progress:
             progress(f"downloading {url}")
         fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o666 & ~current_umask())  # shared data folder: mode as open() would give
         try:
             try:
                 with os.fdopen(fd, "wb") as out, opener(url, timeout=timeout) as resp:

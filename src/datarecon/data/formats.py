@@ -161,7 +161,10 @@ def load_cifar_bin(files: list[Path], *, class_names: tuple[str, ...] = CIFAR10_
 def _safe_globals() -> dict[tuple[str, str], Any]:
     import codecs
 
-    from numpy._core import multiarray, numeric  # numpy >= 2 home of these helpers
+    try:  # numpy >= 2 keeps these helpers in numpy._core ...
+        from numpy._core import multiarray, numeric
+    except ImportError:  # ... numpy 1.x in numpy.core (pickles name either module)
+        from numpy.core import multiarray, numeric  # type: ignore[no-redef]
 
     allowed: dict[tuple[str, str], Any] = {}
     for mod in ("numpy.core.multiarray", "numpy._core.multiarray"):

@@ -15,11 +15,14 @@ nothing here mutates or reorders its inputs.
 """
 
 from datarecon.evaluation.baselines import (
+    NULL_RATE,
     Baselines,
+    NullCalibrated,
     best_similarity_to,
     haim_ssim_against,
     noise_images,
     null_baselines,
+    null_calibrated,
     summarise,
 )
 from datarecon.evaluation.neighbours import (
@@ -86,7 +89,8 @@ __all__ = [
     "collapse", "counts_at", "downsample2x", "effective_window_size", "evaluate_candidates",
     "evaluate_run", "haim_protocol", "haim_ssim_against", "l2_matrix", "label_candidates", "local_ncc_matrix", "local_standardise",
     "match_rank", "minmax_rescale", "ncc_matrix", "nearest_neighbours", "noise_images",
-    "null_baselines", "param_distance", "privacy_report", "real_labels", "reference_rank",
+    "NULL_RATE", "NullCalibrated", "null_baselines", "null_calibrated", "param_distance", "privacy_report",
+    "real_labels", "reference_rank",
     "roc_auc", "roc_curve", "score_privacy", "similarity_matrix", "ssim_matrix", "ssim_pairs",
     "standardise", "summarise", "tpr_at_fpr", "window_kernel",
 ]

@@ -55,6 +55,7 @@ __all__ = [
     "PrivacyScore",
     "score_privacy",
     "privacy_report",
+    "bootstrap_auc_ci",
 ]
 
 #: False-positive rates at which the TPR is reported.
@@ -270,3 +271,42 @@ def privacy_report(labels, scores: Mapping[str, Tensor], *,
             raise DataReconError(f"score {k!r} has {_as_np(v, k).size} values for {n} candidates")
         out[k] = score_privacy(labels, v, name=k, fprs=fprs)
     return out
+
+
+def bootstrap_auc_ci(labels, scores, *, n_boot: int = 1000, level: float = 0.95,
+                     generator: np.random.Generator | int | None = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap confidence interval of the ROC AUC.
+
+    Stratified: each resample draws ``n_real`` real and ``n_fake`` fake candidates with
+    replacement from their own class, so every resample has both classes and the class sizes
+    of the data. The AUC of a resample is :func:`roc_auc` (ties one half, NaN scores lowest).
+
+    Args:
+        labels: ``(M,)`` bool, True = real.
+        scores: ``(M,)`` attacker-side score, higher = more likely real.
+        n_boot: Resamples.
+        level: Coverage of the interval, in ``(0, 1)``.
+        generator: numpy Generator or seed (same seed, same interval).
+
+    Returns:
+        ``(low, high)``, or None when one class is empty (AUC undefined: "not measurable").
+
+    References:
+        Efron & Tibshirani (1993), ch. 13 (percentile interval).
+    """
+    y = _as_np(labels, "labels") > 0.5
+    s = _as_np(scores, "scores")
+    if y.shape != s.shape:
+        raise DataReconError(f"labels ({y.size}) and scores ({s.size}) have different lengths")
+    if not 0.0 < level < 1.0 or n_boot < 1:
+        raise DataReconError(f"need 0 < level < 1 and n_boot >= 1, got level {level}, n_boot {n_boot}")
+    pos, neg = s[y], s[~y]
+    if pos.size == 0 or neg.size == 0:
+        return None
+    rng = generator if isinstance(generator, np.random.Generator) else np.random.default_rng(generator)
+    ip = rng.integers(0, pos.size, size=(n_boot, pos.size))
+    ineg = rng.integers(0, neg.size, size=(n_boot, neg.size))
+    lab = np.r_[np.ones(pos.size, bool), np.zeros(neg.size, bool)]
+    aucs = np.array([roc_auc(lab, np.r_[pos[a], neg[b]]) for a, b in zip(ip, ineg, strict=True)])
+    alpha = (1.0 - level) / 2.0
+    return float(np.quantile(aucs, alpha)), float(np.quantile(aucs, 1.0 - alpha))

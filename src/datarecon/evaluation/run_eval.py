@@ -37,27 +37,34 @@ from torch import Tensor
 
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.evaluation.baselines import (
+    NULL_RATE,
+    Baselines,
     best_similarity_to,
     haim_ssim_against,
     noise_images,
     null_baselines,
+    null_calibrated,
     summarise,
 )
 from datarecon.evaluation.neighbours import METRICS, Neighbours, nearest_neighbours
-from datarecon.evaluation.privacy import LOW_FPRS, PrivacyScore, privacy_report, real_labels
+from datarecon.evaluation.privacy import LOW_FPRS, PrivacyScore, bootstrap_auc_ci, privacy_report, real_labels
 from datarecon.evaluation.protocol import (
     DEFAULT_THRESHOLDS,
     HaimResult,
     collapse,
+    counts_at,
     haim_protocol,
 )
 from datarecon.evaluation.similarity import check_images, effective_window_size
+from datarecon.training.engine import track
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
 
 __all__ = [
     "Evaluation",
     "evaluate_candidates",
     "evaluate_run",
+    "headline",
+    "PAPER_THRESHOLD",
     "REAL_RULE",
     "METRICS_FILE",
     "CANDIDATES_CSV",
@@ -65,6 +72,8 @@ __all__ = [
 ]
 
 METRICS_FILE = "metrics.json"
+#: The fixed "good reconstruction" SSIM threshold of the papers (Haim et al. 2022; Buzaglo et al. 2023).
+PAPER_THRESHOLD = 0.4
 CANDIDATES_CSV = "candidates.csv"
 NEIGHBOURS_FILE = "neighbours.safetensors"
 
@@ -190,13 +199,8 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
     nbrs: dict[tuple[str, str], Neighbours] = {}
     metrics = [primary.name] + [x for x in ("ssim", "l2") if x != primary.name]
     jobs = [(s, mm) for s in refs for mm in metrics]
-    it = jobs
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(jobs, desc="nearest neighbours", unit="search")
     nearest: dict[str, dict[str, Any]] = {}
-    for s, mm in it:
+    for s, mm in track(jobs, desc="nearest neighbours", unit="search", mode=progress):
         nb = nearest_neighbours(cands, refs[s], metric=mm, prefilter=prefilter, top_k=top_k,
                                 window=window)
         nbrs[(s, mm)] = nb
@@ -266,6 +270,8 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
                                      "noise": _curve(b1.noise)}},
             f"best_{primary.name}_to_train": b2.summary(thresholds),
         }
+        summary["headline"] = headline(b1, n_candidates=m, n_heldout=0 if held is None else int(held.shape[0]),
+                                       paper_threshold=PAPER_THRESHOLD)
 
     # privacy: real/fake ground truth and attacker-side scores
     real = None
@@ -294,7 +300,8 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
                              else "given" if real_floor is not None else "none"),
             "n_real": int(real.sum()), "n_fake": int((~real).sum()),
             "fprs": list(LOW_FPRS),
-            "scores": {k: v.summary() for k, v in priv.items()},
+            "scores": {k: {**v.summary(), "auc_ci_95": bootstrap_auc_ci(real, scores[k], generator=0)}
+                       for k, v in priv.items()},
             "roc": {k: {"fpr": v.fpr.tolist(), "tpr": v.tpr.tolist()} for k, v in priv.items()},
         }
     else:
@@ -309,6 +316,50 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
                            "fraction_candidates": _finite(c.fraction_candidates),
                            "n_pairs": c.n_pairs, "n_close": c.n_close}
     return Evaluation(summary=summary, rows=rows, neighbours=nbrs, haim=haim, privacy=priv, real=real)
+
+
+def headline(b: Baselines, *, n_candidates: int, n_heldout: int, paper_threshold: float = 0.4,
+             rate: float = NULL_RATE) -> dict[str, Any]:
+    """The run's headline: training images reconstructed, beside the null baselines.
+
+    Two criteria on the Haim-protocol SSIM per training image: the null-calibrated threshold
+    (:func:`~datarecon.evaluation.baselines.null_calibrated`, held-out images as candidates)
+    and the papers' fixed ``paper_threshold``; each with the held-out and noise counts.
+
+    Args:
+        b: The Haim-SSIM baselines (``real``, ``heldout``, ``noise`` per training image).
+        n_candidates: The attack's candidate count ``m``.
+        n_heldout: Held-out images used as null candidates (0: none).
+        paper_threshold: The fixed SSIM threshold of the papers.
+        rate: See :func:`~datarecon.evaluation.baselines.null_calibrated`.
+
+    Returns:
+        JSON-ready dict: ``n_train``, ``paper`` (``threshold``, ``count``, ``heldout``, ``noise``),
+        ``calibrated`` (the same plus ``rate``, ``allowed``; None without held-out images) and
+        ``notes``.
+    """
+    others = {"noise": b.noise} if b.noise is not None else {}
+
+    def fixed(v: Tensor | None) -> int | None:
+        return None if v is None else counts_at(v, (paper_threshold,))[float(paper_threshold)]
+
+    out: dict[str, Any] = {
+        "statistic": "Haim-protocol SSIM per training image", "n_train": int(b.real.numel()),
+        "n_candidates": int(n_candidates), "n_heldout_candidates": int(n_heldout),
+        "paper": {"threshold": float(paper_threshold), "count": fixed(b.real), "heldout": fixed(b.heldout),
+                  "noise": fixed(b.noise)},
+        "calibrated": None, "notes": [],
+    }
+    if b.heldout is None:
+        out["notes"].append("no held-out images: the null-calibrated count is not measurable")
+        return out
+    c = null_calibrated(b.real, b.heldout, others=others, rate=rate)
+    out["calibrated"] = {"threshold": c.threshold, "rate": c.rate, "allowed": c.allowed, "count": c.count,
+                         "heldout": c.null, "noise": c.others.get("noise")}
+    if 0 < n_heldout < n_candidates:
+        out["notes"].append(f"the held-out null has {n_heldout} candidates, the attack {n_candidates}: "
+                            "fewer null candidates lower the threshold and flatter the attack")
+    return out
 
 
 def _resolve_model_dir(run_dir: Path, model_dir: str | None) -> Path:

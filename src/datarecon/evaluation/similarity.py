@@ -215,12 +215,9 @@ def _ssim_index_pairs(a: Tensor, b: Tensor, ia: Tensor, ib: Tensor, *, window: s
     mu_b, e_b = _stats(b, filt)
     n = ia.shape[0]
     out = torch.empty(n, dtype=a.dtype, device=a.device)
-    starts = range(0, n, max(1, chunk))
-    if progress:
-        from tqdm.auto import tqdm
+    from datarecon.training.engine import track
 
-        starts = tqdm(starts, desc=desc, unit="chunk", leave=False)
-    for s in starts:
+    for s in track(range(0, n, max(1, chunk)), desc=desc, unit="chunk", mode=progress):
         ja = ia[s:s + chunk]
         jb = ib[s:s + chunk]
         exy = filt(a[ja] * b[jb])

@@ -29,6 +29,7 @@ import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from datarecon.errors import DataReconError  # noqa: E402
+from datarecon.report.style import series  # noqa: E402
 from datarecon.utils.io import atomic_write_bytes  # noqa: E402
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "save_figure",
     "neighbour_grid",
     "sorted_ssim_curve",
+    "convergence_curve",
     "ssim_vs_margin",
     "roc_curves",
     "landscape_heatmaps",
@@ -45,7 +47,7 @@ __all__ = [
 
 #: Reference sets shown in the landscape figures (Runkel Fig. 10-12).
 LANDSCAPE_SETS: tuple[str, ...] = ("train", "partition", "noise")
-_SET_TITLES = {"train": "ground truth", "partition": "partition", "noise": "noise", "heldout": "held-out"}
+_SET_TITLES = {"train": "training", "partition": "partition", "noise": "noise", "heldout": "held-out"}
 
 
 def figure_png(fig: Figure, *, dpi: int = 100, close: bool = True) -> bytes:
@@ -73,7 +75,8 @@ def _img(x: Any) -> np.ndarray:
 
 def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor], *,
                    scores: Mapping[str, Sequence[float]] | None = None, max_items: int = 24,
-                   groups_per_row: int = 4, title: str | None = None) -> Figure:
+                   groups_per_row: int = 4, title: str | None = None,
+                   indices: Mapping[str, Sequence[int]] | None = None) -> Figure:
     """Each candidate beside its nearest image in each reference set.
 
     Args:
@@ -86,11 +89,18 @@ def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor]
         max_items: Show at most this many candidates.
         groups_per_row: Candidate groups (candidate + matches) per figure row.
         title: Figure title.
+        indices: ``{set name: (K,)}`` index of each matched image in its set, optional: a
+            matched image shown for several candidates is labelled ``×k`` and the title says how
+            many candidates share an image (so a repeated image is not read as several matches).
 
     Returns:
         Figure.
     """
     k = min(int(candidates.shape[0]), max_items)
+    repeats: dict[str, dict[int, int]] = {}
+    for name, idx in (indices or {}).items():
+        shown = [int(v) for v in list(idx)[:k]]
+        repeats[name] = {v: shown.count(v) for v in shown}
     if k == 0:
         raise DataReconError("no candidates to show in the neighbour grid")
     names = list(matches)
@@ -111,9 +121,15 @@ def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor]
             label = _SET_TITLES.get(name, name)
             if scores is not None and name in scores:
                 label = f"{label} {float(scores[name][i]):.2f}"
+            if name in repeats:
+                j = int(list(indices[name])[i])
+                label = f"#{j} {label}" + (f" ×{repeats[name][j]}" if repeats[name][j] > 1 else "")
             ax.set_title(label, fontsize=6)
-    if title:
-        fig.suptitle(title, fontsize=9)
+    shared = {name: sum(c for c in r.values() if c > 1) for name, r in repeats.items()}
+    notes = [f"{n} of {k} candidates share a {_SET_TITLES.get(name, name)} image with another (×k)"
+             for name, n in shared.items() if n]
+    if title or notes:
+        fig.suptitle("\n".join(([title] if title else []) + notes), fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -125,31 +141,70 @@ def _clean(values: Sequence[float | None] | None) -> np.ndarray:
 
 
 def sorted_ssim_curve(curves: Mapping[str, Sequence[float | None]], *, threshold: float | None = 0.4,
-                      window: str | None = None, title: str | None = None) -> Figure:
+                      calibrated: float | None = None, window: str | None = None,
+                      title: str | None = None) -> Figure:
     """Sorted per-training-image SSIM (Haim protocol) with baseline curves.
 
     Args:
-        curves: ``{label: SSIM values}`` e.g. ``real``, ``heldout``, ``noise``
-            (sorted here in decreasing order; None/NaN dropped).
-        threshold: Draw the "good reconstruction" line (None: none).
+        curves: ``{series key: SSIM values}``, e.g. ``reconstructions`` (or ``real``),
+            ``heldout``, ``noise`` (sorted here in decreasing order; None/NaN dropped); names
+            and colours from :data:`datarecon.report.style.SERIES`.
+        threshold: The papers' fixed "good reconstruction" line (None: none).
+        calibrated: The null-calibrated threshold (drawn in the held-out colour), or None.
         window: SSIM window named in the axis label (it changes the values).
         title: Axes title.
     """
     fig, ax = plt.subplots(figsize=(5, 3.4))
-    for label, vals in curves.items():
+    n = 0
+    for key, vals in sorted(curves.items(), key=lambda kv: series(kv[0]).dashed):  # the attack first
         v = _clean(vals)
         v = np.sort(v[~np.isnan(v)])[::-1]
+        n = max(n, v.size)
         if v.size:
-            ax.plot(np.arange(1, v.size + 1), v, label=f"{label} (n={v.size})",
-                    lw=2 if label == "real" else 1.2, ls="-" if label == "real" else "--")
+            st = series(key)
+            ax.plot(np.arange(1, v.size + 1), v, label=st.label, color=st.color or None,
+                    lw=1.2 if st.dashed else 2, ls="--" if st.dashed else "-")
     if threshold is not None:
-        ax.axhline(threshold, color="gray", lw=0.8, ls=":", label=f"SSIM {threshold}")
-    ax.set_xlabel("training images, sorted")
+        ax.axhline(threshold, color="gray", lw=0.8, ls=":", label=f"papers' threshold {threshold:g}")
+    if calibrated is not None:
+        ax.axhline(calibrated, color=series("heldout").color, lw=0.9, ls="-.",
+                   label=f"null-calibrated {calibrated:.3f}")
+    ax.set_xlabel(f"training images ({n}), sorted by SSIM")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("SSIM" + (f" ({window} window)" if window else ""))
     ax.set_ylim(min(-0.1, ax.get_ylim()[0]), 1.02)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    ax.set_title(title or "Sorted SSIM of the best reconstruction per training image", fontsize=9)
+    ax.set_title(title or "Best SSIM per training image, sorted", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def convergence_curve(steps: Sequence[int], values: Sequence[float], *, key: str, tol: float | None = None,
+                      converged: bool | None = None, title: str | None = None) -> Figure:
+    """The attack's convergence signal over its steps (log scale), with the tolerance line.
+
+    Args:
+        steps: ``(T,)`` logged steps.
+        values: ``(T,)`` the judged metric (e.g. ``rel_residual``); non-positive or NaN values skipped.
+        key: Metric name for the axis label.
+        tol: Tolerance line (e.g. :data:`datarecon.attacks.convergence.RESIDUAL_TOL`), or None.
+        converged: The verdict written in the title, or None.
+        title: Axes title.
+    """
+    fig, ax = plt.subplots(figsize=(5, 3.0))
+    st, v = np.asarray(steps, dtype=float), _clean(values)
+    ok = ~np.isnan(v) & (v > 0)
+    ax.plot(st[ok], v[ok], color=series("reconstructions").color, lw=1.6, marker="." if ok.sum() < 20 else None)
+    if ok.any():
+        ax.set_yscale("log")
+    if tol is not None:
+        ax.axhline(tol, color="gray", lw=0.8, ls=":", label=f"converged below {tol:g}")
+        ax.legend(fontsize=7)
+    ax.set_xlabel("attack step")
+    ax.set_ylabel(key.replace("_", " "))
+    verdict = "" if converged is None else (" — converged" if converged else " — NOT converged")
+    ax.set_title((title or f"Attack convergence: {key.replace('_', ' ')}") + verdict, fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -182,15 +237,15 @@ def roc_curves(rocs: Mapping[str, tuple[Sequence[float], Sequence[float], float]
     """ROC curves of attacker-side scores (real vs fake candidates).
 
     Args:
-        rocs: ``{score name: (fpr, tpr, auc)}``.
+        rocs: ``{score name: (fpr, tpr, auc)}``; ``auc`` None or NaN is shown as "n/a".
         log: Log-scaled axes (to read TPR at low FPR).
     """
     fig, ax = plt.subplots(figsize=(4.2, 4))
     for name, (fpr, tpr, auc) in rocs.items():
         f, t = _clean(fpr), _clean(tpr)
         if f.size and not np.isnan(f).any():
-            ax.plot(f, t, label=f"{name} (AUC {auc:.3f})" if auc == auc else f"{name} (AUC n/a)",
-                    drawstyle="default")
+            defined = isinstance(auc, (int, float)) and math.isfinite(auc)
+            ax.plot(f, t, label=f"{name} (AUC {auc:.3f})" if defined else f"{name} (AUC n/a)")
     ax.plot([0, 1], [0, 1], color="gray", lw=0.8, ls=":")
     if log:
         ax.set_xscale("log")
@@ -285,7 +340,8 @@ def interpolation_curves(results: Mapping[Any, Any], *, sets: Sequence[str] = LA
                 if pts:
                     xs, ys = zip(*pts, strict=True)
                     lbl = f"{method} {_SET_TITLES.get(name, name)}".strip()
-                    ax.plot(xs, ys, marker="o", ms=3, ls=styles[mi % len(styles)], label=lbl)
+                    ax.plot(xs, ys, marker="o", ms=3, ls=styles[mi % len(styles)], label=lbl,
+                            color=series(name).color or None)
     axes[0].set_xlabel("λ₁ (λ₂ = 1): partition → ground truth")
     axes[1].set_xlabel("λ₂ (λ₁ = 1): noise → ground truth")
     for ax in axes:

@@ -3,17 +3,26 @@
 Like ignite's ``Engine``: the loop calls ``step(i) -> metrics`` and passes the
 metrics to hooks (progress bar, history, checkpointing, NaN stop, early stop).
 A hook may ask the loop to stop by returning ``True`` from ``after_step``.
+
+Progress has one mechanism for every loop (:class:`ProgressBar` for an :class:`Engine`,
+:func:`track` for plain iterations): a tqdm bar on a terminal, plain rate-limited lines
+when stderr is a file or a pipe (no carriage returns in logs), or nothing.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TextIO, TypeVar
 
 from tqdm.auto import tqdm
+
+from datarecon.errors import DataReconError
+
+T = TypeVar("T")
 
 StepFn = Callable[[int], dict[str, float]]
 
@@ -89,18 +98,143 @@ class Engine:
         return state
 
 
-class ProgressBar(BaseHook):
-    """tqdm bar over steps showing selected metrics (disabled when ``enabled`` is False)."""
+#: How progress is shown: ``auto`` (a bar on a terminal, plain lines otherwise), ``bar`` (tqdm),
+#: ``lines`` (plain, rate-limited lines for log files), ``off``.
+PROGRESS_MODES: tuple[str, ...] = ("auto", "bar", "lines", "off")
 
-    def __init__(self, *, keys: Sequence[str] = (), desc: str = "", enabled: bool = True,
-                 every: int = 1) -> None:
-        self.keys, self.desc, self.enabled, self.every = list(keys), desc, enabled, max(1, every)
+
+def resolve_progress_mode(mode: str | bool, stream: TextIO | None = None) -> str:
+    """The concrete mode (``bar``, ``lines`` or ``off``) for ``mode`` on ``stream``.
+
+    Args:
+        mode: One of :data:`PROGRESS_MODES`, or a bool (True = ``auto``, False = ``off``).
+        stream: Where progress goes (default ``sys.stderr``); ``auto`` shows a bar only when it
+            is a terminal, so logs captured to a file get lines without carriage returns.
+
+    Raises:
+        DataReconError: unknown mode.
+    """
+    if isinstance(mode, bool):
+        mode = "auto" if mode else "off"
+    if mode not in PROGRESS_MODES:
+        raise DataReconError(f"unknown progress mode {mode!r}; valid modes: {', '.join(PROGRESS_MODES)}")
+    if mode != "auto":
+        return mode
+    stream = sys.stderr if stream is None else stream
+    try:
+        tty = bool(stream.isatty())
+    except (AttributeError, ValueError):  # closed or file-less streams
+        tty = False
+    return "bar" if tty else "lines"
+
+
+def _clock(seconds: float) -> str:
+    """``H:MM:SS`` of a duration (``?`` when unknown)."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def format_metrics(metrics: Mapping[str, float], keys: Sequence[str]) -> str:
+    """``"loss 0.123 residual 4.5e-05"``: the ``keys`` present in ``metrics``, 3 significant digits."""
+    return " ".join(f"{k} {metrics[k]:.3g}" for k in keys if isinstance(metrics.get(k), (int, float)))
+
+
+class ProgressLines:
+    """Plain progress lines (no carriage returns), at most one per ``interval_s`` and ``min_fraction``.
+
+    A line reads ``DESC: step 120/2000 (6%), 45.3 step/s, ETA 0:00:41, loss 0.123`` and is written
+    when at least ``interval_s`` seconds *and* ``min_fraction`` of the total have passed since the
+    previous one (so a 10-hour run writes at most ~100 lines, a 15-second one two or three); a
+    last line gives the steps done, the wall time and the stop reason.
+
+    Args:
+        total: Steps (or items) in all.
+        start: Steps already done (a resumed run); the rate counts only this run's steps.
+        desc: Prefix of every line.
+        unit: What a step is called ("step", "epoch", "run").
+        keys: Metrics shown, in order.
+        interval_s: Minimum seconds between lines.
+        min_fraction: Minimum fraction of ``total`` between lines.
+        stream: Output (default ``sys.stderr`` at construction time).
+        clock: Time source (``time.monotonic``; tests pass a fake).
+    """
+
+    def __init__(self, total: int, *, start: int = 0, desc: str = "", unit: str = "step",
+                 keys: Sequence[str] = (), interval_s: float = 5.0, min_fraction: float = 0.01,
+                 stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.start, self.desc, self.unit = int(total), int(start), desc or "progress", unit
+        self.keys, self.interval_s, self.min_fraction = list(keys), float(interval_s), float(min_fraction)
+        self.stream = sys.stderr if stream is None else stream
+        self.clock = clock
+        self.t0 = self.last_t = clock()
+        self.last_step = self.start
+        self.lines = 0
+
+    def _write(self, text: str) -> None:
+        self.stream.write(f"{self.desc}: {text}\n")
+        self.stream.flush()
+        self.lines += 1
+
+    def update(self, step: int, metrics: Mapping[str, float] | None = None) -> None:
+        """Note that ``step`` steps are done; write a line if enough time and progress passed."""
+        now = self.clock()
+        frac = (step - self.last_step) / self.total if self.total else 1.0
+        if now - self.last_t < self.interval_s or frac < self.min_fraction:
+            return
+        rate = (step - self.start) / (now - self.t0) if now > self.t0 else float("nan")
+        eta = (self.total - step) / rate if rate and math.isfinite(rate) else float("nan")
+        pct = f" ({100 * step / self.total:.0f}%)" if self.total else ""
+        parts = [f"{self.unit} {step}/{self.total}{pct}", f"{rate:.3g} {self.unit}/s", f"ETA {_clock(eta)}"]
+        shown = format_metrics(metrics or {}, self.keys)
+        self._write(", ".join(parts + ([shown] if shown else [])))
+        self.last_t, self.last_step = now, step
+
+    def close(self, step: int, metrics: Mapping[str, float] | None = None, *, reason: str = "") -> None:
+        """Write the final line: steps done, wall time, rate, reason and metrics."""
+        wall = self.clock() - self.t0
+        rate = (step - self.start) / wall if wall > 0 else float("nan")
+        parts = [f"{'done' if step >= self.total else 'stopped at'} {self.unit} {step}/{self.total} "
+                 f"in {_clock(wall)} ({rate:.3g} {self.unit}/s)"]
+        if reason and reason != "completed":
+            parts.append(reason)
+        shown = format_metrics(metrics or {}, self.keys)
+        self._write(", ".join(parts + ([shown] if shown else [])))
+
+
+class ProgressBar(BaseHook):
+    """Progress over the loop's steps with selected metrics: a tqdm bar, plain lines, or nothing.
+
+    Args:
+        keys: Metrics shown beside the step count.
+        desc: Label.
+        mode: One of :data:`PROGRESS_MODES`; ``auto`` (default) shows a bar on a terminal and
+            :class:`ProgressLines` when stderr is a file or pipe.
+        enabled: False forces ``off`` (the ``progress=False`` of the callers).
+        every: Steps between updates of the bar's metrics.
+        unit: What a step is called in ``lines`` ("step", "epoch").
+        interval_s, min_fraction: Rate limit of ``lines`` (see :class:`ProgressLines`).
+        stream: Output of ``lines`` and of the ``auto`` terminal check (default ``sys.stderr``).
+    """
+
+    def __init__(self, *, keys: Sequence[str] = (), desc: str = "", mode: str = "auto", enabled: bool = True,
+                 every: int = 1, unit: str = "step", interval_s: float = 5.0, min_fraction: float = 0.01,
+                 stream: TextIO | None = None) -> None:
+        self.keys, self.desc, self.every, self.unit = list(keys), desc, max(1, every), unit
+        self.mode = resolve_progress_mode(mode if enabled else "off", stream)
+        self.interval_s, self.min_fraction, self.stream = interval_s, min_fraction, stream
         self.bar: tqdm | None = None
+        self.lines: ProgressLines | None = None
 
     def before_run(self, state: LoopState) -> None:
-        if self.enabled:
+        if self.mode == "bar":
             self.bar = tqdm(total=state.total, initial=state.step, desc=self.desc, leave=False,
-                            dynamic_ncols=True)
+                            dynamic_ncols=True, file=self.stream, unit=self.unit)
+        elif self.mode == "lines":
+            self.lines = ProgressLines(state.total, start=state.step, desc=self.desc, unit=self.unit, keys=self.keys,
+                                       interval_s=self.interval_s, min_fraction=self.min_fraction,
+                                       stream=self.stream)
 
     def after_step(self, state: LoopState) -> None:
         if self.bar is not None:
@@ -108,10 +242,44 @@ class ProgressBar(BaseHook):
             if state.step % self.every == 0:
                 shown = {k: f"{state.metrics[k]:.3g}" for k in self.keys if k in state.metrics}
                 self.bar.set_postfix(shown, refresh=False)
+        elif self.lines is not None:
+            self.lines.update(state.step, state.metrics)
 
     def after_run(self, state: LoopState) -> None:
         if self.bar is not None:
             self.bar.close()
+        elif self.lines is not None:
+            self.lines.close(state.step, state.metrics, reason=state.stop_reason)
+
+
+def track(items: Iterable[T], *, total: int | None = None, desc: str = "", unit: str = "item",
+          mode: str | bool = "auto", stream: TextIO | None = None, interval_s: float = 5.0) -> Iterator[T]:
+    """Iterate ``items`` with progress in the same modes as :class:`ProgressBar` (for loops that are
+    not an :class:`Engine`: evaluation chunks, sweep runs).
+
+    Args:
+        items: What to iterate.
+        total: Number of items (default ``len(items)``).
+        desc, unit: Label and item name.
+        mode: One of :data:`PROGRESS_MODES` or a bool.
+        stream: Output (default ``sys.stderr``).
+        interval_s: Minimum seconds between lines in ``lines`` mode.
+    """
+    concrete = resolve_progress_mode(mode, stream)
+    if concrete == "off":
+        yield from items
+        return
+    n = len(items) if total is None and isinstance(items, Sized) else int(total or 0)
+    if concrete == "bar":
+        yield from tqdm(items, total=n, desc=desc, unit=unit, leave=False, file=stream)
+        return
+    lines = ProgressLines(n, desc=desc, unit=unit, interval_s=interval_s, stream=stream)
+    done = 0
+    for item in items:
+        yield item
+        done += 1
+        lines.update(done)
+    lines.close(done)
 
 
 class History(BaseHook):

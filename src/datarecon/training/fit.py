@@ -374,7 +374,8 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight
     else:
         all_hooks: list[Hook] = [nan_stop, history, stop_hook,
                                  ProgressBar(keys=["loss", "train_acc", "normalised_margin"],
-                                             desc="train", enabled=progress, every=max(1, log_every))]
+                                             desc="train", unit="epoch", enabled=progress,
+                                             every=max(1, log_every))]
         if ckpt is not None:
             all_hooks.append(_CheckpointHook(_save, every=checkpoint_every or max(epochs, 1), stepper=stepper))
         all_hooks.extend(hooks)

@@ -4,6 +4,11 @@ Every artefact datarecon writes (weights, metadata, checkpoints, run records)
 goes through :func:`atomic_write_bytes`: the bytes are written to a temporary
 file in the same directory, flushed and fsynced, then renamed over the target,
 so a killed process leaves either the old file or the new one, never a torn one.
+The file gets the permissions a plain ``open(path, "w")`` would give (``0o666`` less the
+process umask), not ``mkstemp``'s private ``0o600``: results are meant to be shared.
+
+JSON files are standard JSON: undefined or non-finite numbers (NaN, ±inf) are written as
+``null`` (see :func:`to_jsonable`), which every JSON reader accepts.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -25,12 +31,31 @@ from safetensors.torch import save as _st_save
 from datarecon.errors import CheckpointError
 
 
+def current_umask() -> int:
+    """The process umask (read from ``/proc/self/status`` where it is there, else set and restored)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file + fsync + rename)."""
+    """Write ``data`` to ``path`` atomically (temp file + fsync + rename).
+
+    The file's mode is ``0o666 & ~umask``, as for a file created with ``open``.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -50,7 +75,12 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Convert tensors, numpy values, paths and tuples into JSON-ready values."""
+    """Convert tensors, numpy values, paths and tuples into JSON-ready values.
+
+    Non-finite floats (NaN, ±inf), also inside tensors and arrays, become ``None`` (JSON
+    ``null``): "undefined". Readers treat ``null`` as a missing value; nothing writes the
+    strings ``"nan"``/``"inf"``, which would break number formatting downstream.
+    """
     import numpy as np
 
     if isinstance(obj, dict):
@@ -58,21 +88,21 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
     if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu().tolist()
+        return to_jsonable(obj.detach().cpu().tolist())
     if isinstance(obj, np.ndarray):
-        return obj.tolist()
+        return to_jsonable(obj.tolist())
     if isinstance(obj, np.generic):
-        return obj.item()
+        return to_jsonable(obj.item())
     if isinstance(obj, Path):
         return str(obj)
-    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
-        return str(obj)
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
     return obj
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as pretty JSON atomically."""
-    atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n")
+    """Write ``obj`` as pretty, standard JSON atomically (non-finite numbers as ``null``)."""
+    atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def rows_to_csv(rows: Sequence[Mapping[str, Any]]) -> str:

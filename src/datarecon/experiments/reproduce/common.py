@@ -353,7 +353,8 @@ def grid_figure(grid_path: Path, *, sets: Sequence[str] = ("train",), max_items:
     g = load_tensors(grid_path)
     matches = {s: g[s] for s in sets if s in g}
     scores = {s: g[f"{s}_score"].tolist() for s in sets if f"{s}_score" in g}
-    fig = neighbour_grid(g["candidates"], matches, scores=scores, max_items=max_items, title=title)
+    indices = {s: g[f"{s}_index"].tolist() for s in sets if f"{s}_index" in g}  # repeated images marked xk
+    fig = neighbour_grid(g["candidates"], matches, scores=scores, max_items=max_items, title=title, indices=indices)
     save_figure(fig, png)
 
 

@@ -255,12 +255,20 @@ def report_sections(ctx: Context, cfg: HaimConfig, *, scale: str, timings: Mappi
 
     from datarecon.experiments.reproduce.runkel2024 import _num
     from datarecon.report.html import FigureItem, Section, Table
+    from datarecon.report.style import figure_caption
 
     def table(path: Path, caption: str) -> Table:
         with open(path, encoding="utf-8") as fh:
             rows = list(csv.reader(fh))
         return Table(caption=caption, header=rows[0], rows=[[_num(c) for c in r] for r in rows[1:]])
 
+    priv_notes = []
+    for ds in cfg.datasets:
+        p = ctx.summary(f"eval/{_name(ds)}").get("privacy") or {}
+        if "n_real" in p and not (p.get("n_real") and p.get("n_fake")):
+            empty = "fakes" if not p.get("n_fake") else "real candidates"
+            priv_notes.append(f"{_name(ds)}: not measurable: 0 {empty} ({p.get('n_real')} real, {p.get('n_fake')} "
+                              "fake), so ROC AUC and TPR are undefined (n/a); more or weaker candidates give both classes.")
     secs = [Section(title="Setup", text=[
         f"Scale: {scale}. n = {2 * cfg.n_per_class} per task (first {cfg.n_per_class} per side), "
         f"m = {cfg.candidates_factor}n candidates per run; the best {cfg.keep} runs by the attacker-side "
@@ -271,11 +279,13 @@ def report_sections(ctx: Context, cfg: HaimConfig, *, scale: str, timings: Mappi
                                                "Haim protocol: count of training images with SSIM > 0.4, with "
                                                "held-out and noise null baselines"),
                                          table(ctx.dir("tables") / "privacy.csv",
-                                               "Privacy: attacker-side scores, real vs fake candidates")])]
+                                               "Privacy: attacker-side scores, real vs fake candidates")],
+                                 notes=priv_notes)]
     for ds in cfg.datasets:
         d = ctx.dir(f"figures/{_name(ds)}")
         secs.append(Section(title=f"{_name(ds)} ({ds.task})", figures=[
-            FigureItem(caption=f, png=(d / f).read_bytes()) for f in ctx.summary(f"figures/{_name(ds)}")["files"]]))
+            FigureItem(caption=f"{_name(ds)}: {figure_caption(f)}", png=(d / f).read_bytes())
+            for f in ctx.summary(f"figures/{_name(ds)}")["files"]]))
     secs.append(Section(title="Timings", tables=[Table(caption="wall time per piece kind (s, this invocation)",
                                                        header=["kind", "seconds"],
                                                        rows=[[k, v] for k, v in timings.items()])]))

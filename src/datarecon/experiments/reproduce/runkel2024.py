@@ -427,6 +427,7 @@ def report_sections(ctx: Context, cfg: RunkelConfig, *, scale: str, timings: Map
     import csv
 
     from datarecon.report.html import FigureItem, Section, Table
+    from datarecon.report.style import figure_caption
 
     def table(path: Path, caption: str) -> Table:
         with open(path, encoding="utf-8") as fh:
@@ -435,7 +436,7 @@ def report_sections(ctx: Context, cfg: RunkelConfig, *, scale: str, timings: Map
 
     def figs(key: str) -> list[FigureItem]:
         d = ctx.dir(key)
-        return [FigureItem(caption=f, png=(d / f).read_bytes())
+        return [FigureItem(caption=figure_caption(f), png=(d / f).read_bytes())
                 for f in ctx.summary(key).get("files", []) if f.endswith(".png")]
 
     t = ctx.dir("tables")
@@ -471,6 +472,8 @@ def report_sections(ctx: Context, cfg: RunkelConfig, *, scale: str, timings: Map
 
 
 def _num(c: str) -> Any:
+    if c.strip().lower() in ("", "nan", "inf", "-inf"):
+        return None  # undefined: the report shows n/a
     try:
         return float(c) if any(ch in c for ch in ".eE") else int(c)
     except ValueError:

@@ -1,0 +1,107 @@
+"""Did an attack converge? Judged from its own history (attacker-side signals only).
+
+Two rules, chosen by what the history holds:
+
+* **KKT family** (``rel_residual`` logged): converged iff the final relative stationarity
+  residual ``‖θ* − Σ λ_i y_i ∇Φ(x_i)‖ / ‖θ*‖`` is at most :data:`RESIDUAL_TOL` (x = 0 gives 1).
+  A one-step run (residual ~0.9) is therefore flagged, however good its numbers look.
+* **otherwise** (e.g. the bilevel attack's upper-level ``loss``): converged iff the loss changed
+  by at most :data:`PLATEAU_TOL` (relative) over the last :data:`PLATEAU_WINDOW` of the logged
+  steps, i.e. it has plateaued.
+
+A run that diverged or did not finish is not converged; the plateau rule also needs at least
+:data:`MIN_ROWS` history rows.
+
+References:
+    Haim et al. (2022) eq. 5 (the stationarity condition whose residual is measured);
+    Runkel et al. (2024) eq. 2 (the bilevel upper-level loss).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RESIDUAL_TOL", "PLATEAU_TOL", "PLATEAU_WINDOW", "MIN_ROWS", "Convergence", "assess_convergence"]
+
+#: Largest final relative stationarity residual called converged (KKT family).
+RESIDUAL_TOL = 0.05
+#: Largest relative change of the loss over the last window called a plateau.
+PLATEAU_TOL = 0.01
+#: Share of the logged steps that forms the last window.
+PLATEAU_WINDOW = 0.1
+#: Fewest history rows from which convergence is judged.
+MIN_ROWS = 3
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """Verdict on one run.
+
+    Attributes:
+        converged: The verdict.
+        key: The metric judged (``rel_residual`` or ``loss``), or "" without history.
+        final: Its last logged value (None without one).
+        reason: One line a reader can check ("relative residual 0.0076 <= 0.05").
+        steps: ``[step]`` of the history rows (for the curve).
+        values: ``[value]`` of ``key`` per row (NaN where missing).
+    """
+
+    converged: bool
+    key: str
+    final: float | None
+    reason: str
+    steps: list[int]
+    values: list[float]
+
+
+def _num(v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f
+
+
+def assess_convergence(history: Sequence[Mapping[str, Any]], *, status: str = "complete",
+                       residual_tol: float = RESIDUAL_TOL, plateau_tol: float = PLATEAU_TOL,
+                       window: float = PLATEAU_WINDOW) -> Convergence:
+    """Judge convergence from ``history.jsonl`` rows (see the module docstring for the rules).
+
+    Args:
+        history: Rows ``{"step": int, metric: value, ...}`` in step order.
+        status: The run's status (``complete``, ``stopped-early``, ``diverged``, ``running``, ...).
+        residual_tol: See :data:`RESIDUAL_TOL`.
+        plateau_tol: See :data:`PLATEAU_TOL`.
+        window: See :data:`PLATEAU_WINDOW`, in ``(0, 1]``.
+
+    Returns:
+        :class:`Convergence`.
+    """
+    rows = [r for r in history if isinstance(r, Mapping)]
+    key = "rel_residual" if any("rel_residual" in r for r in rows) else "loss" if any("loss" in r for r in rows) else ""
+    steps = [int(_num(r.get("step", i + 1))) if math.isfinite(_num(r.get("step", i + 1))) else i + 1
+             for i, r in enumerate(rows)]
+    values = [_num(r.get(key)) for r in rows] if key else []
+    finite = [v for v in values if math.isfinite(v)]
+    final = finite[-1] if finite else None
+    if status == "diverged" or (values and not math.isfinite(values[-1])):
+        return Convergence(False, key, final, f"diverged ({key} not finite)", steps, values)
+    if status not in ("complete", "stopped-early"):
+        return Convergence(False, key, final, f"run not finished (status {status})", steps, values)
+    if key == "rel_residual" and final is not None:  # an absolute rule: one row is enough
+        ok = final <= residual_tol
+        cmp = "<=" if ok else ">"
+        return Convergence(ok, key, final, f"relative residual {final:.3g} {cmp} {residual_tol:g}", steps, values)
+    if len(finite) < MIN_ROWS:
+        return Convergence(False, key, final, f"too short to judge ({len(finite)} history rows; "
+                           f"at least {MIN_ROWS} needed)", steps, values)
+    last = max(2, math.ceil(window * len(finite)))
+    start, end = finite[-last], finite[-1]
+    change = abs(end - start) / max(abs(start), 1e-12)
+    ok = change <= plateau_tol
+    what = "plateaued" if ok else "still changing"
+    return Convergence(ok, key, final, f"loss {what}: {100 * change:.2g}% change over the last {last} logged steps "
+                       f"({'<=' if ok else '>'} {100 * plateau_tol:g}%)", steps, values)

@@ -1,0 +1,29 @@
+"""``datarecon examples [NAME]``: list the shipped example files, or copy one out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``examples`` to ``app``."""
+
+    @app.command("examples")
+    def examples_cmd(
+        name: Annotated[str | None, typer.Argument(help="Example file to copy; omit to list them.")] = None,
+        out: Annotated[Path | None, typer.Option(help="Destination file or folder (default: ./NAME).")] = None,
+        overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing destination file.")] = False,
+    ) -> None:
+        """List the example configuration files shipped with datarecon, or copy one (sweeps,
+        reproduction overrides)."""
+        from datarecon.experiments.examples import copy_example, list_examples
+
+        if name is None:
+            for file, summary in list_examples().items():
+                typer.echo(f"{file:<32} {summary}")
+            typer.echo("copy one with: datarecon examples NAME [--out PATH]")
+            return
+        typer.echo(f"wrote {copy_example(name, out=out, overwrite=overwrite)}")

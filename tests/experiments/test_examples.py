@@ -1,0 +1,46 @@
+"""Shipped example files: listed, parsed by their config types, copied out without clobbering."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from datarecon.cli.main import main
+from datarecon.config import load_config_file, read_config_mapping
+from datarecon.errors import DataReconError
+from datarecon.experiments.examples import copy_example, list_examples, read_example
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_examples_are_listed_with_summaries_and_match_the_checkout() -> None:
+    names = list_examples()
+    assert set(names) == {p.name for p in (ROOT / "examples").glob("*.yaml")}
+    assert all(names.values())
+    for name in names:
+        assert read_example(name) == (ROOT / "examples" / name).read_bytes()
+
+
+def test_sweep_examples_parse_as_sweep_configs(tmp_path: Path) -> None:
+    from datarecon.experiments.sweep import SweepConfig
+
+    for name in list_examples():
+        path = copy_example(name, out=tmp_path)
+        if name.startswith("sweep-"):
+            load_config_file(path, SweepConfig)
+        else:
+            assert isinstance(read_config_mapping(path), dict)
+
+
+def test_copy_refuses_to_overwrite_and_unknown_names_list_the_valid_ones(tmp_path: Path, capsys) -> None:
+    target = tmp_path / "mine.yaml"
+    target.write_text("keep me")
+    with pytest.raises(DataReconError, match="exists; pass --overwrite"):
+        copy_example("sweep-tiny.yaml", out=target)
+    assert target.read_text() == "keep me"
+    assert main(["examples", "nope.yaml", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: unknown example 'nope.yaml'; shipped examples: runkel2024-paper-dryrun.yaml")
+    assert main(["examples", "sweep-tiny.yaml", "--out", str(target), "--overwrite"]) == 0
+    assert target.read_bytes() == read_example("sweep-tiny.yaml")
