@@ -44,7 +44,8 @@ def _run(name: str, *, scale: str, out: Path, data_dir: str | None, device: str,
 
 
 _Scale = Annotated[str, typer.Option("--scale", help="smoke (CI, minutes on CPU) | small (CPU, minutes) | "
-                                     "medium (paper width, CPU, <= 1 h) | paper (GPU); see --dry-run.")]
+                                     "medium (CPU, <= 1 h; runkel2024: one-hidden width 1024, n = 100) | paper (GPU); "
+                                     "see --dry-run.")]
 _Out = Annotated[Path, typer.Option("--out", help="Output folder (rerun into it to resume).")]
 _Data = Annotated[str | None, typer.Option("--data-dir", envvar="DATARECON_DATA", help="Data folder.")]
 _Device = Annotated[str, typer.Option("--device", help="cpu | cuda[:N].")]
