@@ -24,9 +24,10 @@ def _run(name: str, *, scale: str, out: Path, data_dir: str | None, device: str,
     from datarecon.errors import DataReconError
     from datarecon.config import read_config_mapping
     from datarecon.experiments.reproduce import plan_reproduction, reproduce
+    from datarecon.experiments.reproduce.cost import device_note
     from datarecon.experiments.reproduce.pieces import format_plan
 
-    parse_device(device)  # refuses cuda without a GPU, with a one-line message
+    parse_device(device, require_available=not dry_run)  # refuses cuda without a GPU (a dry run only estimates)
     if threads < 0:
         raise DataReconError(f"--threads must be >= 0 (0 = PyTorch's default), got {threads}")
     if threads:
@@ -37,6 +38,7 @@ def _run(name: str, *, scale: str, out: Path, data_dir: str | None, device: str,
                                     overrides=overrides)
         for line in format_plan(planned, device=device):
             typer.echo(line)
+        typer.echo(device_note(device))
         return
     report = reproduce(name, out=out, scale=scale, data_dir=data_dir, device=device, resume=resume,
                        overwrite=overwrite, overrides=overrides, log=typer.echo)

@@ -111,12 +111,12 @@ SMOOTH = KinkTreatment(curvature="hessian", damping=0.0, inner_activation="targe
 #: §6 (``benchmarks/bench_bilevel_relu.py``): the rate at which a small step along the negative
 #: hypergradient lowers the true ‖θ* − θ(x)‖² with the inner problem re-solved. On the small
 #: runkel2024 one-hidden target (width 256) damped CG with μ = 0.1 had the best median rate
-#: (0.98–1.00 of the best treatment at each point); μ = 0.01 and 1, Gauss–Newton and a softplus₅
-#: inner energy with Gauss–Newton came within 6–13 %, the paper's qn within 12–21 %; the
-#: undamped Hessian (negative curvature) reached 0.08–0.09, a random direction ≈ 0. The same
-#: measurement found the rate at a move of 1 % of ‖x‖ still 55–74 % of the rate at 0.1 %, so one
-#: outer step moves x by at most 1 % of ‖x‖ (larger Polyak trials were rejected by the line search,
-#: each rejection costing an inner re-solve).
+#: (0.98–1.00 of the best treatment's, median over points); μ = 0.01 and 1, Gauss–Newton and a
+#: softplus₅ inner energy with Gauss–Newton came within 1–13 %, the paper's qn within 13–21 %; the
+#: undamped Hessian (negative curvature) reached −0.08–0.09, a random direction ≈ 0. The same
+#: measurement found the rate at a move of 1 % of ‖x‖ still 55–77 % of the rate at 0.1 %, so one
+#: outer step moves x by at most 1 % of ‖x‖ (docs/PERFORMANCE.md §6.5 measures what larger Polyak
+#: trials cost: line-search rejections, each an inner re-solve).
 NONSMOOTH = KinkTreatment(curvature="hessian", damping=0.1, inner_activation="target", max_step=0.01)
 
 
@@ -144,8 +144,8 @@ class BilevelConfig(BaseModel):
         max_step: cap on one problem-derived step, ‖Δx‖ ≤ max_step·‖x‖ (Frobenius norm over
             all candidates). None (default): no cap for smooth targets, ``NONSMOOTH.max_step``
             (1 %) for targets with kinks, where the descent-rate measurement (docs/PERFORMANCE.md
-            §6) found the first-order model still predicting 55–74 % of the decrease at moves of
-            1 % of ‖x‖; larger moves leave the region the hypergradient describes.
+            §6.4) found the rate of decrease at moves of 1 % of ‖x‖ still 55–77 % of that at 0.1 %;
+            larger moves leave the region the hypergradient describes.
         hessian: inverse-Hessian strategy (``LINEAR_SOLVERS``: "cg", "pcg", "neumann", "qn").
             Default "cg", warm-started: fewest Hessian-vector products and least time to a relative
             residual of 1e-6 in ``benchmarks/bench_bilevel_solvers.py`` (affine: 16 HVPs per solve;
