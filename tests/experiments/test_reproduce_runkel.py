@@ -165,7 +165,7 @@ def test_paper_dry_run_overrides_keep_the_published_sizes():
     dry = load_config("runkel2024", scale="paper", overrides=read_config_mapping(path))
     assert dry.data == paper.data and dry.one_hidden.arch == paper.one_hidden.arch
     assert dry.decoreco_target.arch == paper.decoreco_target.arch and dry.landscape.grid == paper.landscape.grid
-    assert dry.bilevel_one_hidden.steps == 1 and dry.bilevel_one_hidden.inner_tol_schedule == "distance"
+    assert dry.bilevel_one_hidden.steps == 1 and dry.bilevel_one_hidden.inner_max_iter == 2  # the example cuts it
 
 
 def test_unknown_scale_lists_valid_ones():

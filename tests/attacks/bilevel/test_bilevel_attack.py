@@ -280,6 +280,28 @@ def test_problem_derived_step_never_moves_x_more_than_max_step(planted):
     assert free[0][0] > 2 * capped[0][0]
 
 
+def test_line_search_accepts_only_a_real_decrease(planted):
+    """An inner solve that never moves (tolerance 10: θ⁰ already 'solves' it) leaves the upper loss
+    unchanged at every trial point: every step must be rejected and x must stay, even once the
+    Armijo decrease c1·t·‖∇l‖² falls below the rounding of l (it would then accept a no-op step,
+    and the step size could never recover)."""
+    target, prior, x_gt = planted
+    x0 = x_gt + 0.1 * torch.randn(x_gt.shape, generator=torch.Generator().manual_seed(3), dtype=DT)
+    rec = _run(target, prior, x0, steps=15, inner_tol=10.0)
+    assert rec.summary["extra"]["rejected_steps"] == 15
+    assert all(h["lr_x"] == 0.0 for h in rec.history)
+    torch.testing.assert_close(rec.x, x0, rtol=0, atol=0)
+
+
+def test_distance_schedule_with_the_problem_derived_step_warns_on_kinked_targets(relu_target, recwarn):
+    target, prior, x0 = relu_target
+    _run(target, prior, x0, steps=1, inner_tol_schedule="distance")
+    assert any("inner_tol_schedule 'distance'" in str(w.message) for w in recwarn.list)
+    recwarn.clear()
+    _run(target, prior, x0, steps=1)
+    assert not any("inner_tol_schedule" in str(w.message) for w in recwarn.list)
+
+
 def test_optimizer_options_need_a_fixed_step():
     with pytest.raises(DataReconError, match="needs a fixed step on x; pass lr_x") as exc:
         BilevelConfig(optimizer="adam")

@@ -175,7 +175,9 @@ class BilevelConfig(BaseModel):
             tolerance to outer progress, tol_k = clip(inner_tol_factor · wd · ‖θ* − θ_{k−1}‖,
             inner_tol, inner_tol_max). E is wd-strongly convex for affine targets, so the inner error
             ‖θ̂ − θ(x)‖ ≤ tol/wd stays below inner_tol_factor × the current distance: no accuracy is
-            spent on θ(x) while x is still far from a solution.
+            spent on θ(x) while x is still far from a solution. Not for targets with kinks with the
+            problem-derived step (warned): the inner residual stalls near the loose tolerance, trial
+            points are then not re-solved and the line search is blind (docs/PERFORMANCE.md §6.6).
         inner_tol_factor, inner_tol_max: of the "distance" schedule.
         inner_max_iter: inner iteration cap per inner solve (per outer step, and per line-search
             trial).
@@ -383,6 +385,13 @@ class BilevelAttack:
             SOLVED: torch.zeros((), dtype=torch.int64),
             STEP: torch.zeros((), dtype=torch.float64),
         }
+        if pr.kinks and self.config.inner_tol_schedule == "distance" and self.config.lr_x is None:
+            warnings.warn(
+                "bilevel: inner_tol_schedule 'distance' with the problem-derived step on a target with kinks: the "
+                "inner solve stalls on kinks near the loose tolerance, so trial points are often not re-solved and "
+                "the line search cannot see the upper loss change (measured: the step collapsed to 3e-12 and x "
+                "stopped moving); use inner_tol_schedule fixed (--set inner_tol_schedule=fixed)",
+                RuntimeWarning, stacklevel=2)
         if self.config.hessian == "neumann":
             state[EIGVEC] = torch.zeros_like(theta)
         if self.config.lr_x is not None:
@@ -519,7 +528,10 @@ class BilevelAttack:
             evals += inner.evaluations
             box, _ = self._box(x_try, prior)
             f_try = self._upper(inner.theta, pr.theta_star) + cfg.box_weight * float(box)
-            if math.isfinite(f_try) and math.isfinite(inner.grad_norm) and f_try <= f0 - cfg.ls_c1 * t * gg:
+            # a real decrease is required: when c1·t·‖∇l‖² is below the rounding of l, Armijo alone
+            # would accept a step that changed nothing, and the step size would never recover
+            if (math.isfinite(f_try) and math.isfinite(inner.grad_norm) and f_try < f0
+                    and f_try <= f0 - cfg.ls_c1 * t * gg):
                 return _StepResult(True, t, x_try, inner.theta, inner.grad_norm, list(inner.new_pairs), trial,
                                    iters, evals)
             t *= 0.5
