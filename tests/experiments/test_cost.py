@@ -30,7 +30,7 @@ def test_bilevel_estimate_is_the_hand_count():
     arch = ArchConfig(name="one-hidden", hidden=(10,))
     k = cost.BILEVEL_COUNTS["kinked"]
     hvps = min(k.hvps, 4 + 2)
-    passes = 40 * k.evals_per_iteration + 7 * (5 * k.evals_per_iteration + hvps + 2)
+    passes = (1 + 40 * k.evals_per_iteration) + 7 * ((1 + 5 * k.evals_per_iteration) + hvps + 2)
     vec = 40 * (10 * 3 + 10) + 7 * (5 * (10 * 3 + 10) + 4 * hvps)
     m, p = 12, 3072 * 10 + 10 + 10 + 1
     flops = 6 * m * (3072 * 10 + 10)
@@ -41,7 +41,7 @@ def test_bilevel_estimate_is_the_hand_count():
     assert cost.estimate_bilevel(cfg, arch, m=m, kinks=True)("tpu") is None  # no figures: no estimate
     # the problem-derived step re-solves once per line-search trial
     free = cost.bilevel_step_work(cfg.model_copy(update={"lr_x": None}), kinks=True)
-    assert free.passes == pytest.approx(k.trials * 5 * k.evals_per_iteration + hvps + 2)
+    assert free.passes == pytest.approx(k.trials * (1 + 5 * k.evals_per_iteration) + hvps + 2)
 
 
 def test_training_and_kkt_estimates_scale_with_their_work():

@@ -215,3 +215,9 @@ def test_reproduction_times_script_reads_the_markers(runkel, capsys):
     assert attacks and all(r["ms_per_step"] > 0 and r["steps"] > 0 for r in attacks)
     assert mod.main([str(out / "no-such-folder")]) == 1
     assert "no DONE.json" in capsys.readouterr().err
+    # --estimates: every training and attack piece gets its --dry-run estimate beside the measurement
+    est = mod.with_estimates(mod.collect(out), out)
+    timed = [r for r in est["rows"] if r["kind"] in ("train", "attack")]
+    assert timed and all(r["estimate_s"] and r["estimate_s"] > 0 for r in timed)
+    assert set(est["measured_over_estimate"]) == {"train", "attack"}
+    assert mod.main([str(out), "--estimates"]) == 0 and "measured ÷ estimated" in capsys.readouterr().out

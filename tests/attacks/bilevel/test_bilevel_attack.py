@@ -293,6 +293,45 @@ def test_line_search_accepts_only_a_real_decrease(planted):
     torch.testing.assert_close(rec.x, x0, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("after_resolve", [0.2, 0.9])
+def test_failed_first_trial_makes_the_re_solve_at_x_the_reference(planted, monkeypatch, after_resolve):
+    """Scripted inner solves (l = f0 + 1 at the first trial point, f0 + 0.5 re-solved at x itself,
+    f0 + ``after_resolve`` at the second trial): the second trial is judged against f0 + 0.5, so
+    0.2 is accepted; 0.9 is not, and then θ at x becomes the re-solved one (x stays)."""
+    from types import SimpleNamespace
+
+    target, prior, x_gt = planted
+    attack = BilevelAttack(BilevelConfig(max_step=1e-3))
+    pr = attack.problem(target, prior)
+    e = torch.zeros_like(pr.theta_star)
+    e[0] = 1.0
+    f0 = 1.0
+
+    def theta_with(value):  # ‖θ − θ*‖² = value
+        return pr.theta_star + value ** 0.5 * e
+
+    script = iter([f0 + 1.0, f0 + 0.5] + [f0 + after_resolve] * 10)
+    calls = []
+
+    def fake_inner(energy_fn, x, theta, memory, *, first, tol=None):
+        calls.append(x)
+        return SimpleNamespace(theta=theta_with(next(script)), grad_norm=1e-3, iterations=3, evaluations=4,
+                               new_pairs=[])
+
+    monkeypatch.setattr(attack, "_inner", fake_inner)
+    grad = torch.full_like(x_gt, 1e-3)
+    ls = attack._line_search(pr, prior, x=x_gt, theta=theta_with(f0), grad_x=grad, f0=f0, tol=1e-6, pairs=[],
+                             last_step=0.0)
+    assert torch.equal(calls[1], x_gt)  # the second solve is at x itself
+    assert ls.drift == pytest.approx(0.5)
+    if after_resolve < 0.5:
+        assert ls.accepted and ls.trials == 2
+        assert float(((ls.theta - pr.theta_star) ** 2).sum()) == pytest.approx(f0 + after_resolve)
+    else:
+        assert not ls.accepted and torch.equal(ls.x, x_gt)
+        assert float(((ls.theta - pr.theta_star) ** 2).sum()) == pytest.approx(f0 + 0.5)  # θ re-solved at x
+
+
 def test_distance_schedule_with_the_problem_derived_step_warns_on_kinked_targets(relu_target, recwarn):
     target, prior, x0 = relu_target
     _run(target, prior, x0, steps=1, inner_tol_schedule="distance")

@@ -15,11 +15,11 @@ updates: memory-bound work, ``bytes / device.bandwidth``.
   product (:func:`bilevel_step_work`), counted from the config's caps and the per-step counts
   measured on the medium rung (:data:`BILEVEL_COUNTS`).
 
-Device speeds (:data:`DEVICES`): ``cpu`` is measured, one thread on an otherwise idle machine;
-``cuda`` is **assumed** from an H100's published figures (no GPU was lent to the sessions that
-wrote this), so every GPU estimate is an extrapolation. :func:`device_note` says which.
-Estimates scale inversely with the share of the machine a run gets: on a loaded 2-core machine
-expect 2–3× the CPU figures (measured ratios in docs/PERFORMANCE.md §8).
+Device speeds (:data:`DEVICES`): ``cpu`` is measured per CPU second of one thread, so a CPU
+estimate is the CPU time of a one-thread run (its wall time on a machine shared with other jobs
+is longer by the share of a core it gets: docs/PERFORMANCE.md §8); ``cuda`` is **assumed** from an
+H100's published figures (no GPU was lent to the sessions that wrote this), so every GPU estimate
+is an extrapolation. :func:`device_note` says which.
 """
 
 from __future__ import annotations
@@ -58,10 +58,11 @@ class Device:
 
 DEVICES: Registry[Device] = Registry("estimate device")
 DEVICES.register("cpu", Device(
-    flops={"float64": 1.2e11, "float32": 2.3e11}, bandwidth=3.0e10, pass_overhead_s=2e-4, measured=True,
-    source="measured, one thread, idle machine: plain forward+backward 120 GFLOP/s float64, 230 float32 "
-           "(benchmarks/bench_attack_step.py, docs/PERFORMANCE.md §2); vector updates 30 GB/s "
-           "(benchmarks/bench_bilevel_cost.py)"))
+    flops={"float64": 4.5e10, "float32": 7.5e10}, bandwidth=3.0e10, pass_overhead_s=2e-4, measured=True,
+    source="measured per CPU second of one thread (time.process_time, so machine load does not enter; wall "
+           "time on a shared machine is longer by the share of a core the run gets): forward+backward 45 GFLOP/s "
+           "float64, 75 GFLOP/s float32, vector updates 30 GB/s (benchmarks/bench_bilevel_cost.py, "
+           "docs/PERFORMANCE.md §8)"))
 DEVICES.register("cuda", Device(
     flops={"float64": 1.0e13, "float32": 2.0e13}, bandwidth=1.5e12, pass_overhead_s=5e-4, measured=False,
     source="ASSUMED, not measured (no GPU): one H100 at ~15-30 % of its published peak (FP64 67 TFLOP/s, "
@@ -106,9 +107,11 @@ def pass_seconds(device: str, *, flops: float, dtype: str) -> float:
 
 # --------------------------------------------------------------------------- counts
 
-#: Passes per training epoch: gd one; lbfgs (torch.optim.LBFGS, one iteration per epoch with a
-#: strong-Wolfe search) 1.25, the evaluations per iteration measured on the medium one-hidden target.
-TRAIN_PASSES_PER_EPOCH = {"gd": 1.0, "lbfgs": 1.25}
+#: Passes per training epoch, measured as epoch time ÷ plain forward+backward time, interleaved
+#: (one-hidden width 1024, n = 100, float64, one thread; 2026-11-23): gd 1.8 (the gradient and the
+#: epoch's metrics), lbfgs 10.3 (torch.optim.LBFGS, one iteration per epoch: its strong-Wolfe
+#: evaluations and a two-loop recursion over 20 pairs of P-vectors).
+TRAIN_PASSES_PER_EPOCH = {"gd": 1.8, "lbfgs": 10.3}
 #: Passes per KKT-family step (docs/PERFORMANCE.md §2: step / plain forward+backward 2.77-2.96).
 KKT_PASSES_PER_STEP = 2.8
 
@@ -161,9 +164,11 @@ class Work:
 
 
 def _inner_work(iterations: float, counts: BilevelCounts, history: int) -> Work:
-    """One inner L-BFGS solve of ``iterations`` iterations: its evaluations and vector operations
-    (a two-loop recursion ≈ 10 vector operations per stored pair, measured 75-126 at history 10)."""
-    return Work(iterations * counts.evals_per_iteration, iterations * (10 * history + VECTOR_OPS_PER_ITERATION))
+    """One inner L-BFGS solve of ``iterations`` iterations: the evaluation at its start, those of its
+    line searches, and its vector operations (a two-loop recursion ≈ 10 vector operations per stored
+    pair: 75-126 axpy-equivalents measured at history 10, ``benchmarks/bench_bilevel_cost.py``)."""
+    return Work(1.0 + iterations * counts.evals_per_iteration,
+                iterations * (10 * history + VECTOR_OPS_PER_ITERATION))
 
 
 def bilevel_first_work(cfg: BilevelConfig, *, kinks: bool) -> Work:
