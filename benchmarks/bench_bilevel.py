@@ -95,7 +95,7 @@ def bench(kind: str, args) -> dict:
     strat_opts = {
         "qn": SolveOptions(),
         "cg": SolveOptions(tol=args.cg_tol, max_iter=args.cg_max_iter, warm_start=False, damping=mu),
-        "neumann": SolveOptions(neumann_alpha=alpha, max_iter=args.neumann_terms, damping=mu),
+        "neumann": SolveOptions(neumann_alpha=alpha, neumann_max_terms=args.neumann_terms, damping=mu),
     }
     rows = []
     for strat in STRATEGIES:
@@ -105,8 +105,8 @@ def bench(kind: str, args) -> dict:
         rel = float(diff.norm() / ref.grad_x.norm())
         cos = float((hg.grad_x * ref.grad_x).sum() / (hg.grad_x.norm() * ref.grad_x.norm()))
         # --- timing: outer steps from the same warm state
-        cfg = BilevelConfig(hessian=strat, solve_tol=args.cg_tol, solve_max_iter=(
-            args.neumann_terms if strat == "neumann" else args.cg_max_iter), neumann_alpha=alpha, **base)
+        cfg = BilevelConfig(hessian=strat, solve_tol=args.cg_tol, solve_max_iter=args.cg_max_iter,
+                            neumann_max_terms=args.neumann_terms, neumann_alpha=alpha, **base)
         attack = BilevelAttack(cfg)
         st = {k: v.clone() for k, v in state.items()}
         times, hvps, inner_iters, residuals = [], [], [], []

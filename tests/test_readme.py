@@ -54,3 +54,13 @@ def test_readme_cli_examples_run(tmp_path: Path, monkeypatch, data_dir: Path, ca
         assert code == 0, (argv, err[-2000:])
     assert (tmp_path / "runs" / "report.html").is_file()
     assert (tmp_path / "runs" / "kkt" / "metrics.json").is_file()
+    # the bilevel example recovers the paper's qualitative results with the default step (no --lr-x)
+    from datarecon.utils.io import read_json
+
+    part, gt = read_json(tmp_path / "runs" / "bilevel" / "metrics.json"), read_json(
+        tmp_path / "runs" / "bilevel-gt" / "metrics.json")
+    run = read_json(tmp_path / "runs" / "bilevel" / "run.json")
+    assert run["extra"]["param_distance"] < 1e-3 * run["extra"]["param_distance_x0"]  # the attack solved it
+    near = part["mean_l2_to_nearest"]
+    assert near["partition"] < 0.5 * near["train"]  # reconstructions stay at the partition images
+    assert gt["mean_l2_to_nearest"]["train"] < 1e-4  # a ground-truth start stays put

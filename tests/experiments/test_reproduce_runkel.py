@@ -165,7 +165,7 @@ def test_paper_dry_run_overrides_keep_the_published_sizes():
     dry = load_config("runkel2024", scale="paper", overrides=read_config_mapping(path))
     assert dry.data == paper.data and dry.one_hidden.arch == paper.one_hidden.arch
     assert dry.decoreco_target.arch == paper.decoreco_target.arch and dry.landscape.grid == paper.landscape.grid
-    assert dry.bilevel_one_hidden.steps == 1 and dry.bilevel_one_hidden.inner_tol_schedule == "distance"
+    assert dry.bilevel_one_hidden.steps == 1 and dry.bilevel_one_hidden.inner_max_iter == 2  # the example cuts it
 
 
 def test_unknown_scale_lists_valid_ones():
@@ -215,3 +215,9 @@ def test_reproduction_times_script_reads_the_markers(runkel, capsys):
     assert attacks and all(r["ms_per_step"] > 0 and r["steps"] > 0 for r in attacks)
     assert mod.main([str(out / "no-such-folder")]) == 1
     assert "no DONE.json" in capsys.readouterr().err
+    # --estimates: every training and attack piece gets its --dry-run estimate beside the measurement
+    est = mod.with_estimates(mod.collect(out), out)
+    timed = [r for r in est["rows"] if r["kind"] in ("train", "attack")]
+    assert timed and all(r["estimate_s"] and r["estimate_s"] > 0 for r in timed)
+    assert set(est["measured_over_estimate"]) == {"train", "attack"}
+    assert mod.main([str(out), "--estimates"]) == 0 and "measured ÷ estimated" in capsys.readouterr().out

@@ -19,13 +19,14 @@ def parse_dtype(name: str) -> torch.dtype:
         raise DataReconError(f"unknown dtype {name!r}; valid names: {', '.join(DTYPES)}") from None
 
 
-def parse_device(name: str) -> torch.device:
-    """``cpu``/``cuda``/``cuda:N`` → device; refuses cuda when none is available."""
+def parse_device(name: str, *, require_available: bool = True) -> torch.device:
+    """``cpu``/``cuda``/``cuda:N`` → device; refuses cuda when none is available (unless
+    ``require_available`` is False: a dry run estimates for a device it does not use)."""
     try:
         dev = torch.device(name)
     except RuntimeError:
         raise DataReconError(f"unknown device {name!r}; use cpu or cuda") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
+    if require_available and dev.type == "cuda" and not torch.cuda.is_available():
         raise DataReconError("--device cuda requested but no CUDA device is available; use --device cpu")
     return dev
 

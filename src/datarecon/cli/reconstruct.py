@@ -59,11 +59,13 @@ def reconstruct(
     resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing OUT"),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="data folder (data-dependent inits only)"),
-    lr_x: float | None = typer.Option(None, "--lr-x", help="step size of the candidates x (KKT family)"),
+    lr_x: float | None = typer.Option(None, "--lr-x", help="step size of the candidates x (KKT family; bilevel: "
+                                      "omit for the step chosen from the problem)"),
     lr_lambda: float | None = typer.Option(None, "--lr-lambda", help="step size of the multipliers λ (KKT family)"),
     lambda_min: float | None = typer.Option(None, "--lambda-min", help="lower bound of λ (penalised below; KKT family)"),
     alpha: float | None = typer.Option(None, "--alpha", help="surrogate sharpness"),
-    optimizer: str | None = typer.Option(None, "--optimizer", help="optimiser of the KKT-family attack (sgd | adam)"),
+    optimizer: str | None = typer.Option(None, "--optimizer", help="optimiser of x (sgd | adam; bilevel: only "
+                                         "with --lr-x)"),
     formulation: str | None = typer.Option(None, "--formulation", help="binary | multiclass | regression | auto"),
     hessian: str | None = typer.Option(None, "--hessian", help="bilevel: inverse-Hessian strategy"),
     compile_: bool = typer.Option(False, "--compile", help="kkt/decoreco: torch.compile the step (one-off "

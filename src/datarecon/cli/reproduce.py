@@ -24,13 +24,10 @@ def _run(name: str, *, scale: str, out: Path, data_dir: str | None, device: str,
     from datarecon.errors import DataReconError
     from datarecon.config import read_config_mapping
     from datarecon.experiments.reproduce import plan_reproduction, reproduce
+    from datarecon.experiments.reproduce.cost import device_note
     from datarecon.experiments.reproduce.pieces import format_plan
 
-    if dry_run:  # estimates for the named device need no such device here
-        if device.split(":")[0] not in ("cpu", "cuda"):
-            raise DataReconError(f"unknown device {device!r}; use cpu or cuda")
-    else:
-        parse_device(device)  # refuses cuda without a GPU, with a one-line message
+    parse_device(device, require_available=not dry_run)  # refuses cuda without a GPU (a dry run only estimates)
     if threads < 0:
         raise DataReconError(f"--threads must be >= 0 (0 = PyTorch's default), got {threads}")
     if threads:
@@ -41,6 +38,7 @@ def _run(name: str, *, scale: str, out: Path, data_dir: str | None, device: str,
                                     overrides=overrides)
         for line in format_plan(planned, device=device):
             typer.echo(line)
+        typer.echo(device_note(device))
         return
     report = reproduce(name, out=out, scale=scale, data_dir=data_dir, device=device, resume=resume,
                        overwrite=overwrite, overrides=overrides, log=typer.echo, progress=progress)
@@ -48,7 +46,8 @@ def _run(name: str, *, scale: str, out: Path, data_dir: str | None, device: str,
 
 
 _Scale = Annotated[str, typer.Option("--scale", help="smoke (CI, minutes on CPU) | small (CPU, minutes) | "
-                                     "medium (paper width, CPU, <= 1 h) | paper (GPU); see --dry-run.")]
+                                     "medium (CPU, <= 1 h; runkel2024: one-hidden width 1024, n = 100) | paper (GPU); "
+                                     "see --dry-run.")]
 _Out = Annotated[Path, typer.Option("--out", help="Output folder (rerun into it to resume).")]
 _Data = Annotated[str | None, typer.Option("--data-dir", envvar="DATARECON_DATA", help="Data folder.")]
 _Device = Annotated[str, typer.Option("--device", help="cpu | cuda[:N].")]

@@ -36,11 +36,13 @@ class Problem:
         return float(((th - self.theta_star) ** 2).sum())
 
 
-def build_problem(kind: str, *, seed: int = 0, m: int = 6, wd: float = 0.1, loss: str = "logistic") -> Problem:
+def build_problem(kind: str, *, seed: int = 0, m: int = 6, wd: float = 0.1, loss: str = "logistic",
+                  shape: tuple[int, ...] = (1, 2, 3)) -> Problem:
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    shape = (1, 2, 3)
-    d = 6
+    d = 1
+    for k in shape:
+        d *= k
     if kind == "affine":
         model = nn.Sequential(nn.Flatten(), nn.Linear(d, 1, dtype=DT))
     elif kind == "tanh-mlp":

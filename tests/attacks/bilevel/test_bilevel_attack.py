@@ -79,7 +79,9 @@ def test_logistic_without_weight_decay_is_refused(planted):
 
 
 @pytest.mark.parametrize("field,value,names", [
-    ("hessian", "lu", "cg, neumann, qn"),
+    ("hessian", "lu", "cg, neumann, pcg, qn"),
+    ("curvature", "exact", "gauss-newton, hessian"),
+    ("inner_activation", "gelu", "softplus, target"),
     ("theta0", "zeros", "default, target, uniform"),
     ("upper_loss", "l1", "normalised, sq"),
     ("line_search", "exact", "armijo, strong-wolfe"),
@@ -177,14 +179,191 @@ def relu_target():
     return target, prior, torch.rand(6, *SHAPE, generator=g, dtype=DT) - 0.5
 
 
-def test_negative_curvature_warns_without_damping_only(relu_target, recwarn):
+def test_negative_curvature_warns_with_the_plain_hessian_only(relu_target, recwarn):
     target, prior, x0 = relu_target
-    rec = _run(target, prior, x0, steps=3, lr_x=0.1)
+    rec = _run(target, prior, x0, steps=3, lr_x=0.1, curvature="hessian", damping=0.0, hessian="cg")
     assert any(h["negative_curvature"] for h in rec.history)
-    assert any("negative curvature" in str(w.message) and "damping" in str(w.message) for w in recwarn.list)
+    assert any("negative curvature" in str(w.message) and "gauss-newton" in str(w.message) for w in recwarn.list)
+    assert rec.summary["extra"]["solve_negative_curvature_steps"] > 0
     recwarn.clear()
-    _run(target, prior, x0, steps=3, lr_x=0.1, damping=1.0)
+    _run(target, prior, x0, steps=3, lr_x=0.1, curvature="hessian", damping=1.0)
     assert not any("negative curvature" in str(w.message) for w in recwarn.list)
+
+
+def test_kinked_targets_get_the_nonsmooth_treatment_by_default(planted, relu_target):
+    from datarecon.attacks.bilevel import NONSMOOTH, SMOOTH
+
+    relu, relu_prior, relu_x0 = relu_target
+    rec = _run(relu, relu_prior, relu_x0, steps=2)
+    extra = rec.summary["extra"]
+    assert extra["target_has_kinks"] is True
+    assert (extra["curvature"], extra["damping"], extra["inner_activation"], extra["max_step"]) == (
+        NONSMOOTH.curvature, NONSMOOTH.damping, NONSMOOTH.inner_activation, NONSMOOTH.max_step)
+    assert extra["solve_negative_curvature_steps"] == 0
+    target, prior, x_gt = planted
+    extra = _run(target, prior, x_gt.clone(), steps=1).summary["extra"]
+    assert extra["target_has_kinks"] is False
+    assert (extra["curvature"], extra["damping"], extra["inner_activation"]) == (
+        SMOOTH.curvature, SMOOTH.damping, SMOOTH.inner_activation)
+    assert extra["max_step"] is None  # no cap on smooth targets
+    # explicit settings win over the automatic choice
+    cfg = BilevelConfig(curvature="hessian", damping=0.5, inner_activation="softplus", max_step=0.2)
+    assert cfg.treatment(kinks=True) == cfg.treatment(kinks=False)
+    assert cfg.treatment(kinks=True).damping == 0.5
+
+
+def test_softplus_inner_energy_reports_the_target_energy_distance(relu_target):
+    target, prior, x0 = relu_target
+    rec = _run(target, prior, x0, steps=2, inner_activation="softplus", softplus_beta=20.0)
+    extra = rec.summary["extra"]
+    assert extra["inner_activation"] == "softplus"
+    # Table 1's distance is θ(x) of the target's own energy; the surrogate's is kept beside it
+    assert extra["param_distance"] != extra["param_distance_inner_energy"]
+    assert abs(extra["param_distance"] - extra["param_distance_inner_energy"]) < 0.5 * extra["param_distance"]
+
+
+def test_problem_derived_step_keeps_a_ground_truth_start_in_place(planted):
+    """Default step (lr_x None): Polyak trial + Armijo backtracking on ‖θ* − θ(x)‖². At the
+    ground truth l ≈ 0, so every step is tiny: x stays put (METHODS §7: Adam, or SGD with a
+    large fixed step, drift)."""
+    target, prior, x_gt = planted
+    rec = _run(target, prior, x_gt.clone(), steps=10)
+    assert rec.status == "complete"
+    moved = float((rec.x - x_gt).norm())
+    assert moved < 1e-5
+    assert rec.summary["extra"]["param_distance"] < 1e-9  # the inner solve's accuracy (inner_tol 1e-6)
+    fixed = _run(target, prior, x_gt.clone(), steps=10, lr_x=10.0)  # the reproductions' former setting
+    assert float((fixed.x - x_gt).norm()) > 10 * moved
+
+
+@pytest.mark.parametrize("hessian", ["pcg", "cg", "neumann", "qn"])
+def test_problem_derived_step_solves_the_perturbed_problem_without_tuning(planted, hessian):
+    """From x_GT + 0.01·N(0,1) with no lr_x: ‖θ* − θ(x)‖² falls by > 1e4 in 30 steps, every accepted
+    step decreases it (Armijo), and every linear solve reports its residual."""
+    target, prior, x_gt = planted
+    x0 = x_gt + 0.01 * torch.randn(x_gt.shape, generator=torch.Generator().manual_seed(1), dtype=DT)
+    rec = _run(target, prior, x0, steps=30, hessian=hessian, inner_tol=1e-10)
+    first, last = rec.history[0]["param_distance"], rec.summary["extra"]["param_distance"]
+    assert last < first / 1e4
+    losses = [h["loss"] for h in rec.history]
+    assert all(b <= a for a, b in zip(losses, losses[1:]))
+    assert all("solve_residual" in h and h["lr_x"] >= 0 for h in rec.history)
+    extra = rec.summary["extra"]
+    if hessian == "qn":
+        assert extra["solve_nonconverged_steps"] > 0 and extra["solve_residual_max"] > 1e-6
+    else:
+        assert extra["solve_residual_max"] <= 1e-6 and extra["solve_nonconverged_steps"] == 0
+    assert float((rec.x - x_gt).norm()) < float((x0 - x_gt).norm())
+
+
+def test_problem_derived_step_never_moves_x_more_than_max_step(planted):
+    """With ``max_step`` set, every accepted step satisfies ‖Δx‖ ≤ max_step·‖x‖ (the cap of the
+    Polyak trial; the default on ReLU targets); without it (the default on smooth targets) the first
+    step is larger, so the cap is what bounds it."""
+    target, prior, x_gt = planted
+    x0 = x_gt + 0.3 * torch.randn(x_gt.shape, generator=torch.Generator().manual_seed(2), dtype=DT)
+
+    def moves(max_step: float | None) -> list[tuple[float, float]]:
+        attack = BilevelAttack(BilevelConfig(max_step=max_step, inner_tol=1e-10))
+        state = attack.init_state(target, prior, x0=x0, generator=torch.Generator().manual_seed(0))
+        out = []
+        for k in range(6):
+            before = state["x"].clone()
+            attack.step(target, prior, state, k)
+            out.append((float((state["x"] - before).norm()), float(before.norm())))
+        return out
+
+    capped = moves(0.01)
+    assert all(dx <= 0.01 * nx * (1 + 1e-9) for dx, nx in capped)
+    assert sum(dx > 0 for dx, _ in capped) >= 5  # steps are taken, not all rejected
+    free = moves(None)
+    assert free[0][0] > 2 * capped[0][0]
+
+
+def test_line_search_accepts_only_a_real_decrease(planted):
+    """An inner solve that never moves (tolerance 10: θ⁰ already 'solves' it) leaves the upper loss
+    unchanged at every trial point: every step must be rejected and x must stay, even once the
+    Armijo decrease c1·t·‖∇l‖² falls below the rounding of l (it would then accept a no-op step,
+    and the step size could never recover)."""
+    target, prior, x_gt = planted
+    x0 = x_gt + 0.1 * torch.randn(x_gt.shape, generator=torch.Generator().manual_seed(3), dtype=DT)
+    rec = _run(target, prior, x0, steps=15, inner_tol=10.0)
+    assert rec.summary["extra"]["rejected_steps"] == 15
+    assert all(h["lr_x"] == 0.0 for h in rec.history)
+    torch.testing.assert_close(rec.x, x0, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("after_resolve", [0.2, 0.9])
+def test_failed_first_trial_makes_the_re_solve_at_x_the_reference(planted, monkeypatch, after_resolve):
+    """Scripted inner solves (l = f0 + 1 at the first trial point, f0 + 0.5 re-solved at x itself,
+    f0 + ``after_resolve`` at the second trial): the second trial is judged against f0 + 0.5, so
+    0.2 is accepted; 0.9 is not, and then θ at x becomes the re-solved one (x stays)."""
+    from types import SimpleNamespace
+
+    target, prior, x_gt = planted
+    attack = BilevelAttack(BilevelConfig(max_step=1e-3))
+    pr = attack.problem(target, prior)
+    e = torch.zeros_like(pr.theta_star)
+    e[0] = 1.0
+    f0 = 1.0
+
+    def theta_with(value):  # ‖θ − θ*‖² = value
+        return pr.theta_star + value ** 0.5 * e
+
+    script = iter([f0 + 1.0, f0 + 0.5] + [f0 + after_resolve] * 10)
+    calls = []
+
+    def fake_inner(energy_fn, x, theta, memory, *, first, tol=None):
+        calls.append(x)
+        return SimpleNamespace(theta=theta_with(next(script)), grad_norm=1e-3, iterations=3, evaluations=4,
+                               new_pairs=[])
+
+    monkeypatch.setattr(attack, "_inner", fake_inner)
+    grad = torch.full_like(x_gt, 1e-3)
+    ls = attack._line_search(pr, prior, x=x_gt, theta=theta_with(f0), grad_x=grad, f0=f0, tol=1e-6, pairs=[],
+                             last_step=0.0)
+    assert torch.equal(calls[1], x_gt)  # the second solve is at x itself
+    assert ls.drift == pytest.approx(0.5)
+    if after_resolve < 0.5:
+        assert ls.accepted and ls.trials == 2
+        assert float(((ls.theta - pr.theta_star) ** 2).sum()) == pytest.approx(f0 + after_resolve)
+    else:
+        assert not ls.accepted and torch.equal(ls.x, x_gt)
+        assert float(((ls.theta - pr.theta_star) ** 2).sum()) == pytest.approx(f0 + 0.5)  # θ re-solved at x
+
+
+def test_distance_schedule_with_the_problem_derived_step_warns_on_kinked_targets(relu_target, recwarn):
+    target, prior, x0 = relu_target
+    _run(target, prior, x0, steps=1, inner_tol_schedule="distance")
+    assert any("inner_tol_schedule 'distance'" in str(w.message) for w in recwarn.list)
+    recwarn.clear()
+    _run(target, prior, x0, steps=1)
+    assert not any("inner_tol_schedule" in str(w.message) for w in recwarn.list)
+
+
+def test_optimizer_options_need_a_fixed_step():
+    with pytest.raises(DataReconError, match="needs a fixed step on x; pass lr_x") as exc:
+        BilevelConfig(optimizer="adam")
+    assert "\n" not in str(exc.value)
+    with pytest.raises(DataReconError, match="pass lr_x"):
+        BilevelConfig(momentum=0.9)
+    assert BilevelConfig(optimizer="adam", lr_x=0.01).lr_x == 0.01
+
+
+def test_resume_is_bit_identical_with_the_problem_derived_step_and_neumann(planted, tmp_path):
+    target, prior, x_gt = planted
+    x0 = x_gt + 0.05 * torch.randn(x_gt.shape, generator=torch.Generator().manual_seed(2), dtype=DT)
+    cfg = dict(hessian="neumann", inner_tol=1e-9)
+    full = _run(target, prior, x0, steps=6, out=tmp_path / "full", **cfg)
+    _run(target, prior, x0, steps=3, out=tmp_path / "part", **cfg)
+    resumed = _run(target, prior, x0, steps=6, out=tmp_path / "part", resume=True, **cfg)
+    assert torch.equal(full.x, resumed.x)
+    a, _ = load_checkpoint(tmp_path / "full")
+    b, _ = load_checkpoint(tmp_path / "part")
+    assert {"bilevel.eigvec", "bilevel.step", "bilevel.solved"} <= set(a)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    assert full.summary["extra"] == resumed.summary["extra"]
 
 
 def test_distance_tolerance_schedule_loosens_early_and_still_converges(planted):

@@ -4,23 +4,43 @@ Each outer step k (``BilevelAttack.step``):
 
 1. θ^{k+1} = argmin_θ E(x^k, y; θ) by L-BFGS (:mod:`.lbfgs`), warm-started from θ^k and from
    the stored curvature pairs; gradient-norm tolerance ``inner_tol``, cap ``inner_max_iter``
-   (``inner_max_iter_first`` for the first solve from θ⁰);
-2. p^{k+1} = H⁻¹ ∇_θ l(θ*, θ^{k+1}) by the strategy ``hessian`` (:mod:`.linear_solve`:
-   "qn" two-loop over the inner pairs, "cg" exact-HVP conjugate gradients, "neumann");
-3. x^{k+1} = optimiser step on x with gradient −∇_x⟨∇_θE(x^k, θ^{k+1}), p^{k+1}⟩ (= ∇_x l by the
-   implicit function theorem, sign derived in :mod:`.hypergrad`) plus ``box_weight`` × the
-   gradient of the pixel-box prior.
+   (``inner_max_iter_first`` for the first solve from θ⁰). Skipped when the previous step's
+   line search already solved the inner problem at x^k;
+2. p^{k+1} = M⁻¹ ∇_θ l(θ*, θ^{k+1}) by the strategy ``hessian`` (:mod:`.linear_solve`: "cg"
+   warm-started conjugate gradients (default), "pcg" preconditioned by the inner pairs,
+   "neumann", or the paper's "qn" two-loop recursion), M = ∇²_θE (+ μI) or its Gauss–Newton
+   part (``curvature``); every solve reports its relative residual;
+3. x^{k+1} = x^k − η ∇_x L with ∇_x L = −∇_x⟨∇_θE(x^k, θ^{k+1}), p^{k+1}⟩ (the implicit function
+   theorem, sign derived in :mod:`.hypergrad`) plus ``box_weight`` × the pixel-box prior's
+   gradient. η is chosen from the problem (Polyak step for the known optimum 0 of l, Armijo
+   backtracking on l with the inner problem re-solved at each trial point; the accepted trial's
+   θ is step 1 of the next outer step) unless ``lr_x`` fixes it (then ``optimizer`` applies).
+   When the first trial fails, the inner problem is also re-solved at x itself with the same
+   budget, and that value of l becomes the one to beat: an unconverged inner solve (ReLU
+   targets stall on kinks) moves l by itself.
+
+Targets with kinks (ReLU): E is not twice differentiable at a kink and ∇²_θE is indefinite
+near the inner solution, so the implicit-function hypergradient is not defined there. The
+attack detects kinked activations (``problem.has_kinks``) and resolves ``curvature``,
+``damping`` and ``inner_activation`` from :data:`NONSMOOTH` (chosen by measurement) unless they
+are set.
 
 All mutable state lives in the flat state dict (so the shared runner checkpoints it and a
 resumed run is bit-identical on CPU):
 
     x                  (m, C, H, W) candidates, model input space
     theta              (P,) current inner solution θ^k (flat, the target's parameter order)
-    p                  (P,) previous H⁻¹∇l (CG warm start)
+    p                  (P,) previous M⁻¹∇l (warm start of the linear solve)
     lbfgs.s, lbfgs.y   (history, P) curvature pairs; lbfgs.meta int64 [count, head]
-    opt.x.*, opt.step  optimiser buffers (:mod:`datarecon.attacks.optim`)
-    bilevel.counts     int64 [outer steps, inner iterations, inner evaluations, HVPs]
+    opt.x.*, opt.step  optimiser buffers (:mod:`datarecon.attacks.optim`; fixed ``lr_x`` only)
+    bilevel.counts     int64 [outer steps, inner iterations, inner evaluations, HVPs,
+                       line-search trials, rejected steps, non-converged solves,
+                       negative-curvature solves]
     bilevel.residuals  float64 [last, max, sum] of the inner gradient norms
+    bilevel.solve_residuals  float64 [last, max, sum] of the linear solves' relative residuals
+    bilevel.solved     int64: θ already solves the inner problem at x (from the line search)
+    bilevel.step       float64: the last accepted problem-derived step η
+    bilevel.eigvec     (P,) power-iteration vector (``hessian`` "neumann" only)
 
 Memory: θ, p and 2·history vectors of P numbers (one-hidden CIFAR target, P = 18.9 M,
 float32, history 10: ≈ 1.7 GB, saved in every checkpoint); no dense Hessian.
@@ -30,31 +50,77 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from datarecon.registry import registered
 from datarecon.attacks.base import AttackerPrior, Target
 from datarecon.attacks.bilevel.hypergrad import hypergradient
 from datarecon.attacks.bilevel.lbfgs import LINE_SEARCHES, LBFGSMemory, lbfgs_minimize
 from datarecon.attacks.bilevel.linear_solve import LINEAR_SOLVERS, SolveOptions
 from datarecon.attacks.bilevel.problem import (
+    CURVATURES,
+    INNER_ACTIVATIONS,
     THETA0,
     UPPER_LOSSES,
+    Energy,
     FlatLayout,
     box_penalty,
+    has_kinks,
     make_energy,
     resolve_weight_decay,
     value_and_grad,
 )
 from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, init_optimizer_state, optimizer_step
+from datarecon.errors import DataReconError
+from datarecon.registry import registered
 from datarecon.training.losses import margins
 
-COUNTS, RESIDUALS = "bilevel.counts", "bilevel.residuals"
+COUNTS, RESIDUALS, SOLVE = "bilevel.counts", "bilevel.residuals", "bilevel.solve_residuals"
 DIST_X0 = "bilevel.param_distance_x0"  # ‖θ* − θ(x⁰)‖²: the first inner solve, before any x update
-_C_STEPS, _C_INNER, _C_EVALS, _C_HVPS = range(4)
+SOLVED = "bilevel.solved"  # 1: state["theta"] already solves the inner problem at state["x"]
+STEP = "bilevel.step"      # last accepted problem-derived step on x (0: none yet)
+EIGVEC = "bilevel.eigvec"  # neumann: the power iteration's vector (warm start)
+_CPU_KEYS = (RESIDUALS, SOLVE, DIST_X0, STEP)
+_COUNT_NAMES = ("steps", "inner_iterations", "inner_evaluations", "hvps", "ls_trials", "rejected_steps",
+                "nonconverged_solves", "negative_curvature_solves")
+_C = {k: i for i, k in enumerate(_COUNT_NAMES)}
+
+
+@dataclass(frozen=True)
+class KinkTreatment:
+    """How the attack treats a target whose energy has kinks (ReLU): the resolved settings.
+
+    Attributes:
+        curvature: ``CURVATURES`` name of the matrix the linear solve inverts.
+        damping: μ of (matrix + μI).
+        inner_activation: ``INNER_ACTIVATIONS`` name of the inner energy's activation.
+        max_step: cap on one problem-derived step on x, ‖Δx‖ ≤ max_step·‖x‖ (inf: no cap).
+    """
+
+    curvature: str
+    damping: float
+    inner_activation: str
+    max_step: float = math.inf
+
+
+#: Settings for targets without kinks (affine, tanh, ...): the implicit function theorem as written;
+#: no cap on the outer step (the Armijo test alone keeps it where the hypergradient describes l; a
+#: 1 % cap made the README's affine partition run end at 4e-7 instead of 2e-9 after 50 steps).
+SMOOTH = KinkTreatment(curvature="hessian", damping=0.0, inner_activation="target")
+#: Settings for targets with kinks, chosen by the descent-rate measurement of docs/PERFORMANCE.md
+#: §6 (``benchmarks/bench_bilevel_relu.py``): the rate at which a small step along the negative
+#: hypergradient lowers the true ‖θ* − θ(x)‖² with the inner problem re-solved. On the small
+#: runkel2024 one-hidden target (width 256) damped CG with μ = 0.1 had the best median rate
+#: (0.98–1.00 of the best treatment's, median over points); μ = 0.01 and 1, Gauss–Newton and a
+#: softplus₅ inner energy with Gauss–Newton came within 1–13 %, the paper's qn within 13–21 %; the
+#: undamped Hessian (negative curvature) reached −0.08–0.09, a random direction ≈ 0. The same
+#: measurement found the rate at a move of 1 % of ‖x‖ still 55–77 % of the rate at 0.1 %, so one
+#: outer step moves x by at most 1 % of ‖x‖ (docs/PERFORMANCE.md §6.5 measures what larger Polyak
+#: trials cost: line-search rejections, each an inner re-solve).
+NONSMOOTH = KinkTreatment(curvature="hessian", damping=0.1, inner_activation="target", max_step=0.01)
 
 
 class BilevelConfig(BaseModel):
@@ -62,33 +128,66 @@ class BilevelConfig(BaseModel):
 
     Attributes:
         steps: outer steps.
-        lr_x: step size η on x (problem-dependent; 0.01–0.1 was stable on the planted affine tests,
-            1.0 overshot).
-        optimizer: ``datarecon.attacks.optim.OPTIMIZERS`` name ("sgd", "adam"). METHODS §7: Adam
-            moves even a ground-truth initialisation; plain gradient steps keep it in place.
-        momentum: SGD momentum (0: plain gradient descent).
-        hessian: inverse-Hessian strategy (``LINEAR_SOLVERS``: "cg", "qn", "neumann"). Default "cg":
-            on the affine CIFAR benchmark it matches a tight reference to ~5e-7 for ~8 HVPs per step
-            (a few ms), while "qn" (the paper's choice, no HVPs) is ~46 % off (cosine 0.89).
-        solve_tol: CG relative residual tolerance.
-        solve_max_iter: CG iteration cap / number of Neumann terms.
-        damping: μ, solve (H + μI) p = ∇l (cg, neumann); biases the hypergradient when > 0. ReLU
-            targets need it: their inner solve stalls on kinks where ∇²E is indefinite (CG meets
-            negative curvature at μ ≤ 0.1 on the one-hidden benchmark; μ = 1 converges).
-        neumann_alpha: Neumann step size α (needs α·λ_max(H) < 2).
-        warm_start_p: start CG from the previous p.
+        lr_x: step size η on x. None (default): chosen from the problem at every step — the
+            Polyak step η = l(x)/‖∇_x l‖² (the upper loss l = ‖θ* − θ(x)‖² has the known lower
+            bound 0), at most ``ls_grow`` × the last accepted step and at most a move of
+            ``max_step`` × ‖x‖, then halved until the Armijo condition
+            l(x − η∇l) ≤ l(x) − ``ls_c1``·η‖∇l‖² holds with the inner problem re-solved at the
+            trial point (at most ``ls_max_trials`` trials; after a failed first trial the reference
+            l is re-solved at x with the same budget; none accepted: x stays). An
+            attacker-side rule: it uses θ*, never the training data. A number: that fixed step
+            with ``optimizer``.
+        optimizer: ``datarecon.attacks.optim.OPTIMIZERS`` name ("sgd", "adam"), used with a fixed
+            ``lr_x``. METHODS §7: Adam moves even a ground-truth initialisation; plain gradient
+            steps keep it in place.
+        momentum: SGD momentum (0: plain gradient descent), with a fixed ``lr_x``.
+        ls_c1, ls_grow, ls_max_trials: of the problem-derived step (``lr_x`` None). ``ls_c1`` =
+            0.25 accepts a step only if l falls by at least a quarter of what the first-order
+            model predicts (a trust-region ratio test), so steps stay where the hypergradient
+            describes l.
+        max_step: cap on one problem-derived step, ‖Δx‖ ≤ max_step·‖x‖ (Frobenius norm over
+            all candidates). None (default): no cap for smooth targets, ``NONSMOOTH.max_step``
+            (1 %) for targets with kinks, where the descent-rate measurement (docs/PERFORMANCE.md
+            §6.4) found the rate of decrease at moves of 1 % of ‖x‖ still 55–77 % of that at 0.1 %;
+            larger moves leave the region the hypergradient describes.
+        hessian: inverse-Hessian strategy (``LINEAR_SOLVERS``: "cg", "pcg", "neumann", "qn").
+            Default "cg", warm-started: fewest Hessian-vector products and least time to a relative
+            residual of 1e-6 in ``benchmarks/bench_bilevel_solvers.py`` (affine: 16 HVPs per solve;
+            "pcg" with the inner L-BFGS pairs 17, "neumann" 572; one-hidden: 5.7 vs 11.3 vs 27);
+            "qn" is the paper's two-loop recursion (no solve; its hypergradient measured 35–124 %
+            off, residual ≈ 1).
+        solve_tol: relative-residual tolerance of the linear solve (every strategy reports its
+            residual against it).
+        solve_max_iter: cg / pcg iteration cap.
+        neumann_max_terms: cap on the Neumann terms.
+        neumann_alpha: fixed Neumann step α; None (default): 1/λ̂_max from a power iteration
+            warm-started from the previous outer step's vector.
+        power_iters: power-iteration products per λ_max estimate (neumann).
+        curvature: matrix the linear solve inverts (``CURVATURES``: "hessian", "gauss-newton"), or
+            "auto" (default): "hessian" for smooth targets, ``NONSMOOTH.curvature`` for targets
+            with kinks (ReLU).
+        damping: μ, solve (matrix + μI) p = ∇l (cg, pcg, neumann); biases the hypergradient when
+            > 0. None (default): 0 for smooth targets, ``NONSMOOTH.damping`` for targets with kinks.
+        inner_activation: activation of the inner energy (``INNER_ACTIVATIONS``: "target",
+            "softplus") or "auto" (default): "target" for smooth targets,
+            ``NONSMOOTH.inner_activation`` for targets with kinks.
+        softplus_beta: β of the softplus surrogate (inner_activation "softplus").
+        warm_start_p: start the linear solve from the previous p.
         inner_tol: inner L-BFGS stops at ‖∇_θE‖₂ ≤ inner_tol (with ``inner_tol_schedule``
             "distance": the floor of the schedule).
         inner_tol_schedule: "fixed" (``inner_tol`` at every step) or "distance": tie the inner
             tolerance to outer progress, tol_k = clip(inner_tol_factor · wd · ‖θ* − θ_{k−1}‖,
             inner_tol, inner_tol_max). E is wd-strongly convex for affine targets, so the inner error
             ‖θ̂ − θ(x)‖ ≤ tol/wd stays below inner_tol_factor × the current distance: no accuracy is
-            spent on θ(x) while x is still far from a solution.
+            spent on θ(x) while x is still far from a solution. Not for targets with kinks with the
+            problem-derived step (warned): the inner residual stalls near the loose tolerance, trial
+            points are then not re-solved and the line search is blind (docs/PERFORMANCE.md §6.6).
         inner_tol_factor, inner_tol_max: of the "distance" schedule.
-        inner_max_iter: inner iteration cap per outer step.
+        inner_max_iter: inner iteration cap per inner solve (per outer step, and per line-search
+            trial).
         inner_max_iter_first: cap for the first inner solve (from θ⁰).
-        lbfgs_history: curvature pairs kept (inner model and "qn" strategy).
-        line_search: ``LINE_SEARCHES`` name ("strong-wolfe", "armijo").
+        lbfgs_history: curvature pairs kept (inner model, "qn" strategy, "pcg" preconditioner).
+        line_search: inner ``LINE_SEARCHES`` name ("strong-wolfe", "armijo").
         theta0: first inner iterate (``THETA0``: "uniform" U(0,1) as in the paper, "target", "default").
         upper_loss: ``UPPER_LOSSES`` name ("sq" = ‖θ* − θ‖², "normalised").
         weight_decay_override: weight decay of the lower-level energy instead of the target's
@@ -100,14 +199,23 @@ class BilevelConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     steps: int = Field(default=200, ge=0)
-    lr_x: float = Field(default=0.05, gt=0)
+    lr_x: float | None = Field(default=None, gt=0)
     optimizer: Annotated[str, registered(OPTIMIZERS)] = "sgd"
     momentum: float = Field(default=0.0, ge=0.0, lt=1.0)
+    ls_c1: float = Field(default=0.25, gt=0, lt=1)
+    ls_grow: float = Field(default=4.0, ge=1)
+    max_step: float | None = Field(default=None, gt=0)
+    ls_max_trials: int = Field(default=8, ge=1)
     hessian: Annotated[str, registered(LINEAR_SOLVERS)] = "cg"
     solve_tol: float = Field(default=1e-6, gt=0)
     solve_max_iter: int = Field(default=100, ge=1)
-    damping: float = Field(default=0.0, ge=0)
-    neumann_alpha: float = Field(default=1.0, gt=0)
+    neumann_max_terms: int = Field(default=5000, ge=1)
+    neumann_alpha: float | None = Field(default=None, gt=0)
+    power_iters: int = Field(default=10, ge=1)
+    curvature: str = "auto"
+    damping: float | None = Field(default=None, ge=0)
+    inner_activation: str = "auto"
+    softplus_beta: float = Field(default=20.0, gt=0)
     warm_start_p: bool = True
     inner_tol: float = Field(default=1e-6, gt=0)
     inner_tol_schedule: Literal["fixed", "distance"] = "fixed"
@@ -123,17 +231,55 @@ class BilevelConfig(BaseModel):
     box_weight: float = Field(default=0.0, ge=0)
     dtype: Literal["float32", "float64"] = "float64"
 
+    @field_validator("curvature")
+    @classmethod
+    def _curvature(cls, v: str) -> str:
+        if v != "auto":
+            CURVATURES.get(v)  # raises, listing the valid names
+        return v
 
+    @field_validator("inner_activation")
+    @classmethod
+    def _activation(cls, v: str) -> str:
+        if v != "auto":
+            INNER_ACTIVATIONS.get(v)
+        return v
 
+    @model_validator(mode="after")
+    def _fixed_step_options(self) -> BilevelConfig:
+        if self.lr_x is None and (self.optimizer != "sgd" or self.momentum != 0.0):
+            raise DataReconError(
+                f"optimizer {self.optimizer!r} with momentum {self.momentum:g} needs a fixed step on x; pass lr_x "
+                "(--lr-x), or drop optimizer/momentum to keep the problem-derived step")
+        return self
 
-
-
-    def solve_options(self) -> SolveOptions:
-        return SolveOptions(tol=self.solve_tol, max_iter=self.solve_max_iter, damping=self.damping,
-                            neumann_alpha=self.neumann_alpha, warm_start=self.warm_start_p)
+    def solve_options(self, damping: float) -> SolveOptions:
+        """The linear solve's options with the resolved damping μ."""
+        return SolveOptions(tol=self.solve_tol, max_iter=self.solve_max_iter, damping=damping,
+                            neumann_max_terms=self.neumann_max_terms, neumann_alpha=self.neumann_alpha,
+                            power_iters=self.power_iters, warm_start=self.warm_start_p)
 
     def optimizer_settings(self) -> OptimizerSettings:
         return OptimizerSettings(momentum=self.momentum)
+
+    def treatment(self, *, kinks: bool) -> KinkTreatment:
+        """The curvature, damping, inner activation and step cap for a target with or without kinks."""
+        base = NONSMOOTH if kinks else SMOOTH
+        return KinkTreatment(
+            curvature=base.curvature if self.curvature == "auto" else self.curvature,
+            damping=base.damping if self.damping is None else float(self.damping),
+            inner_activation=base.inner_activation if self.inner_activation == "auto" else self.inner_activation,
+            max_step=base.max_step if self.max_step is None else float(self.max_step))
+
+
+@dataclass(frozen=True)
+class _Problem:
+    layout: FlatLayout
+    energy: Energy          # the inner energy the attack solves (surrogate activation if chosen)
+    target_energy: Energy   # the target's own training energy
+    theta_star: torch.Tensor
+    treatment: KinkTreatment
+    kinks: bool
 
 
 class BilevelAttack:
@@ -145,15 +291,15 @@ class BilevelAttack:
 
     name = "bilevel"
     config_cls = BilevelConfig
-    divergence_hint = ("lower lr_x, raise weight_decay_override or damping, or use --hessian cg "
-                       "with a tighter solve_tol")
+    divergence_hint = ("set a smaller fixed lr_x (or none: the problem-derived step), raise weight_decay_override, "
+                       "or use curvature gauss-newton / damping")
     resume_ignore = ("steps",)
 
     def __init__(self, config: BilevelConfig | None = None) -> None:
         self.config = config if config is not None else BilevelConfig()
         if not isinstance(self.config, BilevelConfig):
             raise TypeError(f"BilevelAttack needs a BilevelConfig, got {type(self.config).__name__}")
-        self._cache: tuple | None = None  # (target, prior, layout, energy, θ*) of the last call
+        self._cache: tuple | None = None  # (target, prior, _Problem) of the last call
 
     @classmethod
     def from_config(cls, config: BilevelConfig) -> BilevelAttack:
@@ -170,8 +316,8 @@ class BilevelAttack:
         """The lower-level weight decay (refuses energies without a finite minimiser)."""
         return resolve_weight_decay(target.loss, target.weight_decay, self.config.weight_decay_override)
 
-    def _problem(self, target: Target, prior: AttackerPrior):
-        """(layout, E(x, θ), θ*) in the attack's dtype, cached per (target, prior)."""
+    def problem(self, target: Target, prior: AttackerPrior) -> _Problem:
+        """Layout, inner and target energies, θ* and the resolved kink treatment, cached per (target, prior)."""
         cached = self._cache
         if cached is None or cached[0] is not target or cached[1] is not prior:
             params = {k: v.detach().to(self.dtype) for k, v in target.params.items()}
@@ -179,17 +325,28 @@ class BilevelAttack:
             labels = prior.labels.to(layout.device)
             if labels.is_floating_point():
                 labels = labels.to(layout.dtype)
+            kinks = has_kinks(target.model)
+            treatment = self.config.treatment(kinks=kinks)
             # functional_call replaces every parameter, so the module's own dtype does not matter
-            energy_fn = make_energy(target.model, layout, labels, loss=target.loss,
-                                    weight_decay=self.weight_decay(target))
-            self._cache = (target, prior, layout, energy_fn, layout.flatten(params).detach())
-        return self._cache[2:]
+            wd = self.weight_decay(target)
+            true_energy = make_energy(target.model, layout, labels, loss=target.loss, weight_decay=wd)
+            model = INNER_ACTIVATIONS.get(treatment.inner_activation)(target.model, self.config.softplus_beta)
+            energy = true_energy if model is target.model else make_energy(model, layout, labels, loss=target.loss,
+                                                                            weight_decay=wd)
+            self._cache = (target, prior, _Problem(layout, energy, true_energy, layout.flatten(params).detach(),
+                                                   treatment, kinks))
+        return self._cache[2]
+
+    def _problem(self, target: Target, prior: AttackerPrior):
+        """(layout, inner energy, θ*) (kept for the benchmarks)."""
+        pr = self.problem(target, prior)
+        return pr.layout, pr.energy, pr.theta_star
 
     @staticmethod
     def _on(state: dict[str, torch.Tensor], layout: FlatLayout) -> None:
         """Move floating state to the target's device (a checkpoint is loaded on CPU)."""
         for k, v in list(state.items()):
-            if v.is_floating_point() and v.device != layout.device and k not in (RESIDUALS, DIST_X0):
+            if v.is_floating_point() and v.device != layout.device and k not in _CPU_KEYS:
                 state[k] = v.to(layout.device)
 
     def inner_tolerance(self, *, theta: torch.Tensor, theta_star: torch.Tensor, weight_decay: float) -> float:
@@ -200,9 +357,10 @@ class BilevelAttack:
         dist = float(torch.linalg.vector_norm(theta_star - theta))
         return min(max(cfg.inner_tol_factor * weight_decay * dist, cfg.inner_tol), cfg.inner_tol_max)
 
-    def _inner(self, energy_fn, x, theta, memory: LBFGSMemory, *, first: bool, tol: float | None = None):
+    def _inner(self, energy_fn, x, theta, memory: LBFGSMemory | list, *, first: bool, tol: float | None = None):
         cfg = self.config
-        return lbfgs_minimize(value_and_grad(energy_fn, x), theta, pairs=memory.pairs(),
+        pairs = memory.pairs() if isinstance(memory, LBFGSMemory) else memory
+        return lbfgs_minimize(value_and_grad(energy_fn, x), theta, pairs=pairs,
                               history=cfg.lbfgs_history, tol=cfg.inner_tol if tol is None else tol,
                               max_iter=cfg.inner_max_iter_first if first else cfg.inner_max_iter,
                               line_search=cfg.line_search)
@@ -216,90 +374,207 @@ class BilevelAttack:
         Raises:
             DataReconError: the energy has no finite minimiser (see ``weight_decay_override``).
         """
-        layout, _, theta_star = self._problem(target, prior)
-        theta = THETA0.get(self.config.theta0)(target.model, layout, theta_star, generator=generator)
+        pr = self.problem(target, prior)
+        layout = pr.layout
+        theta = THETA0.get(self.config.theta0)(target.model, layout, pr.theta_star, generator=generator)
         x = x0.detach().to(device=layout.device, dtype=layout.dtype).clone()
         mem = LBFGSMemory.empty(self.config.lbfgs_history, layout.size, dtype=layout.dtype, device=layout.device)
         state = {
             "x": x, "theta": theta, "p": torch.zeros_like(theta),
             "lbfgs.s": mem.s, "lbfgs.y": mem.y, "lbfgs.meta": mem.meta,
-            COUNTS: torch.zeros(4, dtype=torch.int64),
+            COUNTS: torch.zeros(len(_COUNT_NAMES), dtype=torch.int64),
             RESIDUALS: torch.zeros(3, dtype=torch.float64),
+            SOLVE: torch.zeros(3, dtype=torch.float64),
             DIST_X0: torch.full((), float("nan"), dtype=torch.float64),
+            SOLVED: torch.zeros((), dtype=torch.int64),
+            STEP: torch.zeros((), dtype=torch.float64),
         }
-        state.update(init_optimizer_state(self.config.optimizer, {"x": x}))
+        if pr.kinks and self.config.inner_tol_schedule == "distance" and self.config.lr_x is None:
+            warnings.warn(
+                "bilevel: inner_tol_schedule 'distance' with the problem-derived step on a target with kinks: the "
+                "inner solve stalls on kinks near the loose tolerance, so trial points are often not re-solved and "
+                "the line search cannot see the upper loss change (measured: the step collapsed to 3e-12 and x "
+                "stopped moving); use inner_tol_schedule fixed (--set inner_tol_schedule=fixed)",
+                RuntimeWarning, stacklevel=2)
+        if self.config.hessian == "neumann":
+            state[EIGVEC] = torch.zeros_like(theta)
+        if self.config.lr_x is not None:
+            state.update(init_optimizer_state(self.config.optimizer, {"x": x}))
         return state
+
+    def _upper(self, theta: torch.Tensor, theta_star: torch.Tensor) -> float:
+        return float(UPPER_LOSSES.get(self.config.upper_loss).value(theta, theta_star))
+
+    def _box(self, x: torch.Tensor, prior: AttackerPrior) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.config.box_weight <= 0:
+            return torch.zeros((), dtype=x.dtype), None
+        return box_penalty(x, prior.lower, prior.upper)
 
     def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
              index: int) -> dict[str, float]:
-        """One outer step (inner solve, linear solve, x update); the state changes only if finite."""
+        """One outer step: inner solve (unless the last step's line search already solved at x),
+        linear solve, x update (problem-derived or fixed step); the state changes only if finite."""
         cfg = self.config
-        layout, energy_fn, theta_star = self._problem(target, prior)
+        pr = self.problem(target, prior)
+        layout, energy_fn, theta_star = pr.layout, pr.energy, pr.theta_star
         self._on(state, layout)
         x = state["x"]
         memory = LBFGSMemory(state["lbfgs.s"], state["lbfgs.y"], state["lbfgs.meta"])
         counts = state[COUNTS]
+        first = int(counts[_C["steps"]]) == 0
         tol = self.inner_tolerance(theta=state["theta"], theta_star=theta_star, weight_decay=self.weight_decay(target))
-        inner = self._inner(energy_fn, x, state["theta"], memory, first=int(counts[_C_STEPS]) == 0, tol=tol)
-        pairs = (memory.pairs() + inner.new_pairs)[-cfg.lbfgs_history:] if cfg.lbfgs_history else []
-        hg = hypergradient(energy_fn, x, inner.theta, theta_star, upper=cfg.upper_loss, strategy=cfg.hessian,
-                           options=cfg.solve_options(), pairs=pairs, previous_p=state["p"])
-        grad_x = hg.grad_x
-        box = torch.zeros((), dtype=x.dtype)
-        if cfg.box_weight > 0:
-            box, box_grad = box_penalty(x, prior.lower, prior.upper)
-            grad_x = grad_x + cfg.box_weight * box_grad
-        new = optimizer_step(cfg.optimizer, state, {"x": grad_x}, lrs={"x": cfg.lr_x},
-                             settings=cfg.optimizer_settings())
-        if hg.solve.negative_curvature and cfg.damping == 0 and cfg.hessian in ("cg", "neumann"):
+        add = dict.fromkeys(_COUNT_NAMES, 0)
+        if bool(state[SOLVED]) and not first:
+            theta, inner_res, new_pairs = state["theta"], float(state[RESIDUALS][0]), []
+        else:
+            inner = self._inner(energy_fn, x, state["theta"], memory, first=first, tol=tol)
+            theta, inner_res, new_pairs = inner.theta, inner.grad_norm, list(inner.new_pairs)
+            add["inner_iterations"] += inner.iterations
+            add["inner_evaluations"] += inner.evaluations
+        pairs = (memory.pairs() + new_pairs)[-cfg.lbfgs_history:] if cfg.lbfgs_history else []
+        eig = state.get(EIGVEC)
+        hg = hypergradient(energy_fn, x, theta, theta_star, upper=cfg.upper_loss, strategy=cfg.hessian,
+                           options=cfg.solve_options(pr.treatment.damping), pairs=pairs, previous_p=state["p"],
+                           curvature=pr.treatment.curvature,
+                           eigvec=eig if eig is not None and bool(torch.any(eig != 0)) else None)
+        add["hvps"] += hg.solve.hvps
+        box, box_grad = self._box(x, prior)
+        grad_x = hg.grad_x if box_grad is None else hg.grad_x + cfg.box_weight * box_grad
+        f0 = float(hg.upper) + cfg.box_weight * float(box)
+        if hg.solve.negative_curvature or hg.solve.diverged:
+            what = "met negative curvature" if hg.solve.negative_curvature else "diverged"
             warnings.warn(
-                f"bilevel: the linear solve met negative curvature at step {index} (the lower-level energy is "
-                "not convex there, e.g. a ReLU target's kinks); the hypergradient is unreliable: set damping "
-                "(e.g. --set damping=1.0)", RuntimeWarning, stacklevel=2)
-        dist = float(((inner.theta - theta_star) ** 2).sum())
+                f"bilevel: the {cfg.hessian} solve {what} at step {index} (curvature {pr.treatment.curvature}, damping "
+                f"{pr.treatment.damping:g}; the lower-level energy is not convex there, e.g. a ReLU target's kinks); the "
+                "hypergradient is unreliable: use curvature gauss-newton (--set curvature=gauss-newton) or damping "
+                "(--set damping=1.0)", RuntimeWarning, stacklevel=2)
         metrics = {
-            "loss": float(hg.upper),
-            "param_distance": dist,
+            "loss": f0,
+            "param_distance": float(((theta - theta_star) ** 2).sum()),
             "energy": float(hg.energy),
-            "residual": inner.grad_norm,
-            "inner_iters": float(inner.iterations),
+            "residual": inner_res,
             "inner_tol": tol,
-            "inner_evals": float(inner.evaluations),
             "hvps": float(hg.solve.hvps),
             "negative_curvature": float(hg.solve.negative_curvature),
+            "solve_converged": float(hg.solve.converged),
             "grad_x_norm": float(torch.linalg.vector_norm(grad_x)),
             "box": float(box),
         }
-        if math.isfinite(hg.solve.residual):
-            metrics["solve_residual"] = hg.solve.residual
-        finite = (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_x_norm"])
-                  and math.isfinite(inner.grad_norm) and all(bool(torch.isfinite(v).all()) for v in new.values()
-                                                             if v.is_floating_point())
-                  and bool(torch.isfinite(hg.p).all()))
-        if not finite:
+        for key, value in (("solve_residual", hg.solve.residual), ("solve_residual_undamped",
+                                                                   hg.solve.residual_undamped),
+                           ("neumann_lambda_max", hg.solve.lambda_max), ("neumann_alpha", hg.solve.alpha)):
+            if math.isfinite(value):  # NaN/inf would trip the runner's divergence stop
+                metrics[key] = value
+        if not (math.isfinite(f0) and math.isfinite(metrics["grad_x_norm"]) and math.isfinite(inner_res)
+                and bool(torch.isfinite(hg.p).all())):
             metrics["loss"] = float("nan")
             return metrics
+        if cfg.lr_x is not None:
+            new = optimizer_step(cfg.optimizer, state, {"x": grad_x}, lrs={"x": cfg.lr_x},
+                                 settings=cfg.optimizer_settings())
+            if not all(bool(torch.isfinite(v).all()) for v in new.values() if v.is_floating_point()):
+                metrics["loss"] = float("nan")
+                return metrics
+            state.update(new)
+            state["theta"], solved, step_taken, last_res = theta, 0, cfg.lr_x, inner_res
+            trial_pairs: list = []
+        else:
+            ls = self._line_search(pr, prior, x=x, theta=theta, grad_x=grad_x, f0=f0, tol=tol,
+                                   pairs=pairs, last_step=float(state[STEP]))
+            add["inner_iterations"] += ls.inner_iterations
+            add["inner_evaluations"] += ls.inner_evaluations
+            add["ls_trials"] += ls.trials
+            add["rejected_steps"] += int(not ls.accepted)
+            metrics["ls_trials"] = float(ls.trials)
+            if ls.accepted:
+                state["x"], state["theta"], last_res = ls.x, ls.theta, ls.inner_residual
+                trial_pairs, step_taken = ls.new_pairs, ls.step
+                state[STEP] = torch.tensor(ls.step, dtype=torch.float64)
+            else:  # x stays; θ is the (possibly re-solved) solution at x; the next step tries smaller steps
+                state["theta"], trial_pairs, step_taken = ls.theta, ls.new_pairs, 0.0
+                last_res = ls.inner_residual if math.isfinite(ls.inner_residual) else inner_res
+                state[STEP] = torch.tensor(ls.step / cfg.ls_grow, dtype=torch.float64)
+            metrics["ls_reference_drift"] = ls.drift
+            solved = 1
+        metrics["lr_x"] = float(step_taken)
         # commit
-        state["theta"] = inner.theta
         state["p"] = hg.p
-        memory.extend(inner.new_pairs)
-        state.update(new)
-        if int(counts[_C_STEPS]) == 0:
-            state[DIST_X0] = torch.tensor(dist, dtype=torch.float64)
-        counts += torch.tensor([1, inner.iterations, inner.evaluations, hg.solve.hvps], dtype=torch.int64)
-        res = state[RESIDUALS]
-        res[0] = inner.grad_norm
-        res[1] = max(float(res[1]), inner.grad_norm)
-        res[2] += inner.grad_norm
+        if EIGVEC in state and hg.solve.eigvec is not None:
+            state[EIGVEC] = hg.solve.eigvec
+        memory.extend(new_pairs + trial_pairs)
+        state[SOLVED] = torch.tensor(solved, dtype=torch.int64)
+        if first:
+            state[DIST_X0] = torch.tensor(metrics["param_distance"], dtype=torch.float64)
+        add["steps"] = 1
+        add["nonconverged_solves"] = int(not hg.solve.converged)
+        add["negative_curvature_solves"] = int(hg.solve.negative_curvature or hg.solve.diverged)
+        counts += torch.tensor([add[k] for k in _COUNT_NAMES], dtype=torch.int64)
+        _accumulate(state[RESIDUALS], last_res)
+        _accumulate(state[SOLVE], hg.solve.residual)
         return metrics
 
-    def final_inner(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor]):
-        """θ(x_final) by a warm-started inner solve (the state is not modified)."""
-        layout, energy_fn, theta_star = self._problem(target, prior)
-        self._on(state, layout)
+    def _line_search(self, pr: _Problem, prior: AttackerPrior, *, x: torch.Tensor, theta: torch.Tensor,
+                     grad_x: torch.Tensor, f0: float, tol: float, pairs: list, last_step: float) -> _StepResult:
+        """The problem-derived step on x (see ``BilevelConfig.lr_x``): Polyak trial, Armijo backtracking
+        on l(θ*, θ(x)) + box, with the inner problem re-solved (warm) at every trial point."""
+        cfg = self.config
+        gg = float(torch.dot(grad_x.reshape(-1), grad_x.reshape(-1)))
+        if not gg > 0.0 or not f0 > 0.0:
+            return _StepResult(False, 0.0, x, theta, float("nan"), [], 0, 0, 0)
+        t = f0 / gg  # Polyak's step for the known optimal value 0 of the upper loss
+        if last_step > 0.0:
+            t = min(t, cfg.ls_grow * last_step)
+        if math.isfinite(pr.treatment.max_step):  # stay where the first-order model was measured to hold
+            t = min(t, pr.treatment.max_step * _trust_scale(x, prior) / math.sqrt(gg))
+        iters = evals = 0
+        ref = f0  # l at x, to beat
+        base: tuple[torch.Tensor, float, list] | None = None  # (θ, residual, pairs) of a re-solve at x
+        drift = 0.0
+        for trial in range(1, cfg.ls_max_trials + 1):
+            x_try = x - t * grad_x
+            inner = self._inner(pr.energy, x_try, theta, pairs, first=False, tol=tol)
+            iters += inner.iterations
+            evals += inner.evaluations
+            box, _ = self._box(x_try, prior)
+            f_try = self._upper(inner.theta, pr.theta_star) + cfg.box_weight * float(box)
+            # a real decrease is required: when c1·t·‖∇l‖² is below the rounding of l, Armijo alone
+            # would accept a step that changed nothing, and the step size would never recover
+            if (math.isfinite(f_try) and math.isfinite(inner.grad_norm) and f_try < ref
+                    and f_try <= ref - cfg.ls_c1 * t * gg):
+                return _StepResult(True, t, x_try, inner.theta, inner.grad_norm, list(inner.new_pairs), trial,
+                                   iters, evals, drift)
+            if trial == 1:
+                # Compare like with like: a trial point gets a fresh inner solve, so re-solve at x itself
+                # with the same budget. Where the inner solve has not converged (ReLU targets stall on
+                # kinks) l at x moves by itself (measured +0.12 on the medium one-hidden target from a
+                # ground-truth start, where every later trial was then rejected); the re-solved value is
+                # the reference, and θ at x is updated even if no step is accepted.
+                res = self._inner(pr.energy, x, theta, pairs, first=False, tol=tol)
+                iters += res.iterations
+                evals += res.evaluations
+                if res.iterations > 0 and math.isfinite(res.grad_norm):
+                    f_base = self._upper(res.theta, pr.theta_star) + cfg.box_weight * float(self._box(x, prior)[0])
+                    if math.isfinite(f_base):
+                        base, drift, ref = (res.theta, res.grad_norm, list(res.new_pairs)), f_base - f0, f_base
+            t *= 0.5
+        if base is not None:  # x stays, θ is the re-solved one at x
+            return _StepResult(False, 2.0 * t, x, base[0], base[1], base[2], cfg.ls_max_trials, iters, evals, drift)
+        return _StepResult(False, 2.0 * t, x, theta, float("nan"), [], cfg.ls_max_trials, iters, evals, drift)
+
+    def final_inner(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor], *,
+                    energy: str = "inner"):
+        """θ(x_final) by a warm-started inner solve (the state is not modified).
+
+        Args:
+            energy: "inner" (the energy the attack solves) or "target" (the target's own energy;
+                differs only with a surrogate ``inner_activation``).
+        """
+        pr = self.problem(target, prior)
+        self._on(state, pr.layout)
         memory = LBFGSMemory(state["lbfgs.s"].clone(), state["lbfgs.y"].clone(), state["lbfgs.meta"].clone())
-        first = int(state[COUNTS][_C_STEPS]) == 0
-        return self._inner(energy_fn, state["x"], state["theta"], memory, first=first), theta_star
+        first = int(state[COUNTS][_C["steps"]]) == 0
+        fn = pr.energy if energy == "inner" else pr.target_energy
+        return self._inner(fn, state["x"], state["theta"], memory, first=first), pr.theta_star
 
     def finish(self, target: Target, prior: AttackerPrior,
                state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -308,20 +583,31 @@ class BilevelAttack:
         Scores (attacker-side, higher = more trusted): ``margin`` y·Φ(x; θ*) (binary) or the
         multiclass margin under θ*.
 
-        ``extra``: ``param_distance`` ‖θ* − θ(x_final)‖² (Runkel Table 1), its normalised form
-        (÷ ‖θ*‖²) and per-parameter form (÷ P, the reading under which the paper's values match),
-        ``param_distance_x0`` ‖θ* − θ(x⁰)‖² after the first inner solve, before any x update (the
-        no-attack reference: a Table 1 value at this level says nothing about x),
-        the final inner residual and residual statistics over the run, total HVPs, inner
-        iterations and evaluations, the weight decay and strategy used.
+        ``extra``: ``param_distance`` ‖θ* − θ(x_final)‖² (Runkel Table 1; θ(x) of the target's own
+        training energy), its normalised form (÷ ‖θ*‖²) and per-parameter form (÷ P, the reading
+        under which the paper's values match), ``param_distance_x0`` ‖θ* − θ(x⁰)‖² after the first
+        inner solve, before any x update (the no-attack reference: a Table 1 value at this level
+        says nothing about x), the final inner residual and residual statistics over the run, the
+        linear solves' relative residuals (max / mean / last) and how many did not converge or met
+        negative curvature, total HVPs, inner iterations and evaluations, line-search trials and
+        rejected steps, the weight decay, the strategy and the resolved kink treatment.
         """
+        pr = self.problem(target, prior)
         inner, theta_star = self.final_inner(target, prior, state)
-        dist = float(((inner.theta - theta_star) ** 2).sum())
-        counts, res = state[COUNTS], state[RESIDUALS].double()
-        steps_done = int(counts[_C_STEPS])
-        layout, _, _ = self._problem(target, prior)
+        surrogate = pr.treatment.inner_activation != "target"
+        dist_inner = float(((inner.theta - theta_star) ** 2).sum())
+        if surrogate:  # Table 1 is about the target's own energy: re-solve on it from θ_β(x)
+            true = lbfgs_minimize(value_and_grad(pr.target_energy, state["x"]), inner.theta,
+                                  history=self.config.lbfgs_history, tol=self.config.inner_tol,
+                                  max_iter=self.config.inner_max_iter_first, line_search=self.config.line_search)
+            dist = float(((true.theta - theta_star) ** 2).sum())
+        else:
+            dist = dist_inner
+        counts, res, sol = state[COUNTS], state[RESIDUALS].double(), state[SOLVE].double()
+        c = {k: int(counts[i]) for i, k in enumerate(_COUNT_NAMES)}
+        steps_done = c["steps"]
         with torch.no_grad():
-            out = target.forward(state["x"], layout.unflatten(theta_star))
+            out = target.forward(state["x"], pr.layout.unflatten(theta_star))
             score = margins(out, prior.labels.to(out.device)).detach().cpu()
         n_params = int(theta_star.numel())
         dist_x0 = float(state[DIST_X0]) if DIST_X0 in state else float("nan")
@@ -336,13 +622,59 @@ class BilevelAttack:
             "inner_residual_last_step": float(res[0]),
             "inner_residual_max": float(res[1]),
             "inner_residual_mean": float(res[2]) / steps_done if steps_done else float("nan"),
-            "hvp_count": int(counts[_C_HVPS]),
-            "inner_iterations": int(counts[_C_INNER]),
-            "inner_evaluations": int(counts[_C_EVALS]),
+            "solve_residual_last": float(sol[0]) if steps_done else float("nan"),
+            "solve_residual_max": float(sol[1]) if steps_done else float("nan"),
+            "solve_residual_mean": float(sol[2]) / steps_done if steps_done else float("nan"),
+            "solve_nonconverged_steps": c["nonconverged_solves"],
+            "solve_negative_curvature_steps": c["negative_curvature_solves"],
+            "hvp_count": c["hvps"],
+            "inner_iterations": c["inner_iterations"],
+            "inner_evaluations": c["inner_evaluations"],
+            "line_search_trials": c["ls_trials"],
+            "rejected_steps": c["rejected_steps"],
             "outer_steps": steps_done,
             "weight_decay": self.weight_decay(target),
             "hessian": self.config.hessian,
+            "target_has_kinks": pr.kinks,
+            "curvature": pr.treatment.curvature,
+            "damping": pr.treatment.damping,
+            "max_step": pr.treatment.max_step if math.isfinite(pr.treatment.max_step) else None,
+            "inner_activation": pr.treatment.inner_activation,
             "num_parameters": n_params,
         }
+        if surrogate:
+            extra["param_distance_inner_energy"] = dist_inner
         summary = {"param_distance": dist, "selection": {"param_distance": dist}, "extra": extra}
         return {"margin": score}, summary
+
+
+@dataclass(frozen=True)
+class _StepResult:
+    accepted: bool
+    step: float
+    x: torch.Tensor
+    theta: torch.Tensor
+    inner_residual: float
+    new_pairs: list
+    trials: int
+    inner_iterations: int
+    inner_evaluations: int
+    drift: float = 0.0  # l re-solved at x minus l before (0: not re-solved)
+
+
+def _trust_scale(x: torch.Tensor, prior: AttackerPrior) -> float:
+    """‖x‖ (Frobenius over all candidates), or the pixel box's diameter × √m when x = 0."""
+    n = float(torch.linalg.vector_norm(x))
+    if n > 0:
+        return n
+    width = torch.as_tensor(prior.upper, dtype=x.dtype) - torch.as_tensor(prior.lower, dtype=x.dtype)
+    return float(torch.linalg.vector_norm(width.expand(x.shape[1:]))) * math.sqrt(x.shape[0])
+
+
+def _accumulate(stats: torch.Tensor, value: float) -> None:
+    """[last, max, sum] running statistics (NaN/inf values are skipped)."""
+    if not math.isfinite(value):
+        return
+    stats[0] = value
+    stats[1] = max(float(stats[1]), value)
+    stats[2] += value

@@ -6,14 +6,18 @@
   back (views, so gradients flow), so the inner solver, the linear solvers and the
   curvature pairs all work on plain vectors of length P.
 * :func:`make_energy` gives E(x, θ_flat) = mean loss + (wd/2)‖θ‖², the target's own training
-  energy (``datarecon.training.losses.energy``), with the attack's weight decay.
+  energy (``datarecon.training.losses.energy``), with the attack's weight decay, as an
+  :class:`Energy` that also exposes Φ and L.
+* :data:`INNER_ACTIVATIONS`: the inner energy with the target's activations or with a smooth
+  surrogate (softplus for ReLU); :func:`has_kinks` tells whether a target needs one.
 * :func:`resolve_weight_decay` refuses an energy without a finite minimiser.
 * :data:`UPPER_LOSSES`: upper-level losses l(θ*, θ) with their gradient in θ.
 * :data:`THETA0`: first inner iterate θ⁰ ("uniform" U(0,1) as in the paper, "target" θ*,
   "default" the architecture's default initialisation).
 * :class:`HessianOperator`: Hessian-vector products ∇²_θE·v and the mixed product
   ∇_x⟨∇_θE(x, θ), p⟩ from ONE graph of ∇_θE built with ``create_graph`` (double backward),
-  counting the products.
+  counting the products; :class:`GaussNewtonOperator`: the same interface with the generalised
+  Gauss–Newton matrix instead of ∇²_θE (:data:`CURVATURES`).
 
 References: Runkel, Gandikota, Geiping, Schönlieb, Moeller, "Training Data Reconstruction:
 Privacy due to Uncertainty?" (arXiv 2412.08544), eq. 2 and update 7.
@@ -31,6 +35,7 @@ from torch.func import functional_call
 
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
+from datarecon.training.losses import LOSSES
 from datarecon.training.losses import energy as training_energy
 
 EnergyFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -95,8 +100,44 @@ def resolve_weight_decay(loss: str, weight_decay: float, override: float | None)
     return wd
 
 
+@dataclass(frozen=True)
+class Energy:
+    """The lower-level energy E(x, θ) = (1/m) Σ_i L(Φ(x_i; θ), y_i) + (wd/2)‖θ‖² on flat θ, with its parts.
+
+    Callable as ``energy(x, theta_flat) -> scalar`` (an :data:`EnergyFn`); the parts serve the
+    Gauss–Newton products (:class:`GaussNewtonOperator`), which need Φ and L separately.
+
+    Attributes:
+        model: the architecture, called functionally (its own parameters are ignored); for a
+            surrogate inner energy, a copy with the activation replaced (:data:`INNER_ACTIVATIONS`).
+        layout: how θ_flat maps to the model's parameter names.
+        labels: (m,) candidate labels (float ±1 binary, int64 multiclass).
+        loss: loss name (``datarecon.training.losses.LOSSES``).
+        weight_decay: wd ≥ 0.
+    """
+
+    model: nn.Module
+    layout: FlatLayout
+    labels: torch.Tensor
+    loss: str
+    weight_decay: float
+
+    def outputs(self, x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        """Φ(x; θ_flat), shape (m, num_outputs)."""
+        return functional_call(self.model, self.layout.unflatten(theta), (x,))
+
+    def data_loss(self, outputs: torch.Tensor) -> torch.Tensor:
+        """(1/m) Σ_i L(outputs_i, y_i) (scalar), the weight-decay term excluded."""
+        return LOSSES.get(self.loss)(outputs, self.labels)
+
+    def __call__(self, x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        params = self.layout.unflatten(theta)
+        out = functional_call(self.model, params, (x,))
+        return training_energy(out, self.labels, params, loss=self.loss, weight_decay=self.weight_decay)
+
+
 def make_energy(model: nn.Module, layout: FlatLayout, labels: torch.Tensor, *, loss: str,
-                weight_decay: float) -> EnergyFn:
+                weight_decay: float) -> Energy:
     """The lower-level energy E(x, θ) = (1/m) Σ_i L(Φ(x_i; θ), y_i) + (wd/2)‖θ‖² on flat θ.
 
     Args:
@@ -107,15 +148,54 @@ def make_energy(model: nn.Module, layout: FlatLayout, labels: torch.Tensor, *, l
         weight_decay: wd ≥ 0.
 
     Returns:
-        ``energy(x, theta_flat) -> scalar`` with x: (m, *input_shape), θ_flat: (P,).
+        An :class:`Energy`, callable as ``energy(x, theta_flat) -> scalar`` with x: (m, *input_shape),
+        θ_flat: (P,).
     """
+    return Energy(model=model, layout=layout, labels=labels, loss=loss, weight_decay=float(weight_decay))
 
-    def energy_fn(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
-        params = layout.unflatten(theta)
-        out = functional_call(model, params, (x,))
-        return training_energy(out, labels, params, loss=loss, weight_decay=weight_decay)
 
-    return energy_fn
+# --------------------------------------------------------------------------- non-smooth activations
+
+#: Activations whose second derivative does not exist at a kink (ReLU and relatives).
+KINKED_ACTIVATIONS: tuple[type[nn.Module], ...] = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Hardtanh, nn.Hardshrink,
+                                                   nn.Softshrink, nn.Threshold)
+
+
+def has_kinks(model: nn.Module) -> bool:
+    """Whether ``model`` contains an activation module with a kink (then E is not twice
+    differentiable everywhere and the implicit-function hypergradient is not defined at a kink)."""
+    return any(isinstance(m, KINKED_ACTIVATIONS) for m in model.modules())
+
+
+def with_activation(model: nn.Module, factory: Callable[[nn.Module], nn.Module | None]) -> nn.Module:
+    """A copy of ``model`` whose activation modules ``m`` are replaced by ``factory(m)`` (None: kept).
+
+    Parameter names are unchanged (activations hold no parameters), so the copy is called with
+    the same flat layout.
+    """
+    import copy
+
+    new = copy.deepcopy(model)
+    for mod in list(new.modules()):
+        for child_name, child in list(mod.named_children()):
+            repl = factory(child)
+            if repl is not None:
+                setattr(mod, child_name, repl)
+    return new
+
+
+def _softplus_for_relu(beta: float) -> Callable[[nn.Module], nn.Module | None]:
+    def factory(m: nn.Module) -> nn.Module | None:
+        return nn.Softplus(beta=beta) if type(m) is nn.ReLU else None
+    return factory
+
+
+#: Inner-energy activations: ``factory(model, beta) -> model`` ("target": the target's own
+#: activations; "softplus": every nn.ReLU replaced by softplus_β(z) = log(1 + e^{βz})/β, a smooth
+#: surrogate whose minimiser θ_β(x) is differentiable in x; β → ∞ recovers ReLU).
+INNER_ACTIVATIONS: Registry[Callable[[nn.Module, float], nn.Module]] = Registry("inner-energy activation")
+INNER_ACTIVATIONS.register("target", lambda model, beta: model)
+INNER_ACTIVATIONS.register("softplus", lambda model, beta: with_activation(model, _softplus_for_relu(beta)))
 
 
 # --------------------------------------------------------------------------- upper-level losses
@@ -230,6 +310,73 @@ class HessianOperator:
         """∇_x⟨∇_θE(x, θ), p⟩ with θ and p held fixed, shape of x."""
         (gx,) = torch.autograd.grad(self.grad, self.x, p, retain_graph=True, allow_unused=True)
         return torch.zeros_like(self.x) if gx is None else gx.detach()
+
+
+class GaussNewtonOperator:
+    """The generalised Gauss–Newton matrix G = Jᵀ ∇²_ΦL J + wd·I of E at (x, θ), and E's mixed product.
+
+    J = ∂Φ(x; θ)/∂θ (outputs × P), ∇²_ΦL the Hessian of the mean loss in the outputs (positive
+    semi-definite for logistic, cross-entropy and squared losses). G drops the term
+    Σ_i ∂L/∂Φ_i · ∇²_θΦ_i of the Hessian, the one that is indefinite on a ReLU network and
+    undefined at its kinks; G is positive definite whenever wd > 0 and exists at every θ.
+
+    * ``op(v)`` = G v: J v by differentiating Jᵀu in u (the double-vjp trick, one backward),
+      the loss Hessian in output space, then Jᵀ(·) (one backward); counted in ``count``;
+    * ``op.mixed(p)`` = ∇_x⟨∇_θE(x, θ), p⟩, the exact mixed derivative of E (not counted).
+
+    Same interface as :class:`HessianOperator`.
+
+    Args:
+        energy_fn: an :class:`Energy` (its parts Φ and L are needed).
+        x: (m, *input_shape) inputs (detached here).
+        theta: (P,) point (detached here).
+        need_x: build the graph so that ``mixed`` works.
+
+    References: Schraudolph, "Fast curvature matrix-vector products for second-order gradient
+    descent" (Neural Computation 2002); Martens, "New insights and perspectives on the natural
+    gradient method" (JMLR 2020), §8.
+    """
+
+    def __init__(self, energy_fn: Energy, x: torch.Tensor, theta: torch.Tensor, *, need_x: bool = True) -> None:
+        if not isinstance(energy_fn, Energy):
+            raise TypeError("GaussNewtonOperator needs an Energy (make_energy), not a bare function")
+        self.energy = energy_fn
+        self.x = x.detach().requires_grad_(need_x)
+        self.theta = theta.detach().requires_grad_(True)
+        with torch.enable_grad():
+            value = energy_fn(self.x, self.theta)
+            (self.grad,) = torch.autograd.grad(value, self.theta, create_graph=True)
+        self.value = value.detach()
+        th = theta.detach().requires_grad_(True)
+        with torch.enable_grad():
+            self._outputs = energy_fn.outputs(x.detach(), th)
+            self._u = torch.zeros_like(self._outputs, requires_grad=True)
+            # Jᵀu, linear in u: its derivative in u along v is J v (the "double-vjp" trick)
+            (self._jtu,) = torch.autograd.grad(self._outputs, th, self._u, create_graph=True)
+            self._out = self._outputs.detach().requires_grad_(True)
+            (self._gout,) = torch.autograd.grad(energy_fn.data_loss(self._out), self._out, create_graph=True)
+        self._th = th
+        self.count = 0
+
+    def __call__(self, v: torch.Tensor) -> torch.Tensor:
+        """G v, shape (P,)."""
+        self.count += 1
+        (jv,) = torch.autograd.grad(self._jtu, self._u, v, retain_graph=True)
+        (hjv,) = torch.autograd.grad(self._gout, self._out, jv, retain_graph=True)
+        (jt,) = torch.autograd.grad(self._outputs, self._th, hjv, retain_graph=True)
+        return jt.detach() + self.energy.weight_decay * v
+
+    def mixed(self, p: torch.Tensor) -> torch.Tensor:
+        """∇_x⟨∇_θE(x, θ), p⟩ with θ and p held fixed, shape of x."""
+        (gx,) = torch.autograd.grad(self.grad, self.x, p, retain_graph=True, allow_unused=True)
+        return torch.zeros_like(self.x) if gx is None else gx.detach()
+
+
+#: Which matrix the linear solve inverts: "hessian" ∇²_θE (exact; the implicit function theorem's
+#: matrix) or "gauss-newton" G (positive definite, defined at ReLU kinks; an approximation of ∇²_θE).
+CURVATURES: Registry[type] = Registry("curvature")
+CURVATURES.register("hessian", HessianOperator)
+CURVATURES.register("gauss-newton", GaussNewtonOperator)
 
 
 def value_and_grad(energy_fn: EnergyFn, x: torch.Tensor) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:

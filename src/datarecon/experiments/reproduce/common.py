@@ -101,8 +101,13 @@ def by_fpr(tpr: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return sorted(tpr.items(), key=lambda kv: -float(kv[0]))
 
 
-def train_piece(key: str, training: TargetTraining, data: Mapping[str, Any]) -> Piece:
-    """Train a target into ``OUT/<key>/`` (a model directory, ``datarecon.models.checkpoint``)."""
+def train_piece(key: str, training: TargetTraining, data: Mapping[str, Any], *,
+                estimate: Callable[[str], float | None] | None = None) -> Piece:
+    """Train a target into ``OUT/<key>/`` (a model directory, ``datarecon.models.checkpoint``).
+
+    Args:
+        estimate: ``estimate(device) -> seconds`` for ``--dry-run`` (:mod:`.cost`); None: no estimate.
+    """
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
         from datarecon.training.target import train_target
@@ -113,7 +118,7 @@ def train_piece(key: str, training: TargetTraining, data: Mapping[str, Any]) -> 
         return {"metrics": res.metrics, "model_dir": "model", "config_hash": cfg.hash()}
 
     return Piece(key=key, run=run, spec={"training": training.model_dump(mode="json"), "data": dict(data)},
-                 kind="train")
+                 kind="train", estimate=estimate)
 
 
 def model_dir(ctx: Context, key: str) -> Path:
@@ -178,7 +183,8 @@ def load_model_and_task(path: Path, *, data_dir, dtype: torch.dtype = torch.floa
 
 def attack_piece(key: str, *, model_key: str, attack_factory: Callable[[Any], Any], attack_config: BaseModel,
                  init: Mapping[str, Any], candidates_factor: int = 1, seed: int = 0,
-                 record: Mapping[str, Any] | None = None) -> Piece:
+                 record: Mapping[str, Any] | None = None,
+                 estimate: Callable[[str], float | None] | None = None) -> Piece:
     """Run one attack on the target of ``model_key``; the run directory is ``OUT/<key>/run``.
 
     Args:
@@ -188,6 +194,7 @@ def attack_piece(key: str, *, model_key: str, attack_factory: Callable[[Any], An
         candidates_factor: m = factor × n (n = training-set size, which the attacker knows).
         seed: seed of the generator for x₀ and the attack's own randomness.
         record: extra fields for run.json (e.g. the mixture weights of a landscape point).
+        estimate: ``estimate(device) -> seconds`` for ``--dry-run`` (:mod:`.cost`); None: no estimate.
     """
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
@@ -226,7 +233,7 @@ def attack_piece(key: str, *, model_key: str, attack_factory: Callable[[Any], An
 
     spec = {"attack": type(attack_config).__name__, "config": attack_config.model_dump(mode="json"),
             "init": dict(init), "factor": candidates_factor, "seed": seed, "record": dict(record or {})}
-    return Piece(key=key, run=run, spec=spec, deps=(model_key,), kind="attack")
+    return Piece(key=key, run=run, spec=spec, deps=(model_key,), kind="attack", estimate=estimate)
 
 
 def _scalars(d: Mapping[str, Any]) -> dict[str, Any]:

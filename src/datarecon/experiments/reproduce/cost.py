@@ -1,63 +1,262 @@
-"""Wall-time estimates of reproduction pieces (for ``datarecon reproduce ... --dry-run``).
+"""Wall-time estimates of reproduction pieces, for ``datarecon reproduce ... --dry-run``.
 
-A deliberately small cost model: full-batch training and KKT steps of an MLP are dominated by
-matrix products whose cost is proportional to (rows) × (parameters), so
+A piece's work is counted in **passes**: one forward + backward of the target over the m inputs
+it works on, 6·m·MACs FLOPs (2 forward, 4 backward; MACs = multiply-accumulates of one input,
+:func:`macs_per_input`). A pass takes ``flops / device.flops + device.pass_overhead_s`` seconds.
+The bilevel attack also streams P-vectors through its L-BFGS two-loop recursions and vector
+updates: memory-bound work, ``bytes / device.bandwidth``.
 
-    seconds ≈ max(floor, rate · rows · parameters) per epoch / step
+* Training (full batch): ``epochs × TRAIN_PASSES_PER_EPOCH[optimizer]`` passes over the n images.
+* KKT family (DecoReco): ``steps × KKT_PASSES_PER_STEP`` passes over the m candidates (the
+  create-graph vector-Jacobian product and its backward: 2.8 passes measured in
+  docs/PERFORMANCE.md §2).
+* Bilevel (Runkel update 7): the first inner solve, then per outer step the line-search trials'
+  inner solves, the linear solve's Hessian-vector products, the shared graph and the mixed
+  product (:func:`bilevel_step_work`), counted from the config's caps and the per-step counts
+  measured on the medium rung (:data:`BILEVEL_COUNTS`).
 
-with ``rows`` = n training images (training) or m candidates (KKT), and (rate, floor) per device kind
-and dtype, calibrated from measurements recorded in docs/PERFORMANCE.md:
-
-* CPU (2 cores, 2026-11-23): D-1000-1000-1 float64 training on n = 100 CIFAR images, 0.045 s/epoch;
-  KKT step m = 200 float32, 0.079 s (3000 steps in 238 s).
-* CUDA (one NVIDIA H100, 2026-11-23, issue 12): n = 500 float64 training 168 s / 100 000 epochs
-  (1.7 ms/epoch); KKT step m = 1000, 3.2 ms (float32) / 4.1 ms (float64), launch-bound.
-
-Other dtypes are scaled by :data:`DTYPE_FACTOR` (float32 ≈ half the float64 time on CPU). These are
-estimates with perhaps ±50 % error on other machines, printed as such; they never gate anything.
+Device speeds (:data:`DEVICES`): ``cpu`` is measured per CPU second of one thread, so a CPU
+estimate is the CPU time of a one-thread run (its wall time on a machine shared with other jobs
+is longer by the share of a core it gets: docs/PERFORMANCE.md §8); ``cuda`` is calibrated on the
+H100 measurements of issue 12 (training and KKT steps at D-1000-1000-1; 2.8 and 3.4 min for the
+haim2022 paper pieces it was fitted to), while its vector bandwidth, used only by bilevel pieces,
+is assumed. :func:`device_note` says which.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 
-#: (seconds per row·parameter, floor seconds) of one full-batch training epoch, float64.
-TRAIN_RATE = {"cpu": (1.1e-10, 0.0), "cuda": (8.3e-13, 5e-4)}
-#: (seconds per candidate·parameter, floor seconds) of one KKT step, float32.
-KKT_RATE = {"cpu": (9.7e-11, 0.0), "cuda": (2.9e-13, 3.0e-3)}
-#: time relative to the calibrated dtype (training: float64; KKT: float32).
-DTYPE_FACTOR = {"train": {"float64": 1.0, "float32": 0.5}, "kkt": {"float32": 1.0, "float64": 1.5}}
+from datarecon.attacks.bilevel.attack import BilevelConfig
+from datarecon.models.spec import ArchSpec, count_parameters
+from datarecon.registry import Registry
+from datarecon.training.target import ArchConfig
+
+#: CIFAR-10 input shape of the runkel2024 targets.
+CIFAR_SHAPE = (3, 32, 32)
+#: input shape of each dataset's images (for the haim2022 pieces).
+INPUT_SHAPES = {"cifar10": (3, 32, 32), "mnist": (1, 28, 28), "digits": (1, 8, 8)}
+ITEMSIZE = {"float32": 4, "float64": 8}
+
+
+@dataclass(frozen=True)
+class Device:
+    """Speeds of one device kind.
+
+    Attributes:
+        flops: sustained FLOP/s of a pass, per dtype (``{"float32": ..., "float64": ...}``).
+        bandwidth: bytes/s of large vector operations (read + write).
+        pass_overhead_s: fixed seconds per pass (kernel launches, Python).
+        measured: True when the figures were measured on such a device.
+        source: where the figures come from (printed by the dry run).
+    """
+
+    flops: dict[str, float]
+    bandwidth: float
+    pass_overhead_s: float
+    measured: bool
+    source: str
+
+
+DEVICES: Registry[Device] = Registry("estimate device")
+DEVICES.register("cpu", Device(
+    flops={"float64": 4.5e10, "float32": 7.5e10}, bandwidth=3.0e10, pass_overhead_s=2e-4, measured=True,
+    source="measured per CPU second of one thread (time.process_time, so machine load does not enter; wall "
+           "time on a shared machine is longer by the share of a core the run gets): forward+backward 45 GFLOP/s "
+           "float64, 75 GFLOP/s float32, vector updates 30 GB/s (benchmarks/bench_bilevel_cost.py, "
+           "docs/PERFORMANCE.md §8)"))
+DEVICES.register("cuda", Device(
+    flops={"float64": 2.3e13, "float32": 3.3e13}, bandwidth=1.5e12, pass_overhead_s=4e-4, measured=True,
+    source="CALIBRATED on the H100 measurements of issue 12 (2026-11-23, torch 2.11, D-1000-1000-1): "
+           "full-batch training n = 500 float64 1.68 ms/epoch, KKT step m = 1000 3.2 ms float32 / 4.1 ms "
+           "float64 (solved for FLOP/s and per-pass overhead); the 1.5 TB/s of vector updates is ASSUMED "
+           "(bilevel pieces), no bilevel step was measured on a GPU"))
 
 
 def device_kind(device: str) -> str:
-    """``cpu`` or ``cuda`` (``cuda:1`` → ``cuda``; anything else is costed as ``cpu``)."""
-    return "cuda" if device.startswith("cuda") else "cpu"
+    """``"cpu"`` or ``"cuda"`` for a torch device name (``"cuda:1"`` -> ``"cuda"``)."""
+    return device.split(":", 1)[0]
 
 
-def mlp_parameters(input_dim: int, hidden: Sequence[int], outputs: int = 1, *, bias: bool = False) -> int:
-    """Number of parameters of a fully connected network input_dim-hidden...-outputs."""
-    widths = [int(input_dim), *map(int, hidden), int(outputs)]
-    return sum(a * b + (b if bias else 0) for a, b in zip(widths, widths[1:]))
+def device_note(device: str) -> str:
+    """One line naming where the estimates for ``device`` come from (measured or assumed)."""
+    kind = device_kind(device)
+    if kind not in DEVICES:
+        return f"no speed figures for device {device!r}: no estimates (known: {', '.join(DEVICES.names())})"
+    return f"estimates on {kind}: {DEVICES.get(kind).source}"
 
 
-def _seconds(table: dict[str, tuple[float, float]], factor: float, device: str, rows: int, params: int,
-             count: int) -> float:
-    rate, floor = table[device_kind(device)]
-    return count * factor * max(floor, rate * rows * params)
+def _spec(arch: ArchConfig, input_shape: tuple[int, ...], num_outputs: int) -> ArchSpec:
+    return ArchSpec(name=arch.name, input_shape=tuple(input_shape), num_outputs=num_outputs, hidden=arch.hidden,
+                    bias=arch.bias, init_scale=arch.init_scale)
 
 
-def train_seconds(device: str, *, dtype: str, n: int, params: int, epochs: int, ascent_steps: int = 0) -> float:
-    """Estimated seconds of ``epochs`` full-batch epochs (+ margin-ascent steps, one forward/backward each)."""
-    return _seconds(TRAIN_RATE, DTYPE_FACTOR["train"].get(dtype, 1.0), device, n, params,
-                    epochs + ascent_steps)
+def macs_per_input(arch: ArchConfig, *, input_shape: tuple[int, ...] = CIFAR_SHAPE, num_outputs: int = 1) -> int:
+    """Multiply-accumulates of one forward pass of one input through the MLP-family ``arch``."""
+    spec = _spec(arch, input_shape, num_outputs)
+    widths = [spec.input_dim, *spec.resolved_hidden(), num_outputs]
+    return sum(a * b for a, b in zip(widths, widths[1:]))
 
 
-def kkt_seconds(device: str, *, dtype: str, m: int, params: int, steps: int) -> float:
-    """Estimated seconds of ``steps`` KKT attack steps with m candidates."""
-    return _seconds(KKT_RATE, DTYPE_FACTOR["kkt"].get(dtype, 1.0), device, m, params, steps)
+def num_parameters(arch: ArchConfig, *, input_shape: tuple[int, ...] = CIFAR_SHAPE, num_outputs: int = 1) -> int:
+    """P, the parameter count of ``arch`` (``datarecon.models.spec.count_parameters``)."""
+    return count_parameters(_spec(arch, input_shape, num_outputs))
 
 
-def input_dim(dataset: str) -> int:
-    """Flattened input size of a dataset's images (MNIST 784, CIFAR-10 3072, digits 64)."""
-    return {"mnist": 784, "cifar10": 3072, "digits": 64}.get(dataset, 784)
+def pass_seconds(device: str, *, flops: float, dtype: str) -> float:
+    """Seconds of one pass of ``flops`` FLOPs on ``device``."""
+    d = DEVICES.get(device_kind(device))
+    return flops / d.flops[dtype] + d.pass_overhead_s
 
+
+# --------------------------------------------------------------------------- counts
+
+#: Passes per training epoch, measured as epoch time ÷ plain forward+backward time, interleaved
+#: (one-hidden width 1024, n = 100, float64, one thread; 2026-11-23): gd 1.8 (the gradient and the
+#: epoch's metrics), lbfgs 10.3 (torch.optim.LBFGS, one iteration per epoch: its strong-Wolfe
+#: evaluations and a two-loop recursion over 20 pairs of P-vectors).
+TRAIN_PASSES_PER_EPOCH = {"gd": 1.8, "lbfgs": 10.3}
+#: Passes per KKT-family step (docs/PERFORMANCE.md §2: step / plain forward+backward 2.77-2.96).
+KKT_PASSES_PER_STEP = 2.8
+
+
+@dataclass(frozen=True)
+class BilevelCounts:
+    """Per-outer-step counts of the bilevel attack that its config does not fix (measured).
+
+    Attributes:
+        trials: line-search trials (each an inner solve) per outer step (problem-derived step).
+        evals_per_iteration: energy evaluations per inner L-BFGS iteration (strong-Wolfe search).
+        iterations_per_solve: inner iterations per warm-started solve; None: the cap
+            ``inner_max_iter`` (ReLU targets: the solve stalls on kinks and always hits it).
+        first_iterations: iterations of the first solve from θ⁰; None: ``inner_max_iter_first``.
+        hvps: Hessian-vector products per linear solve (warm-started CG, residual check included).
+    """
+
+    trials: float
+    evals_per_iteration: float
+    iterations_per_solve: float | None
+    first_iterations: float | None
+    hvps: float
+
+
+#: Measured on the medium rung (docs/PERFORMANCE.md §8, ``benchmarks/reproduction_times.py``):
+#: "smooth" = the affine target, "kinked" = the one-hidden ReLU target (width 1024, n = 100).
+BILEVEL_COUNTS: dict[str, BilevelCounts] = {
+    "smooth": BilevelCounts(trials=1.6, evals_per_iteration=1.1, iterations_per_solve=2.0, first_iterations=60.0,
+                            hvps=17.0),
+    "kinked": BilevelCounts(trials=1.0, evals_per_iteration=1.4, iterations_per_solve=None, first_iterations=None,
+                            hvps=13.0),
+}
+#: P-vector updates per inner iteration besides the two-loop recursion, and per HVP of CG.
+VECTOR_OPS_PER_ITERATION = 10
+VECTOR_OPS_PER_HVP = 4
+
+
+@dataclass(frozen=True)
+class Work:
+    """Work of a piece or step: passes of the target, and P-vector operations (memory-bound)."""
+
+    passes: float
+    vector_ops: float = 0.0
+
+    def __add__(self, other: Work) -> Work:
+        return Work(self.passes + other.passes, self.vector_ops + other.vector_ops)
+
+    def scaled(self, k: float) -> Work:
+        return Work(k * self.passes, k * self.vector_ops)
+
+
+def _inner_work(iterations: float, counts: BilevelCounts, history: int) -> Work:
+    """One inner L-BFGS solve of ``iterations`` iterations: the evaluation at its start, those of its
+    line searches, and its vector operations (a two-loop recursion ≈ 10 vector operations per stored
+    pair: 75-126 axpy-equivalents measured at history 10, ``benchmarks/bench_bilevel_cost.py``)."""
+    return Work(1.0 + iterations * counts.evals_per_iteration,
+                iterations * (10 * history + VECTOR_OPS_PER_ITERATION))
+
+
+def bilevel_first_work(cfg: BilevelConfig, *, kinks: bool) -> Work:
+    """Work of the first inner solve from θ⁰."""
+    counts = BILEVEL_COUNTS["kinked" if kinks else "smooth"]
+    it = cfg.inner_max_iter_first if counts.first_iterations is None else min(counts.first_iterations,
+                                                                              cfg.inner_max_iter_first)
+    return _inner_work(it, counts, cfg.lbfgs_history)
+
+
+def bilevel_step_work(cfg: BilevelConfig, *, kinks: bool) -> Work:
+    """Work of one outer step: inner solves (one per line-search trial; one per step with a fixed
+    ``lr_x``), the linear solve's HVPs, the shared create-graph gradient and the mixed product."""
+    counts = BILEVEL_COUNTS["kinked" if kinks else "smooth"]
+    it = cfg.inner_max_iter if counts.iterations_per_solve is None else min(counts.iterations_per_solve,
+                                                                            cfg.inner_max_iter)
+    solves = counts.trials if cfg.lr_x is None else 1.0
+    hvps = min(counts.hvps, cfg.solve_max_iter + 2.0) if cfg.hessian in ("cg", "pcg") else counts.hvps
+    return _inner_work(it, counts, cfg.lbfgs_history).scaled(solves) + Work(hvps + 2.0, VECTOR_OPS_PER_HVP * hvps)
+
+
+def work_seconds(work: Work, *, device: str, flops_per_pass: float, vector_bytes: float, dtype: str) -> float:
+    """Seconds of ``work`` on ``device``: passes of ``flops_per_pass`` FLOPs, vector operations of
+    ``vector_bytes`` bytes each."""
+    d = DEVICES.get(device_kind(device))
+    return work.passes * pass_seconds(device, flops=flops_per_pass, dtype=dtype) + \
+        work.vector_ops * vector_bytes / d.bandwidth
+
+
+# --------------------------------------------------------------------------- per piece
+
+Estimate = Callable[[str], float | None]
+
+
+def _known(device: str) -> bool:
+    return device_kind(device) in DEVICES
+
+
+def estimate_training(arch: ArchConfig, *, n: int, epochs: int, optimizer: str, dtype: str,
+                      input_shape: tuple[int, ...] = CIFAR_SHAPE) -> Estimate:
+    """``estimate(device) -> seconds`` of full-batch training on n images (None: unknown device
+    or optimizer). Margin-ascent steps cost one pass each: add them to ``epochs``."""
+    flops = 6.0 * n * macs_per_input(arch, input_shape=input_shape)
+
+    def estimate(device: str) -> float | None:
+        if not _known(device) or optimizer not in TRAIN_PASSES_PER_EPOCH:
+            return None
+        return epochs * TRAIN_PASSES_PER_EPOCH[optimizer] * pass_seconds(device, flops=flops, dtype=dtype)
+
+    return estimate
+
+
+def estimate_kkt(arch: ArchConfig, *, m: int, steps: int, dtype: str,
+                 input_shape: tuple[int, ...] = CIFAR_SHAPE) -> Estimate:
+    """``estimate(device) -> seconds`` of a KKT-family (KKT, DecoReco) run on m candidates."""
+    flops = 6.0 * m * macs_per_input(arch, input_shape=input_shape)
+
+    def estimate(device: str) -> float | None:
+        if not _known(device):
+            return None
+        return steps * KKT_PASSES_PER_STEP * pass_seconds(device, flops=flops, dtype=dtype)
+
+    return estimate
+
+
+def estimate_bilevel(cfg: BilevelConfig, arch: ArchConfig, *, m: int, kinks: bool) -> Estimate:
+    """``estimate(device) -> seconds`` of a bilevel run on m candidates: the first inner solve plus
+    ``cfg.steps`` outer steps (:func:`bilevel_step_work`)."""
+    flops = 6.0 * m * macs_per_input(arch)
+    vector_bytes = 3.0 * num_parameters(arch) * ITEMSIZE[cfg.dtype]  # y ← y + a·x: two reads, one write
+    work = bilevel_first_work(cfg, kinks=kinks) + bilevel_step_work(cfg, kinks=kinks).scaled(cfg.steps)
+
+    def estimate(device: str) -> float | None:
+        if not _known(device):
+            return None
+        return work_seconds(work, device=device, flops_per_pass=flops, vector_bytes=vector_bytes, dtype=cfg.dtype)
+
+    return estimate
+
+
+def bilevel_step_seconds(cfg: BilevelConfig, arch: ArchConfig, *, m: int, kinks: bool, device: str) -> float:
+    """Estimated seconds of one outer step (the number ``--dry-run`` reports per bilevel piece)."""
+    flops = 6.0 * m * macs_per_input(arch)
+    vector_bytes = 3.0 * num_parameters(arch) * ITEMSIZE[cfg.dtype]
+    return work_seconds(bilevel_step_work(cfg, kinks=kinks), device=device, flops_per_pass=flops,
+                        vector_bytes=vector_bytes, dtype=cfg.dtype)

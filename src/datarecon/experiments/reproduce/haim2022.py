@@ -19,8 +19,6 @@ from Trained Neural Networks" (NeurIPS): the KKT attack on binary MNIST (odd/eve
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -126,22 +124,22 @@ def plan(cfg: HaimConfig) -> list[Piece]:
     for ds in cfg.datasets:
         name = _name(ds)
         mkey = f"models/{name}"
-        params = cost.mlp_parameters(cost.input_dim(ds.dataset), cfg.target.arch.hidden or (), 1,
-                                     bias=cfg.target.arch.bias)
+        shape = cost.INPUT_SHAPES.get(ds.dataset, cost.CIFAR_SHAPE)
         n = 2 * cfg.n_per_class
         t = cfg.target
-        pieces.append(replace(train_piece(mkey, cfg.target, cfg.data_spec(ds)), estimate=partial(
-            cost.train_seconds, dtype=t.dtype, n=n, params=params, epochs=t.epochs, ascent_steps=t.margin_ascent.steps)))
+        pieces.append(train_piece(mkey, cfg.target, cfg.data_spec(ds), estimate=cost.estimate_training(
+            t.arch, n=n, epochs=t.epochs + t.margin_ascent.steps, optimizer=t.optimizer, dtype=t.dtype,
+            input_shape=shape)))
         run_keys = []
         for j, r in enumerate(ds.runs):
             acfg = cfg.attack.model_copy(update={"lr_x": r.lr_x, "lambda_min": r.lambda_min, "alpha": r.alpha})
             key = f"runs/{name}/run{j}"
-            piece = attack_piece(key, model_key=mkey, attack_factory=KKTAttack, attack_config=acfg,
-                                 init={"name": "gaussian", "scale": r.init_scale},
-                                 candidates_factor=cfg.candidates_factor, seed=r.seed)
-            pieces.append(replace(piece, estimate=partial(cost.kkt_seconds, dtype=acfg.dtype,
-                                                          m=cfg.candidates_factor * n, params=params,
-                                                          steps=acfg.steps)))
+            pieces.append(attack_piece(key, model_key=mkey, attack_factory=KKTAttack, attack_config=acfg,
+                                       init={"name": "gaussian", "scale": r.init_scale},
+                                       candidates_factor=cfg.candidates_factor, seed=r.seed,
+                                       estimate=cost.estimate_kkt(t.arch, m=cfg.candidates_factor * n,
+                                                                  steps=acfg.steps, dtype=acfg.dtype,
+                                                                  input_shape=shape)))
             run_keys.append(key)
         pieces.append(_pool_piece(f"pool/{name}", run_keys, keep=cfg.keep, criterion=cfg.selection))
         pieces.append(evaluate_piece(f"eval/{name}", model_key=mkey, run_key=f"pool/{name}",

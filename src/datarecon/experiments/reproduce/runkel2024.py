@@ -40,6 +40,7 @@ from datarecon.experiments.reproduce.common import (
     train_piece,
     write_csv,
 )
+from datarecon.experiments.reproduce import cost
 from datarecon.experiments.reproduce.pieces import Context, Piece
 from datarecon.training.target import ArchConfig
 from datarecon.utils.io import load_tensors, read_json
@@ -115,13 +116,12 @@ class RunkelConfig(BaseModel):
                                                 weight_decay=1e-2, optimizer="lbfgs", lr=1.0, epochs=2000)
     decoreco_target: TargetTraining = TargetTraining(arch=ArchConfig(name="mlp", hidden=(1000, 1000), bias=True),
                                                      weight_decay=7.5e-4, optimizer="lbfgs", lr=1.0, epochs=5000)
-    bilevel_affine: BilevelConfig = BilevelConfig(steps=1000, lr_x=10.0)
-    # ReLU target: the inner solve stalls on kinks where ∇²E is indefinite, so the undamped
-    # hypergradient explodes (x moves 1.3e7 per image even at lr 1e-3). Damping 1 keeps it bounded:
-    # with SGD at the affine step size ‖θ* − θ‖² falls 6.8 → 6.0 in 60 steps while x moves 2.05 per
-    # image; Adam lowers the distance more (→ 4.8) but moves x 61 per image (images destroyed).
-    # Measured by benchmarks/bilevel_one_hidden_settings.sh on the smoke target.
-    bilevel_one_hidden: BilevelConfig = BilevelConfig(steps=1000, lr_x=10.0, damping=1.0)
+    # The outer step is chosen from the problem (Polyak trial + Armijo backtracking on ‖θ* − θ(x)‖²,
+    # BilevelConfig.lr_x = None): no step size to tune, ground-truth starts stay put.
+    bilevel_affine: BilevelConfig = BilevelConfig(steps=1000)
+    # ReLU target: the attack detects the kinks and uses its measured-best treatment (damped CG,
+    # μ = 0.1, outer steps of at most 1 % of ‖x‖; docs/PERFORMANCE.md §6, benchmarks/bench_bilevel_relu.py).
+    bilevel_one_hidden: BilevelConfig = BilevelConfig(steps=1000)
     decoreco: DecoRecoSettings = DecoRecoSettings()
     landscape: LandscapeSettings = LandscapeSettings()
     evaluation: EvalSettings = EvalSettings()
@@ -136,26 +136,45 @@ def _bilevel_cfg(cfg: RunkelConfig, model: str) -> BilevelConfig:
     return cfg.bilevel_affine if model == "affine" else cfg.bilevel_one_hidden
 
 
+def _kkt_estimate(cfg: RunkelConfig, attack: DecoRecoConfig, n: int):
+    return cost.estimate_kkt(cfg.decoreco_target.arch, m=cfg.decoreco.candidates_factor * n, steps=attack.steps,
+                             dtype=attack.dtype)
+
+
 def _mix_key(l1: float, l2: float) -> str:
     return f"l1-{l1:g}_l2-{l2:g}"
 
 
+def _train_estimate(t: TargetTraining, n: int):
+    return cost.estimate_training(t.arch, n=n, epochs=t.epochs, optimizer=t.optimizer, dtype=t.dtype)
+
+
+def _bilevel_estimate(cfg: RunkelConfig, model: str, acfg: BilevelConfig, n: int):
+    arch = cfg.affine.arch if model == "affine" else cfg.one_hidden.arch
+    return cost.estimate_bilevel(acfg, arch, m=n, kinks=model != "affine")  # one-hidden: ReLU
+
+
 def plan(cfg: RunkelConfig) -> list[Piece]:
-    """All pieces of the reproduction, in dependency order."""
+    """All pieces of the reproduction, in dependency order (attack and training pieces carry a
+    wall-time estimate for ``--dry-run``, :mod:`.cost`)."""
     ev = cfg.evaluation
+    n = 2 * cfg.data.n_per_class  # binary task: n_per_class per side
     bilevel_data = cfg.data.spec(partition_factor=1)
     deco_data = cfg.data.spec(partition_factor=cfg.decoreco.candidates_factor)
     pieces: list[Piece] = [
-        train_piece("models/affine", cfg.affine, bilevel_data),
-        train_piece("models/one-hidden", cfg.one_hidden, bilevel_data),
-        train_piece("models/decoreco-mlp", cfg.decoreco_target, deco_data),
+        train_piece("models/affine", cfg.affine, bilevel_data, estimate=_train_estimate(cfg.affine, n)),
+        train_piece("models/one-hidden", cfg.one_hidden, bilevel_data, estimate=_train_estimate(cfg.one_hidden, n)),
+        train_piece("models/decoreco-mlp", cfg.decoreco_target, deco_data,
+                    estimate=_train_estimate(cfg.decoreco_target, n)),
     ]
     # Table 1, Figures 1-4: bilevel x {random, ground truth, partition}
     for model in MODELS:
         for name, init in BILEVEL_INITS.items():
             run = f"runs/bilevel/{model}/{name}"
+            acfg = _bilevel_cfg(cfg, model)
             pieces.append(attack_piece(run, model_key=f"models/{model}", attack_factory=BilevelAttack,
-                                       attack_config=_bilevel_cfg(cfg, model), init=init, seed=cfg.seed))
+                                       attack_config=acfg, init=init, seed=cfg.seed,
+                                       estimate=_bilevel_estimate(cfg, model, acfg, n)))
             pieces.append(evaluate_piece(f"eval/bilevel/{model}/{name}", model_key=f"models/{model}",
                                          run_key=run, settings=ev))
     # Figures 5-9: DecoReco untuned / tuned Gaussian and partition
@@ -167,27 +186,29 @@ def plan(cfg: RunkelConfig) -> list[Piece]:
         run = f"runs/decoreco/{name}"
         pieces.append(attack_piece(run, model_key="models/decoreco-mlp", attack_factory=DecoRecoAttack,
                                    attack_config=d.attack, init=init, candidates_factor=d.candidates_factor,
-                                   seed=cfg.seed))
+                                   seed=cfg.seed, estimate=_kkt_estimate(cfg, d.attack, n)))
         pieces.append(evaluate_piece(f"eval/decoreco/{name}", model_key="models/decoreco-mlp", run_key=run,
                                      settings=ev))
     # Figures 10-12: landscape
     land = cfg.landscape
+    land_bilevel = (cfg.bilevel_affine.model_copy(update={"steps": land.bilevel_steps})
+                    if land.bilevel_steps is not None else cfg.bilevel_affine)
+    land_deco = d.attack.model_copy(update={"steps": land.decoreco_steps}) if land.decoreco_steps is not None \
+        else d.attack
     methods = {
-        "bilevel": ("models/affine", BilevelAttack,
-                    cfg.bilevel_affine.model_copy(update={"steps": land.bilevel_steps})
-                    if land.bilevel_steps is not None else cfg.bilevel_affine, 1),
-        "decoreco": ("models/decoreco-mlp", DecoRecoAttack,
-                     d.attack.model_copy(update={"steps": land.decoreco_steps})
-                     if land.decoreco_steps is not None else d.attack, d.candidates_factor),
+        "bilevel": ("models/affine", BilevelAttack, land_bilevel, 1,
+                    _bilevel_estimate(cfg, "affine", land_bilevel, n)),
+        "decoreco": ("models/decoreco-mlp", DecoRecoAttack, land_deco, d.candidates_factor,
+                     _kkt_estimate(cfg, land_deco, n)),
     }
-    for method, (mkey, factory, acfg, factor) in methods.items():
+    for method, (mkey, factory, acfg, factor, est) in methods.items():
         for l1 in land.grid:
             for l2 in land.grid:
                 run = f"runs/landscape/{method}/{_mix_key(l1, l2)}"
                 init = {"name": "mix", "l1": l1, "l2": l2, "noise": "uniform"}
                 pieces.append(attack_piece(run, model_key=mkey, attack_factory=factory, attack_config=acfg,
                                            init=init, candidates_factor=factor, seed=cfg.seed,
-                                           record={"lambda1": l1, "lambda2": l2}))
+                                           record={"lambda1": l1, "lambda2": l2}, estimate=est))
                 pieces.append(evaluate_piece(f"eval/landscape/{method}/{_mix_key(l1, l2)}", model_key=mkey,
                                              run_key=run, settings=ev, light=True))
     pieces += _figure_pieces(cfg)
