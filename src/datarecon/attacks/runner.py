@@ -220,6 +220,15 @@ def load_checkpoint(out: str | Path) -> tuple[dict[str, torch.Tensor], dict[str,
         meta = json.loads(meta_raw["progress"])
     except (KeyError, json.JSONDecodeError):
         raise CheckpointError(f"{path} has no progress metadata; delete {path.parent} and rerun") from None
+    # the tensor file is the source of truth: a kill between its write and progress.json's (see
+    # save_checkpoint) leaves a stale progress.json, which a resumed run must not keep
+    readable = path.parent / PROGRESS_FILE
+    try:
+        stale = json.loads(readable.read_text()) != json.loads(json.dumps(to_jsonable(meta)))
+    except (OSError, ValueError):
+        stale = True
+    if stale:
+        atomic_write_json(readable, meta)
     return tensors, meta
 
 
