@@ -51,7 +51,7 @@ def test_training_and_kkt_estimates_scale_with_their_work():
     assert t2 == pytest.approx(2 * t1)
     k = cost.estimate_kkt(arch, m=20, steps=10, dtype="float32")("cuda")
     flops = 6 * 20 * cost.macs_per_input(arch)
-    assert k == pytest.approx(10 * cost.KKT_PASSES_PER_STEP * (flops / 2.0e13 + 5e-4))
+    assert k == pytest.approx(10 * cost.KKT_PASSES_PER_STEP * (flops / 2.0e13 + 5e-4))  # the assumed cuda figures
 
 
 def test_dry_run_estimates_every_training_and_attack_piece_and_says_gpu_is_assumed(tmp_path):
