@@ -30,6 +30,7 @@ Writes benchmarks/results/bilevel_cost[_quick].json; exits non-zero on error.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -93,7 +94,11 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", default="medium", help="runkel2024 preset whose one-hidden bilevel settings run")
     ap.add_argument("--steps", type=int, default=3, help="outer steps timed after the first")
     ap.add_argument("--first-iters", type=int, default=10, help="cap of the first inner solve (not timed)")
+    ap.add_argument("--train-ratio", action=argparse.BooleanOptionalAction, default=None,
+                    help="also measure training epoch ÷ pass (default: with --quick only; 10 L-BFGS epochs "
+                         "× repeats take minutes at the paper's width)")
     args = ap.parse_args(argv)
+    args.train_ratio = args.quick if args.train_ratio is None else args.train_ratio
     args.width = args.width or 1024
     args.n = args.n or 100
     repeats = args.repeats or 3
@@ -155,7 +160,7 @@ def main(argv=None) -> int:
             cpu["pass_float32"].append(time.process_time() - c)
         unit = {k: statistics.median(vs) for k, vs in times.items()}
         unit_cpu = {k: statistics.median(vs) for k, vs in cpu.items()}
-        epoch_ratios = train_epoch_ratios(args.width, args.n, repeats=repeats, dtype=dtype)
+        epoch_ratios = train_epoch_ratios(args.width, args.n, repeats=repeats, dtype=dtype) if args.train_ratio else {}
         arch = ArchConfig(name="one-hidden", hidden=(args.width,))
         flops = 6.0 * args.n * cost.macs_per_input(arch)
         vector_bytes = 3.0 * layout.size * cost.ITEMSIZE[args.dtype]
@@ -199,7 +204,8 @@ def main(argv=None) -> int:
           "CPU second, so machine load does not enter them)")
     print(f"  bilevel settings ({args.scale} preset, first solve capped at {args.first_iters}): inner_max_iter "
           f"{bcfg.inner_max_iter}, tol schedule {bcfg.inner_tol_schedule}, {bcfg.hessian} ≤ {bcfg.solve_max_iter}")
-    print("  training epoch ÷ plain pass (interleaved): " + ", ".join(f"{k} {v:.1f}" for k, v in epoch_ratios.items()))
+    if epoch_ratios:
+        print("  training epoch ÷ plain pass (interleaved): " + ", ".join(f"{k} {v:.1f}" for k, v in epoch_ratios.items()))
     for s in steps:
         print(f"  outer step {s['step']}: {s['wall_s']:.2f} s wall, {s['inner_iterations']} inner iterations, "
               f"{s['inner_evaluations']} evals, {s['hvps']} HVPs, {s['ls_trials']:.0f} line-search trials; "

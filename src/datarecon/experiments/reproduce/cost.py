@@ -61,16 +61,16 @@ class Device:
 
 DEVICES: Registry[Device] = Registry("estimate device")
 DEVICES.register("cpu", Device(
-    flops={"float64": 4.5e10, "float32": 7.5e10}, bandwidth=3.0e10, pass_overhead_s=2e-4, measured=True,
+    flops={"float64": 4.5e10, "float32": 9.0e10}, bandwidth=2.8e10, pass_overhead_s=2e-4, measured=True,
     source="measured per CPU second of one thread (time.process_time, so machine load does not enter; wall "
            "time on a shared machine is longer by the share of a core the run gets): forward+backward 45 GFLOP/s "
-           "float64, 75 GFLOP/s float32, vector updates 30 GB/s (benchmarks/bench_bilevel_cost.py, "
-           "docs/PERFORMANCE.md §8)"))
+           "float64 (33-47 measured), 90 GFLOP/s float32 (90-94), vector updates 28 GB/s (26-29) "
+           "(benchmarks/bench_bilevel_cost.py, docs/PERFORMANCE.md §8)"))
 DEVICES.register("cuda", Device(
-    flops={"float64": 2.3e13, "float32": 3.3e13}, bandwidth=1.5e12, pass_overhead_s=4e-4, measured=True,
+    flops={"float64": 1.84e13, "float32": 2.43e13}, bandwidth=1.5e12, pass_overhead_s=1.36e-4, measured=True,
     source="CALIBRATED on the H100 measurements of issue 12 (2026-11-23, torch 2.11, D-1000-1000-1): "
            "full-batch training n = 500 float64 1.68 ms/epoch, KKT step m = 1000 3.2 ms float32 / 4.1 ms "
-           "float64 (solved for FLOP/s and per-pass overhead); the 1.5 TB/s of vector updates is ASSUMED "
+           "float64 (solved for FLOP/s and per-pass overhead with TRAIN_PASSES_PER_EPOCH and KKT_PASSES_PER_STEP); the 1.5 TB/s of vector updates is ASSUMED "
            "(bilevel pieces), no bilevel step was measured on a GPU"))
 
 
@@ -113,10 +113,10 @@ def pass_seconds(device: str, *, flops: float, dtype: str) -> float:
 # --------------------------------------------------------------------------- counts
 
 #: Passes per training epoch, measured as epoch time ÷ plain forward+backward time, interleaved
-#: (one-hidden width 1024, n = 100, float64, one thread; 2026-11-23): gd 1.8 (the gradient and the
-#: epoch's metrics), lbfgs 10.3 (torch.optim.LBFGS, one iteration per epoch: its strong-Wolfe
-#: evaluations and a two-loop recursion over 20 pairs of P-vectors).
-TRAIN_PASSES_PER_EPOCH = {"gd": 1.8, "lbfgs": 10.3}
+#: (``benchmarks/bench_bilevel_cost.py --quick``: one-hidden width 1024, n = 100, float64, one thread;
+#: 2026-11-23): gd 2.1 (the gradient and the epoch's metrics), lbfgs 9.9 (torch.optim.LBFGS, one
+#: iteration per epoch: its strong-Wolfe evaluations and a two-loop recursion over 20 pairs).
+TRAIN_PASSES_PER_EPOCH = {"gd": 2.1, "lbfgs": 9.9}
 #: Passes per KKT-family step (docs/PERFORMANCE.md §2: step / plain forward+backward 2.77-2.96).
 KKT_PASSES_PER_STEP = 2.8
 
@@ -128,8 +128,8 @@ class BilevelCounts:
     Attributes:
         trials: line-search trials (each an inner solve) per outer step (problem-derived step).
         evals_per_iteration: energy evaluations per inner L-BFGS iteration (strong-Wolfe search).
-        iterations_per_solve: inner iterations per warm-started solve; None: the cap
-            ``inner_max_iter`` (ReLU targets: the solve stalls on kinks and always hits it).
+        iterations_per_solve: inner iterations per warm-started solve (at most ``inner_max_iter``);
+            None: the cap.
         first_iterations: iterations of the first solve from θ⁰; None: ``inner_max_iter_first``.
         hvps: Hessian-vector products per linear solve (warm-started CG, residual check included).
     """
@@ -141,13 +141,18 @@ class BilevelCounts:
     hvps: float
 
 
-#: Measured on the medium rung (docs/PERFORMANCE.md §8, ``benchmarks/reproduction_times.py``):
-#: "smooth" = the affine target, "kinked" = the one-hidden ReLU target (width 1024, n = 100).
+#: Measured on the medium rung (2026-11-23, ``out/medium-runkel``: totals of ``run.json`` over the
+#: 28 affine runs, 3 100 outer steps, and the 3 one-hidden runs, 240 steps; docs/PERFORMANCE.md §8).
+#: "smooth" = the affine target: 4.4 trials per step (the landscape's ground-truth-like points sit at
+#: the floor of l, where all 8 trials are spent and rejected), 3.6 iterations per warm-started solve,
+#: first solve from θ⁰ 32–68 iterations; "kinked" = the one-hidden ReLU target (width 1024, n = 100):
+#: 1.03 trials per step, 7.9 HVPs per step, and solves that run to their cap (the energy stalls on
+#: kinks: 8.4 of 10 iterations on average, 20 of 20 in a 6-step calibration with cap 20).
 BILEVEL_COUNTS: dict[str, BilevelCounts] = {
-    "smooth": BilevelCounts(trials=1.6, evals_per_iteration=1.1, iterations_per_solve=2.0, first_iterations=60.0,
-                            hvps=17.0),
-    "kinked": BilevelCounts(trials=1.0, evals_per_iteration=1.4, iterations_per_solve=None, first_iterations=None,
-                            hvps=13.0),
+    "smooth": BilevelCounts(trials=4.4, evals_per_iteration=1.1, iterations_per_solve=3.6, first_iterations=55.0,
+                            hvps=15.5),
+    "kinked": BilevelCounts(trials=1.03, evals_per_iteration=1.2, iterations_per_solve=None, first_iterations=None,
+                            hvps=7.9),
 }
 #: P-vector updates per inner iteration besides the two-loop recursion, and per HVP of CG.
 VECTOR_OPS_PER_ITERATION = 10
