@@ -69,6 +69,25 @@ def test_resume_is_bit_identical(target, prior, tmp_path, kill_at):
     assert hist(tmp_path / "part") == hist(tmp_path / "full")
 
 
+def test_kill_after_the_last_checkpoint_resumes_to_the_same_files(target, prior, tmp_path):
+    """A kill between the final checkpoint and run.json (found by tests/faults at a random point):
+    the resumed run writes the very same checkpoint, records and candidates, metrics included."""
+    full = _run(target, prior, tmp_path / "full")
+    _run(target, prior, tmp_path / "part")
+    part = tmp_path / "part"
+    (part / "run.json").unlink()  # what the killed process had not written yet
+    (part / "candidates.safetensors").unlink()
+    resumed = _run(target, prior, part, resume=True)
+    assert torch.equal(resumed.x, full.x) and resumed.summary["final"] == full.summary["final"]
+    assert (part / "history.jsonl").read_text() == (tmp_path / "full" / "history.jsonl").read_text()
+    prog = lambda p: {k: v for k, v in json.loads((p / "checkpoint" / "progress.json").read_text()).items()  # noqa: E731
+                      if k != "wall_time_s"}
+    assert prog(part) == prog(tmp_path / "full") and prog(part)["metrics"]
+    strip = lambda p: {k: v for k, v in json.loads((p / "run.json").read_text()).items()  # noqa: E731
+                       if k not in ("wall_time_s", "versions")}
+    assert strip(part) == strip(tmp_path / "full")
+
+
 def test_resume_from_periodic_checkpoint_only(target, prior, tmp_path):
     """Hard kill: only the periodic checkpoint at step 8 survives (no after_run save)."""
     full = _run(target, prior, tmp_path / "full")

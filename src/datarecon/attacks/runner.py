@@ -371,11 +371,13 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
     if out_path is not None:
         engine_hooks.append(Checkpoint(save, every=checkpoint_every))
     engine_hooks.extend(hooks)
-    loop = Engine(step_fn, hooks=engine_hooks).run(start=start, total=steps, elapsed_s=elapsed)
-    if ckpt is not None and loop.step == start:  # resumed a finished run: report it as it was
-        loop.metrics = loop.metrics or _restored_metrics(meta)
-        loop.stop_reason = meta.get("stop_reason") or loop.stop_reason
-        loop.wall_time_s = elapsed
+    if ckpt is not None and start >= steps:
+        # resumed a finished run (killed after its last checkpoint): report it as it was, without
+        # entering the loop, whose end-of-run checkpoint would overwrite the saved metrics
+        loop = LoopState(step=start, total=steps, metrics=_restored_metrics(meta),
+                         stop_reason=meta.get("stop_reason") or "completed", wall_time_s=elapsed)
+    else:
+        loop = Engine(step_fn, hooks=engine_hooks).run(start=start, total=steps, elapsed_s=elapsed)
 
     message = ""
     if nan_stop.tripped or not _all_finite(state):
