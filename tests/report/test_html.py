@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 from html.parser import HTMLParser
@@ -13,8 +14,7 @@ import pytest
 import torch
 
 from datarecon.errors import DataReconError
-from datarecon.evaluation import evaluate_candidates, noise_images
-from datarecon.evaluation.run_eval import _write_neighbour_images
+from datarecon.evaluation import evaluate_candidates, noise_images, write_evaluation
 from datarecon.report import FigureItem, Section, Table, figure_png, render_report, sorted_ssim_curve, write_report
 from datarecon.utils.io import atomic_write_json
 
@@ -75,9 +75,7 @@ def _fake_run(root: Path, name: str, lam: tuple[float, float] | None, seed: int,
     if lam is not None:
         config["init"] = {"kind": "mixture", "lambda1": lam[0], "lambda2": lam[1]}
     atomic_write_json(run / "run.json", {"model_dir": "m", "method": "bilevel", "status": "complete", "config": config})
-    summary = dict(ev.summary, param_distance=1e-3)
-    atomic_write_json(run / "metrics.json", summary)
-    _write_neighbour_images(run / "neighbours.safetensors", ev, cands, refs, "ssim", 16)
+    write_evaluation(run, dataclasses.replace(ev, summary=dict(ev.summary, param_distance=1e-3)))
     return run
 
 
