@@ -60,8 +60,20 @@ def test_readme_form_runs_and_records_the_model(project, capsys):
     assert rc == 0, capsys.readouterr().err
     run = read_json(project / "runs" / "own" / "run.json")
     assert run["own_model"]["factory"] == "mypkg.nets:make_cnn"
-    assert run["own_model"]["homogeneous_measured"] is True
+    assert run["own_model"]["homogeneous_measured"] is True and run["own_model"]["value_range"] == [0.0, 1.0]
     assert run["model_dir"] is None
+    # evaluate with the user's own training and held-out inputs, then report
+    g = torch.Generator().manual_seed(0)
+    save_file({"x": torch.rand(5, 1, 8, 8, generator=g)}, str(project / "train.safetensors"))
+    save_file({"x": torch.rand(5, 1, 8, 8, generator=g)}, str(project / "held.safetensors"))
+    assert main(["evaluate", "runs/own", "--no-progress"]) == 2
+    assert "pass its training inputs: --train" in capsys.readouterr().err
+    assert main(["evaluate", "runs/own", "--train", "train.safetensors", "--heldout", "held.safetensors",
+                 "--no-progress"]) == 0
+    metrics = read_json(project / "runs" / "own" / "metrics.json")
+    assert metrics["reference_sizes"] == {"train": 5, "heldout": 5, "noise": 5}
+    assert metrics["headline"]["paper"]["heldout"] is not None and metrics["run"]["own_model"]["factory"]
+    assert main(["report", "runs/own", "--out", "own.html"]) == 0 and (project / "own.html").is_file()
 
 
 def test_biased_model_warns_naming_the_layer(project, capsys):

@@ -128,9 +128,7 @@ def reconstruct(
         if init in DATA_INITS:
             raise DataReconError(f"--init {init} needs the model's training data; a model given as "
                                  "package.module:factory has none: use --init gaussian or uniform")
-        record["own_model"] = {"factory": model, "weights": str(Path(weights).resolve()) if weights else None,
-                               "input_shape": input_shape, "value_range": value_range, "loss": str(target.loss),
-                               "homogeneous_measured": target.homogeneous}
+        record["own_model"] = {"factory": model, "weights": str(Path(weights).resolve()) if weights else None}
     else:
         given = [k for k, v in own.items() if v is not None] + (["--weight-decay"] if weight_decay else [])
         if given:

@@ -317,7 +317,8 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
                  top_k: int = 32, exact_up_to: int = EXACT_UP_TO, window: str = "gaussian",
                  thresholds: Sequence[float] = DEFAULT_THRESHOLDS, assignment: str = "greedy",
                  seed: int = 0, allow_incomplete: bool = False, write: bool = True,
-                 grid_max: int = 64, progress: bool = True) -> dict[str, Any]:
+                 grid_max: int = 64, progress: bool = True, train: Tensor | None = None,
+                 heldout: Tensor | None = None) -> dict[str, Any]:
     """Evaluate a run directory against the ground truth; write metrics and a table.
 
     Args:
@@ -334,6 +335,10 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
         write: Write ``metrics.json``, ``candidates.csv`` and ``neighbours.safetensors``.
         grid_max: Candidates stored for the report's neighbour grids.
         progress: Show progress bars.
+        train, heldout: For a run of a user's own model (``run.json`` has ``own_model``, no model
+            directory): its training and held-out inputs ``(N, C, H, W)`` in the model's input space;
+            candidates and these are mapped to images by the recorded ``value_range``
+            ((x − lo) / (hi − lo)). ``train`` is required for such a run; ``partition`` is not available.
 
     Returns:
         The summary dict (the content of ``metrics.json``).
@@ -374,6 +379,16 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
             raise CheckpointError(f"{run_dir / 'candidates.safetensors'}: {k} has {tensors[k].numel()} values for {m} candidates")
     scores = {k[len("score_"):]: v.reshape(-1) for k, v in tensors.items() if k.startswith("score_")}
 
+    if meta.get("own_model") and not meta.get("model_dir"):
+        return _evaluate_own_run(run_dir, meta, tensors, scores, against=against, train=train, heldout=heldout,
+                                 config={"metric": metric, "prefilter": prefilter, "top_k": top_k,
+                                         "exact_up_to": exact_up_to, "window": window,
+                                         "thresholds": tuple(float(t) for t in thresholds), "assignment": assignment,
+                                         "noise_seed": seed, "baseline_seed": seed},
+                                 write=write, grid_max=grid_max, progress=progress, status=status)
+    if train is not None or heldout is not None:
+        raise DataReconError(f"{run_dir} attacked a model directory; its training and held-out images come from "
+                             "there: drop train/heldout (--train/--heldout)")
     model_dir = _resolve_model_dir(run_dir, meta.get("model_dir"))
     bundle = load_model_dir(model_dir)
     spec = DataSpec.model_validate(bundle.data)
@@ -403,6 +418,44 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
     if write:
         grid = ev.grid if grid_max == GRID_MAX else _neighbour_grid(
             ev.neighbours, display.clamp(0, 1), sets, metric=metric, train_key="train", grid_max=grid_max)
+        write_evaluation(run_dir, Evaluation(summary=summary, rows=ev.rows, neighbours=ev.neighbours, haim=ev.haim,
+                                             privacy=ev.privacy, real=ev.real, grid=grid))
+    return summary
+
+
+def _evaluate_own_run(run_dir: Path, meta: Mapping[str, Any], tensors: Mapping[str, Tensor],
+                      scores: Mapping[str, Tensor], *, against: Sequence[str], train: Tensor | None,
+                      heldout: Tensor | None, config: Mapping[str, Any], write: bool, grid_max: int, progress: bool,
+                      status: str) -> dict[str, Any]:
+    """:func:`evaluate_run` for a run of a user's own model: references given as tensors."""
+    own = meta["own_model"]
+    if train is None:
+        raise DataReconError(f"{run_dir} attacked your own model ({own.get('factory', 'from Python')}); pass its "
+                             "training inputs: --train FILE.safetensors (tensor 'x', model input space)")
+    if "partition" in against:
+        against = [a for a in against if a != "partition"]  # no partition without a data spec
+    lo, hi = (float(v) for v in own.get("value_range", (0.0, 1.0)))
+    x = tensors["x"].detach().double()
+    for name, t in (("train", train), ("heldout", heldout)):
+        if t is not None and tuple(t.shape[1:]) != tuple(x.shape[1:]):
+            raise DataReconError(f"{name} images have shape {tuple(t.shape[1:])}, the candidates {tuple(x.shape[1:])}")
+
+    def display(t: Tensor) -> Tensor:
+        return ((t.double() - lo) / (hi - lo)).float()
+
+    ev = evaluate(display(x), train=display(train) if "train" in against else None,
+                  heldout=display(heldout) if heldout is not None and "heldout" in against else None,
+                  noise=int(train.shape[0]) if "noise" in against else None, labels=tensors.get("labels"),
+                  scores=scores, multipliers=tensors.get("multipliers"), config=dict(config), progress=progress)
+    summary = dict(ev.summary)
+    summary["param_distance"] = (meta.get("extra") or {}).get("param_distance")
+    summary["run"] = {"run_dir": str(run_dir), "model_dir": None, "own_model": dict(own), "method": meta.get("method"),
+                      "status": status, "steps_done": meta.get("steps_done"), "seed": meta.get("seed"),
+                      "config": meta.get("config")}
+    if write:
+        grid = ev.grid if grid_max == GRID_MAX else _neighbour_grid(
+            ev.neighbours, display(x).clamp(0, 1), {"train": display(train)}, metric=str(config["metric"]),
+            train_key="train", grid_max=grid_max)
         write_evaluation(run_dir, Evaluation(summary=summary, rows=ev.rows, neighbours=ev.neighbours, haim=ev.haim,
                                              privacy=ev.privacy, real=ev.real, grid=grid))
     return summary

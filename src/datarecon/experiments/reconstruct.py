@@ -231,8 +231,16 @@ def reconstruct(model_dir: str | Path | Target, *, out: str | Path, method: str 
         clear_out_dir(out, kind="run")
     early = (ResidualPlateau(key="rel_residual", patience=early_stop_patience, rel_tol=early_stop_tol)
              if early_stop_patience > 0 else None)
-    rec_meta = {**setup.record, "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol},
-                **dict(record or {})}
+    rec_meta = {**setup.record, "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol}}
+    if isinstance(model_dir, Target):  # a user's own model: what evaluation needs to map its inputs to images
+        from datarecon.training.losses import loss_name
+
+        rec_meta["own_model"] = {"value_range": list(model_dir.value_range or (0.0, 1.0)),
+                                 "input_shape": list(model_dir.input_shape), "loss": loss_name(model_dir.loss),
+                                 "homogeneous_measured": model_dir.homogeneous}
+    for key, value in dict(record or {}).items():
+        rec_meta[key] = {**rec_meta[key], **value} if isinstance(rec_meta.get(key), dict) and isinstance(value, dict) \
+            else value
     rec = run_attack(attack, setup.target, setup.prior, x0=setup.x0, generator=setup.generator,
                      steps=getattr(cfg, "steps", None), out=out, checkpoint_every=checkpoint_every, resume=resume,
                      progress=progress, log_every=log_every, seed=seed, early_stop=early, hooks=list(hooks),
