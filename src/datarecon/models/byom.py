@@ -22,7 +22,10 @@ Linear/Conv + ReLU gives k = 1, 1, 2, 2, ..., L). The first module off by more t
 breaks homogeneity: a bias (c·W h + c·b scales as c^k only without b), a non-ReLU activation
 (tanh(c^k z) ≠ c^k tanh z), a normalisation layer (BatchNorm divides the scale out). If no
 module is off but the output is, a functional operation in ``forward`` (a residual sum of
-branches of different degree, a constant) breaks it.
+branches of different degree, a constant) breaks it. The count k assumes the modules run as a chain
+(a module called twice counts twice, which is right for weight sharing); parallel branches of equal
+depth that are concatenated would be reported as breaking it at the second branch, a false alarm
+the final-output check alone would not raise (``rel_error`` is that final check).
 """
 
 from __future__ import annotations
