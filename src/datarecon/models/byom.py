@@ -23,9 +23,9 @@ breaks homogeneity: a bias (c·W h + c·b scales as c^k only without b), a non-R
 (tanh(c^k z) ≠ c^k tanh z), a normalisation layer (BatchNorm divides the scale out). If no
 module is off but the output is, a functional operation in ``forward`` (a residual sum of
 branches of different degree, a constant) breaks it. The count k assumes the modules run as a chain
-(a module called twice counts twice, which is right for weight sharing); parallel branches of equal
-depth that are concatenated would be reported as breaking it at the second branch, a false alarm
-the final-output check alone would not raise (``rel_error`` is that final check).
+(a module called twice counts twice, which is right for weight sharing), so the verdict is taken at
+the output alone (``rel_error``) and the layer walk only locates the break: parallel branches would
+mislead the walk, not the verdict.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class Homogeneity:
     """Result of :func:`measure_homogeneity`.
 
     Attributes:
-        homogeneous: Φ(x; c·θ) = c^L Φ(x; θ) held on every trial input within ``rtol``.
+        homogeneous: Φ(x; c·θ) = c^L Φ(x; θ) held at the output within ``rtol`` (relative, over all trial inputs).
         degree: L, the number of parametrised leaf modules run by the forward.
         rel_error: max over inputs of ‖Φ(x; cθ) − c^L Φ(x; θ)‖ / ‖c^L Φ(x; θ)‖ at the output.
         first_break: the first leaf module off by more than ``rtol`` ("name (Type): reason"),
@@ -158,10 +158,10 @@ def measure_homogeneity(model: nn.Module, params: Mapping[str, torch.Tensor], in
             first = f"{name} ({type(module).__name__}): {_reason(module)}"
             break
     err = rel(out_c, scale ** degree * out)
-    if err > rtol and first is None:
+    homogeneous = err <= rtol  # judged at the output; the layers only say where it breaks
+    if not homogeneous and first is None:
         first = ("the output (no single layer): a functional operation in forward breaks it, e.g. a sum of "
                  "branches of different depth or a constant")
-    homogeneous = err <= rtol and first is None
     return Homogeneity(homogeneous=homogeneous, degree=degree, rel_error=err if math.isfinite(err) else math.inf,
                        first_break=None if homogeneous else first)
 
