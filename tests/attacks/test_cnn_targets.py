@@ -105,7 +105,9 @@ def test_tiny_cnn_end_to_end(tmp_path_factory, method):
                      "--n-heldout-per-class", "4", "--arch", "cnn", "--channels", "4,4", "--kernel", "3", "--no-bias",
                      "--epochs", "200", "--lr", "0.5", "--kkt-score", "--no-progress", "--quiet"]) == 0
     card = read_json(model / "model.json")
-    assert card["arch"]["name"] == "cnn" and card["metrics"]["homogeneity_degree"] == 3
+    assert card["arch"]["name"] == "cnn" and card["arch"]["kernel"] == 3 and card["arch"]["hidden"] == [4, 4]
+    assert card["training"]["arch"]["kernel"] == 3  # --kernel reaches the training config
+    assert card["metrics"]["homogeneity_degree"] == 3
     assert 0.0 <= card["metrics"]["kkt_regime_score"] <= 1.0
     run = root / method
     assert main(["reconstruct", "--model", str(model), "--out", str(run), "--method", method, "--steps", "5",
