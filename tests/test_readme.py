@@ -25,6 +25,8 @@ def test_readme_python_example_runs(tmp_path: Path, capsys) -> None:
     assert 0 <= residual < 1  # the attack lowered the residual below the trivial x = 0 value (1.0)
     assert 0 <= good <= 20
     assert (tmp_path / "kkt" / "metrics.json").is_file()
+    assert (tmp_path / "own.html").is_file()  # the bring-your-own-model example printed the last line
+    assert "True" in printed  # its bias-free CNN measured homogeneous
 
 
 def cli_commands() -> list[list[str]]:

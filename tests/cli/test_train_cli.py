@@ -54,7 +54,7 @@ def test_resume_option(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--arch", "cnn"], "error: unknown architecture 'cnn'; valid names: affine, mlp, one-hidden"),
+    (["--arch", "resnet"], "error: unknown architecture 'resnet'; valid names: affine, cnn, mlp, one-hidden"),
     (["--loss", "hinge"], "error: unknown loss 'hinge'; valid names: cross-entropy, huber, logistic, mse"),
     (["--n-per-class", "0"], "error: invalid training config: data.n_per_class: Input should be greater than 0"),
     (["--n-per-class", "-3"], "error: invalid training config: data.n_per_class: Input should be greater than 0; "
@@ -159,7 +159,7 @@ def test_every_training_config_field_is_reachable_from_the_cli(tmp_path: Path) -
     expected = {"data.dataset": "digits", "data.task": "odd-even", "data.n_per_class": 6, "data.selection": "random",
                 "data.seed": 3, "data.n_heldout_per_class": 4, "data.n_partition_per_class": 2,
                 "data.normalisation": "unit", "arch.name": "mlp", "arch.hidden": [8, 8], "arch.bias": False,
-                "arch.init_scale": 0.01, "loss": "logistic", "weight_decay": 0.0, "optimizer": "gd", "lr": 0.02,
+                "arch.init_scale": 0.01, "arch.kernel": None, "loss": "logistic", "weight_decay": 0.0, "optimizer": "gd", "lr": 0.02,
                 "momentum": 0.0, "epochs": 400, "schedule": "loss-normalised", "max_lr_factor": None,
                 "margin_ascent.steps": 5, "margin_ascent.step_size": 0.02, "margin_ascent.growth": 1.2,
                 "margin_ascent.max_step": 0.05, "margin_ascent.min_step": 1e-7, "stop.loss_threshold": 1e-30,

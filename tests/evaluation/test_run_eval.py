@@ -189,3 +189,32 @@ def test_null_calibrated_refuses_mismatched_inputs():
         null_calibrated(torch.zeros(3), torch.zeros(4))
     with pytest.raises(DataReconError, match=r"rate must be in \[0, 1\)"):
         null_calibrated(torch.zeros(3), torch.zeros(3), rate=1.0)
+
+
+def test_evaluate_tensors_equals_the_mapping_form_and_names_its_seeds(smooth):
+    """evaluate(train=, heldout=, noise=N) is evaluate_candidates with the sets in a mapping and the noise
+    set drawn with noise_seed; changing a named seed changes only what it seeds."""
+    from datarecon.evaluation import EvaluationConfig, evaluate
+
+    train, held, part, cands = _case(smooth)
+    scores = {"s": torch.arange(7.0)}
+    a = evaluate(cands, train=train, heldout=held, partition=part, noise=16, scores=scores,
+                 config={"top_k": 16, "n_floor_noise": 20, "noise_seed": 3})
+    b = evaluate_candidates(cands, None, scores, top_k=16, n_floor_noise=20,
+                            references={"train": train, "partition": part, "heldout": held,
+                                        "noise": noise_images(16, (3, 16, 16), generator=torch.Generator().manual_seed(3))})
+    assert json.dumps(a.summary, sort_keys=True) == json.dumps(b.summary, sort_keys=True)
+    assert a.rows == b.rows and set(a.grid) == {"order", "candidates", "train", "train_index", "train_score",
+                                                "partition", "partition_index", "partition_score"}
+    c = evaluate(cands, train=train, heldout=held, partition=part, noise=16, scores=scores,
+                 config=EvaluationConfig(top_k=16, n_floor_noise=20, noise_seed=3, baseline_seed=7))
+    assert c.summary["haim"] == a.summary["haim"] and c.summary["nearest"] == a.summary["nearest"]
+    assert c.summary["baselines"]["haim_ssim"]["noise"] != a.summary["baselines"]["haim_ssim"]["noise"]
+    floors = [evaluate(cands, train=train, heldout=held, config={"top_k": 16, "n_floor_noise": 20, "floor_seed": s,
+                                                                 "baselines": False}).summary["privacy"]["floor"]
+              for s in (12345, 12345, 1)]
+    assert floors[0] == floors[1] != floors[2]
+    with pytest.raises(DataReconError, match="evaluation settings"):
+        evaluate(cands, train=train, config={"top_k": 0})
+    with pytest.raises(DataReconError, match="labels has 2 values for 7"):
+        evaluate(cands, train=train, labels=torch.ones(2))

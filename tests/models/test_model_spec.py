@@ -70,10 +70,65 @@ def test_same_seed_same_weights_and_init_scale() -> None:
 
 
 def test_unknown_architecture_lists_valid_names() -> None:
-    with pytest.raises(DataReconError, match=r"unknown architecture 'foo'; valid names: affine, mlp, one-hidden"):
+    with pytest.raises(DataReconError, match=r"unknown architecture 'foo'; valid names: affine, cnn, mlp, one-hidden"):
         ArchSpec(name="foo")
 
 
 def test_fixed_depth_architecture_refuses_other_depths() -> None:
     with pytest.raises(DataReconError, match="has 1 hidden layer"):
         build_model(ArchSpec(name="one-hidden", input_shape=(1, 2, 2), hidden=(3, 3)))
+
+
+# --- the cnn architecture ------------------------------------------------------------------
+
+
+def test_cnn_parameter_count_hand_computed():
+    """3x32x32, channels 32-64, kernel 3, stride 2: 32->16->8; conv 3*32*9 + 32*64*9, read-out 64*8*8."""
+    from datarecon.models.spec import count_parameters
+
+    spec = ArchSpec(name="cnn", input_shape=(3, 32, 32), num_outputs=1, hidden=(32, 64), bias=False)
+    assert count_parameters(spec) == 3 * 32 * 9 + 32 * 64 * 9 + 64 * 8 * 8 == 23392
+    biased = spec.model_copy(update={"bias": True, "num_outputs": 10})
+    assert count_parameters(biased) == 3 * 32 * 9 + 32 + 32 * 64 * 9 + 64 + 64 * 8 * 8 * 10 + 10
+    # 28 -> 14 -> 7 with kernel 5 (padding 2)
+    mnist = ArchSpec(name="cnn", input_shape=(1, 28, 28), hidden=(8,), kernel=5, bias=False)
+    assert count_parameters(mnist) == 1 * 8 * 25 + 8 * 14 * 14
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
+@pytest.mark.parametrize("shape,kernel", [((3, 32, 32), 3), ((1, 28, 28), 5), ((1, 7, 9), 4)], ids=["cifar-k3", "mnist-k5", "odd-k4"])
+def test_cnn_parameter_shapes_match_the_built_model(bias, shape, kernel):
+    from datarecon.models.spec import count_parameters, parameter_shapes
+
+    spec = ArchSpec(name="cnn", input_shape=shape, num_outputs=3, hidden=(4, 5), bias=bias, kernel=kernel)
+    model = build_model(spec, generator=torch.Generator().manual_seed(0))
+    assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == parameter_shapes(spec)
+    assert count_parameters(spec) == sum(p.numel() for p in model.parameters())
+    assert model(torch.zeros(2, *shape)).shape == (2, 3)
+
+
+def test_cnn_seeded_init_and_kernel_only_for_cnn():
+    from datarecon.errors import DataReconError
+
+    spec = ArchSpec(name="cnn", input_shape=(1, 8, 8), hidden=(4,), bias=False, init_scale=1e-3)
+    a, b = (build_model(spec, generator=torch.Generator().manual_seed(1)) for _ in range(2))
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert float(a[0].weight.std()) == pytest.approx(1e-3, rel=0.5)
+    with pytest.raises(DataReconError, match="kernel applies to convolutional architectures"):
+        build_model(ArchSpec(name="mlp", input_shape=(1, 8, 8), hidden=(4,), kernel=3))
+    with pytest.raises(DataReconError, match="needs image inputs"):
+        build_model(ArchSpec(name="cnn", input_shape=(64,), hidden=(4,)))
+
+
+def test_unset_kernel_keeps_training_config_hashes():
+    """Adding the kernel field changed no existing config hash (stored models stay valid)."""
+    from datarecon.data import DataSpec
+    from datarecon.training.target import ArchConfig, TrainConfig
+    from datarecon.utils.io import config_hash
+
+    cfg = TrainConfig(data=DataSpec(dataset="digits", task="odd-even", n_per_class=5))
+    data = cfg.model_dump(mode="json", exclude={"device", "checkpoint_every", "kkt_score", "margin_ascent"})
+    data["arch"].pop("kernel")
+    assert cfg.hash() == config_hash(data)
+    assert TrainConfig(data=cfg.data, arch=ArchConfig(name="cnn", kernel=5)).hash() != \
+        TrainConfig(data=cfg.data, arch=ArchConfig(name="cnn")).hash()

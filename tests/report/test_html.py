@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 from html.parser import HTMLParser
@@ -13,8 +14,7 @@ import pytest
 import torch
 
 from datarecon.errors import DataReconError
-from datarecon.evaluation import evaluate_candidates, noise_images
-from datarecon.evaluation.run_eval import _write_neighbour_images
+from datarecon.evaluation import evaluate_candidates, noise_images, write_evaluation
 from datarecon.report import FigureItem, Section, Table, figure_png, render_report, sorted_ssim_curve, write_report
 from datarecon.utils.io import atomic_write_json
 
@@ -75,9 +75,7 @@ def _fake_run(root: Path, name: str, lam: tuple[float, float] | None, seed: int,
     if lam is not None:
         config["init"] = {"kind": "mixture", "lambda1": lam[0], "lambda2": lam[1]}
     atomic_write_json(run / "run.json", {"model_dir": "m", "method": "bilevel", "status": "complete", "config": config})
-    summary = dict(ev.summary, param_distance=1e-3)
-    atomic_write_json(run / "metrics.json", summary)
-    _write_neighbour_images(run / "neighbours.safetensors", ev, cands, refs, "ssim", 16)
+    write_evaluation(run, dataclasses.replace(ev, summary=dict(ev.summary, param_distance=1e-3)))
     return run
 
 
@@ -136,3 +134,18 @@ def test_report_says_too_few_of_a_class_is_not_measurable(tmp_path):
     text = render_report([run], out=tmp_path / "report.html").read_text()
     assert "not measurable: fewer than 10 of a class" in text
     assert "best attacker-side score" not in text and "ROC of each attacker-side score" not in text
+
+
+def test_render_report_accepts_an_in_memory_evaluation(tmp_path):
+    """A user's own model has no run directory: the report takes evaluate()'s result directly."""
+    from datarecon.evaluation import evaluate
+
+    train, held = _smooth(12, 1), _smooth(12, 2)
+    cands = torch.cat([train[:3] * 0.9 + 0.05, noise_images(5, (3, 16, 16), generator=torch.Generator().manual_seed(0))])
+    ev = evaluate(cands, train=train, heldout=held, noise=12, scores={"lambda": torch.arange(8.0)},
+                  config={"top_k": 12, "n_floor_noise": 50, "min_class_size": 1})
+    out = render_report([ev], out=tmp_path / "own.html")
+    p = _check_html(out)
+    text = out.read_text()
+    assert "Run evaluation 1" in text and "(in memory)" in text and "ROC AUC" in text
+    assert len(p.imgs) == 3  # sorted-SSIM curve, neighbour grid, ROC (no history, no margins)

@@ -9,7 +9,7 @@ range). It never receives training images; those enter only through an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,22 +30,27 @@ class Target:
         model: the architecture (any ``nn.Module``); its own parameters are not used by attacks,
             which call it functionally with ``params``.
         params: θ*, name -> tensor (detached).
-        loss: the training loss name (``datarecon.training.losses.LOSSES``).
+        loss: the training loss: a name (``datarecon.training.losses.LOSSES``) or, for a user's own
+            model (:meth:`from_module`), a callable ``loss(outputs (m, k), labels (m,)) -> scalar``.
         weight_decay: the training weight decay (0 if none).
         input_shape: (C, H, W) of one input.
         num_outputs: model output size (1 binary/regression, k multiclass).
-        homogeneous: True when Φ(c·x; θ) = c·Φ(x; θ) (bias-free ReLU MLP); the KKT attack assumes it.
+        homogeneous: True when Φ(x; c·θ) = c^L·Φ(x; θ) (bias-free ReLU MLP or CNN); the KKT attack
+            assumes it. From the architecture for model directories, measured by :meth:`from_module`.
         model_dir: where it was loaded from (for the run record), if anywhere.
+        value_range: (lower, upper) of valid inputs in model input space, when the target knows it
+            (:meth:`from_module`); model directories keep it in their input mean instead.
     """
 
     model: nn.Module
     params: dict[str, torch.Tensor]
-    loss: str
+    loss: str | Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     weight_decay: float
     input_shape: tuple[int, ...]
     num_outputs: int
     homogeneous: bool = False
     model_dir: str | None = None
+    value_range: tuple[float, float] | None = None
 
     def forward(self, x: torch.Tensor, params: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
         """Φ(x; params) with ``params`` defaulting to θ*. x: (m, *input_shape) → (m, num_outputs)."""
@@ -61,7 +66,96 @@ class Target:
         params = {k: v.to(device=device, dtype=dtype) for k, v in self.params.items()}
         return Target(model=model, params=params, loss=self.loss, weight_decay=self.weight_decay,
                       input_shape=self.input_shape, num_outputs=self.num_outputs,
-                      homogeneous=self.homogeneous, model_dir=self.model_dir)
+                      homogeneous=self.homogeneous, model_dir=self.model_dir, value_range=self.value_range)
+
+    @classmethod
+    def from_module(cls, model: nn.Module, *, loss: str | Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                    input_shape: Sequence[int], value_range: tuple[float, float] = (0.0, 1.0),
+                    labels: int | Sequence[Any] | None = None, weight_decay: float = 0.0) -> Target:
+        """The attacker's view of any ``nn.Module`` (bring your own model), checked before an attack.
+
+        The module's current parameters are θ*. It is copied and put in eval mode (``model`` itself
+        is not changed). Homogeneity is measured, not trusted
+        (:func:`datarecon.models.byom.measure_homogeneity`): a warning names the first layer that
+        breaks Φ(x; c·θ) = c^L Φ(x; θ) (bias, non-ReLU activation, normalisation). A warning also
+        names BatchNorm layers (run with their running statistics) and ReLUs applied as functions
+        (the KKT surrogate cannot replace them).
+
+        Args:
+            model: the network; forward maps (m, *input_shape) to (m, k) logits (k = 1: binary or
+                regression with labels ±1 / real; k ≥ 2: classes 0..k−1).
+            loss: the training loss: a ``LOSSES`` name fitting k, or ``loss(outputs, labels) -> scalar``.
+            input_shape: shape of one input, e.g. (3, 32, 32).
+            value_range: (lower, upper) of valid inputs in model input space (e.g. (0, 1), or
+                (−mean, 1 − mean) as scalars for mean-subtracted data); the attacks' pixel box.
+            labels: the label set the attacker assumes: a class count or the labels themselves;
+                None: from the output size. Checked against k (two labels for k = 1).
+            weight_decay: the training weight decay wd in E = mean L + (wd/2)‖θ‖².
+
+        Returns:
+            A :class:`Target` with ``value_range`` set (see :meth:`prior`).
+
+        Raises:
+            DataReconError: non-float parameters, a forward that fails on (2, *input_shape) or returns
+                anything but (m, k) floats (an (m,) output names the fix), a loss that does not fit,
+                a loss callable with the wrong signature, labels that do not fit k, a bad value range.
+        """
+        import copy
+        import warnings
+
+        from datarecon.attacks.surrogate import count_functional_relus
+        from datarecon.models.byom import check_loss, check_outputs, check_parameters, measure_homogeneity
+
+        if not isinstance(model, nn.Module):
+            raise DataReconError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        shape = tuple(int(d) for d in input_shape)
+        if not shape or any(d < 1 for d in shape):
+            raise DataReconError(f"input_shape must be positive sizes like (3, 32, 32), got {tuple(input_shape)}")
+        lo, hi = (float(v) for v in value_range)
+        if not lo < hi:
+            raise DataReconError(f"value_range must be (lower, upper) with lower < upper, got {tuple(value_range)}")
+        if weight_decay < 0:
+            raise DataReconError(f"weight_decay must be >= 0, got {weight_decay}")
+        net = copy.deepcopy(model).eval()
+        params = {k: v.detach() for k, v in net.named_parameters()}
+        check_parameters(params)
+        k = check_outputs(net, params, shape, value_range=(lo, hi))
+        if labels is not None:
+            count = labels if isinstance(labels, int) else len(list(labels))
+            if count != (2 if k == 1 else k):
+                raise DataReconError(f"{count} labels do not fit a model with {k} output(s); "
+                                     f"a {k}-output model takes {2 if k == 1 else k} labels")
+        check_loss(loss, k)
+        norms = [n for n, m in net.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        if norms:
+            warnings.warn(f"the model has BatchNorm layers ({', '.join(norms[:3])}); attacks run it in eval mode "
+                          "with the running statistics, and normalisation breaks the homogeneity the KKT "
+                          "attack assumes", stacklevel=2)
+        calls = count_functional_relus(net)
+        if calls:
+            warnings.warn(f"the model applies ReLU as a function in forward ({calls} call(s)); the KKT surrogate "
+                          "replaces nn.ReLU modules only: write them as nn.ReLU modules", stacklevel=2)
+        h = measure_homogeneity(net, params, shape, value_range=(lo, hi))
+        if not h.homogeneous:
+            warnings.warn(f"the model is not positively homogeneous in its parameters (relative error "
+                          f"{h.rel_error:.2g} at the output); first break: {h.first_break}. The KKT "
+                          "conditions of Haim et al. assume a homogeneous ReLU network", stacklevel=2)
+        return cls(model=net, params=params, loss=loss, weight_decay=float(weight_decay), input_shape=shape,
+                   num_outputs=k, homogeneous=h.homogeneous, value_range=(lo, hi))
+
+    def prior(self, m: int, *, proportions: tuple[float, ...] | None = None) -> AttackerPrior:
+        """m balanced labels (or in ``proportions``) and the pixel box of ``value_range``.
+
+        Raises:
+            DataReconError: the target has no value range (model directories: use
+                :func:`datarecon.experiments.reconstruct.prepare_attack`), or m < 1.
+        """
+        if self.value_range is None:
+            raise DataReconError("this target has no value_range; build it with Target.from_module(..., value_range=...) "
+                                 "or use prepare_attack for a model directory")
+        lo, hi = self.value_range
+        return AttackerPrior.balanced(m=m, num_outputs=self.num_outputs, input_shape=self.input_shape,
+                                      lower=lo, upper=hi, proportions=proportions)
 
     @classmethod
     def from_model_dir(cls, path: str | Path, *, device: str | torch.device = "cpu",

@@ -38,7 +38,7 @@ from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, init_optimize
 from datarecon.attacks.selection import SelectionContext, select
 from datarecon.attacks.surrogate import SURROGATES, make_surrogate
 from datarecon.errors import DataReconError
-from datarecon.training.losses import LOSSES
+from datarecon.training.losses import LOSSES, loss_name
 
 DTYPE_NAMES = {"float32": torch.float32, "float64": torch.float64}
 LAMBDA_INITS = ("uniform", "uniform-signed", "ones")
@@ -155,7 +155,7 @@ def assumption_notes(target: Target, formulation: str | None, *, surrogate: str 
         notes.append("target is not homogeneous (has biases or non-ReLU layers); the KKT conditions of "
                      "Haim et al. assume a bias-free ReLU network, expect a larger residual")
     if formulation == "binary" and target.loss != "logistic":
-        notes.append(f"binary KKT formulation assumes logistic loss, target was trained with {target.loss!r}")
+        notes.append(f"binary KKT formulation assumes logistic loss, target was trained with {loss_name(target.loss)!r}")
     return notes
 
 
@@ -380,8 +380,8 @@ class GradNormAttack(_XAttack):
 
     def init_state(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
                    generator: torch.Generator) -> dict[str, torch.Tensor]:
-        entry = LOSSES.get(target.loss)
-        if entry.label_kind == "multiclass" and prior.labels.is_floating_point():
+        entry = LOSSES.get(target.loss) if isinstance(target.loss, str) else None
+        if entry is not None and entry.label_kind == "multiclass" and prior.labels.is_floating_point():
             raise DataReconError(f"loss {target.loss!r} needs integer class labels")
         device = next(iter(target.params.values())).device
         state = {"x": x0.detach().to(device=device, dtype=self.dtype).clone()}

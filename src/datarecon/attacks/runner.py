@@ -50,6 +50,7 @@ from typing import Any
 import torch
 
 from datarecon.attacks.base import AttackerPrior, Reconstruction, Target
+from datarecon.training.losses import loss_name
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.training.engine import (
     BaseHook,
@@ -129,7 +130,7 @@ def resume_key(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
         type(early_stop).__name__ if early_stop is not None else None)
     return config_hash({
         "attack": resume_hash(attack, target),
-        "target": {"params": tensor_digest(target.params), "model": repr(target.model), "loss": target.loss,
+        "target": {"params": tensor_digest(target.params), "model": repr(target.model), "loss": loss_name(target.loss),
                    "weight_decay": repr(float(target.weight_decay)), "input_shape": list(target.input_shape),
                    "num_outputs": target.num_outputs},
         "prior": tensor_digest({"labels": prior.labels, "lower": torch.as_tensor(prior.lower),

@@ -12,9 +12,22 @@ from datarecon.errors import DataReconError
 from datarecon.evaluation.neighbours import EXACT_UP_TO
 
 
+def _images(path: Path | None, option: str):
+    """Tensor ``x`` of a safetensors file (never a pickle), or None."""
+    if path is None:
+        return None
+    from datarecon.utils.io import load_tensors
+
+    tensors = load_tensors(path)
+    if "x" not in tensors:
+        raise DataReconError(f"{path} has no tensor 'x'; {option} takes a safetensors file with the images as 'x' "
+                             "(N, C, H, W) in the model's input space")
+    return tensors["x"]
+
+
 def _evaluate(run: Path, *, against: str, data_dir: Path | None, metric: str, window: str,
               assignment: str, top_k: int, exact_up_to: int, seed: int, allow_incomplete: bool,
-              progress: bool) -> dict:
+              progress: bool, train: Path | None = None, heldout: Path | None = None) -> dict:
     from datarecon.evaluation import evaluate_run
 
     sets = tuple(s.strip() for s in against.split(",") if s.strip())
@@ -25,7 +38,8 @@ def _evaluate(run: Path, *, against: str, data_dir: Path | None, metric: str, wi
                              f"{', '.join(sorted(valid))}")
     return evaluate_run(run, against=sets, data_dir=data_dir, metric=metric, window=window,
                         assignment=assignment, top_k=top_k, exact_up_to=exact_up_to, seed=seed,
-                        allow_incomplete=allow_incomplete, progress=progress)
+                        allow_incomplete=allow_incomplete, progress=progress,
+                        train=_images(train, "--train"), heldout=_images(heldout, "--heldout"))
 
 
 def register(app: typer.Typer) -> None:
@@ -47,6 +61,10 @@ def register(app: typer.Typer) -> None:
                                                       "this many pairs per search.")] = EXACT_UP_TO,
         seed: Annotated[int, typer.Option(help="Seed of the noise reference set and baselines.")] = 0,
         allow_incomplete: Annotated[bool, typer.Option(help="Evaluate runs that did not finish.")] = False,
+        train: Annotated[Path | None, typer.Option(help="Runs of your own model (--model package.module:factory): "
+                                                       "its training inputs, safetensors tensor 'x'.")] = None,
+        heldout: Annotated[Path | None, typer.Option(help="Runs of your own model: held-out inputs (the null), "
+                                                         "safetensors tensor 'x'.")] = None,
         progress: Annotated[bool, typer.Option("--progress/--no-progress",
                                                help="Show progress (a bar on a terminal, plain lines in a log).")] = True,
         quiet: Annotated[bool, typer.Option("--quiet", hidden=True, help="Deprecated: --no-progress.")] = False,
@@ -62,7 +80,8 @@ def register(app: typer.Typer) -> None:
         for run in targets:
             summary = _evaluate(Path(run), against=against, data_dir=data_dir, metric=metric, window=window,
                                 assignment=assignment, top_k=top_k, exact_up_to=exact_up_to, seed=seed,
-                                allow_incomplete=allow_incomplete, progress=progress and not quiet)
+                                allow_incomplete=allow_incomplete, progress=progress and not quiet,
+                                train=train, heldout=heldout)
             typer.echo(f"{run}: wrote metrics.json and candidates.csv")
             typer.echo(json.dumps(_headline(summary), indent=2))
 

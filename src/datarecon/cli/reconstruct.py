@@ -41,7 +41,15 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
 
 
 def reconstruct(
-    model: Path = typer.Option(..., "--model", help="model directory (from `datarecon train`)"),
+    model: str = typer.Option(..., "--model", help="model directory (from `datarecon train`), or "
+                              "package.module:factory returning your nn.Module (with --weights)"),
+    weights: Path | None = typer.Option(None, "--weights", help="your model's weights (safetensors state dict; "
+                                        "with --model package.module:factory)"),
+    input_shape: str | None = typer.Option(None, "--input-shape", help="your model: shape of one input, e.g. 3,32,32"),
+    value_range: str = typer.Option("0,1", "--value-range", help="your model: lower,upper of valid inputs"),
+    loss: str | None = typer.Option(None, "--loss", help="your model: training loss (default logistic for one "
+                                    "output, cross-entropy for several)"),
+    weight_decay: float = typer.Option(0.0, "--weight-decay", help="your model: training weight decay"),
     out: Path = typer.Option(..., "--out", help="run directory to write"),
     method: str = typer.Option("kkt", "--method", help="attack method (kkt, decoreco, gradnorm, bilevel, ...)"),
     init: str = typer.Option("gaussian", "--init", help="initialisation (uniform, gaussian, ground-truth, partition, mix)"),
@@ -112,20 +120,82 @@ def reconstruct(
     if checkpoint_every < 1 or log_every < 1:
         raise DataReconError("--checkpoint-every and --log-every must be >= 1")
     dev = parse_device(device)
+    own = {"--input-shape": input_shape, "--loss": loss}
+    record: dict[str, Any] = {}
+    if weights is not None or (":" in model and not Path(model).is_dir()):
+        target: Any = own_model_target(model, weights=weights, input_shape=input_shape, value_range=value_range,
+                                       loss=loss, weight_decay=weight_decay)
+        if init in DATA_INITS:
+            raise DataReconError(f"--init {init} needs the model's training data; a model given as "
+                                 "package.module:factory has none: use --init gaussian or uniform")
+        record["own_model"] = {"factory": model, "weights": str(Path(weights).resolve()) if weights else None}
+    else:
+        given = [k for k, v in own.items() if v is not None] + (["--weight-decay"] if weight_decay else [])
+        if given:
+            raise DataReconError(f"{', '.join(given)} apply to --model package.module:factory only; "
+                                 "a model directory records them itself")
+        if not Path(model).is_dir():
+            raise DataReconError(f"model directory {model} not found; pass a directory from `datarecon train` "
+                                 "or package.module:factory with --weights")
+        target = Path(model)
     if overwrite and resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)  # before the note below
     if init in DATA_INITS:
         typer.echo(DATA_INITS_NOTE.format(init=init), err=True)
-    rec = run(model, out=out, method=method, config=config, init=init, init_params=init_params,
+    rec = run(target, out=out, method=method, config=config, init=init, init_params=init_params,
               candidates=candidates, seed=seed, device=dev, data_dir=data_dir, resume=resume, overwrite=overwrite,
               progress=progress,
               checkpoint_every=checkpoint_every, log_every=log_every, early_stop_patience=early_stop_patience,
-              early_stop_tol=early_stop_tol, raise_on_divergence=True)
+              early_stop_tol=early_stop_tol, raise_on_divergence=True, record=record)
     final = rec.summary.get("final", {})
     rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
     shown = f"loss {final.get('loss', float('nan')):.4g}" + (f", relative residual {rel:.4g}" if rel is not None else "")
     typer.echo(f"{method}: {rec.status} after {rec.steps_done} steps ({shown}); wrote {out}")
+
+
+def _floats(text: str, option: str, *, kind: type = float) -> tuple:
+    try:
+        return tuple(kind(v) for v in text.split(","))
+    except ValueError:
+        raise DataReconError(f"{option} must be comma-separated numbers like 3,32,32 or 0,1; got {text!r}") from None
+
+
+def own_model_target(spec: str, *, weights: Path | None, input_shape: str | None, value_range: str,
+                     loss: str | None, weight_decay: float) -> Any:
+    """The :class:`~datarecon.attacks.base.Target` of ``--model package.module:factory --weights FILE``.
+
+    Imports the factory (the user's own code; the current folder is searched first, as ``python -m``
+    does), loads the safetensors weights (never a pickle) and checks the module with
+    :meth:`Target.from_module`.
+
+    Raises:
+        DataReconError: missing --weights / --input-shape, unknown module or factory, weights that do
+            not match the module (first tensor named), outputs or loss that do not fit.
+    """
+    from datarecon.attacks.base import Target
+    from datarecon.models.byom import build_from_factory, check_outputs, load_weights
+
+    if weights is None:
+        raise DataReconError(f"--model {spec} needs --weights FILE.safetensors (the trained state dict)")
+    if input_shape is None:
+        raise DataReconError(f"--model {spec} needs --input-shape, the shape of one input, e.g. 3,32,32")
+    shape = _floats(input_shape, "--input-shape", kind=int)
+    lo_hi = _floats(value_range, "--value-range")
+    if len(lo_hi) != 2:
+        raise DataReconError(f"--value-range must be lower,upper like 0,1; got {value_range!r}")
+    import os
+    import sys
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module = build_from_factory(spec)
+    params = load_weights(module, weights)
+    if loss is None:
+        outputs = check_outputs(module, params, shape, value_range=(lo_hi[0], lo_hi[1]))
+        loss = "logistic" if outputs == 1 else "cross-entropy"
+    return Target.from_module(module, loss=loss, input_shape=shape, value_range=(lo_hi[0], lo_hi[1]),
+                              weight_decay=weight_decay)
 
 
 def register(app: typer.Typer) -> None:

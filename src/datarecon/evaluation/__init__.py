@@ -11,7 +11,10 @@ nothing here mutates or reorders its inputs.
   collapse detection, parameter distance (Runkel et al. 2024, eq. 2).
 * :mod:`~datarecon.evaluation.baselines`: held-out and noise null baselines.
 * :mod:`~datarecon.evaluation.privacy`: real/fake rule, ROC AUC, TPR at low FPR.
-* :mod:`~datarecon.evaluation.run_eval`: evaluate a run directory.
+* :mod:`~datarecon.evaluation.reports`: the pure reports an evaluation assembles (neighbours,
+  protocol, baselines, privacy, collapse) and their :class:`EvaluationConfig`.
+* :mod:`~datarecon.evaluation.run_eval`: :func:`evaluate` (tensors in, no model directory) and
+  :func:`evaluate_run` (a run directory).
 """
 
 from datarecon.evaluation.baselines import (
@@ -63,8 +66,18 @@ from datarecon.evaluation.run_eval import (
     NEIGHBOURS_FILE,
     REAL_RULE,
     Evaluation,
+    evaluate,
     evaluate_candidates,
     evaluate_run,
+    write_evaluation,
+)
+from datarecon.evaluation.reports import (
+    EvaluationConfig,
+    baseline_report,
+    collapse_report,
+    neighbour_report,
+    privacy_section,
+    protocol_report,
 )
 from datarecon.evaluation.similarity import (
     WINDOWS,
@@ -86,8 +99,9 @@ __all__ = [
     "ASSIGNMENTS", "Baselines", "CANDIDATES_CSV", "Collapse", "DEFAULT_THRESHOLDS", "Evaluation",
     "HaimResult", "LOW_FPRS", "METRICS", "METRICS_FILE", "Metric", "NEIGHBOURS_FILE", "Neighbours",
     "PrivacyScore", "REAL_RULE", "RealLabels", "WINDOWS", "Window", "assign", "best_similarity_to",
-    "collapse", "counts_at", "downsample2x", "effective_window_size", "evaluate_candidates",
-    "evaluate_run", "haim_protocol", "haim_ssim_against", "l2_matrix", "label_candidates", "local_ncc_matrix", "local_standardise",
+    "collapse", "counts_at", "downsample2x", "effective_window_size", "evaluate", "evaluate_candidates",
+    "EvaluationConfig", "baseline_report", "collapse_report", "neighbour_report", "privacy_section", "protocol_report",
+    "evaluate_run", "write_evaluation", "haim_protocol", "haim_ssim_against", "l2_matrix", "label_candidates", "local_ncc_matrix", "local_standardise",
     "match_rank", "minmax_rescale", "ncc_matrix", "nearest_neighbours", "noise_images",
     "NULL_RATE", "NullCalibrated", "null_baselines", "null_calibrated", "param_distance", "privacy_report",
     "real_labels", "reference_rank",

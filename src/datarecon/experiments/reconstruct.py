@@ -108,14 +108,16 @@ def init_sources(model_dir: str | Path, *, data_dir: str | Path | None = None) -
                        partition_labels=task.partition.y if has_part else None)
 
 
-def prepare_attack(model_dir: str | Path, *, init: str = "gaussian", init_params: Mapping[str, Any] | None = None,
+def prepare_attack(model_dir: str | Path | Target, *, init: str = "gaussian", init_params: Mapping[str, Any] | None = None,
                    candidates: int | None = None, seed: int = 0, dtype: torch.dtype = torch.float64,
                    device: str | torch.device = "cpu", data_dir: str | Path | None = None,
                    sources: Any = None) -> AttackSetup:
     """Target, prior and x₀ for attacking ``model_dir``.
 
     Args:
-        model_dir: a model directory (``datarecon train``).
+        model_dir: a model directory (``datarecon train``), or a :class:`Target` from
+            :meth:`Target.from_module` (a user's own model: ``candidates`` is then required, the
+            pixel box is its ``value_range``, and data-dependent inits need ``sources``).
         init: initialisation name (``datarecon.attacks.init.INITS``).
         init_params: its parameters (e.g. ``scale`` for gaussian, ``l1``/``l2`` for mix).
         candidates: m; default 2n (n for data-dependent inits).
@@ -136,14 +138,19 @@ def prepare_attack(model_dir: str | Path, *, init: str = "gaussian", init_params
     data_init = bool(getattr(entry, "needs", ()))
     if candidates is not None and candidates < 1:
         raise DataReconError(f"candidate count must be at least 1, got {candidates}; pass --candidates M with M >= 1")
-    meta = read_model_meta(model_dir)
-    target = Target.from_model_dir(model_dir, device=device, dtype=dtype)
-    mean = load_tensors(Path(model_dir) / EXTRAS)["input_mean"].to(torch.float64)
-    lower, upper = (-mean).to(device=device, dtype=dtype), (1.0 - mean).to(device=device, dtype=dtype)
-    m = candidates if candidates is not None else default_candidates(meta.get("data", {}), target.num_outputs,
-                                                                     data_init=data_init)
-    if data_init and sources is None:
-        sources = init_sources(model_dir, data_dir=data_dir)
+    if isinstance(model_dir, Target):
+        target, mean, lower, upper = _own_model(model_dir, candidates=candidates, init=init, data_init=data_init,
+                                                sources=sources, device=device, dtype=dtype)
+        m = int(candidates)  # type: ignore[arg-type]  # checked by _own_model
+    else:
+        meta = read_model_meta(model_dir)
+        target = Target.from_model_dir(model_dir, device=device, dtype=dtype)
+        mean = load_tensors(Path(model_dir) / EXTRAS)["input_mean"].to(torch.float64)
+        lower, upper = (-mean).to(device=device, dtype=dtype), (1.0 - mean).to(device=device, dtype=dtype)
+        m = candidates if candidates is not None else default_candidates(meta.get("data", {}), target.num_outputs,
+                                                                         data_init=data_init)
+        if data_init and sources is None:
+            sources = init_sources(model_dir, data_dir=data_dir)
     generator = torch.Generator().manual_seed(int(seed))
     x0 = make_init(init, m=m, input_shape=target.input_shape, mean=mean, generator=generator, sources=sources,
                    dtype=dtype, device=device, **params)
@@ -160,7 +167,24 @@ def prepare_attack(model_dir: str | Path, *, init: str = "gaussian", init_params
     return AttackSetup(target=target, prior=prior, x0=x0, generator=generator, record=record)
 
 
-def reconstruct(model_dir: str | Path, *, out: str | Path, method: str = "kkt",
+def _own_model(target: Target, *, candidates: int | None, init: str, data_init: bool, sources: Any,
+               device: str | torch.device, dtype: torch.dtype) -> tuple[Target, torch.Tensor, float, float]:
+    """(target on device/dtype, the mean that maps display to model space, lower, upper) of a user's model."""
+    if target.value_range is None:
+        raise DataReconError("the target has no value_range; build it with Target.from_module(..., value_range=(lo, hi))")
+    if candidates is None:
+        raise DataReconError("a model without a data spec has no default candidate count; pass candidates "
+                             "(--candidates M, e.g. twice the training-set size)")
+    if data_init and sources is None:
+        raise DataReconError(f"init {init!r} needs training images, which a model without a model directory does not "
+                             "name; use gaussian or uniform (or pass sources in Python)")
+    lo, hi = target.value_range
+    # display space [0, 1] starts at lo: the uniform init draws U(0, 1) − mean = U(lo, lo + 1)
+    mean = torch.full(tuple(target.input_shape), -lo, dtype=torch.float64)
+    return target.to(device=device, dtype=dtype), mean, lo, hi
+
+
+def reconstruct(model_dir: str | Path | Target, *, out: str | Path, method: str = "kkt",
                 config: Mapping[str, Any] | BaseModel | None = None, steps: int | None = None,
                 init: str = "gaussian", init_params: Mapping[str, Any] | None = None,
                 candidates: int | None = None, seed: int = 0, device: str | torch.device = "cpu",
@@ -171,7 +195,7 @@ def reconstruct(model_dir: str | Path, *, out: str | Path, method: str = "kkt",
     """Run ``method`` on ``model_dir`` into the run directory ``out``.
 
     Args:
-        model_dir: the target's model directory.
+        model_dir: the target's model directory, or a :class:`Target` (see :func:`prepare_attack`).
         out: run directory (created; resumed with ``resume=True``). An existing non-empty ``out`` is
             refused unless ``resume`` or ``overwrite``; ``overwrite`` replaces only a run directory
             (:mod:`datarecon.utils.outdir`), and only after the model and settings were accepted.
@@ -207,8 +231,16 @@ def reconstruct(model_dir: str | Path, *, out: str | Path, method: str = "kkt",
         clear_out_dir(out, kind="run")
     early = (ResidualPlateau(key="rel_residual", patience=early_stop_patience, rel_tol=early_stop_tol)
              if early_stop_patience > 0 else None)
-    rec_meta = {**setup.record, "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol},
-                **dict(record or {})}
+    rec_meta = {**setup.record, "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol}}
+    if isinstance(model_dir, Target):  # a user's own model: what evaluation needs to map its inputs to images
+        from datarecon.training.losses import loss_name
+
+        rec_meta["own_model"] = {"value_range": list(model_dir.value_range or (0.0, 1.0)),
+                                 "input_shape": list(model_dir.input_shape), "loss": loss_name(model_dir.loss),
+                                 "homogeneous_measured": model_dir.homogeneous}
+    for key, value in dict(record or {}).items():
+        rec_meta[key] = {**rec_meta[key], **value} if isinstance(rec_meta.get(key), dict) and isinstance(value, dict) \
+            else value
     rec = run_attack(attack, setup.target, setup.prior, x0=setup.x0, generator=setup.generator,
                      steps=getattr(cfg, "steps", None), out=out, checkpoint_every=checkpoint_every, resume=resume,
                      progress=progress, log_every=log_every, seed=seed, early_stop=early, hooks=list(hooks),

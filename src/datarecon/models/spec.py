@@ -7,8 +7,13 @@ its files alone. Architectures (Runkel et al. 2024 eq. 8 and 9; Haim et al. 2022
 * ``one-hidden``: Φ(x) = σ(x·θ_w1ᵀ + θ_b1)·θ_w2ᵀ + θ_b2, σ = ReLU, default width 6144 (eq. 9).
 * ``mlp``: D-h1-...-hk-C ReLU MLP, default hidden (1000, 1000), biases optional, the first
   layer's weights drawn N(0, 1)·``init_scale`` when given (Haim: 1e-4; matters for the KKT regime).
+* ``cnn``: ReLU convolutional network, ``hidden`` = channels per convolution (default (32, 64)),
+  square kernel ``kernel`` (default 3), stride 2 and padding ⌊kernel/2⌋ (each layer halves the
+  spatial size, rounding up), then one linear read-out. Without biases it is positively
+  homogeneous of degree L = #conv + 1 (Φ(x; c·θ) = c^L Φ(x; θ)), the setting of the KKT attack
+  (Buzaglo et al. 2023 reconstruct from such CNNs).
 
-All models start with ``nn.Flatten`` so they take images (N, C, H, W) in model input space.
+All models take images (N, C, H, W) in model input space; the MLPs start with ``nn.Flatten``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class ArchSpec(BaseModel):
         hidden: hidden widths; ``None`` means the architecture's default.
         bias: whether linear layers have biases.
         init_scale: std of the first layer's N(0, 1) weights; ``None``: PyTorch's default init.
+        kernel: side of the square convolution kernel (``cnn`` only; ``None``: 3).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -43,6 +49,7 @@ class ArchSpec(BaseModel):
     hidden: tuple[int, ...] | None = None
     bias: bool = True
     init_scale: float | None = None
+    kernel: int | None = Field(default=None, ge=1)
 
     @field_validator("name")
     @classmethod
@@ -74,20 +81,55 @@ class ArchSpec(BaseModel):
             return tuple(self.hidden)
         return ARCHITECTURES.get(self.name).default_hidden
 
+    def resolved_kernel(self) -> int:
+        """Convolution kernel side (``cnn``), default :data:`DEFAULT_KERNEL`."""
+        return self.kernel if self.kernel is not None else DEFAULT_KERNEL
+
+
+#: default kernel side of the ``cnn`` architecture
+DEFAULT_KERNEL = 3
+#: stride of every convolution of the ``cnn`` architecture
+CNN_STRIDE = 2
+
 
 class ArchEntry:
     """A registered architecture: its default hidden widths and whether widths may change."""
 
-    def __init__(self, *, default_hidden: tuple[int, ...], n_hidden: int | None, doc: str) -> None:
+    def __init__(self, *, default_hidden: tuple[int, ...], n_hidden: int | None, doc: str,
+                 convolutional: bool = False) -> None:
         self.default_hidden = default_hidden
         self.n_hidden = n_hidden  # None: any number of hidden layers
         self.doc = doc
+        self.convolutional = convolutional  # hidden = channels of stride-2 convolutions
 
 
 ARCHITECTURES: Registry[ArchEntry] = Registry("architecture")
 ARCHITECTURES.register("affine", ArchEntry(default_hidden=(), n_hidden=0, doc="Runkel eq. 8"))
 ARCHITECTURES.register("one-hidden", ArchEntry(default_hidden=(6144,), n_hidden=1, doc="Runkel eq. 9"))
 ARCHITECTURES.register("mlp", ArchEntry(default_hidden=(1000, 1000), n_hidden=None, doc="Haim D-1000-1000-C"))
+ARCHITECTURES.register("cnn", ArchEntry(default_hidden=(32, 64), n_hidden=None, convolutional=True,
+                                        doc="ReLU CNN, stride-2 convolutions then a linear read-out"))
+
+
+def conv_output_size(size: int, kernel: int) -> int:
+    """Spatial size after one ``cnn`` convolution: ⌊(size + 2⌊k/2⌋ − k) / 2⌋ + 1."""
+    return (size + 2 * (kernel // 2) - kernel) // CNN_STRIDE + 1
+
+
+def _cnn_layers(spec: ArchSpec) -> list[tuple[str, tuple[int, ...]]]:
+    """[("conv", (in, out, k)) ..., ("linear", (in_features, out))] of a ``cnn`` spec."""
+    if len(spec.input_shape) != 3:
+        from datarecon.errors import DataReconError
+
+        raise DataReconError(f"architecture cnn needs image inputs (C, H, W), got input_shape {list(spec.input_shape)}")
+    k = spec.resolved_kernel()
+    c, h, w = spec.input_shape
+    layers: list[tuple[str, tuple[int, ...]]] = []
+    for out in spec.resolved_hidden():
+        layers.append(("conv", (c, out, k)))
+        c, h, w = out, conv_output_size(h, k), conv_output_size(w, k)
+    layers.append(("linear", (c * h * w, spec.num_outputs)))
+    return layers
 
 
 def build_model(spec: ArchSpec, *, generator: torch.Generator | None = None,
@@ -106,6 +148,10 @@ def build_model(spec: ArchSpec, *, generator: torch.Generator | None = None,
     from datarecon.errors import DataReconError
 
     entry = ARCHITECTURES.get(spec.name)
+    if entry.convolutional:
+        return _build_cnn(spec, generator=generator, dtype=dtype)
+    if spec.kernel is not None:
+        raise DataReconError(f"kernel applies to convolutional architectures (cnn), not {spec.name!r}; drop it")
     hidden = spec.resolved_hidden()
     if entry.n_hidden is not None and len(hidden) != entry.n_hidden:
         raise DataReconError(
@@ -127,9 +173,29 @@ def build_model(spec: ArchSpec, *, generator: torch.Generator | None = None,
     return nn.Sequential(*layers)
 
 
-def _init_linear(lin: nn.Linear, *, generator: torch.Generator | None) -> None:
-    """PyTorch's default Linear init (Kaiming-uniform a=√5), drawn from ``generator``."""
-    bound = 1.0 / math.sqrt(lin.in_features)
+def _build_cnn(spec: ArchSpec, *, generator: torch.Generator | None, dtype: torch.dtype) -> nn.Sequential:
+    """``Sequential(Conv2d, ReLU, ..., Conv2d, ReLU, Flatten, Linear)`` of a ``cnn`` spec."""
+    layers: list[nn.Module] = []
+    for kind, dims in _cnn_layers(spec):
+        if kind == "conv":
+            cin, cout, k = dims
+            conv = nn.Conv2d(cin, cout, k, stride=CNN_STRIDE, padding=k // 2, bias=spec.bias, dtype=dtype)
+            _init_linear(conv, generator=generator)
+            layers += [conv, nn.ReLU()]
+        else:
+            lin = nn.Linear(dims[0], dims[1], bias=spec.bias, dtype=dtype)
+            _init_linear(lin, generator=generator)
+            layers += [nn.Flatten(), lin]
+    if spec.init_scale is not None:
+        with torch.no_grad():
+            layers[0].weight.normal_(0.0, 1.0, generator=generator).mul_(spec.init_scale)  # type: ignore[operator]
+    return nn.Sequential(*layers)
+
+
+def _init_linear(lin: nn.Linear | nn.Conv2d, *, generator: torch.Generator | None) -> None:
+    """PyTorch's default Linear / Conv2d init (Kaiming-uniform a=√5: bound 1/√fan_in), drawn from ``generator``."""
+    fan_in = math.prod(lin.weight.shape[1:])
+    bound = 1.0 / math.sqrt(fan_in)
     with torch.no_grad():
         lin.weight.uniform_(-bound, bound, generator=generator)
         if lin.bias is not None:
@@ -139,6 +205,21 @@ def _init_linear(lin: nn.Linear, *, generator: torch.Generator | None) -> None:
 def parameter_shapes(spec: ArchSpec) -> dict[str, tuple[int, ...]]:
     """The state-dict names and shapes :func:`build_model` gives ``spec``, computed without building it
     (so a spec can be checked against a weights file before any memory is allocated)."""
+    if ARCHITECTURES.get(spec.name).convolutional:
+        shapes: dict[str, tuple[int, ...]] = {}
+        layer = 0  # Sequential(Conv2d, ReLU, ..., Conv2d, ReLU, Flatten, Linear)
+        for kind, dims in _cnn_layers(spec):
+            if kind == "linear":
+                layer += 1  # the Flatten
+                shapes[f"{layer}.weight"] = (dims[1], dims[0])
+                out = dims[1]
+            else:
+                cin, out, k = dims
+                shapes[f"{layer}.weight"] = (out, cin, k, k)
+            if spec.bias:
+                shapes[f"{layer}.bias"] = (out,)
+            layer += 2
+        return shapes
     widths = [spec.input_dim, *spec.resolved_hidden(), spec.num_outputs]
     shapes: dict[str, tuple[int, ...]] = {}
     for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
@@ -151,12 +232,11 @@ def parameter_shapes(spec: ArchSpec) -> dict[str, tuple[int, ...]]:
 
 def count_parameters(spec: ArchSpec) -> int:
     """Number of parameters of ``spec`` without building it."""
-    widths = [spec.input_dim, *spec.resolved_hidden(), spec.num_outputs]
-    return sum(a * b + (b if spec.bias else 0) for a, b in zip(widths[:-1], widths[1:]))
+    return sum(math.prod(shape) for shape in parameter_shapes(spec).values())
 
 
 def is_homogeneous(spec: ArchSpec) -> bool:
-    """Bias-free ReLU MLPs are positively homogeneous: Φ(c·x) = c·Φ(x) for c > 0."""
+    """Bias-free ReLU MLPs and CNNs are positively homogeneous: Φ(c·x) = c·Φ(x) for c > 0."""
     return not spec.bias
 
 

@@ -382,12 +382,27 @@ def _privacy_card(m: Mapping[str, Any]) -> Card:
 
 
 def _run_sections(run_dir: Path) -> Section:
+    """The section of an evaluated run directory (its files read here, rendered by :func:`_sections`)."""
     if not (run_dir / "metrics.json").is_file():
         raise DataReconError(f"{run_dir} has no metrics.json; run `datarecon evaluate {run_dir}` first")
     m = read_json(run_dir / "metrics.json")
     run = read_json(run_dir / "run.json") if (run_dir / "run.json").is_file() else {}
-    conv = assess_convergence(_read_history(run_dir / "history.jsonl"), status=str(run.get("status", "complete")))
-    cards = [_target_card(m, run_dir), _attack_card(run, conv, m), _headline_card(m), _privacy_card(m)]
+    nb_file = run_dir / "neighbours.safetensors"
+    nb = load_tensors(nb_file) if nb_file.is_file() else {}
+    return _sections(m, run, _read_history(run_dir / "history.jsonl"), nb, run_name=run_dir.name, where=run_dir)
+
+
+def _evaluation_section(ev: Any, index: int) -> Section:
+    """The section of an in-memory :class:`~datarecon.evaluation.Evaluation` (no run directory)."""
+    name = str(ev.summary.get("name") or f"evaluation {index + 1}")
+    return _sections(ev.summary, {}, [], dict(ev.grid), run_name=name, where=None)
+
+
+def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict], nb: Mapping[str, Any], *,
+              run_name: str, where: Path | None) -> Section:
+    """Cards, figures and tables of one evaluation summary ``m`` (``metrics.json``) with its run record."""
+    conv = assess_convergence(history, status=str(run.get("status", "complete")))
+    cards = [_target_card(m, where or Path(".")), _attack_card(run, conv, m), _headline_card(m), _privacy_card(m)]
     children: list[Section] = []
     window = f"{m.get('window')} {m.get('window_size')}x{m.get('window_size')}"
     haim = m.get("haim")
@@ -411,9 +426,7 @@ def _run_sections(run_dir: Path) -> Section:
             F.figure_png(F.convergence_curve(conv.steps, conv.values, key=conv.key,
                                              tol=RESIDUAL_TOL if conv.key == "rel_residual" else None,
                                              converged=conv.converged))))
-    nb_file = run_dir / "neighbours.safetensors"
-    if nb_file.is_file():
-        nb = load_tensors(nb_file)
+    if nb:
         matches = {k: nb[k] for k in ("train", "partition") if k in nb}
         if matches and nb["candidates"].shape[0]:
             scores = {k: nb[f"{k}_score"].tolist() for k in matches if f"{k}_score" in nb}
@@ -483,13 +496,13 @@ def _run_sections(run_dir: Path) -> Section:
     cfg = {"method": run.get("method"), "model_dir": run.get("model_dir"), "status": run.get("status"),
            "steps_done": run.get("steps_done"), "seed": run.get("seed"), "config": run.get("config"),
            "init": run.get("init"), "final": run.get("final"), "selection": run.get("selection")}
-    title = f"Run {run_dir.name}" + (f" ({run.get('method')})" if run.get("method") else "")
-    return Section(title, cards=cards, text=[str(run_dir)], children=tuple(children),
+    title = f"Run {run_name}" + (f" ({run.get('method')})" if run.get("method") else "")
+    return Section(title, cards=cards, text=[str(where) if where is not None else "(in memory)"], children=tuple(children),
                    code=json.dumps(cfg, indent=2, sort_keys=True, default=str),
                    code_title="Configuration (run.json: attack config, final loss terms, selection scores)")
 
 
-def render_report(run_dirs: Sequence[str | os.PathLike], *, out: str | os.PathLike,
+def render_report(run_dirs: Sequence[str | os.PathLike | Any], *, out: str | os.PathLike,
                   title: str = "datarecon report") -> Path:
     """Build one HTML report from evaluated run directories.
 
@@ -501,7 +514,9 @@ def render_report(run_dirs: Sequence[str | os.PathLike], *, out: str | os.PathLi
     interpolation curves (one set per method).
 
     Args:
-        run_dirs: Run directories evaluated by :func:`datarecon.evaluation.evaluate_run`.
+        run_dirs: Run directories evaluated by :func:`datarecon.evaluation.evaluate_run`, or
+            :class:`~datarecon.evaluation.Evaluation` results of :func:`datarecon.evaluation.evaluate`
+            (a user's own model: no run directory; its section has no attack record).
         out: Output HTML path.
         title: Report title.
 
@@ -511,10 +526,14 @@ def render_report(run_dirs: Sequence[str | os.PathLike], *, out: str | os.PathLi
     Raises:
         DataReconError: no run directories, or one without ``metrics.json``.
     """
-    run_dirs = [Path(d) for d in run_dirs]
-    if not run_dirs:
+    from datarecon.evaluation import Evaluation
+
+    items = list(run_dirs)
+    if not items:
         raise DataReconError("no run directories given; pass at least one evaluated run")
-    sections = [_run_sections(d) for d in run_dirs]
+    sections = [_evaluation_section(d, i) if isinstance(d, Evaluation) else _run_sections(Path(d))
+                for i, d in enumerate(items)]
+    run_dirs = [Path(d) for d in items if not isinstance(d, Evaluation)]
     land = landscape_results(run_dirs)
     if land:
         figs = []

@@ -46,8 +46,8 @@ from datarecon.errors import DataReconError
 
 
 def homogeneity_degree(model: nn.Module) -> int:
-    """L = number of linear layers; a bias-free ReLU MLP satisfies Φ(cθ; x) = c^L Φ(θ; x)."""
-    return sum(1 for m in model.modules() if isinstance(m, nn.Linear))
+    """L = number of linear and convolution layers; a bias-free ReLU MLP or CNN satisfies Φ(cθ; x) = c^L Φ(θ; x)."""
+    return sum(1 for m in model.modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)))
 
 
 def params_norm(params: Mapping[str, torch.Tensor] | nn.Module) -> float:

@@ -73,10 +73,23 @@ def weight_penalty(params: Mapping[str, torch.Tensor], weight_decay: float) -> t
     return 0.5 * weight_decay * total  # type: ignore[return-value]
 
 
+def resolve_loss(loss: str | LossFn) -> LossFn:
+    """The mean-loss function of a ``LOSSES`` name, or ``loss`` itself when it is a callable
+    ``loss(outputs, labels) -> scalar`` (a user's own, :meth:`datarecon.attacks.base.Target.from_module`)."""
+    return LOSSES.get(loss) if isinstance(loss, str) else loss
+
+
+def loss_name(loss: str | LossFn) -> str:
+    """A name to record: the ``LOSSES`` key, or ``callable:module.qualname`` for a user's callable."""
+    if isinstance(loss, str):
+        return loss
+    return f"callable:{getattr(loss, '__module__', '?')}.{getattr(loss, '__qualname__', type(loss).__name__)}"
+
+
 def energy(outputs: torch.Tensor, y: torch.Tensor, params: Mapping[str, torch.Tensor], *,
-           loss: str, weight_decay: float) -> torch.Tensor:
-    """Training energy E = mean loss + (wd/2)‖θ‖² (Runkel eq. 2, lower level)."""
-    value = LOSSES.get(loss)(outputs, y)
+           loss: str | LossFn, weight_decay: float) -> torch.Tensor:
+    """Training energy E = mean loss + (wd/2)‖θ‖² (Runkel eq. 2, lower level); ``loss`` see :func:`resolve_loss`."""
+    value = resolve_loss(loss)(outputs, y)
     if weight_decay:
         value = value + weight_penalty(params, weight_decay)
     return value

@@ -50,10 +50,11 @@ class ArchConfig(BaseModel):
     """The architecture fields a user chooses; input shape and output count come from the data.
 
     Attributes:
-        name: ``ARCHITECTURES`` key (``affine``, ``one-hidden``, ``mlp``).
-        hidden: hidden widths (None: the architecture's default).
+        name: ``ARCHITECTURES`` key (``affine``, ``one-hidden``, ``mlp``, ``cnn``).
+        hidden: hidden widths, for ``cnn`` the channels of each convolution (None: the architecture's default).
         bias: linear layers with biases (False gives a homogeneous network for the KKT attack).
         init_scale: std of the first layer's N(0,1) weights (Haim: 1e-4); None: PyTorch default.
+        kernel: convolution kernel side (``cnn`` only; None: 3).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -62,6 +63,7 @@ class ArchConfig(BaseModel):
     hidden: tuple[int, ...] | None = None
     bias: bool = True
     init_scale: float | None = Field(default=None, gt=0)
+    kernel: int | None = Field(default=None, ge=1)
 
 
     @field_validator("hidden")
@@ -74,7 +76,7 @@ class ArchConfig(BaseModel):
     def spec(self, *, input_shape: tuple[int, ...], num_outputs: int) -> ArchSpec:
         """The full :class:`ArchSpec` for data of ``input_shape`` and ``num_outputs`` outputs."""
         return ArchSpec(name=self.name, input_shape=tuple(input_shape), num_outputs=num_outputs,
-                        hidden=self.hidden, bias=self.bias, init_scale=self.init_scale)
+                        hidden=self.hidden, bias=self.bias, init_scale=self.init_scale, kernel=self.kernel)
 
 
 class StopConfig(BaseModel):
@@ -207,6 +209,8 @@ class TrainConfig(BaseModel):
     def hash(self) -> str:
         """Hash of the fields that determine the result (``device`` and ``checkpoint_every`` excluded)."""
         data = self.model_dump(mode="json", exclude={"device", "checkpoint_every", "kkt_score"})
+        if self.arch.kernel is None:
+            data["arch"].pop("kernel")  # unset: hashes stay those of configs written before the field existed
         if not self.margin_ascent.steps:
             data.pop("margin_ascent")  # off: hashes stay those of configs written before the field existed
         return config_hash(data)
@@ -369,12 +373,15 @@ def model_card(bundle: ModelBundle) -> str:
     settings and metrics, the versions and the config hash.
     """
     meta, arch = bundle.meta, bundle.arch
-    widths = [arch.input_dim, *arch.resolved_hidden(), arch.num_outputs]
+    if ARCHITECTURES.get(arch.name).convolutional:
+        shape = f"channels {'-'.join(map(str, arch.resolved_hidden()))}, kernel {arch.resolved_kernel()}, outputs {arch.num_outputs}"
+    else:
+        shape = "-".join(map(str, [arch.input_dim, *arch.resolved_hidden(), arch.num_outputs]))
     data, tr, m = bundle.data, meta.get("training", {}) or {}, meta.get("metrics", {}) or {}
     dtype = str(next(iter(bundle.params.values())).dtype).replace("torch.", "") if bundle.params else "?"
     lines = [
         f"model       {bundle.path if bundle.path is not None else '(in memory)'}",
-        f"arch        {arch.name} {'-'.join(map(str, widths))}, bias {_fmt(arch.bias)}, "
+        f"arch        {arch.name} {shape}, bias {_fmt(arch.bias)}, "
         f"init_scale {arch.init_scale if arch.init_scale is not None else 'default'}, "
         f"input {'x'.join(map(str, arch.input_shape))}",
         f"parameters  {count_parameters(arch):,} ({dtype}); homogeneous {_fmt(is_homogeneous(arch))}",

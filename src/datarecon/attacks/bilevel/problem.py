@@ -35,7 +35,7 @@ from torch.func import functional_call
 
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
-from datarecon.training.losses import LOSSES
+from datarecon.training.losses import resolve_loss
 from datarecon.training.losses import energy as training_energy
 
 EnergyFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -128,7 +128,7 @@ class Energy:
 
     def data_loss(self, outputs: torch.Tensor) -> torch.Tensor:
         """(1/m) Σ_i L(outputs_i, y_i) (scalar), the weight-decay term excluded."""
-        return LOSSES.get(self.loss)(outputs, self.labels)
+        return resolve_loss(self.loss)(outputs, self.labels)
 
     def __call__(self, x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
         params = self.layout.unflatten(theta)

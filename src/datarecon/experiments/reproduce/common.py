@@ -263,7 +263,7 @@ def evaluate_display(display: torch.Tensor, *, labels, scores, multipliers, bund
         display, labels, scores, references=refs, metric=settings.metric, window=settings.window,
         multipliers=multipliers, margins=train_margins, baselines=not light,
         real_floor=None if light else "noise", n_floor_noise=settings.n_floor_noise,
-        generator=torch.Generator().manual_seed(seed), progress=False)
+        seed=seed, progress=False)
 
 
 def save_grid(path: Path, ev, display: torch.Tensor, task, *, order: torch.Tensor, metric: str) -> None:

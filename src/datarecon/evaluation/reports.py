@@ -1,0 +1,371 @@
+"""The pieces of an evaluation as pure reports, each with its settings and named seeds.
+
+:func:`datarecon.evaluation.evaluate` (tensors in) and :func:`datarecon.evaluation.evaluate_run`
+(a run directory in) assemble these; nothing here reads or writes files.
+
+* :func:`neighbour_report`: nearest image of each reference set per candidate (primary metric
+  and L2), the sorted-similarity summaries, the rank of each candidate's best training match.
+* :func:`protocol_report`: the Haim et al. (2022) protocol against the training set, three
+  duplicate policies (greedy, Hungarian, independent).
+* :func:`baseline_report`: held-out and uniform-noise images as null candidates, and the
+  run's headline (counts beside those nulls).
+* :func:`privacy_section`: real/fake labels (nearest train vs nearest held-out, above a noise
+  floor) and ROC AUC / TPR at low FPR of each attacker-side score.
+* :func:`collapse_report`: near-duplicate candidates.
+
+Randomness is explicit and named in :class:`EvaluationConfig`: ``noise_seed`` (the noise
+reference set of :func:`~datarecon.evaluation.evaluate`), ``baseline_seed`` (noise candidates of
+the Haim-SSIM null; ``baseline_seed + 1`` for the nearest-similarity null), ``floor_seed`` (the
+noise images that set the real/fake floor) and ``bootstrap_seed`` (the AUC confidence interval).
+
+References:
+    Haim et al. (2022) section 5; Runkel et al. (2024) sections 4-5.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import Tensor
+
+from datarecon.errors import DataReconError
+from datarecon.evaluation.baselines import (
+    NULL_RATE,
+    Baselines,
+    best_similarity_to,
+    haim_ssim_against,
+    noise_images,
+    null_baselines,
+    null_calibrated,
+    summarise,
+)
+from datarecon.evaluation.neighbours import EXACT_UP_TO, METRICS, Neighbours, is_exact, nearest_neighbours
+from datarecon.evaluation.privacy import (
+    LOW_FPRS,
+    MIN_CLASS_SIZE,
+    PrivacyScore,
+    bootstrap_auc_ci,
+    privacy_report,
+    real_labels,
+)
+from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimResult, collapse, counts_at, haim_protocol
+from datarecon.training.engine import track
+
+#: The fixed "good reconstruction" SSIM threshold of the papers (Haim et al. 2022; Buzaglo et al. 2023).
+PAPER_THRESHOLD = 0.4
+#: duplicate policies of the Haim protocol that every evaluation reports
+HAIM_ASSIGNMENTS = ("greedy", "hungarian", "independent")
+
+REAL_RULE = (
+    "a candidate is real iff its nearest training image (by {metric}) is closer than every "
+    "held-out image (best-train similarity > best-held-out similarity; ties are fake) and "
+    "its best-train similarity beats the floor (if any)"
+)
+
+
+class EvaluationConfig(BaseModel):
+    """Settings of an evaluation (one-to-one with a YAML/TOML mapping).
+
+    Attributes:
+        metric: primary metric (``METRICS`` key) of the neighbours and the real/fake rule.
+        prefilter, top_k, exact_up_to, window: nearest-neighbour search (see
+            :func:`~datarecon.evaluation.neighbours.nearest_neighbours`): exhaustive up to
+            ``exact_up_to`` candidate-reference pairs, else the best of a ``top_k`` shortlist.
+        thresholds: SSIM thresholds of the Haim counts.
+        assignment: duplicate policy of the main Haim result (all three are reported).
+        collapse_metric: ``l2`` (cheap) or ``ssim`` (M² SSIMs).
+        real_floor: floor of the real/fake rule: ``noise`` (the best similarity to the training set
+            reached by any of ``n_floor_noise`` uniform-noise images), a number, or None.
+        n_floor_noise: noise images of the ``noise`` floor.
+        min_class_size: fewest real and fake candidates for a measurable ROC.
+        baselines: compute the held-out and noise null baselines.
+        noise_seed: seed of the uniform-noise reference set built by ``evaluate(noise=N)``.
+        baseline_seed: seed of the noise candidates of the Haim-SSIM null (+1: nearest-similarity null).
+        floor_seed: seed of the noise images of the real/fake floor.
+        bootstrap_seed: seed of the AUC bootstrap.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    metric: str = "ssim"
+    prefilter: str | None = "lncc"
+    top_k: int = Field(default=32, ge=1)
+    exact_up_to: int = Field(default=EXACT_UP_TO, ge=0)
+    window: str = "gaussian"
+    thresholds: tuple[float, ...] = tuple(DEFAULT_THRESHOLDS)
+    assignment: str = "greedy"
+    collapse_metric: Literal["l2", "ssim"] = "l2"
+    real_floor: float | Literal["noise"] | None = "noise"
+    n_floor_noise: int = Field(default=1000, ge=0)
+    min_class_size: int = Field(default=MIN_CLASS_SIZE, ge=1)
+    baselines: bool = True
+    noise_seed: int = Field(default=0, ge=0)
+    baseline_seed: int = Field(default=0, ge=0)
+    floor_seed: int = Field(default=12345, ge=0)
+    bootstrap_seed: int = Field(default=0, ge=0)
+
+    def search(self) -> dict[str, Any]:
+        """Keyword arguments of the nearest-neighbour search."""
+        return {"prefilter": self.prefilter, "top_k": self.top_k, "window": self.window,
+                "exact_up_to": self.exact_up_to}
+
+
+def finite_or_none(x: float | None) -> float | None:
+    """NaN → None (JSON ``null``: undefined)."""
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def sorted_curve(t: Tensor | None) -> list[float | None] | None:
+    """Values sorted descending, NaN last as None (the sorted-SSIM curves)."""
+    if t is None:
+        return None
+    s = torch.sort(torch.nan_to_num(t.double(), nan=-math.inf), descending=True).values
+    return [None if math.isinf(v) else float(v) for v in s.tolist()]
+
+
+@dataclass(frozen=True)
+class NeighbourReport:
+    """Result of :func:`neighbour_report`.
+
+    Attributes:
+        neighbours: ``{(set, metric): Neighbours}``, the primary metric first, then SSIM / L2.
+        summary: ``{"nearest": {set: {metric: stats}}, "mean_l2_to_nearest": {set: float}}``.
+        columns: per-candidate columns (``<set>_<metric>``, ``<set>_<metric>_index``, ``train_rank``).
+        approximate: notes on searches that were not exhaustive.
+    """
+
+    neighbours: dict[tuple[str, str], Neighbours]
+    summary: dict[str, Any]
+    columns: dict[str, list[Any]]
+    approximate: list[str] = field(default_factory=list)
+
+
+def neighbour_report(cands: Tensor, refs: Mapping[str, Tensor], config: EvaluationConfig, *,
+                     train_key: str = "train", progress: bool = False) -> NeighbourReport:
+    """Nearest image of each reference set per candidate, by the primary metric and by L2.
+
+    Args:
+        cands: ``(M, C, H, W)`` display-space candidates clamped to ``[0, 1]``.
+        refs: ``{name: (R, C, H, W)}`` non-empty reference sets in ``[0, 1]``.
+        config: the search settings.
+        train_key: the training set's name (its ranks become ``train_rank``).
+        progress: show a progress bar.
+    """
+    primary = METRICS.get(config.metric)
+    m = cands.shape[0]
+    metrics = [primary.name] + [x for x in ("ssim", "l2") if x != primary.name]
+    nbrs: dict[tuple[str, str], Neighbours] = {}
+    nearest: dict[str, dict[str, Any]] = {}
+    columns: dict[str, list[Any]] = {}
+    approximate: list[str] = []
+    jobs = [(s, mm) for s in refs for mm in metrics]
+    for s, mm in track(jobs, desc="nearest neighbours", unit="search", mode=progress):
+        nb = nearest_neighbours(cands, refs[s], metric=mm, **config.search())
+        nbrs[(s, mm)] = nb
+        nearest.setdefault(s, {})[mm] = {**summarise(nb.score, config.thresholds if mm == "ssim" else ()),
+                                         "exact": nb.exact}
+        if not nb.exact:
+            approximate.append(f"nearest.{s}.{mm}: best of a top-{nb.top_k} {nb.prefilter} shortlist "
+                               f"({m} x {refs[s].shape[0]} pairs > exact_up_to)")
+        columns[f"{s}_{mm}_index"] = nb.index.tolist()
+        columns[f"{s}_{mm}"] = nb.score.tolist()
+    if (train_key, primary.name) in nbrs:  # rank of each candidate's best training similarity
+        sc = nbrs[(train_key, primary.name)].score.double()
+        order = torch.sort(-sc if primary.higher_is_better else sc, stable=True).indices
+        rank = torch.empty(m, dtype=torch.int64)
+        rank[order] = torch.arange(1, m + 1)
+        columns["train_rank"] = rank.tolist()
+    # landscape quantity (Runkel Fig. 10-12): mean L2 to the nearest image of each set
+    summary = {"nearest": nearest, "mean_l2_to_nearest": {s: nearest[s]["l2"]["mean"] for s in nearest}}
+    return NeighbourReport(neighbours=nbrs, summary=summary, columns=columns, approximate=approximate)
+
+
+def protocol_report(raw: Tensor, train: Tensor, config: EvaluationConfig, *,
+                    margins: Tensor | None = None) -> tuple[HaimResult, dict[str, Any], list[int]]:
+    """The Haim protocol against the training set, under every duplicate policy.
+
+    Args:
+        raw: ``(M, C, H, W)`` display-space candidates (any range; min-max rescaled per image).
+        train: ``(N, C, H, W)`` training images in ``[0, 1]``.
+        config: thresholds, window and the main ``assignment``.
+        margins: ``(N,)`` output margin of each training image (recorded per image), or None.
+
+    Returns:
+        (main result, the ``haim`` summary, per candidate the training image assigned to it or −1).
+
+    Raises:
+        DataReconError: ``margins`` of the wrong length.
+    """
+    kw = {"window": config.window, "thresholds": config.thresholds}
+    variants = {a: haim_protocol(raw, train, assignment=a, **kw) for a in HAIM_ASSIGNMENTS}
+    haim = variants.get(config.assignment) or haim_protocol(raw, train, assignment=config.assignment, **kw)
+    assigned = torch.full((raw.shape[0],), -1, dtype=torch.int64)
+    ok = haim.candidate_index >= 0
+    assigned[haim.candidate_index[ok]] = torch.nonzero(ok).view(-1)
+    per_train: dict[str, Any] = {"candidate_index": haim.candidate_index.tolist(),
+                                 "ssim": [finite_or_none(v) for v in haim.ssim.tolist()],
+                                 "ncc": [finite_or_none(v) for v in haim.ncc.tolist()]}
+    if margins is not None:
+        mg = torch.as_tensor(margins, dtype=torch.float64).reshape(-1)
+        if mg.shape[0] != train.shape[0]:
+            raise DataReconError(f"margins has {mg.shape[0]} values for {train.shape[0]} training images")
+        per_train["margin"] = mg.tolist()
+    summary = {
+        "assignment": haim.assignment,
+        "counts": {str(k): v for k, v in haim.counts.items()},
+        "counts_by_assignment": {a: {str(k): v for k, v in r.counts.items()} for a, r in variants.items()},
+        "mean_ssim": finite_or_none(float(torch.nanmean(haim.ssim))) if haim.ssim.numel() else None,
+        "sorted_ssim": sorted_curve(haim.ssim),
+        "per_train": per_train,
+    }
+    return haim, summary, assigned.tolist()
+
+
+def baseline_report(raw: Tensor, cands: Tensor, train: Tensor, heldout: Tensor | None,
+                    config: EvaluationConfig) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """Held-out images and uniform noise as null candidates, and the headline beside them.
+
+    Args:
+        raw: ``(M, C, H, W)`` display-space candidates (for the Haim-SSIM statistic).
+        cands: the same clamped to ``[0, 1]`` (for the nearest-similarity statistic).
+        train: ``(N, C, H, W)`` training images.
+        heldout: ``(K, C, H, W)`` held-out images, or None.
+        config: search settings, thresholds and ``baseline_seed``.
+
+    Returns:
+        (the ``baselines`` summary, the ``headline``, notes on approximate searches).
+    """
+    primary = METRICS.get(config.metric)
+    m = raw.shape[0]
+    b1 = null_baselines(haim_ssim_against(train, assignment=config.assignment, window=config.window),
+                        raw, heldout=heldout, generator=torch.Generator().manual_seed(config.baseline_seed),
+                        name="haim_ssim")
+    b2 = null_baselines(best_similarity_to(train, metric=primary.name, **config.search()), cands, heldout=heldout,
+                        generator=torch.Generator().manual_seed(config.baseline_seed + 1),
+                        name=f"best_{primary.name}_to_train")
+    approximate = []
+    n_held = 0 if heldout is None else int(heldout.shape[0])
+    for who, n in (("candidates", m), ("heldout", n_held), ("noise", m)):
+        if n and not is_exact(n, train.shape[0], metric=primary.name, prefilter=config.prefilter, top_k=config.top_k,
+                              exact_up_to=config.exact_up_to):
+            approximate.append(f"baselines.best_{primary.name}_to_train ({who}): best of a top-{config.top_k} "
+                               f"{config.prefilter} shortlist")
+    summary = {
+        "haim_ssim": {**b1.summary(config.thresholds),
+                      "curves": {"real": sorted_curve(b1.real), "heldout": sorted_curve(b1.heldout),
+                                 "noise": sorted_curve(b1.noise)}},
+        f"best_{primary.name}_to_train": b2.summary(config.thresholds),
+    }
+    return summary, headline(b1, n_candidates=m, n_heldout=n_held, paper_threshold=PAPER_THRESHOLD), approximate
+
+
+def headline(b: Baselines, *, n_candidates: int, n_heldout: int, paper_threshold: float = PAPER_THRESHOLD,
+             rate: float = NULL_RATE) -> dict[str, Any]:
+    """The run's headline: training images reconstructed, beside the null baselines.
+
+    Two criteria on the Haim-protocol SSIM per training image: the null-calibrated threshold
+    (:func:`~datarecon.evaluation.baselines.null_calibrated`, held-out images as candidates)
+    and the papers' fixed ``paper_threshold``; each with the held-out and noise counts.
+
+    Args:
+        b: The Haim-SSIM baselines (``real``, ``heldout``, ``noise`` per training image).
+        n_candidates: The attack's candidate count ``m``.
+        n_heldout: Held-out images used as null candidates (0: none).
+        paper_threshold: The fixed SSIM threshold of the papers.
+        rate: See :func:`~datarecon.evaluation.baselines.null_calibrated`.
+
+    Returns:
+        JSON-ready dict: ``n_train``, ``paper`` (``threshold``, ``count``, ``heldout``, ``noise``),
+        ``calibrated`` (the same plus ``rate``, ``allowed``; None without held-out images) and
+        ``notes``.
+    """
+    others = {"noise": b.noise} if b.noise is not None else {}
+
+    def fixed(v: Tensor | None) -> int | None:
+        return None if v is None else counts_at(v, (paper_threshold,))[float(paper_threshold)]
+
+    out: dict[str, Any] = {
+        "statistic": "Haim-protocol SSIM per training image", "n_train": int(b.real.numel()),
+        "n_candidates": int(n_candidates), "n_heldout_candidates": int(n_heldout),
+        "paper": {"threshold": float(paper_threshold), "count": fixed(b.real), "heldout": fixed(b.heldout),
+                  "noise": fixed(b.noise)},
+        "calibrated": None, "notes": [],
+    }
+    if b.heldout is None:
+        out["notes"].append("no held-out images: the null-calibrated count is not measurable")
+        return out
+    c = null_calibrated(b.real, b.heldout, others=others, rate=rate)
+    out["calibrated"] = {"threshold": c.threshold, "rate": c.rate, "allowed": c.allowed, "count": c.count,
+                         "heldout": c.null, "noise": c.others.get("noise")}
+    if 0 < n_heldout < n_candidates:
+        out["notes"].append(f"the held-out null has {n_heldout} candidates, the attack {n_candidates}: "
+                            "fewer null candidates lower the threshold and flatter the attack")
+    return out
+
+
+def real_floor(train: Tensor | None, config: EvaluationConfig, *, image_shape: Sequence[int],
+               dtype: torch.dtype) -> tuple[float | None, list[str]]:
+    """The floor of the real/fake rule and notes on an approximate search.
+
+    ``noise``: the best primary-metric similarity to ``train`` reached by any of ``n_floor_noise``
+    uniform-noise images drawn with ``floor_seed``; a number: itself; None: no floor.
+    """
+    if config.real_floor != "noise":
+        return (None if config.real_floor is None else float(config.real_floor)), []
+    if train is None or config.n_floor_noise <= 0:
+        return None, []
+    primary = METRICS.get(config.metric)
+    stat = best_similarity_to(train, metric=primary.name, **config.search())
+    notes = []
+    if not is_exact(config.n_floor_noise, train.shape[0], metric=primary.name, prefilter=config.prefilter,
+                    top_k=config.top_k, exact_up_to=config.exact_up_to):
+        notes.append(f"privacy.floor: best of a top-{config.top_k} {config.prefilter} shortlist")
+    nz = stat(noise_images(config.n_floor_noise, tuple(image_shape), dtype=dtype,
+                           generator=torch.Generator().manual_seed(config.floor_seed)))
+    return float(nz.max() if primary.higher_is_better else nz.min()), notes
+
+
+def privacy_section(train_nb: Neighbours, heldout_nb: Neighbours, scores: Mapping[str, Tensor],
+                    config: EvaluationConfig, *, floor: float | None) -> tuple[Tensor, dict[str, PrivacyScore],
+                                                                              dict[str, Any]]:
+    """Real/fake labels and how well each attacker-side score separates them.
+
+    Args:
+        train_nb, heldout_nb: the candidates' nearest training and held-out images (primary metric).
+        scores: ``{name: (M,)}`` attacker-side scores, higher = more likely real.
+        config: metric, ``min_class_size``, ``real_floor`` / ``n_floor_noise`` (recorded),
+            ``bootstrap_seed``.
+        floor: the floor from :func:`real_floor`.
+
+    Returns:
+        (``(M,)`` bool real labels, ``{score: PrivacyScore}``, the ``privacy`` summary).
+    """
+    primary = METRICS.get(config.metric)
+    real = real_labels(train_nb.score, heldout_nb.score, higher_is_better=primary.higher_is_better, floor=floor)
+    priv = privacy_report(real, scores, min_class_size=config.min_class_size) if scores else {}
+    source = (f"best of {config.n_floor_noise} uniform-noise images" if config.real_floor == "noise"
+              else "given" if config.real_floor is not None else "none")
+    summary = {
+        "rule": REAL_RULE.format(metric=primary.name), "floor": floor, "floor_source": source,
+        "n_real": int(real.sum()), "n_fake": int((~real).sum()), "fprs": list(LOW_FPRS),
+        # the bootstrap CI only where the AUC itself is measurable (both classes >= min_class_size)
+        "scores": {k: {**v.summary(), "auc_ci_95": (bootstrap_auc_ci(real, scores[k], generator=config.bootstrap_seed)
+                                                    if v.measurable else None)}
+                   for k, v in priv.items()},
+        "min_class_size": config.min_class_size,
+        "roc": {k: {"fpr": v.fpr.tolist(), "tpr": v.tpr.tolist()} for k, v in priv.items() if v.measurable},
+    }
+    return real, priv, summary
+
+
+def collapse_report(cands: Tensor, config: EvaluationConfig) -> dict[str, Any]:
+    """Near-duplicate candidates (:func:`~datarecon.evaluation.protocol.collapse`) as a JSON-ready dict."""
+    c = collapse(cands, metric=config.collapse_metric, window=config.window)
+    return {"metric": c.metric, "threshold": c.threshold, "fraction_pairs": finite_or_none(c.fraction_pairs),
+            "fraction_candidates": finite_or_none(c.fraction_candidates), "n_pairs": c.n_pairs,
+            "n_close": c.n_close}
