@@ -402,7 +402,7 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
         x=state["x"].detach().clone(), labels=prior.labels.clone(), multipliers=multipliers.detach().clone(),
         history=list(history.rows), scores={k: v.detach().clone() for k, v in scores.items()},
         summary={**summary, "final": final, "selection": selection, "extra": extra, "message": message,
-                 "stop_reason": loop.stop_reason},
+                 "stop_reason": loop.stop_reason, "wall_time_s": loop.wall_time_s},
         status=status, steps_done=steps_done,
     )
     if out_path is not None:

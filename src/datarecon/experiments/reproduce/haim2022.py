@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from datarecon.attacks.kkt import KKTAttack, KKTConfig
+from datarecon.attacks.kkt import KKTConfig
 from datarecon.experiments.reproduce.common import (
     RUN_SUBDIR,
     EvalSettings,
@@ -134,7 +134,7 @@ def plan(cfg: HaimConfig) -> list[Piece]:
         for j, r in enumerate(ds.runs):
             acfg = cfg.attack.model_copy(update={"lr_x": r.lr_x, "lambda_min": r.lambda_min, "alpha": r.alpha})
             key = f"runs/{name}/run{j}"
-            pieces.append(attack_piece(key, model_key=mkey, attack_factory=KKTAttack, attack_config=acfg,
+            pieces.append(attack_piece(key, model_key=mkey, method="kkt", attack_config=acfg,
                                        init={"name": "gaussian", "scale": r.init_scale},
                                        candidates_factor=cfg.candidates_factor, seed=r.seed,
                                        estimate=cost.estimate_kkt(t.arch, m=cfg.candidates_factor * n,
