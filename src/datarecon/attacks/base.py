@@ -9,7 +9,7 @@ range). It never receives training images; those enter only through an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -160,7 +160,8 @@ class Reconstruction:
         history: list of per-logged-step metric dicts.
         scores: per-candidate attacker-side scores, name -> (m,) (higher = more trusted).
         summary: final loss terms and selection criteria (scalars).
-        status: "complete" | "diverged" | "stopped-early" | "running".
+        status: a :class:`~datarecon.status.Status` value ("complete", "diverged", "stopped-early",
+            "running").
         steps_done: optimisation steps completed.
     """
 
@@ -181,7 +182,6 @@ class Attack(Protocol):
             generator: torch.Generator) -> Reconstruction: ...
 
 
-AttackFactory = Callable[..., Attack]
 ATTACKS: Registry[Any] = Registry("attack method")
 
 

@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
+from datarecon.utils.dtypes import torch_dtype
 from datarecon.registry import registered
 from datarecon.attacks import kkt_math
 from datarecon.attacks.base import ATTACKS, AttackerPrior, Reconstruction, Target
@@ -40,7 +41,6 @@ from datarecon.attacks.surrogate import SURROGATES, make_surrogate
 from datarecon.errors import DataReconError
 from datarecon.training.losses import LOSSES
 
-DTYPE_NAMES = {"float32": torch.float32, "float64": torch.float64}
 LAMBDA_INITS = ("uniform", "uniform-signed", "ones")
 
 
@@ -194,7 +194,7 @@ class _XAttack:
 
     @property
     def dtype(self) -> torch.dtype:
-        return DTYPE_NAMES[self.config.dtype]
+        return torch_dtype(self.config.dtype)
 
     def prepared(self, target: Target) -> _Prepared:
         key = id(target)

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from datarecon.status import EVALUABLE as STATUS_EVALUABLE
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.evaluation.baselines import (
     NULL_RATE,
@@ -79,7 +80,7 @@ __all__ = [
 ]
 
 #: run statuses evaluated without ``allow_incomplete``: finished, by its step budget or its own early stop
-EVALUABLE = ("complete", "stopped-early")
+EVALUABLE = STATUS_EVALUABLE  # complete, stopped-early (datarecon.status)
 METRICS_FILE = "metrics.json"
 #: The fixed "good reconstruction" SSIM threshold of the papers (Haim et al. 2022; Buzaglo et al. 2023).
 PAPER_THRESHOLD = 0.4
