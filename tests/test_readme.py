@@ -56,6 +56,7 @@ def test_readme_cli_examples_run(tmp_path: Path, monkeypatch, data_dir: Path, ca
         assert code == 0, (argv, err[-2000:])
     assert (tmp_path / "runs" / "report.html").is_file()
     assert (tmp_path / "runs" / "kkt" / "metrics.json").is_file()
+    assert (tmp_path / "runs" / "experiment" / "report.html").is_file()  # datarecon run experiment-digits.yaml
     # the bilevel example recovers the paper's qualitative results with the default step (no --lr-x)
     from datarecon.utils.io import read_json
 
@@ -66,3 +67,10 @@ def test_readme_cli_examples_run(tmp_path: Path, monkeypatch, data_dir: Path, ca
     near = part["mean_l2_to_nearest"]
     assert near["partition"] < 0.5 * near["train"]  # reconstructions stay at the partition images
     assert gt["mean_l2_to_nearest"]["train"] < 1e-4  # a ground-truth start stays put
+
+
+def test_readme_experiment_file_is_the_shipped_example() -> None:
+    from datarecon.experiments.examples import read_example
+
+    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    assert read_example("experiment-digits.yaml").decode() in blocks

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -44,12 +44,48 @@ def read_config_mapping(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def validation_message(exc: ValidationError, *, where: str) -> str:
-    """One line naming each bad field of a pydantic validation error."""
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic model classes an annotation admits (through Annotated, Optional, unions, tuples)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def model_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The config class reached by following the error location ``loc`` from ``model`` (None if unknown).
+
+    A step into a union discriminated by a tag (``attack.kkt.lr_x``) picks the member whose
+    field default equals the tag.
+    """
+    current = model
+    steps = list(loc)
+    while steps and current is not None:
+        part = steps.pop(0)
+        field = current.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return None
+        members = _models_in(field.annotation)
+        if len(members) > 1 and steps:
+            tag = steps.pop(0)
+            members = [m for m in members if any(f.default == tag for f in m.model_fields.values())]
+        current = members[0] if len(members) == 1 else None
+    return current
+
+
+def validation_message(exc: ValidationError, *, where: str, model: type[BaseModel] | None = None) -> str:
+    """One line naming each bad field of a pydantic validation error.
+
+    With ``model`` (the validated class), an unknown key also names the keys allowed there.
+    """
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-        parts.append(f"{loc}: {err['msg']}")
+        text = f"{loc}: {err['msg']}"
+        if err["type"] == "extra_forbidden":
+            parent = model_at(model, tuple(err["loc"][:-1]))
+            if parent is not None:
+                text += f" (allowed keys: {', '.join(parent.model_fields)})"
+        parts.append(text)
     return f"invalid {where}: " + "; ".join(parts)
 
 
@@ -58,7 +94,7 @@ def build_config(model: type[M], fields: dict[str, Any], *, where: str = "config
     try:
         return model.model_validate(fields)
     except ValidationError as exc:
-        raise DataReconError(validation_message(exc, where=where)) from None
+        raise DataReconError(validation_message(exc, where=where, model=model)) from None
 
 
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

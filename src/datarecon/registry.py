@@ -8,7 +8,7 @@ names taken from the registry itself (never from a hand-kept list).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 from datarecon.errors import DataReconError
@@ -69,11 +69,6 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
-
-
-def choices(registry: Registry) -> Callable[[], list[str]]:
-    """A zero-argument callable listing the registry's names (for CLI help)."""
-    return registry.names
 
 
 def registered(registry: Registry) -> object:

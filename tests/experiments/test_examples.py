@@ -29,6 +29,10 @@ def test_sweep_examples_parse_as_sweep_configs(tmp_path: Path) -> None:
         path = copy_example(name, out=tmp_path)
         if name.startswith("sweep-"):
             load_config_file(path, SweepConfig)
+        elif name.startswith("experiment-"):
+            from datarecon.experiments.experiment import load_experiment
+
+            load_experiment(path)
         else:
             assert isinstance(read_config_mapping(path), dict)
 
@@ -41,7 +45,7 @@ def test_copy_refuses_to_overwrite_and_unknown_names_list_the_valid_ones(tmp_pat
     assert target.read_text() == "keep me"
     assert main(["examples", "nope.yaml", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: unknown example 'nope.yaml'; shipped examples: haim2022-medium-cifar.yaml, runkel2024-paper-dryrun.yaml")
+    assert err.startswith("error: unknown example 'nope.yaml'; shipped examples: experiment-digits.yaml, haim2022-medium-cifar.yaml, runkel2024-paper-dryrun.yaml")
     assert main(["examples", "sweep-tiny.yaml", "--out", str(target), "--overwrite"]) == 0
     assert target.read_bytes() == read_example("sweep-tiny.yaml")
 

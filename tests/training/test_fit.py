@@ -34,7 +34,7 @@ def test_digits_odd_even_reaches_zero_training_error() -> None:
     model = build_model(ArchSpec(name="mlp", input_shape=data.input_shape, hidden=(32,), bias=False),
                         generator=torch.Generator().manual_seed(0))
     res = fit(model, x, data.train.y, loss="logistic", lr=0.5, epochs=2000, stop=StopRule(zero_error=True))
-    assert res.status == "stopped" and res.stop_reason == "zero training error"
+    assert res.status == "stopped-early" and res.stop_reason == "zero training error"
     assert res.metrics["train_acc"] == 1.0
     assert float(res.margins.min()) > 0 and res.margins.shape == (50,)
     assert res.metrics["normalised_margin"] == pytest.approx(
@@ -61,18 +61,18 @@ def test_history_and_metrics_describe_theta_before_each_step() -> None:
     assert [r["step"] for r in res.history] == [3, 6, 9, 10]
     row = res.history[-1]
     assert row["energy"] == pytest.approx(row["loss"] + 0.05 * row["weight_norm"] ** 2, rel=1e-10)
-    assert res.epochs_done == 10 and res.status == "completed"
+    assert res.epochs_done == 10 and res.status == "complete"
     assert res.metrics["energy"] < res.history[0]["energy"]
 
 
 def test_loss_threshold_and_margin_stabilisation_stop() -> None:
     x, y = _toy()
     res = fit(_model(), x, y, loss="logistic", lr=0.5, epochs=5000, stop=StopRule(loss_threshold=0.05))
-    assert res.status == "stopped" and "threshold" in res.stop_reason
+    assert res.status == "stopped-early" and "threshold" in res.stop_reason
     assert res.history[-1]["loss"] <= 0.05 and res.epochs_done < 5000
     res = fit(_model(), x, y, loss="logistic", lr=0.02, epochs=5000, schedule="loss-normalised",
               stop=StopRule(margin_patience=200, margin_rtol=1e-3))
-    assert res.status == "stopped" and "stabilised" in res.stop_reason and res.metrics["train_acc"] == 1.0
+    assert res.status == "stopped-early" and "stabilised" in res.stop_reason and res.metrics["train_acc"] == 1.0
 
 
 def test_loss_normalised_schedule_grows_normalised_margin_faster() -> None:
@@ -100,7 +100,7 @@ def test_lbfgs_solves_convex_affine_problem_with_weight_decay() -> None:
     energy = torch.nn.functional.softplus(-y * model(x)[:, 0]).mean() + 0.005 * sum((p * p).sum() for p in params)
     grads = torch.autograd.grad(energy, params)
     assert math.sqrt(sum(float((g * g).sum()) for g in grads)) < 1e-8
-    assert res.status == "completed"
+    assert res.status == "complete"
 
 
 def test_divergence_keeps_last_finite_state() -> None:
@@ -199,7 +199,7 @@ def test_resume_of_finished_run_does_not_train_further(tmp_path: Path) -> None:
                 checkpoint_dir=tmp_path, tag="t")
     again = fit(_model(seed=3), x, y, loss="logistic", lr=0.5, epochs=500, stop=StopRule(zero_error=True),
                 checkpoint_dir=tmp_path, tag="t", resume=True)
-    assert again.epochs_done == first.epochs_done and again.status == "stopped"
+    assert again.epochs_done == first.epochs_done and again.status == "stopped-early"
     for a, b in zip(first.model.parameters(), again.model.parameters()):
         assert torch.equal(a, b)
 
@@ -211,3 +211,19 @@ def test_tampered_training_checkpoint_is_refused(tmp_path: Path) -> None:
     tensors.write_bytes(tensors.read_bytes()[:-4] + b"\0\0\0\0")
     with pytest.raises(CheckpointError, match="does not match state.json"):
         fit(_model(), x, y, loss="logistic", epochs=5, checkpoint_dir=tmp_path, tag="t", resume=True)
+
+
+def test_a_checkpoint_with_the_old_status_words_still_resumes(tmp_path: Path) -> None:
+    """Checkpoints written before the shared Status vocabulary said ``stopped`` (now ``stopped-early``)."""
+    import json
+
+    x, y = _toy()
+    first = fit(_model(), x, y, loss="logistic", lr=0.5, epochs=500, stop=StopRule(zero_error=True),
+                checkpoint_dir=tmp_path, tag="t")
+    state = tmp_path / "state.json"
+    info = json.loads(state.read_text())
+    assert info["status"] == "stopped-early"
+    state.write_text(json.dumps({**info, "status": "stopped"}))
+    again = fit(_model(seed=3), x, y, loss="logistic", lr=0.5, epochs=500, stop=StopRule(zero_error=True),
+                checkpoint_dir=tmp_path, tag="t", resume=True)
+    assert again.status == "stopped-early" and again.epochs_done == first.epochs_done

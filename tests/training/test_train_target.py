@@ -38,7 +38,7 @@ def test_train_writes_complete_model_directory(tmp_path: Path) -> None:
     assert b.data["dataset"] == "digits" and b.data["n_per_class"] == 20
     assert b.indices["train"].shape == (40,) and b.indices["heldout"].shape == (60,)
     m = b.meta["metrics"]
-    assert m["train_accuracy"] == 1.0 and m["epochs_done"] == 120 and m["status"] == "completed"
+    assert m["train_accuracy"] == 1.0 and m["epochs_done"] == 120 and m["status"] == "complete"
     assert 0.0 <= m["heldout_accuracy"] <= 1.0 and m["n_heldout"] == 60
     assert 0.0 <= m["kkt_regime_score"] <= 1.0 and m["homogeneity_degree"] == 2
     assert m["normalised_margin"] == pytest.approx(m["min_margin"] / m["weight_norm"] ** 2, rel=1e-6)

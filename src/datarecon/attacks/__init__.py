@@ -6,29 +6,24 @@
 * :mod:`.kkt_math`, :mod:`.surrogate`, :mod:`.optim`, :mod:`.selection`: pure pieces.
 * :mod:`.kkt`: ``kkt``, ``decoreco``, ``gradnorm``; :mod:`.bilevel`: ``bilevel``.
 
-Importing this package registers every attack in ATTACKS.
+Importing this package registers every attack in ATTACKS, here and only here: the registry
+feeds the CLI's ``--method`` errors, the run file's attack union
+(:mod:`datarecon.experiments.reconstruct`) and sweep workers (which import this package).
 """
 
 from __future__ import annotations
 
-import importlib
-
-from datarecon.attacks import kkt as _kkt  # noqa: F401  (registers kkt, decoreco, gradnorm)
 from datarecon.attacks.base import ATTACKS, AttackerPrior, IterativeAttack, Reconstruction, Target
+from datarecon.attacks.bilevel import BilevelAttack
 from datarecon.attacks.init import INITS, InitSources, init_labels, make_init
+from datarecon.attacks.kkt import DecoRecoAttack, GradNormAttack, KKTAttack
 from datarecon.attacks.runner import run_attack
 
-
-def _load_optional(module: str) -> None:
-    """Import an attack package that may still be missing (registers itself in ATTACKS)."""
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not module.startswith(exc.name):
-            raise
-
-
-_load_optional("datarecon.attacks.bilevel")
+# the one place attacks are registered (a new attack adds its line here)
+ATTACKS.register("kkt", KKTAttack)
+ATTACKS.register("decoreco", DecoRecoAttack)
+ATTACKS.register("gradnorm", GradNormAttack)
+ATTACKS.register("bilevel", BilevelAttack)
 
 __all__ = ["ATTACKS", "INITS", "AttackerPrior", "InitSources", "IterativeAttack", "Reconstruction", "Target",
            "init_labels", "make_init", "run_attack"]

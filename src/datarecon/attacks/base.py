@@ -254,7 +254,8 @@ class Reconstruction:
         history: list of per-logged-step metric dicts.
         scores: per-candidate attacker-side scores, name -> (m,) (higher = more trusted).
         summary: final loss terms and selection criteria (scalars).
-        status: "complete" | "diverged" | "stopped-early" | "running".
+        status: a :class:`~datarecon.status.Status` value ("complete", "diverged", "stopped-early",
+            "running").
         steps_done: optimisation steps completed.
     """
 
@@ -275,7 +276,6 @@ class Attack(Protocol):
             generator: torch.Generator) -> Reconstruction: ...
 
 
-AttackFactory = Callable[..., Attack]
 ATTACKS: Registry[Any] = Registry("attack method")
 
 

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from datarecon.status import EVALUABLE
+
 __all__ = ["RESIDUAL_TOL", "PLATEAU_TOL", "PLATEAU_WINDOW", "MIN_ROWS", "Convergence", "assess_convergence"]
 
 #: Largest final relative stationarity residual called converged (KKT family).
@@ -89,7 +91,7 @@ def assess_convergence(history: Sequence[Mapping[str, Any]], *, status: str = "c
     final = finite[-1] if finite else None
     if status == "diverged" or (values and not math.isfinite(values[-1])):
         return Convergence(False, key, final, f"diverged ({key} not finite)", steps, values)
-    if status not in ("complete", "stopped-early"):
+    if status not in EVALUABLE:
         return Convergence(False, key, final, f"run not finished (status {status})", steps, values)
     if key == "rel_residual" and final is not None:  # an absolute rule: one row is enough
         ok = final <= residual_tol

@@ -2,7 +2,8 @@
 
 Thin stateful wrappers around the pure math of :mod:`datarecon.attacks.kkt_math`; each
 implements the :class:`~datarecon.attacks.base.IterativeAttack` protocol and is registered in
-:data:`~datarecon.attacks.base.ATTACKS` as a class with ``config_cls`` and ``from_config``:
+:data:`~datarecon.attacks.base.ATTACKS` (in ``datarecon/attacks/__init__.py``) as a class with
+``config_cls`` and ``from_config``:
 
 * ``kkt``: minimise R(x, λ) + w_box·box(x) + w_λ·hinge(λ) (see kkt_math), reference settings:
   SGD momentum 0.9, λ₀ ~ U(0,1), lr_λ 1e-4, float64, sigmoid surrogate.
@@ -31,16 +32,16 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
+from datarecon.utils.dtypes import torch_dtype
 from datarecon.registry import registered
 from datarecon.attacks import kkt_math
-from datarecon.attacks.base import ATTACKS, AttackerPrior, Reconstruction, Target
+from datarecon.attacks.base import AttackerPrior, Reconstruction, Target
 from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, init_optimizer_state, optimizer_step
 from datarecon.attacks.selection import SelectionContext, select
 from datarecon.attacks.surrogate import SURROGATES, make_surrogate
 from datarecon.errors import DataReconError
 from datarecon.training.losses import LOSSES, loss_name
 
-DTYPE_NAMES = {"float32": torch.float32, "float64": torch.float64}
 LAMBDA_INITS = ("uniform", "uniform-signed", "ones")
 
 
@@ -194,7 +195,7 @@ class _XAttack:
 
     @property
     def dtype(self) -> torch.dtype:
-        return DTYPE_NAMES[self.config.dtype]
+        return torch_dtype(self.config.dtype)
 
     def prepared(self, target: Target) -> _Prepared:
         key = id(target)
@@ -424,6 +425,3 @@ class GradNormAttack(_XAttack):
         return run_attack(self, target, prior, x0=x0, generator=generator, progress=False)
 
 
-ATTACKS.register("kkt", KKTAttack)
-ATTACKS.register("decoreco", DecoRecoAttack)
-ATTACKS.register("gradnorm", GradNormAttack)

@@ -52,6 +52,7 @@ import torch
 from datarecon.attacks.base import AttackerPrior, Reconstruction, Target
 from datarecon.training.losses import loss_name
 from datarecon.errors import CheckpointError, DataReconError
+from datarecon.status import Status
 from datarecon.training.engine import (
     BaseHook,
     Checkpoint,
@@ -319,9 +320,9 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
         state = tensors
         start, elapsed = int(meta["steps_done"]), float(meta.get("wall_time_s", 0.0))
         es_state = meta.get("early_stop", {}) or {}
-        if meta.get("status") == "diverged":
+        if meta.get("status") == Status.DIVERGED:
             raise DataReconError(f"{out_path} diverged at step {start}; start a new run with lower step sizes")
-        if meta.get("status") == "stopped-early":
+        if meta.get("status") == Status.STOPPED_EARLY:
             steps = start  # its own early stop ended it: nothing left to run
     else:
         state = attack.init_state(target, prior, x0=x0, generator=generator)
@@ -332,7 +333,7 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
     if out_path is not None:
         out_path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out_path / HISTORY, "".join(json.dumps(to_jsonable(r)) + "\n" for r in history_rows))
-        atomic_write_json(out_path / RUN_JSON, {**base_record, "status": "running", "steps_done": start,
+        atomic_write_json(out_path / RUN_JSON, {**base_record, "status": Status.RUNNING, "steps_done": start,
                                                 "wall_time_s": elapsed})
 
     def sink(row: dict[str, float]) -> None:
@@ -346,9 +347,9 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
     es_hook = _EarlyStopState(early_stop, "stopped early: residual plateau") if early_stop is not None else None
     if es_hook is not None:
         es_hook.load_state_dict(es_state)
-        es_hook.tripped = meta.get("status") == "stopped-early"
+        es_hook.tripped = meta.get("status") == Status.STOPPED_EARLY
 
-    def progress_meta(ls: LoopState, status: str) -> dict[str, Any]:
+    def progress_meta(ls: LoopState, status: Status) -> dict[str, Any]:
         return {"method": attack.name, "config_hash": chash, "resume_key": key, "steps_done": ls.step,
                 "total": ls.total, "wall_time_s": ls.wall_time_s, "status": status, "stop_reason": ls.stop_reason,
                 "metrics": dict(ls.metrics), "early_stop": es_hook.state_dict() if es_hook is not None else {}}
@@ -356,8 +357,8 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
     def save(ls: LoopState) -> None:
         if out_path is None:
             return
-        status = ("diverged" if nan_stop.tripped else
-                  "stopped-early" if es_hook is not None and es_hook.tripped else "running")
+        status = (Status.DIVERGED if nan_stop.tripped else
+                  Status.STOPPED_EARLY if es_hook is not None and es_hook.tripped else Status.RUNNING)
         save_checkpoint(out_path, state, progress_meta(ls, status), generator=generator)
 
     def step_fn(i: int) -> dict[str, float]:
@@ -382,15 +383,15 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
 
     message = ""
     if nan_stop.tripped or not _all_finite(state):
-        status = "diverged"
+        status = Status.DIVERGED
         hint = getattr(attack, "divergence_hint", DEFAULT_DIVERGENCE_HINT)
         message = (f"{attack.name} diverged at step {loop.step} ({nan_stop.bad_key or 'state'} not finite); "
                    f"kept the last finite state; {hint}")
         warnings.warn(message, RuntimeWarning, stacklevel=2)
     elif es_hook is not None and es_hook.tripped:
-        status = "stopped-early"
+        status = Status.STOPPED_EARLY
     else:
-        status = "complete"
+        status = Status.COMPLETE
     steps_done = loop.step - (1 if nan_stop.tripped else 0)  # the non-finite step was not applied
 
     scores, summary = attack.finish(target, prior, state)
@@ -405,7 +406,7 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
         x=state["x"].detach().clone(), labels=prior.labels.clone(), multipliers=multipliers.detach().clone(),
         history=list(history.rows), scores={k: v.detach().clone() for k, v in scores.items()},
         summary={**summary, "final": final, "selection": selection, "extra": extra, "message": message,
-                 "stop_reason": loop.stop_reason},
+                 "stop_reason": loop.stop_reason, "wall_time_s": loop.wall_time_s},
         status=status, steps_done=steps_done,
     )
     if out_path is not None:
@@ -415,8 +416,8 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
             "stop_reason": loop.stop_reason, "final": final, "selection": selection, "extra": extra,
             "notes": notes, "message": message,
         })
-        if status == "diverged":
-            save_checkpoint(out_path, state, {**progress_meta(loop, "diverged"), "steps_done": steps_done},
+        if status == Status.DIVERGED:
+            save_checkpoint(out_path, state, {**progress_meta(loop, Status.DIVERGED), "steps_done": steps_done},
                             generator=generator)
     return rec
 
@@ -432,11 +433,6 @@ def read_run(out: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Read (candidates tensors, run.json) of a finished run directory."""
     out = Path(out)
     return load_tensors(out / CANDIDATES), read_json(out / RUN_JSON)
-
-
-def finite_or_nan(value: float) -> float:
-    """``value`` when finite, else NaN (for JSON summaries)."""
-    return value if math.isfinite(value) else float("nan")
 
 
 __all__ = ["CANDIDATES", "DEFAULT_DIVERGENCE_HINT", "HISTORY", "RUN_JSON", "config_dict", "load_checkpoint",

@@ -8,17 +8,6 @@ import torch
 
 from datarecon.errors import DataReconError
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-def parse_dtype(name: str) -> torch.dtype:
-    """``float32``/``float64`` → torch dtype, with a clear error."""
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise DataReconError(f"unknown dtype {name!r}; valid names: {', '.join(DTYPES)}") from None
-
-
 def parse_device(name: str, *, require_available: bool = True) -> torch.device:
     """``cpu``/``cuda``/``cuda:N`` → device; refuses cuda when none is available (unless
     ``require_available`` is False: a dry run estimates for a device it does not use)."""

@@ -26,7 +26,7 @@ app = typer.Typer(
 )
 
 # Modules that contribute commands, in help order.
-_COMMAND_MODULES = ("data", "train", "reconstruct", "evaluate", "report", "sweep", "reproduce", "demo",
+_COMMAND_MODULES = ("data", "train", "reconstruct", "evaluate", "report", "run", "sweep", "reproduce", "demo",
                     "examples")
 
 
@@ -56,6 +56,7 @@ INTERRUPTED = 130
 _RESUME_HINTS = {
     "train": "rerun the same command with --resume to continue from the last checkpoint",
     "reconstruct": "rerun the same command with --resume to continue from the last checkpoint",
+    "run": "rerun the same command to resume the experiment (finished stages are skipped)",
     "sweep": "rerun the same command to resume the sweep (finished runs are skipped, the others continue "
              "from their checkpoints)",
     "reproduce": "rerun the same command with --resume to continue (finished pieces are skipped)",

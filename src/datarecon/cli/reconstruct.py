@@ -1,11 +1,13 @@
 """``datarecon reconstruct``: run a reconstruction attack on a trained model directory.
 
-The method's config is built generically from the ATTACKS registry: each entry provides
-``config_cls`` (a frozen pydantic model) and ``from_config``. Fields come, in increasing priority,
-from the class defaults, ``--config FILE`` (YAML/TOML, one-to-one with the config class), the
-explicit options (``--steps``, ``--lr-x``, ...; refused when the method has no such field) and
-``--set field=value`` (any field, value parsed as YAML). A new method (e.g. ``bilevel``) plugs in by
-registering itself; no change here.
+The command builds one :class:`~datarecon.experiments.reconstruct.ReconstructionRun` and executes
+it. Fields come, in increasing priority, from the run's defaults, ``--config FILE`` (a run file,
+YAML/TOML, one-to-one with ``ReconstructionRun``: docs/RUNS.md), the explicit options (each flag
+overrides one field: ``--method`` → ``attack.method``, ``--steps`` → ``attack.steps``, ``--init`` →
+``init.name``, ``--checkpoint-every`` → ``checkpoint.every``, ...; an attack option is refused when
+the method has no such field) and ``--set field=value`` (value parsed as YAML; a plain ``field`` is
+an attack field, a dotted ``init.scale`` any field of the run). The method's config is built from
+the ATTACKS registry, so a new method plugs in by registering itself; no change here.
 
 The attack only receives the attacker's view (θ*, architecture, loss, weight decay, input shape
 and range, labels). The one place this command loads data is a data-dependent initialisation
@@ -21,6 +23,7 @@ from typing import Any
 import typer
 import yaml
 
+from datarecon.config import merge
 from datarecon.errors import DataReconError
 
 DATA_INITS = ("ground-truth", "partition", "mix")
@@ -41,7 +44,7 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
 
 
 def reconstruct(
-    model: str = typer.Option(..., "--model", help="model directory (from `datarecon train`), or "
+    model: str | None = typer.Option(None, "--model", help="model directory (from `datarecon train`; run.model), or "
                               "package.module:factory returning your nn.Module (with --weights)"),
     weights: Path | None = typer.Option(None, "--weights", help="your model's weights (safetensors state dict; "
                                         "with --model package.module:factory)"),
@@ -51,8 +54,8 @@ def reconstruct(
                                     "output, cross-entropy for several)"),
     weight_decay: float = typer.Option(0.0, "--weight-decay", help="your model: training weight decay"),
     out: Path = typer.Option(..., "--out", help="run directory to write"),
-    method: str = typer.Option("kkt", "--method", help="attack method (kkt, decoreco, gradnorm, bilevel, ...)"),
-    init: str = typer.Option("gaussian", "--init", help="initialisation (uniform, gaussian, ground-truth, partition, mix)"),
+    method: str | None = typer.Option(None, "--method", help="attack method (kkt, decoreco, gradnorm, bilevel, ...; default kkt)"),
+    init: str | None = typer.Option(None, "--init", help="initialisation (uniform, gaussian, ground-truth, partition, mix; default gaussian)"),
     init_scale: float | None = typer.Option(None, "--init-scale", help="gaussian scale s (also mix noise=gaussian)"),
     mix_l1: float | None = typer.Option(None, "--mix-l1", help="mix: weight of ground truth vs partition"),
     mix_l2: float | None = typer.Option(None, "--mix-l2", help="mix: weight of images vs noise"),
@@ -60,10 +63,10 @@ def reconstruct(
     init_count: str | None = typer.Option(None, "--init-count", help="data inits: exact | cycle (m vs #images)"),
     candidates: int | None = typer.Option(None, "--candidates", "-m", help="number of candidates m (default 2n; n for data inits)"),
     steps: int | None = typer.Option(None, "--steps", help="optimisation steps"),
-    config_file: Path | None = typer.Option(None, "--config", help="YAML/TOML file of the method's config"),
-    seed: int = typer.Option(0, "--seed", help="seed of the initialisation and the attack"),
+    config_file: Path | None = typer.Option(None, "--config", help="run file (YAML/TOML, one-to-one with ReconstructionRun; docs/RUNS.md); the options override it"),
+    seed: int | None = typer.Option(None, "--seed", help="seed of the initialisation and the attack (default 0)"),
     dtype: str | None = typer.Option(None, "--dtype", help="float32 | float64 (default: the method's)"),
-    device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
+    device: str | None = typer.Option(None, "--device", help="cpu | cuda (default cpu)"),
     resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing OUT"),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="data folder (data-dependent inits only)"),
@@ -80,78 +83,116 @@ def reconstruct(
                                   "compile ~10 s; measured 1.6-1.9x per step on tiny nets, ~1.05x at full "
                                   "size; docs/PERFORMANCE.md)"),
     set_: list[str] | None = typer.Option(None, "--set", help="field=value override of any config field (repeatable)"),
-    checkpoint_every: int = typer.Option(100, "--checkpoint-every", help="steps between checkpoints (work lost by a crash)"),
-    log_every: int = typer.Option(10, "--log-every", help="steps between rows of history.jsonl"),
-    early_stop_patience: int = typer.Option(0, "--early-stop-patience", help="stop after N steps without relative-residual improvement (0: off)"),
-    early_stop_tol: float = typer.Option(1e-3, "--early-stop-tol", help="relative improvement of the residual that counts for --early-stop-patience"),
+    checkpoint_every: int | None = typer.Option(None, "--checkpoint-every", help="steps between checkpoints (work lost by a crash; default 100)"),
+    log_every: int | None = typer.Option(None, "--log-every", help="steps between rows of history.jsonl (default 10)"),
+    early_stop_patience: int | None = typer.Option(None, "--early-stop-patience", help="stop after N steps without relative-residual improvement (default 0: off)"),
+    early_stop_tol: float | None = typer.Option(None, "--early-stop-tol", help="relative improvement of the residual that counts for --early-stop-patience (default 1e-3)"),
     progress: bool = typer.Option(True, "--progress/--no-progress",
                                   help="show progress (a bar on a terminal, plain lines in a log)"),
 ) -> None:
     """Reconstruct training-data candidates from a trained model's weights."""
-    from datarecon.attacks import INITS
     from datarecon.cli._common import parse_device
+    from datarecon.config import read_config_mapping
+    from datarecon.experiments.reconstruct import DATA_INITS_NOTE, OWN_MODEL, build_run, execute, method_config
     from datarecon.utils.outdir import check_out_dir
-    from datarecon.config import merge, read_config_mapping
-    from datarecon.experiments.reconstruct import DATA_INITS_NOTE, method_config, reconstruct as run
 
-    file_fields = read_config_mapping(config_file) if config_file is not None else {}
+    fields = read_config_mapping(config_file) if config_file is not None else {}
+    where = f"run file {config_file}" if config_file is not None else "run"
+    sets = parse_set(set_)
+    run_sets = {k: v for k, v in sets.items() if "." in k}
+    attack_file = dict(fields.get("attack") or {})
+    method = method or attack_file.pop("method", None) or "kkt"
+    attack_file.pop("method", None)
+    attack_sets = {k: v for k, v in sets.items() if "." not in k}
+    attack_sets.update({k.split(".", 1)[1]: v for k, v in run_sets.items() if k.startswith("attack.")})
     options = {"steps": steps, "lr_x": lr_x, "lr_lambda": lr_lambda, "lambda_min": lambda_min, "alpha": alpha,
                "optimizer": optimizer, "formulation": formulation, "hessian": hessian, "dtype": dtype,
                "compile": True if compile_ else None}
-    config = method_config(method, file_fields, **options)  # defaults < file < explicit options
-    config = method_config(method, merge(config.model_dump(), parse_set(set_)))  # < --set
-    INITS.get(init)
-    init_params: dict[str, Any] = {}
+    config = method_config(method, attack_file, **options)  # defaults < file < explicit options
+    config = method_config(method, merge(config.model_dump(), attack_sets))  # < --set
+    init_file = dict(fields.get("init") or {})
+    init_name = init or init_file.get("name") or "gaussian"
+    if init_name != init_file.get("name", "gaussian"):
+        init_file = {}  # --init names another initialisation: the file's parameters were for the old one
+    init_options: dict[str, Any] = {}
     if init_scale is not None:
-        if init not in ("gaussian", "mix"):
-            raise DataReconError(f"--init-scale applies to gaussian and mix inits, not {init!r}")
-        init_params["scale"] = init_scale
+        if init_name not in ("gaussian", "mix"):
+            raise DataReconError(f"--init-scale applies to gaussian and mix inits, not {init_name!r}")
+        init_options["scale"] = init_scale
     for key, value, inits in (("l1", mix_l1, ("mix",)), ("l2", mix_l2, ("mix",)), ("noise", mix_noise, ("mix",)),
                               ("count", init_count, DATA_INITS)):
         if value is not None:
-            if init not in inits:
+            if init_name not in inits:
                 raise DataReconError(f"--{'mix-' + key if key != 'count' else 'init-count'} applies to "
-                                     f"{', '.join(inits)} inits, not {init!r}")
-            init_params[key] = value
+                                     f"{', '.join(inits)} inits, not {init_name!r}")
+            init_options[key] = value
     if candidates is not None and candidates < 1:
         raise DataReconError(f"candidate count must be at least 1, got {candidates}; pass --candidates M with M >= 1")
-    if getattr(config, "steps", 1) < 1:
-        raise DataReconError(f"steps must be at least 1, got {config.steps}; pass --steps N with N >= 1")
-    if checkpoint_every < 1 or log_every < 1:
+    if config.steps < 1:  # type: ignore[attr-defined]
+        raise DataReconError(f"steps must be at least 1, got {config.steps}; pass --steps N with N >= 1")  # type: ignore[attr-defined]
+    if (checkpoint_every is not None and checkpoint_every < 1) or (log_every is not None and log_every < 1):
         raise DataReconError("--checkpoint-every and --log-every must be >= 1")
-    dev = parse_device(device)
     own = {"--input-shape": input_shape, "--loss": loss}
+    target: Any = None
     record: dict[str, Any] = {}
-    if weights is not None or (":" in model and not Path(model).is_dir()):
-        target: Any = own_model_target(model, weights=weights, input_shape=input_shape, value_range=value_range,
-                                       loss=loss, weight_decay=weight_decay)
-        if init in DATA_INITS:
-            raise DataReconError(f"--init {init} needs the model's training data; a model given as "
+    if model is not None and (weights is not None or (":" in model and not Path(model).is_dir())):
+        target = own_model_target(model, weights=weights, input_shape=input_shape, value_range=value_range,
+                                  loss=loss, weight_decay=weight_decay)
+        if init_name in DATA_INITS:
+            raise DataReconError(f"--init {init_name} needs the model's training data; a model given as "
                                  "package.module:factory has none: use --init gaussian or uniform")
         record["own_model"] = {"factory": model, "weights": str(Path(weights).resolve()) if weights else None}
+        model = OWN_MODEL
     else:
         given = [k for k, v in own.items() if v is not None] + (["--weight-decay"] if weight_decay else [])
         if given:
             raise DataReconError(f"{', '.join(given)} apply to --model package.module:factory only; "
                                  "a model directory records them itself")
-        if not Path(model).is_dir():
-            raise DataReconError(f"model directory {model} not found; pass a directory from `datarecon train` "
-                                 "or package.module:factory with --weights")
-        target = Path(model)
+    if model is None and "model" not in fields:
+        raise DataReconError("missing --model; pass the model directory (--model DIR) or a run file with model: DIR")
+    overrides = {
+        "model": str(model) if model is not None else None,
+        "attack": {"method": method, **config.model_dump()},
+        "init": {**init_file, "name": init_name, **init_options},
+        "candidates": candidates, "seed": seed, "device": device,
+        "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol},
+        "checkpoint": {"every": checkpoint_every, "log_every": log_every},
+    }
+    data = merge({k: v for k, v in fields.items() if k not in ("attack", "init")}, drop_none(overrides))
+    for key, value in run_sets.items():
+        if not key.startswith("attack."):
+            set_dotted(data, key, value)
+    run = build_run(data, where=where)
+    parse_device(run.device)
     if overwrite and resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)  # before the note below
-    if init in DATA_INITS:
-        typer.echo(DATA_INITS_NOTE.format(init=init), err=True)
-    rec = run(target, out=out, method=method, config=config, init=init, init_params=init_params,
-              candidates=candidates, seed=seed, device=dev, data_dir=data_dir, resume=resume, overwrite=overwrite,
-              progress=progress,
-              checkpoint_every=checkpoint_every, log_every=log_every, early_stop_patience=early_stop_patience,
-              early_stop_tol=early_stop_tol, raise_on_divergence=True, record=record)
+    if init_name in DATA_INITS:
+        typer.echo(DATA_INITS_NOTE.format(init=init_name), err=True)
+    rec = execute(run, out, data_dir=data_dir, resume=resume, overwrite=overwrite, progress=progress,
+                  raise_on_divergence=True, record=record or None, target=target)
     final = rec.summary.get("final", {})
     rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
     shown = f"loss {final.get('loss', float('nan')):.4g}" + (f", relative residual {rel:.4g}" if rel is not None else "")
-    typer.echo(f"{method}: {rec.status} after {rec.steps_done} steps ({shown}); wrote {out}")
+    typer.echo(f"{run.method}: {rec.status} after {rec.steps_done} steps ({shown}); wrote {out}")
+
+
+def drop_none(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without ``None`` values, recursively (an option left out overrides nothing)."""
+    return {k: drop_none(v) if isinstance(v, dict) else v for k, v in data.items() if v is not None}
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """``data[a][b]... = value`` for the dotted ``key`` ``a.b...`` (creating nested mappings)."""
+    head, _, rest = key.partition(".")
+    if not rest:
+        data[head] = value
+        return
+    inner = data.get(head)
+    if not isinstance(inner, dict):
+        inner = {}
+    data[head] = inner
+    set_dotted(inner, rest, value)
 
 
 def _floats(text: str, option: str, *, kind: type = float) -> tuple:

@@ -58,6 +58,7 @@ from datarecon.evaluation.reports import (
     real_floor,
 )
 from datarecon.evaluation.similarity import check_images, effective_window_size
+from datarecon.status import EVALUABLE as STATUS_EVALUABLE
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
 
 __all__ = [
@@ -76,7 +77,7 @@ __all__ = [
 ]
 
 #: run statuses evaluated without ``allow_incomplete``: finished, by its step budget or its own early stop
-EVALUABLE = ("complete", "stopped-early")
+EVALUABLE = STATUS_EVALUABLE  # complete, stopped-early (datarecon.status)
 METRICS_FILE = "metrics.json"
 CANDIDATES_CSV = "candidates.csv"
 NEIGHBOURS_FILE = "neighbours.safetensors"

@@ -1,11 +1,15 @@
-"""Python API for one reconstruction run: model directory in, run directory out.
+"""Python API for one reconstruction run: a typed :class:`ReconstructionRun` in, a run directory out.
 
-:func:`prepare_attack` builds what an attack receives — the attacker's view of
-the target (θ*, architecture, loss, weight decay), the attacker prior (m
-labels in the model's class proportions, the pixel box of the model input
-space) — plus x₀ from a named initialisation. :func:`reconstruct` runs the
-method into a run directory (``docs/dev/CONTRACTS.md``). ``datarecon
-reconstruct``, sweeps and the paper reproductions all go through these two.
+A :class:`ReconstructionRun` describes one run completely (the model directory, the attack's
+config as a union discriminated on ``method``, the initialisation as a union discriminated on
+``name``, the candidate count, seed, device, early stop and checkpointing); a run file (YAML/TOML)
+maps one-to-one to it (docs/RUNS.md). :func:`execute` is the one entry point that runs it:
+``datarecon reconstruct`` (whose flags override a ``--config`` run file), sweeps (a run plus a
+search space), the paper reproductions and experiment files all build a run and call it.
+
+:func:`prepare` builds what an attack receives — the attacker's view of the target (θ*,
+architecture, loss, weight decay), the attacker prior (m labels in the model's class proportions,
+the pixel box of the model input space) — plus x₀ from the run's initialisation.
 
 Data-dependent initialisations (``ground-truth``, ``partition``, ``mix``) are
 the experimenter's explicit choice (Runkel et al. 2024, §4.3/§4.5): only then
@@ -13,8 +17,9 @@ are images loaded, from the model's own data spec, and handed to the
 initialisation — never to the attack. Their labels then come with the images.
 
 Example:
-    >>> from datarecon.experiments.reconstruct import reconstruct
-    >>> rec = reconstruct("model-dir", out="run-dir", method="kkt", steps=500)  # doctest: +SKIP
+    >>> from datarecon.experiments.reconstruct import ReconstructionRun, execute
+    >>> run = ReconstructionRun.model_validate({"model": "model-dir", "attack": {"method": "kkt", "steps": 500}})
+    >>> rec = execute(run, "run-dir")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -22,16 +27,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Union
 
 import torch
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
+import datarecon.attacks  # noqa: F401  (registers every attack: the union below is built from ATTACKS)
 from datarecon.attacks.base import ATTACKS, AttackerPrior, Reconstruction, Target
+from datarecon.attacks.init import INITS, init_params as validate_init_params
 from datarecon.config import build_config, merge
 from datarecon.errors import DataReconError, DivergenceError
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+from datarecon.utils.dtypes import torch_dtype
 DATA_INITS_NOTE = ("initialisation (experimenter's choice): loading {init} images through the model's data spec; "
                    "the attack itself never sees them")
 
@@ -53,6 +59,162 @@ class AttackSetup:
     x0: torch.Tensor
     generator: torch.Generator
     record: dict[str, Any] = field(default_factory=dict)
+
+
+def _tagged(cls: type[BaseModel], *, tag: str, value: str) -> type[BaseModel]:
+    """``cls`` with a ``Literal[value]`` field ``tag`` (the discriminator of a union), same other fields."""
+    model = create_model(f"{cls.__name__}{value.title().replace('-', '')}", __base__=cls,
+                         **{tag: (Literal[value], value)})
+    model.__doc__ = f"{cls.__doc__ or cls.__name__} (``{tag}: {value}``)"
+    return model
+
+
+#: method name → its config class with a ``method`` tag; built from the ATTACKS registry
+ATTACK_SPECS: dict[str, type[BaseModel]] = {
+    name: _tagged(ATTACKS.get(name).config_cls, tag="method", value=name) for name in ATTACKS.names()}
+#: init name → its parameter class with a ``name`` tag; built from the INITS registry
+INIT_SPECS: dict[str, type[BaseModel]] = {
+    name: _tagged(INITS.get(name).params_cls, tag="name", value=name) for name in INITS.names()}
+
+AttackSpec = Annotated[Union[tuple(ATTACK_SPECS.values())], Field(discriminator="method")]  # noqa: UP007
+InitSpec = Annotated[Union[tuple(INIT_SPECS.values())], Field(discriminator="name")]  # noqa: UP007
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class EarlyStopSettings(_Frozen):
+    """Stop on a plateau of the relative stationarity residual (attacker-side; ``patience`` 0: off).
+
+    Attributes:
+        patience: steps without a relative improvement of at least ``rel_tol`` before stopping.
+        rel_tol: relative improvement of the residual that counts as progress, > 0.
+    """
+
+    patience: int = Field(default=0, ge=0)
+    rel_tol: float = Field(default=1e-3, gt=0)
+
+
+class CheckpointSettings(_Frozen):
+    """How often a run saves its state and logs its history (steps; neither changes the result).
+
+    Attributes:
+        every: steps between checkpoints (the work a crash can lose), >= 1.
+        log_every: steps between rows of ``history.jsonl``, >= 1.
+    """
+
+    every: int = Field(default=100, ge=1)
+    log_every: int = Field(default=10, ge=1)
+
+
+class RunSettings(_Frozen):
+    """Everything of a :class:`ReconstructionRun` but the model (the ``attack`` stage of an experiment file).
+
+    Attributes:
+        attack: the method's config with its ``method`` tag (``kkt`` when the tag is left out);
+            ``attack.steps`` and ``attack.dtype`` are the run's steps and precision (each method
+            has its own default dtype: float32 for the KKT family, float64 for bilevel).
+        init: the initialisation with its ``name`` tag (default ``gaussian``, scale 1).
+        candidates: m; None: 2n (n for data-dependent inits), n from the model's data spec.
+        seed: seeds x₀ and the attack's generator, >= 0.
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+        early_stop: :class:`EarlyStopSettings`.
+        checkpoint: :class:`CheckpointSettings`.
+    """
+
+    attack: AttackSpec = Field(default_factory=lambda: ATTACK_SPECS["kkt"]())
+    init: InitSpec = Field(default_factory=lambda: INIT_SPECS["gaussian"]())
+    candidates: int | None = Field(default=None, ge=1)
+    seed: int = Field(default=0, ge=0)
+    device: str = "cpu"
+    early_stop: EarlyStopSettings = Field(default_factory=EarlyStopSettings)
+    checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_tags(cls, data: Any) -> Any:
+        """An ``attack`` mapping without ``method`` is ``kkt``; an ``init`` without ``name`` is ``gaussian``."""
+        if isinstance(data, Mapping):
+            data = dict(data)
+            for key, tag, default in (("attack", "method", "kkt"), ("init", "name", "gaussian")):
+                if isinstance(data.get(key), Mapping) and tag not in data[key]:
+                    data[key] = {tag: default, **data[key]}
+        return data
+
+    @property
+    def method(self) -> str:
+        """The attack's registry name."""
+        return str(self.attack.method)  # type: ignore[attr-defined]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The attack's precision (``attack.dtype``)."""
+        return torch_dtype(getattr(self.attack, "dtype", "float64"))
+
+    @property
+    def steps(self) -> int:
+        """The attack's step count (``attack.steps``)."""
+        return int(getattr(self.attack, "steps"))
+
+    def method_config(self) -> BaseModel:
+        """The attack's own config object (without the ``method`` tag), as the attack class takes it."""
+        fields = self.attack.model_dump()
+        fields.pop("method", None)
+        return build_config(ATTACKS.get(self.method).config_cls, fields, where=f"{self.method} config")
+
+    def init_params(self) -> dict[str, Any]:
+        """The initialisation's parameters (without the ``name`` tag)."""
+        fields = self.init.model_dump()
+        fields.pop("name", None)
+        return fields
+
+
+#: ``ReconstructionRun.model`` of a run on a user's own module (:meth:`Target.from_module`): it has
+#: no model directory; run.json's ``own_model`` says what was attacked.
+OWN_MODEL = "<own module>"
+
+
+class ReconstructionRun(RunSettings):
+    """One reconstruction run, complete: a run file (YAML/TOML) maps one-to-one to it (docs/RUNS.md).
+
+    Attributes:
+        model: the target's model directory (``datarecon train``); a relative path is relative to
+            the current directory.
+        attack, init, candidates, seed, device, early_stop, checkpoint: see :class:`RunSettings`.
+    """
+
+    model: str
+
+
+def load_run(path: str | Path, *, overrides: Mapping[str, Any] | None = None) -> ReconstructionRun:
+    """Read a run file into a :class:`ReconstructionRun`, ``overrides`` (a nested mapping) on top.
+
+    Raises:
+        DataReconError: a missing or unparsable file, or invalid fields (one line naming each).
+    """
+    from datarecon.config import read_config_mapping
+
+    return build_run(merge(read_config_mapping(path), dict(overrides or {})), where=f"run file {path}")
+
+
+def build_run(fields: Mapping[str, Any], *, where: str = "run") -> ReconstructionRun:
+    """Validate a mapping into a :class:`ReconstructionRun` with the attack's and init's own messages.
+
+    The attack and the initialisation are checked first through their registries, so an unknown
+    method or init lists the valid names and a bad field reads ``invalid kkt config: lr_x: ...``.
+
+    Raises:
+        DataReconError: unknown names or invalid fields (one line).
+    """
+    data = dict(fields)
+    attack = dict(data.get("attack") or {})
+    method = attack.pop("method", "kkt")
+    data["attack"] = {"method": method, **method_config(method, attack).model_dump()}
+    init = dict(data.get("init") or {})
+    name = init.pop("name", "gaussian")
+    data["init"] = {"name": name, **validate_init_params(name, **init).model_dump()}
+    return build_config(ReconstructionRun, data, where=where)
 
 
 def method_config(method: str, fields: Mapping[str, Any] | BaseModel | None = None, **options: Any) -> BaseModel:
@@ -184,36 +346,52 @@ def _own_model(target: Target, *, candidates: int | None, init: str, data_init: 
     return target.to(device=device, dtype=dtype), mean, lo, hi
 
 
-def reconstruct(model_dir: str | Path | Target, *, out: str | Path, method: str = "kkt",
-                config: Mapping[str, Any] | BaseModel | None = None, steps: int | None = None,
-                init: str = "gaussian", init_params: Mapping[str, Any] | None = None,
-                candidates: int | None = None, seed: int = 0, device: str | torch.device = "cpu",
-                data_dir: str | Path | None = None, resume: bool = False, overwrite: bool = False,
-                progress: bool = True, checkpoint_every: int = 100, log_every: int = 10, early_stop_patience: int = 0,
-                early_stop_tol: float = 1e-3, hooks: Sequence[Any] = (), sources: Any = None,
-                record: Mapping[str, Any] | None = None, raise_on_divergence: bool = False) -> Reconstruction:
-    """Run ``method`` on ``model_dir`` into the run directory ``out``.
+def prepare(run: ReconstructionRun, *, data_dir: str | Path | None = None, sources: Any = None,
+            target: Target | None = None) -> AttackSetup:
+    """Target, prior, x₀ and generator of ``run`` (see :func:`prepare_attack`).
+
+    ``target``: a user's own model (:meth:`Target.from_module`) attacked instead of the model
+    directory ``run.model`` (which then only labels the run).
+
+    Raises:
+        DataReconError: as :func:`prepare_attack`.
+    """
+    from datarecon.cli._common import parse_device
+
+    return prepare_attack(run.model if target is None else target, init=run.init.name, init_params=run.init_params(),  # type: ignore[attr-defined]
+                          candidates=run.candidates, seed=run.seed, dtype=run.dtype,
+                          device=parse_device(run.device), data_dir=data_dir, sources=sources)
+
+
+def execute(run: ReconstructionRun, out: str | Path, *, resume: bool = False, overwrite: bool = False,
+            progress: bool = True, data_dir: str | Path | None = None, sources: Any = None,
+            setup: AttackSetup | None = None, hooks: Sequence[Any] = (), record: Mapping[str, Any] | None = None,
+            raise_on_divergence: bool = False, target: Target | None = None) -> Reconstruction:
+    """Run ``run`` into the run directory ``out`` (docs/dev/CONTRACTS.md); the one way a run executes.
 
     Args:
-        model_dir: the target's model directory, or a :class:`Target` (see :func:`prepare_attack`).
+        run: the complete description of the run.
         out: run directory (created; resumed with ``resume=True``). An existing non-empty ``out`` is
             refused unless ``resume`` or ``overwrite``; ``overwrite`` replaces only a run directory
             (:mod:`datarecon.utils.outdir`), and only after the model and settings were accepted.
-        method: attack name (``kkt``, ``decoreco``, ``gradnorm``, ``bilevel``).
-        config: the method's config fields (mapping or config object); ``steps`` overrides.
-        init, init_params, candidates, seed, device, data_dir, sources: see :func:`prepare_attack`.
-        resume: continue from ``out/checkpoint`` (bit-identical on CPU).
+        resume: continue from ``out/checkpoint`` (bit-identical on CPU); a finished run is returned
+            as it was.
         overwrite: replace an existing run directory ``out``.
-        progress: show a progress bar with the loss terms.
-        checkpoint_every, log_every: checkpoint and history periods (steps).
-        early_stop_patience, early_stop_tol: stop on a plateau of the relative stationarity residual
-            (attacker-side; 0 disables).
-        hooks: extra engine hooks.
+        progress: show progress with the loss terms.
+        data_dir: data folder (read only by data-dependent initialisations).
+        sources: ready :class:`~datarecon.attacks.init.InitSources` (skips loading the data).
+        setup: a ready :func:`prepare` result of ``run`` (the caller needs x₀ itself).
+        hooks: extra engine hooks (e.g. test-only fault injection).
         record: extra fields for run.json.
         raise_on_divergence: raise :class:`DivergenceError` instead of returning a diverged result.
+        target: a user's own model (:meth:`Target.from_module`) attacked instead of ``run.model``.
 
     Returns:
-        The :class:`~datarecon.attacks.base.Reconstruction` (also written to ``out``).
+        The :class:`~datarecon.attacks.base.Reconstruction` (also written to ``out``; run.json
+        holds the run under ``run``).
+
+    Raises:
+        DataReconError: bad model, settings or output folder; a checkpoint of another run.
     """
     from datarecon.attacks.runner import run_attack
     from datarecon.attacks.selection import ResidualPlateau
@@ -222,29 +400,71 @@ def reconstruct(model_dir: str | Path | Target, *, out: str | Path, method: str 
     if overwrite and resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     clear = check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)
-    cfg = method_config(method, config, steps=steps)
-    dtype = DTYPES[getattr(cfg, "dtype", None) or "float64"]
-    setup = prepare_attack(model_dir, init=init, init_params=init_params, candidates=candidates, seed=seed,
-                           dtype=dtype, device=device, data_dir=data_dir, sources=sources)
-    attack = make_attack(method, cfg)
+    cfg = run.method_config()
+    if setup is None:
+        setup = prepare(run, data_dir=data_dir, sources=sources, target=target)
+    attack = make_attack(run.method, cfg)
     if clear:  # only now: a bad model or setting leaves the old run untouched
         clear_out_dir(out, kind="run")
-    early = (ResidualPlateau(key="rel_residual", patience=early_stop_patience, rel_tol=early_stop_tol)
-             if early_stop_patience > 0 else None)
-    rec_meta = {**setup.record, "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol}}
-    if isinstance(model_dir, Target):  # a user's own model: what evaluation needs to map its inputs to images
+    stop = run.early_stop
+    early = ResidualPlateau(key="rel_residual", patience=stop.patience, rel_tol=stop.rel_tol) if stop.patience else None
+    rec_meta = {**setup.record, "early_stop": {"patience": stop.patience, "rel_tol": stop.rel_tol},
+                "run": run.model_dump(mode="json")}
+    if target is not None:  # a user's own model: what evaluation needs to map its inputs to images
         from datarecon.training.losses import loss_name
 
-        rec_meta["own_model"] = {"value_range": list(model_dir.value_range or (0.0, 1.0)),
-                                 "input_shape": list(model_dir.input_shape), "loss": loss_name(model_dir.loss),
-                                 "homogeneous_measured": model_dir.homogeneous}
+        rec_meta["model_dir"] = None
+        rec_meta["own_model"] = {"value_range": list(target.value_range or (0.0, 1.0)),
+                                 "input_shape": list(target.input_shape), "loss": loss_name(target.loss),
+                                 "homogeneous_measured": target.homogeneous}
     for key, value in dict(record or {}).items():
         rec_meta[key] = {**rec_meta[key], **value} if isinstance(rec_meta.get(key), dict) and isinstance(value, dict) \
             else value
-    rec = run_attack(attack, setup.target, setup.prior, x0=setup.x0, generator=setup.generator,
-                     steps=getattr(cfg, "steps", None), out=out, checkpoint_every=checkpoint_every, resume=resume,
-                     progress=progress, log_every=log_every, seed=seed, early_stop=early, hooks=list(hooks),
+    rec = run_attack(attack, setup.target, setup.prior, x0=setup.x0, generator=setup.generator, steps=run.steps,
+                     out=out, checkpoint_every=run.checkpoint.every, resume=resume, progress=progress,
+                     log_every=run.checkpoint.log_every, seed=run.seed, early_stop=early, hooks=list(hooks),
                      record=rec_meta)
     if raise_on_divergence and rec.status == "diverged":
-        raise DivergenceError(rec.summary.get("message", f"{method} diverged") + f" (last finite state in {out})")
+        raise DivergenceError(rec.summary.get("message", f"{run.method} diverged") + f" (last finite state in {out})")
     return rec
+
+
+def reconstruct(model_dir: str | Path | Target, *, out: str | Path, method: str = "kkt",
+                config: Mapping[str, Any] | BaseModel | None = None, steps: int | None = None,
+                init: str = "gaussian", init_params: Mapping[str, Any] | None = None,
+                candidates: int | None = None, seed: int = 0, device: str | torch.device = "cpu",
+                data_dir: str | Path | None = None, resume: bool = False, overwrite: bool = False,
+                progress: bool = True, checkpoint_every: int = 100, log_every: int = 10, early_stop_patience: int = 0,
+                early_stop_tol: float = 1e-3, hooks: Sequence[Any] = (), sources: Any = None,
+                record: Mapping[str, Any] | None = None, raise_on_divergence: bool = False) -> Reconstruction:
+    """Build a :class:`ReconstructionRun` from keyword arguments and :func:`execute` it into ``out``.
+
+    Args:
+        model_dir: the target's model directory (``run.model``), or a user's own model
+            (:meth:`Target.from_module`; ``run.model`` then reads ``"<own module>"``).
+        out: run directory; see :func:`execute`.
+        method: attack name (``run.attack.method``).
+        config: the method's config fields (mapping or config object); ``steps`` overrides.
+        init, init_params: ``run.init`` (name and parameters).
+        candidates, seed, device: the run's fields of those names.
+        checkpoint_every, log_every: ``run.checkpoint``.
+        early_stop_patience, early_stop_tol: ``run.early_stop``.
+        data_dir, resume, overwrite, progress, hooks, sources, record, raise_on_divergence: see
+            :func:`execute`.
+
+    Returns:
+        The :class:`~datarecon.attacks.base.Reconstruction` (also written to ``out``).
+
+    Raises:
+        DataReconError: see :func:`execute` and :func:`build_run`.
+    """
+    if candidates is not None and candidates < 1:
+        raise DataReconError(f"candidate count must be at least 1, got {candidates}; pass --candidates M with M >= 1")
+    cfg = method_config(method, config, steps=steps)
+    own = model_dir if isinstance(model_dir, Target) else None
+    run = build_run({"model": OWN_MODEL if own is not None else str(model_dir), "attack": {"method": method, **cfg.model_dump()},
+                     "init": {"name": init, **dict(init_params or {})}, "candidates": candidates, "seed": seed,
+                     "device": str(device), "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol},
+                     "checkpoint": {"every": checkpoint_every, "log_every": log_every}})
+    return execute(run, out, resume=resume, overwrite=overwrite, progress=progress, data_dir=data_dir,
+                   sources=sources, hooks=hooks, record=record, raise_on_divergence=raise_on_divergence, target=own)

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from datarecon.status import FINISHED as STATUS_FINISHED
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.utils.io import atomic_write_json, read_json
 
@@ -40,7 +41,7 @@ COLUMNS = ("key", "kind", "method", "status", "steps_done", "wall_time_s", "seed
 #: JSON columns; ``list --sort selection.<name>`` sorts by a field inside one of them
 JSON_COLUMNS = ("params", "config", "final", "selection", "extra")
 #: run.json statuses after which a run is not executed again
-FINISHED = ("complete", "diverged", "stopped-early")
+FINISHED = STATUS_FINISHED  # complete, stopped-early, diverged (datarecon.status)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT);

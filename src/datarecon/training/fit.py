@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from datarecon.errors import CheckpointError, DataReconError
+from datarecon.status import Status
 from datarecon.training.engine import BaseHook, Checkpoint, Engine, History, Hook, LoopState, NaNStop, ProgressBar
 from datarecon.training.kkt_regime import homogeneity_degree, normalised_margin
 from datarecon.training.losses import LOSSES, accuracy, margins, weight_penalty
@@ -63,8 +64,11 @@ class FitResult:
 
     Attributes:
         model: the trained network (the same object that was passed in, trained in place).
-        status: ``completed`` (ran all epochs), ``stopped`` (a stop rule fired), ``diverged``
-            (non-finite energy or gradient; the last finite θ is kept) or ``interrupted``.
+        status: a :class:`~datarecon.status.Status`: ``complete`` (ran all epochs),
+            ``stopped-early`` (a stop rule fired), ``diverged`` (non-finite energy or gradient; the
+            last finite θ is kept) or ``running`` (interrupted before the end). Versions before the
+            shared vocabulary wrote ``completed``, ``stopped``, ``interrupted`` (``Status.parse``
+            reads them).
         stop_reason: human-readable reason.
         epochs_done: number of completed epochs (including those before a resume).
         history: one row per logged epoch ``{"step": t, **metrics}``.
@@ -75,7 +79,7 @@ class FitResult:
     """
 
     model: nn.Module
-    status: str
+    status: Status
     stop_reason: str
     epochs_done: int
     history: list[dict[str, float]]
@@ -394,7 +398,8 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight
         start, elapsed = int(info["epoch"]), float(info.get("wall_time_s", 0.0))
         history.rows = list(info.get("history", []))
         stop_hook.last_margin = info.get("last_margin")
-        status, reason, finished = info.get("status", ""), info.get("stop_reason", ""), bool(info.get("finished"))
+        status = Status.parse(info["status"]) if info.get("status") else ""  # older checkpoints: "completed", ...
+        reason, finished = info.get("stop_reason", ""), bool(info.get("finished"))
     resumed_from = start
 
     def _save(state: LoopState) -> None:
@@ -533,11 +538,12 @@ def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: s
                      extra={"ascent": stepper.state()})
 
 
-def _status(state: LoopState, nan_stop: NaNStop) -> str:
+def _status(state: LoopState, nan_stop: NaNStop) -> Status:
+    """The loop's :class:`~datarecon.status.Status` (the one vocabulary of training and attacks)."""
     if nan_stop.tripped:
-        return "diverged"
+        return Status.DIVERGED
     if state.stop_reason == "completed" or (not state.stop_reason and state.step >= state.total):
-        return "completed"
+        return Status.COMPLETE
     if state.stop_reason:
-        return "stopped"
-    return "interrupted"
+        return Status.STOPPED_EARLY
+    return Status.RUNNING

@@ -27,6 +27,8 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from datarecon.status import Status
+from datarecon.utils.dtypes import torch_dtype
 from datarecon.registry import registered
 from datarecon.config import build_config
 from datarecon.data import DATASETS, DataSpec, load_task
@@ -40,7 +42,6 @@ from datarecon.training.optim import OPTIMIZERS, SCHEDULES
 from datarecon.utils.io import atomic_write_text, config_hash
 from datarecon.utils.outdir import check_out_dir, clear_out_dir
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
 CHECKPOINT_DIR = "checkpoint"
 ASCENT_CHECKPOINT_DIR = "checkpoint-margin-ascent"
 HISTORY = "history.jsonl"
@@ -275,7 +276,7 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
     """
     out = Path(out)
     device = _device(config.device)
-    dtype = DTYPES[config.dtype]
+    dtype = torch_dtype(config.dtype)
     clear = check_out_dir(out, kind="model", overwrite=overwrite, resume=resume)
     task = load_task(config.data, data_dir=data_dir)  # before touching out: bad data leaves no folder
     if clear:
@@ -302,12 +303,12 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
     gd_result, history = result, list(result.history)
     ascent: dict[str, Any] = {}
     separated = bool(float(result.margins.min()) > 0) if result.margins.numel() else False
-    if config.margin_ascent.steps and result.status != "interrupted" and not separated:
+    if config.margin_ascent.steps and result.status != Status.RUNNING and not separated:
         warnings.warn("margin ascent skipped: the training data are not separated after the epochs "
                       "(train longer or with a larger --lr)", stacklevel=2)
         ascent = {"margin_ascent_steps": 0, "margin_ascent_status": "skipped",
                   "margin_ascent_stop_reason": "training data not separated"}
-    if config.margin_ascent.steps and result.status != "interrupted" and separated:
+    if config.margin_ascent.steps and result.status != Status.RUNNING and separated:
         ma = config.margin_ascent
         result = ascend_margin(model, x, y, loss=config.loss, steps=ma.steps, step_size=ma.step_size,
                                growth=ma.growth, max_step=ma.max_step, min_step=ma.min_step,

@@ -66,6 +66,8 @@ ARTEFACTS.register("store", ArtefactKind(
     "results store", ("index.sqlite", "runs", "sweeps"),
     ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm", "index.sqlite-journal", "runs", "pools", "sweeps")))
 ARTEFACTS.register("reproduction", ArtefactKind("reproduction folder", ("reproduction.json",), None))
+ARTEFACTS.register("experiment", ArtefactKind(
+    "experiment folder", ("experiment.json",), ("experiment.json", "model", "run", "report.html")))
 
 
 def is_temp_file(name: str) -> bool:

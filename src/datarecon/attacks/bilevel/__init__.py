@@ -10,7 +10,6 @@
 * :mod:`.attack`: ``BilevelAttack`` / ``BilevelConfig`` (IterativeAttack), registered as ``bilevel``.
 """
 
-from datarecon.attacks.base import ATTACKS
 from datarecon.attacks.bilevel.attack import NONSMOOTH, SMOOTH, BilevelAttack, BilevelConfig, KinkTreatment
 from datarecon.attacks.bilevel.hypergrad import Hypergradient, hypergradient, implicit_gradient
 from datarecon.attacks.bilevel.lbfgs import LBFGSMemory, LBFGSResult, lbfgs_minimize, two_loop
@@ -38,9 +37,6 @@ from datarecon.attacks.bilevel.problem import (
     make_energy,
     resolve_weight_decay,
 )
-
-if "bilevel" not in ATTACKS:
-    ATTACKS.register("bilevel", BilevelAttack)
 
 __all__ = ["CURVATURES", "INNER_ACTIVATIONS", "LINEAR_SOLVERS", "NONSMOOTH", "SMOOTH", "THETA0", "UPPER_LOSSES",
            "BilevelAttack", "BilevelConfig", "Energy", "FlatLayout", "GaussNewtonOperator", "HessianOperator",

@@ -56,6 +56,7 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from datarecon.utils.dtypes import torch_dtype
 from datarecon.attacks.base import AttackerPrior, Target
 from datarecon.attacks.bilevel.hypergrad import hypergradient
 from datarecon.attacks.bilevel.lbfgs import LINE_SEARCHES, LBFGSMemory, lbfgs_minimize
@@ -308,7 +309,7 @@ class BilevelAttack:
 
     @property
     def dtype(self) -> torch.dtype:
-        return torch.float64 if self.config.dtype == "float64" else torch.float32
+        return torch_dtype(self.config.dtype)
 
     # ------------------------------------------------------------------ helpers
 

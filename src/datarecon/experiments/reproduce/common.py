@@ -23,7 +23,6 @@ from datarecon.experiments.reproduce.pieces import Context, Piece
 from datarecon.training.target import ArchConfig, MarginAscentConfig, StopConfig, TrainConfig
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
 RUN_SUBDIR = "run"
 
 
@@ -181,14 +180,17 @@ def load_model_and_task(path: Path, *, data_dir, dtype: torch.dtype = torch.floa
 # attacks
 
 
-def attack_piece(key: str, *, model_key: str, attack_factory: Callable[[Any], Any], attack_config: BaseModel,
+def attack_piece(key: str, *, model_key: str, method: str, attack_config: BaseModel,
                  init: Mapping[str, Any], candidates_factor: int = 1, seed: int = 0,
                  record: Mapping[str, Any] | None = None,
                  estimate: Callable[[str], float | None] | None = None) -> Piece:
     """Run one attack on the target of ``model_key``; the run directory is ``OUT/<key>/run``.
 
+    The piece builds a :class:`~datarecon.experiments.reconstruct.ReconstructionRun` and runs it
+    with :func:`~datarecon.experiments.reconstruct.execute`, like every other run.
+
     Args:
-        attack_factory: builds the attack object from ``attack_config`` (e.g. ``BilevelAttack``).
+        method: the attack's registry name (``kkt``, ``decoreco``, ``gradnorm``, ``bilevel``).
         attack_config: the attack's frozen config (steps included).
         init: ``{"name": INITS key, **params}`` (``datarecon.attacks.init.make_init``).
         candidates_factor: m = factor × n (n = training-set size, which the attacker knows).
@@ -199,36 +201,32 @@ def attack_piece(key: str, *, model_key: str, attack_factory: Callable[[Any], An
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
         from datarecon.attacks.init import INITS
-        from datarecon.attacks.runner import run_attack
-        from datarecon.experiments.reconstruct import prepare_attack
+        from datarecon.experiments.reconstruct import build_run, execute, prepare
 
-        cfg_dtype = DTYPES[getattr(attack_config, "dtype", "float64")]
         mdir = model_dir(ctx, model_key)
         # experimenter side: n, and (only for data inits) the chosen images, paired by label so that
         # mixtures never mix classes; the attacker side (target, prior, x0) is the CLI's
         _, task, norm = load_model_and_task(mdir, data_dir=ctx.data_dir)
         m = candidates_factor * len(task.train)
-        params = {k: v for k, v in init.items() if k != "name"}
         sources = None
         if INITS.get(init["name"]).needs:
             sources, _ = paired_sources(norm.to_model(task.train.x).double(), task.train.y,
                                         norm.to_model(task.partition.x).double(), task.partition.y, m)
-        setup = prepare_attack(mdir, init=init["name"], init_params=params, candidates=m, seed=seed, dtype=cfg_dtype,
-                               device=ctx.device, data_dir=ctx.data_dir, sources=sources)
-        target, prior, x0, gen = setup.target, setup.prior, setup.x0, setup.generator
-        attack = attack_factory(attack_config)
-        rec = run_attack(attack, target, prior, x0=x0, generator=gen, out=d / RUN_SUBDIR, resume=ctx.resume,
-                         progress=ctx.progress, seed=seed, checkpoint_every=max(10, getattr(attack_config, "steps", 100)),
-                         record={**setup.record, **dict(record or {})})
+        steps = int(getattr(attack_config, "steps", 100))
+        spec = build_run({"model": str(mdir), "attack": {"method": method, **attack_config.model_dump()},
+                          "init": dict(init), "candidates": m, "seed": seed, "device": str(ctx.device),
+                          "checkpoint": {"every": max(10, steps)}})
+        setup = prepare(spec, data_dir=ctx.data_dir, sources=sources)
+        rec = execute(spec, d / RUN_SUBDIR, resume=ctx.resume, overwrite=not ctx.resume, progress=ctx.progress,
+                      setup=setup, record=record)
+        x0 = setup.x0
         save_tensors(d / "x0.safetensors", {"x0": x0.detach().cpu()})
-        meta = read_json(d / RUN_SUBDIR / "run.json")
+        selection = rec.summary.get("selection") or {}
         return {"status": rec.status, "steps_done": rec.steps_done, "m": m,
-                "wall_time_s": meta.get("wall_time_s"), "final": _scalars(meta.get("final", {})),
-                "selection": {k: (v.get("value") if isinstance(v, dict) else v)
-                              for k, v in (meta.get("selection") or {}).items()},
-                "selection_direction": {k: v.get("better") for k, v in (meta.get("selection") or {}).items()
-                                        if isinstance(v, dict)},
-                "param_distance": (meta.get("extra") or {}).get("param_distance"),
+                "wall_time_s": rec.summary.get("wall_time_s"), "final": _scalars(rec.summary.get("final", {})),
+                "selection": {k: (v.get("value") if isinstance(v, dict) else v) for k, v in selection.items()},
+                "selection_direction": {k: v.get("better") for k, v in selection.items() if isinstance(v, dict)},
+                "param_distance": (rec.summary.get("extra") or {}).get("param_distance"),
                 "init_shift": float((rec.x.cpu().double() - x0.cpu().double()).flatten(1).norm(dim=1).mean())}
 
     spec = {"attack": type(attack_config).__name__, "config": attack_config.model_dump(mode="json"),

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from datarecon.attacks.kkt import KKTAttack, KKTConfig
+from datarecon.status import EVALUABLE, Status
+from datarecon.attacks.kkt import KKTConfig
 from datarecon.experiments.reproduce.common import (
     RUN_SUBDIR,
     EvalSettings,
@@ -134,7 +135,7 @@ def plan(cfg: HaimConfig) -> list[Piece]:
         for j, r in enumerate(ds.runs):
             acfg = cfg.attack.model_copy(update={"lr_x": r.lr_x, "lambda_min": r.lambda_min, "alpha": r.alpha})
             key = f"runs/{name}/run{j}"
-            pieces.append(attack_piece(key, model_key=mkey, attack_factory=KKTAttack, attack_config=acfg,
+            pieces.append(attack_piece(key, model_key=mkey, method="kkt", attack_config=acfg,
                                        init={"name": "gaussian", "scale": r.init_scale},
                                        candidates_factor=cfg.candidates_factor, seed=r.seed,
                                        estimate=cost.estimate_kkt(t.arch, m=cfg.candidates_factor * n,
@@ -163,7 +164,7 @@ def _pool_piece(key: str, run_keys: list[str], *, keep: int, criterion: str) -> 
             direction = (s.get("selection_direction") or {}).get(criterion, direction)
             lower = direction != "higher"
             v = finite((s.get("selection") or {}).get(criterion))
-            ok = s.get("status") in ("complete", "stopped-early") and v == v
+            ok = s.get("status") in EVALUABLE and v == v
             ranked.append((0 if ok else 1, (v if lower else -v) if ok else 0.0, k, v))
         ranked.sort()
         chosen = [k for _, _, k, _ in ranked[:keep]]
@@ -175,7 +176,7 @@ def _pool_piece(key: str, run_keys: list[str], *, keep: int, criterion: str) -> 
         save_tensors(d / RUN_SUBDIR / "candidates.safetensors", pooled)
         first = read_json(ctx.dir(chosen[0]) / RUN_SUBDIR / "run.json")
         atomic_write_json(d / RUN_SUBDIR / "run.json", {
-            "method": f"{first.get('method')}-pooled", "model_dir": first.get("model_dir"), "status": "complete",
+            "method": f"{first.get('method')}-pooled", "model_dir": first.get("model_dir"), "status": Status.COMPLETE,
             "steps_done": None, "init": "pooled", "pooled_from": chosen, "extra": {},
             "selection": {"criterion": criterion, "direction": direction,
                           "values": {k: v for _, _, k, v in ranked}}})

@@ -25,8 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from datarecon.attacks.bilevel.attack import BilevelAttack, BilevelConfig
-from datarecon.attacks.kkt import DecoRecoAttack, DecoRecoConfig
+from datarecon.attacks.bilevel.attack import BilevelConfig
+from datarecon.attacks.kkt import DecoRecoConfig
 from datarecon.experiments.reproduce.common import (
     EvalSettings,
     TargetTraining,
@@ -172,7 +172,7 @@ def plan(cfg: RunkelConfig) -> list[Piece]:
         for name, init in BILEVEL_INITS.items():
             run = f"runs/bilevel/{model}/{name}"
             acfg = _bilevel_cfg(cfg, model)
-            pieces.append(attack_piece(run, model_key=f"models/{model}", attack_factory=BilevelAttack,
+            pieces.append(attack_piece(run, model_key=f"models/{model}", method="bilevel",
                                        attack_config=acfg, init=init, seed=cfg.seed,
                                        estimate=_bilevel_estimate(cfg, model, acfg, n)))
             pieces.append(evaluate_piece(f"eval/bilevel/{model}/{name}", model_key=f"models/{model}",
@@ -184,7 +184,7 @@ def plan(cfg: RunkelConfig) -> list[Piece]:
                   "partition": {"name": "partition"}}
     for name, init in deco_inits.items():
         run = f"runs/decoreco/{name}"
-        pieces.append(attack_piece(run, model_key="models/decoreco-mlp", attack_factory=DecoRecoAttack,
+        pieces.append(attack_piece(run, model_key="models/decoreco-mlp", method="decoreco",
                                    attack_config=d.attack, init=init, candidates_factor=d.candidates_factor,
                                    seed=cfg.seed, estimate=_kkt_estimate(cfg, d.attack, n)))
         pieces.append(evaluate_piece(f"eval/decoreco/{name}", model_key="models/decoreco-mlp", run_key=run,
@@ -196,17 +196,17 @@ def plan(cfg: RunkelConfig) -> list[Piece]:
     land_deco = d.attack.model_copy(update={"steps": land.decoreco_steps}) if land.decoreco_steps is not None \
         else d.attack
     methods = {
-        "bilevel": ("models/affine", BilevelAttack, land_bilevel, 1,
+        "bilevel": ("models/affine", land_bilevel, 1,
                     _bilevel_estimate(cfg, "affine", land_bilevel, n)),
-        "decoreco": ("models/decoreco-mlp", DecoRecoAttack, land_deco, d.candidates_factor,
+        "decoreco": ("models/decoreco-mlp", land_deco, d.candidates_factor,
                      _kkt_estimate(cfg, land_deco, n)),
     }
-    for method, (mkey, factory, acfg, factor, est) in methods.items():
+    for method, (mkey, acfg, factor, est) in methods.items():
         for l1 in land.grid:
             for l2 in land.grid:
                 run = f"runs/landscape/{method}/{_mix_key(l1, l2)}"
                 init = {"name": "mix", "l1": l1, "l2": l2, "noise": "uniform"}
-                pieces.append(attack_piece(run, model_key=mkey, attack_factory=factory, attack_config=acfg,
+                pieces.append(attack_piece(run, model_key=mkey, method=method, attack_config=acfg,
                                            init=init, candidates_factor=factor, seed=cfg.seed,
                                            record={"lambda1": l1, "lambda2": l2}, estimate=est))
                 pieces.append(evaluate_piece(f"eval/landscape/{method}/{_mix_key(l1, l2)}", model_key=mkey,

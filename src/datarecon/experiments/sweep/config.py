@@ -285,6 +285,21 @@ class RunSpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     index: int = 0
 
+    def attack_fields(self) -> dict[str, Any]:
+        """The method config fields: ``attack`` plus ``steps`` and ``dtype`` where the method has them."""
+        from datarecon.attacks import ATTACKS
+
+        known = set(ATTACKS.get(self.method).config_cls.model_fields)
+        return {**self.attack, **{name: getattr(self, name) for name in ("steps", "dtype") if name in known}}
+
+    def to_run(self, *, checkpoint_every: int = 100, log_every: int = 10) -> Any:
+        """This spec as a :class:`~datarecon.experiments.reconstruct.ReconstructionRun` (one-line errors)."""
+        from datarecon.experiments.reconstruct import build_run
+
+        return build_run({"model": self.model_dir, "attack": {"method": self.method, **self.attack_fields()},
+                          "init": dict(self.init), "candidates": self.candidates, "seed": self.seed,
+                          "device": self.device, "checkpoint": {"every": checkpoint_every, "log_every": log_every}})
+
     def identity(self, *, model_id: str | None = None) -> dict[str, Any]:
         """What determines the run's result (the run key hashes this): no index/params/device/path."""
         return {"model": model_id or self.model_dir, "method": self.method, "attack": self.attack,

@@ -17,13 +17,14 @@ import torch
 from datarecon.errors import DataReconError
 from datarecon.experiments.store import Store
 from datarecon.experiments.sweep.driver import criterion_mode, score_of
+from datarecon.status import EVALUABLE, Status
 from datarecon.utils.io import atomic_write_json, config_hash, load_tensors, save_tensors, versions
 
 CANDIDATES, RUN_JSON = "candidates.safetensors", "run.json"
 
 
 def rank_runs(store: Store, *, criterion: str, mode: str | None = None, sweep_id: str | None = None,
-              statuses: tuple[str, ...] = ("complete", "stopped-early")) -> list[tuple[float, dict[str, Any]]]:
+              statuses: tuple[str, ...] = EVALUABLE) -> list[tuple[float, dict[str, Any]]]:
     """(score, row) of the store's runs with a finite ``criterion``, best first (ties: by key)."""
     direction = criterion_mode(criterion, mode)
     if not store.index_path.is_file():
@@ -97,7 +98,7 @@ def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relati
     best = ranked[0][0]
     atomic_write_json(pool_dir / RUN_JSON, {
         "model_dir": next(iter(models)), "method": "pool", "config": config, "config_hash": key, "seed": None,
-        "versions": versions(), "status": "complete", "steps_done": 0, "wall_time_s": 0.0, "m": offset,
+        "versions": versions(), "status": Status.COMPLETE, "steps_done": 0, "wall_time_s": 0.0, "m": offset,
         "final": {}, "selection": {criterion: {"value": best, "better": "lower" if direction == "min" else "higher",
                                                "doc": f"best source run's {criterion}"}},
         "extra": {"sources": sources, "created": time.time()},

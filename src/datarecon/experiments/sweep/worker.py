@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from datarecon.status import FINISHED as STATUS_FINISHED
 from datarecon.training.engine import BaseHook, LoopState
 from datarecon.utils.io import atomic_write_text, read_json
 
 CLAIM_FILE = ".claim"
-FINISHED = ("complete", "diverged", "stopped-early")
+FINISHED = STATUS_FINISHED  # complete, stopped-early, diverged (datarecon.status)
 
 
 class _Crash(BaseHook):

@@ -1,0 +1,229 @@
+"""Experiment files: one YAML/TOML file describing train → attack → evaluate → report.
+
+An experiment file maps one-to-one to :class:`Experiment` (docs/RUNS.md)::
+
+    name: digits-kkt
+    train:                       # a TrainConfig (or `model: DIR`, an existing model directory)
+      data: {dataset: digits, task: odd-even, n_per_class: 10}
+      arch: {name: mlp, hidden: [100], bias: false, init_scale: 1.0e-3}
+      lr: 0.5
+      epochs: 1000
+      dtype: float64
+    attack:                      # a ReconstructionRun without its model (the trained one is used)
+      attack: {method: kkt, steps: 300, lr_x: 0.01, lr_lambda: 0.01, lambda_min: 0.2}
+      init: {name: gaussian, scale: 0.05}
+    evaluate: {against: [train, heldout, noise]}
+    report: {title: digits, KKT attack}
+
+:func:`run_experiment` executes it into one folder::
+
+    OUT/experiment.json   the experiment (as validated), its hash, the status of each stage
+    OUT/model/            the trained target (a model directory; absent with `model:`)
+    OUT/run/              the attack's run directory; `evaluate` adds metrics.json there
+    OUT/report.html       the report
+
+Each stage's status is recorded in ``experiment.json`` when it finishes (atomically), so re-running
+the same file into the same folder skips finished stages and resumes an interrupted one from its
+own checkpoint (training and the attack checkpoint as usual; evaluation and the report are
+recomputed). A folder written for another experiment (another hash) is refused; ``overwrite``
+starts afresh. In the spirit of ML Privacy Meter's audit configuration files, but typed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from datarecon.config import build_config, read_config_mapping
+from datarecon.errors import DataReconError
+from datarecon.experiments.reconstruct import ReconstructionRun, RunSettings
+from datarecon.status import Status
+from datarecon.training.target import TrainConfig
+from datarecon.utils.io import atomic_write_json, config_hash, read_json, versions
+
+FORMAT = "datarecon-experiment/1"
+EXPERIMENT_JSON, MODEL_SUBDIR, RUN_SUBDIR, REPORT = "experiment.json", "model", "run", "report.html"
+STAGES = ("train", "attack", "evaluate", "report")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class EvaluateSettings(_Frozen):
+    """The ``evaluate`` stage (:func:`datarecon.evaluation.evaluate_run`).
+
+    Attributes:
+        against: reference sets among ``train``, ``partition``, ``heldout``, ``noise``.
+        metric: similarity metric of the nearest-neighbour search.
+        assignment: ``greedy`` or ``hungarian`` matching of the Haim protocol.
+        seed: seed of the noise references and baselines.
+        allow_incomplete: evaluate an attack that did not finish (diverged).
+    """
+
+    against: tuple[str, ...] = ("train", "partition", "noise", "heldout")
+    metric: str = "ssim"
+    assignment: str = "greedy"
+    seed: int = Field(default=0, ge=0)
+    allow_incomplete: bool = False
+
+
+class ReportSettings(_Frozen):
+    """The ``report`` stage (:func:`datarecon.report.html.render_report`).
+
+    Attributes:
+        title: the report's title.
+    """
+
+    title: str = "datarecon report"
+
+
+class Experiment(_Frozen):
+    """Train → attack → evaluate → report, one file (docs/RUNS.md).
+
+    Attributes:
+        name: a label stored with the experiment.
+        train: the target's training config; exactly one of ``train`` and ``model``.
+        model: an existing model directory to attack instead of training one (relative paths: to
+            the current directory).
+        attack: the reconstruction run (:class:`~datarecon.experiments.reconstruct.RunSettings`:
+            a ``ReconstructionRun`` without ``model``).
+        evaluate: the evaluation settings; ``null`` skips evaluation (and the report).
+        report: the report settings; ``null`` skips the report.
+    """
+
+    name: str = ""
+    train: TrainConfig | None = None
+    model: str | None = None
+    attack: RunSettings = Field(default_factory=RunSettings)
+    evaluate: EvaluateSettings | None = Field(default_factory=EvaluateSettings)
+    report: ReportSettings | None = Field(default_factory=ReportSettings)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> Experiment:
+        if (self.train is None) == (self.model is None):
+            raise ValueError("give exactly one of train (a training config) and model (an existing model directory)")
+        if self.report is not None and self.evaluate is None:
+            raise ValueError("report needs the evaluate stage; set report: null or give evaluate settings")
+        return self
+
+    def hash(self) -> str:
+        """Hash of everything that determines the experiment's results."""
+        return config_hash(self.model_dump(mode="json", exclude={"name"}))
+
+    def reconstruction_run(self, out: str | Path) -> ReconstructionRun:
+        """The attack stage as a complete :class:`ReconstructionRun` on this experiment's target."""
+        model = Path(out) / MODEL_SUBDIR if self.train is not None else Path(str(self.model))
+        return ReconstructionRun(model=str(model), **dict(self.attack))
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read an experiment file (one-line errors naming unknown keys, bad values, missing files)."""
+    return build_experiment(read_config_mapping(path), where=f"experiment file {path}")
+
+
+def build_experiment(fields: Mapping[str, Any], *, where: str = "experiment") -> Experiment:
+    """Validate a mapping into an :class:`Experiment` (the attack checked with its method's own messages)."""
+    from datarecon.experiments.reconstruct import build_run
+
+    data = dict(fields)
+    if isinstance(data.get("attack"), Mapping):
+        try:
+            run = build_run({**dict(data["attack"]), "model": "-"}, where="run")
+        except DataReconError as exc:
+            raise DataReconError(f"{where}: attack: {exc}") from None
+        data["attack"] = run.model_dump(exclude={"model"})
+    return build_config(Experiment, data, where=where)
+
+
+def _state(out: Path) -> dict[str, Any] | None:
+    path = out / EXPERIMENT_JSON
+    return read_json(path) if path.is_file() else None
+
+
+def run_experiment(experiment: Experiment, out: str | Path, *, data_dir: str | Path | None = None,
+                   overwrite: bool = False, progress: bool = True) -> dict[str, str]:
+    """Execute ``experiment`` into the folder ``out``; re-running skips finished stages.
+
+    Args:
+        experiment: the validated experiment.
+        out: the experiment folder (created; an existing one of the same experiment is resumed).
+        data_dir: data folder (training, data-dependent initialisations, evaluation).
+        overwrite: replace an existing experiment folder (only a datarecon experiment folder).
+        progress: show progress.
+
+    Returns:
+        Stage name → status (:class:`~datarecon.status.Status` value, or ``skipped`` for a stage
+        the file leaves out).
+
+    Raises:
+        DataReconError: bad settings, missing data or model, a folder of another experiment, a
+            diverged attack (its last finite state is kept in ``out/run``).
+    """
+    from datarecon.utils.outdir import check_out_dir, clear_out_dir
+
+    out = Path(out)
+    state = _state(out) if out.is_dir() and not overwrite else None
+    if state is not None and state.get("config_hash") != experiment.hash():
+        raise DataReconError(f"{out} holds another experiment (config_hash {state.get('config_hash')} != "
+                             f"{experiment.hash()}); use a new --out, or --overwrite to start afresh")
+    clear = check_out_dir(out, kind="experiment", overwrite=overwrite, resume=state is not None)
+    if experiment.model is not None and not Path(experiment.model).is_dir():
+        raise DataReconError(f"model directory {experiment.model} not found; train one (`datarecon train`) or fix "
+                             "model: in the experiment file")
+    if clear:
+        clear_out_dir(out, kind="experiment")
+    out.mkdir(parents=True, exist_ok=True)
+    stages: dict[str, str] = dict((state or {}).get("stages") or {})
+
+    def record(stage: str, status: str) -> None:
+        stages[stage] = status
+        atomic_write_json(out / EXPERIMENT_JSON, {
+            "format": FORMAT, "name": experiment.name, "config_hash": experiment.hash(),
+            "experiment": experiment.model_dump(mode="json"), "stages": stages, "versions": versions()})
+
+    if state is None:
+        record("train", Status.RUNNING if experiment.train is not None else "skipped")
+    done = {Status.COMPLETE.value, "skipped"}
+
+    if experiment.train is not None and stages.get("train") not in done:
+        from datarecon.training.target import train_target
+
+        record("train", Status.RUNNING)
+        train_target(experiment.train, data_dir=data_dir, out=out / MODEL_SUBDIR,
+                     resume=(out / MODEL_SUBDIR).exists(), progress=progress)
+        record("train", Status.COMPLETE)
+    elif experiment.train is None:
+        stages["train"] = "skipped"
+
+    if stages.get("attack") not in done:
+        from datarecon.experiments.reconstruct import execute
+
+        record("attack", Status.RUNNING)
+        rec = execute(experiment.reconstruction_run(out), out / RUN_SUBDIR, resume=(out / RUN_SUBDIR).exists(),
+                      data_dir=data_dir, progress=progress, raise_on_divergence=True)
+        record("attack", Status.COMPLETE if rec.status != Status.RUNNING else Status.RUNNING)
+
+    if experiment.evaluate is None:
+        record("evaluate", "skipped")
+    elif stages.get("evaluate") not in done:
+        from datarecon.evaluation import evaluate_run
+
+        ev = experiment.evaluate
+        record("evaluate", Status.RUNNING)
+        evaluate_run(out / RUN_SUBDIR, against=ev.against, data_dir=data_dir, metric=ev.metric,
+                     assignment=ev.assignment, seed=ev.seed, allow_incomplete=ev.allow_incomplete, progress=progress)
+        record("evaluate", Status.COMPLETE)
+
+    if experiment.report is None:
+        record("report", "skipped")
+    elif stages.get("report") not in done:
+        from datarecon.report.html import render_report
+
+        record("report", Status.RUNNING)
+        render_report([out / RUN_SUBDIR], out=out / REPORT, title=experiment.report.title)
+        record("report", Status.COMPLETE)
+    return {stage: str(stages.get(stage)) for stage in STAGES}

@@ -1,0 +1,116 @@
+"""The typed run: a run file maps one-to-one to ReconstructionRun; CLI flags override it; execute is the one path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from datarecon.cli.main import main
+from datarecon.errors import DataReconError
+from datarecon.experiments.reconstruct import (
+    ATTACK_SPECS,
+    INIT_SPECS,
+    ReconstructionRun,
+    build_run,
+    execute,
+    load_run,
+    reconstruct,
+)
+from datarecon.utils.io import load_tensors
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A digits odd/even bias-free MLP trained briefly (model directory)."""
+    from datarecon.data import DataSpec
+    from datarecon.training.target import ArchConfig, TrainConfig, train_target
+
+    out = tmp_path_factory.mktemp("m") / "model"
+    config = TrainConfig(data=DataSpec(dataset="digits", task="odd-even", n_per_class=3, n_heldout_per_class=0),
+                         arch=ArchConfig(name="mlp", hidden=(16,), bias=False, init_scale=1e-3), lr=0.5, epochs=100,
+                         dtype="float64")
+    train_target(config, out=out, progress=False)
+    return out
+
+
+def test_unions_are_built_from_the_registries():
+    from datarecon.attacks import ATTACKS, INITS
+
+    assert sorted(ATTACK_SPECS) == ATTACKS.names() and sorted(INIT_SPECS) == INITS.names()
+
+
+def test_run_file_round_trips(tmp_path):
+    run = build_run({"model": "m", "attack": {"method": "bilevel", "steps": 3, "hessian": "neumann"},
+                     "init": {"name": "mix", "l1": 0.25, "count": "cycle"}, "candidates": 4, "seed": 7,
+                     "early_stop": {"patience": 5}, "checkpoint": {"every": 2}})
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(run.model_dump(mode="json")))
+    again = load_run(path)
+    assert again == run and again.method == "bilevel" and again.dtype == torch.float64
+    assert again.method_config().hessian == "neumann" and again.init_params()["l1"] == 0.25
+    # tags may be left out: kkt and gaussian are the defaults
+    bare = ReconstructionRun.model_validate({"model": "m", "attack": {"steps": 2}, "init": {"scale": 0.5}})
+    assert bare.method == "kkt" and bare.init.name == "gaussian" and bare.dtype == torch.float32
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"model": "m", "candidate": 3}, "candidate: Extra inputs are not permitted (allowed keys: attack, init,"),
+    ({"model": "m", "attack": {"method": "gradnorm", "lambda_min": 0.3}},
+     "invalid gradnorm config: lambda_min: Extra inputs are not permitted (allowed keys: steps, lr_x,"),
+    ({"model": "m", "attack": {"method": "nope"}}, "unknown attack method 'nope'; valid names: bilevel, decoreco,"),
+    ({"model": "m", "init": {"name": "mix", "l3": 1}}, "l3: Extra inputs are not permitted (allowed keys: l1, l2,"),
+    ({"model": "m", "seed": "abc"}, "seed: Input should be a valid integer"),
+    ({"attack": {"steps": 1}}, "model: Field required"),
+    ({"model": "m", "early_stop": {"patience": -1}}, "early_stop.patience: Input should be greater than or equal"),
+], ids=["run-key", "attack-key", "method", "init-key", "type", "missing", "nested"])
+def test_bad_run_fields_give_one_line_errors(fields, message):
+    with pytest.raises(DataReconError) as info:
+        build_run(fields)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_execute_equals_the_keyword_api_bit_for_bit(model_dir, tmp_path):
+    run = build_run({"model": str(model_dir), "attack": {"method": "kkt", "steps": 4, "lr_x": 0.01},
+                     "init": {"name": "gaussian", "scale": 0.05}, "candidates": 6, "seed": 3})
+    a = execute(run, tmp_path / "a", progress=False)
+    b = reconstruct(model_dir, out=tmp_path / "b", method="kkt", config={"lr_x": 0.01}, steps=4,
+                    init_params={"scale": 0.05}, candidates=6, seed=3, progress=False)
+    assert torch.equal(a.x, b.x) and torch.equal(a.multipliers, b.multipliers)
+    recorded = json.loads((tmp_path / "a" / "run.json").read_text())["run"]
+    assert ReconstructionRun.model_validate(recorded) == run  # run.json holds the run it executed
+
+
+def test_cli_config_is_a_run_file_and_flags_override_it(model_dir, tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({
+        "model": str(model_dir), "attack": {"method": "gradnorm", "steps": 3, "lr_x": 0.02},
+        "init": {"name": "uniform", "high": 0.5}, "candidates": 5, "seed": 2, "checkpoint": {"log_every": 1}}))
+    out = tmp_path / "r"
+    assert main(["reconstruct", "--no-progress", "--config", str(path), "--out", str(out), "--steps", "4",
+                 "--set", "init.low=0.1"]) == 0, capsys.readouterr().err
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["method"] == "gradnorm" and meta["steps_done"] == 4 and meta["m"] == 5 and meta["seed"] == 2
+    assert meta["config"]["lr_x"] == 0.02 and meta["run"]["init"] == {"name": "uniform", "low": 0.1, "high": 0.5}
+    assert len((out / "history.jsonl").read_text().splitlines()) == 4  # checkpoint.log_every: 1 from the file
+    x = load_tensors(out / "candidates.safetensors")["x"]
+    assert x.shape == (5, 1, 8, 8)
+    # the same run from flags alone gives the same candidates
+    out2 = tmp_path / "r2"
+    assert main(["reconstruct", "--no-progress", "--model", str(model_dir), "--method", "gradnorm", "--steps", "4",
+                 "--lr-x", "0.02", "--init", "uniform", "--set", "init.high=0.5", "--set", "init.low=0.1",
+                 "--candidates", "5", "--seed", "2", "--out", str(out2)]) == 0, capsys.readouterr().err
+    assert torch.equal(load_tensors(out2 / "candidates.safetensors")["x"], x)
+
+
+def test_cli_run_file_errors_are_one_line(model_dir, tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"model": str(model_dir), "candidatez": 5}))
+    assert main(["reconstruct", "--no-progress", "--config", str(path), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: invalid run file {path}: candidatez: Extra inputs are not permitted") and \
+        "allowed keys:" in err and "\n" not in err
+    assert main(["reconstruct", "--no-progress", "--out", str(tmp_path / "r")]) == 2
+    assert "missing --model" in capsys.readouterr().err
