@@ -162,14 +162,23 @@ class _Aborted(RuntimeError):
 
 
 class _StepBarrier:
-    """Collects one step request from every run still going, then computes them together."""
+    """Collects one step request from every run still going, then computes them together.
+
+    Its lock is also the right to run: a run's thread holds it (:meth:`turn`) all the time except
+    while it waits for a step, so the runs never execute at the same time (a model called with
+    ``functional_call`` from two threads at once would see the other thread's parameters).
+    """
 
     def __init__(self, live: int, compute: Callable[[list[_Request]], None]) -> None:
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.RLock())
         self._live = live
         self._pending: list[_Request] = []
         self._compute = compute
         self.error: BaseException | None = None
+
+    def turn(self) -> threading.Condition:
+        """``with barrier.turn():`` runs the block holding the right to run (released while waiting)."""
+        return self._cond
 
     def submit(self, request: _Request) -> dict[str, float]:
         with self._cond:
@@ -316,15 +325,17 @@ def run_batched(members: Sequence[BatchMember], target: Target, *, mode: str = "
     def work(k: int) -> None:
         m = members[k]
         torch.set_num_threads(threads_per_op)
-        try:
-            results[k] = run_attack(_MemberAttack(k, m, barrier), target, m.prior, x0=m.x0, generator=m.generator,
-                                    steps=steps, out=m.out, checkpoint_every=checkpoint_every, resume=resume,
-                                    progress=progress and k == 0, log_every=log_every, seed=m.seed,
-                                    early_stop=m.early_stop, record=dict(m.record))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread below
-            errors[k] = exc
-        finally:
-            barrier.leave()
+        with barrier.turn():
+            try:
+                results[k] = run_attack(_MemberAttack(k, m, barrier), target, m.prior, x0=m.x0,
+                                        generator=m.generator, steps=steps, out=m.out,
+                                        checkpoint_every=checkpoint_every, resume=resume,
+                                        progress=progress and k == 0, log_every=log_every, seed=m.seed,
+                                        early_stop=m.early_stop, record=dict(m.record))
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread below
+                errors[k] = exc
+            finally:
+                barrier.leave()
 
     threads = [threading.Thread(target=work, args=(k,), name=f"datarecon-run-{k}", daemon=True)
                for k in range(len(members))]

@@ -78,6 +78,9 @@ def reconstruct(
     early_stop_tol: float = typer.Option(1e-3, "--early-stop-tol", help="relative improvement of the residual that counts for --early-stop-patience"),
     progress: bool = typer.Option(True, "--progress/--no-progress",
                                   help="show progress (a bar on a terminal, plain lines in a log)"),
+    runs: int = typer.Option(1, "--runs", help="K independent runs (seeds SEED..SEED+K-1) into OUT/run0..run<K-1>, "
+                             "stepped together (kkt/decoreco: one batched gradient per step)"),
+    batch_mode: str = typer.Option("batched", "--batch-mode", help="with --runs: batched | looped"),
 ) -> None:
     """Reconstruct training-data candidates from a trained model's weights."""
     from datarecon.attacks import INITS
@@ -114,6 +117,12 @@ def reconstruct(
     dev = parse_device(device)
     if overwrite and resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
+    if runs != 1:
+        _reconstruct_runs(model, out=out, runs=runs, batch_mode=batch_mode, method=method, config=config, init=init,
+                          init_params=init_params, candidates=candidates, seed=seed, device=dev, data_dir=data_dir,
+                          resume=resume, overwrite=overwrite, progress=progress, checkpoint_every=checkpoint_every,
+                          log_every=log_every, early_stop_patience=early_stop_patience, early_stop_tol=early_stop_tol)
+        return
     check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)  # before the note below
     if init in DATA_INITS:
         typer.echo(DATA_INITS_NOTE.format(init=init), err=True)
@@ -126,6 +135,20 @@ def reconstruct(
     rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
     shown = f"loss {final.get('loss', float('nan')):.4g}" + (f", relative residual {rel:.4g}" if rel is not None else "")
     typer.echo(f"{method}: {rec.status} after {rec.steps_done} steps ({shown}); wrote {out}")
+
+
+def _reconstruct_runs(model: Path, *, out: Path, runs: int, batch_mode: str, method: str, init: str,
+                      **kwargs: Any) -> None:
+    """``--runs K``: K run directories OUT/run<j> (experiments.reconstruct.reconstruct_runs), one line each."""
+    from datarecon.experiments.reconstruct import DATA_INITS_NOTE, reconstruct_runs, run_name
+
+    if init in DATA_INITS:
+        typer.echo(DATA_INITS_NOTE.format(init=init), err=True)
+    recs = reconstruct_runs(model, out=out, runs=runs, mode=batch_mode, method=method, init=init, **kwargs)
+    for j, rec in enumerate(recs):
+        rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
+        shown = f", relative residual {rel:.4g}" if rel is not None else ""
+        typer.echo(f"{method} run {j}: {rec.status} after {rec.steps_done} steps{shown}; wrote {out / run_name(j)}")
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -181,6 +182,40 @@ def load_model_and_task(path: Path, *, data_dir, dtype: torch.dtype = torch.floa
 # attacks
 
 
+def _prepare_run(ctx: Context, *, model_key: str, init: Mapping[str, Any], candidates_factor: int, seed: int,
+                 dtype: torch.dtype):
+    """(setup, m) of one attack run on the target of ``model_key`` (experimenter side: n, and for data
+    inits the chosen images, paired by label so mixtures never mix classes; the attacker side (target,
+    prior, x0) is the CLI's)."""
+    from datarecon.attacks.init import INITS
+    from datarecon.experiments.reconstruct import prepare_attack
+
+    mdir = model_dir(ctx, model_key)
+    _, task, norm = load_model_and_task(mdir, data_dir=ctx.data_dir)
+    m = candidates_factor * len(task.train)
+    params = {k: v for k, v in init.items() if k != "name"}
+    sources = None
+    if INITS.get(init["name"]).needs:
+        sources, _ = paired_sources(norm.to_model(task.train.x).double(), task.train.y,
+                                    norm.to_model(task.partition.x).double(), task.partition.y, m)
+    setup = prepare_attack(mdir, init=init["name"], init_params=params, candidates=m, seed=seed, dtype=dtype,
+                           device=ctx.device, data_dir=ctx.data_dir, sources=sources)
+    return setup, m
+
+
+def _run_summary(rec: Any, x0: torch.Tensor, run_dir: Path, m: int) -> dict[str, Any]:
+    """The marker summary of one finished attack run (status, selection values, distances)."""
+    meta = read_json(run_dir / "run.json")
+    return {"status": rec.status, "steps_done": rec.steps_done, "m": m,
+            "wall_time_s": meta.get("wall_time_s"), "final": _scalars(meta.get("final", {})),
+            "selection": {k: (v.get("value") if isinstance(v, dict) else v)
+                          for k, v in (meta.get("selection") or {}).items()},
+            "selection_direction": {k: v.get("better") for k, v in (meta.get("selection") or {}).items()
+                                    if isinstance(v, dict)},
+            "param_distance": (meta.get("extra") or {}).get("param_distance"),
+            "init_shift": float((rec.x.cpu().double() - x0.cpu().double()).flatten(1).norm(dim=1).mean())}
+
+
 def attack_piece(key: str, *, model_key: str, attack_factory: Callable[[Any], Any], attack_config: BaseModel,
                  init: Mapping[str, Any], candidates_factor: int = 1, seed: int = 0,
                  record: Mapping[str, Any] | None = None,
@@ -198,42 +233,97 @@ def attack_piece(key: str, *, model_key: str, attack_factory: Callable[[Any], An
     """
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        from datarecon.attacks.init import INITS
         from datarecon.attacks.runner import run_attack
-        from datarecon.experiments.reconstruct import prepare_attack
 
         cfg_dtype = DTYPES[getattr(attack_config, "dtype", "float64")]
-        mdir = model_dir(ctx, model_key)
-        # experimenter side: n, and (only for data inits) the chosen images, paired by label so that
-        # mixtures never mix classes; the attacker side (target, prior, x0) is the CLI's
-        _, task, norm = load_model_and_task(mdir, data_dir=ctx.data_dir)
-        m = candidates_factor * len(task.train)
-        params = {k: v for k, v in init.items() if k != "name"}
-        sources = None
-        if INITS.get(init["name"]).needs:
-            sources, _ = paired_sources(norm.to_model(task.train.x).double(), task.train.y,
-                                        norm.to_model(task.partition.x).double(), task.partition.y, m)
-        setup = prepare_attack(mdir, init=init["name"], init_params=params, candidates=m, seed=seed, dtype=cfg_dtype,
-                               device=ctx.device, data_dir=ctx.data_dir, sources=sources)
+        setup, m = _prepare_run(ctx, model_key=model_key, init=init, candidates_factor=candidates_factor, seed=seed,
+                                dtype=cfg_dtype)
         target, prior, x0, gen = setup.target, setup.prior, setup.x0, setup.generator
         attack = attack_factory(attack_config)
         rec = run_attack(attack, target, prior, x0=x0, generator=gen, out=d / RUN_SUBDIR, resume=ctx.resume,
                          progress=ctx.progress, seed=seed, checkpoint_every=max(10, getattr(attack_config, "steps", 100)),
                          record={**setup.record, **dict(record or {})})
         save_tensors(d / "x0.safetensors", {"x0": x0.detach().cpu()})
-        meta = read_json(d / RUN_SUBDIR / "run.json")
-        return {"status": rec.status, "steps_done": rec.steps_done, "m": m,
-                "wall_time_s": meta.get("wall_time_s"), "final": _scalars(meta.get("final", {})),
-                "selection": {k: (v.get("value") if isinstance(v, dict) else v)
-                              for k, v in (meta.get("selection") or {}).items()},
-                "selection_direction": {k: v.get("better") for k, v in (meta.get("selection") or {}).items()
-                                        if isinstance(v, dict)},
-                "param_distance": (meta.get("extra") or {}).get("param_distance"),
-                "init_shift": float((rec.x.cpu().double() - x0.cpu().double()).flatten(1).norm(dim=1).mean())}
+        return _run_summary(rec, x0, d / RUN_SUBDIR, m)
 
     spec = {"attack": type(attack_config).__name__, "config": attack_config.model_dump(mode="json"),
             "init": dict(init), "factor": candidates_factor, "seed": seed, "record": dict(record or {})}
     return Piece(key=key, run=run, spec=spec, deps=(model_key,), kind="attack", estimate=estimate)
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """One run of an :func:`attack_batch_piece`: its own config, initialisation, seed and record."""
+
+    config: BaseModel
+    init: Mapping[str, Any]
+    seed: int = 0
+    record: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: How the runs of a reproduction that share a target are executed: ``separate`` (one piece per run),
+#: or one piece stepping them together with :func:`datarecon.attacks.batched.run_batched` in its
+#: ``batched`` or ``looped`` mode.
+RUN_GROUPING = ("separate", "batched", "looped")
+RunGrouping = Literal["separate", "batched", "looped"]
+
+
+def attack_batch_piece(key: str, *, model_key: str, attack_factory: Callable[[Any], Any],
+                       runs: Mapping[str, BatchRun], candidates_factor: int = 1, mode: str = "batched",
+                       estimate: Callable[[str], float | None] | None = None) -> Piece:
+    """Run several attacks on the target of ``model_key`` as one batch (:func:`~datarecon.attacks.batched.run_batched`).
+
+    Run ``name`` is written exactly as :func:`attack_piece` writes a run, under ``OUT/<key>/<name>/``
+    (``run/`` and ``x0.safetensors``); the piece's summary holds each run's summary under
+    ``runs[name]``. With ``ctx.resume`` every run continues from its own checkpoint.
+
+    Args:
+        runs: name → :class:`BatchRun` (name: a folder name).
+        attack_factory, candidates_factor, estimate: as in :func:`attack_piece` (estimate for the batch).
+        mode: ``batched`` or ``looped`` (:data:`datarecon.attacks.batched.MODES`).
+    """
+
+    def run(ctx: Context, d: Path) -> dict[str, Any]:
+        from datarecon.attacks.batched import BatchMember, run_batched
+
+        dtypes = {getattr(r.config, "dtype", "float64") for r in runs.values()}
+        if len(dtypes) != 1:
+            raise DataReconError(f"the runs of batch {key} use several dtypes {sorted(dtypes)}; a batch shares "
+                                 "one target, so give them one dtype")
+        dtype = DTYPES[dtypes.pop()]
+        members, setups = [], []
+        for name, r in runs.items():
+            setup, m = _prepare_run(ctx, model_key=model_key, init=r.init, candidates_factor=candidates_factor,
+                                    seed=r.seed, dtype=dtype)
+            setups.append((name, setup, m))
+            members.append(BatchMember(attack=attack_factory(r.config), prior=setup.prior, x0=setup.x0,
+                                       generator=setup.generator, out=d / name / RUN_SUBDIR, seed=r.seed,
+                                       record={**setup.record, **r.record}))
+        steps = max(getattr(r.config, "steps", 100) for r in runs.values())
+        target = setups[0][1].target  # the same model directory for every run
+        recs = run_batched(members, target, mode=mode, resume=ctx.resume, progress=ctx.progress,
+                           checkpoint_every=max(10, steps))
+        out: dict[str, Any] = {}
+        for (name, setup, m), rec in zip(setups, recs, strict=True):
+            save_tensors(d / name / "x0.safetensors", {"x0": setup.x0.detach().cpu()})
+            out[name] = _run_summary(rec, setup.x0, d / name / RUN_SUBDIR, m)
+        return {"runs": out, "mode": mode}
+
+    spec = {"attack": sorted({type(r.config).__name__ for r in runs.values()}), "factor": candidates_factor,
+            "mode": mode, "runs": {n: {"config": r.config.model_dump(mode="json"), "init": dict(r.init), "seed": r.seed,
+                                       "record": dict(r.record)} for n, r in runs.items()}}
+    return Piece(key=key, run=run, spec=spec, deps=(model_key,), kind="attack", estimate=estimate)
+
+
+def run_dir(ctx: Context, key: str, member: str | None = None) -> Path:
+    """The run directory of attack piece ``key`` (of its run ``member`` for an :func:`attack_batch_piece`)."""
+    return ctx.dir(key) / (member or "") / RUN_SUBDIR
+
+
+def run_summary(ctx: Context, key: str, member: str | None = None) -> dict[str, Any]:
+    """The summary of attack piece ``key`` (of its run ``member`` for an :func:`attack_batch_piece`)."""
+    s = ctx.summary(key)
+    return s["runs"][member] if member is not None else s
 
 
 def _scalars(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -279,8 +369,9 @@ def save_grid(path: Path, ev, display: torch.Tensor, task, *, order: torch.Tenso
 
 
 def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSettings, light: bool = False,
-                   score_name: str = "margin") -> Piece:
-    """Evaluate the run of ``run_key``: ``metrics.json``, ``candidates.csv`` and the figure grids.
+                   score_name: str = "margin", member: str | None = None) -> Piece:
+    """Evaluate the run of ``run_key`` (its run ``member`` when ``run_key`` is an :func:`attack_batch_piece`):
+    ``metrics.json``, ``candidates.csv`` and the figure grids.
 
     Grids (``grid-<order>.safetensors``: the first ``grid_max`` candidates with their nearest
     training / partition images) in three orders: ``candidate`` (the paper's "first
@@ -290,7 +381,7 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
         bundle, task, norm = load_model_and_task(model_dir(ctx, model_key), data_dir=ctx.data_dir)
-        rdir = ctx.dir(run_key) / RUN_SUBDIR
+        rdir = run_dir(ctx, run_key, member)
         t = load_tensors(rdir / "candidates.safetensors")
         meta = read_json(rdir / "run.json")
         x = t["x"].double()
@@ -320,8 +411,10 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
                       metric=settings.metric)
         return compact_summary(summary)
 
-    return Piece(key=key, run=run, spec={"settings": settings.model_dump(mode="json"), "light": light,
-                                         "score": score_name},
+    spec = {"settings": settings.model_dump(mode="json"), "light": light, "score": score_name}
+    if member is not None:  # absent otherwise: the hashes of existing evaluation pieces stay as they were
+        spec["member"] = member
+    return Piece(key=key, run=run, spec=spec,
                  deps=(model_key, run_key), kind="evaluate")
 
 
