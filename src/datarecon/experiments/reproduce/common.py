@@ -263,9 +263,21 @@ class BatchRun:
 
 #: How the runs of a reproduction that share a target are executed: ``separate`` (one piece per run),
 #: or one piece stepping them together with :func:`datarecon.attacks.batched.run_batched` in its
-#: ``batched`` or ``looped`` mode.
-RUN_GROUPING = ("separate", "batched", "looped")
-RunGrouping = Literal["separate", "batched", "looped"]
+#: ``batched`` or ``looped`` mode, or ``auto``: the mode :data:`AUTO_MODE` names for the device.
+RUN_GROUPING = ("separate", "auto", "batched", "looped")
+RunGrouping = Literal["separate", "auto", "batched", "looped"]
+#: ``auto`` per device kind: on CPU the batched gradient measured slower than the runs one by one
+#: (benchmarks/bench_batched_runs.py, docs/PERFORMANCE.md §8), so the runs are looped there; on a
+#: GPU batching saves the per-step launch overhead of K − 1 runs (an extrapolation, §8).
+AUTO_MODE = {"cpu": "looped", "cuda": "batched"}
+
+
+def resolve_mode(grouping: str, device: str) -> str:
+    """The :func:`~datarecon.attacks.batched.run_batched` mode of ``grouping`` on ``device`` (``auto`` →
+    :data:`AUTO_MODE`, batched on devices it does not list)."""
+    if grouping != "auto":
+        return grouping
+    return AUTO_MODE.get(device.split(":", 1)[0], "batched")
 
 
 def attack_batch_piece(key: str, *, model_key: str, attack_factory: Callable[[Any], Any],
@@ -280,7 +292,8 @@ def attack_batch_piece(key: str, *, model_key: str, attack_factory: Callable[[An
     Args:
         runs: name → :class:`BatchRun` (name: a folder name).
         attack_factory, candidates_factor, estimate: as in :func:`attack_piece` (estimate for the batch).
-        mode: ``batched`` or ``looped`` (:data:`datarecon.attacks.batched.MODES`).
+        mode: ``batched``, ``looped`` (:data:`datarecon.attacks.batched.MODES`) or ``auto``
+            (:func:`resolve_mode` on the piece's device).
     """
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
@@ -301,13 +314,13 @@ def attack_batch_piece(key: str, *, model_key: str, attack_factory: Callable[[An
                                        record={**setup.record, **r.record}))
         steps = max(getattr(r.config, "steps", 100) for r in runs.values())
         target = setups[0][1].target  # the same model directory for every run
-        recs = run_batched(members, target, mode=mode, resume=ctx.resume, progress=ctx.progress,
+        recs = run_batched(members, target, mode=resolve_mode(mode, ctx.device), resume=ctx.resume, progress=ctx.progress,
                            checkpoint_every=max(10, steps))
         out: dict[str, Any] = {}
         for (name, setup, m), rec in zip(setups, recs, strict=True):
             save_tensors(d / name / "x0.safetensors", {"x0": setup.x0.detach().cpu()})
             out[name] = _run_summary(rec, setup.x0, d / name / RUN_SUBDIR, m)
-        return {"runs": out, "mode": mode}
+        return {"runs": out, "mode": resolve_mode(mode, ctx.device)}
 
     spec = {"attack": sorted({type(r.config).__name__ for r in runs.values()}), "factor": candidates_factor,
             "mode": mode, "runs": {n: {"config": r.config.model_dump(mode="json"), "init": dict(r.init), "seed": r.seed,

@@ -241,7 +241,8 @@ def estimate_kkt(arch: ArchConfig, *, m: int, steps: int, dtype: str,
                  input_shape: tuple[int, ...] = CIFAR_SHAPE, runs: int = 1, mode: str = "looped") -> Estimate:
     """``estimate(device) -> seconds`` of ``runs`` KKT-family (KKT, DecoReco) runs on m candidates each.
 
-    ``mode`` ``looped`` (or separate pieces): ``runs`` × one run. ``batched``
+    ``mode`` ``looped`` (or separate pieces): ``runs`` × one run; ``auto``: looped on cpu, batched
+    elsewhere (as ``experiments.reproduce.common.AUTO_MODE``). ``batched``
     (:func:`datarecon.attacks.batched.run_batched`): on cpu ``runs`` × one run ×
     :data:`BATCHED_OVER_LOOPED_CPU` (measured); on cuda the FLOPs of all runs plus the per-pass
     overhead once per batched step and :data:`BATCH_COMMIT_PASSES` per run and step for each run's
@@ -253,7 +254,11 @@ def estimate_kkt(arch: ArchConfig, *, m: int, steps: int, dtype: str,
         if not _known(device):
             return None
         one = steps * KKT_PASSES_PER_STEP * pass_seconds(device, flops=flops, dtype=dtype)
-        if mode != "batched" or runs == 1:
+        if mode == "auto":  # as experiments/reproduce/common.resolve_mode
+            batched = device_kind(device) != "cpu"
+        else:
+            batched = mode == "batched"
+        if not batched or runs == 1:
             return runs * one
         if device_kind(device) == "cpu":
             return runs * one * BATCHED_OVER_LOOPED_CPU

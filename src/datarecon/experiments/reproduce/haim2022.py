@@ -111,7 +111,7 @@ class HaimConfig(BaseModel):
     evaluation: EvalSettings = EvalSettings(grid_max=40)
     # the runs of one task share its target: one piece steps them together (runs with the same
     # objective in one vmapped gradient; attacks/batched.py, benchmarks/bench_batched_runs.py)
-    run_grouping: RunGrouping = "batched"
+    run_grouping: RunGrouping = "auto"
 
     def data_spec(self, ds: HaimDataset) -> dict[str, Any]:
         return {"dataset": ds.dataset, "task": ds.task, "n_per_class": self.n_per_class, "selection": "first",

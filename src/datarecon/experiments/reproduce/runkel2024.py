@@ -107,7 +107,7 @@ class LandscapeSettings(BaseModel):
     decoreco_steps: int | None = Field(default=None, ge=0)
     # the DecoReco landscape runs share one target: one piece steps them together (each run keeps its
     # own state, stop and run directory; attacks/batched.py). benchmarks/bench_batched_runs.py, PERFORMANCE §8.
-    decoreco_grouping: RunGrouping = "batched"
+    decoreco_grouping: RunGrouping = "auto"
 
 
 class RunkelConfig(BaseModel):
