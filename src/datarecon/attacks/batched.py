@@ -190,6 +190,13 @@ class _StepBarrier:
             raise _Aborted("the batched step failed")
         return request.metrics
 
+    def abort(self, exc: BaseException) -> None:
+        """Fail every later step (the caller was interrupted): the runs save their checkpoints and end."""
+        with self._cond:
+            if self.error is None:
+                self.error = exc
+            self._cond.notify_all()
+
     def leave(self) -> None:
         with self._cond:
             self._live -= 1
@@ -269,11 +276,15 @@ def _compute(target: Target, mode: str) -> Callable[[list[_Request]], None]:
     every run's checkpoint stays consistent with its step count.
     """
 
+    keys: dict[int, tuple[Any, ...] | None] = {}  # per run: fixed for its whole life
+
     def compute(batch: list[_Request]) -> None:
         groups: dict[tuple[Any, ...], list[_Request]] = {}
         single: list[_Request] = []
         for r in batch:
-            key = _group_key(r.member, target, r.state) if mode == "batched" else None
+            if r.index not in keys:
+                keys[r.index] = _group_key(r.member, target, r.state) if mode == "batched" else None
+            key = keys[r.index]
             (single if key is None else groups.setdefault(key, [])).append(r)
         updates = [u for requests in groups.values() for u in _batched_kkt_gradients(target, requests)]
         for r, metrics, gx, gl in sorted(updates, key=lambda u: u[0].index):
@@ -341,8 +352,14 @@ def run_batched(members: Sequence[BatchMember], target: Target, *, mode: str = "
                for k in range(len(members))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException as exc:  # e.g. Ctrl-C: let the runs checkpoint and stop instead of running on
+        barrier.abort(exc)
+        for t in threads:
+            t.join()
+        raise
     if barrier.error is not None:
         raise barrier.error
     for exc in errors:
