@@ -51,7 +51,9 @@ def collect(out: Path) -> dict[str, Any]:
             row |= {"method": runs[0].get("method"), "steps": steps, "m": runs[0].get("m"), "runs": len(runs),
                     "mode": (done.get("summary") or {}).get("mode"), "attack_wall_s": wall,
                     "ms_per_step": 1e3 * wall / steps if steps else None,
-                    "ms_per_run_step": 1e3 * wall / sum(int(r.get("steps_done") or 0) for r in runs) if steps else None}
+                    "ms_per_run_step": 1e3 * wall / sum(int(r.get("steps_done") or 0) for r in runs) if steps else None,
+                    "num_parameters": (runs[0].get("extra") or {}).get("num_parameters"),
+                    "hvps": (runs[0].get("extra") or {}).get("hvp_count")}
         elif done.get("kind") == "attack" and run_json.is_file():
             run = json.loads(run_json.read_text(encoding="utf-8"))
             steps = int(run.get("steps_done") or 0)

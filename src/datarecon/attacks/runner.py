@@ -350,7 +350,9 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
     def progress_meta(ls: LoopState, status: str) -> dict[str, Any]:
         return {"method": attack.name, "config_hash": chash, "resume_key": key, "steps_done": ls.step,
                 "total": ls.total, "wall_time_s": ls.wall_time_s, "status": status, "stop_reason": ls.stop_reason,
-                "metrics": dict(ls.metrics), "early_stop": es_hook.state_dict() if es_hook is not None else {}}
+                # a resumed run that takes no step keeps the metrics its checkpoint recorded
+                "metrics": dict(ls.metrics or (_restored_metrics(meta) if ckpt is not None and ls.step == start else {})),
+                "early_stop": es_hook.state_dict() if es_hook is not None else {}}
 
     def save(ls: LoopState) -> None:
         if out_path is None:

@@ -120,8 +120,9 @@ TRAIN_PASSES_PER_EPOCH = {"gd": 2.1, "lbfgs": 9.9}
 #: Passes per KKT-family step (docs/PERFORMANCE.md §2: step / plain forward+backward 2.77-2.96).
 KKT_PASSES_PER_STEP = 2.8
 #: Wall time of K batched KKT-family runs ÷ the same K runs one after the other, on CPU (one thread;
-#: ``benchmarks/bench_batched_runs.py``, docs/PERFORMANCE.md §8.1: 1.04 at D-1000-1000-1, m = 100, K = 5; 0.70-1.26 at D-256).
-BATCHED_OVER_LOOPED_CPU = 1.04
+#: ``benchmarks/bench_batched_runs.py``, docs/PERFORMANCE.md §8.1: 1.25 at D-1000-1000-1, m = 100, K = 25;
+#: 1.11-1.17 at the other sizes).
+BATCHED_OVER_LOOPED_CPU = 1.25
 #: Per run and batched step on cuda: the run's own optimiser update and finiteness check, in units
 #: of the per-pass overhead (~10 small kernels and two host syncs ≈ one pass's launches; ASSUMED).
 BATCH_COMMIT_PASSES = 1.0
