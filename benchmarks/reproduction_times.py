@@ -40,7 +40,21 @@ def collect(out: Path) -> dict[str, Any]:
         row: dict[str, Any] = {"key": done.get("key"), "kind": done.get("kind"),
                                "wall_s": float(done.get("wall_time_s") or 0.0)}
         run_json = marker.parent / "run" / "run.json"
-        if done.get("kind") == "attack" and run_json.is_file():
+        batch = (done.get("summary") or {}).get("runs")
+        if done.get("kind") == "attack" and isinstance(batch, dict) and batch:
+            # a batch piece (experiments/reproduce/common.attack_batch_piece): its runs step together, so
+            # one step of the piece is a step of every run still going
+            runs = [json.loads((marker.parent / name / "run" / "run.json").read_text(encoding="utf-8"))
+                    for name in sorted(batch)]
+            steps = max(int(r.get("steps_done") or 0) for r in runs)
+            wall = max(float(r.get("wall_time_s") or 0.0) for r in runs)
+            row |= {"method": runs[0].get("method"), "steps": steps, "m": runs[0].get("m"), "runs": len(runs),
+                    "mode": (done.get("summary") or {}).get("mode"), "attack_wall_s": wall,
+                    "ms_per_step": 1e3 * wall / steps if steps else None,
+                    "ms_per_run_step": 1e3 * wall / sum(int(r.get("steps_done") or 0) for r in runs) if steps else None,
+                    "num_parameters": (runs[0].get("extra") or {}).get("num_parameters"),
+                    "hvps": (runs[0].get("extra") or {}).get("hvp_count")}
+        elif done.get("kind") == "attack" and run_json.is_file():
             run = json.loads(run_json.read_text(encoding="utf-8"))
             steps = int(run.get("steps_done") or 0)
             extra = run.get("extra") or {}

@@ -57,6 +57,12 @@ def test_readme_cli_examples_run(tmp_path: Path, monkeypatch, data_dir: Path, ca
     assert (tmp_path / "runs" / "report.html").is_file()
     assert (tmp_path / "runs" / "kkt" / "metrics.json").is_file()
     assert (tmp_path / "runs" / "experiment" / "report.html").is_file()  # datarecon run experiment-digits.yaml
+    # --runs 3: three ordinary run directories, each a complete run of its own seed
+    from datarecon.utils.io import read_json as _read
+
+    seeds = [_read(tmp_path / "runs" / "kkt-runs" / f"run{j}" / "run.json")["seed"] for j in range(3)]
+    assert seeds == [0, 1, 2]
+    assert (tmp_path / "runs" / "kkt-runs" / "run2" / "metrics.json").is_file()
     # the bilevel example recovers the paper's qualitative results with the default step (no --lr-x)
     from datarecon.utils.io import read_json
 

@@ -129,3 +129,13 @@ def test_misuse(target, prior):
     bad = AttackerPrior(labels=torch.tensor([0, 1]), input_shape=SHAPE)
     with pytest.raises(DataReconError, match="single-output model needs float labels"):
         run_attack(attack, target, bad, x0=_x0(m=2), generator=g, progress=False)
+
+
+def test_resuming_a_finished_run_keeps_its_checkpoint_metrics(target, prior, tmp_path):
+    """A finished run resumed (as a batch does for its runs that had finished before a kill) takes
+    no step and rewrites its checkpoint with the same metrics, not an empty set."""
+    _run(target, prior, tmp_path / "run")
+    before = json.loads((tmp_path / "run" / "checkpoint" / "progress.json").read_text())
+    _run(target, prior, tmp_path / "run", resume=True)
+    after = json.loads((tmp_path / "run" / "checkpoint" / "progress.json").read_text())
+    assert before["metrics"] and after["metrics"] == before["metrics"]

@@ -105,3 +105,38 @@ def test_resuming_a_finished_run_reports_and_keeps_its_final_loss(model_dir, tmp
     again = capsys.readouterr().out
     assert "loss nan" not in again and again == first_line
     assert (tmp_path / "r" / "run.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("mode", ["batched", "looped"])
+def test_runs_are_the_single_runs_of_their_seeds(model_dir, tmp_path, capsys, mode):
+    """--runs 3: run j is the run `reconstruct --seed j` makes alone (looped: bit for bit; batched:
+    to float64 rounding), in an ordinary run directory OUT/run<j>."""
+    common = ["--model", str(model_dir), "--method", "decoreco", "--init", "gaussian", "--init-scale", "0.05",
+              "--candidates", "8", "--steps", "30", "--dtype", "float64", "--lr-x", "0.01", "--lambda-min", "0.2"]
+    assert _run([*common, "--runs", "3", "--batch-mode", mode, "--out", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert all(f"decoreco run {j}: complete after 30 steps" in out for j in range(3))
+    for j in range(3):
+        assert _run([*common, "--seed", str(j), "--out", str(tmp_path / f"alone{j}")]) == 0
+        a = load_tensors(tmp_path / f"alone{j}" / "candidates.safetensors")
+        b = load_tensors(tmp_path / "runs" / f"run{j}" / "candidates.safetensors")
+        if mode == "looped":
+            assert torch.equal(a["x"], b["x"]) and torch.equal(a["multipliers"], b["multipliers"])
+        else:
+            torch.testing.assert_close(b["x"], a["x"], rtol=1e-10, atol=1e-13)
+        meta = json.loads((tmp_path / "runs" / f"run{j}" / "run.json").read_text())
+        assert meta["seed"] == j and meta["batch"] == {"runs": 3, "index": j, "mode": mode}
+    # rerun: each run directory is refused without --overwrite / --resume, resumed with --resume
+    assert _run([*common, "--runs", "3", "--out", str(tmp_path / "runs")]) == 2
+    assert "exists; pass --overwrite" in capsys.readouterr().err
+    assert _run([*common, "--runs", "3", "--resume", "--out", str(tmp_path / "runs")]) == 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--runs", "0"], "--runs must be at least 1, got 0"),
+    (["--runs", "2", "--batch-mode", "fast"], "unknown batch mode 'fast'; valid modes: batched, looped"),
+], ids=["zero-runs", "bad-mode"])
+def test_runs_misuse_is_one_line(model_dir, tmp_path, capsys, args, message):
+    rc = _run(["--model", str(model_dir), "--candidates", "4", "--steps", "2", "--out", str(tmp_path / "o"), *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

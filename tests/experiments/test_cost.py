@@ -55,6 +55,24 @@ def test_training_and_kkt_estimates_scale_with_their_work():
     assert k == pytest.approx(10 * cost.KKT_PASSES_PER_STEP * (flops / cuda.flops["float32"] + cuda.pass_overhead_s))
 
 
+def test_batched_kkt_estimate_is_the_hand_count():
+    """K batched runs: on cpu K runs × the measured ratio; on cuda the FLOPs of all K runs, the
+    per-pass overhead once per batched step and one commit per run and step (extrapolation)."""
+    arch = ArchConfig(name="mlp", hidden=(32, 32))
+    one = cost.estimate_kkt(arch, m=20, steps=10, dtype="float32")
+    assert cost.estimate_kkt(arch, m=20, steps=10, dtype="float32", runs=5)("cuda") == pytest.approx(5 * one("cuda"))
+    batched = cost.estimate_kkt(arch, m=20, steps=10, dtype="float32", runs=5, mode="batched")
+    assert batched("cpu") == pytest.approx(5 * one("cpu") * cost.BATCHED_OVER_LOOPED_CPU)
+    cuda = cost.DEVICES.get("cuda")
+    flops = 6 * 20 * cost.macs_per_input(arch)
+    want = 10 * (cost.KKT_PASSES_PER_STEP * (5 * flops / cuda.flops["float32"] + cuda.pass_overhead_s)
+                 + 5 * cost.BATCH_COMMIT_PASSES * cuda.pass_overhead_s)
+    assert batched("cuda") == pytest.approx(want, rel=1e-12) and batched("cuda") < 5 * one("cuda")
+    assert batched("tpu") is None
+    auto = cost.estimate_kkt(arch, m=20, steps=10, dtype="float32", runs=5, mode="auto")
+    assert auto("cpu") == pytest.approx(5 * one("cpu")) and auto("cuda") == pytest.approx(batched("cuda"))
+
+
 def test_dry_run_estimates_every_training_and_attack_piece_and_says_where_gpu_figures_come_from(tmp_path):
     for device in ("cpu", "cuda"):
         planned = plan_reproduction("runkel2024", out=tmp_path / "none", scale="paper", device=device)

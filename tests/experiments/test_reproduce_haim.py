@@ -84,13 +84,20 @@ def test_dry_run_estimates_train_and_attack_pieces_from_the_cost_model(tmp_path)
     """The CUDA estimates reproduce the H100 measurements they were calibrated on (issue 12)."""
     from datarecon.experiments.reproduce import plan_reproduction
 
-    def est(scale, device):
-        planned = plan_reproduction("haim2022", out=tmp_path / scale, scale=scale, device=device)
+    def est(scale, device, grouping="auto"):
+        planned = plan_reproduction("haim2022", out=tmp_path / scale, scale=scale, device=device,
+                                    overrides={"run_grouping": grouping})
         return {p.key: p.estimate_s for p in planned}
 
-    paper_gpu = est("paper", "cuda")
+    paper_gpu = est("paper", "cuda", "separate")
     assert paper_gpu["models/cifar10"] == pytest.approx(168, rel=0.05)  # H100: 100 000 epochs in 168 s
     assert paper_gpu["runs/cifar10/run0"] == pytest.approx(50_000 * 4.1e-3, rel=0.05)  # 4.1 ms/step float64
+    # default: the three runs of a task in one piece; on cuda two of them (same objective) batched
+    batched = est("paper", "cuda")["runs/cifar10"]
+    assert 2 * paper_gpu["runs/cifar10/run0"] < batched < 3 * paper_gpu["runs/cifar10/run0"]
     medium_cpu = est("medium", "cpu")
-    assert medium_cpu["tables"] is None and medium_cpu["runs/mnist/run0"] < medium_cpu["runs/cifar10/run0"]
+    assert medium_cpu["tables"] is None and medium_cpu["runs/mnist"] < medium_cpu["runs/cifar10"]
+    separate = est("medium", "cpu", "separate")
+    assert medium_cpu["runs/cifar10"] == pytest.approx(sum(v for k, v in separate.items()
+                                                           if k.startswith("runs/cifar10/")))  # looped on cpu
     assert sum(v for v in medium_cpu.values() if v) < 3600

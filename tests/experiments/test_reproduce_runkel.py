@@ -221,3 +221,21 @@ def test_reproduction_times_script_reads_the_markers(runkel, capsys):
     assert timed and all(r["estimate_s"] and r["estimate_s"] > 0 for r in timed)
     assert set(est["measured_over_estimate"]) == {"train", "attack"}
     assert mod.main([str(out), "--estimates"]) == 0 and "measured ÷ estimated" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("grouping", ["separate", "auto", "batched", "looped"])
+def test_landscape_grouping_keeps_the_evaluation_pieces(grouping):
+    """DecoReco landscape runs: one piece per run (separate) or one batch piece; the evaluation
+    pieces (and so the figures and tables) are the same either way."""
+    from datarecon.experiments.reproduce.runkel2024 import plan
+
+    cfg = load_config("runkel2024", scale="smoke")
+    cfg = cfg.model_copy(update={"landscape": cfg.landscape.model_copy(update={"decoreco_grouping": grouping})})
+    pieces = plan(cfg)
+    keys = [p.key for p in pieces]
+    runs = [k for k in keys if k.startswith("runs/landscape/decoreco")]
+    assert runs == (["runs/landscape/decoreco"] if grouping != "separate"
+                    else [f"runs/landscape/decoreco/l1-{a:g}_l2-{b:g}" for a in cfg.landscape.grid
+                          for b in cfg.landscape.grid])
+    evals = [p for p in pieces if p.key.startswith("eval/landscape/decoreco/")]
+    assert len(evals) == len(cfg.landscape.grid) ** 2 and all(set(p.deps) <= set(keys) for p in evals)

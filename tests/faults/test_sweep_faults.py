@@ -104,7 +104,10 @@ def test_killed_driver_takes_its_workers_along_and_a_rerun_resumes(sweep_file: P
     while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(pid) for pid in workers), "pool workers outlived their driver"
-    assert all((read_json_or_none(r / "run.json") or {}).get("status") == "running" for r in _claims(out))
+    # the killed run is mid-way; the other one is mid-way too, or already complete when one worker
+    # ran both runs in turn (the second worker was still starting up under load)
+    statuses = {r.name: (read_json_or_none(r / "run.json") or {}).get("status") for r in _claims(out)}
+    assert "running" in statuses.values() and set(statuses.values()) <= {"running", "complete"}, statuses
     run_ok(*_args(sweep_file, out))
     assert _attempts(out) == [1, 1]  # the driver's death is not charged to the runs
     _compare_runs(ref, out)

@@ -333,11 +333,38 @@ class KKTAttack(_XAttack):
             if c.box_weight:
                 gx = gx.add_(box_grad, alpha=c.box_weight)
         metrics = {k: float(v.detach()) for k, v in terms.items()}
+        return self.apply_gradients(target, state, metrics, gx, gl)
+
+    def apply_gradients(self, target: Target, state: dict[str, torch.Tensor], metrics: dict[str, float],
+                        gx: torch.Tensor, gl: torch.Tensor) -> dict[str, float]:
+        """Commit one optimiser step from the objective's gradients (shared by :meth:`step` and the
+        batched runs of :mod:`datarecon.attacks.batched`).
+
+        Args:
+            target: the attacked model (for ‖θ*‖²).
+            state: this run's state (updated in place when the update is finite).
+            metrics: ``loss``, ``residual``, ``box``, ``lambda_hinge`` of this step (floats).
+            gx: ∂L/∂x shaped like ``state["x"]``; gl: ∂L/∂λ (m,).
+
+        Returns:
+            The step's metrics (plus ``rel_residual``, ``lambda_mean``, gradient norms); NaN
+            ``update`` when the update was not finite and was not applied.
+        """
         metrics["rel_residual"] = metrics["residual"] / max(self.prepared(target).theta_sq, 1e-300)
         metrics["lambda_mean"] = float(state["lambda"].mean())
         grads = {"x": gx, "lambda": gl}
         lrs = {"x": self.config.lr_x, "lambda": self.config.lr_lambda}
         return self._commit(state, grads, lrs, metrics)
+
+    def batch_key(self, target: Target) -> tuple[Any, ...] | None:
+        """What fixes the objective of a step (not the optimiser): runs with equal keys can share one
+        batched gradient computation (:mod:`datarecon.attacks.batched`); None: not batchable (the
+        compiled step)."""
+        if self.config.compile:
+            return None
+        c = self.config
+        return (self.formulation(target), c.surrogate, c.alpha, c.lambda_min, c.lambda_min_weight, c.box_weight,
+                c.dtype)
 
     def context(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor]) -> SelectionContext:
         prep = self.prepared(target)

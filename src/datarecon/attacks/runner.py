@@ -352,7 +352,9 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
     def progress_meta(ls: LoopState, status: Status) -> dict[str, Any]:
         return {"method": attack.name, "config_hash": chash, "resume_key": key, "steps_done": ls.step,
                 "total": ls.total, "wall_time_s": ls.wall_time_s, "status": status, "stop_reason": ls.stop_reason,
-                "metrics": dict(ls.metrics), "early_stop": es_hook.state_dict() if es_hook is not None else {}}
+                # a resumed run that takes no step keeps the metrics its checkpoint recorded
+                "metrics": dict(ls.metrics or (_restored_metrics(meta) if ckpt is not None and ls.step == start else {})),
+                "early_stop": es_hook.state_dict() if es_hook is not None else {}}
 
     def save(ls: LoopState) -> None:
         if out_path is None:
@@ -373,13 +375,11 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
     if out_path is not None:
         engine_hooks.append(Checkpoint(save, every=checkpoint_every))
     engine_hooks.extend(hooks)
-    if ckpt is not None and start >= steps:
-        # resumed a finished run (killed after its last checkpoint): report it as it was, without
-        # entering the loop, whose end-of-run checkpoint would overwrite the saved metrics
-        loop = LoopState(step=start, total=steps, metrics=_restored_metrics(meta),
-                         stop_reason=meta.get("stop_reason") or "completed", wall_time_s=elapsed)
-    else:
-        loop = Engine(step_fn, hooks=engine_hooks).run(start=start, total=steps, elapsed_s=elapsed)
+    loop = Engine(step_fn, hooks=engine_hooks).run(start=start, total=steps, elapsed_s=elapsed)
+    if ckpt is not None and loop.step == start:  # resumed a finished run: report it as it was
+        loop.metrics = loop.metrics or _restored_metrics(meta)
+        loop.stop_reason = meta.get("stop_reason") or loop.stop_reason
+        loop.wall_time_s = elapsed
 
     message = ""
     if nan_stop.tripped or not _all_finite(state):

@@ -32,13 +32,24 @@ from datarecon.registry import Registry
 
 
 class _SurrogateReLUFn(torch.autograd.Function):
-    """relu(z) forward; grad · sigmoid(α z) backward (itself differentiable in z and grad)."""
+    """relu(z) forward; grad · sigmoid(α z) backward (itself differentiable in z and grad).
+
+    Written with ``setup_context`` and ``generate_vmap_rule`` so torch.func transforms accept it
+    (the batched runs of :mod:`datarecon.attacks.batched` vmap over a run axis); same operations
+    as before, so the eager results are unchanged bit for bit.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, alpha: float) -> torch.Tensor:  # type: ignore[override]
+    def forward(z: torch.Tensor, alpha: float) -> torch.Tensor:  # type: ignore[override]
+        return z.clamp_min(0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:  # type: ignore[override]
+        z, alpha = inputs
         ctx.save_for_backward(z)
         ctx.alpha = alpha
-        return z.clamp_min(0)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]

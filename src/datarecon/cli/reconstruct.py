@@ -89,6 +89,9 @@ def reconstruct(
     early_stop_tol: float | None = typer.Option(None, "--early-stop-tol", help="relative improvement of the residual that counts for --early-stop-patience (default 1e-3)"),
     progress: bool = typer.Option(True, "--progress/--no-progress",
                                   help="show progress (a bar on a terminal, plain lines in a log)"),
+    runs: int = typer.Option(1, "--runs", help="K independent runs (seeds SEED..SEED+K-1) into OUT/run0..run<K-1>, "
+                             "stepped together (kkt/decoreco: one batched gradient per step)"),
+    batch_mode: str = typer.Option("batched", "--batch-mode", help="with --runs: batched | looped"),
 ) -> None:
     """Reconstruct training-data candidates from a trained model's weights."""
     from datarecon.cli._common import parse_device
@@ -166,6 +169,17 @@ def reconstruct(
     parse_device(run.device)
     if overwrite and resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
+    if runs != 1:
+        if target is not None:
+            raise DataReconError("--runs K applies to a model directory; run a model given as "
+                                 "package.module:factory once per --seed")
+        _reconstruct_runs(Path(run.model), out=out, runs=runs, batch_mode=batch_mode, method=run.method,
+                          config=run.method_config(), init=run.init.name, init_params=run.init_params(),
+                          candidates=run.candidates, seed=run.seed, device=parse_device(run.device),
+                          data_dir=data_dir, resume=resume, overwrite=overwrite, progress=progress,
+                          checkpoint_every=run.checkpoint.every, log_every=run.checkpoint.log_every,
+                          early_stop_patience=run.early_stop.patience, early_stop_tol=run.early_stop.rel_tol)
+        return
     check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)  # before the note below
     if init_name in DATA_INITS:
         typer.echo(DATA_INITS_NOTE.format(init=init_name), err=True)
@@ -237,6 +251,20 @@ def own_model_target(spec: str, *, weights: Path | None, input_shape: str | None
         loss = "logistic" if outputs == 1 else "cross-entropy"
     return Target.from_module(module, loss=loss, input_shape=shape, value_range=(lo_hi[0], lo_hi[1]),
                               weight_decay=weight_decay)
+
+
+def _reconstruct_runs(model: Path, *, out: Path, runs: int, batch_mode: str, method: str, init: str,
+                      **kwargs: Any) -> None:
+    """``--runs K``: K run directories OUT/run<j> (experiments.reconstruct.reconstruct_runs), one line each."""
+    from datarecon.experiments.reconstruct import DATA_INITS_NOTE, reconstruct_runs, run_name
+
+    if init in DATA_INITS:
+        typer.echo(DATA_INITS_NOTE.format(init=init), err=True)
+    recs = reconstruct_runs(model, out=out, runs=runs, mode=batch_mode, method=method, init=init, **kwargs)
+    for j, rec in enumerate(recs):
+        rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
+        shown = f", relative residual {rel:.4g}" if rel is not None else ""
+        typer.echo(f"{method} run {j}: {rec.status} after {rec.steps_done} steps{shown}; wrote {out / run_name(j)}")
 
 
 def register(app: typer.Typer) -> None:

@@ -468,3 +468,71 @@ def reconstruct(model_dir: str | Path | Target, *, out: str | Path, method: str 
                      "checkpoint": {"every": checkpoint_every, "log_every": log_every}})
     return execute(run, out, resume=resume, overwrite=overwrite, progress=progress, data_dir=data_dir,
                    sources=sources, hooks=hooks, record=record, raise_on_divergence=raise_on_divergence, target=own)
+
+
+def run_name(index: int) -> str:
+    """Folder name of run ``index`` of :func:`reconstruct_runs` (``run0``, ``run1``, ...)."""
+    return f"run{index}"
+
+
+def reconstruct_runs(model_dir: str | Path, *, out: str | Path, runs: int, method: str = "kkt",
+                     config: Mapping[str, Any] | BaseModel | None = None, steps: int | None = None,
+                     init: str = "gaussian", init_params: Mapping[str, Any] | None = None,
+                     candidates: int | None = None, seed: int = 0, device: str | torch.device = "cpu",
+                     data_dir: str | Path | None = None, resume: bool = False, overwrite: bool = False,
+                     progress: bool = True, checkpoint_every: int = 100, log_every: int = 10,
+                     early_stop_patience: int = 0, early_stop_tol: float = 1e-3, mode: str = "batched",
+                     sources: Any = None) -> list[Reconstruction]:
+    """``runs`` independent runs of ``method`` on ``model_dir``, stepped together (attacks/batched.py).
+
+    Run j is exactly the run :func:`reconstruct` makes with ``seed + j`` (its own x₀, λ₀ and
+    generator), written to the run directory ``out/run<j>`` (:func:`run_name`); KKT / DecoReco runs
+    share one vmapped gradient per step in ``mode="batched"``, other methods are stepped in turn.
+
+    Args:
+        runs: K ≥ 1.
+        mode: ``batched`` | ``looped`` (:data:`datarecon.attacks.batched.MODES`).
+        Others: as in :func:`reconstruct` (``overwrite``/``resume`` apply to each run directory;
+            ``out`` itself is only created, never cleared).
+
+    Returns:
+        One :class:`~datarecon.attacks.base.Reconstruction` per run, in run order.
+
+    Raises:
+        DataReconError: runs < 1, an unknown mode, bad settings, or a run directory that may not be
+            written (see :func:`reconstruct`).
+    """
+    from datarecon.attacks.batched import MODES, BatchMember, run_batched
+    from datarecon.attacks.selection import ResidualPlateau
+    from datarecon.utils.outdir import check_out_dir, clear_out_dir
+
+    if runs < 1:
+        raise DataReconError(f"--runs must be at least 1, got {runs}")
+    if mode not in MODES:
+        raise DataReconError(f"unknown batch mode {mode!r}; valid modes: {', '.join(MODES)}")
+    if overwrite and resume:
+        raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise DataReconError(f"--out {out} is an existing file; choose a directory for --out")
+    dirs = [out / run_name(j) for j in range(runs)]
+    clear = [check_out_dir(d, kind="run", overwrite=overwrite, resume=resume) for d in dirs]
+    cfg = method_config(method, config, steps=steps)
+    dtype = torch_dtype(getattr(cfg, "dtype", None) or "float64")
+    members = []
+    target = None
+    for j, d in enumerate(dirs):
+        setup = prepare_attack(model_dir, init=init, init_params=init_params, candidates=candidates, seed=seed + j,
+                               dtype=dtype, device=device, data_dir=data_dir, sources=sources)
+        target = target or setup.target  # one model directory: the same target for every run
+        early = (ResidualPlateau(key="rel_residual", patience=early_stop_patience, rel_tol=early_stop_tol)
+                 if early_stop_patience > 0 else None)
+        record = {**setup.record, "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol},
+                  "batch": {"runs": runs, "index": j, "mode": mode}}
+        members.append(BatchMember(attack=make_attack(method, cfg), prior=setup.prior, x0=setup.x0,
+                                   generator=setup.generator, out=d, seed=seed + j, early_stop=early, record=record))
+    for d, c in zip(dirs, clear, strict=True):
+        if c:  # only now: a bad model or setting leaves the old runs untouched
+            clear_out_dir(d, kind="run")
+    return run_batched(members, target, mode=mode, steps=getattr(cfg, "steps", None), checkpoint_every=checkpoint_every,
+                       resume=resume, progress=progress, log_every=log_every)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -180,6 +181,40 @@ def load_model_and_task(path: Path, *, data_dir, dtype: torch.dtype = torch.floa
 # attacks
 
 
+def _prepare_run(ctx: Context, *, model_key: str, init: Mapping[str, Any], candidates_factor: int, seed: int,
+                 dtype: torch.dtype):
+    """(setup, m) of one attack run on the target of ``model_key`` (experimenter side: n, and for data
+    inits the chosen images, paired by label so mixtures never mix classes; the attacker side (target,
+    prior, x0) is the CLI's)."""
+    from datarecon.attacks.init import INITS
+    from datarecon.experiments.reconstruct import prepare_attack
+
+    mdir = model_dir(ctx, model_key)
+    _, task, norm = load_model_and_task(mdir, data_dir=ctx.data_dir)
+    m = candidates_factor * len(task.train)
+    params = {k: v for k, v in init.items() if k != "name"}
+    sources = None
+    if INITS.get(init["name"]).needs:
+        sources, _ = paired_sources(norm.to_model(task.train.x).double(), task.train.y,
+                                    norm.to_model(task.partition.x).double(), task.partition.y, m)
+    setup = prepare_attack(mdir, init=init["name"], init_params=params, candidates=m, seed=seed, dtype=dtype,
+                           device=ctx.device, data_dir=ctx.data_dir, sources=sources)
+    return setup, m
+
+
+def _run_summary(rec: Any, x0: torch.Tensor, run_dir: Path, m: int) -> dict[str, Any]:
+    """The marker summary of one finished attack run (status, selection values, distances)."""
+    meta = read_json(run_dir / "run.json")
+    return {"status": rec.status, "steps_done": rec.steps_done, "m": m,
+            "wall_time_s": meta.get("wall_time_s"), "final": _scalars(meta.get("final", {})),
+            "selection": {k: (v.get("value") if isinstance(v, dict) else v)
+                          for k, v in (meta.get("selection") or {}).items()},
+            "selection_direction": {k: v.get("better") for k, v in (meta.get("selection") or {}).items()
+                                    if isinstance(v, dict)},
+            "param_distance": (meta.get("extra") or {}).get("param_distance"),
+            "init_shift": float((rec.x.cpu().double() - x0.cpu().double()).flatten(1).norm(dim=1).mean())}
+
+
 def attack_piece(key: str, *, model_key: str, method: str, attack_config: BaseModel,
                  init: Mapping[str, Any], candidates_factor: int = 1, seed: int = 0,
                  record: Mapping[str, Any] | None = None,
@@ -234,6 +269,96 @@ def attack_piece(key: str, *, model_key: str, method: str, attack_config: BaseMo
     return Piece(key=key, run=run, spec=spec, deps=(model_key,), kind="attack", estimate=estimate)
 
 
+@dataclass(frozen=True)
+class BatchRun:
+    """One run of an :func:`attack_batch_piece`: its own config, initialisation, seed and record."""
+
+    config: BaseModel
+    init: Mapping[str, Any]
+    seed: int = 0
+    record: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: How the runs of a reproduction that share a target are executed: ``separate`` (one piece per run),
+#: or one piece stepping them together with :func:`datarecon.attacks.batched.run_batched` in its
+#: ``batched`` or ``looped`` mode, or ``auto``: the mode :data:`AUTO_MODE` names for the device.
+RUN_GROUPING = ("separate", "auto", "batched", "looped")
+RunGrouping = Literal["separate", "auto", "batched", "looped"]
+#: ``auto`` per device kind: on CPU the batched gradient measured slower than the runs one by one
+#: (benchmarks/bench_batched_runs.py, docs/PERFORMANCE.md §8), so the runs are looped there; on a
+#: GPU batching saves the per-step launch overhead of K − 1 runs (an extrapolation, §8).
+AUTO_MODE = {"cpu": "looped", "cuda": "batched"}
+
+
+def resolve_mode(grouping: str, device: str) -> str:
+    """The :func:`~datarecon.attacks.batched.run_batched` mode of ``grouping`` on ``device`` (``auto`` →
+    :data:`AUTO_MODE`, batched on devices it does not list)."""
+    if grouping != "auto":
+        return grouping
+    return AUTO_MODE.get(device.split(":", 1)[0], "batched")
+
+
+def attack_batch_piece(key: str, *, model_key: str, method: str,
+                       runs: Mapping[str, BatchRun], candidates_factor: int = 1, mode: str = "batched",
+                       estimate: Callable[[str], float | None] | None = None) -> Piece:
+    """Run several attacks on the target of ``model_key`` as one batch (:func:`~datarecon.attacks.batched.run_batched`).
+
+    Run ``name`` is written exactly as :func:`attack_piece` writes a run, under ``OUT/<key>/<name>/``
+    (``run/`` and ``x0.safetensors``); the piece's summary holds each run's summary under
+    ``runs[name]``. With ``ctx.resume`` every run continues from its own checkpoint.
+
+    Args:
+        runs: name → :class:`BatchRun` (name: a folder name).
+        method, candidates_factor, estimate: as in :func:`attack_piece` (estimate for the batch).
+        mode: ``batched``, ``looped`` (:data:`datarecon.attacks.batched.MODES`) or ``auto``
+            (:func:`resolve_mode` on the piece's device).
+    """
+
+    def run(ctx: Context, d: Path) -> dict[str, Any]:
+        from datarecon.attacks.batched import BatchMember, run_batched
+        from datarecon.experiments.reconstruct import make_attack
+        from datarecon.utils.dtypes import torch_dtype
+
+        dtypes = {getattr(r.config, "dtype", "float64") for r in runs.values()}
+        if len(dtypes) != 1:
+            raise DataReconError(f"the runs of batch {key} use several dtypes {sorted(dtypes)}; a batch shares "
+                                 "one target, so give them one dtype")
+        dtype = torch_dtype(dtypes.pop())
+        members, setups = [], []
+        for name, r in runs.items():
+            setup, m = _prepare_run(ctx, model_key=model_key, init=r.init, candidates_factor=candidates_factor,
+                                    seed=r.seed, dtype=dtype)
+            setups.append((name, setup, m))
+            members.append(BatchMember(attack=make_attack(method, r.config), prior=setup.prior, x0=setup.x0,
+                                       generator=setup.generator, out=d / name / RUN_SUBDIR, seed=r.seed,
+                                       record={**setup.record, **r.record}))
+        steps = max(getattr(r.config, "steps", 100) for r in runs.values())
+        target = setups[0][1].target  # the same model directory for every run
+        recs = run_batched(members, target, mode=resolve_mode(mode, ctx.device), resume=ctx.resume, progress=ctx.progress,
+                           checkpoint_every=max(10, steps))
+        out: dict[str, Any] = {}
+        for (name, setup, m), rec in zip(setups, recs, strict=True):
+            save_tensors(d / name / "x0.safetensors", {"x0": setup.x0.detach().cpu()})
+            out[name] = _run_summary(rec, setup.x0, d / name / RUN_SUBDIR, m)
+        return {"runs": out, "mode": resolve_mode(mode, ctx.device)}
+
+    spec = {"attack": sorted({type(r.config).__name__ for r in runs.values()}), "factor": candidates_factor,
+            "mode": mode, "runs": {n: {"config": r.config.model_dump(mode="json"), "init": dict(r.init), "seed": r.seed,
+                                       "record": dict(r.record)} for n, r in runs.items()}}
+    return Piece(key=key, run=run, spec=spec, deps=(model_key,), kind="attack", estimate=estimate)
+
+
+def run_dir(ctx: Context, key: str, member: str | None = None) -> Path:
+    """The run directory of attack piece ``key`` (of its run ``member`` for an :func:`attack_batch_piece`)."""
+    return ctx.dir(key) / (member or "") / RUN_SUBDIR
+
+
+def run_summary(ctx: Context, key: str, member: str | None = None) -> dict[str, Any]:
+    """The summary of attack piece ``key`` (of its run ``member`` for an :func:`attack_batch_piece`)."""
+    s = ctx.summary(key)
+    return s["runs"][member] if member is not None else s
+
+
 def _scalars(d: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if isinstance(v, (int, float, str, bool)) or v is None}
 
@@ -277,8 +402,9 @@ def save_grid(path: Path, ev, display: torch.Tensor, task, *, order: torch.Tenso
 
 
 def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSettings, light: bool = False,
-                   score_name: str = "margin") -> Piece:
-    """Evaluate the run of ``run_key``: ``metrics.json``, ``candidates.csv`` and the figure grids.
+                   score_name: str = "margin", member: str | None = None) -> Piece:
+    """Evaluate the run of ``run_key`` (its run ``member`` when ``run_key`` is an :func:`attack_batch_piece`):
+    ``metrics.json``, ``candidates.csv`` and the figure grids.
 
     Grids (``grid-<order>.safetensors``: the first ``grid_max`` candidates with their nearest
     training / partition images) in three orders: ``candidate`` (the paper's "first
@@ -288,7 +414,7 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
         bundle, task, norm = load_model_and_task(model_dir(ctx, model_key), data_dir=ctx.data_dir)
-        rdir = ctx.dir(run_key) / RUN_SUBDIR
+        rdir = run_dir(ctx, run_key, member)
         t = load_tensors(rdir / "candidates.safetensors")
         meta = read_json(rdir / "run.json")
         x = t["x"].double()
@@ -318,8 +444,10 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
                       metric=settings.metric)
         return compact_summary(summary)
 
-    return Piece(key=key, run=run, spec={"settings": settings.model_dump(mode="json"), "light": light,
-                                         "score": score_name},
+    spec = {"settings": settings.model_dump(mode="json"), "light": light, "score": score_name}
+    if member is not None:  # absent otherwise: the hashes of existing evaluation pieces stay as they were
+        spec["member"] = member
+    return Piece(key=key, run=run, spec=spec,
                  deps=(model_key, run_key), kind="evaluate")
 
 

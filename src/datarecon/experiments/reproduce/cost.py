@@ -119,6 +119,13 @@ def pass_seconds(device: str, *, flops: float, dtype: str) -> float:
 TRAIN_PASSES_PER_EPOCH = {"gd": 2.1, "lbfgs": 9.9}
 #: Passes per KKT-family step (docs/PERFORMANCE.md §2: step / plain forward+backward 2.77-2.96).
 KKT_PASSES_PER_STEP = 2.8
+#: Wall time of K batched KKT-family runs ÷ the same K runs one after the other, on CPU (one thread;
+#: ``benchmarks/bench_batched_runs.py``, docs/PERFORMANCE.md §8.1: 1.25 at D-1000-1000-1, m = 100, K = 25;
+#: 1.11-1.17 at the other sizes).
+BATCHED_OVER_LOOPED_CPU = 1.25
+#: Per run and batched step on cuda: the run's own optimiser update and finiteness check, in units
+#: of the per-pass overhead (~10 small kernels and two host syncs ≈ one pass's launches; ASSUMED).
+BATCH_COMMIT_PASSES = 1.0
 
 
 @dataclass(frozen=True)
@@ -232,14 +239,33 @@ def estimate_training(arch: ArchConfig, *, n: int, epochs: int, optimizer: str, 
 
 
 def estimate_kkt(arch: ArchConfig, *, m: int, steps: int, dtype: str,
-                 input_shape: tuple[int, ...] = CIFAR_SHAPE) -> Estimate:
-    """``estimate(device) -> seconds`` of a KKT-family (KKT, DecoReco) run on m candidates."""
+                 input_shape: tuple[int, ...] = CIFAR_SHAPE, runs: int = 1, mode: str = "looped") -> Estimate:
+    """``estimate(device) -> seconds`` of ``runs`` KKT-family (KKT, DecoReco) runs on m candidates each.
+
+    ``mode`` ``looped`` (or separate pieces): ``runs`` × one run; ``auto``: looped on cpu, batched
+    elsewhere (as ``experiments.reproduce.common.AUTO_MODE``). ``batched``
+    (:func:`datarecon.attacks.batched.run_batched`): on cpu ``runs`` × one run ×
+    :data:`BATCHED_OVER_LOOPED_CPU` (measured); on cuda the FLOPs of all runs plus the per-pass
+    overhead once per batched step and :data:`BATCH_COMMIT_PASSES` per run and step for each run's
+    own optimiser update (an EXTRAPOLATION: no batched step was measured on a GPU).
+    """
     flops = 6.0 * m * macs_per_input(arch, input_shape=input_shape)
 
     def estimate(device: str) -> float | None:
         if not _known(device):
             return None
-        return steps * KKT_PASSES_PER_STEP * pass_seconds(device, flops=flops, dtype=dtype)
+        one = steps * KKT_PASSES_PER_STEP * pass_seconds(device, flops=flops, dtype=dtype)
+        if mode == "auto":  # as experiments/reproduce/common.resolve_mode
+            batched = device_kind(device) != "cpu"
+        else:
+            batched = mode == "batched"
+        if not batched or runs == 1:
+            return runs * one
+        if device_kind(device) == "cpu":
+            return runs * one * BATCHED_OVER_LOOPED_CPU
+        d = DEVICES.get(device_kind(device))
+        per_step = KKT_PASSES_PER_STEP * (runs * flops / d.flops[dtype] + d.pass_overhead_s)
+        return steps * (per_step + runs * BATCH_COMMIT_PASSES * d.pass_overhead_s)
 
     return estimate
 

@@ -29,14 +29,19 @@ from datarecon.status import EVALUABLE, Status
 from datarecon.attacks.kkt import KKTConfig
 from datarecon.experiments.reproduce.common import (
     RUN_SUBDIR,
+    BatchRun,
     EvalSettings,
+    RunGrouping,
     TargetTraining,
+    attack_batch_piece,
     attack_piece,
     by_fpr,
     evaluate_piece,
     figure_piece,
     finite,
     grid_figure,
+    run_dir,
+    run_summary,
     train_piece,
     write_csv,
 )
@@ -105,6 +110,9 @@ class HaimConfig(BaseModel):
     keep: int = Field(default=2, ge=1)
     selection: str = "relative_residual"
     evaluation: EvalSettings = EvalSettings(grid_max=40)
+    # the runs of one task share its target: one piece steps them together (runs with the same
+    # objective in one vmapped gradient; attacks/batched.py, benchmarks/bench_batched_runs.py)
+    run_grouping: RunGrouping = "auto"
 
     def data_spec(self, ds: HaimDataset) -> dict[str, Any]:
         return {"dataset": ds.dataset, "task": ds.task, "n_per_class": self.n_per_class, "selection": "first",
@@ -131,18 +139,35 @@ def plan(cfg: HaimConfig) -> list[Piece]:
         pieces.append(train_piece(mkey, cfg.target, cfg.data_spec(ds), estimate=cost.estimate_training(
             t.arch, n=n, epochs=t.epochs + t.margin_ascent.steps, optimizer=t.optimizer, dtype=t.dtype,
             input_shape=shape)))
-        run_keys = []
+        refs: list[tuple[str, str | None]] = []
+        batch: dict[str, BatchRun] = {}
         for j, r in enumerate(ds.runs):
             acfg = cfg.attack.model_copy(update={"lr_x": r.lr_x, "lambda_min": r.lambda_min, "alpha": r.alpha})
-            key = f"runs/{name}/run{j}"
-            pieces.append(attack_piece(key, model_key=mkey, method="kkt", attack_config=acfg,
-                                       init={"name": "gaussian", "scale": r.init_scale},
-                                       candidates_factor=cfg.candidates_factor, seed=r.seed,
-                                       estimate=cost.estimate_kkt(t.arch, m=cfg.candidates_factor * n,
-                                                                  steps=acfg.steps, dtype=acfg.dtype,
-                                                                  input_shape=shape)))
-            run_keys.append(key)
-        pieces.append(_pool_piece(f"pool/{name}", run_keys, keep=cfg.keep, criterion=cfg.selection))
+            init = {"name": "gaussian", "scale": r.init_scale}
+            if cfg.run_grouping == "separate":
+                key = f"runs/{name}/run{j}"
+                pieces.append(attack_piece(key, model_key=mkey, method="kkt", attack_config=acfg,
+                                           init=init, candidates_factor=cfg.candidates_factor, seed=r.seed,
+                                           estimate=cost.estimate_kkt(t.arch, m=cfg.candidates_factor * n,
+                                                                      steps=acfg.steps, dtype=acfg.dtype,
+                                                                      input_shape=shape)))
+                refs.append((key, None))
+            else:
+                batch[f"run{j}"] = BatchRun(config=acfg, init=init, seed=r.seed)
+                refs.append((f"runs/{name}", f"run{j}"))
+        if batch:
+            # runs batch together only where their objective is the same (attacks/batched.py): the
+            # estimate counts the largest such group batched and the others one by one
+            groups: dict[tuple[float, float], int] = {}
+            for r in ds.runs:
+                groups[(r.lambda_min, r.alpha)] = groups.get((r.lambda_min, r.alpha), 0) + 1
+            parts = [cost.estimate_kkt(t.arch, m=cfg.candidates_factor * n, steps=cfg.attack.steps,
+                                       dtype=cfg.attack.dtype, input_shape=shape, runs=k, mode=cfg.run_grouping)
+                     for k in groups.values()]
+            pieces.append(attack_batch_piece(f"runs/{name}", model_key=mkey, method="kkt", runs=batch,
+                                             candidates_factor=cfg.candidates_factor, mode=cfg.run_grouping,
+                                             estimate=_sum_estimates(parts)))
+        pieces.append(_pool_piece(f"pool/{name}", refs, keep=cfg.keep, criterion=cfg.selection))
         pieces.append(evaluate_piece(f"eval/{name}", model_key=mkey, run_key=f"pool/{name}",
                                      settings=cfg.evaluation))
         pieces.append(_figures_piece(name, cfg))
@@ -150,17 +175,34 @@ def plan(cfg: HaimConfig) -> list[Piece]:
     return pieces
 
 
-def _pool_piece(key: str, run_keys: list[str], *, keep: int, criterion: str) -> Piece:
+def _sum_estimates(parts: list[Any]) -> Any:
+    """``estimate(device)``: the sum of ``parts`` (None if any is unknown)."""
+
+    def estimate(device: str) -> float | None:
+        values = [p(device) for p in parts]
+        return None if any(v is None for v in values) else float(sum(values))
+
+    return estimate
+
+
+def _ref_name(ref: tuple[str, str | None]) -> str:
+    return f"{ref[0]}/{ref[1]}" if ref[1] is not None else ref[0]
+
+
+def _pool_piece(key: str, refs: list[tuple[str, str | None]], *, keep: int, criterion: str) -> Piece:
     """Rank runs by an attacker-side criterion, pool the candidates of the best ``keep``.
 
-    The direction (lower / higher is better) comes from the runs' own selection record.
+    ``refs``: (attack piece key, run name in a batch piece or None) of every run; a run is named
+    ``<piece key>/<run name>`` (``runs/cifar10/run0`` in either layout). The direction (lower /
+    higher is better) comes from the runs' own selection record.
     """
+    names = {_ref_name(r): r for r in refs}
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
         ranked = []
         direction = "lower"
-        for k in run_keys:
-            s = ctx.summary(k)
+        for k, ref in names.items():
+            s = run_summary(ctx, *ref)
             direction = (s.get("selection_direction") or {}).get(criterion, direction)
             lower = direction != "higher"
             v = finite((s.get("selection") or {}).get(criterion))
@@ -168,13 +210,13 @@ def _pool_piece(key: str, run_keys: list[str], *, keep: int, criterion: str) -> 
             ranked.append((0 if ok else 1, (v if lower else -v) if ok else 0.0, k, v))
         ranked.sort()
         chosen = [k for _, _, k, _ in ranked[:keep]]
-        parts = [load_tensors(ctx.dir(k) / RUN_SUBDIR / "candidates.safetensors") for k in chosen]
+        parts = [load_tensors(run_dir(ctx, *names[k]) / "candidates.safetensors") for k in chosen]
         common = set.intersection(*(set(p) for p in parts))
         pooled = {name: torch.cat([p[name] for p in parts]) for name in sorted(common)}
         pooled["source_run"] = torch.cat([torch.full((p["x"].shape[0],), j, dtype=torch.int64)
                                           for j, p in enumerate(parts)])
         save_tensors(d / RUN_SUBDIR / "candidates.safetensors", pooled)
-        first = read_json(ctx.dir(chosen[0]) / RUN_SUBDIR / "run.json")
+        first = read_json(run_dir(ctx, *names[chosen[0]]) / "run.json")
         atomic_write_json(d / RUN_SUBDIR / "run.json", {
             "method": f"{first.get('method')}-pooled", "model_dir": first.get("model_dir"), "status": Status.COMPLETE,
             "steps_done": None, "init": "pooled", "pooled_from": chosen, "extra": {},
@@ -183,7 +225,8 @@ def _pool_piece(key: str, run_keys: list[str], *, keep: int, criterion: str) -> 
         return {"chosen": chosen, "criterion": criterion, "values": {k: v for _, _, k, v in ranked},
                 "m": int(pooled["x"].shape[0])}
 
-    return Piece(key=key, run=run, spec={"keep": keep, "criterion": criterion}, deps=tuple(run_keys), kind="select")
+    deps = tuple(dict.fromkeys(r[0] for r in refs))
+    return Piece(key=key, run=run, spec={"keep": keep, "criterion": criterion}, deps=deps, kind="select")
 
 
 def _figures_piece(name: str, cfg: HaimConfig) -> Piece:

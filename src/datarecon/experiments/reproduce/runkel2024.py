@@ -28,7 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from datarecon.attacks.bilevel.attack import BilevelConfig
 from datarecon.attacks.kkt import DecoRecoConfig
 from datarecon.experiments.reproduce.common import (
+    BatchRun,
     EvalSettings,
+    RunGrouping,
+    attack_batch_piece,
     TargetTraining,
     attack_piece,
     by_fpr,
@@ -102,6 +105,9 @@ class LandscapeSettings(BaseModel):
     grid: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     bilevel_steps: int | None = Field(default=None, ge=0)
     decoreco_steps: int | None = Field(default=None, ge=0)
+    # the DecoReco landscape runs share one target: one piece steps them together (each run keeps its
+    # own state, stop and run directory; attacks/batched.py). benchmarks/bench_batched_runs.py, PERFORMANCE §8.
+    decoreco_grouping: RunGrouping = "auto"
 
 
 class RunkelConfig(BaseModel):
@@ -136,9 +142,9 @@ def _bilevel_cfg(cfg: RunkelConfig, model: str) -> BilevelConfig:
     return cfg.bilevel_affine if model == "affine" else cfg.bilevel_one_hidden
 
 
-def _kkt_estimate(cfg: RunkelConfig, attack: DecoRecoConfig, n: int):
+def _kkt_estimate(cfg: RunkelConfig, attack: DecoRecoConfig, n: int, *, runs: int = 1, mode: str = "looped"):
     return cost.estimate_kkt(cfg.decoreco_target.arch, m=cfg.decoreco.candidates_factor * n, steps=attack.steps,
-                             dtype=attack.dtype)
+                             dtype=attack.dtype, runs=runs, mode=mode)
 
 
 def _mix_key(l1: float, l2: float) -> str:
@@ -201,16 +207,30 @@ def plan(cfg: RunkelConfig) -> list[Piece]:
         "decoreco": ("models/decoreco-mlp", land_deco, d.candidates_factor,
                      _kkt_estimate(cfg, land_deco, n)),
     }
+    grouping = {"bilevel": "separate", "decoreco": land.decoreco_grouping}
     for method, (mkey, acfg, factor, est) in methods.items():
-        for l1 in land.grid:
-            for l2 in land.grid:
-                run = f"runs/landscape/{method}/{_mix_key(l1, l2)}"
+        points = [(l1, l2) for l1 in land.grid for l2 in land.grid]
+        batch_key = f"runs/landscape/{method}"
+        if grouping[method] != "separate":
+            runs = {_mix_key(l1, l2): BatchRun(config=acfg, init={"name": "mix", "l1": l1, "l2": l2, "noise": "uniform"},
+                                               seed=cfg.seed, record={"lambda1": l1, "lambda2": l2})
+                    for l1, l2 in points}
+            pieces.append(attack_batch_piece(batch_key, model_key=mkey, method=method, runs=runs,
+                                             candidates_factor=factor, mode=grouping[method],
+                                             estimate=_kkt_estimate(cfg, acfg, n, runs=len(runs),
+                                                                    mode=grouping[method])))
+        for l1, l2 in points:
+            run = f"{batch_key}/{_mix_key(l1, l2)}"
+            if grouping[method] == "separate":
                 init = {"name": "mix", "l1": l1, "l2": l2, "noise": "uniform"}
                 pieces.append(attack_piece(run, model_key=mkey, method=method, attack_config=acfg,
                                            init=init, candidates_factor=factor, seed=cfg.seed,
                                            record={"lambda1": l1, "lambda2": l2}, estimate=est))
-                pieces.append(evaluate_piece(f"eval/landscape/{method}/{_mix_key(l1, l2)}", model_key=mkey,
-                                             run_key=run, settings=ev, light=True))
+                ref: tuple[str, str | None] = (run, None)
+            else:
+                ref = (batch_key, _mix_key(l1, l2))
+            pieces.append(evaluate_piece(f"eval/landscape/{method}/{_mix_key(l1, l2)}", model_key=mkey,
+                                         run_key=ref[0], member=ref[1], settings=ev, light=True))
     pieces += _figure_pieces(cfg)
     pieces.append(_tables_piece(cfg))
     return pieces

@@ -1,0 +1,222 @@
+"""Batched runs against one target: each run equals the same run executed alone (float64)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from datarecon.attacks import kkt_math
+from datarecon.attacks.base import AttackerPrior
+from datarecon.attacks.batched import BatchMember, box_values_and_grad, kkt_batched_residual_and_grads, run_batched
+from datarecon.attacks.init import make_init
+from datarecon.attacks.kkt import DecoRecoAttack, DecoRecoConfig, GradNormAttack, GradNormConfig, KKTAttack, KKTConfig
+from datarecon.attacks.runner import load_checkpoint, run_attack
+from datarecon.attacks.selection import ResidualPlateau
+from datarecon.errors import DataReconError
+
+SHAPE = (1, 4, 4)
+
+
+def _x0(seed: int, m: int = 6, scale: float = 0.1) -> torch.Tensor:
+    return make_init("gaussian", m=m, input_shape=SHAPE, generator=torch.Generator().manual_seed(seed), scale=scale)
+
+
+@pytest.mark.parametrize("margin,k", [("binary", 1), ("multiclass", 3), ("regression", 1)])
+def test_batched_gradients_equal_the_single_run_form(make_target, margin, k):
+    """Per run: the same residual, hinge and gradients as kkt_math's single-run function (float64)."""
+    from datarecon.attacks.surrogate import make_surrogate
+    from torch.func import functional_call
+
+    target = make_target(k=k, seed=1)
+    model = make_surrogate("sigmoid-surrogate", target.model, alpha=20.0)
+
+    def fwd(x, p):
+        return functional_call(model, dict(p), (x,))
+
+    g = torch.Generator().manual_seed(3)
+    K, m = 4, 6
+    x = torch.randn(K, m, *SHAPE, generator=g, dtype=torch.float64)
+    lam = torch.rand(K, m, generator=g, dtype=torch.float64)
+    labels = (torch.randint(0, k, (K, m), generator=g) if margin == "multiclass"
+              else torch.randint(0, 2, (K, m), generator=g).double() * 2 - 1)
+    terms, gx, gl = kkt_batched_residual_and_grads(fwd, target.params, x, labels, lam, margin=margin,
+                                                   lambda_min=0.45, lambda_min_weight=5.0)
+    box, box_grad = box_values_and_grad(x.clone(), -0.5, 0.5)
+    for j in range(K):
+        ref, rx, rl = kkt_math.kkt_residual_and_grads(fwd, target.params, x[j], labels[j], lam[j], margin=margin,
+                                                      lambda_min=0.45, lambda_min_weight=5.0)
+        for name in ("loss", "residual", "lambda_hinge"):
+            torch.testing.assert_close(terms[name][j], ref[name], rtol=1e-13, atol=1e-15)
+        torch.testing.assert_close(gx[j], rx, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(gl[j], rl, rtol=1e-12, atol=1e-14)
+        rb, rbg = kkt_math.box_value_and_grad(x[j].clone(), -0.5, 0.5)
+        torch.testing.assert_close(box[j], rb, rtol=0, atol=0)
+        torch.testing.assert_close(box_grad[j], rbg, rtol=0, atol=0)
+
+
+def _members(target, prior, out, *, configs, seeds, early=None, cls=DecoRecoAttack):
+    return [BatchMember(attack=cls(c), prior=prior, x0=_x0(s), generator=torch.Generator().manual_seed(s),
+                        out=None if out is None else out / f"run{j}", seed=s,
+                        early_stop=early() if early is not None and j == 0 else None)
+            for j, (c, s) in enumerate(zip(configs, seeds, strict=True))]
+
+
+def _alone(target, prior, member, out, *, steps=None, resume=False, log_every=10, checkpoint_every=100):
+    return run_attack(member.attack, target, prior, x0=member.x0, generator=member.generator, steps=steps, out=out,
+                      progress=False, seed=member.seed, early_stop=member.early_stop, resume=resume,
+                      log_every=log_every, checkpoint_every=checkpoint_every)
+
+
+def _history(path):
+    return [json.loads(line) for line in (path / "history.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("mode", ["batched", "looped"])
+def test_batch_equals_the_runs_alone_at_default_settings(target, prior, tmp_path, mode):
+    """DecoReco at its defaults (1000 steps) in float64; run 0 stops early on its own plateau and
+    run 2 (lr_x 1e150) diverges while run 1 goes on to the end."""
+    base = DecoRecoConfig(dtype="float64")
+    configs = [base, base, base.model_copy(update={"lr_x": 1e150})]
+    seeds = [0, 1, 2]
+
+    def early():
+        return ResidualPlateau(key="rel_residual", patience=20, rel_tol=1e-3)
+
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        batch = run_batched(_members(target, prior, tmp_path / "batch", configs=configs, seeds=seeds, early=early),
+                            target, mode=mode, progress=False)
+    alone = []
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        for j, mem in enumerate(_members(target, prior, None, configs=configs, seeds=seeds, early=early)):
+            alone.append(_alone(target, prior, mem, tmp_path / f"alone{j}"))
+    assert [r.status for r in batch] == ["stopped-early", "complete", "diverged"]
+    assert [r.status for r in batch] == [r.status for r in alone]
+    assert [r.steps_done for r in batch] == [r.steps_done for r in alone]
+    assert batch[0].steps_done < 1000 and batch[1].steps_done == 1000 and batch[2].steps_done < 10
+    exact = mode == "looped"  # looped: the single-run arithmetic itself
+    for j, (b, a) in enumerate(zip(batch, alone, strict=True)):
+        if exact:
+            assert torch.equal(b.x, a.x) and torch.equal(b.multipliers, a.multipliers)
+        else:
+            torch.testing.assert_close(b.x, a.x, rtol=1e-9, atol=1e-12)
+            torch.testing.assert_close(b.multipliers, a.multipliers, rtol=1e-9, atol=1e-12)
+        hb, ha = _history(tmp_path / "batch" / f"run{j}"), _history(tmp_path / f"alone{j}")
+        assert [r["step"] for r in hb] == [r["step"] for r in ha]
+        for rb, ra in zip(hb, ha, strict=True):
+            assert rb.keys() == ra.keys()
+            for key in ("loss", "residual", "rel_residual", "box", "lambda_hinge"):
+                if ra[key] is None:
+                    assert rb[key] is None
+                else:
+                    assert rb[key] == pytest.approx(ra[key], rel=1e-9, abs=1e-15)
+        meta_b = json.loads((tmp_path / "batch" / f"run{j}" / "run.json").read_text())
+        meta_a = json.loads((tmp_path / f"alone{j}" / "run.json").read_text())
+        for key in ("method", "config", "config_hash", "resume_key", "status", "steps_done", "seed", "stop_reason"):
+            assert meta_b[key] == meta_a[key], key
+
+
+def test_runs_with_other_objectives_share_the_barrier(target, prior, tmp_path):
+    """A KKT run with another λ_min and a gradnorm run (no batched form) step beside a DecoReco pair."""
+    cfgs = [DecoRecoConfig(dtype="float64", steps=40), DecoRecoConfig(dtype="float64", steps=40),
+            DecoRecoConfig(dtype="float64", steps=40, lambda_min=0.3)]
+    members = _members(target, prior, None, configs=cfgs, seeds=[0, 1, 2])
+    grad = GradNormAttack(GradNormConfig(dtype="float64", steps=40, lr_x=0.05))
+    members.append(BatchMember(attack=grad, prior=prior, x0=_x0(3), generator=torch.Generator().manual_seed(3)))
+    batch = run_batched(members, target, progress=False)
+    fresh = _members(target, prior, None, configs=cfgs, seeds=[0, 1, 2])
+    fresh.append(BatchMember(attack=GradNormAttack(grad.config), prior=prior, x0=_x0(3),
+                             generator=torch.Generator().manual_seed(3)))
+    for b, mem in zip(batch, fresh, strict=True):
+        a = _alone(target, prior, mem, None)
+        torch.testing.assert_close(b.x, a.x, rtol=1e-10, atol=1e-13)
+
+
+def test_killed_batch_resumes_bit_identically(target, prior, tmp_path):
+    """Only the periodic checkpoints survive a hard kill; the resumed batch ends bit for bit where an
+    uninterrupted batch ends (every run directory, history included)."""
+    cfg = DecoRecoConfig(dtype="float64", steps=60)
+
+    def batch(out, *, steps, resume=False):
+        return run_batched(_members(target, prior, out, configs=[cfg] * 3, seeds=[0, 1, 2]), target, steps=steps,
+                           resume=resume, checkpoint_every=8, log_every=4, progress=False)
+
+    full = batch(tmp_path / "full", steps=60)
+    batch(tmp_path / "part", steps=24)  # the state a kill after step 24 leaves (periodic checkpoint)
+    assert all(load_checkpoint(tmp_path / "part" / f"run{j}")[1]["steps_done"] == 24 for j in range(3))
+    resumed = batch(tmp_path / "part", steps=60, resume=True)
+    for j, (r, f) in enumerate(zip(resumed, full, strict=True)):
+        assert r.steps_done == 60 and torch.equal(r.x, f.x) and torch.equal(r.multipliers, f.multipliers)
+        hist = lambda p: (p / f"run{j}" / "history.jsonl").read_text()  # noqa: E731
+        assert hist(tmp_path / "part") == hist(tmp_path / "full")
+
+
+@pytest.mark.parametrize("where", ["gradients", "commit"])
+def test_a_failed_step_leaves_consistent_checkpoints_and_the_batch_resumes(target, prior, tmp_path, monkeypatch,
+                                                                           where):
+    """A crash inside the shared step at step 11 (in the batched gradients, or in run 1's commit):
+    every run's checkpoint matches its step count and the resumed batch ends where an uninterrupted
+    one ends: bit for bit when the crash left the runs in step (a failure in the gradients commits
+    nothing); to rounding when run 0 had already committed its step 11 (it then resumes one step
+    ahead, so the last steps are batched differently)."""
+    from datarecon.attacks import batched
+
+    cfg = DecoRecoConfig(dtype="float64", steps=30)
+    full = run_batched(_members(target, prior, tmp_path / "full", configs=[cfg] * 3, seeds=[0, 1, 2]), target,
+                       checkpoint_every=7, progress=False)
+    members = _members(target, prior, tmp_path / "part", configs=[cfg] * 3, seeds=[0, 1, 2])
+    calls = {"n": 0}
+
+    def crashing(original):
+        def call(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == 11:
+                raise RuntimeError("simulated crash")
+            return original(*args, **kwargs)
+        return call
+
+    if where == "gradients":
+        monkeypatch.setattr(batched, "kkt_batched_residual_and_grads",
+                            crashing(batched.kkt_batched_residual_and_grads))
+    else:
+        monkeypatch.setattr(members[1].attack, "apply_gradients", crashing(members[1].attack.apply_gradients))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_batched(members, target, checkpoint_every=7, progress=False)
+    monkeypatch.undo()
+    done = [load_checkpoint(tmp_path / "part" / f"run{j}")[1]["steps_done"] for j in range(3)]
+    assert done == ([10, 10, 10] if where == "gradients" else [11, 10, 10])
+    resumed = run_batched(_members(target, prior, tmp_path / "part", configs=[cfg] * 3, seeds=[0, 1, 2]), target,
+                          checkpoint_every=7, resume=True, progress=False)
+    for r, f in zip(resumed, full, strict=True):
+        assert r.steps_done == 30
+        if where == "gradients":
+            assert torch.equal(r.x, f.x) and torch.equal(r.multipliers, f.multipliers)
+        else:
+            torch.testing.assert_close(r.x, f.x, rtol=1e-12, atol=1e-14)
+
+
+def test_a_batch_run_directory_resumes_alone(target, prior, tmp_path):
+    """The run directories of a batch are ordinary run directories: one resumes with run_attack."""
+    cfg = KKTConfig(dtype="float64", steps=40, lr_x=0.5, lr_lambda=0.01)
+    members = _members(target, prior, tmp_path / "batch", configs=[cfg] * 2, seeds=[0, 1], cls=KKTAttack)
+    run_batched(members, target, steps=16, progress=False, checkpoint_every=8)
+    mem = _members(target, prior, None, configs=[cfg] * 2, seeds=[0, 1], cls=KKTAttack)[1]
+    resumed = _alone(target, prior, mem, tmp_path / "batch" / "run1", resume=True, checkpoint_every=8)
+    straight = _alone(target, prior, _members(target, prior, None, configs=[cfg] * 2, seeds=[0, 1],
+                                              cls=KKTAttack)[1], tmp_path / "straight", checkpoint_every=8)
+    assert resumed.steps_done == 40
+    torch.testing.assert_close(resumed.x, straight.x, rtol=1e-10, atol=1e-13)
+
+
+def test_misuse(target, prior):
+    with pytest.raises(DataReconError, match="unknown batch mode 'fast'; valid modes: batched, looped"):
+        run_batched(_members(target, prior, None, configs=[KKTConfig()], seeds=[0], cls=KKTAttack), target,
+                    mode="fast")
+    with pytest.raises(DataReconError, match="at least one run"):
+        run_batched([], target)
+    bad = AttackerPrior(labels=torch.tensor([0, 1]), input_shape=SHAPE)
+    members = _members(target, prior, None, configs=[KKTConfig(steps=3)] * 2, seeds=[0, 1], cls=KKTAttack)
+    members[1] = BatchMember(attack=members[1].attack, prior=bad, x0=_x0(1, m=2), generator=torch.Generator())
+    with pytest.raises(DataReconError, match="float labels"):
+        run_batched(members, target, progress=False)
