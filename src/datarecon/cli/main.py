@@ -27,7 +27,7 @@ app = typer.Typer(
 
 # Modules that contribute commands, in help order.
 _COMMAND_MODULES = ("data", "train", "reconstruct", "evaluate", "report", "sweep", "reproduce", "demo",
-                    "examples")
+                    "examples", "audit")
 
 
 @app.command("version")

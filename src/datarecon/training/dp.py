@@ -111,7 +111,8 @@ def noise_for_epsilon(epsilon: float, *, delta: float, q: float, steps: int, acc
     """σ that spends ``epsilon`` at ``delta`` after ``steps`` steps at rate q (Opacus ``get_noise_multiplier``).
 
     Raises:
-        DataReconError: ε cannot be reached at these steps and rate (Opacus gives up above σ ≈ 2000).
+        DataReconError: ε cannot be reached at these steps and rate (Opacus searches σ ≤ 10⁶ and stops
+        within 0.01 of the target, so targets below 0.01 are met by any ε ≤ 0.01).
     """
     import_opacus()
     from opacus.accountants.utils import get_noise_multiplier
@@ -123,7 +124,7 @@ def noise_for_epsilon(epsilon: float, *, delta: float, q: float, steps: int, acc
                                               steps=steps, accountant=accountant))
     except ValueError:
         raise DataReconError(f"dp target_epsilon {epsilon:g} cannot be reached at delta {delta:g} with {steps} steps "
-                             f"at sample rate {q:.3g} (the noise it needs exceeds Opacus's search range); raise "
+                             f"at sample rate {q:.3g} (the noise it needs exceeds Opacus's search range, sigma <= 1e6); raise "
                              "target_epsilon, train fewer epochs or use a smaller batch_size") from None
 
 
@@ -144,7 +145,8 @@ def epsilon_spent(noise_multiplier: float, *, q: float, steps: int, delta: float
     acc.history = [(float(noise_multiplier), float(q), int(steps))]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return float(acc.get_epsilon(delta=delta))
+        # the RDP-to-(ε, δ) conversion can return a slightly negative ε for huge σ: that is ε = 0
+        return max(0.0, float(acc.get_epsilon(delta=delta)))
 
 
 def check_wrappable(model: nn.Module) -> None:
