@@ -135,3 +135,16 @@ def test_missing_opacus_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "opacus", None)
     with pytest.raises(DataReconError, match=r"pip install 'datarecon\[dp\]'"):
         dpm.import_opacus()
+
+
+def test_cli_trains_a_dp_target_and_refuses_bad_delta(tmp_path, capsys, data_dir):
+    from datarecon.cli.main import main
+
+    base = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "5", "--arch", "mlp",
+            "--hidden", "8", "--epochs", "2", "--no-progress", "--data-dir", str(data_dir)]
+    assert main(base + ["--dp-noise", "1.0", "--dp-batch-size", "5", "--out", str(tmp_path / "m")]) == 0
+    assert "privacy     DP-SGD" in capsys.readouterr().out
+    assert main(base + ["--dp-noise", "1.0", "--dp-delta", "0.1", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: dp delta 0.1 is >= 1/n = 0.1") and "\n" not in err
+    assert not (tmp_path / "bad").exists()  # refused before the folder is made

@@ -334,15 +334,9 @@ def check_dp_axis(cfg: AuditConfig) -> None:
     """
     from datarecon.training import dp as dpm
 
-    n = 2 * cfg.n_per_class
     for s in settings(cfg):
-        if s.dp is None:
-            continue
-        q = dpm.sample_rate(s.dp.batch_size, n)
-        delta = dpm.resolve_delta(s.dp.delta, n)
-        if s.dp.target_epsilon is not None:
-            dpm.noise_for_epsilon(s.dp.target_epsilon, delta=delta, q=q, steps=dpm.steps_for(s.training.epochs, q),
-                                  accountant=s.dp.accountant)
+        if s.dp is not None:
+            dpm.resolve(s.dp, n=2 * cfg.n_per_class, epochs=s.training.epochs)
 
 
 def audit_worker(payload: dict[str, Any]) -> dict[str, Any]:

@@ -166,6 +166,21 @@ def check_wrappable(model: nn.Module) -> None:
                                  "use an architecture without it or train without dp")
 
 
+def resolve(dp: DPConfig, *, n: int, epochs: int) -> tuple[float, float, int, float]:
+    """The numbers a DP-SGD run of ``epochs`` epochs on n examples uses: (q, δ, steps, σ).
+
+    Raises:
+        DataReconError: opacus missing, δ ≥ 1/n, or a target ε that cannot be reached.
+    """
+    import_opacus()
+    q = sample_rate(dp.batch_size, n)
+    delta = resolve_delta(dp.delta, n)
+    total = steps_for(epochs, q)
+    sigma = (dp.noise_multiplier if dp.noise_multiplier is not None
+             else noise_for_epsilon(dp.target_epsilon, delta=delta, q=q, steps=total, accountant=dp.accountant))
+    return q, delta, total, float(sigma)
+
+
 def poisson_mask(n: int, q: float, generator: torch.Generator) -> torch.Tensor:
     """(n,) bool: each example in the batch independently with probability q (Poisson sampling)."""
     return torch.rand(n, generator=generator, dtype=torch.float64) < q
@@ -258,13 +273,8 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, dp:
     from datarecon.training.fit import FitResult, _status, evaluate
 
     opacus = import_opacus()
-    n = int(x.shape[0])
-    q = sample_rate(dp.batch_size, n)
-    delta = resolve_delta(dp.delta, n)
-    total = steps_for(epochs, q)
+    q, delta, total, sigma = resolve(dp, n=int(x.shape[0]), epochs=epochs)
     check_wrappable(model)
-    sigma = (dp.noise_multiplier if dp.noise_multiplier is not None
-             else noise_for_epsilon(dp.target_epsilon, delta=delta, q=q, steps=total, accountant=dp.accountant))
     gen = torch.Generator(device=x.device).manual_seed(seed)
     model.train()
     stepper = DPStepper(model, x, y, loss=loss, noise_multiplier=sigma, max_grad_norm=dp.max_grad_norm, q=q, lr=lr,

@@ -283,6 +283,10 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
     dtype = DTYPES[config.dtype]
     clear = check_out_dir(out, kind="model", overwrite=overwrite, resume=resume)
     task = load_task(config.data, data_dir=data_dir)  # before touching out: bad data leaves no folder
+    if config.dp is not None:  # likewise for an unusable DP setting (delta, epsilon, no opacus)
+        from datarecon.training.dp import resolve
+
+        resolve(config.dp, n=len(task.train), epochs=config.epochs)
     if clear:
         clear_out_dir(out, kind="model")
     out.mkdir(parents=True, exist_ok=True)
