@@ -108,6 +108,8 @@ def train_cmd(
     dp_batch_size: Annotated[int | None, typer.Option("--dp-batch-size",
                                                       help="DP-SGD: expected Poisson batch size.")] = None,
     dp_delta: Annotated[float | None, typer.Option("--dp-delta", help="DP-SGD: delta < 1/n (default 1/(10n)).")] = None,
+    dp_accountant: Annotated[str | None, typer.Option("--dp-accountant",
+                                                      help="DP-SGD: Opacus accountant (rdp, prv, gdp).")] = None,
     dtype: Annotated[str | None, typer.Option(help="float32 | float64.")] = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda[:N].")] = None,
     seed: Annotated[int | None, typer.Option(help="Initialisation seed.")] = None,
@@ -142,7 +144,7 @@ def train_cmd(
                  "margin_patience": margin_patience, "margin_rtol": margin_rtol},
         "kkt_score": kkt_score,
         "dp": {"noise_multiplier": dp_noise, "target_epsilon": dp_epsilon, "max_grad_norm": dp_clip,
-               "batch_size": dp_batch_size, "delta": dp_delta},
+               "batch_size": dp_batch_size, "delta": dp_delta, "accountant": dp_accountant},
         "dtype": dtype, "device": device, "seed": seed, "checkpoint_every": checkpoint_every,
         "log_every": log_every,
     })
