@@ -7,9 +7,9 @@ export DATARECON_DATA
 
 .PHONY: venv demo test clean
 
-# The test suite also exercises the optional Ray backend (extra `ray`).
+# The test suite also exercises the optional Ray backend (extra `ray`) and DP-SGD targets (extra `dp`).
 $(VENV)/.ray-extra: $(BIN)/datarecon
-	$(BIN)/pip install -q -e ".[test,ray]" torch==2.13.0
+	$(BIN)/pip install -q -e ".[test,ray,dp]" torch==2.13.0
 	touch $@
 
 $(BIN)/datarecon: pyproject.toml

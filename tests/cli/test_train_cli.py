@@ -164,7 +164,8 @@ def test_every_training_config_field_is_reachable_from_the_cli(tmp_path: Path) -
                 "margin_ascent.steps": 5, "margin_ascent.step_size": 0.02, "margin_ascent.growth": 1.2,
                 "margin_ascent.max_step": 0.05, "margin_ascent.min_step": 1e-7, "stop.loss_threshold": 1e-30,
                 "stop.zero_error": False, "stop.margin_patience": 0, "stop.margin_rtol": 1e-5, "dtype": "float64",
-                "device": "cpu", "seed": 2, "checkpoint_every": 50, "log_every": 20, "kkt_score": True}
+                "device": "cpu", "seed": 2, "checkpoint_every": 50, "log_every": 20, "kkt_score": True,
+                "dp": None}  # DP-SGD excludes margin ascent: its fields are flipped in the test below
     assert set(expected) == _leaf_fields(TrainConfig)  # a new config field must get an option here
     for dotted, value in expected.items():
         node = tr
@@ -173,6 +174,26 @@ def test_every_training_config_field_is_reachable_from_the_cli(tmp_path: Path) -
         assert node == value, dotted
     assert data["dataset"] == "digits" and "kkt_regime_score" in meta["metrics"]
     assert meta["metrics"]["margin_ascent_steps"] >= 1
+
+
+@pytest.mark.parametrize("noise", [["--dp-noise", "0.7"], ["--dp-epsilon", "50"]], ids=["noise", "epsilon"])
+def test_every_dp_field_is_reachable_from_the_cli(tmp_path: Path, noise: list[str]) -> None:
+    """Each DPConfig field is set by a --dp-* option (noise and target epsilon exclude each other)."""
+    pytest.importorskip("opacus", reason="the dp extra (pip install 'datarecon[dp]') is installed by make test / CI")
+    import json
+
+    from datarecon.training.dp import DPConfig
+
+    out = tmp_path / "m"
+    argv = [*DIGITS, "--out", str(out), "--epochs", "2", *noise, "--dp-clip", "0.5", "--dp-batch-size", "4",
+            "--dp-delta", "0.004", "--dp-accountant", "prv", "--no-progress", "--quiet"]
+    assert main(argv) == 0
+    dp = json.loads((out / "model.json").read_text())["training"]["dp"]
+    expected = {"noise_multiplier": 0.7 if noise[0] == "--dp-noise" else None,
+                "target_epsilon": 50.0 if noise[0] == "--dp-epsilon" else None,
+                "max_grad_norm": 0.5, "batch_size": 4, "delta": 0.004, "accountant": "prv"}
+    assert set(expected) == _leaf_fields(DPConfig)  # a new DP field must get an option here
+    assert dp == expected
 
 
 def test_max_lr_factor_must_be_a_number_or_none(capsys) -> None:

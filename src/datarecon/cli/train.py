@@ -102,6 +102,16 @@ def train_cmd(
                                                       help="Relative change counted as stable (--margin-patience).")] = None,
     kkt_score: Annotated[bool | None, typer.Option("--kkt-score/--no-kkt-score",
                                                    help="Record the KKT-regime score in the model card.")] = None,
+    dp_noise: Annotated[float | None, typer.Option("--dp-noise", help="DP-SGD (Opacus; pip install "
+                                                   "'datarecon[dp]'): noise multiplier sigma.")] = None,
+    dp_epsilon: Annotated[float | None, typer.Option("--dp-epsilon", help="DP-SGD: target epsilon at --dp-delta "
+                                                     "(sigma solved by Opacus; instead of --dp-noise).")] = None,
+    dp_clip: Annotated[float | None, typer.Option("--dp-clip", help="DP-SGD: per-sample clip norm C.")] = None,
+    dp_batch_size: Annotated[int | None, typer.Option("--dp-batch-size",
+                                                      help="DP-SGD: expected Poisson batch size.")] = None,
+    dp_delta: Annotated[float | None, typer.Option("--dp-delta", help="DP-SGD: delta < 1/n (default 1/(10n)).")] = None,
+    dp_accountant: Annotated[str | None, typer.Option("--dp-accountant",
+                                                      help="DP-SGD: Opacus accountant (rdp, prv, gdp).")] = None,
     dtype: Annotated[str | None, typer.Option(help="float32 | float64.")] = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda[:N].")] = None,
     seed: Annotated[int | None, typer.Option(help="Initialisation seed.")] = None,
@@ -135,6 +145,8 @@ def train_cmd(
         "stop": {"loss_threshold": loss_threshold, "zero_error": stop_at_zero_error,
                  "margin_patience": margin_patience, "margin_rtol": margin_rtol},
         "kkt_score": kkt_score,
+        "dp": {"noise_multiplier": dp_noise, "target_epsilon": dp_epsilon, "max_grad_norm": dp_clip,
+               "batch_size": dp_batch_size, "delta": dp_delta, "accountant": dp_accountant},
         "dtype": dtype, "device": device, "seed": seed, "checkpoint_every": checkpoint_every,
         "log_every": log_every,
     })

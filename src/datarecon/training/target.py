@@ -35,6 +35,7 @@ from datarecon.data import DATASETS, DataSpec, load_task
 from datarecon.errors import DataReconError, DivergenceError
 from datarecon.models.checkpoint import ModelBundle, save_model_dir
 from datarecon.models.spec import ARCHITECTURES, ArchSpec, build_model, count_parameters, is_homogeneous
+from datarecon.training.dp import DPConfig
 from datarecon.training.fit import FitResult, StopRule, ascend_margin, evaluate, fit
 from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
 from datarecon.training.losses import LOSSES
@@ -150,6 +151,9 @@ class TrainConfig(BaseModel):
         checkpoint_every: epochs between training checkpoints (0: only at the end; not hashed).
         log_every: epochs between history rows.
         kkt_score: record the KKT-regime score in the model card (not hashed: it changes no weight).
+        dp: DP-SGD instead of full-batch training (:class:`datarecon.training.dp.DPConfig`; needs
+            ``pip install 'datarecon[dp]'``): ``epochs`` then counts epochs of round(n / batch_size)
+            Poisson-sampled steps, and ε at δ from Opacus's accountant enters the model card.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -172,9 +176,7 @@ class TrainConfig(BaseModel):
     checkpoint_every: int = Field(default=1000, ge=0)
     log_every: int = Field(default=100, ge=1)
     kkt_score: bool = False
-
-
-
+    dp: DPConfig | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
@@ -191,6 +193,11 @@ class TrainConfig(BaseModel):
             if self.weight_decay:
                 raise DataReconError("margin ascent maximises the margin of an unregularised loss; "
                                      "with weight decay the minimiser is finite: set margin_ascent steps to 0")
+        if self.dp is not None and (self.optimizer != "gd" or self.schedule != "constant" or self.margin_ascent.steps
+                                    or self.stop != StopConfig()):
+            raise DataReconError("dp (DP-SGD) needs optimizer gd, schedule constant, no margin ascent and no stop "
+                                 f"rules (its length is epochs); got optimizer {self.optimizer}, schedule "
+                                 f"{self.schedule}, margin_ascent steps {self.margin_ascent.steps}, stop {self.stop}")
         kind = self.data.resolved_task().label_kind
         need = LOSSES.get(self.loss).label_kind
         if need not in ("any", kind):
@@ -214,6 +221,8 @@ class TrainConfig(BaseModel):
             data["arch"].pop("kernel")  # unset: hashes stay those of configs written before the field existed
         if not self.margin_ascent.steps:
             data.pop("margin_ascent")  # off: hashes stay those of configs written before the field existed
+        if self.dp is None:
+            data.pop("dp")  # likewise
         return config_hash(data)
 
 
@@ -279,6 +288,10 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
     dtype = torch_dtype(config.dtype)
     clear = check_out_dir(out, kind="model", overwrite=overwrite, resume=resume)
     task = load_task(config.data, data_dir=data_dir)  # before touching out: bad data leaves no folder
+    if config.dp is not None:  # likewise for an unusable DP setting (delta, epsilon, no opacus)
+        from datarecon.training.dp import resolve
+
+        resolve(config.dp, n=len(task.train), epochs=config.epochs)
     if clear:
         clear_out_dir(out, kind="model")
     out.mkdir(parents=True, exist_ok=True)
@@ -290,11 +303,18 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
     y = task.train.y.to(device)
     if y.dtype.is_floating_point:
         y = y.to(dtype)
-    result = fit(model, x, y, loss=config.loss, weight_decay=config.weight_decay, optimizer=config.optimizer,
-                 lr=config.lr, momentum=config.momentum, epochs=config.epochs, schedule=config.schedule,
-                 max_lr_factor=config.max_lr_factor, stop=config.stop.rule(), log_every=config.log_every,
-                 progress=progress, checkpoint_dir=out / CHECKPOINT_DIR,
-                 checkpoint_every=config.checkpoint_every, resume=resume, tag=config.hash())
+    if config.dp is not None:
+        from datarecon.training.dp import fit_dp
+
+        result = fit_dp(model, x, y, loss=config.loss, dp=config.dp, epochs=config.epochs, lr=config.lr,
+                        momentum=config.momentum, weight_decay=config.weight_decay, seed=config.seed,
+                        log_every=config.log_every, progress=progress)
+    else:
+        result = fit(model, x, y, loss=config.loss, weight_decay=config.weight_decay, optimizer=config.optimizer,
+                     lr=config.lr, momentum=config.momentum, epochs=config.epochs, schedule=config.schedule,
+                     max_lr_factor=config.max_lr_factor, stop=config.stop.rule(), log_every=config.log_every,
+                     progress=progress, checkpoint_dir=out / CHECKPOINT_DIR,
+                     checkpoint_every=config.checkpoint_every, resume=resume, tag=config.hash())
     if result.status == "diverged":
         raise DivergenceError(
             f"training diverged after {result.epochs_done} epochs ({result.stop_reason}); "
@@ -331,6 +351,7 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
         "normalised_margin": result.metrics["normalised_margin"],
         "homogeneous": is_homogeneous(arch), "homogeneity_degree": homogeneity_degree(model),
     }
+    metrics.update({f"dp_{k}": v for k, v in result.extra.get("dp", {}).items()})
     if len(task.heldout):
         xh = norm.to_model(task.heldout.x).to(device=device, dtype=dtype)
         yh = task.heldout.y.to(device)
@@ -403,6 +424,12 @@ def model_card(bundle: ModelBundle) -> str:
                          f"({m.get('margin_ascent_stop_reason') or m.get('margin_ascent_status')}), normalised margin "
                          f"{m.get('normalised_margin_before_ascent', float('nan')):.4g} -> "
                          f"{m.get('normalised_margin', float('nan')):.4g}")
+    if "dp_epsilon" in m:
+        eps = m["dp_epsilon"]
+        lines.append(f"privacy     DP-SGD (opacus {m.get('dp_opacus')}, {m.get('dp_accountant')} accountant): "
+                     f"epsilon {_fmt(float(eps)) if eps is not None else 'inf'} at delta {m.get('dp_delta'):.3g}; "
+                     f"noise {m.get('dp_noise_multiplier'):.4g}, clip {m.get('dp_max_grad_norm'):g}, "
+                     f"sample rate {m.get('dp_sample_rate'):.3g}, {m.get('dp_steps')} steps")
     if m:
         lines.append(f"status      {m.get('status', '?')}" + (f" ({m['stop_reason']})" if m.get("stop_reason") not in (None, "", m.get("status")) else "")
                      + (f", {m['wall_time_s']:.1f} s" if isinstance(m.get("wall_time_s"), (int, float)) else ""))

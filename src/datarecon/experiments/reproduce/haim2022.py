@@ -343,3 +343,7 @@ def report_sections(ctx: Context, cfg: HaimConfig, *, scale: str, timings: Mappi
                                                        header=["kind", "seconds"],
                                                        rows=[[k, v] for k, v in timings.items()])]))
     return secs
+
+
+#: public name of the attacker-side pooling piece (used by the defence audit, experiments/audit.py)
+pool_piece = _pool_piece

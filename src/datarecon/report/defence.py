@@ -1,0 +1,112 @@
+"""The defence-audit figure: one defence axis, three panels (count with its null band and the
+DP-SGD bound, mean best SSIM with the held-out null, held-out accuracy). Plotting only: the
+numbers come from the audit's table rows (:func:`datarecon.experiments.audit.row_for`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from datarecon.report.style import series
+
+
+def _num(v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f
+
+
+def axis_positions(rows: Sequence[Mapping[str, Any]], *, axis: str) -> list[tuple[str, str, float]]:
+    """(setting, tick label, sort key) of each setting of ``axis`` plus the baseline, in plot order.
+
+    The baseline is placed where it belongs on the axis: weight decay 0 first, its epochs among the
+    epochs, ε = ∞ (no DP) last.
+    """
+    seen: dict[str, tuple[str, float]] = {}
+    for r in rows:
+        s = r["setting"]
+        if s in seen:
+            continue
+        if axis == "dp":
+            eps = math.inf if r["axis"] == "baseline" else _num(r.get("dp_epsilon"))
+            if r["axis"] == "baseline":
+                label = "∞ (no DP)"
+            elif math.isfinite(eps):
+                label = f"{eps:.3g}"
+            else:
+                label = "∞ (clip only)"
+            key = eps if math.isfinite(eps) else (math.inf if r["axis"] == "baseline" else 1e300)
+        elif axis == "weight_decay":
+            key = _num(r.get("weight_decay"))
+            label = f"{key:g}"
+        else:
+            key = _num(r.get("epochs"))
+            label = f"{key:g}"
+        seen[s] = (label, key)
+    return sorted(((s, lab, k) for s, (lab, k) in seen.items()), key=lambda t: t[2])
+
+
+def defence_figure(rows: Sequence[Mapping[str, Any]], *, axis: str, xlabel: str, log_x: bool = True) -> Figure:
+    """Count, mean best SSIM and held-out accuracy against one defence axis.
+
+    Args:
+        rows: table rows of this axis and of the baseline (keys of ``row_for``), one per (setting, seed).
+        axis: ``dp`` | ``weight_decay`` | ``epochs``.
+        xlabel: axis title.
+        log_x: unused for the categorical layout (kept for a numeric axis later).
+
+    Returns:
+        A matplotlib figure (not yet saved).
+    """
+    order = axis_positions(rows, axis=axis)
+    xs = {s: i for i, (s, _, _) in enumerate(order)}
+    fig = Figure(figsize=(13, 3.8))
+    axes = fig.subplots(1, 3)
+    rec, held, noise = series("reconstructions"), series("heldout"), series("noise")
+
+    def by_setting(key: str) -> list[list[float]]:
+        vals: list[list[float]] = [[] for _ in order]
+        for r in rows:
+            vals[xs[r["setting"]]].append(_num(r.get(key)))
+        return vals
+
+    def mean(v: list[float]) -> float:
+        f = [x for x in v if math.isfinite(x)]
+        return sum(f) / len(f) if f else math.nan
+
+    x = list(range(len(order)))
+    panels = ((axes[0], "count", "training images reconstructed", "count_heldout", "count_noise"),
+              (axes[1], "mean_best_ssim", "mean best SSIM per training image", "mean_best_ssim_heldout", None),
+              (axes[2], "heldout_accuracy", "held-out accuracy", None, None))
+    for ax, key, title, null_key, noise_key in panels:
+        vals = by_setting(key)
+        for i, v in enumerate(vals):
+            ax.scatter([i] * len(v), v, color=rec.color, alpha=0.5, s=18)
+        ax.plot(x, [mean(v) for v in vals], color=rec.color, label=rec.label if key != "heldout_accuracy" else "target")
+        if null_key:
+            hv = [mean(v) for v in by_setting(null_key)]
+            ax.plot(x, hv, color=held.color, linestyle="--", label=held.label)
+            if noise_key:  # the null band: between the noise and the held-out counts
+                lo = [mean(v) for v in by_setting(noise_key)]
+                ax.fill_between(x, [min(a, b) for a, b in zip(lo, hv)], [max(a, b) for a, b in zip(lo, hv)],
+                                color=held.color, alpha=0.15)
+                ax.plot(x, lo, color=noise.color, linestyle="--", label=noise.label)
+        if key == "count" and axis == "dp":
+            bound = [mean(v) for v in by_setting("bound_count")]
+            if any(math.isfinite(b) for b in bound):
+                ax.plot(x, bound, color="black", linestyle=":", marker="x", label="DP-SGD bound n·κ₊")
+        ax.set_xticks(x, [lab for _, lab, _ in order], rotation=30, fontsize=8)
+        ax.set_xlabel(xlabel)
+        ax.set_title(title, fontsize=10)
+        if key == "count":
+            n = max((_num(r.get("n_train")) for r in rows), default=math.nan)
+            if math.isfinite(n):
+                ax.set_ylim(-0.5, n + 0.5)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
