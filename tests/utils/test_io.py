@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import csv
 
 import pytest
@@ -119,3 +120,10 @@ def test_atomic_writes_respect_the_umask(tmp_path, umask):
         os.umask(old)
     assert (tmp_path / "f.txt").stat().st_mode & 0o777 == (tmp_path / "plain.txt").stat().st_mode & 0o777
     assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_as_float_reads_numbers_and_gives_nan_for_the_rest() -> None:
+    from datarecon.utils.io import as_float
+
+    assert as_float(3) == 3.0 and as_float("2.5") == 2.5 and as_float(float("inf")) == float("inf")
+    assert all(math.isnan(as_float(v)) for v in (None, "n/a", [1], {}))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datarecon.status import EVALUABLE
+from datarecon.utils.io import as_float
 
 __all__ = ["RESIDUAL_TOL", "PLATEAU_TOL", "PLATEAU_WINDOW", "MIN_ROWS", "Convergence", "assess_convergence"]
 
@@ -59,14 +60,6 @@ class Convergence:
     values: list[float]
 
 
-def _num(v: Any) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return f
-
-
 def assess_convergence(history: Sequence[Mapping[str, Any]], *, status: str = "complete",
                        residual_tol: float = RESIDUAL_TOL, plateau_tol: float = PLATEAU_TOL,
                        window: float = PLATEAU_WINDOW) -> Convergence:
@@ -84,9 +77,9 @@ def assess_convergence(history: Sequence[Mapping[str, Any]], *, status: str = "c
     """
     rows = [r for r in history if isinstance(r, Mapping)]
     key = "rel_residual" if any("rel_residual" in r for r in rows) else "loss" if any("loss" in r for r in rows) else ""
-    steps = [int(_num(r.get("step", i + 1))) if math.isfinite(_num(r.get("step", i + 1))) else i + 1
+    steps = [int(as_float(r.get("step", i + 1))) if math.isfinite(as_float(r.get("step", i + 1))) else i + 1
              for i, r in enumerate(rows)]
-    values = [_num(r.get(key)) for r in rows] if key else []
+    values = [as_float(r.get(key)) for r in rows] if key else []
     finite = [v for v in values if math.isfinite(v)]
     final = finite[-1] if finite else None
     if status == "diverged" or (values and not math.isfinite(values[-1])):

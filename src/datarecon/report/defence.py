@@ -11,14 +11,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from datarecon.report.style import series
-
-
-def _num(v: Any) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return f
+from datarecon.utils.io import as_float
 
 
 def axis_positions(rows: Sequence[Mapping[str, Any]], *, axis: str) -> list[tuple[str, str, float]]:
@@ -33,7 +26,7 @@ def axis_positions(rows: Sequence[Mapping[str, Any]], *, axis: str) -> list[tupl
         if s in seen:
             continue
         if axis == "dp":
-            eps = math.inf if r["axis"] == "baseline" else _num(r.get("dp_epsilon"))
+            eps = math.inf if r["axis"] == "baseline" else as_float(r.get("dp_epsilon"))
             if r["axis"] == "baseline":
                 label = "∞ (no DP)"
             elif math.isfinite(eps):
@@ -42,10 +35,10 @@ def axis_positions(rows: Sequence[Mapping[str, Any]], *, axis: str) -> list[tupl
                 label = "∞ (clip only)"
             key = eps if math.isfinite(eps) else (math.inf if r["axis"] == "baseline" else 1e300)
         elif axis == "weight_decay":
-            key = _num(r.get("weight_decay"))
+            key = as_float(r.get("weight_decay"))
             label = f"{key:g}"
         else:
-            key = _num(r.get("epochs"))
+            key = as_float(r.get("epochs"))
             label = f"{key:g}"
         seen[s] = (label, key)
     return sorted(((s, lab, k) for s, (lab, k) in seen.items()), key=lambda t: t[2])
@@ -72,7 +65,7 @@ def defence_figure(rows: Sequence[Mapping[str, Any]], *, axis: str, xlabel: str,
     def by_setting(key: str) -> list[list[float]]:
         vals: list[list[float]] = [[] for _ in order]
         for r in rows:
-            vals[xs[r["setting"]]].append(_num(r.get(key)))
+            vals[xs[r["setting"]]].append(as_float(r.get(key)))
         return vals
 
     def mean(v: list[float]) -> float:
@@ -104,7 +97,7 @@ def defence_figure(rows: Sequence[Mapping[str, Any]], *, axis: str, xlabel: str,
         ax.set_xlabel(xlabel)
         ax.set_title(title, fontsize=10)
         if key == "count":
-            n = max((_num(r.get("n_train")) for r in rows), default=math.nan)
+            n = max((as_float(r.get("n_train")) for r in rows), default=math.nan)
             if math.isfinite(n):
                 ax.set_ylim(-0.5, n + 0.5)
         ax.legend(fontsize=7)

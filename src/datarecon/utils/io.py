@@ -119,6 +119,14 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+def as_float(value: Any) -> float:
+    """``float(value)``, or NaN for what is not a number (``None`` from a JSON null, a string, ...)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write ``obj`` as pretty, standard JSON atomically (non-finite numbers as ``null``)."""
     atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=True, allow_nan=False) + "\n")
