@@ -127,7 +127,7 @@ def test_unset_kernel_keeps_training_config_hashes():
     from datarecon.utils.io import config_hash
 
     cfg = TrainConfig(data=DataSpec(dataset="digits", task="odd-even", n_per_class=5))
-    data = cfg.model_dump(mode="json", exclude={"device", "checkpoint_every", "kkt_score", "margin_ascent"})
+    data = cfg.model_dump(mode="json", exclude={"device", "checkpoint_every", "kkt_score", "margin_ascent", "dp"})
     data["arch"].pop("kernel")
     assert cfg.hash() == config_hash(data)
     assert TrainConfig(data=cfg.data, arch=ArchConfig(name="cnn", kernel=5)).hash() != \
