@@ -218,3 +218,25 @@ def test_evaluate_tensors_equals_the_mapping_form_and_names_its_seeds(smooth):
         evaluate(cands, train=train, config={"top_k": 0})
     with pytest.raises(DataReconError, match="labels has 2 values for 7"):
         evaluate(cands, train=train, labels=torch.ones(2))
+
+
+@pytest.mark.parametrize("k", [1, 3], ids=["binary", "multiclass"])
+def test_recorded_margins_are_the_training_margins_in_float64(k: int) -> None:
+    """The per-image margins evaluation records are :func:`datarecon.training.losses.margins` of the model."""
+    from types import SimpleNamespace
+
+    from datarecon.evaluation.run_eval import _margins
+    from datarecon.training.losses import margins
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, k))
+    x = torch.randn(5, 1, 2, 2)
+    y = torch.tensor([1.0, -1.0, 1.0, 1.0, -1.0]) if k == 1 else torch.tensor([0, 2, 1, 1, 0])
+    got = _margins(SimpleNamespace(model=model), x, y)
+    with torch.no_grad():
+        out = model(x)
+    expected = [float(y[i]) * float(out[i, 0]) if k == 1 else
+                float(out[i, int(y[i])]) - max(float(out[i, j]) for j in range(k) if j != int(y[i])) for i in range(5)]
+    assert got.dtype == torch.float64
+    assert got.tolist() == pytest.approx(expected, abs=1e-6)
+    assert torch.equal(got, margins(out, y).double())

@@ -67,3 +67,60 @@ def test_margins_binary_and_multiclass() -> None:
 def test_unknown_loss_lists_valid_names() -> None:
     with pytest.raises(DataReconError, match="unknown loss 'foo'; valid names: cross-entropy, huber, logistic, mse"):
         LOSSES.get("foo")
+
+
+def _naive_margins(outputs: torch.Tensor, y: torch.Tensor) -> list[float]:
+    """y_i f_i (one output) or f_{y_i} - max_{j != y_i} f_j, one sample and one class at a time."""
+    rows = []
+    for i in range(outputs.shape[0]):
+        if y.dtype.is_floating_point:
+            rows.append(float(y[i]) * float(outputs[i, 0]))
+        else:
+            c = int(y[i])
+            rows.append(float(outputs[i, c]) - max(float(outputs[i, j]) for j in range(outputs.shape[1]) if j != c))
+    return rows
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("k", [1, 2, 5], ids=["binary", "two-class", "five-class"])
+def test_margins_match_naive_loop(dtype: torch.dtype, k: int) -> None:
+    g = torch.Generator().manual_seed(3)
+    outputs = torch.randn(9, k, generator=g, dtype=dtype)
+    y = (torch.randint(0, 2, (9,), generator=g) * 2 - 1).to(dtype) if k == 1 else torch.randint(0, k, (9,), generator=g)
+    got = margins(outputs, y)
+    assert got.shape == (9,) and got.dtype == dtype
+    torch.testing.assert_close(got, torch.tensor(_naive_margins(outputs, y), dtype=dtype), rtol=0, atol=0)
+    assert torch.equal(margins(outputs, y, multiclass=k > 1), got)
+
+
+def test_margins_flat_binary_outputs_and_explicit_kind() -> None:
+    f = torch.tensor([2.0, -1.0, 0.5])
+    y = torch.tensor([1.0, 1.0, -1.0])
+    assert torch.equal(margins(f, y), margins(f[:, None], y))
+    logits = torch.tensor([[1.0, 4.0, 2.0], [0.0, -1.0, 3.0]])
+    # float class indices with the kind named explicitly still use the multiclass formula
+    assert torch.equal(margins(logits, torch.tensor([1.0, 0.0]), multiclass=True), torch.tensor([2.0, -3.0]))
+
+
+def test_margin_users_are_bit_identical_to_their_former_formulas() -> None:
+    """kkt_math, margin ascent and evaluation call :func:`margins`; values and gradients unchanged."""
+    from datarecon.attacks.kkt_math import binary_margin, multiclass_margin
+    from datarecon.training.margin import negative_margins
+
+    g = torch.Generator().manual_seed(0)
+    f1 = torch.randn(6, 1, generator=g, requires_grad=True)
+    yb = torch.tensor([1.0, -1.0, 1.0, -1.0, -1.0, 1.0])
+    lam = torch.rand(6, generator=g, requires_grad=True)
+    new = binary_margin(f1, yb, lam)
+    old = lam * yb * f1[:, 0]
+    assert torch.equal(new, old)
+    assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(new.sum(), (f1, lam)),
+                                                  torch.autograd.grad(old.sum(), (f1, lam))))
+    assert torch.equal(negative_margins(f1, yb, loss="logistic"), -yb * f1[:, 0])
+    fk = torch.randn(6, 4, generator=g, requires_grad=True)
+    yk = torch.randint(0, 4, (6,), generator=g)
+    new = multiclass_margin(fk, yk, lam)
+    old = lam * (fk.gather(1, yk[:, None])[:, 0] - fk.scatter(1, yk[:, None], float("-inf")).amax(dim=1))
+    assert torch.equal(new, old)
+    assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(new.sum(), (fk, lam)),
+                                                  torch.autograd.grad(old.sum(), (fk, lam))))

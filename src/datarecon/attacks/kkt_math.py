@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from datarecon.registry import Registry
-from datarecon.training.losses import energy
+from datarecon.training.losses import energy, margins
 
 ForwardFn = Callable[[torch.Tensor, Mapping[str, torch.Tensor]], torch.Tensor]
 """Φ(x; params): x (m, C, H, W), params name → tensor, returns (m, k)."""
@@ -43,16 +43,13 @@ def _first(outputs: torch.Tensor) -> torch.Tensor:
 
 
 def binary_margin(outputs: torch.Tensor, labels: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
-    """λ_i y_i Φ(x_i). outputs (m, 1), labels (m,) ±1, λ (m,) → (m,)."""
-    return lam * labels.to(outputs.dtype) * _first(outputs)
+    """λ_i y_i Φ(x_i). outputs (m, 1), labels (m,) ±1, λ (m,) → (m,) (margin: :func:`margins`)."""
+    return lam * margins(outputs, labels, multiclass=False)
 
 
 def multiclass_margin(outputs: torch.Tensor, labels: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
-    """λ_i (Φ_{y_i}(x_i) − max_{j≠y_i} Φ_j(x_i)). outputs (m, k), labels (m,) int64 → (m,)."""
-    idx = labels.long()[:, None]
-    true = outputs.gather(1, idx)[:, 0]
-    masked = outputs.scatter(1, idx, float("-inf"))
-    return lam * (true - masked.amax(dim=1))
+    """λ_i (Φ_{y_i}(x_i) − max_{j≠y_i} Φ_j(x_i)). outputs (m, k), labels (m,) int64 → (m,) (margin: :func:`margins`)."""
+    return lam * margins(outputs, labels, multiclass=True)
 
 
 def regression_margin(outputs: torch.Tensor, labels: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,6 @@ References:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +58,7 @@ from datarecon.evaluation.reports import (
 )
 from datarecon.evaluation.similarity import check_images, effective_window_size
 from datarecon.status import EVALUABLE as STATUS_EVALUABLE
+from datarecon.training.losses import margins
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
 
 __all__ = [
@@ -304,13 +304,8 @@ def _margins(bundle, x_model: Tensor, y: Tensor) -> Tensor | None:
             out = bundle.model(x_model.to(next(bundle.model.parameters()).dtype))
     except Exception:  # margins are optional decoration; never fail the evaluation on them
         return None
-    if out.ndim == 1 or out.shape[-1] == 1:
-        return out.reshape(-1).double() * y.double().reshape(-1)
-    yi = y.long().reshape(-1)
-    true = out.gather(1, yi.view(-1, 1)).squeeze(1)
-    other = out.clone()
-    other.scatter_(1, yi.view(-1, 1), -math.inf)
-    return (true - other.max(dim=1).values).double()
+    multiclass = not (out.ndim == 1 or out.shape[-1] == 1)
+    return margins(out, y.reshape(-1), multiclass=multiclass).double()
 
 
 def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "partition", "noise", "heldout"),

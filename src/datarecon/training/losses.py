@@ -95,9 +95,29 @@ def energy(outputs: torch.Tensor, y: torch.Tensor, params: Mapping[str, torch.Te
     return value
 
 
-def margins(outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Per-sample output margin: binary y·f; multiclass f_y − max_{j≠y} f_j. Shape (N,)."""
-    if y.dtype.is_floating_point:
+def margins(outputs: torch.Tensor, y: torch.Tensor, *, multiclass: bool | None = None) -> torch.Tensor:
+    """Per-sample output margin, the one place it is computed (training, KKT regime, attacks, evaluation).
+
+    * binary (one output, y ∈ {−1, +1} or real):  margin_i = y_i · Φ(x_i)
+    * multiclass (k outputs, y class indices):    margin_i = Φ_{y_i}(x_i) − max_{j≠y_i} Φ_j(x_i)
+
+    Differentiable in ``outputs`` (and, binary, in ``y``); pure (inputs are not modified).
+
+    Args:
+        outputs: Φ(x), (N, 1) or (N,) for binary, (N, k) with k ≥ 2 for multiclass.
+        y: (N,) labels: floats for binary, integer class indices in [0, k) for multiclass.
+        multiclass: which formula; None infers it from ``y`` (floating point: binary, integer:
+            multiclass).
+
+    Returns:
+        (N,) margins in ``outputs``' dtype; positive iff sample i is classified correctly.
+
+    References:
+        Haim et al. (2022), eq. 3 (binary); Buzaglo et al. (2023), §3 (multiclass).
+    """
+    if multiclass is None:
+        multiclass = not y.dtype.is_floating_point
+    if not multiclass:
         return y.to(outputs.dtype) * _binary_out(outputs)
     true = outputs.gather(1, y.long()[:, None])[:, 0]
     other = outputs.scatter(1, y.long()[:, None], float("-inf")).amax(dim=1)

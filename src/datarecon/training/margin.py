@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from datarecon.errors import DataReconError
+from datarecon.training.losses import margins
 
 #: Losses with an exponential tail (margin ascent maximises their smoothed margin).
 EXP_TAILED = ("logistic", "cross-entropy")
@@ -80,7 +81,7 @@ def negative_margins(outputs: torch.Tensor, y: torch.Tensor, *, loss: str) -> to
         (n,) s_i = −y_i Φ(x_i) (logistic) or logsumexp_{j≠y_i}(Φ_j − Φ_{y_i}) (cross-entropy).
     """
     if loss == "logistic":
-        return -y.to(outputs.dtype) * outputs.reshape(outputs.shape[0], -1)[:, 0]
+        return -margins(outputs, y, multiclass=False)
     if loss == "cross-entropy":
         idx = y.long()[:, None]
         diff = outputs - outputs.gather(1, idx)
@@ -178,8 +179,6 @@ class MarginAscentStepper:
         self._value = self._grads = None
 
     def _evaluate(self) -> tuple[float, list[torch.Tensor], dict[str, float]]:
-        from datarecon.training.losses import margins
-
         outputs = self.model(self.x)
         obj = log_mean_loss(outputs, self.y, loss=self.loss)
         grads = torch.autograd.grad(obj, self.params)

@@ -1,0 +1,165 @@
+"""The optimisation loop of one attack run, without files.
+
+:class:`AttackLoop` drives an :class:`~datarecon.attacks.base.IterativeAttack`'s ``step`` through
+:class:`datarecon.training.engine.Engine` with the built-in hooks (progress bar, :class:`History`,
+:class:`NaNStop`, an optional early-stopping criterion) and turns the final state into a
+:class:`~datarecon.attacks.base.Reconstruction` with the attack's ``finish``. It reads and writes
+nothing: history rows leave through an optional ``sink``, checkpoints through hooks the caller
+passes to :meth:`AttackLoop.run`. :func:`datarecon.attacks.runner.run_attack` wires it to a
+:class:`datarecon.attacks.run_directory.RunDirectory`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from datarecon.attacks.base import AttackerPrior, Reconstruction, Target
+from datarecon.status import Status
+from datarecon.training.engine import BaseHook, EarlyStop, Engine, History, LoopState, NaNStop, ProgressBar
+
+DEFAULT_DIVERGENCE_HINT = "lower the step sizes (lr_x, lr_lambda) or the surrogate sharpness alpha"
+EARLY_STOP_REASON = "stopped early: residual plateau"
+PROGRESS_KEYS = ("loss", "rel_residual", "residual", "box", "lambda_hinge")
+
+
+def all_finite(state: dict[str, torch.Tensor]) -> bool:
+    """True iff every floating-point tensor of ``state`` is finite."""
+    return all(bool(torch.isfinite(v).all()) for v in state.values() if v.is_floating_point())
+
+
+class _EarlyStopState(BaseHook):
+    """Wraps a stateful early-stop criterion so its memory can be checkpointed with the run."""
+
+    def __init__(self, criterion: Callable[[dict[str, float]], bool], reason: str) -> None:
+        self.inner = EarlyStop(criterion, reason=reason)
+        self.criterion = criterion
+        self.tripped = False
+
+    def after_step(self, state: LoopState) -> bool:
+        stop = self.inner.after_step(state)
+        self.tripped = self.tripped or stop
+        return stop
+
+    def state_dict(self) -> dict[str, Any]:
+        fn = getattr(self.criterion, "state_dict", None)
+        return fn() if fn is not None else {}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        fn = getattr(self.criterion, "load_state_dict", None)
+        if fn is not None and d:
+            fn(d)
+
+
+class AttackLoop:
+    """One attack's optimisation: its mutable state, the built-in hooks and the final result.
+
+    Args:
+        attack: an IterativeAttack (contract in :mod:`datarecon.attacks.runner`).
+        target: the attacked model.
+        prior: labels (m,), input shape and pixel bounds.
+        state: the attack state (``attack.init_state`` or a restored checkpoint), updated in place.
+        early_stop: ``criterion(metrics) -> bool`` or None; its ``state_dict`` / ``load_state_dict``
+            (when present) carry its memory across a resume.
+        early_stop_state: the criterion's memory to restore (``{}``: fresh).
+        stopped_early: the restored run had already been stopped by the criterion.
+        history_rows: history rows of the steps already done (kept in :attr:`history`).
+        sink: called with every new history row (e.g. to append it to a file), or None.
+        log_every: a history row every this many steps (and the last step).
+        progress: show a progress bar with the loss terms.
+    """
+
+    def __init__(self, attack: Any, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor], *,
+                 early_stop: Callable[[dict[str, float]], bool] | None = None,
+                 early_stop_state: dict[str, Any] | None = None, stopped_early: bool = False,
+                 history_rows: Sequence[dict[str, float]] = (),
+                 sink: Callable[[dict[str, float]], None] | None = None, log_every: int = 10,
+                 progress: bool = True) -> None:
+        self.attack, self.target, self.prior, self.state = attack, target, prior, state
+        self.history = History(every=log_every, sink=sink)
+        self.history.rows = list(history_rows)
+        self.nan_stop = NaNStop()
+        self.early_stop = _EarlyStopState(early_stop, EARLY_STOP_REASON) if early_stop is not None else None
+        if self.early_stop is not None:
+            self.early_stop.load_state_dict(early_stop_state or {})
+            self.early_stop.tripped = stopped_early
+        self.progress = progress
+
+    def checkpoint_status(self) -> Status:
+        """The status a checkpoint taken now records: diverged, stopped early or running."""
+        if self.nan_stop.tripped:
+            return Status.DIVERGED
+        if self.early_stop is not None and self.early_stop.tripped:
+            return Status.STOPPED_EARLY
+        return Status.RUNNING
+
+    def early_stop_state(self) -> dict[str, Any]:
+        """The early-stop criterion's memory (``{}`` without a criterion or without memory)."""
+        return self.early_stop.state_dict() if self.early_stop is not None else {}
+
+    def run(self, *, start: int, total: int, elapsed_s: float, hooks: Sequence[Any] = ()) -> LoopState:
+        """Run steps ``start .. total-1`` (fewer if a hook stops the loop).
+
+        Args:
+            start: steps already done.
+            total: the step count to reach.
+            elapsed_s: wall time already spent (restored runs).
+            hooks: further engine hooks, called after the built-in ones (e.g. checkpointing).
+
+        Returns:
+            The engine's final :class:`LoopState`.
+        """
+        attack, target, prior, state = self.attack, self.target, self.prior, self.state
+
+        def step_fn(i: int) -> dict[str, float]:
+            return attack.step(target, prior, state, i)
+
+        engine_hooks: list[Any] = [
+            ProgressBar(keys=PROGRESS_KEYS, desc=attack.name, enabled=self.progress), self.history, self.nan_stop,
+        ]
+        if self.early_stop is not None:
+            engine_hooks.append(self.early_stop)
+        engine_hooks.extend(hooks)
+        return Engine(step_fn, hooks=engine_hooks).run(start=start, total=total, elapsed_s=elapsed_s)
+
+    def result(self, loop: LoopState) -> Reconstruction:
+        """The :class:`Reconstruction` of the state after ``loop`` (calls ``attack.finish``).
+
+        Status: ``diverged`` when the NaN stop tripped or the state is not finite (the last finite
+        state is returned, ``summary["message"]`` names the settings to lower and the non-finite
+        step is not counted), ``stopped-early`` when the criterion stopped the run, else ``complete``.
+        ``summary`` holds the attack's own summary plus ``final`` (last metrics and numeric summary
+        values), ``selection``, ``extra``, ``message``, ``stop_reason`` and ``wall_time_s``.
+        """
+        attack, prior, state = self.attack, self.prior, self.state
+        message = ""
+        if self.nan_stop.tripped or not all_finite(state):
+            status = Status.DIVERGED
+            hint = getattr(attack, "divergence_hint", DEFAULT_DIVERGENCE_HINT)
+            message = (f"{attack.name} diverged at step {loop.step} ({self.nan_stop.bad_key or 'state'} not finite); "
+                       f"kept the last finite state; {hint}")
+        elif self.early_stop is not None and self.early_stop.tripped:
+            status = Status.STOPPED_EARLY
+        else:
+            status = Status.COMPLETE
+        steps_done = loop.step - (1 if self.nan_stop.tripped else 0)  # the non-finite step was not applied
+
+        scores, summary = attack.finish(self.target, prior, state)
+        summary = dict(summary)
+        selection = summary.pop("selection", {})
+        extra = summary.pop("extra", {})
+        final = {k: v for k, v in (loop.metrics or {}).items()}
+        final.update({k: v for k, v in summary.items() if isinstance(v, (int, float))})
+        multipliers = state.get("lambda", torch.ones(prior.m, dtype=state["x"].dtype))
+        return Reconstruction(
+            x=state["x"].detach().clone(), labels=prior.labels.clone(), multipliers=multipliers.detach().clone(),
+            history=list(self.history.rows), scores={k: v.detach().clone() for k, v in scores.items()},
+            summary={**summary, "final": final, "selection": selection, "extra": extra, "message": message,
+                     "stop_reason": loop.stop_reason, "wall_time_s": loop.wall_time_s},
+            status=status, steps_done=steps_done,
+        )
+
+
+__all__ = ["DEFAULT_DIVERGENCE_HINT", "AttackLoop", "all_finite"]

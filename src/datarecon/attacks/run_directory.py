@@ -1,0 +1,210 @@
+"""The files of one attack run: checkpoint, ``history.jsonl``, ``run.json`` and candidates.
+
+Layout (docs/dev/CONTRACTS.md)::
+
+    candidates.safetensors   x (m, C, H, W) model input space, labels, multipliers, score_<name>
+    run.json                 model_dir, method, config, config_hash, seed, versions, status, steps_done,
+                             wall_time_s, stop_reason, final, selection, extra, message
+    history.jsonl            one JSON object per logged step
+    checkpoint/state.safetensors   the attack state + generator state; metadata: steps_done,
+                                   config_hash, wall_time_s (one atomic file = consistent)
+    checkpoint/progress.json       the same metadata, human readable
+
+:class:`RunDirectory` owns these files; the optimisation itself
+(:class:`datarecon.attacks.loop.AttackLoop`) writes none of them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from datarecon.attacks.base import Reconstruction
+from datarecon.errors import CheckpointError, DataReconError
+from datarecon.status import Status
+from datarecon.utils.io import (
+    atomic_write_json,
+    atomic_write_text,
+    load_tensors,
+    read_json,
+    save_tensors,
+    to_jsonable,
+)
+
+CANDIDATES, RUN_JSON, HISTORY = "candidates.safetensors", "run.json", "history.jsonl"
+CHECKPOINT_DIR, STATE_FILE, PROGRESS_FILE = "checkpoint", "state.safetensors", "progress.json"
+GENERATOR_KEY = "__generator_state__"
+
+
+def load_checkpoint(out: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+    """The checkpointed (state, metadata) of a run directory, or None if it has none.
+
+    Raises:
+        CheckpointError: a corrupt checkpoint.
+    """
+    path = Path(out) / CHECKPOINT_DIR / STATE_FILE
+    if not path.is_file():
+        return None
+    from safetensors import safe_open
+
+    tensors = load_tensors(path)
+    with safe_open(str(path), framework="pt") as fh:
+        meta_raw = fh.metadata() or {}
+    try:
+        meta = json.loads(meta_raw["progress"])
+    except (KeyError, json.JSONDecodeError):
+        raise CheckpointError(f"{path} has no progress metadata; delete {path.parent} and rerun") from None
+    # the tensor file is the source of truth: a kill between its write and progress.json's (see
+    # save_checkpoint) leaves a stale progress.json, which a resumed run must not keep
+    readable = path.parent / PROGRESS_FILE
+    try:
+        stale = json.loads(readable.read_text()) != json.loads(json.dumps(to_jsonable(meta)))
+    except (OSError, ValueError):
+        stale = True
+    if stale:
+        atomic_write_json(readable, meta)
+    return tensors, meta
+
+
+def save_checkpoint(out: str | Path, state: dict[str, torch.Tensor], meta: dict[str, Any],
+                    *, generator: torch.Generator | None = None) -> None:
+    """Write the state (+ generator state) and its metadata atomically in one safetensors file."""
+    ckpt = Path(out) / CHECKPOINT_DIR
+    tensors = dict(state)
+    if generator is not None:
+        tensors[GENERATOR_KEY] = generator.get_state()
+    text = json.dumps(to_jsonable(meta), sort_keys=True)
+    save_tensors(ckpt / STATE_FILE, tensors, metadata={"progress": text})
+    atomic_write_json(ckpt / PROGRESS_FILE, meta)
+
+
+def write_candidates(out: str | Path, rec: Reconstruction) -> None:
+    """Write ``candidates.safetensors``: x, labels, multipliers and ``score_<name>`` tensors."""
+    tensors = {"x": rec.x, "labels": rec.labels, "multipliers": rec.multipliers}
+    tensors.update({f"score_{k}": v for k, v in rec.scores.items()})
+    save_tensors(Path(out) / CANDIDATES, tensors)
+
+
+def read_run(out: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Read (candidates tensors, run.json) of a finished run directory."""
+    out = Path(out)
+    return load_tensors(out / CANDIDATES), read_json(out / RUN_JSON)
+
+
+def restored_metrics(meta: dict[str, Any]) -> dict[str, float]:
+    """The last step's metrics saved with a checkpoint.
+
+    Non-finite values are saved as JSON ``null`` (older versions wrote the strings ``"nan"``/``"inf"``,
+    which ``float`` reads back); both come back as floats.
+    """
+    return {k: math.nan if v is None else float(v) for k, v in (meta.get("metrics") or {}).items()}
+
+
+def _read_history(path: Path, *, upto: int) -> list[dict[str, float]]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            if row.get("step", 0) <= upto:
+                rows.append(row)
+    return rows
+
+
+class RunDirectory:
+    """One attack run's folder: resumes from, and writes, the files of the module docstring.
+
+    Args:
+        path: the run directory (created by :meth:`begin`).
+        record: the fields every ``run.json`` of this run starts with (``model_dir``, ``method``,
+            ``config``, ``config_hash``, ``resume_key``, ``seed``, ``versions``, ``m``, extras).
+    """
+
+    def __init__(self, path: str | Path, record: dict[str, Any]) -> None:
+        self.path = Path(path)
+        self.record = record
+
+    def resume(self, *, key: str, chash: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+        """The checkpointed (state, metadata), or None when there is none.
+
+        Args:
+            key: the run's resume key (:func:`datarecon.attacks.runner.resume_key`).
+            chash: the run's resume hash (:func:`datarecon.attacks.runner.resume_hash`).
+
+        Raises:
+            CheckpointError: a corrupt checkpoint.
+            DataReconError: a checkpoint written by another configuration, target, prior or
+                initialisation.
+        """
+        ckpt = load_checkpoint(self.path)
+        if ckpt is not None:
+            self._check_resume(ckpt[1], key=key, chash=chash)
+        return ckpt
+
+    def _check_resume(self, meta: dict[str, Any], *, key: str, chash: str) -> None:
+        """Refuse a checkpoint written by another configuration, target, prior or initialisation."""
+        out, model_dir = self.path, self.record.get("model_dir")
+        if meta.get("config_hash") != chash:
+            raise DataReconError(
+                f"{out} was run with another method/config (checkpoint {meta.get('method')}, "
+                f"config_hash {meta.get('config_hash')} != {chash}); use the same settings to resume or a new --out"
+            )
+        if "resume_key" in meta:
+            if meta["resume_key"] != key:
+                raise DataReconError(
+                    f"{out} was run against another model, initialisation, seed or prior (resume key "
+                    f"{meta['resume_key']} != {key}); resume with the same --model and settings or choose a new --out"
+                )
+            return
+        # a checkpoint from before resume keys: at least the model directory must be the same
+        try:
+            recorded = read_json(out / RUN_JSON).get("model_dir")
+        except DataReconError:
+            recorded = None
+        if recorded is not None and model_dir is not None and recorded != model_dir:
+            raise DataReconError(f"{out} was run against the model {recorded}, not {model_dir}; resume with the "
+                                 "same --model or choose a new --out")
+        # stack: here, resume, run_attack, its caller
+        warnings.warn(f"{out}: checkpoint predates resume keys; only its config and model path could be checked",
+                      UserWarning, stacklevel=4)
+
+    def history(self, *, upto: int) -> list[dict[str, float]]:
+        """The rows of ``history.jsonl`` up to step ``upto`` (none when the file is missing)."""
+        return _read_history(self.path / HISTORY, upto=upto)
+
+    def begin(self, history_rows: list[dict[str, float]], *, steps_done: int, wall_time_s: float) -> None:
+        """Create the folder, rewrite ``history.jsonl`` to ``history_rows`` and mark ``run.json`` running."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.path / HISTORY, "".join(json.dumps(to_jsonable(r)) + "\n" for r in history_rows))
+        atomic_write_json(self.path / RUN_JSON, {**self.record, "status": Status.RUNNING, "steps_done": steps_done,
+                                                 "wall_time_s": wall_time_s})
+
+    def append_history(self, row: dict[str, float]) -> None:
+        """Append one row to ``history.jsonl``."""
+        with open(self.path / HISTORY, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(to_jsonable(row)) + "\n")
+
+    def save_checkpoint(self, state: dict[str, torch.Tensor], meta: dict[str, Any], *,
+                        generator: torch.Generator | None = None) -> None:
+        """Write ``checkpoint/`` (see :func:`save_checkpoint`)."""
+        save_checkpoint(self.path, state, meta, generator=generator)
+
+    def finish(self, rec: Reconstruction) -> None:
+        """Write ``candidates.safetensors`` and the final ``run.json`` of ``rec``."""
+        write_candidates(self.path, rec)
+        s = rec.summary
+        atomic_write_json(self.path / RUN_JSON, {
+            **self.record, "status": rec.status, "steps_done": rec.steps_done, "wall_time_s": s["wall_time_s"],
+            "stop_reason": s["stop_reason"], "final": s["final"], "selection": s["selection"], "extra": s["extra"],
+            "notes": s.get("notes", []), "message": s["message"],
+        })
+
+
+__all__ = ["CANDIDATES", "CHECKPOINT_DIR", "HISTORY", "PROGRESS_FILE", "RUN_JSON", "STATE_FILE", "RunDirectory",
+           "load_checkpoint", "read_run", "restored_metrics", "save_checkpoint", "write_candidates"]

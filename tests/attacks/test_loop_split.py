@@ -1,0 +1,82 @@
+"""The runner's two parts: the optimisation loop writes no files, the run directory owns them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from datarecon.attacks.init import make_init
+from datarecon.attacks.kkt import KKTAttack, KKTConfig
+from datarecon.attacks.loop import AttackLoop
+from datarecon.attacks.run_directory import HISTORY, RUN_JSON, RunDirectory, read_run
+from datarecon.attacks.runner import run_attack
+from datarecon.attacks.selection import ResidualPlateau
+from datarecon.errors import DataReconError
+from datarecon.status import Status
+
+SHAPE = (1, 4, 4)
+
+
+def _x0():
+    return make_init("gaussian", m=6, input_shape=SHAPE, generator=torch.Generator().manual_seed(0), scale=0.1)
+
+
+def _attack(steps=12):
+    return KKTAttack(KKTConfig(steps=steps, lr_x=0.5, lr_lambda=0.01))
+
+
+def test_loop_alone_writes_nothing_and_equals_run_attack(target, prior, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    attack = _attack()
+    state = attack.init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0))
+    rows = []
+    loop = AttackLoop(attack, target, prior, state, sink=rows.append, log_every=3, progress=False)
+    rec = loop.result(loop.run(start=0, total=12, elapsed_s=0.0))
+    assert list(tmp_path.iterdir()) == []
+    assert rec.status == Status.COMPLETE and rec.steps_done == 12 and rows == rec.history
+    ref = run_attack(_attack(), target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0), steps=12,
+                     out=tmp_path / "run", progress=False, log_every=3)
+    assert torch.equal(rec.x, ref.x) and torch.equal(rec.multipliers, ref.multipliers)
+    assert rec.history == ref.history and rec.summary["final"] == ref.summary["final"]
+    history = [json.loads(line) for line in (tmp_path / "run" / HISTORY).read_text().splitlines()]
+    assert history == ref.history
+
+
+def test_loop_reports_early_stop_and_divergence_without_files(target, prior):
+    attack = _attack(200)
+    state = attack.init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0))
+    loop = AttackLoop(attack, target, prior, state, early_stop=ResidualPlateau(patience=5, rel_tol=0.5),
+                      progress=False)
+    assert loop.checkpoint_status() == Status.RUNNING
+    rec = loop.result(loop.run(start=0, total=200, elapsed_s=0.0))
+    assert rec.status == Status.STOPPED_EARLY and rec.steps_done < 200
+    assert loop.checkpoint_status() == Status.STOPPED_EARLY and loop.early_stop_state()
+    bad = KKTAttack(KKTConfig(steps=30, lr_x=1e30, lr_lambda=1e30))
+    state = bad.init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0))
+    loop = AttackLoop(bad, target, prior, state, progress=False)
+    rec = loop.result(loop.run(start=0, total=30, elapsed_s=0.0))
+    assert rec.status == Status.DIVERGED and "diverged" in rec.summary["message"]
+    assert all(bool(torch.isfinite(v).all()) for v in state.values() if v.is_floating_point())
+
+
+def test_run_directory_round_trip_and_refusal(target, prior, tmp_path):
+    run_attack(_attack(), target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0), steps=12,
+               out=tmp_path / "run", progress=False, log_every=3, checkpoint_every=4)
+    _, meta = read_run(tmp_path / "run")
+    d = RunDirectory(tmp_path / "run", {"model_dir": meta["model_dir"]})
+    ckpt = d.resume(key=meta["resume_key"], chash=meta["config_hash"])
+    assert ckpt is not None and ckpt[1]["steps_done"] == 12
+    assert [r["step"] for r in d.history(upto=6)] == [3, 6]
+    with pytest.raises(DataReconError, match="another model, initialisation, seed or prior"):
+        d.resume(key="other", chash=meta["config_hash"])
+    with pytest.raises(DataReconError, match="another method/config"):
+        d.resume(key=meta["resume_key"], chash="other")
+    assert RunDirectory(tmp_path / "empty", {}).resume(key="k", chash="c") is None
+    fresh = RunDirectory(tmp_path / "fresh", {"method": "kkt"})
+    fresh.begin([{"step": 3, "loss": 1.0}], steps_done=3, wall_time_s=0.5)
+    fresh.append_history({"step": 6, "loss": 0.5})
+    assert json.loads((tmp_path / "fresh" / RUN_JSON).read_text()) == {
+        "method": "kkt", "status": "running", "steps_done": 3, "wall_time_s": 0.5}
+    assert [json.loads(line)["step"] for line in (tmp_path / "fresh" / HISTORY).read_text().splitlines()] == [3, 6]
