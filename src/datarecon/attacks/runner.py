@@ -21,15 +21,7 @@ What an attack must provide (the runner's contract):
 * optional ``resume_ignore`` (tuple of config field names that may differ on resume; default
   ``("steps",)`` so a finished run can be extended).
 
-Run directory (docs/dev/CONTRACTS.md; :mod:`datarecon.attacks.run_directory`)::
-
-    candidates.safetensors   x (m, C, H, W) model input space, labels, multipliers, score_<name>
-    run.json                 model_dir, method, config, config_hash, seed, versions, status, steps_done,
-                             wall_time_s, stop_reason, final, selection, extra, message
-    history.jsonl            one JSON object per logged step
-    checkpoint/state.safetensors   the attack state + generator state; metadata: steps_done,
-                                   config_hash, wall_time_s (one atomic file = consistent)
-    checkpoint/progress.json       the same metadata, human readable
+Run directory: the layout is in :mod:`datarecon.attacks.run_directory` (and docs/dev/CONTRACTS.md).
 
 Resume: with ``resume=True`` and a checkpoint present, the state is restored bit-for-bit and the
 loop continues at ``steps_done``; on CPU with the same seed the result is bit-identical to an
