@@ -65,3 +65,18 @@ def test_bad_audit_input_is_refused_before_anything_runs(tmp_path, data_dir):
     assert not (tmp_path / "d").exists()
     with pytest.raises(DataReconError, match="keep 3 exceeds the 2 attack runs"):
         load_audit_config(scale="smoke", overrides={"keep": 3})
+
+
+def test_audit_of_a_cnn_target_under_dp_sgd(tmp_path, data_dir):
+    """CNN targets (issue 14) go through the audit, DP-SGD included (Opacus wraps the convolutions)."""
+    cfg = load_audit_config(scale="smoke", overrides={
+        "target": {"arch": {"name": "cnn", "hidden": [4, 8], "kernel": 3, "bias": False}},
+        "weight_decays": [], "epochs": []})
+    run_audit(cfg, out=tmp_path / "c", scale="smoke", data_dir=data_dir, log=lambda _: None)
+    rows = {r["setting"]: r for r in _rows(tmp_path / "c")}
+    assert set(rows) == {"baseline", "dp-eps10"}
+    for key in ("baseline/s0", "dp-eps10/s0"):
+        card = read_json(tmp_path / "c" / "models" / key / "model" / "model.json")
+        assert card["training"]["arch"]["name"] == "cnn"
+    assert float(rows["dp-eps10"]["dp_epsilon"]) == pytest.approx(10.0, abs=0.02)
+    assert all(r["count_heldout"] != "" and r["count_noise"] != "" for r in rows.values())
