@@ -1,4 +1,4 @@
-"""Shared test fixtures: the real data directory and a deterministic torch."""
+"""Shared test fixtures: the real data directory, a deterministic torch, a simulated kill."""
 
 from __future__ import annotations
 
@@ -34,3 +34,20 @@ def haim_smoke(tmp_path_factory, data_dir):
     out = tmp_path_factory.mktemp("haim2022")
     reproduce("haim2022", scale="smoke", out=out, data_dir=data_dir, log=lambda s: None)
     return out, load_config("haim2022", scale="smoke")
+
+
+@pytest.fixture
+def kill_after():
+    """A loop hook factory: ``kill_after(at)`` raises KeyboardInterrupt once ``at`` steps (epochs)
+    are done, as a killed process stops; whatever the loop had checkpointed stays."""
+    from datarecon.training.engine import BaseHook
+
+    class KillAfter(BaseHook):
+        def __init__(self, at: int) -> None:
+            self.at = at
+
+        def after_step(self, state):
+            if state.step == self.at:
+                raise KeyboardInterrupt
+
+    return KillAfter

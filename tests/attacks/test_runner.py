@@ -12,20 +12,8 @@ from datarecon.attacks.kkt import GradNormAttack, GradNormConfig, KKTAttack, KKT
 from datarecon.attacks.runner import load_checkpoint, read_run, run_attack
 from datarecon.attacks.selection import ResidualPlateau
 from datarecon.errors import DataReconError
-from datarecon.training.engine import BaseHook
 
 SHAPE = (1, 4, 4)
-
-
-class _Kill(BaseHook):
-    """Simulates a kill after ``at`` steps (KeyboardInterrupt escapes the loop)."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def after_step(self, state):
-        if state.step == self.at:
-            raise KeyboardInterrupt
 
 
 def _x0(seed=0, m=6):
@@ -55,10 +43,10 @@ def test_run_directory_contract(target, prior, tmp_path):
 
 
 @pytest.mark.parametrize("kill_at", [6, 9], ids=["kill-at-checkpoint", "kill-between-checkpoints"])
-def test_resume_is_bit_identical(target, prior, tmp_path, kill_at):
+def test_resume_is_bit_identical(kill_after, target, prior, tmp_path, kill_at):
     full = _run(target, prior, tmp_path / "full")
     with pytest.raises(KeyboardInterrupt):
-        _run(target, prior, tmp_path / "part", hooks=[_Kill(kill_at)])
+        _run(target, prior, tmp_path / "part", hooks=[kill_after(kill_at)])
     # a hard kill loses what came after the last periodic checkpoint: emulate it by rolling back
     ckpt = load_checkpoint(tmp_path / "part")
     assert ckpt is not None and ckpt[1]["steps_done"] == kill_at

@@ -68,6 +68,8 @@ def test_readme_form_runs_and_records_the_model(project, capsys):
     save_file({"x": torch.rand(5, 1, 8, 8, generator=g)}, str(project / "held.safetensors"))
     assert main(["evaluate", "runs/own", "--no-progress"]) == 2
     assert "pass its training inputs: --train" in capsys.readouterr().err
+    assert main(["evaluate", "runs/own", "--train", "nope.safetensors", "--no-progress"]) == 2
+    assert "--train file nope.safetensors not found" in capsys.readouterr().err
     assert main(["evaluate", "runs/own", "--train", "train.safetensors", "--heldout", "held.safetensors",
                  "--no-progress"]) == 0
     metrics = read_json(project / "runs" / "own" / "metrics.json")

@@ -125,22 +125,11 @@ def test_argument_errors() -> None:
     assert OPTIMIZERS.names() == ["gd", "lbfgs"]
 
 
-class _Kill(BaseHook):
-    """Simulates a killed process: raises after ``at`` completed epochs."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def after_step(self, state):
-        if state.step == self.at:
-            raise KeyboardInterrupt
-
-
 @pytest.mark.parametrize(("optimizer", "momentum", "schedule"), [
     ("gd", 0.9, "constant"), ("gd", 0.0, "loss-normalised"), ("lbfgs", 0.0, "constant")],
     ids=["gd-momentum", "gd-loss-normalised", "lbfgs"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
-def test_kill_and_resume_is_bit_identical(tmp_path: Path, optimizer, momentum, schedule, dtype) -> None:
+def test_kill_and_resume_is_bit_identical(kill_after, tmp_path: Path, optimizer, momentum, schedule, dtype) -> None:
     x, y = _toy(dtype)
     kw = dict(loss="logistic", weight_decay=1e-3, optimizer=optimizer, lr=0.5 if optimizer == "gd" else 1.0,
               momentum=momentum, schedule=schedule, epochs=60, log_every=4,
@@ -148,7 +137,7 @@ def test_kill_and_resume_is_bit_identical(tmp_path: Path, optimizer, momentum, s
     full = fit(_model(dtype), x, y, **kw)
     ck = tmp_path / "ck"
     with pytest.raises(KeyboardInterrupt):
-        fit(_model(dtype), x, y, checkpoint_dir=ck, checkpoint_every=7, tag="t", hooks=[_Kill(23)], **kw)
+        fit(_model(dtype), x, y, checkpoint_dir=ck, checkpoint_every=7, tag="t", hooks=[kill_after(23)], **kw)
     res = fit(_model(dtype, seed=5), x, y, checkpoint_dir=ck, checkpoint_every=7, tag="t", resume=True, **kw)
     assert res.resumed_from == 23  # final save at the interruption
     for a, b in zip(full.model.state_dict().values(), res.model.state_dict().values()):

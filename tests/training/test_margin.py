@@ -12,7 +12,6 @@ import torch
 from datarecon.errors import DataReconError
 from datarecon.models.spec import ArchSpec, build_model
 from datarecon.training import ascend_margin, fit, kkt_regime_score
-from datarecon.training.engine import BaseHook
 from datarecon.training.margin import log_mean_loss, log_softplus, negative_margins
 
 
@@ -116,16 +115,7 @@ def test_margin_ascent_refuses_unseparated_data_and_other_losses() -> None:
         ascend_margin(_mlp(), x, y, loss="mse", steps=3)
 
 
-class _Kill(BaseHook):
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def after_step(self, state):
-        if state.step == self.at:
-            raise KeyboardInterrupt
-
-
-def test_margin_ascent_kill_and_resume_is_bit_identical(tmp_path: Path) -> None:
+def test_margin_ascent_kill_and_resume_is_bit_identical(kill_after, tmp_path: Path) -> None:
     x, y = _toy()
     base = _mlp()
     fit(base, x, y, loss="logistic", lr=1.0, epochs=800, schedule="loss-normalised", max_lr_factor=1e4)
@@ -140,7 +130,7 @@ def test_margin_ascent_kill_and_resume_is_bit_identical(tmp_path: Path) -> None:
     ck = tmp_path / "ck"
     with pytest.raises(KeyboardInterrupt):
         ascend_margin(fresh(), x, y, loss="logistic", steps=40, log_every=3, checkpoint_dir=ck, checkpoint_every=5,
-                      tag="t", hooks=[_Kill(17)])
+                      tag="t", hooks=[kill_after(17)])
     res = ascend_margin(_mlp(seed=4), x, y, loss="logistic", steps=40, log_every=3, checkpoint_dir=ck,
                         checkpoint_every=5, tag="t", resume=True)
     assert res.resumed_from == 17

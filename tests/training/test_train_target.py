@@ -13,7 +13,6 @@ from datarecon.config import load_config_file
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.models.checkpoint import load_model_dir
 from datarecon.training import TrainConfig, build_train_config, model_card, train_target
-from datarecon.training.engine import BaseHook
 from datarecon.training.losses import margins
 
 BASE = {"data": {"dataset": "digits", "task": "odd-even", "n_per_class": 20, "n_heldout_per_class": 30},
@@ -68,21 +67,12 @@ def test_float64_multiclass_cross_entropy(tmp_path: Path) -> None:
     assert res.metrics["train_accuracy"] == 1.0
 
 
-class _Kill(BaseHook):
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def after_step(self, state):
-        if state.step == self.at:
-            raise KeyboardInterrupt
-
-
-def test_killed_run_resumes_bit_identically(tmp_path: Path, monkeypatch) -> None:
+def test_killed_run_resumes_bit_identically(kill_after, tmp_path: Path, monkeypatch) -> None:
     cfg = _cfg(momentum=0.9, schedule="loss-normalised", lr=0.05, checkpoint_every=25)
     train_target(cfg, out=tmp_path / "full", progress=False)
     target_mod = sys.modules["datarecon.training.target"]
     real_fit = target_mod.fit
-    monkeypatch.setattr(target_mod, "fit", lambda *a, **k: real_fit(*a, hooks=[_Kill(61)], **k))
+    monkeypatch.setattr(target_mod, "fit", lambda *a, **k: real_fit(*a, hooks=[kill_after(61)], **k))
     with pytest.raises(KeyboardInterrupt):
         train_target(cfg, out=tmp_path / "part", progress=False)
     monkeypatch.setattr(target_mod, "fit", real_fit)

@@ -18,6 +18,8 @@ def _images(path: Path | None, option: str):
         return None
     from datarecon.utils.io import load_tensors
 
+    if not Path(path).is_file():
+        raise DataReconError(f"{option} file {path} not found; pass a safetensors file with the images as 'x'")
     tensors = load_tensors(path)
     if "x" not in tensors:
         raise DataReconError(f"{path} has no tensor 'x'; {option} takes a safetensors file with the images as 'x' "

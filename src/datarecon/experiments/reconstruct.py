@@ -507,7 +507,7 @@ def reconstruct_runs(model_dir: str | Path, *, out: str | Path, runs: int, metho
     from datarecon.utils.outdir import check_out_dir, clear_out_dir
 
     if runs < 1:
-        raise DataReconError(f"--runs must be at least 1, got {runs}")
+        raise DataReconError(f"--runs must be at least 1, got {runs}; pass --runs K with K >= 1")
     if mode not in MODES:
         raise DataReconError(f"unknown batch mode {mode!r}; valid modes: {', '.join(MODES)}")
     if overwrite and resume:

@@ -32,8 +32,7 @@ from datarecon.training.engine import BaseHook, Checkpoint, Engine, History, Hoo
 from datarecon.training.kkt_regime import homogeneity_degree, normalised_margin
 from datarecon.training.losses import LOSSES, accuracy, margins, weight_penalty
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES, USES_PRECOMPUTED_GRAD
-from datarecon.utils.io import save_tensors
-from datarecon.utils.io import atomic_write_json, load_tensors, read_json, sha256_file
+from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, sha256_file
 
 CHECKPOINT_FORMAT = "datarecon-train-checkpoint/1"
 STATE_JSON = "state.json"
@@ -317,6 +316,22 @@ class _CheckpointHook(Checkpoint):
             self.save(state)
 
 
+
+def _restore_model(ckpt: TrainingCheckpoint, model: nn.Module) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Load ``ckpt`` into ``model``; returns (info, optimiser tensors).
+
+    Raises:
+        CheckpointError: the checkpoint's weights do not fit ``model``.
+    """
+    info, model_sd, opt_tensors = ckpt.load()
+    try:
+        model.load_state_dict(model_sd)
+    except RuntimeError as exc:
+        raise CheckpointError(f"checkpoint in {ckpt.folder} does not fit the model "
+                              f"({str(exc).splitlines()[0]}); use --overwrite") from None
+    return info, opt_tensors
+
+
 def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight_decay: float = 0.0,
         optimizer: str = "gd", lr: float = 0.01, momentum: float = 0.0, epochs: int = 1000,
         schedule: str = "constant", max_lr_factor: float | None = 1e6, stop: StopRule | None = None,
@@ -388,12 +403,7 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight
     start, elapsed, status, reason, finished = 0, 0.0, "", "", False
     ckpt = TrainingCheckpoint(checkpoint_dir, tag=tag) if checkpoint_dir is not None else None
     if ckpt is not None and resume and ckpt.exists():
-        info, model_sd, opt_tensors = ckpt.load()
-        try:
-            model.load_state_dict(model_sd)
-        except RuntimeError as exc:
-            raise CheckpointError(f"checkpoint in {ckpt.folder} does not fit the model "
-                                  f"({str(exc).splitlines()[0]}); use --overwrite") from None
+        info, opt_tensors = _restore_model(ckpt, model)
         stepper.opt.load_state(opt_tensors, info.get("opt_scalars", {}))
         start, elapsed = int(info["epoch"]), float(info.get("wall_time_s", 0.0))
         history.rows = list(info.get("history", []))
@@ -489,12 +499,7 @@ def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: s
     start, elapsed, reason, finished = 0, 0.0, "", False
     ckpt = TrainingCheckpoint(checkpoint_dir, tag=tag) if checkpoint_dir is not None else None
     if ckpt is not None and resume and ckpt.exists():
-        info, model_sd, _ = ckpt.load()
-        try:
-            model.load_state_dict(model_sd)
-        except RuntimeError as exc:
-            raise CheckpointError(f"checkpoint in {ckpt.folder} does not fit the model "
-                                  f"({str(exc).splitlines()[0]}); use --overwrite") from None
+        info, _ = _restore_model(ckpt, model)
         stepper.load_state(info["ascent"])
         start, elapsed = int(info["epoch"]), float(info.get("wall_time_s", 0.0))
         history.rows = list(info.get("history", []))
