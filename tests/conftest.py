@@ -51,3 +51,35 @@ def kill_after():
                 raise KeyboardInterrupt
 
     return KillAfter
+
+
+@pytest.fixture
+def hard_kill():
+    """``hard_kill(train, at)``: run ``train(hooks=[...])`` (a training loop: fit, fit_dp) and end it after
+    ``at`` epochs as a SIGKILL would: no final checkpoint, only the periodic ones survive. The final
+    save is switched off for that call only, so a later resumed call checkpoints normally."""
+    import sys
+
+    import datarecon.training.fit  # noqa: F401  (the module; the package re-exports fit, the function)
+    from datarecon.training.engine import BaseHook
+
+    fit_module = sys.modules["datarecon.training.fit"]
+
+    class HardKill(BaseHook):
+        def __init__(self, at: int) -> None:
+            self.at = at
+
+        def after_step(self, state):
+            if state.step == self.at:
+                raise SystemExit(9)
+
+    def call(train, at: int) -> None:
+        orig = fit_module._CheckpointHook.after_run
+        fit_module._CheckpointHook.after_run = lambda self, state: None
+        try:
+            with pytest.raises(SystemExit):
+                train(hooks=[HardKill(at)])
+        finally:
+            fit_module._CheckpointHook.after_run = orig
+
+    return call

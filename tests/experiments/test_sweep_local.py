@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import re
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,17 @@ def test_cli_sweep_pool_store(model_dir, tmp_path, capsys):
     assert main(["sweep", "--out", str(out)]) == 2
     assert main(["store", "list", str(out), "--sort", "nope.x"]) == 2
     assert "unknown sort column" in capsys.readouterr().err
+
+
+def test_sweep_progress_uses_the_loops_progress_lines(model_dir, tmp_path, capsys):
+    """In a log (stderr not a terminal) the sweep writes the same plain lines as every loop: runs done out
+    of the total, the best attacker-side score so far and the failures; a rerun says where it resumed."""
+    out = tmp_path / "store"
+    run_sweep(tiny_config(model_dir), out, workers=1, progress=True)
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    last = [line for line in err.splitlines() if line.startswith("sweep: ")][-1]
+    assert re.match(r"sweep: done run 4/4 in \d+:\d\d:\d\d \([\d.]+ run/s\), best relative_residual [\d.e-]+ "
+                    r"failed 0$", last), last
+    run_sweep(tiny_config(model_dir), out, workers=1, progress=True)
+    assert "sweep: resumed at run 4/4" in capsys.readouterr().err

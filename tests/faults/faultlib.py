@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from datarecon.utils.io import load_tensors, strip_timing
+from datarecon import checkpoint
+from datarecon.utils.io import strip_timing
 
 SESSION_SEED = int(os.environ.get("DATARECON_FAULT_SEED") or secrets.randbelow(2**31))
 #: files whose content is wall time by design (docs/RELIABILITY.md): not compared
@@ -106,8 +107,8 @@ def is_temp(p: Path) -> bool:
 def assert_same_tree(ref: Path, got: Path, *, skip: tuple[str, ...] = ()) -> int:
     """The two folders hold the same artefacts, bit for bit.
 
-    Tensor files compare byte for byte (checkpoint tensors by value: their header records wall
-    time); JSON files compare without :data:`~datarecon.utils.io.TIMING_FIELDS`; every other file
+    Tensor files compare byte for byte (checkpoints by value, their metadata without the timing
+    fields: it records wall time); JSON files compare without :data:`~datarecon.utils.io.TIMING_FIELDS`; every other file
     byte for byte. Temporary files a kill left behind, ``TIMING_FILES`` and names in ``skip`` are
     ignored. Returns the number of files compared.
     """
@@ -122,9 +123,11 @@ def assert_same_tree(ref: Path, got: Path, *, skip: tuple[str, ...] = ()) -> int
         if name.endswith(".json") or name.endswith(".jsonl"):
             parse = (lambda t: [json.loads(x) for x in t.splitlines()]) if name.endswith(".jsonl") else json.loads
             assert strip_timing(parse(b.read_text())) == strip_timing(parse(a.read_text())), name
-        elif name.endswith(".safetensors") and "checkpoint" in Path(name).parts:
-            ta, tb = load_tensors(a), load_tensors(b)
+        elif name.endswith(".safetensors") and a.parent.name.startswith(checkpoint.FOLDER):
+            kind = checkpoint.kind_of(a.parent)
+            (ta, ma), (tb, mb) = checkpoint.load(a.parent, kind=kind), checkpoint.load(b.parent, kind=kind)
             assert list(ta) == list(tb) and all(torch.equal(ta[k], tb[k]) for k in ta), name
+            assert strip_timing(ma) == strip_timing(mb), name
         else:
             assert a.read_bytes() == b.read_bytes(), name
     return len(names)

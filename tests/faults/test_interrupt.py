@@ -37,7 +37,7 @@ def test_train(tmp_path: Path, rng) -> None:
     out = tmp_path / "m"
     args = [*TRAIN, "--epochs", "400", "--checkpoint-every", "10", "--out", str(out)]
     epoch = rng.randrange(10, 300)
-    assert _ctrl_c(args, progress_at_least(out / "checkpoint" / "state.json", "epoch", epoch), rng) == RESUME
+    assert _ctrl_c(args, progress_at_least(out / "checkpoint" / "progress.json", "epoch", epoch), rng) == RESUME
     run_ok(*args, "--resume")
     assert json.loads((out / "model.json").read_text())["metrics"]["epochs_done"] == 400
 

@@ -66,7 +66,7 @@ def test_train(tmp_path: Path, rng) -> None:
     ref = set_aside(out)
     epoch = rng.randrange(10, 250)
     proc = start(*args)
-    kill_at(proc, progress_at_least(out / "checkpoint" / "state.json", "epoch", epoch), rng)
+    kill_at(proc, progress_at_least(out / "checkpoint" / "progress.json", "epoch", epoch), rng)
     assert proc.returncode == -9 and not (out / "model.json").exists()
     run_ok(*args, "--resume")
     assert assert_same_tree(ref, out) >= 5
@@ -104,4 +104,23 @@ def test_reproduction(tmp_path: Path, rng) -> None:
     assert proc.returncode == -9 and not (out / "report.html").exists()
     run_ok(*args, "--resume")
     assert read_json_or_none(out / "tables" / "DONE.json") is not None
+    assert assert_same_tree(ref, out) >= 20
+
+
+def test_reproduction_killed_while_training(tmp_path: Path, rng) -> None:
+    """A kill inside a target's training (a reproduction checkpoints it every 5% of its epochs): the
+    rerun with --resume continues that training from its checkpoint and ends with the same files."""
+    (tmp_path / "c.yaml").write_text(REPRODUCTION.replace("epochs: 200", "epochs: 4000"))
+    out = tmp_path / "rep"
+    args = ["reproduce", "haim2022", "--scale", "smoke", "--config", str(tmp_path / "c.yaml"), "--threads", "1",
+            "--out", str(out)]
+    run_ok(*args)
+    ref = set_aside(out)
+    model = out / "models" / "digits"
+    epoch = rng.randrange(200, 3000)
+    proc = start(*args)
+    kill_at(proc, progress_at_least(model / "model" / "checkpoint" / "progress.json", "epoch", epoch), rng)
+    assert proc.returncode == -9 and not (model / "DONE.json").exists()
+    res = run_ok(*args, "--resume")
+    assert "train: resumed at epoch " in res.stderr, res.stderr[-2000:]
     assert assert_same_tree(ref, out) >= 20

@@ -148,3 +148,21 @@ def test_cli_trains_a_dp_target_and_refuses_bad_delta(tmp_path, capsys, data_dir
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: dp delta 0.1 is >= 1/n = 0.1") and "\n" not in err
     assert not (tmp_path / "bad").exists()  # refused before the folder is made
+
+
+@pytest.mark.parametrize("kill_at", [9, 13], ids=["kill-at-checkpoint", "kill-between-checkpoints"])
+def test_a_killed_dp_run_resumes_bit_identically(tmp_path, hard_kill, kill_at):
+    """Noise and momentum on: the resumed run needs the weights, the momentum buffers, the generator of
+    batches and noise, the history and the realised batch sizes of the checkpoint, all of them."""
+    dp = DPConfig(noise_multiplier=0.8, max_grad_norm=0.5, batch_size=4, delta=1e-3)
+    kw = dict(loss="logistic", dp=dp, epochs=6, lr=0.1, momentum=0.9, seed=3, log_every=2)
+    full = fit_dp(*_problem(), **kw)
+    hard_kill(lambda hooks: fit_dp(*_problem(), checkpoint_dir=tmp_path, checkpoint_every=3, tag="t", hooks=hooks,
+                                   **kw), kill_at)
+    res = fit_dp(*_problem(), checkpoint_dir=tmp_path, checkpoint_every=3, tag="t", resume=True, **kw)
+    assert res.resumed_from == 9  # 3 epochs of round(12/4) = 3 steps
+    for a, b in zip(full.model.parameters(), res.model.parameters()):
+        assert torch.equal(a, b)
+    assert res.history == full.history and res.extra["dp"] == full.extra["dp"]
+    again = fit_dp(*_problem(seed=5), checkpoint_dir=tmp_path, checkpoint_every=3, tag="t", resume=True, **kw)
+    assert all(torch.equal(a, b) for a, b in zip(full.model.parameters(), again.model.parameters()))  # finished

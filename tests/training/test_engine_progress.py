@@ -81,7 +81,9 @@ def test_engine_progress_lines_report_steps_rate_eta_metrics_and_stop_reason() -
     assert state.step == 10
     rows = out.getvalue().splitlines()
     assert "\r" not in out.getvalue()
-    # resumed at step 2: lines every 25% of the total (>= 3 steps), then the last line
+    # resumed at step 2 (said first): lines every 25% of the total (>= 3 steps), then the last line
+    assert rows[0] == "attack: resumed at step 2/10"
+    rows = rows[1:]
     assert [r.split(",")[0] for r in rows[:-1]] == ["attack: step 5/10 (50%)", "attack: step 8/10 (80%)"]
     assert rows[-1].startswith("attack: done step 10/10 in ")
     assert rows[-1].endswith("loss 1")

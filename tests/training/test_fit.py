@@ -12,7 +12,6 @@ from datarecon.data import DataSpec, load_task
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.models.spec import ArchSpec, build_model
 from datarecon.training import OPTIMIZERS, SCHEDULES, StopRule, fit
-from datarecon.training.engine import BaseHook
 
 
 def _toy(dtype=torch.float64, n=40):
@@ -145,30 +144,14 @@ def test_kill_and_resume_is_bit_identical(kill_after, tmp_path: Path, optimizer,
     assert res.history == full.history and res.epochs_done == full.epochs_done
 
 
-def test_resume_from_periodic_checkpoint_after_hard_kill(tmp_path: Path) -> None:
+def test_resume_from_periodic_checkpoint_after_hard_kill(tmp_path: Path, hard_kill) -> None:
     """A hard kill skips the final save: resume from the last periodic checkpoint."""
     x, y = _toy()
     kw = dict(loss="logistic", lr=0.5, momentum=0.5, epochs=40)
     full = fit(_model(), x, y, **kw)
     ck = tmp_path / "ck"
-
-    class HardKill(BaseHook):
-        def after_step(self, state):
-            if state.step == 17:
-                # emulate SIGKILL: no final checkpoint (the hook after us would write one)
-                raise SystemExit(9)
-
-    import sys
-
-    F = sys.modules["datarecon.training.fit"]
-
-    orig = F._CheckpointHook.after_run
-    F._CheckpointHook.after_run = lambda self, state: None
-    try:
-        with pytest.raises(SystemExit):
-            fit(_model(), x, y, checkpoint_dir=ck, checkpoint_every=5, tag="t", hooks=[HardKill()], **kw)
-    finally:
-        F._CheckpointHook.after_run = orig
+    hard_kill(lambda hooks: fit(_model(), x, y, checkpoint_dir=ck, checkpoint_every=5, tag="t", hooks=hooks, **kw),
+              17)
     res = fit(_model(), x, y, checkpoint_dir=ck, checkpoint_every=5, tag="t", resume=True, **kw)
     assert res.resumed_from == 15
     for a, b in zip(full.model.state_dict().values(), res.model.state_dict().values()):
@@ -196,23 +179,22 @@ def test_resume_of_finished_run_does_not_train_further(tmp_path: Path) -> None:
 def test_tampered_training_checkpoint_is_refused(tmp_path: Path) -> None:
     x, y = _toy()
     fit(_model(), x, y, loss="logistic", epochs=5, checkpoint_dir=tmp_path, tag="t")
-    (tensors,) = tmp_path.glob("state-*.safetensors")
+    tensors = tmp_path / "state.safetensors"
     tensors.write_bytes(tensors.read_bytes()[:-4] + b"\0\0\0\0")
-    with pytest.raises(CheckpointError, match="does not match state.json"):
+    with pytest.raises(CheckpointError, match="does not match its checksum"):
         fit(_model(), x, y, loss="logistic", epochs=5, checkpoint_dir=tmp_path, tag="t", resume=True)
 
 
 def test_a_checkpoint_with_the_old_status_words_still_resumes(tmp_path: Path) -> None:
     """Checkpoints written before the shared Status vocabulary said ``stopped`` (now ``stopped-early``)."""
-    import json
+    from datarecon import checkpoint
 
     x, y = _toy()
     first = fit(_model(), x, y, loss="logistic", lr=0.5, epochs=500, stop=StopRule(zero_error=True),
                 checkpoint_dir=tmp_path, tag="t")
-    state = tmp_path / "state.json"
-    info = json.loads(state.read_text())
+    tensors, info = checkpoint.load(tmp_path, kind=checkpoint.Kind.TRAIN)
     assert info["status"] == "stopped-early"
-    state.write_text(json.dumps({**info, "status": "stopped"}))
+    checkpoint.save(tmp_path, tensors, {**info, "status": "stopped"}, kind=checkpoint.Kind.TRAIN)
     again = fit(_model(seed=3), x, y, loss="logistic", lr=0.5, epochs=500, stop=StopRule(zero_error=True),
                 checkpoint_dir=tmp_path, tag="t", resume=True)
     assert again.status == "stopped-early" and again.epochs_done == first.epochs_done

@@ -30,16 +30,17 @@ def test_the_table_matches_the_files_each_kind_writes() -> None:
     from datarecon.experiments.reproduce import pieces
     from datarecon.experiments.sweep import worker
     from datarecon.models import checkpoint
+    from datarecon import checkpoint as loop_checkpoint
     from datarecon.training import target
-    from datarecon.training.fit import STATE_JSON
 
     model, run = ARTEFACTS.get("model"), ARTEFACTS.get("run")
     assert {checkpoint.WEIGHTS, checkpoint.EXTRAS, checkpoint.META, target.HISTORY, target.CHECKPOINT_DIR} \
         <= set(model.names)
-    assert f"{target.CHECKPOINT_DIR}/{STATE_JSON}" in model.markers
+    assert target.CHECKPOINT_DIR == loop_checkpoint.FOLDER and target.ASCENT_CHECKPOINT_DIR in model.names
+    assert model.checkpoint == loop_checkpoint.Kind.TRAIN and run.checkpoint == loop_checkpoint.Kind.ATTACK
     assert {runner.CANDIDATES, runner.RUN_JSON, runner.HISTORY, runner.CHECKPOINT_DIR, run_eval.METRICS_FILE,
             run_eval.CANDIDATES_CSV, run_eval.NEIGHBOURS_FILE, store.TASK_FILE, worker.CLAIM_FILE} <= set(run.names)
-    assert f"{runner.CHECKPOINT_DIR}/{runner.STATE_FILE}" in run.markers
+    assert runner.CHECKPOINT_DIR == loop_checkpoint.FOLDER
     assert {store.INDEX, store.RUNS, store.POOLS, store.SWEEPS} <= set(ARTEFACTS.get("store").names)
     assert ARTEFACTS.get("reproduction").markers == (pieces.MANIFEST,)
 

@@ -6,9 +6,8 @@ Layout (docs/dev/CONTRACTS.md)::
     run.json                 model_dir, method, config, config_hash, seed, versions, status, steps_done,
                              wall_time_s, stop_reason, final, selection, extra, message
     history.jsonl            one JSON object per logged step
-    checkpoint/state.safetensors   the attack state + generator state; metadata: steps_done,
-                                   config_hash, wall_time_s (one atomic file = consistent)
-    checkpoint/progress.json       the same metadata, human readable
+    checkpoint/                    the attack state + generator state and its metadata (steps_done,
+                                   config_hash, wall_time_s), in the format of :mod:`datarecon.checkpoint`
 
 :class:`RunDirectory` owns these files; the optimisation itself
 (:class:`datarecon.attacks.loop.AttackLoop`) writes none of them.
@@ -24,8 +23,10 @@ from typing import Any
 
 import torch
 
+from datarecon import checkpoint
 from datarecon.attacks.base import Reconstruction
-from datarecon.errors import CheckpointError, DataReconError
+from datarecon.checkpoint import PROGRESS_FILE, STATE_FILE
+from datarecon.errors import DataReconError
 from datarecon.status import Status
 from datarecon.utils.io import (
     atomic_write_json,
@@ -37,7 +38,7 @@ from datarecon.utils.io import (
 )
 
 CANDIDATES, RUN_JSON, HISTORY = "candidates.safetensors", "run.json", "history.jsonl"
-CHECKPOINT_DIR, STATE_FILE, PROGRESS_FILE = "checkpoint", "state.safetensors", "progress.json"
+CHECKPOINT_DIR = checkpoint.FOLDER
 GENERATOR_KEY = "__generator_state__"
 
 
@@ -45,42 +46,18 @@ def load_checkpoint(out: str | Path) -> tuple[dict[str, torch.Tensor], dict[str,
     """The checkpointed (state, metadata) of a run directory, or None if it has none.
 
     Raises:
-        CheckpointError: a corrupt checkpoint.
+        CheckpointError: a corrupt checkpoint, or a training checkpoint.
     """
-    path = Path(out) / CHECKPOINT_DIR / STATE_FILE
-    if not path.is_file():
-        return None
-    from safetensors import safe_open
-
-    tensors = load_tensors(path)
-    with safe_open(str(path), framework="pt") as fh:
-        meta_raw = fh.metadata() or {}
-    try:
-        meta = json.loads(meta_raw["progress"])
-    except (KeyError, json.JSONDecodeError):
-        raise CheckpointError(f"{path} has no progress metadata; delete {path.parent} and rerun") from None
-    # the tensor file is the source of truth: a kill between its write and progress.json's (see
-    # save_checkpoint) leaves a stale progress.json, which a resumed run must not keep
-    readable = path.parent / PROGRESS_FILE
-    try:
-        stale = json.loads(readable.read_text()) != json.loads(json.dumps(to_jsonable(meta)))
-    except (OSError, ValueError):
-        stale = True
-    if stale:
-        atomic_write_json(readable, meta)
-    return tensors, meta
+    return checkpoint.load(Path(out) / CHECKPOINT_DIR, kind=checkpoint.Kind.ATTACK)
 
 
 def save_checkpoint(out: str | Path, state: dict[str, torch.Tensor], meta: dict[str, Any],
                     *, generator: torch.Generator | None = None) -> None:
-    """Write the state (+ generator state) and its metadata atomically in one safetensors file."""
-    ckpt = Path(out) / CHECKPOINT_DIR
+    """Write the state (+ generator state) and its metadata atomically (:func:`datarecon.checkpoint.save`)."""
     tensors = dict(state)
     if generator is not None:
         tensors[GENERATOR_KEY] = generator.get_state()
-    text = json.dumps(to_jsonable(meta), sort_keys=True)
-    save_tensors(ckpt / STATE_FILE, tensors, metadata={"progress": text})
-    atomic_write_json(ckpt / PROGRESS_FILE, meta)
+    checkpoint.save(Path(out) / CHECKPOINT_DIR, tensors, meta, kind=checkpoint.Kind.ATTACK)
 
 
 def write_candidates(out: str | Path, rec: Reconstruction) -> None:

@@ -27,7 +27,7 @@ def audit_cmd(
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address (auto or "
                                                     "HOST:PORT); default: embedded Ray")] = None,
     threads: Annotated[int, typer.Option("--threads", min=0, help="torch threads per target (0: default)")] = 1,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue unfinished attacks from checkpoints.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue unfinished trainings and attacks from checkpoints.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an --out folder of another "
                                             "audit configuration.")] = False,
 ) -> None:

@@ -51,7 +51,7 @@ _Scale = Annotated[str, typer.Option("--scale", help="smoke (CI, minutes on CPU)
 _Out = Annotated[Path, typer.Option("--out", help="Output folder (rerun into it to resume).")]
 _Data = Annotated[str | None, typer.Option("--data-dir", envvar="DATARECON_DATA", help="Data folder.")]
 _Device = Annotated[str, typer.Option("--device", help="cpu | cuda[:N].")]
-_Resume = Annotated[bool, typer.Option("--resume", help="Continue unfinished attacks from their checkpoints.")]
+_Resume = Annotated[bool, typer.Option("--resume", help="Continue unfinished trainings and attacks from their checkpoints.")]
 _Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an --out folder of another configuration.")]
 _Config = Annotated[Path | None, typer.Option("--config", help="YAML/TOML overrides over the scale preset.")]
 _Threads = Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch (0: its default, all cores).")]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -30,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from datarecon.errors import DataReconError
-from datarecon.training.engine import Engine, History, Hook, NaNStop, ProgressBar
+from datarecon.training.engine import Engine, History, Hook, LoopState, NaNStop, ProgressBar
 from datarecon.training.losses import LOSSES
 
 #: Opacus accountants offered (``opacus.accountants`` names); ``rdp`` is the default (see docs/DESIGN.md).
@@ -196,6 +197,9 @@ class DPStepper:
         noise_multiplier: σ ≥ 0; max_grad_norm: C; q: sampling rate; lr, momentum, weight_decay: SGD's.
         generator: draws the batches and the noise (same seed, same run).
         log_every: full-batch metrics every this many steps (others report the batch loss only).
+
+    ``in_update`` is True from the batch draw to the end of the optimiser step: a checkpoint taken
+    then would not be a state the run passes through, so none is written.
     """
 
     def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, noise_multiplier: float,
@@ -214,10 +218,29 @@ class DPStepper:
                                noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
                                expected_batch_size=expected, loss_reduction="mean", generator=generator)
         self.batch_sizes: list[int] = []
+        self.in_update = False
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The optimiser's momentum buffers (``momentum.<i>``, by parameter index) and the generator state."""
+        tensors = {"generator": self.generator.get_state()}
+        for i, p in enumerate(self.model.parameters()):
+            buf = self.opt.original_optimizer.state.get(p, {}).get("momentum_buffer")
+            if buf is not None:
+                tensors[f"momentum.{i}"] = buf
+        return tensors
+
+    def load_state(self, tensors: dict[str, torch.Tensor], batch_sizes: Sequence[int]) -> None:
+        """Restore what :meth:`state_tensors` saved, and the realised batch sizes so far."""
+        self.generator.set_state(tensors["generator"])
+        for i, p in enumerate(self.model.parameters()):
+            if f"momentum.{i}" in tensors:
+                self.opt.original_optimizer.state[p]["momentum_buffer"] = tensors[f"momentum.{i}"].to(p)
+        self.batch_sizes = list(batch_sizes)
 
     def __call__(self, step: int) -> dict[str, float]:
         from datarecon.training.fit import _metrics
 
+        self.in_update = True
         mask = poisson_mask(self.x.shape[0], self.q, self.generator)
         xb, yb = self.x[mask], self.y[mask]
         self.opt.zero_grad(set_to_none=True)
@@ -228,6 +251,7 @@ class DPStepper:
             batch_loss.backward()
         self.opt.step()
         self.batch_sizes.append(int(xb.shape[0]))
+        self.in_update = False
         metrics = {"batch_loss": float(batch_loss.detach()) if xb.shape[0] else 0.0, "batch_size": float(xb.shape[0])}
         if (step + 1) % self.log_every == 0:
             with torch.no_grad():
@@ -243,7 +267,8 @@ class DPStepper:
 
 def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, dp: DPConfig, epochs: int,
            lr: float, momentum: float = 0.0, weight_decay: float = 0.0, seed: int = 0, log_every: int = 1,
-           progress: bool = False, hooks: Sequence[Hook] = ()):
+           progress: bool = False, checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0,
+           resume: bool = False, tag: str = "", hooks: Sequence[Hook] = ()):
     """Train ``model`` with DP-SGD for ``epochs`` epochs and account the privacy spent.
 
     Args:
@@ -256,6 +281,12 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, dp:
         seed: seed of the generator of batches and noise.
         log_every: full-batch history rows every ``log_every`` steps.
         progress: progress bar/lines.
+        checkpoint_dir: folder for training checkpoints (None: none), in the one format of
+            :mod:`datarecon.checkpoint`: weights, momentum buffers, the batch/noise generator's state,
+            history and realised batch sizes, so a resumed run is bit-identical to an uninterrupted one.
+        checkpoint_every: checkpoint period in epochs (0: only at the end of the run).
+        resume: continue from the checkpoint in ``checkpoint_dir`` if there is one.
+        tag: configuration identifier stored in checkpoints; a resume with another tag is refused.
         hooks: extra engine hooks (e.g. stops on ``loss`` / ``train_acc``, computed at logged steps).
 
     Returns:
@@ -265,12 +296,13 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, dp:
         ``mean_batch_size`` (realised). ``epochs_done`` counts whole epochs; ``steps`` the DP-SGD steps.
 
     Raises:
-        DataReconError: opacus missing, δ ≥ 1/n, an unreachable target ε, a layer Opacus cannot wrap.
+        DataReconError: opacus missing, δ ≥ 1/n, an unreachable target ε, a layer Opacus cannot wrap;
+            CheckpointError: an unusable checkpoint on resume.
 
     References:
         Abadi et al. 2016, Algorithm 1 (DP-SGD); Mironov 2017 (RDP accountant).
     """
-    from datarecon.training.fit import FitResult, _status, evaluate
+    from datarecon.training.fit import FitResult, TrainingCheckpoint, _CheckpointHook, _restore_model, _status, evaluate
 
     opacus = import_opacus()
     q, delta, total, sigma = resolve(dp, n=int(x.shape[0]), epochs=epochs)
@@ -281,16 +313,38 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, dp:
                         momentum=momentum, weight_decay=weight_decay, generator=gen, log_every=max(1, log_every))
     history = History(every=max(1, log_every))
     nan_stop = NaNStop(keys=["batch_loss", "energy"])
+    per_epoch = total // max(1, epochs)
+
+    start, elapsed, reason, finished = 0, 0.0, "", False
+    ckpt = TrainingCheckpoint(checkpoint_dir, tag=tag) if checkpoint_dir is not None else None
+    if ckpt is not None and resume and ckpt.exists():
+        info, tensors = _restore_model(ckpt, model)
+        stepper.load_state(tensors, info.get("batch_sizes", []))
+        start, elapsed = int(info["epoch"]), float(info.get("wall_time_s", 0.0))
+        history.rows = list(info.get("history", []))
+        reason, finished = info.get("stop_reason", ""), bool(info.get("finished"))
+
+    def _save(state: LoopState) -> None:
+        done = state.stop_reason != "" or state.step >= state.total
+        ckpt.save(epoch=state.step, model=model, opt_tensors=stepper.state_tensors(), info={
+            "wall_time_s": state.wall_time_s, "history": history.rows, "batch_sizes": stepper.batch_sizes,
+            "finished": done and not nan_stop.tripped, "status": _status(state, nan_stop),
+            "stop_reason": state.stop_reason})
 
     all_hooks: list[Hook] = [nan_stop, history, ProgressBar(keys=["batch_loss", "train_acc"], desc="dp-sgd",
-                                                            enabled=progress, every=max(1, log_every)), *hooks]
+                                                            enabled=progress, every=max(1, log_every))]
+    if ckpt is not None:
+        all_hooks.append(_CheckpointHook(_save, every=(checkpoint_every or epochs) * per_epoch, stepper=stepper))
+    all_hooks.extend(hooks)
     try:
-        state = Engine(stepper, hooks=all_hooks).run(start=0, total=total)
+        if finished:
+            state = LoopState(step=start, total=total, stop_reason=reason, wall_time_s=elapsed)
+        else:
+            state = Engine(stepper, hooks=all_hooks).run(start=start, total=total, elapsed_s=elapsed)
     finally:
         stepper.unwrap()
     final, m = evaluate(model, x, y, loss=loss, weight_decay=weight_decay)
     done = state.step
-    per_epoch = total // max(1, epochs)
     accounting = {"epsilon": epsilon_spent(sigma, q=q, steps=done, delta=delta, accountant=dp.accountant),
                   "delta": delta, "noise_multiplier": sigma, "sample_rate": q, "steps": done,
                   "max_grad_norm": dp.max_grad_norm, "batch_size": dp.batch_size, "accountant": dp.accountant,
@@ -298,4 +352,4 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, dp:
                   "mean_batch_size": sum(stepper.batch_sizes) / max(1, len(stepper.batch_sizes))}
     return FitResult(model=model, status=_status(state, nan_stop), stop_reason=state.stop_reason,
                      epochs_done=done // per_epoch, history=history.rows, metrics=final, margins=m.detach().cpu(),
-                     wall_time_s=state.wall_time_s, extra={"dp": accounting})
+                     wall_time_s=state.wall_time_s, resumed_from=start, extra={"dp": accounting})

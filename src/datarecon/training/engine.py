@@ -151,7 +151,7 @@ class ProgressLines:
 
     Args:
         total: Steps (or items) in all.
-        start: Steps already done (a resumed run); the rate counts only this run's steps.
+        start: Steps already done (a resumed run: a first line says so); the rate counts only this run's steps.
         desc: Prefix of every line.
         unit: What a step is called ("step", "epoch", "run").
         keys: Metrics shown, in order.
@@ -171,6 +171,8 @@ class ProgressLines:
         self.t0 = self.last_t = clock()
         self.last_step = self.start
         self.lines = 0
+        if self.start:
+            self._write(f"resumed at {self.unit} {self.start}/{self.total}")
 
     def _write(self, text: str) -> None:
         self.stream.write(f"{self.desc}: {text}\n")

@@ -6,7 +6,7 @@
 
 with one full-batch update per epoch. Hooks give the progress bar, the history, the NaN stop,
 the stop conditions (loss threshold, zero training error, margin stabilisation) and periodic
-training checkpoints (safetensors + JSON, written atomically) from which a killed run resumes
+training checkpoints (:mod:`datarecon.checkpoint`, written atomically) from which a killed run resumes
 bit-identically (same device, same dtype).
 
 Every epoch's metrics describe θ_t *before* that epoch's update: ``loss`` (mean data loss),
@@ -17,7 +17,6 @@ Every epoch's metrics describe θ_t *before* that epoch's update: ``loss`` (mean
 from __future__ import annotations
 
 import math
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,17 +25,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from datarecon import checkpoint
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.status import Status
 from datarecon.training.engine import BaseHook, Checkpoint, Engine, History, Hook, LoopState, NaNStop, ProgressBar
 from datarecon.training.kkt_regime import homogeneity_degree, normalised_margin
 from datarecon.training.losses import LOSSES, accuracy, margins, weight_penalty
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES, USES_PRECOMPUTED_GRAD
-from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, sha256_file
-
-CHECKPOINT_FORMAT = "datarecon-train-checkpoint/1"
-STATE_JSON = "state.json"
-
 
 @dataclass(frozen=True)
 class StopRule:
@@ -242,14 +237,14 @@ class _Stepper:
 
 
 class TrainingCheckpoint:
-    """Atomic training checkpoints in a folder: ``state-<epoch>.safetensors`` + ``state.json``.
+    """The training checkpoint of a folder, in the one format of :mod:`datarecon.checkpoint`.
 
-    The tensor file is written first under a new name, then ``state.json`` (which names it and
-    records its SHA-256) replaces the old JSON in one rename, then older tensor files are deleted;
-    a kill at any moment leaves one consistent checkpoint.
+    Tensors are ``model.<name>`` (the state dict) and ``opt.<name>`` (optimiser moments); the
+    metadata holds ``tag``, ``epoch`` and the loop's own fields (history, status, stop rule state).
+    Checkpoints written by older versions (``state.json`` + ``state-<epoch>.safetensors``) still load.
 
     Args:
-        folder: the checkpoint folder (created).
+        folder: the checkpoint folder (created on save).
         tag: identifies the run's configuration; a resume with another tag is refused.
     """
 
@@ -258,22 +253,13 @@ class TrainingCheckpoint:
         self.tag = tag
 
     def exists(self) -> bool:
-        return (self.folder / STATE_JSON).is_file()
+        return checkpoint.exists(self.folder)
 
     def save(self, *, epoch: int, model: nn.Module, opt_tensors: dict[str, torch.Tensor],
              info: dict[str, Any]) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        name = f"state-{epoch:09d}.safetensors"
         tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
         tensors.update({f"opt.{k}": v for k, v in opt_tensors.items()})
-        save_tensors(self.folder / name, tensors)
-        atomic_write_json(self.folder / STATE_JSON, {
-            "format": CHECKPOINT_FORMAT, "tag": self.tag, "epoch": epoch, "tensors": name,
-            "sha256": sha256_file(self.folder / name), **info,
-        })
-        for old in self.folder.glob("state-*.safetensors"):
-            if old.name != name:
-                old.unlink(missing_ok=True)
+        checkpoint.save(self.folder, tensors, {"tag": self.tag, "epoch": epoch, **info}, kind=checkpoint.Kind.TRAIN)
 
     def load(self) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Returns (info, model state dict, optimiser tensors).
@@ -281,27 +267,18 @@ class TrainingCheckpoint:
         Raises:
             CheckpointError: missing/corrupt checkpoint or a different configuration.
         """
-        info = read_json(self.folder / STATE_JSON)
-        if not isinstance(info, dict) or info.get("format") != CHECKPOINT_FORMAT:
-            raise CheckpointError(f"{self.folder / STATE_JSON} is not a datarecon training checkpoint; "
-                                  "delete the folder or train without --resume")
+        found = checkpoint.load(self.folder, kind=checkpoint.Kind.TRAIN)
+        if found is None:
+            raise CheckpointError(f"no training checkpoint in {self.folder}; train without --resume")
+        tensors, info = found
         if info.get("tag") != self.tag:
             raise CheckpointError(
                 f"the checkpoint in {self.folder} was written with another configuration "
                 f"(hash {info.get('tag')} != {self.tag}); rerun with the original settings or use --overwrite"
             )
-        path = self.folder / str(info["tensors"])
-        if not path.is_file() or sha256_file(path) != info.get("sha256"):
-            raise CheckpointError(f"{path} is missing or does not match {STATE_JSON}; delete {self.folder} "
-                                  "and retrain with --overwrite")
-        tensors = load_tensors(path)
         model_sd = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
         opt = {k[len("opt."):]: v for k, v in tensors.items() if k.startswith("opt.")}
         return info, model_sd, opt
-
-    def clear(self) -> None:
-        if self.folder.exists():
-            shutil.rmtree(self.folder)
 
 
 class _CheckpointHook(Checkpoint):

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from datarecon.status import Status
 from datarecon.utils.dtypes import torch_dtype
 from datarecon.registry import registered
+from datarecon import checkpoint
 from datarecon.config import build_config
 from datarecon.data import DATASETS, DataSpec, load_task
 from datarecon.errors import DataReconError, DivergenceError
@@ -43,7 +44,7 @@ from datarecon.training.optim import OPTIMIZERS, SCHEDULES
 from datarecon.utils.io import atomic_write_text, config_hash
 from datarecon.utils.outdir import check_out_dir, clear_out_dir
 
-CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_DIR = checkpoint.FOLDER
 ASCENT_CHECKPOINT_DIR = "checkpoint-margin-ascent"
 HISTORY = "history.jsonl"
 
@@ -308,7 +309,8 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
 
         result = fit_dp(model, x, y, loss=config.loss, dp=config.dp, epochs=config.epochs, lr=config.lr,
                         momentum=config.momentum, weight_decay=config.weight_decay, seed=config.seed,
-                        log_every=config.log_every, progress=progress)
+                        log_every=config.log_every, progress=progress, checkpoint_dir=out / CHECKPOINT_DIR,
+                        checkpoint_every=config.checkpoint_every, resume=resume, tag=config.hash())
     else:
         result = fit(model, x, y, loss=config.loss, weight_decay=config.weight_decay, optimizer=config.optimizer,
                      lr=config.lr, momentum=config.momentum, epochs=config.epochs, schedule=config.schedule,

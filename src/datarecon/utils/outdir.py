@@ -22,6 +22,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from datarecon import checkpoint
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
 
@@ -35,15 +36,20 @@ class ArtefactKind:
         markers: relative paths of which at least one is present in every such folder.
         names: the top-level entries datarecon writes there; None when any entry belongs to it
             (a reproduction folder, identified by its manifest).
+        checkpoint: the kind of loop whose checkpoint in ``checkpoint/`` also marks such a folder
+            (a killed training or attack leaves only that); None when none does.
     """
 
     title: str
     markers: tuple[str, ...]
     names: tuple[str, ...] | None
+    checkpoint: checkpoint.Kind | None = None
 
     def recognises(self, folder: Path) -> bool:
-        """Whether ``folder`` holds one of this kind's markers."""
-        return any((folder / m).exists() for m in self.markers)
+        """Whether ``folder`` holds one of this kind's markers (or its kind of checkpoint)."""
+        if any((folder / m).exists() for m in self.markers):
+            return True
+        return self.checkpoint is not None and checkpoint.kind_of(folder / checkpoint.FOLDER) == self.checkpoint
 
     def foreign(self, folder: Path) -> list[str]:
         """Entries of ``folder`` datarecon does not write for this kind (sorted)."""
@@ -54,12 +60,13 @@ class ArtefactKind:
 
 ARTEFACTS: Registry[ArtefactKind] = Registry("output kind")
 ARTEFACTS.register("model", ArtefactKind(
-    "model directory", ("model.json", "checkpoint/state.json"),
-    ("weights.safetensors", "extras.safetensors", "model.json", "history.jsonl", "checkpoint")))
+    "model directory", ("model.json",),
+    ("weights.safetensors", "extras.safetensors", "model.json", "history.jsonl", "checkpoint",
+     "checkpoint-margin-ascent"), checkpoint.Kind.TRAIN))
 ARTEFACTS.register("run", ArtefactKind(
-    "run directory", ("run.json", "checkpoint/state.safetensors"),
+    "run directory", ("run.json",),
     ("candidates.safetensors", "run.json", "history.jsonl", "checkpoint", "metrics.json", "candidates.csv",
-     "neighbours.safetensors", "report.html", "task.json", ".claim")))
+     "neighbours.safetensors", "report.html", "task.json", ".claim"), checkpoint.Kind.ATTACK))
 ARTEFACTS.register("demo", ArtefactKind(
     "demo folder", ("model/model.json", "run/run.json"), ("model", "run", "reconstructions.png", "report.html")))
 ARTEFACTS.register("store", ArtefactKind(

@@ -58,7 +58,7 @@ class Context:
         out: the reproduction's output folder.
         data_dir: data folder (None: ``$DATARECON_DATA`` / cache).
         device: torch device name for training and attacks.
-        resume: let attack runs continue from their own checkpoints inside an unfinished piece.
+        resume: let trainings and attack runs continue from their own checkpoints inside an unfinished piece.
         progress: long pieces (training, attacks) report progress on stderr: a bar on a terminal,
             plain rate-limited lines (step, rate, ETA) in a log.
         summaries: key -> summary of every finished piece so far.
@@ -125,8 +125,8 @@ def execute(pieces: Sequence[Piece], ctx: Context, *, log: Callable[[str], None]
     """Run the pieces in order, skipping those already finished with the same hash.
 
     A piece directory without a valid marker is cleared before its piece runs (a partial result
-    of a killed run), except that with ``ctx.resume`` it is kept so an attack can continue from
-    its own checkpoint.
+    of a killed run), except that with ``ctx.resume`` it is kept so a training or an attack can
+    continue from its own checkpoint.
 
     Returns:
         One :class:`PieceRecord` per piece.

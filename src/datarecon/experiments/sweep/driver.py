@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from datarecon.errors import DataReconError
 from datarecon.experiments.backends import Outcome, Task, make_backend
 from datarecon.experiments.runs import validate_spec
 from datarecon.experiments.store import FINISHED, TASK_FILE, Store, row_from_dir
 from datarecon.experiments.sweep.config import RunSpec, SweepConfig, expand
 from datarecon.experiments.sweep.worker import CLAIM_FILE, execute_task
+from datarecon.training.engine import LoopState, ProgressBar
 from datarecon.utils.io import atomic_write_json, config_hash, read_json
 
 FAULTS_ENV = "DATARECON_SWEEP_FAULTS"
@@ -264,14 +263,18 @@ def run_sweep(config: SweepConfig, out: str | Path, *, backend: str = "local", w
             "key": r.key, "sweep_id": sweep_id, "status": status, "attempts": attempt + 1, "error": error,
             "spec": r.spec.model_dump(mode="json"), "updated": time.time()})
 
-    bar = tqdm(total=len(runs), initial=result.skipped, desc="sweep", unit="run", disable=not progress,
-               dynamic_ncols=True)
+    # the one progress mechanism of every loop (a bar on a terminal, plain lines in a log), one step per run
+    bar = ProgressBar(keys=(f"best {criterion}", "failed"), desc="sweep", unit="run", enabled=progress)
+    state = LoopState(step=result.skipped, total=len(runs))
+    bar.before_run(state)
 
-    def show() -> None:
-        best = f"{result.best_score:.4g}" if result.best_score is not None else "-"
-        bar.set_postfix({f"best {criterion}": best, "failed": result.failed}, refresh=True)
+    def advance() -> None:
+        state.step += 1
+        state.metrics = {"failed": float(result.failed)}
+        if result.best_score is not None:
+            state.metrics[f"best {criterion}"] = float(result.best_score)
+        bar.after_step(state)
 
-    show()
     with make_backend(backend, execute_task, workers=workers, **opts) as be:
         result.backend = be.describe()
 
@@ -295,9 +298,8 @@ def run_sweep(config: SweepConfig, out: str | Path, *, backend: str = "local", w
                 _handle(oc, by_key[oc.task.key], config=config, attempts=attempts, submit=submit, record=record,
                         result=result, store=store, note_best=note_best, out=out)
                 if oc.ok or result.failures.get(oc.task.key):
-                    bar.update(1)
-                show()
-    bar.close()
+                    advance()
+    bar.after_run(state)
     result.wall_time_s = time.perf_counter() - t0
     return result
 

@@ -1,0 +1,53 @@
+"""A tiny training problem and attack, shared by tests/test_checkpoint.py and the script that wrote the
+legacy checkpoints in tests/fixtures/legacy-checkpoints (with the sources of an older commit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+#: fit() settings of the training problem; the legacy fixture was killed after epoch 7 of 12
+#: with a checkpoint every 5 epochs, so it holds epoch 5
+FIT = dict(loss="logistic", lr=0.5, momentum=0.5, epochs=12, checkpoint_every=5, tag="legacy-fixture")
+ATTACK_STEPS, ATTACK_EVERY, ATTACK_KILL = 12, 4, 6
+SHAPE = (1, 4, 4)
+
+
+def fit_problem() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """(model, x (8, 1, 4, 4), y (8,) in ±1), float64, the same in every process."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(8, *SHAPE, generator=g, dtype=torch.float64)
+    y = torch.tensor([1.0, -1.0] * 4, dtype=torch.float64)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 6, bias=False), nn.ReLU(), nn.Linear(6, 1, bias=False))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype) * 0.3)
+    return model.double(), x, y
+
+
+def attack_problem():
+    """(attack, target, prior, x0, generator factory) of a 6-candidate KKT run against a fixed MLP."""
+    from datarecon.attacks.base import AttackerPrior, Target
+    from datarecon.attacks.init import make_init
+    from datarecon.attacks.kkt import KKTAttack, KKTConfig
+
+    model, _, _ = fit_problem()
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    target = Target(model=model, params=params, loss="logistic", weight_decay=0.0, input_shape=SHAPE,
+                    num_outputs=1, homogeneous=True)
+    prior = AttackerPrior.balanced(m=6, num_outputs=1, input_shape=SHAPE, lower=-1.0, upper=1.0)
+    attack = KKTAttack(KKTConfig(steps=ATTACK_STEPS, lr_x=0.5, lr_lambda=0.01))
+    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=torch.Generator().manual_seed(0), scale=0.1)
+    return attack, target, prior, x0
+
+
+def run_attack_problem(out: Path, *, resume: bool = False, hooks=()):
+    """The attack of :func:`attack_problem` as a run directory in ``out``."""
+    from datarecon.attacks.runner import run_attack
+
+    attack, target, prior, x0 = attack_problem()
+    return run_attack(attack, target, prior, x0=x0, generator=torch.Generator().manual_seed(0),
+                      steps=ATTACK_STEPS, out=out, checkpoint_every=ATTACK_EVERY, resume=resume, progress=False,
+                      log_every=2, seed=0, hooks=hooks)

@@ -1,0 +1,162 @@
+"""The one checkpoint format (datarecon.checkpoint): round trip, refusals, and the two older formats it
+replaces, resumed bit-identically both from checkpoints converted by hand and from files an older
+datarecon wrote (tests/fixtures/legacy-checkpoints)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from checkpoint_problem import ATTACK_KILL, FIT, fit_problem, run_attack_problem
+
+from datarecon import checkpoint
+from datarecon.attacks.runner import load_checkpoint
+from datarecon.errors import CheckpointError
+from datarecon.training.fit import fit
+from datarecon.utils.io import save_tensors, sha256_file, to_jsonable
+from datarecon.utils.outdir import identify
+
+FIXTURES = Path(__file__).parent / "fixtures" / "legacy-checkpoints"
+ATTACK, TRAIN = checkpoint.Kind.ATTACK, checkpoint.Kind.TRAIN
+
+
+def _tensors() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {"w": torch.randn(3, 4, generator=g, dtype=torch.float64), "h": torch.randn(5, generator=g).bfloat16(),
+            "flag": torch.tensor(True), "gen": torch.Generator().manual_seed(7).get_state(), "i": torch.arange(4)}
+
+
+def test_round_trip_keeps_every_tensor_and_the_metadata(tmp_path: Path) -> None:
+    t = _tensors()
+    checkpoint.save(tmp_path, t, {"step": 3, "loss": float("nan"), "rows": [{"a": 1.5}]}, kind=ATTACK)
+    loaded, meta = checkpoint.load(tmp_path, kind=ATTACK)
+    assert set(loaded) == set(t) and all(torch.equal(loaded[k], t[k]) and loaded[k].dtype == t[k].dtype for k in t)
+    assert meta == {"step": 3, "loss": None, "rows": [{"a": 1.5}]}
+    assert json.loads((tmp_path / checkpoint.PROGRESS_FILE).read_text()) == meta
+    assert checkpoint.kind_of(tmp_path) == ATTACK and checkpoint.load(tmp_path / "none", kind=ATTACK) is None
+
+
+def test_a_checkpoint_of_another_kind_is_refused(tmp_path: Path) -> None:
+    checkpoint.save(tmp_path / "a", _tensors(), {}, kind=ATTACK)
+    checkpoint.save(tmp_path / "t", _tensors(), {}, kind=TRAIN)
+    with pytest.raises(CheckpointError, match="kind 'attack', not 'train'"):
+        checkpoint.load(tmp_path / "a", kind=TRAIN)
+    with pytest.raises(CheckpointError, match="kind 'train', not 'attack'"):
+        checkpoint.load(tmp_path / "t", kind=ATTACK)
+
+
+def test_a_changed_byte_is_refused(tmp_path: Path) -> None:
+    checkpoint.save(tmp_path, _tensors(), {"step": 1}, kind=TRAIN)
+    path = tmp_path / checkpoint.STATE_FILE
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0x01  # the last byte of the data buffer
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match="does not match its checksum"):
+        checkpoint.load(tmp_path, kind=TRAIN)
+
+
+def test_a_stale_progress_copy_is_rewritten_from_the_tensor_file(tmp_path: Path) -> None:
+    checkpoint.save(tmp_path, _tensors(), {"step": 2}, kind=ATTACK)
+    (tmp_path / checkpoint.PROGRESS_FILE).write_text('{"step": 1}')  # a kill between the two writes
+    assert checkpoint.load(tmp_path, kind=ATTACK)[1] == {"step": 2}
+    assert json.loads((tmp_path / checkpoint.PROGRESS_FILE).read_text()) == {"step": 2}
+
+
+# ----- the older formats ------------------------------------------------------------------------------------
+
+
+def _as_legacy_train(folder: Path) -> None:
+    """Rewrite a format-2 training checkpoint as ``datarecon-train-checkpoint/1`` (what older versions wrote)."""
+    tensors, meta = checkpoint.load(folder, kind=TRAIN)
+    for p in folder.iterdir():
+        p.unlink()
+    name = f"state-{meta['epoch']:09d}.safetensors"
+    save_tensors(folder / name, tensors)
+    info = {"format": checkpoint.LEGACY_TRAIN_FORMAT, "tensors": name, "sha256": sha256_file(folder / name), **meta}
+    (folder / checkpoint.LEGACY_TRAIN_JSON).write_text(json.dumps(info, indent=2, sort_keys=True))
+
+
+def _as_legacy_attack(run: Path) -> None:
+    """Rewrite a run's format-2 checkpoint with the metadata in the header (what older versions wrote)."""
+    folder = run / checkpoint.FOLDER
+    tensors, meta = checkpoint.load(folder, kind=ATTACK)
+    save_tensors(folder / checkpoint.STATE_FILE, tensors,
+                 metadata={"progress": json.dumps(to_jsonable(meta), sort_keys=True)})
+
+
+def _same_weights(a, b) -> bool:
+    return all(torch.equal(p, q) for p, q in zip(a.model.state_dict().values(), b.model.state_dict().values()))
+
+
+def test_an_old_training_checkpoint_resumes_bit_identically(tmp_path: Path, hard_kill) -> None:
+    full = fit(*fit_problem(), **{k: v for k, v in FIT.items() if k not in ("checkpoint_every", "tag")})
+    hard_kill(lambda hooks: fit(*fit_problem(), checkpoint_dir=tmp_path / "ck", hooks=hooks, **FIT), 7)
+    _as_legacy_train(tmp_path / "ck")
+    assert checkpoint.kind_of(tmp_path / "ck") == TRAIN
+    resumed = fit(*fit_problem(), checkpoint_dir=tmp_path / "ck", resume=True, **FIT)
+    assert resumed.resumed_from == 5 and resumed.epochs_done == 12
+    assert _same_weights(resumed, full) and resumed.history == full.history
+    # the next save replaced the old files by the one format
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == [checkpoint.PROGRESS_FILE, checkpoint.STATE_FILE]
+
+
+def test_the_training_checkpoint_an_older_version_wrote_resumes(tmp_path: Path) -> None:
+    ck = shutil.copytree(FIXTURES / "train", tmp_path / "ck")
+    assert (ck / checkpoint.LEGACY_TRAIN_JSON).is_file() and not (ck / checkpoint.STATE_FILE).exists()
+    resumed = fit(*fit_problem(), checkpoint_dir=ck, resume=True, **FIT)
+    assert resumed.resumed_from == 5 and resumed.epochs_done == 12
+    # the same state in the new format resumes to the very same weights
+    tensors, meta = checkpoint.load(FIXTURES / "train", kind=TRAIN)
+    checkpoint.save(tmp_path / "new", tensors, meta, kind=TRAIN)
+    again = fit(*fit_problem(), checkpoint_dir=tmp_path / "new", resume=True, **FIT)
+    assert _same_weights(resumed, again) and resumed.history == again.history
+    full = fit(*fit_problem(), **{k: v for k, v in FIT.items() if k not in ("checkpoint_every", "tag")})
+    for p, q in zip(resumed.model.parameters(), full.model.parameters()):  # written on another machine, maybe
+        torch.testing.assert_close(p, q, rtol=1e-12, atol=1e-14)
+
+
+def test_a_changed_old_training_checkpoint_is_refused(tmp_path: Path) -> None:
+    ck = shutil.copytree(FIXTURES / "train", tmp_path / "ck")
+    (tensors,) = ck.glob("state-*.safetensors")
+    tensors.write_bytes(tensors.read_bytes()[:-4] + b"\0\0\0\0")
+    with pytest.raises(CheckpointError, match="does not match state.json"):
+        fit(*fit_problem(), checkpoint_dir=ck, resume=True, **FIT)
+
+
+def test_an_old_attack_checkpoint_resumes_bit_identically(tmp_path: Path, kill_after) -> None:
+    full = run_attack_problem(tmp_path / "full")
+    with pytest.raises(KeyboardInterrupt):
+        run_attack_problem(tmp_path / "part", hooks=[kill_after(ATTACK_KILL)])
+    _as_legacy_attack(tmp_path / "part")
+    resumed = run_attack_problem(tmp_path / "part", resume=True)
+    assert resumed.steps_done == full.steps_done
+    assert torch.equal(resumed.x, full.x) and torch.equal(resumed.multipliers, full.multipliers)
+    assert (tmp_path / "part" / "history.jsonl").read_text() == (tmp_path / "full" / "history.jsonl").read_text()
+    assert checkpoint.kind_of(tmp_path / "part" / checkpoint.FOLDER) == ATTACK
+
+
+def test_the_attack_checkpoint_an_older_version_wrote_resumes(tmp_path: Path) -> None:
+    run = shutil.copytree(FIXTURES / "attack", tmp_path / "run")
+    assert load_checkpoint(run)[1]["steps_done"] == ATTACK_KILL
+    resumed = run_attack_problem(run, resume=True)
+    # the same state in the new format resumes to the very same candidates
+    new = shutil.copytree(FIXTURES / "attack", tmp_path / "new")
+    tensors, meta = load_checkpoint(new)
+    checkpoint.save(new / checkpoint.FOLDER, tensors, meta, kind=ATTACK)
+    again = run_attack_problem(new, resume=True)
+    assert torch.equal(resumed.x, again.x) and torch.equal(resumed.multipliers, again.multipliers)
+    full = run_attack_problem(tmp_path / "full")
+    assert resumed.steps_done == full.steps_done
+    torch.testing.assert_close(resumed.x, full.x, rtol=1e-5, atol=1e-6)  # float32, maybe another machine
+
+
+def test_a_folder_with_only_a_checkpoint_is_recognised_by_its_kind(tmp_path: Path) -> None:
+    """A killed ``train`` or ``reconstruct`` leaves only ``checkpoint/``: the kind tells which folder it is."""
+    checkpoint.save(tmp_path / "m" / checkpoint.FOLDER, _tensors(), {}, kind=TRAIN)
+    checkpoint.save(tmp_path / "r" / checkpoint.FOLDER, _tensors(), {}, kind=ATTACK)
+    shutil.copytree(FIXTURES / "train", tmp_path / "old-m" / checkpoint.FOLDER)
+    shutil.copytree(FIXTURES / "attack" / checkpoint.FOLDER, tmp_path / "old-r" / checkpoint.FOLDER)
+    assert [identify(tmp_path / d) for d in ("m", "r", "old-m", "old-r")] == ["model", "run", "model", "run"]
