@@ -239,3 +239,23 @@ def test_landscape_grouping_keeps_the_evaluation_pieces(grouping):
                           for b in cfg.landscape.grid])
     evals = [p for p in pieces if p.key.startswith("eval/landscape/decoreco/")]
     assert len(evals) == len(cfg.landscape.grid) ** 2 and all(set(p.deps) <= set(keys) for p in evals)
+
+
+def test_overwrite_deletes_only_what_the_reproduction_wrote(runkel):
+    """--overwrite of a reproduction folder removes the entries its manifest lists; a file the user put
+    there is refused with a one-line error and nothing is deleted."""
+    import shutil
+
+    from datarecon.experiments.reproduce.pieces import MANIFEST, check_manifest
+
+    src, _, _ = runkel
+    out = shutil.copytree(src, src.parent / "overwrite-copy")
+    written = sorted(p.name for p in out.iterdir())
+    assert sorted(read_json(out / MANIFEST)["entries"]) == written  # the manifest lists every entry
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(DataReconError, match=r"refusing to --overwrite .*it holds 'notes.txt'"):
+        check_manifest(out, name="runkel2024", config_hash_="another", overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == sorted([*written, "notes.txt"])
+    (out / "notes.txt").unlink()
+    check_manifest(out, name="runkel2024", config_hash_="another", overwrite=True)
+    assert list(out.iterdir()) == []

@@ -387,7 +387,15 @@ def run_audit(cfg: AuditConfig, *, out: str | Path, scale: str = "custom", data_
         DataReconError: bad config, a folder of another configuration, a failed (setting, seed) group.
     """
     from datarecon.experiments.backends import Task, make_backend
-    from datarecon.experiments.reproduce.pieces import MANIFEST, check_manifest, execute, piece_hashes
+    from datarecon.experiments.reproduce.pieces import (
+        MANIFEST,
+        REPORT,
+        TIMINGS,
+        check_manifest,
+        entries,
+        execute,
+        piece_hashes,
+    )
     from datarecon.report.html import write_report
 
     out = Path(out)
@@ -397,7 +405,8 @@ def run_audit(cfg: AuditConfig, *, out: str | Path, scale: str = "custom", data_
     chash = config_hash(cfg.model_dump(mode="json"))
     check_manifest(out, name=NAME, config_hash_=chash, overwrite=overwrite)
     atomic_write_json(out / MANIFEST, {"name": NAME, "scale": scale, "config_hash": chash,
-                                       "config": cfg.model_dump(mode="json"), "versions": versions()})
+                                       "config": cfg.model_dump(mode="json"), "versions": versions(),
+                                       "entries": entries(pieces)})
     groups = [(s.name, seed) for s in settings(cfg) for seed in cfg.seeds]
     log(f"audit ({scale}): {len(groups)} targets x {len(cfg.runs)} attack runs on backend {backend} "
         f"({workers} worker{'s' if workers != 1 else ''}) -> {out}")
@@ -422,9 +431,9 @@ def run_audit(cfg: AuditConfig, *, out: str | Path, scale: str = "custom", data_
     ctx = Context(out=out, data_dir=data_dir, device=device, resume=resume)
     execute(pieces, ctx, log=lambda line: None if "skipped" in line else log(line))
     total = time.perf_counter() - t0
-    report = write_report(report_sections(ctx, cfg, scale=scale, wall_s=total), out=out / "report.html",
+    report = write_report(report_sections(ctx, cfg, scale=scale, wall_s=total), out=out / REPORT,
                           title="Defence audit: reconstruction against weight decay, training length and DP-SGD")
-    atomic_write_json(out / "timings.json", {"wall_time_s": total})
+    atomic_write_json(out / TIMINGS, {"wall_time_s": total})
     log(f"wrote {report} ({total:.1f} s)")
     return report
 

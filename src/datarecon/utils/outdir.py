@@ -18,6 +18,7 @@ file-name constants of the modules that write each kind.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,10 @@ def is_temp_file(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
+def _with_names(entry: ArtefactKind, names: tuple[str, ...] | None) -> ArtefactKind:
+    return entry if names is None else dataclasses.replace(entry, names=names)
+
+
 def identify(folder: Path) -> str | None:
     """The kind whose markers ``folder`` holds (None when it holds none)."""
     for name in ARTEFACTS.names():
@@ -90,7 +95,8 @@ def identify(folder: Path) -> str | None:
     return None
 
 
-def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume: bool = False) -> bool:
+def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume: bool = False,
+                  names: tuple[str, ...] | None = None) -> bool:
     """Decide what may happen to ``out`` before anything is written.
 
     Args:
@@ -98,6 +104,8 @@ def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
         kind: an :data:`ARTEFACTS` key.
         overwrite: the user asked to replace an existing folder.
         resume: the user asked to continue the run in ``out`` (or the command always resumes).
+        names: the entries this folder's own record says datarecon wrote there (a reproduction's
+            manifest); they replace the kind's ``names``.
 
     Returns:
         True when ``out`` must be cleared (with :func:`clear_out_dir`) before writing.
@@ -107,7 +115,7 @@ def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
             artefact of another kind; or ``--overwrite`` would delete something datarecon did not write.
     """
     out = Path(out)
-    entry = ARTEFACTS.get(kind)
+    entry = _with_names(ARTEFACTS.get(kind), names)
     if out.exists() and not out.is_dir():
         raise DataReconError(f"--out {out} is an existing file; choose a directory for --out")
     if not out.is_dir() or not any(out.iterdir()):
@@ -133,10 +141,11 @@ def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
     return True
 
 
-def clear_out_dir(out: str | Path, *, kind: str) -> None:
-    """Delete what datarecon wrote in ``out`` (a folder :func:`check_out_dir` accepted); the folder stays."""
+def clear_out_dir(out: str | Path, *, kind: str, names: tuple[str, ...] | None = None) -> None:
+    """Delete what datarecon wrote in ``out`` (a folder :func:`check_out_dir` accepted, with the same
+    ``names``); the folder stays."""
     out = Path(out)
-    entry = ARTEFACTS.get(kind)
+    entry = _with_names(ARTEFACTS.get(kind), names)
     for p in sorted(out.iterdir()):
         if entry.names is not None and p.name not in entry.names and not is_temp_file(p.name):
             continue  # never reached after check_out_dir; kept as a second guard

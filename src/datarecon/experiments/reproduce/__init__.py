@@ -122,17 +122,18 @@ def reproduce(name: str, *, out: str | Path, scale: str = "smoke", data_dir: str
     Returns:
         Path of ``report.html``.
     """
-    from datarecon.experiments.reproduce.pieces import MANIFEST, Context, check_manifest, execute
+    from datarecon.experiments.reproduce.pieces import MANIFEST, REPORT, TIMINGS, Context, check_manifest, entries, execute
     from datarecon.report.html import write_report
 
     entry = REPRODUCTIONS.get(name)
     cfg = load_config(name, scale=scale, overrides=overrides)
     chash = config_hash(cfg.model_dump(mode="json"))
     out = Path(out)
+    pieces = entry.plan(cfg)
     check_manifest(out, name=name, config_hash_=chash, overwrite=overwrite)
     atomic_write_json(out / MANIFEST, {"name": name, "scale": scale, "config_hash": chash,
-                                       "config": cfg.model_dump(mode="json"), "versions": versions()})
-    pieces = entry.plan(cfg)
+                                       "config": cfg.model_dump(mode="json"), "versions": versions(),
+                                       "entries": entries(pieces)})
     ctx = Context(out=out, data_dir=data_dir, device=device, resume=resume, progress=progress)
     log(f"{name} ({scale}): {len(pieces)} pieces -> {out}")
     t0 = time.perf_counter()
@@ -142,9 +143,9 @@ def reproduce(name: str, *, out: str | Path, scale: str = "smoke", data_dir: str
     for r in records:
         timings[kinds[r.key]] = timings.get(kinds[r.key], 0.0) + r.wall_time_s
     timings["total (this invocation)"] = time.perf_counter() - t0
-    report = write_report(entry.sections(ctx, cfg, scale=scale, timings=timings), out=out / "report.html",
+    report = write_report(entry.sections(ctx, cfg, scale=scale, timings=timings), out=out / REPORT,
                           title=entry.title)
-    atomic_write_json(out / "timings.json", {"pieces": {r.key: {"status": r.status, "wall_time_s": r.wall_time_s}
+    atomic_write_json(out / TIMINGS, {"pieces": {r.key: {"status": r.status, "wall_time_s": r.wall_time_s}
                                                         for r in records}, "totals": timings})
     log(f"wrote {report} ({timings['total (this invocation)']:.1f} s)")
     return report

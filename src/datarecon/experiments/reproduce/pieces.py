@@ -24,6 +24,7 @@ from datarecon.utils.io import atomic_write_json, config_hash, read_json
 
 MARKER = "DONE.json"
 MANIFEST = "reproduction.json"
+REPORT, TIMINGS = "report.html", "timings.json"
 
 
 @dataclass(frozen=True)
@@ -218,12 +219,20 @@ def format_seconds(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
+def entries(pieces: Sequence[Piece]) -> list[str]:
+    """The top-level names a reproduction of ``pieces`` writes in its folder (recorded in its manifest)."""
+    return sorted({p.key.split("/")[0] for p in pieces} | {MANIFEST, REPORT, TIMINGS})
+
+
 def check_manifest(out: Path, *, name: str, config_hash_: str, overwrite: bool) -> None:
     """Refuse to mix two configurations in one output folder.
 
-    ``OUT/reproduction.json`` names the reproduction and its config hash. A folder written by
-    another reproduction or config is refused unless ``overwrite`` (then it is emptied); a folder
-    without a manifest (not a reproduction) is never emptied (:mod:`datarecon.utils.outdir`).
+    ``OUT/reproduction.json`` names the reproduction, its config hash and the top-level entries it
+    writes (:func:`entries`). A folder written by another reproduction or config is refused unless
+    ``overwrite``; then only those entries are deleted, and a folder holding anything else
+    (``notes.txt``) is refused and left as it is. A manifest of an older version, without entries,
+    lets ``overwrite`` empty the folder. A folder without a manifest (not a reproduction) is never
+    emptied (:mod:`datarecon.utils.outdir`).
 
     Raises:
         DataReconError: ``out`` holds another reproduction/config, or unrelated files.
@@ -231,14 +240,15 @@ def check_manifest(out: Path, *, name: str, config_hash_: str, overwrite: bool) 
     from datarecon.utils.outdir import check_out_dir, clear_out_dir
 
     manifest = out / MANIFEST
-    same = False
+    same, names = False, None
     if manifest.is_file():
         m = read_json(manifest)
         same = m.get("name") == name and m.get("config_hash") == config_hash_
+        names = tuple(m["entries"]) if isinstance(m.get("entries"), list) else None
     if out.is_dir() and any(out.iterdir()) and not same and not overwrite and manifest.is_file():
         m = read_json(manifest)
         raise DataReconError(f"{out} holds another configuration ({m.get('name')}, hash {m.get('config_hash')}); "
                              "pass --overwrite to replace it or choose another --out")
-    if check_out_dir(out, kind="reproduction", overwrite=overwrite, resume=same):
-        clear_out_dir(out, kind="reproduction")
+    if check_out_dir(out, kind="reproduction", overwrite=overwrite, resume=same, names=names):
+        clear_out_dir(out, kind="reproduction", names=names)
     out.mkdir(parents=True, exist_ok=True)
