@@ -94,9 +94,9 @@ def test_homogeneity_is_measured_and_names_the_first_break(case):
 @pytest.mark.parametrize("name", ARCHITECTURES.names())
 @pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
 def test_spec_homogeneity_claim_matches_the_measurement(name, bias):
-    """is_homogeneous(spec) (trusted for model directories) agrees with the measurement, except that
-    an affine model with a bias, Wx + b, is homogeneous of degree 1 in θ = (W, b) (the property the
-    KKT derivation needs), which the spec's bias-means-inhomogeneous rule does not credit."""
+    """is_homogeneous(spec) (trusted for model directories) agrees with the measurement, the affine model
+    with a bias included: Wx + b is homogeneous of degree 1 in θ = (W, b), the property the KKT
+    derivation needs."""
     hidden = {"affine": (), "one-hidden": (6,)}.get(name, (4, 4))
     spec = ArchSpec(name=name, input_shape=(1, 8, 8), hidden=hidden, bias=bias)
     net = build_model(spec, generator=torch.Generator().manual_seed(0))
@@ -105,7 +105,7 @@ def test_spec_homogeneity_claim_matches_the_measurement(name, bias):
             if p.ndim == 1:
                 p.normal_()  # nonzero biases
     measured = measure_homogeneity(net, _params(net), (1, 8, 8)).homogeneous
-    assert measured is (is_homogeneous(spec) or name == "affine")
+    assert measured is is_homogeneous(spec)
 
 
 def test_from_module_builds_a_checked_target_without_touching_the_module():

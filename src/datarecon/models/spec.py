@@ -236,8 +236,14 @@ def count_parameters(spec: ArchSpec) -> int:
 
 
 def is_homogeneous(spec: ArchSpec) -> bool:
-    """Bias-free ReLU MLPs and CNNs are positively homogeneous: Φ(c·x) = c·Φ(x) for c > 0."""
-    return not spec.bias
+    """Whether the architecture is positively homogeneous in its parameters, Φ(x; c·θ) = c^L Φ(x; θ) for c > 0
+    (Lyu & Li 2020; the property the KKT conditions of Haim et al. 2022 rest on).
+
+    Bias-free ReLU MLPs and CNNs are (L = their number of layers); with biases they are not, except a
+    model without hidden layers: Wx + b is homogeneous of degree 1 in θ = (W, b).
+    """
+    hidden = spec.hidden if spec.hidden is not None else ARCHITECTURES.get(spec.name).default_hidden
+    return not spec.bias or len(hidden) == 0
 
 
 ModelFactory = Callable[[ArchSpec], nn.Module]
