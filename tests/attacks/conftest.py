@@ -67,3 +67,31 @@ def digits_trained():
     """(target, task, arch, spec) of :func:`train_digits_target`, trained once per session."""
     torch.manual_seed(0)
     return train_digits_target()
+
+
+@pytest.fixture
+def kkt_gradcheck():
+    """``kkt_gradcheck(model, params, input_shape=..., margin=..., k=...)``: float64 central differences of
+    the KKT / DecoReco objective L(x, λ) (``kkt_math.kkt_terms``, box prior included) at 4 random
+    candidates through ``model`` called with ``params``; returns the (x, y, λ) it checked at."""
+    from torch.func import functional_call
+
+    from datarecon.attacks import kkt_math
+
+    def check(model, params, *, input_shape, margin: str, k: int):
+        g = torch.Generator().manual_seed(2)
+        m = 4
+        x = torch.randn(m, *input_shape, generator=g, dtype=torch.float64, requires_grad=True)
+        y = (torch.randint(0, k, (m,), generator=g) if margin == "multiclass"
+             else torch.tensor([1.0, -1, 1, -1]).double())
+        lam = (torch.rand(m, generator=g, dtype=torch.float64) + 0.2).requires_grad_(True)
+
+        def f(x_, lam_):
+            return kkt_math.kkt_terms(lambda xx, p: functional_call(model, p, (xx,)), params, x_, y, lam_,
+                                      margin=margin, lower=-0.5, upper=0.5, lambda_min=0.5, box_weight=1.0,
+                                      lambda_min_weight=5.0)["loss"]
+
+        assert torch.autograd.gradcheck(f, (x, lam), eps=1e-6, atol=1e-5, rtol=1e-4)
+        return x, y, lam
+
+    return check

@@ -28,24 +28,14 @@ def _fwd(model: nn.Module):
 
 @pytest.mark.parametrize("smooth", [True, False], ids=["softplus", "relu"])
 @pytest.mark.parametrize("margin,k", [("binary", 1), ("multiclass", 3)], ids=["binary", "multiclass"])
-def test_kkt_objective_gradients_match_finite_differences(margin, k, smooth):
+def test_kkt_objective_gradients_match_finite_differences(margin, k, smooth, kkt_gradcheck):
     """∂L/∂x and ∂L/∂λ of the KKT / DecoReco objective through a CNN, float64 central differences.
 
     With exact ReLU the objective is piecewise smooth in x (the activation pattern is constant near a
     random point), so finite differences apply there too."""
     model = _cnn(k, seed=3, smooth=smooth)
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
-    g = torch.Generator().manual_seed(2)
-    m = 4
-    x = torch.randn(m, 1, 6, 6, generator=g, dtype=torch.float64, requires_grad=True)
-    y = torch.randint(0, k, (m,), generator=g) if margin == "multiclass" else torch.tensor([1.0, -1, 1, -1]).double()
-    lam = (torch.rand(m, generator=g, dtype=torch.float64) + 0.2).requires_grad_(True)
-
-    def f(x_, lam_):
-        return kkt_math.kkt_terms(_fwd(model), params, x_, y, lam_, margin=margin, lower=-0.5, upper=0.5,
-                                  lambda_min=0.5, box_weight=1.0, lambda_min_weight=5.0)["loss"]
-
-    assert torch.autograd.gradcheck(f, (x, lam), eps=1e-6, atol=1e-5, rtol=1e-4)
+    x, y, lam = kkt_gradcheck(model, params, input_shape=(1, 6, 6), margin=margin, k=k)
     # the attack's seeded-backward path gives the same gradient (box prior left out there)
     terms = kkt_math.kkt_terms(_fwd(model), params, x, y, lam, margin=margin, lower=-0.5, upper=0.5, lambda_min=0.5,
                                box_weight=1.0, lambda_min_weight=5.0, include_box=False)

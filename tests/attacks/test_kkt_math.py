@@ -97,23 +97,12 @@ def test_regression_has_no_hinge():
 
 
 @pytest.mark.parametrize("margin,k", [("binary", 1), ("multiclass", 3)], ids=["binary", "multiclass"])
-def test_gradcheck_residual_wrt_x_and_lambda(margin, k):
+def test_gradcheck_residual_wrt_x_and_lambda(margin, k, kkt_gradcheck):
     """float64 finite differences of L(x, λ) on a smooth network (softplus: forward and backward agree;
     the ReLU surrogate's forward has kinks, so finite differences would not see sigmoid(αz))."""
     base = _mlp(6, 4, k, bias=False, seed=3)
     model = nn.Sequential(base[0], base[1], nn.Softplus(beta=3.0), base[3])
-    params = _params(base)
-    g = torch.Generator().manual_seed(2)
-    m = 4
-    x = torch.randn(m, 1, 2, 3, generator=g, dtype=torch.float64, requires_grad=True)
-    y = torch.randint(0, k, (m,), generator=g) if margin == "multiclass" else torch.tensor([1.0, -1, 1, -1]).double()
-    lam = (torch.rand(m, generator=g, dtype=torch.float64) + 0.2).requires_grad_(True)
-
-    def f(x_, lam_):
-        return kkt_math.kkt_terms(_fwd(model), params, x_, y, lam_, margin=margin, lower=-0.5, upper=0.5,
-                                  lambda_min=0.5, box_weight=1.0, lambda_min_weight=5.0)["loss"]
-
-    assert torch.autograd.gradcheck(f, (x, lam), eps=1e-6, atol=1e-5, rtol=1e-4)
+    kkt_gradcheck(model, _params(base), input_shape=(1, 2, 3), margin=margin, k=k)
 
 
 def test_gradnorm_matches_explicit_gradient():
