@@ -252,6 +252,13 @@ CASES: dict[str, Case] = {
                                                     "--overwrite"], "refusing to --overwrite"),
     "demo-overwrite-foreign": Case(lambda ws: ["demo", "--no-progress", "--out", str(_foreign(ws)), "--overwrite"],
                                    "refusing to --overwrite"),
+    # usage errors (click's own words, on one line, with where the options are listed)
+    "usage-unknown-option": Case(lambda ws: [*TRAIN, "--out", str(ws.root / "m"), "--epoch", "3"],
+                                 "No such option: --epoch (Possible options: --arch, --epochs)"),
+    "usage-missing-option": Case(lambda ws: TRAIN, "Missing option '--out'. See 'datarecon train --help'."),
+    "usage-bad-value-type": Case(lambda ws: _rec(ws, "--seed", "abc"), "Invalid value for '--seed'"),
+    "usage-unknown-command": Case(lambda ws: ["reconstrut", "--model", str(ws.model)],
+                                  "No such command 'reconstrut'. Did you mean 'reconstruct', 'report'? See 'datarecon --help'."),
 }
 
 

@@ -92,24 +92,59 @@ def build_command() -> Any:
     return cmd
 
 
+def _usage_errors() -> tuple[type[Exception], type[Exception]]:
+    """(UsageError, NoArgsIsHelpError) of the click that typer runs on: recent typers ship their own
+    copy (``typer._click``), older ones use the ``click`` package (before click 8.2 a bare group
+    prints its help without an exception: a class nothing raises stands in)."""
+    import importlib
+
+    import typer.core
+
+    click = getattr(typer.core, "_click", None) or importlib.import_module("click")
+    no_args = getattr(click.exceptions, "NoArgsIsHelpError", None) or type("NeverRaised", (Exception,), {})
+    return click.exceptions.UsageError, no_args
+
+
+def usage_message(exc: Any) -> str:
+    """One line for a click usage error: click's own words (which name the option and, for a typo,
+    the options it resembles) and where the command's options are listed."""
+    text = " ".join(exc.format_message().split())
+    text += "" if text.endswith((".", "?", "!")) else "."
+    ctx = getattr(exc, "ctx", None)
+    return text + (f" See '{ctx.command_path} --help'." if ctx is not None else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code.
 
-    Usage errors are reported by typer itself (exit 2); :class:`DataReconError` becomes
-    ``error: <message>`` with exit 2, and so does a full disk (which file, and that the last
-    checkpoint is intact); Ctrl-C prints how to resume and exits 130; anything else is an
-    internal error (exit 1) whose traceback is shown only with ``DATARECON_DEBUG=1``.
+    Usage errors (an unknown or missing option, a value of the wrong type) and
+    :class:`DataReconError` become ``error: <message>`` on one line with exit 2, and so does a full
+    disk (which file, and that the last checkpoint is intact); Ctrl-C prints how to resume and exits
+    130; anything else is an internal error (exit 1) whose traceback is shown only with
+    ``DATARECON_DEBUG=1``.
     """
     from datarecon.utils.io import DISK_FULL_ERRNOS, disk_full_message
 
+    usage_error, no_args_is_help = _usage_errors()
+
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        build_command().main(args=args, standalone_mode=True, prog_name="datarecon")
-    except SystemExit as exc:
-        code = int(exc.code or 0) if not isinstance(exc.code, str) else 1
+        rv = build_command().main(args=args, standalone_mode=False, prog_name="datarecon")
+        code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0  # typer.Exit(code) comes back as code
         if code == INTERRUPTED:  # typer turns KeyboardInterrupt into a silent Exit(130)
             typer.echo(interrupt_message(args), err=True)
         return code
+    except SystemExit as exc:
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    except no_args_is_help as exc:  # a bare command group: its help, as before
+        exc.show()
+        return exc.exit_code
+    except usage_error as exc:
+        typer.echo(f"error: {usage_message(exc)}", err=True)
+        return exc.exit_code
+    except typer.Abort:
+        typer.echo(interrupt_message(args), err=True)
+        return INTERRUPTED
     except DataReconError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
