@@ -45,7 +45,7 @@ def test_copy_refuses_to_overwrite_and_unknown_names_list_the_valid_ones(tmp_pat
     assert target.read_text() == "keep me"
     assert main(["examples", "nope.yaml", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: unknown example 'nope.yaml'; shipped examples: experiment-digits.yaml, haim2022-medium-cifar.yaml, runkel2024-paper-dryrun.yaml")
+    assert err.startswith("error: unknown example 'nope.yaml'; shipped examples: experiment-digits.yaml, haim2022-medium-cifar.yaml, haim2022-medium-mnist.yaml, runkel2024-paper-dryrun.yaml")
     assert main(["examples", "sweep-tiny.yaml", "--out", str(target), "--overwrite"]) == 0
     assert target.read_bytes() == read_example("sweep-tiny.yaml")
 
@@ -57,4 +57,7 @@ def test_reproduction_override_examples_load_over_their_presets() -> None:
 
     cfg = load_config("haim2022", scale="medium", overrides=yaml.safe_load(read_example("haim2022-medium-cifar.yaml")))
     assert [d.dataset for d in cfg.datasets] == ["cifar10"] and len(cfg.datasets[0].runs) == 2
+    assert cfg.target.epochs == 3000 and cfg.target.arch.hidden == (1000, 1000)
+    cfg = load_config("haim2022", scale="medium", overrides=yaml.safe_load(read_example("haim2022-medium-mnist.yaml")))
+    assert [d.dataset for d in cfg.datasets] == ["mnist"] and len(cfg.datasets[0].runs) == 3
     assert cfg.target.epochs == 3000 and cfg.target.arch.hidden == (1000, 1000)
