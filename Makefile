@@ -35,7 +35,7 @@ TORCH ?= 2.14.1
 TORCH_VENV ?= $(abspath ..)/venv-torch$(subst .,,$(TORCH))
 
 $(TORCH_VENV)/.installed-$(TORCH): pyproject.toml
-	$(PY) -m venv $(TORCH_VENV)
+	test -x $(TORCH_VENV)/bin/python || $(PY) -m venv $(TORCH_VENV)
 	$(TORCH_VENV)/bin/pip install -q --upgrade pip
 	$(TORCH_VENV)/bin/pip install -q -e ".[test,ray,dp]" torch==$(TORCH)
 	touch $@
