@@ -1,11 +1,12 @@
 # Two entry points (see README): `make demo` and `make test`.
+# `make test-torch TORCH=2.14.1` runs the suite on another torch release of the declared range.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DATARECON_DATA ?= $(abspath ../shared/data)
 export DATARECON_DATA
 
-.PHONY: venv demo test clean
+.PHONY: venv demo test test-torch clean
 
 # The test suite also exercises the optional Ray backend (extra `ray`) and DP-SGD targets (extra `dp`).
 $(VENV)/.ray-extra: $(BIN)/datarecon
@@ -27,6 +28,22 @@ demo: venv
 test: venv $(VENV)/.ray-extra
 	@command -v chromium >/dev/null 2>&1 || echo "note: no chromium on PATH: the browser tests of the reports are skipped (apt-get install chromium)"
 	$(BIN)/python -m pytest -q
+
+# A second venv beside the checkout (not in it: a CUDA build of torch is ~6 GB), built once per
+# release; pip must keep the requested torch, else the target fails. Not part of `make test` / CI.
+TORCH ?= 2.14.1
+TORCH_VENV ?= $(abspath ..)/venv-torch$(subst .,,$(TORCH))
+
+$(TORCH_VENV)/.installed-$(TORCH): pyproject.toml
+	test -x $(TORCH_VENV)/bin/python || $(PY) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install -q --upgrade pip
+	$(TORCH_VENV)/bin/pip install -q -e ".[test,ray,dp]" torch==$(TORCH)
+	touch $@
+
+test-torch: $(TORCH_VENV)/.installed-$(TORCH)
+	$(TORCH_VENV)/bin/python -c "import sys, torch; v = torch.__version__.split('+')[0]; \
+	    sys.exit(0 if v == '$(TORCH)' else f'error: {v} installed in $(TORCH_VENV), not torch $(TORCH)')"
+	PYTHONPATH=$(abspath src) $(TORCH_VENV)/bin/python -m pytest -q
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache

@@ -1,7 +1,8 @@
 """Does ``torch.compile`` speed up the KKT attack step? Cold-compile cost vs per-step saving.
 
-Double backward through a compiled module is unsupported (torch 2.13), so the whole objective is
-written as ONE pure function with torch.func and compiled as one graph::
+Double backward through a compiled module is unsupported (torch 2.13 and 2.14.1; measured here, see
+``checks.double_backward_through_compiled_module``), so the whole objective is written as ONE pure
+function with torch.func and compiled as one graph::
 
     g(x, λ)   = torch.func.grad(θ ↦ (1/m) Σ out_i(Φ(x_i; θ), y_i, λ_i))(θ*)     (functional_call)
     L(x, λ)   = Σ_p ‖θ*_p − g_p‖² + w_box·box(x) + w_λ·hinge(λ)
@@ -158,7 +159,34 @@ def check_tiny() -> dict:
         print(f"check tiny float64 {name}: compiled grad max rel diff x {row['func_compiled']['grad_x_maxrel']:.1e}, "
               f"lambda {row['func_compiled']['grad_lambda_maxrel']:.1e}  OK", flush=True)
     out["autograd_function_surrogate_under_compile"] = check_autograd_function_surrogate()
+    out["double_backward_through_compiled_module"] = check_double_backward_through_compiled_module()
     return out
+
+
+def check_double_backward_through_compiled_module() -> dict:
+    """Evidence: create_graph=True backward through a ``torch.compile``d module, then a second backward.
+
+    The reason the compiled path is one torch.func function instead of a compiled model inside the
+    eager residual. ``{"supported": True, "grad_x_maxrel": ...}`` when the second derivative runs
+    (compared with the eager module's), else the error.
+    """
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 20, bias=False), nn.Tanh(), nn.Linear(20, 1, bias=False)).double()
+    x = torch.randn(6, 16, dtype=torch.float64)
+
+    def second(net) -> torch.Tensor:
+        xr = x.clone().requires_grad_(True)
+        g = torch.autograd.grad(net(xr).sum(), list(model.parameters()), create_graph=True)
+        return torch.autograd.grad(sum((gi ** 2).sum() for gi in g), xr)[0]
+
+    eager = second(model)
+    torch._dynamo.reset()
+    try:
+        res = {"supported": True, "grad_x_maxrel": _maxrel(second(torch.compile(model)), eager)}
+    except Exception as exc:  # noqa: BLE001 - evidence only
+        res = {"supported": False, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"}
+    print(f"evidence: double backward through a compiled module: {res}", flush=True)
+    return res
 
 
 def check_autograd_function_surrogate() -> dict:
