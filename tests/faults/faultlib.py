@@ -46,9 +46,16 @@ def run_ok(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return res
 
 
+def _default_sigint() -> None:
+    # a shell without job control starts background jobs with SIGINT ignored, and an ignored signal
+    # stays ignored across exec: Python would then never raise KeyboardInterrupt. A terminal's Ctrl-C
+    # reaches a command started the normal way, so the child gets the default disposition back.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(*args: str, new_session: bool = False) -> subprocess.Popen:
     return subprocess.Popen(command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
-                            start_new_session=new_session)
+                            start_new_session=new_session, preexec_fn=_default_sigint)
 
 
 def read_json_or_none(path: Path) -> dict | None:
