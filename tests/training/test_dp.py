@@ -166,3 +166,11 @@ def test_a_killed_dp_run_resumes_bit_identically(tmp_path, hard_kill, kill_at):
     assert res.history == full.history and res.extra["dp"] == full.extra["dp"]
     again = fit_dp(*_problem(seed=5), checkpoint_dir=tmp_path, checkpoint_every=3, tag="t", resume=True, **kw)
     assert all(torch.equal(a, b) for a, b in zip(full.model.parameters(), again.model.parameters()))  # finished
+
+
+def test_log_every_counts_epochs_as_for_fit():
+    """TrainConfig.log_every is in epochs for every trainer: here 2 epochs of round(12/4) = 3 steps."""
+    dp = DPConfig(noise_multiplier=0.5, max_grad_norm=1.0, batch_size=4, delta=1e-3)
+    res = fit_dp(*_problem(), loss="logistic", dp=dp, epochs=6, lr=0.1, seed=0, log_every=2)
+    assert [row["step"] for row in res.history] == [6, 12, 18]
+    assert all("train_acc" in row for row in res.history)  # full-batch metrics at every logged epoch

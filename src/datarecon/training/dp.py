@@ -279,7 +279,8 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, dp:
         epochs: epochs of round(1/q) steps each.
         lr, momentum, weight_decay: SGD's (weight decay on the noised gradient).
         seed: seed of the generator of batches and noise.
-        log_every: full-batch history rows every ``log_every`` steps.
+        log_every: full-batch history rows every ``log_every`` epochs (of round(1/q) steps each), as
+            :func:`~datarecon.training.fit.fit` and ``TrainConfig.log_every`` count them.
         progress: progress bar/lines.
         checkpoint_dir: folder for training checkpoints (None: none), in the one format of
             :mod:`datarecon.checkpoint`: weights, momentum buffers, the batch/noise generator's state,
@@ -309,11 +310,12 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, dp:
     check_wrappable(model)
     gen = torch.Generator(device=x.device).manual_seed(seed)
     model.train()
-    stepper = DPStepper(model, x, y, loss=loss, noise_multiplier=sigma, max_grad_norm=dp.max_grad_norm, q=q, lr=lr,
-                        momentum=momentum, weight_decay=weight_decay, generator=gen, log_every=max(1, log_every))
-    history = History(every=max(1, log_every))
-    nan_stop = NaNStop(keys=["batch_loss", "energy"])
     per_epoch = total // max(1, epochs)
+    log_steps = max(1, log_every) * per_epoch  # log_every counts epochs, as for fit(); the loop counts steps
+    stepper = DPStepper(model, x, y, loss=loss, noise_multiplier=sigma, max_grad_norm=dp.max_grad_norm, q=q, lr=lr,
+                        momentum=momentum, weight_decay=weight_decay, generator=gen, log_every=log_steps)
+    history = History(every=log_steps)
+    nan_stop = NaNStop(keys=["batch_loss", "energy"])
 
     start, elapsed, reason, finished = 0, 0.0, "", False
     ckpt = TrainingCheckpoint(checkpoint_dir, tag=tag) if checkpoint_dir is not None else None
@@ -332,7 +334,7 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, dp:
             "stop_reason": state.stop_reason})
 
     all_hooks: list[Hook] = [nan_stop, history, ProgressBar(keys=["batch_loss", "train_acc"], desc="dp-sgd",
-                                                            enabled=progress, every=max(1, log_every))]
+                                                            enabled=progress, every=log_steps)]
     if ckpt is not None:
         all_hooks.append(_CheckpointHook(_save, every=(checkpoint_every or epochs) * per_epoch, stepper=stepper))
     all_hooks.extend(hooks)
