@@ -1,5 +1,4 @@
-"""A tiny training problem and attack, shared by tests/test_checkpoint.py and the script that wrote the
-legacy checkpoints in tests/fixtures/legacy-checkpoints (with the sources of an older commit)."""
+"""A tiny training problem and attack for tests/test_checkpoint.py."""
 
 from __future__ import annotations
 
@@ -8,8 +7,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-#: fit() settings of the training problem; the legacy fixture was killed after epoch 7 of 12
-#: with a checkpoint every 5 epochs, so it holds epoch 5
+#: fit() settings of the training problem; the tests kill it after epoch 7 of 12 with a checkpoint
+#: every 5 epochs, so the checkpoint holds epoch 5
 FIT = dict(loss="logistic", lr=0.5, momentum=0.5, epochs=12, checkpoint_every=5, tag="legacy-fixture")
 ATTACK_STEPS, ATTACK_EVERY, ATTACK_KILL = 12, 4, 6
 SHAPE = (1, 4, 4)

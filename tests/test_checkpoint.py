@@ -1,11 +1,11 @@
 """The one checkpoint format (datarecon.checkpoint): round trip, refusals, and the two older formats it
-replaces, resumed bit-identically both from checkpoints converted by hand and from files an older
-datarecon wrote (tests/fixtures/legacy-checkpoints)."""
+replaces, written here in their own layouts (as commit a68cf3e wrote them: training's ``state.json``
+naming ``state-<epoch>.safetensors`` with its SHA-256, attacks' metadata in a ``progress`` header
+entry) and resumed bit-identically. No checkpoint file is kept in the repository."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,13 +13,11 @@ import torch
 from checkpoint_problem import ATTACK_KILL, FIT, fit_problem, run_attack_problem
 
 from datarecon import checkpoint
-from datarecon.attacks.runner import load_checkpoint
 from datarecon.errors import CheckpointError
 from datarecon.training.fit import fit
 from datarecon.utils.io import save_tensors, sha256_file, to_jsonable
 from datarecon.utils.outdir import identify
 
-FIXTURES = Path(__file__).parent / "fixtures" / "legacy-checkpoints"
 ATTACK, TRAIN = checkpoint.Kind.ATTACK, checkpoint.Kind.TRAIN
 
 
@@ -103,28 +101,13 @@ def test_an_old_training_checkpoint_resumes_bit_identically(tmp_path: Path, hard
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == [checkpoint.PROGRESS_FILE, checkpoint.STATE_FILE]
 
 
-def test_the_training_checkpoint_an_older_version_wrote_resumes(tmp_path: Path) -> None:
-    ck = shutil.copytree(FIXTURES / "train", tmp_path / "ck")
-    assert (ck / checkpoint.LEGACY_TRAIN_JSON).is_file() and not (ck / checkpoint.STATE_FILE).exists()
-    resumed = fit(*fit_problem(), checkpoint_dir=ck, resume=True, **FIT)
-    assert resumed.resumed_from == 5 and resumed.epochs_done == 12
-    # the same state in the new format resumes to the very same weights
-    tensors, meta = checkpoint.load(FIXTURES / "train", kind=TRAIN)
-    checkpoint.save(tmp_path / "new", tensors, meta, kind=TRAIN)
-    again = fit(*fit_problem(), checkpoint_dir=tmp_path / "new", resume=True, **FIT)
-    assert _same_weights(resumed, again) and resumed.history == again.history
-    full = fit(*fit_problem(), **{k: v for k, v in FIT.items() if k not in ("checkpoint_every", "tag")})
-    for p, q in zip(resumed.model.parameters(), full.model.parameters()):  # written on another machine, maybe
-        torch.testing.assert_close(p, q, rtol=1e-12, atol=1e-14)
-
-
-def test_a_changed_old_training_checkpoint_is_refused(tmp_path: Path) -> None:
-    ck = shutil.copytree(FIXTURES / "train", tmp_path / "ck")
-    (tensors,) = ck.glob("state-*.safetensors")
+def test_a_changed_old_training_checkpoint_is_refused(tmp_path: Path, hard_kill) -> None:
+    hard_kill(lambda hooks: fit(*fit_problem(), checkpoint_dir=tmp_path / "ck", hooks=hooks, **FIT), 7)
+    _as_legacy_train(tmp_path / "ck")
+    (tensors,) = (tmp_path / "ck").glob("state-*.safetensors")
     tensors.write_bytes(tensors.read_bytes()[:-4] + b"\0\0\0\0")
     with pytest.raises(CheckpointError, match="does not match state.json"):
-        fit(*fit_problem(), checkpoint_dir=ck, resume=True, **FIT)
-
+        fit(*fit_problem(), checkpoint_dir=tmp_path / "ck", resume=True, **FIT)
 
 def test_an_old_attack_checkpoint_resumes_bit_identically(tmp_path: Path, kill_after) -> None:
     full = run_attack_problem(tmp_path / "full")
@@ -138,25 +121,10 @@ def test_an_old_attack_checkpoint_resumes_bit_identically(tmp_path: Path, kill_a
     assert checkpoint.kind_of(tmp_path / "part" / checkpoint.FOLDER) == ATTACK
 
 
-def test_the_attack_checkpoint_an_older_version_wrote_resumes(tmp_path: Path) -> None:
-    run = shutil.copytree(FIXTURES / "attack", tmp_path / "run")
-    assert load_checkpoint(run)[1]["steps_done"] == ATTACK_KILL
-    resumed = run_attack_problem(run, resume=True)
-    # the same state in the new format resumes to the very same candidates
-    new = shutil.copytree(FIXTURES / "attack", tmp_path / "new")
-    tensors, meta = load_checkpoint(new)
-    checkpoint.save(new / checkpoint.FOLDER, tensors, meta, kind=ATTACK)
-    again = run_attack_problem(new, resume=True)
-    assert torch.equal(resumed.x, again.x) and torch.equal(resumed.multipliers, again.multipliers)
-    full = run_attack_problem(tmp_path / "full")
-    assert resumed.steps_done == full.steps_done
-    torch.testing.assert_close(resumed.x, full.x, rtol=1e-5, atol=1e-6)  # float32, maybe another machine
-
-
 def test_a_folder_with_only_a_checkpoint_is_recognised_by_its_kind(tmp_path: Path) -> None:
     """A killed ``train`` or ``reconstruct`` leaves only ``checkpoint/``: the kind tells which folder it is."""
-    checkpoint.save(tmp_path / "m" / checkpoint.FOLDER, _tensors(), {}, kind=TRAIN)
-    checkpoint.save(tmp_path / "r" / checkpoint.FOLDER, _tensors(), {}, kind=ATTACK)
-    shutil.copytree(FIXTURES / "train", tmp_path / "old-m" / checkpoint.FOLDER)
-    shutil.copytree(FIXTURES / "attack" / checkpoint.FOLDER, tmp_path / "old-r" / checkpoint.FOLDER)
+    for d, kind in (("m", TRAIN), ("r", ATTACK), ("old-m", TRAIN), ("old-r", ATTACK)):
+        checkpoint.save(tmp_path / d / checkpoint.FOLDER, _tensors(), {"epoch": 3}, kind=kind)
+    _as_legacy_train(tmp_path / "old-m" / checkpoint.FOLDER)
+    _as_legacy_attack(tmp_path / "old-r")
     assert [identify(tmp_path / d) for d in ("m", "r", "old-m", "old-r")] == ["model", "run", "model", "run"]
