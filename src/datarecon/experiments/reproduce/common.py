@@ -27,6 +27,11 @@ from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_
 RUN_SUBDIR = "run"
 
 
+#: a reproduction's training writes this many history rows and checkpoints over its epochs; an attack
+#: run this many checkpoints over its steps, at least MIN_CHECKPOINT_PERIOD steps apart
+HISTORY_ROWS, TRAIN_CHECKPOINTS, ATTACK_CHECKPOINTS, MIN_CHECKPOINT_PERIOD = 50, 20, 10, 10
+
+
 class TargetTraining(BaseModel):
     """How one target is trained (the data spec is shared and added by the reproduction).
 
@@ -56,8 +61,8 @@ class TargetTraining(BaseModel):
         every 5% of the epochs, so a killed reproduction run with ``--resume`` loses at most that much."""
         fields = self.model_dump(mode="json", exclude={"kkt_score"})
         return TrainConfig.model_validate({**fields, "data": dict(data), "device": device,
-                                           "log_every": max(1, self.epochs // 50),
-                                           "checkpoint_every": max(1, self.epochs // 20)})
+                                           "log_every": max(1, self.epochs // HISTORY_ROWS),
+                                           "checkpoint_every": max(1, self.epochs // TRAIN_CHECKPOINTS)})
 
 
 class EvalSettings(BaseModel):
@@ -128,7 +133,7 @@ def checkpoint_period(steps: int) -> int:
     """Steps between an attack run's checkpoints in a reproduction: a tenth of its steps (at least 10),
     so a killed run continued with ``--resume`` loses at most that. A checkpoint of the paper rung's
     1000 CIFAR candidates takes about 0.08 s (benchmarks/bench_checkpoint.py)."""
-    return max(10, steps // 10)
+    return max(MIN_CHECKPOINT_PERIOD, steps // ATTACK_CHECKPOINTS)
 
 
 def model_dir(ctx: Context, key: str) -> Path:
