@@ -48,3 +48,21 @@ def write_results(out: Path, *, benchmark: str, quick: bool, **fields: Any) -> N
     atomic_write_json(out, {"benchmark": benchmark, "quick": quick, "command": " ".join(sys.argv),
                             "threads": torch.get_num_threads(), "versions": versions(), **fields})
     print(f"wrote {out}")
+
+
+def machine() -> dict[str, Any]:
+    """Where a measurement ran: CPU count, load average (1, 5, 15 min) and the torch thread count."""
+    import os
+
+    import torch
+
+    return {"cpus": os.cpu_count(), "load_average": [round(v, 2) for v in os.getloadavg()],
+            "threads": torch.get_num_threads()}
+
+
+def set_threads(threads: int | None) -> None:
+    """``torch.set_num_threads(threads)`` when given."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))

@@ -24,7 +24,7 @@ def _sources(n=6):
 
 
 def test_registry_names():
-    assert INITS.names() == ["gaussian", "ground-truth", "mix", "partition", "uniform"]
+    assert INITS.names() == ["gaussian", "ground-truth", "mix", "partition", "uniform", "unmix"]
 
 
 def test_uniform_is_display_space_minus_mean():

@@ -175,19 +175,28 @@ class Target:
 
 @dataclass(frozen=True)
 class AttackerPrior:
-    """What the attacker assumes about the training set.
+    """What the attacker assumes about the training set, and what it knows beyond the weights.
 
     Attributes:
         labels: (m,) candidate labels: float ±1 for binary/regression targets, int64 classes otherwise.
         input_shape: (C, H, W).
         lower, upper: per-pixel bounds of valid inputs in model input space (scalars or (C,H,W)),
             e.g. 0 − mean and 1 − mean for mean-subtracted images.
+        known_init: θ_init when the attacker knows it (:class:`datarecon.attacks.knowledge.KnownInit`),
+            else None (the weights-only attacker of the papers).
+        n: the training-set size when the attacker knows it, else None.
+        subspace: the first dense layer's training subspace (:class:`datarecon.attacks.subspace.
+            SubspaceAnalysis`), computed from the weights (and ``known_init``) before the attack,
+            or None.
     """
 
     labels: torch.Tensor
     input_shape: tuple[int, ...]
     lower: torch.Tensor | float = 0.0
     upper: torch.Tensor | float = 1.0
+    known_init: Any = None
+    n: int | None = None
+    subspace: Any = None
 
     @property
     def m(self) -> int:

@@ -239,7 +239,8 @@ class _MemberAttack:
 def _group_key(member: BatchMember, target: Target, state: Mapping[str, torch.Tensor]) -> tuple[Any, ...] | None:
     key_fn = getattr(member.attack, "batch_key", None)
     key = key_fn(target) if key_fn is not None else None
-    if key is None:
+    batchable = getattr(member.attack, "batchable", None)
+    if key is None or (batchable is not None and not batchable(member.prior)):
         return None
     from datarecon.attacks.runner import tensor_digest
 
@@ -288,7 +289,7 @@ def _compute(target: Target, mode: str) -> Callable[[list[_Request]], None]:
             (single if key is None else groups.setdefault(key, [])).append(r)
         updates = [u for requests in groups.values() for u in _batched_kkt_gradients(target, requests)]
         for r, metrics, gx, gl in sorted(updates, key=lambda u: u[0].index):
-            r.metrics = r.member.attack.apply_gradients(target, r.state, metrics, gx, gl)
+            r.metrics = r.member.attack.apply_gradients(target, r.state, metrics, gx, gl, prior=r.member.prior)
         for r in single:
             r.metrics = r.member.attack.step(target, r.member.prior, r.state, r.step)
 

@@ -92,6 +92,10 @@ class PartitionInit(_Params):
     count: CountPolicy = "exact"
 
 
+class UnmixInit(_Params):
+    """Images unmixed from the first layer's non-negative structure (:mod:`datarecon.attacks.unmix`)."""
+
+
 class MixInit(_Params):
     """x₀ = l2·(l1·x_GT + (1 − l1)·x_part) + (1 − l2)·x_rnd; x_rnd from ``noise``."""
 
@@ -105,14 +109,28 @@ class MixInit(_Params):
 InitFn = Callable[..., torch.Tensor]
 
 
+#: What an initialisation may need: training / partition images (the experimenter's choice) or the
+#: attacker's view of the target (``weights``: θ*, its subspace and known θ_init, never images).
+DATA_NEEDS: tuple[str, ...] = ("ground_truth", "partition")
+
+
 @dataclass(frozen=True)
 class InitEntry:
-    """A registered initialisation: its parameter model, function and the sources it needs."""
+    """A registered initialisation: its parameter model, function and what it needs.
+
+    ``needs`` names data sources (:data:`DATA_NEEDS`: the experimenter's choice, images loaded
+    through the model's data spec) and/or ``weights`` (the attacker's view, passed as ``attacker``).
+    """
 
     params_cls: type[_Params]
     fn: InitFn
     needs: tuple[str, ...]
     doc: str
+
+    @property
+    def data(self) -> bool:
+        """True when the initialisation starts from images (an experimenter's choice, not an attack)."""
+        return any(n in DATA_NEEDS for n in self.needs)
 
 
 INITS: Registry[InitEntry] = Registry("initialisation")
@@ -225,6 +243,20 @@ def _check_paired_labels(sources: InitSources | None, *, m: int, count: str) -> 
         )
 
 
+def init_unmix(*, m: int, input_shape: tuple[int, ...], mean: torch.Tensor | float, generator: torch.Generator,
+               params: UnmixInit, sources: InitSources | None = None, attacker: Any = None) -> torch.Tensor:
+    """m images from :func:`datarecon.attacks.unmix.unmix_candidates` (attacker side: the weights,
+    their subspace and a known θ_init), labels in the balanced layout. (m, *input_shape) float64."""
+    from datarecon.attacks.unmix import unmix_candidates
+
+    if attacker is None or getattr(attacker, "subspace", None) is None:
+        raise DataReconError("the unmix initialisation needs the target's weights and subspace analysis; run it "
+                             "through datarecon reconstruct / execute")
+    x, _ = unmix_candidates(attacker.model, attacker.params, attacker.subspace, m=m, generator=generator,
+                            known_init=attacker.known_init, lower=attacker.lower, upper=attacker.upper)
+    return x.reshape(m, *input_shape)
+
+
 INITS.register("uniform", InitEntry(UniformInit, init_uniform, (), "U(0,1) display space minus mean"))
 INITS.register("gaussian", InitEntry(GaussianInit, init_gaussian, (), "N(0,1)*scale in model space"))
 INITS.register("ground-truth", InitEntry(GroundTruthInit, init_ground_truth, ("ground_truth",),
@@ -233,6 +265,8 @@ INITS.register("partition", InitEntry(PartitionInit, init_partition, ("partition
                                       "disjoint images of the same classes"))
 INITS.register("mix", InitEntry(MixInit, init_mix, ("ground_truth", "partition"),
                                 "l2*(l1*GT + (1-l1)*partition) + (1-l2)*noise (Runkel 4.5)"))
+INITS.register("unmix", InitEntry(UnmixInit, init_unmix, ("weights",),
+                                  "images unmixed from the first layer's ReLU cone (attacker side)"))
 
 
 def init_params(name: str, **params: Any) -> _Params:
@@ -244,7 +278,7 @@ def init_params(name: str, **params: Any) -> _Params:
 def make_init(name: str, *, m: int, input_shape: tuple[int, ...], mean: torch.Tensor | float = 0.0,
               generator: torch.Generator, sources: InitSources | None = None,
               dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu",
-              **params: Any) -> torch.Tensor:
+              attacker: Any = None, **params: Any) -> torch.Tensor:
     """Build x₀ for ``m`` candidates.
 
     Args:
@@ -255,6 +289,8 @@ def make_init(name: str, *, m: int, input_shape: tuple[int, ...], mean: torch.Te
         generator: the randomness (CPU generator; draws happen on CPU in float64, then cast).
         sources: images for data-dependent inits (model input space), chosen by the experimenter.
         dtype, device: of the returned tensor.
+        attacker: the attacker's view for inits that need ``weights`` (an object with ``model``,
+            ``params``, ``subspace``, ``known_init``, ``lower``, ``upper``).
         **params: the init's parameters (see the ``*Init`` models, e.g. ``scale``, ``l1``, ``l2``).
 
     Returns:
@@ -268,7 +304,9 @@ def make_init(name: str, *, m: int, input_shape: tuple[int, ...], mean: torch.Te
         raise DataReconError(f"candidate count must be at least 1, got {m}; pass --candidates M with M >= 1")
     entry = INITS.get(name)
     p = init_params(name, **params)
-    x0 = entry.fn(m=m, input_shape=tuple(input_shape), mean=mean, generator=generator, params=p, sources=sources)
+    extra = {"attacker": attacker} if "weights" in entry.needs else {}
+    x0 = entry.fn(m=m, input_shape=tuple(input_shape), mean=mean, generator=generator, params=p, sources=sources,
+                  **extra)
     return x0.to(device=device, dtype=dtype)
 
 

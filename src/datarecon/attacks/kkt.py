@@ -89,6 +89,19 @@ class KKTConfig(_AttackConfigBase):
     formulation: str = "auto"
     compile: bool = Field(default=False, description="torch.compile the step's objective and gradient "
                           "(same maths; pays a one-off compile, see benchmarks/bench_compile.py)")
+    reference: Literal["theta-star", "theta-init"] = Field(
+        default="theta-star", description="where ∇_θΦ is taken: θ* (Haim) or θ_init (Loo et al.; needs "
+        "knowledge.known_init)")
+    init_coefficient: Literal["auto", "fit"] | float = Field(
+        default="auto", description="a in θ* − a·θ_init with a known initialisation: auto (1 without weight "
+        "decay, fitted with it), fit, or a number")
+    subspace: bool = Field(default=False, description="keep the candidates in the first dense layer's training "
+                           "subspace: x = V z with V from W1 (or W1 − a·W1_init), k = n if known else estimated")
+    tv_weight: float = Field(default=0.0, ge=0, description="weight of a total-variation prior on the candidates")
+    split_every: int = Field(default=0, ge=0, description="sample splitting (Shen et al. 2026) every N steps; 0: off")
+    split_fraction: float = Field(default=0.1, gt=0, le=0.5, description="fraction of candidates split each time")
+    split_scale: float = Field(default=0.05, gt=0, description="split offset ‖δ‖ relative to ‖x_i‖")
+    split_iters: int = Field(default=10, ge=1, description="power iterations for the splitting direction")
 
     @field_validator("formulation")
     @classmethod
@@ -98,12 +111,25 @@ class KKTConfig(_AttackConfigBase):
         return v
 
     @model_serializer(mode="wrap")
-    def _drop_default_compile(self, handler):  # type: ignore[no-untyped-def]
-        # compile=False is left out of dumps so config hashes (resume, pieces, sweeps) stay as before
+    def _drop_defaults(self, handler):  # type: ignore[no-untyped-def]
+        # fields added after the first release are left out of dumps while at their default, so
+        # config hashes (resume keys, reproduction pieces, sweeps) of existing folders stay valid
         data = handler(self)
-        if isinstance(data, dict) and not self.compile:
-            data.pop("compile", None)
+        if isinstance(data, dict):
+            for name in _OPTIONAL_FIELDS:
+                if name in data and getattr(self, name) == type(self).model_fields[name].default:
+                    data.pop(name)
         return data
+
+    @property
+    def extended(self) -> bool:
+        """True when the objective goes beyond Haim's (subspace, TV prior, splitting)."""
+        return self.subspace or self.tv_weight > 0 or self.split_every > 0
+
+
+#: KKTConfig fields dropped from dumps at their default (hash compatibility, see ``_drop_defaults``)
+_OPTIONAL_FIELDS = ("compile", "reference", "init_coefficient", "subspace", "tv_weight", "split_every",
+                    "split_fraction", "split_scale", "split_iters")
 
 
 class DecoRecoConfig(KKTConfig):
@@ -111,6 +137,12 @@ class DecoRecoConfig(KKTConfig):
 
     formulation: str = "auto"
     lr_lambda: float = Field(default=0.5, ge=0)
+
+
+class LooConfig(KKTConfig):
+    """Loo et al. (2023): match θ* − a·θ_init with gradients at the known initialisation θ_init."""
+
+    reference: Literal["theta-star", "theta-init"] = "theta-init"
 
 
 class GradNormConfig(_AttackConfigBase):
@@ -161,17 +193,38 @@ def assumption_notes(target: Target, formulation: str | None, *, surrogate: str 
 
 
 class _Prepared:
-    """Cached per-target derived objects: θ* in the config dtype, surrogate and exact forwards."""
+    """Cached per-(target, known θ_init) derived objects: θ* in the config dtype, surrogate and exact
+    forwards, and with a known initialisation θ_init, the reference point θ_ref of the gradients and
+    the scalars of ‖θ* − a·θ_init‖²."""
 
-    def __init__(self, target: Target, *, dtype: torch.dtype, surrogate: str, alpha: float) -> None:
+    def __init__(self, target: Target, *, dtype: torch.dtype, surrogate: str, alpha: float,
+                 known_init: Any = None, reference: str = "theta-star", coefficient: float | None = 1.0) -> None:
         self.params = {k: v.detach().to(dtype) for k, v in target.params.items()}
         self.model = make_surrogate(surrogate, target.model, alpha=alpha)
         self.theta_sq = float(kkt_math.squared_norm(self.params))
+        self.init = None if known_init is None else {k: v.detach().to(dtype) for k, v in known_init.params.items()}
+        self.coefficient = coefficient  # None: fitted every step
+        self.ref = self.init if (reference == "theta-init" and self.init is not None) else self.params
+        if self.init is not None:
+            self.cross = float(sum((self.params[k].double() * self.init[k].double()).sum() for k in self.params))
+            self.init_sq = float(kkt_math.squared_norm(self.init))
         from torch.func import functional_call
 
         sur_model, plain = self.model, target.model
         self.forward = lambda x, p: functional_call(sur_model, dict(p), (x,))
         self.exact_forward = lambda x, p: functional_call(plain, dict(p), (x,))
+
+    def goal_sq(self, a: float | None) -> float:
+        """‖θ* − a·θ_init‖² (‖θ*‖² without a known initialisation): the relative residual's denominator."""
+        if self.init is None or a is None:
+            return self.theta_sq
+        return self.theta_sq - 2.0 * a * self.cross + a * a * self.init_sq
+
+    def matching(self) -> dict[str, Any]:
+        """Keyword arguments of the kkt_math objective functions for this target (θ*, θ_init, a)."""
+        if self.init is None:
+            return {}
+        return {"theta": self.params, "init": self.init, "coefficient": self.coefficient}
 
 
 class _XAttack:
@@ -197,11 +250,19 @@ class _XAttack:
     def dtype(self) -> torch.dtype:
         return torch_dtype(self.config.dtype)
 
-    def prepared(self, target: Target) -> _Prepared:
-        key = id(target)
+    def prepared(self, target: Target, prior: AttackerPrior | None = None) -> _Prepared:
+        known = getattr(prior, "known_init", None) if prior is not None else None
+        key = (id(target), known.sha256 if known is not None else None)
         if key not in self._cache:
-            self._cache[key] = _Prepared(target, dtype=self.dtype, surrogate=self.config.surrogate,
-                                         alpha=self.config.alpha)
+            c = self.config
+            reference = getattr(c, "reference", "theta-star")
+            setting = getattr(c, "init_coefficient", "auto")
+            if setting == "auto":
+                coefficient: float | None = None if target.weight_decay > 0 else 1.0
+            else:
+                coefficient = None if setting == "fit" else float(setting)
+            self._cache[key] = _Prepared(target, dtype=self.dtype, surrogate=c.surrogate, alpha=c.alpha,
+                                         known_init=known, reference=reference, coefficient=coefficient)
         return self._cache[key]
 
     def labels(self, prior: AttackerPrior, device: torch.device) -> torch.Tensor:
@@ -244,11 +305,28 @@ class KKTAttack(_XAttack):
     With ``compile=True`` the step's objective and its gradient w.r.t. (x, λ) come from
     :func:`kkt_math.kkt_value_and_grad` compiled with ``torch.compile`` (one graph per target and
     shape), otherwise from :meth:`terms` + autograd; the optimiser update is the same.
+
+    Beyond Haim's objective (each off by default; measured in docs/RESULTS.md):
+
+    * a **known initialisation** (``prior.known_init``): g must match θ* − a·θ_init, with the
+      gradients at θ* (``reference: theta-star``) or at θ_init (``theta-init``, the ``loo`` attack);
+    * **subspace candidates** (``subspace``): x = V z with V (d × k) the training subspace of the first
+      dense layer (``prior.subspace``); the step is the projected gradient V Vᵀ ∂L/∂x, the same
+      update as gradient descent on z (SGD), and x is re-projected after each update;
+    * a **total-variation prior** (``tv_weight``, :func:`kkt_math.tv_value_and_grad`);
+    * **sample splitting** (``split_every``; Shen et al. 2026): every N steps the candidates whose
+      splitting matrix S_i = ∇²_x⟨r, ∇_θ out_i(x_i)⟩ (r = goal − g) has the largest positive
+      eigenvalue (times λ_i) are split into x_i ± δ·v_i with λ_i/2 each; the copy replaces the
+      candidate of the same label with the smallest λ. To second order the residual falls by
+      (λ_i/m)·μ_i·‖δ‖², μ_i the eigenvalue, found by power iteration on finite-difference
+      Hessian-vector products of the surrogate network.
     """
 
     name = "kkt"
     config_cls = KKTConfig
     resume_ignore = ("steps", "compile")
+    uses: tuple[str, ...] = ("weights", "known_init", "n")
+    requires: tuple[str, ...] = ()
 
     def __init__(self, config: KKTConfig | None = None) -> None:
         super().__init__(config)
@@ -283,11 +361,38 @@ class KKTAttack(_XAttack):
     def formulation(self, target: Target) -> str:
         return resolve_formulation(self.config.formulation, target)
 
+    def check_knowledge(self, target: Target, prior: AttackerPrior) -> None:
+        """Refuse settings that need knowledge the prior does not hold, or that do not combine.
+
+        Raises:
+            DataReconError: ``reference: theta-init`` (or the ``loo`` attack) without a known
+                initialisation; ``subspace`` without a subspace analysis on the model input;
+                ``compile`` with a known initialisation or an extended objective.
+        """
+        c = self.config
+        known = getattr(prior, "known_init", None)
+        if (c.reference == "theta-init" or "known_init" in self.requires) and known is None:
+            raise DataReconError(f"{self.name} with gradients at θ_init needs the initialisation: pass --known-init "
+                                 "seed:N (model directories) or --known-init FILE.safetensors")
+        if c.subspace:
+            sub = getattr(prior, "subspace", None)
+            if sub is None:
+                raise DataReconError("subspace candidates need the subspace analysis of the first dense layer; "
+                                     "run through datarecon reconstruct / execute (which computes it)")
+            if not sub.layer.on_input:
+                raise DataReconError("subspace candidates need a first dense layer that acts on the input (an MLP); "
+                                     "this model has convolutions first: turn subspace off")
+        if c.compile and (known is not None or c.extended):
+            raise DataReconError("--compile supports the plain KKT objective only; drop --compile to use a known "
+                                 "initialisation, subspace candidates, the TV prior or sample splitting")
+
     def init_state(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
                    generator: torch.Generator) -> dict[str, torch.Tensor]:
-        """x = x0 (cast), λ₀ from ``lambda_init`` drawn with ``generator`` (CPU, float64), zero buffers."""
+        """x = x0 (cast; projected onto the subspace when ``subspace``), λ₀ from ``lambda_init`` drawn
+        with ``generator`` (CPU, float64), zero buffers."""
         form = self.formulation(target)
         check_formulation(form, target, prior)
+        self.check_knowledge(target, prior)
         for note in assumption_notes(target, form, surrogate=self.config.surrogate):
             warnings.warn(f"{self.name}: {note}", UserWarning, stacklevel=2)
         device = next(iter(target.params.values())).device
@@ -299,82 +404,224 @@ class KKTAttack(_XAttack):
         else:
             lam = torch.ones(m, dtype=torch.float64)
         x = x0.detach().to(device=device, dtype=self.dtype).clone()
+        if self.config.subspace:
+            x = self.project(prior, x)
         lam = lam.to(device=device, dtype=self.dtype)
         state = {"x": x, "lambda": lam}
         state.update({k: v.to(device) for k, v in init_optimizer_state(self.config.optimizer, state).items()})
         return state
 
+    def basis(self, prior: AttackerPrior, x: torch.Tensor) -> torch.Tensor:
+        """(d, k) subspace basis in x's dtype and device."""
+        return prior.subspace.basis.to(device=x.device, dtype=x.dtype)
+
+    def project(self, prior: AttackerPrior, v: torch.Tensor) -> torch.Tensor:
+        """V Vᵀ v per candidate (v (m, C, H, W)): the subspace part of a point or a gradient."""
+        basis = self.basis(prior, v)
+        flat = v.reshape(v.shape[0], -1)
+        return ((flat @ basis) @ basis.T).reshape(v.shape)
+
     def terms(self, target: Target, prior: AttackerPrior, x: torch.Tensor, lam: torch.Tensor, *,
               include_box: bool = True) -> dict[str, torch.Tensor]:
-        """The objective's terms at (x, λ) (differentiable; see ``kkt_math.kkt_terms``)."""
-        prep = self.prepared(target)
+        """The objective's terms at (x, λ) (differentiable; see ``kkt_math.kkt_terms``; without the
+        TV prior)."""
+        prep = self.prepared(target, prior)
         lo, hi = self.bounds(prior, x.device)
         c = self.config
-        return kkt_math.kkt_terms(prep.forward, prep.params, x, self.labels(prior, x.device), lam,
+        return kkt_math.kkt_terms(prep.forward, prep.ref, x, self.labels(prior, x.device), lam,
                                   margin=self.formulation(target), lower=lo, upper=hi, lambda_min=c.lambda_min,
                                   box_weight=c.box_weight, lambda_min_weight=c.lambda_min_weight,
-                                  include_box=include_box)
+                                  include_box=include_box, **prep.matching())
+
+    def objective_and_grads(self, target: Target, prior: AttackerPrior, x: torch.Tensor,
+                            lam: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        """All terms of the step's objective and its gradients w.r.t. (x, λ) (before any projection)."""
+        prep, c = self.prepared(target, prior), self.config
+        # the objective of terms(), differentiated cheaply: g's backward seeded by ∂R/∂g and the
+        # box prior in closed form (same values and gradients; tests compare with autograd)
+        terms, gx, gl = kkt_math.kkt_residual_and_grads(
+            prep.forward, prep.ref, x, self.labels(prior, x.device), lam, margin=self.formulation(target),
+            lambda_min=c.lambda_min, lambda_min_weight=c.lambda_min_weight, **prep.matching())
+        lo, hi = self.bounds(prior, x.device)
+        box, box_grad = kkt_math.box_value_and_grad(x.detach(), lo, hi)
+        terms["box"], terms["loss"] = box, terms["loss"] + c.box_weight * box
+        if c.box_weight:
+            gx = gx.add_(box_grad, alpha=c.box_weight)
+        if c.tv_weight > 0:
+            tv, tv_grad = kkt_math.tv_value_and_grad(x)
+            terms["tv"], terms["loss"] = tv, terms["loss"] + c.tv_weight * tv
+            gx = gx.add_(tv_grad, alpha=c.tv_weight)
+        return terms, gx, gl
 
     def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
              index: int) -> dict[str, float]:
         """One optimiser step on (x, λ); metrics: loss, residual, rel_residual, box, lambda_hinge, ..."""
-        if self.config.compile:
+        c = self.config
+        if c.split_every and index > 0 and index % c.split_every == 0:
+            self.split(target, prior, state, index)
+        if c.compile:
             terms, gx, gl = self._compiled_terms(target, prior, state["x"].detach(), state["lambda"].detach())
         else:
-            # the objective of terms(), differentiated cheaply: g's backward seeded by ∂R/∂g and the
-            # box prior in closed form (same values and gradients; tests compare with autograd)
-            prep, c, x = self.prepared(target), self.config, state["x"]
-            terms, gx, gl = kkt_math.kkt_residual_and_grads(
-                prep.forward, prep.params, x, self.labels(prior, x.device), state["lambda"],
-                margin=self.formulation(target), lambda_min=c.lambda_min, lambda_min_weight=c.lambda_min_weight)
-            lo, hi = self.bounds(prior, x.device)
-            box, box_grad = kkt_math.box_value_and_grad(x.detach(), lo, hi)
-            terms["box"], terms["loss"] = box, terms["loss"] + c.box_weight * box
-            if c.box_weight:
-                gx = gx.add_(box_grad, alpha=c.box_weight)
+            terms, gx, gl = self.objective_and_grads(target, prior, state["x"], state["lambda"])
+        if c.subspace:
+            gx = self.project(prior, gx)
         metrics = {k: float(v.detach()) for k, v in terms.items()}
-        return self.apply_gradients(target, state, metrics, gx, gl)
+        metrics = self.apply_gradients(target, state, metrics, gx, gl, prior=prior)
+        if c.subspace and "x" in state:  # non-linear optimisers (adam) leave the span: map back
+            state["x"] = self.project(prior, state["x"])
+        return metrics
 
     def apply_gradients(self, target: Target, state: dict[str, torch.Tensor], metrics: dict[str, float],
-                        gx: torch.Tensor, gl: torch.Tensor) -> dict[str, float]:
+                        gx: torch.Tensor, gl: torch.Tensor, *, prior: AttackerPrior | None = None) -> dict[str, float]:
         """Commit one optimiser step from the objective's gradients (shared by :meth:`step` and the
         batched runs of :mod:`datarecon.attacks.batched`).
 
         Args:
-            target: the attacked model (for ‖θ*‖²).
+            target: the attacked model (for ‖θ*‖², or ‖θ* − a·θ_init‖² with ``prior.known_init``).
             state: this run's state (updated in place when the update is finite).
-            metrics: ``loss``, ``residual``, ``box``, ``lambda_hinge`` of this step (floats).
+            metrics: ``loss``, ``residual``, ``box``, ``lambda_hinge`` of this step (floats; with a
+                known initialisation also ``init_coefficient``).
             gx: ∂L/∂x shaped like ``state["x"]``; gl: ∂L/∂λ (m,).
+            prior: the run's prior (its known initialisation sets the residual's denominator).
 
         Returns:
             The step's metrics (plus ``rel_residual``, ``lambda_mean``, gradient norms); NaN
             ``update`` when the update was not finite and was not applied.
         """
-        metrics["rel_residual"] = metrics["residual"] / max(self.prepared(target).theta_sq, 1e-300)
+        prep = self.prepared(target, prior)
+        metrics["rel_residual"] = metrics["residual"] / max(prep.goal_sq(metrics.get("init_coefficient")), 1e-300)
         metrics["lambda_mean"] = float(state["lambda"].mean())
         grads = {"x": gx, "lambda": gl}
         lrs = {"x": self.config.lr_x, "lambda": self.config.lr_lambda}
         return self._commit(state, grads, lrs, metrics)
 
+    # -- sample splitting ------------------------------------------------------------------------
+
+    def _splitting_gradient(self, target: Target, prior: AttackerPrior, x: torch.Tensor, lam: torch.Tensor,
+                            r: dict[str, torch.Tensor]) -> torch.Tensor:
+        """∇_x Σ_i ⟨r, ∇_θ out_i(x_i)⟩ (r fixed): row i is ∇h_i(x_i) (the surrogate network)."""
+        prep = self.prepared(target, prior)
+        with torch.enable_grad():
+            xg = x.detach().requires_grad_(True)
+            g = kkt_math.combination_gradient(prep.forward, prep.ref, xg, self.labels(prior, x.device), lam.detach(),
+                                              margin=self.formulation(target), create_graph=True)
+            inner = sum((g[k] * r[k]).sum() for k in r if g[k].requires_grad) * x.shape[0]
+            (gx,) = torch.autograd.grad(inner, xg)
+        return gx.detach()
+
+    def splitting_directions(self, target: Target, prior: AttackerPrior, x: torch.Tensor, lam: torch.Tensor,
+                             *, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per candidate, the unit direction v_i and eigenvalue μ_i of S_i = ∇²_x h_i with the largest
+        μ_i (power iteration on central finite-difference Hessian-vector products, shifted to the
+        positive end when the largest magnitude is negative).
+
+        Returns:
+            (v (m, C, H, W) with ‖v_i‖ = 1, μ (m,)).
+        """
+        prep = self.prepared(target, prior)
+        with torch.enable_grad():
+            g = kkt_math.combination_gradient(prep.forward, prep.ref, x.detach(), self.labels(prior, x.device),
+                                              lam.detach(), margin=self.formulation(target), create_graph=False)
+        g = {k: v.detach() for k, v in g.items()}
+        goal, _ = kkt_math.matching_goal(prep.params, g, init=prep.init, coefficient=prep.coefficient)
+        r = {k: (goal[k] - g[k]).detach() for k in goal}
+        m = x.shape[0]
+        eps = (1e-3 * x.reshape(m, -1).norm(dim=1).clamp_min(1e-3)).reshape(m, *([1] * (x.dim() - 1)))
+
+        def unit(v: torch.Tensor) -> torch.Tensor:
+            return v / v.reshape(m, -1).norm(dim=1).clamp_min(1e-30).reshape(eps.shape)
+
+        def hvp(v: torch.Tensor) -> torch.Tensor:
+            plus = self._splitting_gradient(target, prior, x + eps * v, lam, r)
+            minus = self._splitting_gradient(target, prior, x - eps * v, lam, r)
+            return (plus - minus) / (2 * eps)
+
+        gen = torch.Generator().manual_seed(seed)
+        start = unit(torch.randn(x.shape, generator=gen, dtype=torch.float64).to(device=x.device, dtype=x.dtype))
+        if self.config.subspace:
+            start = unit(self.project(prior, start))
+
+        def power(shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            v = start
+            mu = torch.zeros(m, dtype=x.dtype, device=x.device)
+            for _ in range(self.config.split_iters):
+                hv = hvp(v)
+                if self.config.subspace:
+                    hv = self.project(prior, hv)
+                mu = (hv * v).reshape(m, -1).sum(1)
+                v = unit(hv - shift.reshape(eps.shape) * v)
+            return v, mu
+
+        v, mu = power(torch.zeros(m, dtype=x.dtype, device=x.device))
+        neg = mu < 0  # the dominant eigenvalue is negative: shift it away to reach the positive end
+        if bool(neg.any()):
+            v2, mu2 = power(torch.where(neg, mu, torch.zeros_like(mu)))
+            v = torch.where(neg.reshape(eps.shape), v2, v)
+            mu = torch.where(neg, mu2, mu)
+        return v, mu
+
+    def split(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor], index: int) -> int:
+        """Split the candidates with the largest λ_i·μ_i > 0 (see the class docstring); returns how many."""
+        c = self.config
+        x, lam = state["x"], state["lambda"]
+        m = x.shape[0]
+        v, mu = self.splitting_directions(target, prior, x, lam, seed=index)
+        gain = lam.abs() * mu
+        labels = prior.labels.to(x.device)
+        count = max(1, int(c.split_fraction * m))
+        order = torch.argsort(gain, descending=True).tolist()
+        taken: set[int] = set()
+        done = 0
+        for i in order:
+            if done >= count or float(gain[i]) <= 0:
+                break
+            if i in taken:
+                continue
+            same = [j for j in torch.argsort(lam.abs()).tolist()
+                    if j != i and j not in taken and bool(labels[j] == labels[i])]
+            if not same:
+                continue
+            j = same[0]
+            delta = c.split_scale * float(x[i].norm()) * v[i]
+            with torch.no_grad():
+                x[j] = x[i] - delta
+                x[i] = x[i] + delta
+                lam[i] = lam[i] / 2
+                lam[j] = lam[i]
+                for key, buf in state.items():
+                    if key.startswith("opt.") and buf.shape[:1] == (m,):
+                        buf[i] = 0
+                        buf[j] = 0
+            taken.update((i, j))
+            done += 1
+        return done
+
+    # -- batching, selection, results --------------------------------------------------------------
+
     def batch_key(self, target: Target) -> tuple[Any, ...] | None:
         """What fixes the objective of a step (not the optimiser): runs with equal keys can share one
         batched gradient computation (:mod:`datarecon.attacks.batched`); None: not batchable (the
-        compiled step)."""
-        if self.config.compile:
-            return None
+        compiled step, a known initialisation, subspace candidates, the TV prior, splitting)."""
         c = self.config
+        if c.compile or c.extended or c.reference != "theta-star":
+            return None
         return (self.formulation(target), c.surrogate, c.alpha, c.lambda_min, c.lambda_min_weight, c.box_weight,
                 c.dtype)
 
+    def batchable(self, prior: AttackerPrior) -> bool:
+        """False when the run's prior holds a known initialisation (stepped alone in a batch)."""
+        return getattr(prior, "known_init", None) is None
+
     def context(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor]) -> SelectionContext:
-        prep = self.prepared(target)
+        prep = self.prepared(target, prior)
         form = self.formulation(target)
         signed = kkt_math.MARGINS.get(form).signed_lambda
         return SelectionContext(forward=prep.exact_forward, params=prep.params, x=state["x"],
                                 labels=self.labels(prior, state["x"].device), lam=state["lambda"],
                                 formulation=form, loss=target.loss, weight_decay=target.weight_decay,
                                 lambda_min=None if signed else self.config.lambda_min,
-                                dup_threshold=self.config.dup_threshold)
+                                dup_threshold=self.config.dup_threshold, reference=prep.ref, init=prep.init,
+                                coefficient=prep.coefficient)
 
     def finish(self, target: Target, prior: AttackerPrior,
                state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -397,6 +644,16 @@ class DecoRecoAttack(KKTAttack):
 
     name = "decoreco"
     config_cls = DecoRecoConfig
+
+
+class LooAttack(KKTAttack):
+    """Loo et al. (2023): R = ‖θ* − a·θ_init − Σ_i λ_i y_i ∇_θΦ(θ_init; x_i)/m‖², the network
+    linearised at its known initialisation (the KKT machinery with θ_ref = θ_init); needs
+    ``knowledge.known_init``."""
+
+    name = "loo"
+    config_cls = LooConfig
+    requires = ("known_init",)
 
 
 class GradNormAttack(_XAttack):

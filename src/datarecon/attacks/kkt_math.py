@@ -107,6 +107,39 @@ def stationarity_residual(theta: Mapping[str, torch.Tensor], g: Mapping[str, tor
     return sum(((theta[k] - g[k]) ** 2).sum() for k in theta)  # type: ignore[return-value]
 
 
+def init_factor(theta: Mapping[str, torch.Tensor], g: Mapping[str, torch.Tensor],
+                init: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """a = ⟨θ* − g, θ_init⟩ / ‖θ_init‖²: the factor of θ_init that best explains θ* − g (scalar).
+
+    Without weight decay the true factor is 1; with weight decay GD shrinks θ_init by
+    Π_t (1 − η_t·wd), which the attacker does not know, so it is fitted (Loo et al. 2023).
+    """
+    num = sum(((theta[k] - g[k]) * init[k]).sum() for k in theta)
+    den = sum((init[k] * init[k]).sum() for k in theta)
+    return num / den
+
+
+def matching_goal(theta: Mapping[str, torch.Tensor], g: Mapping[str, torch.Tensor], *,
+                  init: Mapping[str, torch.Tensor] | None = None,
+                  coefficient: float | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+    """The vector g must match: θ* (weights only) or θ* − a·θ_init (known initialisation).
+
+    Args:
+        theta: θ*.
+        g: the combination gradient (only read when ``coefficient`` is None, to fit a).
+        init: θ_init, or None.
+        coefficient: a; None with ``init``: fitted by :func:`init_factor`.
+
+    Returns:
+        (goal name → tensor, a as a scalar tensor or None without ``init``).
+    """
+    if init is None:
+        return dict(theta), None
+    a = init_factor(theta, g, init) if coefficient is None else torch.as_tensor(
+        float(coefficient), dtype=next(iter(theta.values())).dtype)
+    return {k: theta[k] - a * init[k] for k in theta}, a
+
+
 def squared_norm(theta: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """Σ_p ‖θ_p‖² (scalar)."""
     return sum((v * v).sum() for v in theta.values())  # type: ignore[return-value]
@@ -144,18 +177,26 @@ def lambda_hinge(lam: torch.Tensor, lambda_min: float) -> torch.Tensor:
 def kkt_terms(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor, labels: torch.Tensor,
               lam: torch.Tensor, *, margin: str, lower: torch.Tensor | float, upper: torch.Tensor | float,
               lambda_min: float, box_weight: float, lambda_min_weight: float,
-              include_box: bool = True) -> dict[str, torch.Tensor]:
+              include_box: bool = True, theta: Mapping[str, torch.Tensor] | None = None,
+              init: Mapping[str, torch.Tensor] | None = None,
+              coefficient: float | None = None) -> dict[str, torch.Tensor]:
     """The KKT / DecoReco objective and its terms (all scalars, differentiable in x and λ).
 
     ``include_box=False`` leaves the box prior out (``box`` = 0, not in ``loss``), for callers that
     add it with :func:`box_value_and_grad`.
+
+    Known initialisation (Loo et al. 2023; ``init`` given): g is taken at ``params`` (θ_ref: θ* for
+    the KKT attack with a known initialisation, θ_init for ``loo``) and must match
+    θ* − a·θ_init (``theta`` = θ*, default ``params``; a fitted when ``coefficient`` is None):
+    R = ‖θ* − a·θ_init − g(θ_ref)‖².
 
     Returns:
         ``{"loss": R + w_box·box + w_λ·hinge, "residual": R, "box": box, "lambda_hinge": hinge}``;
         the hinge is 0 for signed-λ formulations (``regression``).
     """
     g = combination_gradient(forward, params, x, labels, lam, margin=margin, create_graph=True)
-    residual = stationarity_residual(params, g)
+    goal, _ = matching_goal(params if theta is None else theta, g, init=init, coefficient=coefficient)
+    residual = stationarity_residual(goal, g)
     box = box_penalty(x, lower, upper) if include_box else torch.zeros((), dtype=x.dtype, device=x.device)
     if MARGINS.get(margin).signed_lambda:
         hinge = torch.zeros((), dtype=x.dtype, device=x.device)
@@ -167,22 +208,29 @@ def kkt_terms(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.T
 
 def kkt_residual_and_grads(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor,
                            labels: torch.Tensor, lam: torch.Tensor, *, margin: str, lambda_min: float,
-                           lambda_min_weight: float) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+                           lambda_min_weight: float, theta: Mapping[str, torch.Tensor] | None = None,
+                           init: Mapping[str, torch.Tensor] | None = None, coefficient: float | None = None
+                           ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """R + w_λ·hinge and its gradient w.r.t. (x, λ), without the box prior (see :func:`box_value_and_grad`).
 
     The same numbers as autograd of :func:`kkt_terms` (``include_box=False``), computed with one
-    backward of g seeded by ∂R/∂g = −2(θ* − g): the θ-sized square, sum and their backward stay out
-    of the graph (five fewer passes over θ per step).
+    backward of g seeded by ∂R/∂g = −2(goal − g): the θ-sized square, sum and their backward stay out
+    of the graph (five fewer passes over θ per step). ``theta``, ``init``, ``coefficient``: the known
+    initialisation as in :func:`kkt_terms` (with a fitted a the seed is the same: ∂R/∂a = 0 at the
+    fitted a, so a is held fixed in the backward).
 
     Returns:
-        (``{"loss", "residual", "box" (0), "lambda_hinge"}`` detached scalars, ∂/∂x (like x), ∂/∂λ (m,)).
+        (``{"loss", "residual", "box" (0), "lambda_hinge"}`` detached scalars, plus ``init_coefficient``
+        with a known initialisation; ∂/∂x (like x), ∂/∂λ (m,)).
     """
     x = x.detach().requires_grad_(True)
     lam = lam.detach().requires_grad_(True)
     g = combination_gradient(forward, params, x, labels, lam, margin=margin, create_graph=True)
     names = [k for k in params if g[k].requires_grad]
     with torch.no_grad():
-        r = {k: params[k] - g[k] for k in params}
+        goal, a = matching_goal(params if theta is None else theta, {k: v.detach() for k, v in g.items()},
+                                init=init, coefficient=coefficient)
+        r = {k: goal[k] - g[k] for k in params}
         residual = sum((v * v).sum() for v in r.values())
     outputs: list[torch.Tensor] = [g[k] for k in names]
     seeds: list[torch.Tensor] = [-2.0 * r[k] for k in names]
@@ -198,7 +246,34 @@ def kkt_residual_and_grads(forward: ForwardFn, params: Mapping[str, torch.Tensor
     gx = torch.zeros_like(x) if gx is None else gx
     gl = torch.zeros_like(lam) if gl is None else gl
     loss = residual + lambda_min_weight * hinge
-    return {"loss": loss, "residual": residual, "box": zero, "lambda_hinge": hinge}, gx, gl
+    terms = {"loss": loss, "residual": residual, "box": zero, "lambda_hinge": hinge}
+    if a is not None:
+        terms["init_coefficient"] = a.detach()
+    return terms, gx, gl
+
+
+def tv_value_and_grad(x: torch.Tensor, *, eps: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
+    """Smoothed anisotropic total variation Σ √(Δ² + ε²) − ε over vertical and horizontal neighbour
+    differences of every candidate and channel, and its gradient (closed form, like x).
+
+    x: (m, C, H, W) (model input space; the mean shift cancels in differences). A natural-image prior
+    ("No Prior, No Leakage", 2025): mixtures of several images have more edges than one image.
+    """
+    xd = x.detach()
+    grad = torch.zeros_like(xd)
+    total = torch.zeros((), dtype=xd.dtype, device=xd.device)
+    for dim in (-2, -1):
+        d = xd.diff(dim=dim)
+        root = torch.sqrt(d * d + eps * eps)
+        total = total + (root - eps).sum()
+        w = d / root  # ∂/∂d
+        if dim == -1:
+            grad[..., :, 1:] += w
+            grad[..., :, :-1] -= w
+        else:
+            grad[..., 1:, :] += w
+            grad[..., :-1, :] -= w
+    return total, grad
 
 
 def kkt_value_and_grad(model: torch.nn.Module, *, margin: str, lambda_min: float, box_weight: float,

@@ -147,7 +147,13 @@ class AttackLoop:
         steps_done = loop.step - (1 if self.nan_stop.tripped else 0)  # the non-finite step was not applied
 
         scores, summary = attack.finish(self.target, prior, state)
-        summary = dict(summary)
+        scores, summary = dict(scores), dict(summary)
+        if getattr(prior, "subspace", None) is not None and "subspace" not in scores:
+            # every attack's candidates get the attacker-side subspace score (closer = higher)
+            from datarecon.attacks.subspace import subspace_scores
+
+            scores["subspace"] = subspace_scores(self.target.model, self.target.params, prior.subspace,
+                                                 state["x"].detach()).to(state["x"].dtype)
         selection = summary.pop("selection", {})
         extra = summary.pop("extra", {})
         final = {k: v for k, v in (loop.metrics or {}).items()}

@@ -124,6 +124,9 @@ def resume_key(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
         "x0": tensor_digest({"x0": x0}),
         "generator": tensor_digest({"state": generator.get_state()}),
         "early_stop": stop,
+        # the attacker's extra knowledge; left out when absent so earlier checkpoints keep their key
+        **({"known_init": prior.known_init.sha256} if getattr(prior, "known_init", None) is not None else {}),
+        **({"n": int(prior.n)} if getattr(prior, "n", None) is not None else {}),
     })
 
 

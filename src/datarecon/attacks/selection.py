@@ -56,6 +56,8 @@ class SelectionContext:
         loss, weight_decay: the target's training loss (for formulation None).
         lambda_min: the λ floor (None: signed λ).
         dup_threshold: cosine above which two candidates count as duplicates.
+        reference: θ_ref where the combination gradient g is taken (None: ``params``).
+        init, coefficient: a known initialisation: g matches θ* − a·θ_init (a None: fitted).
     """
 
     forward: kkt_math.ForwardFn
@@ -68,6 +70,9 @@ class SelectionContext:
     weight_decay: float
     lambda_min: float | None
     dup_threshold: float = 0.99
+    reference: Mapping[str, torch.Tensor] | None = None
+    init: Mapping[str, torch.Tensor] | None = None
+    coefficient: float | None = 1.0
 
 
 @dataclass(frozen=True)
@@ -87,15 +92,24 @@ def _gradient(ctx: SelectionContext) -> dict[str, torch.Tensor]:
         if ctx.formulation is None:
             return kkt_math.energy_gradient(ctx.forward, ctx.params, ctx.x.detach(), ctx.labels,
                                             loss=ctx.loss, weight_decay=ctx.weight_decay, create_graph=False)
-        return kkt_math.combination_gradient(ctx.forward, ctx.params, ctx.x.detach(), ctx.labels,
+        ref = ctx.params if ctx.reference is None else ctx.reference
+        return kkt_math.combination_gradient(ctx.forward, ref, ctx.x.detach(), ctx.labels,
                                              ctx.lam.detach(), margin=ctx.formulation, create_graph=False)
 
 
+def _goal(ctx: SelectionContext, g: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What g must match: θ*, or θ* − a·θ_init with a known initialisation."""
+    return kkt_math.matching_goal(ctx.params, g, init=ctx.init, coefficient=ctx.coefficient)[0]
+
+
 def relative_residual(ctx: SelectionContext) -> float:
-    """‖θ* − g‖² / ‖θ*‖² (KKT formulations) or ‖∇_θE‖² / ‖θ*‖² (gradnorm), exact ReLU."""
+    """‖goal − g‖² / ‖goal‖² (goal = θ*, or θ* − a·θ_init with a known initialisation; KKT
+    formulations) or ‖∇_θE‖² / ‖θ*‖² (gradnorm), exact ReLU."""
     g = _gradient(ctx)
-    num = kkt_math.squared_norm(g) if ctx.formulation is None else kkt_math.stationarity_residual(ctx.params, g)
-    return float(num / kkt_math.squared_norm(ctx.params))
+    if ctx.formulation is None:
+        return float(kkt_math.squared_norm(g) / kkt_math.squared_norm(ctx.params))
+    goal = _goal(ctx, g)
+    return float(kkt_math.stationarity_residual(goal, g) / kkt_math.squared_norm(goal))
 
 
 def cosine_matrix(x: torch.Tensor) -> torch.Tensor:
@@ -169,15 +183,18 @@ def evaluate_criteria(ctx: SelectionContext, names: list[str] | None = None) -> 
 
 
 def contribution_scores(ctx: SelectionContext) -> torch.Tensor:
-    """2⟨θ* − g, (1/m)∇_θ out_i⟩ for every i, (m,) (see module docstring). Zeros for gradnorm."""
+    """2⟨goal − g, (1/m)∇_θ out_i⟩ for every i, (m,) (see module docstring; goal θ* or θ* − a·θ_init,
+    gradients at θ_ref). Zeros for gradnorm."""
     if ctx.formulation is None:
         return torch.zeros(ctx.x.shape[0], dtype=ctx.x.dtype)
     g = _gradient(ctx)
-    r = {k: ctx.params[k] - g[k] for k in ctx.params}
-    d = kkt_math.per_candidate_directional(ctx.forward, ctx.params, ctx.x, r)  # (m,) or (m, k)
+    goal = _goal(ctx, g)
+    ref = ctx.params if ctx.reference is None else ctx.reference
+    r = {k: goal[k] - g[k] for k in ctx.params}
+    d = kkt_math.per_candidate_directional(ctx.forward, ref, ctx.x, r)  # (m,) or (m, k)
     d = d[:, None] if d.dim() == 1 else d
     with torch.enable_grad():
-        out = ctx.forward(ctx.x.detach(), ctx.params).detach().requires_grad_(True)
+        out = ctx.forward(ctx.x.detach(), ref).detach().requires_grad_(True)
         total = kkt_math.MARGINS.get(ctx.formulation).fn(out, ctx.labels, ctx.lam.detach()).sum()
         (a,) = torch.autograd.grad(total, out)  # (m, k): ∂out_i/∂Φ_i (rows independent)
     return 2.0 / ctx.x.shape[0] * (a * d).sum(dim=1)

@@ -26,8 +26,8 @@ app = typer.Typer(
 )
 
 # Modules that contribute commands, in help order.
-_COMMAND_MODULES = ("data", "train", "reconstruct", "evaluate", "report", "run", "sweep", "reproduce", "audit",
-                    "demo", "examples")
+_COMMAND_MODULES = ("data", "train", "reconstruct", "evaluate", "membership", "report", "run", "sweep", "reproduce",
+                    "audit", "demo", "examples")
 
 
 @app.command("version")

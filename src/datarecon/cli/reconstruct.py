@@ -54,7 +54,7 @@ def reconstruct(
                                     "output, cross-entropy for several)"),
     weight_decay: float = typer.Option(0.0, "--weight-decay", help="your model: training weight decay"),
     out: Path = typer.Option(..., "--out", help="run directory to write"),
-    method: str | None = typer.Option(None, "--method", help="attack method (kkt, decoreco, gradnorm, bilevel, ...; default kkt)"),
+    method: str | None = typer.Option(None, "--method", help="attack method (kkt, decoreco, gradnorm, bilevel, loo; default kkt)"),
     init: str | None = typer.Option(None, "--init", help="initialisation (uniform, gaussian, ground-truth, partition, mix; default gaussian)"),
     init_scale: float | None = typer.Option(None, "--init-scale", help="gaussian scale s (also mix noise=gaussian)"),
     mix_l1: float | None = typer.Option(None, "--mix-l1", help="mix: weight of ground truth vs partition"),
@@ -92,6 +92,10 @@ def reconstruct(
     runs: int = typer.Option(1, "--runs", help="K independent runs (seeds SEED..SEED+K-1) into OUT/run0..run<K-1>, "
                              "stepped together (kkt/decoreco: one batched gradient per step)"),
     batch_mode: str = typer.Option("batched", "--batch-mode", help="with --runs: batched | looped"),
+    known_init: str | None = typer.Option(None, "--known-init", help="the attacker knows θ_init: seed:N (rebuilt "
+                                          "from the model directory) or a safetensors file (knowledge.known_init)"),
+    known_n: int | None = typer.Option(None, "--known-n", help="the attacker knows the training-set size n "
+                                       "(knowledge.n)"),
 ) -> None:
     """Reconstruct training-data candidates from a trained model's weights."""
     from datarecon.cli._common import parse_device
@@ -160,6 +164,7 @@ def reconstruct(
         "candidates": candidates, "seed": seed, "device": device,
         "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol},
         "checkpoint": {"every": checkpoint_every, "log_every": log_every},
+        "knowledge": {"known_init": known_init, "n": known_n},
     }
     data = merge({k: v for k, v in fields.items() if k not in ("attack", "init")}, drop_none(overrides))
     for key, value in run_sets.items():
@@ -178,7 +183,8 @@ def reconstruct(
                           candidates=run.candidates, seed=run.seed, device=parse_device(run.device),
                           data_dir=data_dir, resume=resume, overwrite=overwrite, progress=progress,
                           checkpoint_every=run.checkpoint.every, log_every=run.checkpoint.log_every,
-                          early_stop_patience=run.early_stop.patience, early_stop_tol=run.early_stop.rel_tol)
+                          early_stop_patience=run.early_stop.patience, early_stop_tol=run.early_stop.rel_tol,
+                          knowledge=run.knowledge)
         return
     check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)  # before the note below
     if init_name in DATA_INITS:

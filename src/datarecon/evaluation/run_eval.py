@@ -256,6 +256,13 @@ def _evaluate(raw: Tensor, references: Mapping[str, Tensor], *, labels: Tensor |
         columns["real"] = [int(v) for v in real.tolist()]
     else:
         summary["privacy"] = {"note": f"no {heldout_key!r} or {train_key!r} reference set: real/fake labels not computed"}
+    if primary[0] is not None and scores and config.metric == "ssim" and summary.get("headline"):
+        from datarecon.evaluation.membership import candidate_roc
+
+        h = summary["headline"]
+        threshold = max(float(h["paper"]["threshold"]), float((h.get("calibrated") or {}).get("threshold") or 0.0))
+        summary["candidate_roc"] = candidate_roc(primary[0].score, threshold,
+                                                 {k: torch.as_tensor(v).reshape(-1) for k, v in scores.items()})
     for k, v in scores.items():
         columns[f"score_{k}"] = torch.as_tensor(v).reshape(-1).tolist()
     summary["approximate"] = approximate

@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_serializer, model_validator
 
 import datarecon.attacks  # noqa: F401  (registers every attack: the union below is built from ATTACKS)
 from datarecon.attacks.base import ATTACKS, AttackerPrior, Reconstruction, Target
 from datarecon.attacks.init import INITS, init_params as validate_init_params
+from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.config import build_config, merge
 from datarecon.errors import DataReconError, DivergenceError
 from datarecon.utils.dtypes import torch_dtype
@@ -121,6 +122,8 @@ class RunSettings(_Frozen):
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         early_stop: :class:`EarlyStopSettings`.
         checkpoint: :class:`CheckpointSettings`.
+        knowledge: what the attacker knows beyond the weights (:class:`~datarecon.attacks.knowledge.
+            KnowledgeSettings`: a known initialisation, n); default: the weights only.
     """
 
     attack: AttackSpec = Field(default_factory=lambda: ATTACK_SPECS["kkt"]())
@@ -130,6 +133,15 @@ class RunSettings(_Frozen):
     device: str = "cpu"
     early_stop: EarlyStopSettings = Field(default_factory=EarlyStopSettings)
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
+    knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
+
+    @model_serializer(mode="wrap")
+    def _drop_default_knowledge(self, handler):  # type: ignore[no-untyped-def]
+        # the weights-only default is left out, so records and hashes of earlier runs stay as they were
+        data = handler(self)
+        if isinstance(data, dict) and not self.knowledge.any:
+            data.pop("knowledge", None)
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -273,7 +285,9 @@ def init_sources(model_dir: str | Path, *, data_dir: str | Path | None = None) -
 def prepare_attack(model_dir: str | Path | Target, *, init: str = "gaussian", init_params: Mapping[str, Any] | None = None,
                    candidates: int | None = None, seed: int = 0, dtype: torch.dtype = torch.float64,
                    device: str | torch.device = "cpu", data_dir: str | Path | None = None,
-                   sources: Any = None) -> AttackSetup:
+                   sources: Any = None, knowledge: KnowledgeSettings | None = None,
+                   uses: tuple[str, ...] = ("weights", "known_init", "n"),
+                   requires: tuple[str, ...] = ()) -> AttackSetup:
     """Target, prior and x₀ for attacking ``model_dir``.
 
     Args:
@@ -287,9 +301,14 @@ def prepare_attack(model_dir: str | Path | Target, *, init: str = "gaussian", in
         dtype, device: of the attack.
         data_dir: data folder (only data-dependent inits read it).
         sources: ready :class:`~datarecon.attacks.init.InitSources` (skips loading the data).
+        knowledge: the attacker's knowledge beyond θ* (known θ_init, n); resolved and checked here,
+            recorded (the threat model) in ``record["knowledge"]``.
+        uses, requires: what the attack uses / needs of that knowledge (its ``uses`` / ``requires``).
 
     Raises:
-        DataReconError: unknown init (lists valid names), m < 1, labels inconsistent with the model.
+        DataReconError: unknown init (lists valid names), m < 1, labels inconsistent with the model,
+            a known initialisation that does not fit the model or is not the one it was trained from,
+            an attack that needs knowledge the run does not give.
     """
     from datarecon.attacks.init import INITS, init_labels, make_init
     from datarecon.models.checkpoint import EXTRAS, read_model_meta
@@ -297,9 +316,14 @@ def prepare_attack(model_dir: str | Path | Target, *, init: str = "gaussian", in
 
     params = dict(init_params or {})
     entry = INITS.get(init)
-    data_init = bool(getattr(entry, "needs", ()))
+    data_init = entry.data
     if candidates is not None and candidates < 1:
         raise DataReconError(f"candidate count must be at least 1, got {candidates}; pass --candidates M with M >= 1")
+    knowledge = knowledge or KnowledgeSettings()
+    if "known_init" in requires and knowledge.known_init is None:
+        raise DataReconError("this attack needs the initialisation θ_init: pass --known-init seed:N (model "
+                             "directories) or --known-init FILE.safetensors (knowledge.known_init in a run file)")
+    meta: dict[str, Any] | None = None
     if isinstance(model_dir, Target):
         target, mean, lower, upper = _own_model(model_dir, candidates=candidates, init=init, data_init=data_init,
                                                 sources=sources, device=device, dtype=dtype)
@@ -314,8 +338,6 @@ def prepare_attack(model_dir: str | Path | Target, *, init: str = "gaussian", in
         if data_init and sources is None:
             sources = init_sources(model_dir, data_dir=data_dir)
     generator = torch.Generator().manual_seed(int(seed))
-    x0 = make_init(init, m=m, input_shape=target.input_shape, mean=mean, generator=generator, sources=sources,
-                   dtype=dtype, device=device, **params)
     labels = init_labels(init, m=m, sources=sources, **params)
     if labels is None:
         prior = AttackerPrior.balanced(m=m, num_outputs=target.num_outputs, input_shape=target.input_shape,
@@ -324,9 +346,62 @@ def prepare_attack(model_dir: str | Path | Target, *, init: str = "gaussian", in
         labels = labels.to(torch.float64) if target.num_outputs == 1 else labels.long()
         prior = AttackerPrior(labels=labels.to(device), input_shape=target.input_shape, lower=lower, upper=upper)
     prior.check(target)
+    prior, threat = attacker_knowledge(target, prior, knowledge, model_meta=meta, uses=uses, requires=requires)
+    attacker = None
+    if "weights" in entry.needs:  # an init computed from the attacker's view (never from images)
+        import types
+
+        attacker = types.SimpleNamespace(model=target.model, params=target.params, subspace=prior.subspace,
+                                         known_init=None if prior.known_init is None else prior.known_init.params,
+                                         lower=lower, upper=upper)
+    x0 = make_init(init, m=m, input_shape=target.input_shape, mean=mean, generator=generator, sources=sources,
+                   dtype=dtype, device=device, attacker=attacker, **params)
     record = {"init": {"name": init, "params": params, "experimenter_choice": data_init},
-              "candidates": m, "device": str(device)}
+              "candidates": m, "device": str(device), "knowledge": threat}
+    if prior.subspace is not None:
+        record["subspace"] = prior.subspace.summary()
     return AttackSetup(target=target, prior=prior, x0=x0, generator=generator, record=record)
+
+
+#: Seed of the randomized SVD of the subspace analysis (fixed: the analysis is part of the attacker's set-up).
+SUBSPACE_SEED = 0
+
+
+def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: KnowledgeSettings, *,
+                       model_meta: Mapping[str, Any] | None, uses: tuple[str, ...] = ("weights", "known_init", "n"),
+                       requires: tuple[str, ...] = ()) -> tuple[AttackerPrior, dict[str, Any]]:
+    """The prior with the attacker's knowledge resolved (known θ_init, n) and the subspace analysis
+    of the first dense layer (W, or W − a·W_init) added; and the threat-model record for run.json.
+
+    The analysis is skipped (``subspace`` None) for models without a dense layer.
+
+    Raises:
+        DataReconError: a known initialisation that does not fit or is not the model's; a known n
+            larger than the first dense layer allows.
+    """
+    import dataclasses
+
+    from datarecon.attacks.knowledge import resolve_known_init, threat_model
+    from datarecon.attacks.subspace import analyse
+
+    known = None
+    if knowledge.known_init is not None:
+        known = resolve_known_init(knowledge.known_init, target.params, model_meta=model_meta)
+    init_std = None
+    if model_meta is not None and "arch" in model_meta and known is None:
+        from datarecon.models.spec import ArchSpec, first_layer_init_std
+
+        init_std = first_layer_init_std(ArchSpec.model_validate(model_meta["arch"]))
+    try:
+        analysis = analyse(target.model, target.params, known_init=None if known is None else known.params,
+                           n=knowledge.n, fit_coefficient=target.weight_decay > 0, init_std=init_std,
+                           generator=torch.Generator().manual_seed(SUBSPACE_SEED))
+    except DataReconError as exc:
+        if knowledge.n is not None and "not possible" in str(exc):
+            raise
+        analysis = None  # no dense layer: no subspace (CNN read-outs are analysed, other models may have none)
+    prior = dataclasses.replace(prior, known_init=known, n=knowledge.n, subspace=analysis)
+    return prior, threat_model(knowledge, known, uses=uses, requires=requires)
 
 
 def _own_model(target: Target, *, candidates: int | None, init: str, data_init: bool, sources: Any,
@@ -358,9 +433,13 @@ def prepare(run: ReconstructionRun, *, data_dir: str | Path | None = None, sourc
     """
     from datarecon.cli._common import parse_device
 
+    from datarecon.attacks.knowledge import attack_uses
+
+    entry = ATTACKS.get(run.method)
     return prepare_attack(run.model if target is None else target, init=run.init.name, init_params=run.init_params(),  # type: ignore[attr-defined]
                           candidates=run.candidates, seed=run.seed, dtype=run.dtype,
-                          device=parse_device(run.device), data_dir=data_dir, sources=sources)
+                          device=parse_device(run.device), data_dir=data_dir, sources=sources,
+                          knowledge=run.knowledge, uses=attack_uses(entry), requires=tuple(getattr(entry, "requires", ())))
 
 
 def execute(run: ReconstructionRun, out: str | Path, *, resume: bool = False, overwrite: bool = False,
@@ -424,9 +503,18 @@ def execute(run: ReconstructionRun, out: str | Path, *, resume: bool = False, ov
                      out=out, checkpoint_every=run.checkpoint.every, resume=resume, progress=progress,
                      log_every=run.checkpoint.log_every, seed=run.seed, early_stop=early, hooks=list(hooks),
                      record=rec_meta)
+    save_subspace(out, setup.prior)
     if raise_on_divergence and rec.status == "diverged":
         raise DivergenceError(rec.summary.get("message", f"{run.method} diverged") + f" (last finite state in {out})")
     return rec
+
+
+def save_subspace(out: str | Path, prior: AttackerPrior) -> None:
+    """Write the prior's subspace analysis beside the run (``subspace.safetensors``), if it has one."""
+    if getattr(prior, "subspace", None) is not None:
+        from datarecon.attacks.subspace import SUBSPACE_FILE, save_analysis
+
+        save_analysis(Path(out) / SUBSPACE_FILE, prior.subspace)
 
 
 def reconstruct(model_dir: str | Path | Target, *, out: str | Path, method: str = "kkt",
@@ -482,7 +570,7 @@ def reconstruct_runs(model_dir: str | Path, *, out: str | Path, runs: int, metho
                      data_dir: str | Path | None = None, resume: bool = False, overwrite: bool = False,
                      progress: bool = True, checkpoint_every: int = 100, log_every: int = 10,
                      early_stop_patience: int = 0, early_stop_tol: float = 1e-3, mode: str = "batched",
-                     sources: Any = None) -> list[Reconstruction]:
+                     sources: Any = None, knowledge: KnowledgeSettings | None = None) -> list[Reconstruction]:
     """``runs`` independent runs of ``method`` on ``model_dir``, stepped together (attacks/batched.py).
 
     Run j is exactly the run :func:`reconstruct` makes with ``seed + j`` (its own x₀, λ₀ and
@@ -492,6 +580,7 @@ def reconstruct_runs(model_dir: str | Path, *, out: str | Path, runs: int, metho
     Args:
         runs: K ≥ 1.
         mode: ``batched`` | ``looped`` (:data:`datarecon.attacks.batched.MODES`).
+        knowledge: the attacker's knowledge beyond θ* (the same for every run).
         Others: as in :func:`reconstruct` (``overwrite``/``resume`` apply to each run directory;
             ``out`` itself is only created, never cleared).
 
@@ -519,11 +608,15 @@ def reconstruct_runs(model_dir: str | Path, *, out: str | Path, runs: int, metho
     clear = [check_out_dir(d, kind="run", overwrite=overwrite, resume=resume) for d in dirs]
     cfg = method_config(method, config, steps=steps)
     dtype = torch_dtype(getattr(cfg, "dtype", None) or "float64")
+    from datarecon.attacks.knowledge import attack_uses
+
+    entry = ATTACKS.get(method)
     members = []
     target = None
     for j, d in enumerate(dirs):
         setup = prepare_attack(model_dir, init=init, init_params=init_params, candidates=candidates, seed=seed + j,
-                               dtype=dtype, device=device, data_dir=data_dir, sources=sources)
+                               dtype=dtype, device=device, data_dir=data_dir, sources=sources, knowledge=knowledge,
+                               uses=attack_uses(entry), requires=tuple(getattr(entry, "requires", ())))
         target = target or setup.target  # one model directory: the same target for every run
         early = (ResidualPlateau(key="rel_residual", patience=early_stop_patience, rel_tol=early_stop_tol)
                  if early_stop_patience > 0 else None)
@@ -534,5 +627,8 @@ def reconstruct_runs(model_dir: str | Path, *, out: str | Path, runs: int, metho
     for d, c in zip(dirs, clear, strict=True):
         if c:  # only now: a bad model or setting leaves the old runs untouched
             clear_out_dir(d, kind="run")
-    return run_batched(members, target, mode=mode, steps=getattr(cfg, "steps", None), checkpoint_every=checkpoint_every,
+    recs = run_batched(members, target, mode=mode, steps=getattr(cfg, "steps", None), checkpoint_every=checkpoint_every,
                        resume=resume, progress=progress, log_every=log_every)
+    for member in members:
+        save_subspace(member.out, member.prior)
+    return recs

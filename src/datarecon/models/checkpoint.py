@@ -101,11 +101,14 @@ def save_model_dir(out: str | Path, *, model: nn.Module, arch: ArchSpec, loss: s
                    data: dict[str, Any], normalisation: str, input_mean: torch.Tensor,
                    indices: dict[str, torch.Tensor], training: dict[str, Any], seed: int,
                    metrics: dict[str, Any] | None = None,
-                   extra_tensors: dict[str, torch.Tensor] | None = None) -> Path:
+                   extra_tensors: dict[str, torch.Tensor] | None = None,
+                   init_sha256: str | None = None) -> Path:
     """Write a model directory atomically (each file is replaced in one rename).
 
     ``extra_tensors`` (e.g. ``train_margins``) are stored in ``extras.safetensors`` beside the
-    input mean and the indices. Weights are saved in the model's dtype.
+    input mean and the indices. Weights are saved in the model's dtype. ``init_sha256``: the
+    :func:`~datarecon.utils.io.params_digest` of the initialisation the model was trained from
+    (recorded so that an attacker-supplied θ_init can be checked; not part of the config hash).
 
     Returns:
         The directory path.
@@ -129,6 +132,8 @@ def save_model_dir(out: str | Path, *, model: nn.Module, arch: ArchSpec, loss: s
         "sha256": {WEIGHTS: sha256_file(out / WEIGHTS), EXTRAS: sha256_file(out / EXTRAS)},
         "num_parameters": sum(v.numel() for v in weights.values()),
     }
+    if init_sha256 is not None:
+        meta["init_sha256"] = init_sha256
     atomic_write_json(out / META, meta)
     return out
 

@@ -235,6 +235,22 @@ def count_parameters(spec: ArchSpec) -> int:
     return sum(math.prod(shape) for shape in parameter_shapes(spec).values())
 
 
+def first_layer_init_std(spec: ArchSpec) -> float:
+    """Standard deviation of the i.i.d. initialisation of the first dense (``nn.Linear``) layer.
+
+    ``init_scale`` when it applies to that layer (MLP, affine, one-hidden), else PyTorch's
+    Kaiming-uniform default U(−1/√fan_in, 1/√fan_in), whose std is 1/√(3·fan_in) (for a CNN the
+    first dense layer is the read-out after the convolutions).
+    """
+    entry = ARCHITECTURES.get(spec.name)
+    if entry.convolutional:
+        fan_in = _cnn_layers(spec)[-1][1][0]
+        return 1.0 / math.sqrt(3.0 * fan_in)
+    if spec.init_scale is not None:
+        return float(spec.init_scale)
+    return 1.0 / math.sqrt(3.0 * spec.input_dim)
+
+
 def is_homogeneous(spec: ArchSpec) -> bool:
     """Whether the architecture is positively homogeneous in its parameters, Φ(x; c·θ) = c^L Φ(x; θ) for c > 0
     (Lyu & Li 2020; the property the KKT conditions of Haim et al. 2022 rest on).

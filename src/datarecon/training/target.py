@@ -41,7 +41,7 @@ from datarecon.training.fit import FitResult, StopRule, ascend_margin, evaluate,
 from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
 from datarecon.training.losses import LOSSES
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
-from datarecon.utils.io import atomic_write_text, config_hash
+from datarecon.utils.io import atomic_write_text, config_hash, params_digest
 from datarecon.utils.outdir import check_out_dir, clear_out_dir
 
 CHECKPOINT_DIR = checkpoint.FOLDER
@@ -299,6 +299,7 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
     arch = config.arch_spec()
     gen = torch.Generator().manual_seed(config.seed)
     model = build_model(arch, generator=gen, dtype=dtype).to(device)
+    init_sha256 = params_digest(dict(model.named_parameters()))
     norm = task.normalisation
     x = norm.to_model(task.train.x).to(device=device, dtype=dtype)
     y = task.train.y.to(device)
@@ -372,7 +373,7 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
         indices={"train": task.train.indices, "partition": task.partition.indices,
                  "heldout": task.heldout.indices},
         training={**config.model_dump(mode="json"), "config_hash": config.hash()}, seed=config.seed,
-        metrics=metrics, extra_tensors={"train_margins": result.margins},
+        metrics=metrics, extra_tensors={"train_margins": result.margins}, init_sha256=init_sha256,
     )
     atomic_write_text(out / HISTORY, "".join(json.dumps(_finite(r), sort_keys=True) + "\n" for r in history))
     return TrainResult(out=out, model=model, arch=arch, metrics=metrics, fit=result, config=config)

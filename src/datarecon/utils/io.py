@@ -245,6 +245,21 @@ def strip_timing(obj: Any) -> Any:
     return obj
 
 
+def params_digest(params: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 of named parameters cast to float64 (sorted names, shapes and bytes).
+
+    Casting makes the hash independent of the dtype the tensors are held in (a float32 attack on a
+    float64 model), while values that differ (rounded, another seed) hash differently. Model
+    directories record it for their initialisation (``init_sha256``).
+    """
+    h = hashlib.sha256()
+    for name in sorted(params):
+        t = params[name].detach().to("cpu", torch.float64).contiguous()
+        h.update(f"{name}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).numpy().tobytes())
+    return h.hexdigest()
+
+
 def config_hash(obj: Any) -> str:
     """A stable short hash of a JSON-able config (sorted keys)."""
     text = json.dumps(to_jsonable(obj), sort_keys=True, separators=(",", ":"))

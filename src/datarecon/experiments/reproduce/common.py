@@ -209,7 +209,7 @@ def _prepare_run(ctx: Context, *, model_key: str, init: Mapping[str, Any], candi
     m = candidates_factor * len(task.train)
     params = {k: v for k, v in init.items() if k != "name"}
     sources = None
-    if INITS.get(init["name"]).needs:
+    if INITS.get(init["name"]).data:
         sources, _ = paired_sources(norm.to_model(task.train.x).double(), task.train.y,
                                     norm.to_model(task.partition.x).double(), task.partition.y, m)
     setup = prepare_attack(mdir, init=init["name"], init_params=params, candidates=m, seed=seed, dtype=dtype,
@@ -259,7 +259,7 @@ def attack_piece(key: str, *, model_key: str, method: str, attack_config: BaseMo
         _, task, norm = load_model_and_task(mdir, data_dir=ctx.data_dir)
         m = candidates_factor * len(task.train)
         sources = None
-        if INITS.get(init["name"]).needs:
+        if INITS.get(init["name"]).data:
             sources, _ = paired_sources(norm.to_model(task.train.x).double(), task.train.y,
                                         norm.to_model(task.partition.x).double(), task.partition.y, m)
         steps = int(getattr(attack_config, "steps", 100))

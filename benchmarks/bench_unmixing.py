@@ -1,0 +1,121 @@
+"""Reconstruction variants side by side on one target (issue 24, item 4): counts beside their nulls.
+
+Each variant is a ReconstructionRun (or several, pooled) executed through the product's own
+``execute`` and scored by ``evaluate`` (ground truth enters only there). The count follows the
+headline rule: a training image counts when its Haim-protocol SSIM exceeds max(0.4, t), t the
+threshold that at most 5 % of held-out images pass when used as candidates with the same m; the
+held-out count at the same threshold is printed beside it.
+
+Run (one variant at a time; results are appended to --results):
+
+    python benchmarks/bench_unmixing.py --model runs/haim-medium-cifar --dataset cifar10 \\
+        --variant plain --out runs/unmix --results benchmarks/results/unmixing_medium_cifar.json
+
+``--list`` prints the variants. Each run's wall time is recorded (attack only, not evaluation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from _common import machine, set_threads
+
+#: The reference's best shipped runs (METHODS §3): x₀ scale, lr_x, λ_min, α.
+REFERENCE = {
+    "cifar10": {"init_scale": 8.86e-4, "lr_x": 0.555, "lambda_min": 0.498, "alpha": 19.1},
+    "mnist": {"init_scale": 1.74e-3, "lr_x": 0.282, "lambda_min": 0.415, "alpha": 19.2},
+}
+
+#: variant → (attack overrides, knowledge, candidates factor, runs)
+VARIANTS: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "known-init": {"knowledge": True},
+    "loo": {"method": "loo", "knowledge": True},
+    "subspace": {"attack": {"subspace": True}},
+    "subspace-known-init": {"attack": {"subspace": True}, "knowledge": True},
+    "tv": {"attack": {"tv_weight": 1e-4}},
+    "split": {"attack": {"split_every": 500, "split_fraction": 0.1}},
+    "split-known-init": {"attack": {"split_every": 500, "split_fraction": 0.1}, "knowledge": True},
+    "m4n": {"factor": 4},
+    "m4n-known-init": {"factor": 4, "knowledge": True},
+    "unmix-init": {"init": {"name": "unmix"}},
+    "unmix-init-known-init": {"init": {"name": "unmix"}, "knowledge": True},
+}
+
+
+def run_variant(args: argparse.Namespace) -> dict[str, Any]:
+    from datarecon.evaluation import evaluate_run
+    from datarecon.experiments.reconstruct import build_run, execute
+    from datarecon.models.checkpoint import read_model_meta
+
+    spec = VARIANTS[args.variant]
+    ref = dict(REFERENCE[args.dataset])
+    meta = read_model_meta(args.model)
+    n = int(meta["data"]["n_per_class"]) * 2
+    attack = {"method": spec.get("method", "kkt"), "steps": args.steps, "lr_x": ref["lr_x"],
+              "lambda_min": ref["lambda_min"], "alpha": ref["alpha"], "lr_lambda": 1e-4, "dtype": "float32",
+              **spec.get("attack", {})}
+    init = spec.get("init", {"name": "gaussian", "scale": ref["init_scale"]})
+    fields: dict[str, Any] = {"model": str(args.model), "attack": attack, "init": init,
+                              "candidates": spec.get("factor", 2) * n, "seed": args.seed,
+                              "checkpoint": {"every": 500, "log_every": 50}}
+    if spec.get("knowledge"):
+        fields["knowledge"] = {"known_init": f"seed:{meta['seed']}"}
+    out = Path(args.out) / f"{args.variant}-seed{args.seed}"
+    run = build_run(fields)
+    t0 = time.perf_counter()
+    rec = execute(run, out, overwrite=True, progress=False)
+    attack_s = time.perf_counter() - t0
+    metrics = evaluate_run(out, progress=False)
+    h = metrics["headline"]
+    cal, paper = h.get("calibrated") or {}, h["paper"]
+    use_cal = bool(cal) and cal["threshold"] > paper["threshold"]
+    rule = cal if use_cal else paper
+    return {"variant": args.variant, "seed": args.seed, "model": str(args.model), "dataset": args.dataset,
+            "n": n, "m": run.candidates, "steps": args.steps, "attack_wall_s": round(attack_s, 1),
+            "status": rec.status, "rel_residual": rec.summary.get("selection", {}).get("relative_residual", {}).get("value"),
+            "threshold": rule["threshold"], "count": rule["count"], "heldout_null": rule["heldout"],
+            "noise_null": rule["noise"], "count_at_0.4": paper["count"], "heldout_at_0.4": paper["heldout"],
+            "calibrated_threshold": cal.get("threshold"), "run": run.model_dump(mode="json"),
+            "machine": machine(), "date": time.strftime("%Y-%m-%d")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path)
+    p.add_argument("--dataset", choices=sorted(REFERENCE))
+    p.add_argument("--variant", choices=sorted(VARIANTS))
+    p.add_argument("--out", type=Path, default=Path("runs/unmixing"))
+    p.add_argument("--results", type=Path)
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--list", action="store_true")
+    args = p.parse_args(argv)
+    if args.list:
+        for name, spec in VARIANTS.items():
+            print(f"{name:24s} {json.dumps(spec)}")
+        return 0
+    if args.model is None or args.dataset is None or args.variant is None:
+        p.error("--model, --dataset and --variant are required (or --list)")
+    set_threads(args.threads)
+    torch.manual_seed(0)
+    row = run_variant(args)
+    print(json.dumps({k: v for k, v in row.items() if k not in ("run", "machine")}))
+    if args.results is not None:
+        rows = json.loads(args.results.read_text()) if args.results.is_file() else []
+        rows.append(row)
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

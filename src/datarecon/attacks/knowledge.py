@@ -1,0 +1,202 @@
+"""What the attacker knows beyond the weights: the typed threat model of a run.
+
+The default attacker of the papers has the weights θ*, the architecture, the loss (and weight
+decay), the input shape and range and the label set (:class:`~datarecon.attacks.base.Target`,
+:class:`~datarecon.attacks.base.AttackerPrior`). A stronger attacker may also know
+
+* the **initialisation** θ_init the target was trained from (Loo et al. 2023): as a safetensors
+  file with the model's parameter names (``known_init: path``), or rebuilt from the architecture
+  and a seed (``known_init: "seed:N"``, model directories only, which record their architecture);
+* the **training-set size** n (``n``).
+
+:class:`KnowledgeSettings` is the part of a run file (``knowledge:``) and of the CLI
+(``--known-init``, ``--known-n``) that says so; :func:`resolve_known_init` turns it into a
+:class:`KnownInit` (tensors and their SHA-256) after checking it against the target, and
+:func:`threat_model` is the record written to run.json and shown at the top of every report. Each
+attack declares what it uses (``uses`` on the attack class, :func:`attack_uses`).
+
+A model directory records the SHA-256 of the initialisation it was trained from
+(``init_sha256`` in model.json, :func:`init_digest`); a known initialisation whose hash differs
+is refused, so an attack never silently runs with the wrong θ_init. The hash says nothing about
+the training images.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from datarecon.errors import DataReconError
+
+__all__ = ["KNOWLEDGE_ITEMS", "KnowledgeSettings", "KnownInit", "attack_uses", "init_digest",
+           "resolve_known_init", "threat_model"]
+
+#: Everything an attack may declare in its ``uses`` (the default attacker has ``weights``).
+KNOWLEDGE_ITEMS: tuple[str, ...] = ("weights", "known_init", "n")
+
+_SEED = re.compile(r"^seed:(\d+)$")
+
+
+class KnowledgeSettings(BaseModel):
+    """The attacker's knowledge beyond θ* (run file key ``knowledge``; all off by default).
+
+    Attributes:
+        known_init: the initialisation θ_init: ``"seed:N"`` (rebuilt from the model directory's
+            architecture with seed N) or the path of a safetensors file with the model's parameter
+            names; None: unknown (the weights-only attacker).
+        n: the training-set size, if the attacker knows it (sets the subspace dimension and, when
+            ``candidates`` is not given, nothing else).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    known_init: str | None = Field(default=None, description="seed:N or a safetensors file of θ_init")
+    n: int | None = Field(default=None, ge=1, description="training-set size known to the attacker")
+
+    @field_validator("known_init")
+    @classmethod
+    def _form(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        v = v.strip()
+        if not v:
+            raise ValueError("known_init is empty; pass seed:N or the path of a safetensors file")
+        if v.startswith("seed:") and not _SEED.match(v):
+            raise ValueError(f"known_init {v!r} is not seed:N with N a non-negative integer (e.g. seed:0)")
+        return v
+
+    @property
+    def any(self) -> bool:
+        """True when the attacker knows more than the weights."""
+        return self.known_init is not None or self.n is not None
+
+
+@dataclass(frozen=True)
+class KnownInit:
+    """A resolved θ_init.
+
+    Attributes:
+        params: name → tensor, the target's parameter names and shapes.
+        sha256: :func:`init_digest` of ``params``.
+        source: ``seed:N`` or the file's absolute path.
+    """
+
+    params: dict[str, torch.Tensor]
+    sha256: str
+    source: str
+
+    def to(self, *, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> KnownInit:
+        return KnownInit(params={k: v.to(device=device, dtype=dtype) for k, v in self.params.items()},
+                         sha256=self.sha256, source=self.source)
+
+
+def init_digest(params: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 of named parameters (:func:`datarecon.utils.io.params_digest`: float64 casts, sorted
+    names, shapes and bytes), as model directories record it for their initialisation."""
+    from datarecon.utils.io import params_digest
+
+    return params_digest(params)
+
+
+def _check_fits(init: Mapping[str, torch.Tensor], params: Mapping[str, torch.Tensor], where: str) -> None:
+    missing = [k for k in params if k not in init]
+    extra = [k for k in init if k not in params]
+    if missing or extra:
+        what = (f"missing {', '.join(missing[:4])}" if missing else "") + \
+               ("; " if missing and extra else "") + (f"unexpected {', '.join(extra[:4])}" if extra else "")
+        raise DataReconError(f"{where} does not fit the model ({what}); it must hold one tensor per model "
+                             f"parameter: {', '.join(list(params)[:6])}")
+    for k, v in params.items():
+        if tuple(init[k].shape) != tuple(v.shape):
+            raise DataReconError(f"{where}: {k} has shape {tuple(init[k].shape)}, the model's is {tuple(v.shape)}; "
+                                 "pass the initialisation of this architecture")
+        if not init[k].dtype.is_floating_point or not bool(torch.isfinite(init[k]).all()):
+            raise DataReconError(f"{where}: {k} is not a finite float tensor; pass the initialisation as floats")
+
+
+def resolve_known_init(spec: str, params: Mapping[str, torch.Tensor], *, model_meta: Mapping[str, Any] | None,
+                       base_dir: str | Path | None = None) -> KnownInit:
+    """θ_init from ``spec`` (``seed:N`` or a safetensors file), checked against the target.
+
+    Args:
+        spec: :attr:`KnowledgeSettings.known_init`.
+        params: θ* (names and shapes to match).
+        model_meta: the model directory's model.json (architecture, recorded ``init_sha256``), or
+            None for a model without a model directory (then only a file is possible).
+        base_dir: folder a relative path is resolved against (default: the current folder).
+
+    Returns:
+        :class:`KnownInit` in the dtype of ``params``.
+
+    Raises:
+        DataReconError: ``seed:N`` without a model directory; a file that is missing, not
+            safetensors, or misses / misshapes a parameter; a hash that differs from the one the
+            model directory records.
+    """
+    from datarecon.utils.io import load_tensors
+
+    dtype = next(iter(params.values())).dtype
+    device = next(iter(params.values())).device
+    match = _SEED.match(spec)
+    if match:
+        if model_meta is None or "arch" not in model_meta:
+            raise DataReconError(f"known_init {spec} needs a model directory to rebuild the architecture from; "
+                                 "for your own model pass a safetensors file of θ_init (--known-init FILE)")
+        from datarecon.models.spec import ArchSpec, build_model
+
+        arch = ArchSpec.model_validate(model_meta["arch"])
+        net = build_model(arch, generator=torch.Generator().manual_seed(int(match.group(1))), dtype=torch.float64)
+        init = {k: v.detach() for k, v in net.named_parameters()}
+        where, source = f"known_init {spec}", spec
+    else:
+        path = Path(spec)
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        if not path.is_file():
+            raise DataReconError(f"known_init file {path} not found; pass seed:N or the path of a safetensors file "
+                                 "with the model's initial parameters")
+        init = load_tensors(path)  # refuses pickles and non-safetensors files with one line
+        where, source = f"known_init file {path}", str(path.resolve())
+    _check_fits(init, params, where)
+    digest = init_digest(init)
+    recorded = (model_meta or {}).get("init_sha256")
+    if recorded and recorded != digest:
+        hint = (f"the model was trained with seed {model_meta.get('seed')}" if model_meta and
+                model_meta.get("seed") is not None else "pass the initialisation the model was trained from")
+        raise DataReconError(f"{where} is not the initialisation this model was trained from (sha256 "
+                             f"{digest[:12]} vs recorded {recorded[:12]}); {hint}")
+    return KnownInit(params={k: init[k].to(device=device, dtype=dtype) for k in params}, sha256=digest,
+                     source=source)
+
+
+def attack_uses(attack: Any) -> tuple[str, ...]:
+    """What an attack class or instance declares it uses (``uses``; default: the weights only)."""
+    return tuple(getattr(attack, "uses", ("weights",)))
+
+
+def threat_model(settings: KnowledgeSettings, known: KnownInit | None, *, uses: tuple[str, ...],
+                 requires: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The run.json record of the attacker's knowledge and what the attack used of it.
+
+    Returns:
+        ``{"weights": True, "known_init": {"source", "sha256"} | None, "n": int | None,
+        "used": [...], "summary": one line}``.
+    """
+    has = {"weights": True, "known_init": known is not None, "n": settings.n is not None}
+    used = [item for item in KNOWLEDGE_ITEMS if item in uses and has[item]]
+    parts = ["weights θ*, architecture, loss, input range, label set"]
+    if known is not None:
+        parts.append(f"initialisation θ_init ({known.source})")
+    if settings.n is not None:
+        parts.append(f"n = {settings.n}")
+    unused = [item for item in KNOWLEDGE_ITEMS if has[item] and item not in used]
+    summary = "attacker knows: " + "; ".join(parts) + (f" (not used by this attack: {', '.join(unused)})"
+                                                        if unused else "")
+    return {"weights": True, "known_init": None if known is None else {"source": known.source, "sha256": known.sha256},
+            "n": settings.n, "used": used, "requires": list(requires), "summary": summary}

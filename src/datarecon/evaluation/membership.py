@@ -1,0 +1,183 @@
+"""How well an attacker-side score tells members from non-members, reported as LiRA reports it.
+
+Ground truth enters here: the scores of images known to be training images (members) and of
+images known not to be (non-members: held-out images of the same distribution, or reconstructions
+known to be fake). Reported: ROC AUC with a stratified bootstrap 95 % interval, and the TPR at
+low FPR (1 % and 0.1 %) with its own bootstrap interval. A TPR at FPR f is only *estimable* with
+at least 1/f negatives (100 for 1 %, 1000 for 0.1 %): below that the lowest non-zero FPR on the
+curve is above f, and "TPR at 0.1 %" would be the TPR at FPR 0 of a few dozen images, so it is
+reported as ``None`` with the reason (Carlini et al. 2022 report TPR at low FPR only with enough
+negatives to resolve it).
+
+Pure functions of score arrays; :func:`membership_roc` is the one entry point.
+
+References:
+    Carlini, Chien, Nasr, Song, Terzis, Tramèr (2022), "Membership Inference Attacks From First
+    Principles" (TPR at low FPR); Efron & Tibshirani (1993), ch. 13 (percentile bootstrap).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from datarecon.errors import DataReconError
+from datarecon.evaluation.privacy import LOW_FPRS, bootstrap_auc_ci, roc_auc, roc_curve, tpr_at_fpr
+
+__all__ = ["MembershipROC", "calibrated_threshold", "membership_roc", "min_negatives"]
+
+#: Bootstrap resamples of the intervals, and their seed (same data, same interval).
+N_BOOT, BOOT_SEED = 1000, 0
+
+
+def min_negatives(fpr: float) -> int:
+    """Fewest negatives at which a TPR at ``fpr`` can be read off the ROC curve: ⌈1/fpr⌉."""
+    return int(np.ceil(1.0 / fpr - 1e-9))
+
+
+def calibrated_threshold(null: np.ndarray, fpr: float) -> float:
+    """The lowest score threshold that at most a fraction ``fpr`` of the null scores reach (≥ counts).
+
+    Scores ≥ the threshold are called members; +inf when no finite threshold keeps the rate.
+    """
+    s = np.sort(np.asarray(null, dtype=float))[::-1]
+    allowed = int(np.floor(fpr * s.size + 1e-9))  # this many null scores may pass
+    if s.size == 0:
+        return float("inf")
+    if allowed >= s.size:
+        return float(s[-1])
+    # the (allowed+1)-th largest null score must fail: threshold just above it
+    return float(np.nextafter(s[allowed], np.inf))
+
+
+@dataclass(frozen=True)
+class MembershipROC:
+    """Separation of members from non-members by one score (higher = member).
+
+    Attributes:
+        name: the score's name.
+        n_members, n_nonmembers: class sizes.
+        auc: ROC AUC (ties one half); NaN with an empty class.
+        auc_ci: (low, high) stratified bootstrap 95 % interval, or None.
+        tpr_at: ``{fpr: TPR or None}`` (None: not estimable, see ``notes``).
+        tpr_ci: ``{fpr: (low, high) or None}``.
+        thresholds: ``{fpr: score threshold}`` calibrated on the non-members (at most fpr pass).
+        notes: why a number is missing or approximate.
+    """
+
+    name: str
+    n_members: int
+    n_nonmembers: int
+    auc: float
+    auc_ci: tuple[float, float] | None
+    tpr_at: dict[float, float | None]
+    tpr_ci: dict[float, tuple[float, float] | None]
+    thresholds: dict[float, float]
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"name": self.name, "n_members": self.n_members, "n_nonmembers": self.n_nonmembers,
+                "auc": self.auc, "auc_ci": list(self.auc_ci) if self.auc_ci else None,
+                "tpr_at_fpr": {str(k): v for k, v in self.tpr_at.items()},
+                "tpr_ci": {str(k): (list(v) if v else None) for k, v in self.tpr_ci.items()},
+                "thresholds": {str(k): v for k, v in self.thresholds.items()}, "notes": list(self.notes)}
+
+    def line(self) -> str:
+        """One line for a terminal or a report card."""
+        if not np.isfinite(self.auc):
+            return f"{self.name}: not measurable ({'; '.join(self.notes)})"
+        ci = f" (95% CI {self.auc_ci[0]:.3f}-{self.auc_ci[1]:.3f})" if self.auc_ci else ""
+        parts = [f"{self.name}: AUC {self.auc:.3f}{ci}"]
+        for f, t in self.tpr_at.items():
+            parts.append(f"TPR {t:.3f} at {f:.1%} FPR" if t is not None else f"TPR at {f:.1%} FPR not estimable "
+                         f"({self.n_nonmembers} non-members, needs {min_negatives(f)})")
+        return ", ".join(parts)
+
+
+def _tpr_bootstrap(pos: np.ndarray, neg: np.ndarray, fpr: float, rng: np.random.Generator,
+                   n_boot: int) -> tuple[float, float]:
+    vals = np.empty(n_boot)
+    lab = np.r_[np.ones(pos.size, bool), np.zeros(neg.size, bool)]
+    for b in range(n_boot):
+        p = pos[rng.integers(0, pos.size, pos.size)]
+        q = neg[rng.integers(0, neg.size, neg.size)]
+        f, t, _ = roc_curve(lab, np.r_[p, q])
+        vals[b] = tpr_at_fpr(f, t, fpr)
+    return float(np.quantile(vals, 0.025)), float(np.quantile(vals, 0.975))
+
+
+def membership_roc(members: Any, nonmembers: Any, *, name: str = "score", fprs: tuple[float, ...] = LOW_FPRS,
+                   n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> MembershipROC:
+    """ROC AUC with its interval and the TPR at each of ``fprs`` where estimable.
+
+    Args:
+        members: (P,) scores of known members (higher = member).
+        nonmembers: (N,) scores of known non-members.
+        name: the score's name.
+        fprs: false-positive rates of the TPRs (each needs ≥ 1/fpr non-members).
+        n_boot, seed: bootstrap resamples and seed.
+
+    Raises:
+        DataReconError: scores that are not finite numbers.
+    """
+    pos = np.asarray(members, dtype=float).reshape(-1)
+    neg = np.asarray(nonmembers, dtype=float).reshape(-1)
+    if not (np.isfinite(pos).all() and np.isfinite(neg).all()):
+        raise DataReconError(f"membership score {name!r} has non-finite values; check the images and the model")
+    notes: list[str] = []
+    if pos.size == 0 or neg.size == 0:
+        notes.append(f"{pos.size} members and {neg.size} non-members: one class is empty")
+        return MembershipROC(name, pos.size, neg.size, float("nan"), None, {f: None for f in fprs},
+                             {f: None for f in fprs}, {f: calibrated_threshold(neg, f) for f in fprs}, notes)
+    labels = np.r_[np.ones(pos.size, bool), np.zeros(neg.size, bool)]
+    scores = np.r_[pos, neg]
+    auc = roc_auc(labels, scores)
+    ci = bootstrap_auc_ci(labels, scores, n_boot=n_boot, generator=seed)
+    fpr, tpr, _ = roc_curve(labels, scores)
+    rng = np.random.default_rng(seed + 1)
+    tprs: dict[float, float | None] = {}
+    tcis: dict[float, tuple[float, float] | None] = {}
+    for f in fprs:
+        if neg.size < min_negatives(f):
+            tprs[f], tcis[f] = None, None
+            notes.append(f"TPR at {f:g} FPR not estimable: {neg.size} non-members, needs at least {min_negatives(f)}")
+        else:
+            tprs[f] = tpr_at_fpr(fpr, tpr, f)
+            tcis[f] = _tpr_bootstrap(pos, neg, f, rng, n_boot)
+    return MembershipROC(name, int(pos.size), int(neg.size), auc, ci, tprs, tcis,
+                         {f: calibrated_threshold(neg, f) for f in fprs}, notes)
+
+
+def candidate_roc(train_similarity: Any, threshold: float, scores: dict[str, Any]) -> dict[str, Any]:
+    """Among one attack's candidates, do attacker-side scores single out those that reconstruct?
+
+    A candidate *reconstructs* when its SSIM to its nearest training image exceeds ``threshold``
+    (the headline's max(0.4, t)); each score (higher = more trusted) is then judged by
+    :func:`membership_roc` with the reconstructing candidates as positives.
+
+    Args:
+        train_similarity: (M,) each candidate's best SSIM to the training set.
+        threshold: the headline threshold.
+        scores: ``{name: (M,)}`` attacker-side scores.
+
+    Returns:
+        JSON-ready: ``threshold``, ``positives``, ``negatives``, ``signals`` (name → ROC summary),
+        ``best`` (the signal with the highest AUC whose interval excludes 0.5, or None).
+    """
+    sim = np.asarray(train_similarity, dtype=float).reshape(-1)
+    pos = sim > threshold
+    signals: dict[str, Any] = {}
+    best, best_auc = None, -1.0
+    for name, values in scores.items():
+        v = np.asarray(values, dtype=float).reshape(-1)
+        if v.size != sim.size or not np.isfinite(v).all():
+            continue
+        roc = membership_roc(v[pos], v[~pos], name=name)
+        signals[name] = roc.summary()
+        if roc.auc_ci is not None and roc.auc_ci[0] > 0.5 and roc.auc > best_auc:
+            best, best_auc = name, roc.auc
+    return {"threshold": float(threshold), "positives": int(pos.sum()), "negatives": int((~pos).sum()),
+            "signals": signals, "best": best}

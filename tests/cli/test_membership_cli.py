@@ -1,0 +1,110 @@
+"""``datarecon membership`` and the attacker-knowledge options: results, and bad input that writes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from datarecon.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A digits MLP trained from a small initialisation (model.json records its init hash)."""
+    from datarecon.data import DataSpec
+    from datarecon.training.target import ArchConfig, TrainConfig, train_target
+
+    out = tmp_path_factory.mktemp("membership") / "model"
+    cfg = TrainConfig(data=DataSpec(dataset="digits", task="odd-even", n_per_class=10, n_heldout_per_class=60),
+                      arch=ArchConfig(name="mlp", hidden=(200,), bias=False), loss="logistic", lr=0.5,
+                      epochs=300, dtype="float64")
+    train_target(cfg, out=out, progress=False)
+    return out
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_evaluate_with_a_known_initialisation_separates_members(trained, capsys, tmp_path):
+    """A standard-initialised MLP: W alone hides the training span, W − W_init reveals it."""
+    out = tmp_path / "m.json"
+    assert main(["membership", "--model", str(trained), "--evaluate", "--known-init", "seed:0",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "initialisation θ_init (seed:0)" in text and "AUC 1.000" in text and "TPR 1.000 at 1.0% FPR" in text
+    result = json.loads(out.read_text())
+    assert result["subspace"]["matrix"] == "W - a*W_init" and result["subspace"]["k"] == 20
+    assert result["roc"]["tpr_at_fpr"]["0.001"] is None  # 120 non-members cannot resolve 0.1 %
+    assert main(["membership", "--model", str(trained), "--evaluate"]) == 0
+    weights_only = capsys.readouterr().out
+    assert "AUC 1.000" not in weights_only  # the default initialisation is as large as the change
+
+
+def test_images_are_called_against_a_visible_null(trained, capsys, tmp_path):
+    from datarecon.data import DataSpec, load_task
+    from datarecon.models.checkpoint import read_model_meta
+
+    task = load_task(DataSpec.model_validate(read_model_meta(trained)["data"]))
+    np.savez(tmp_path / "mine.npz", x=np.r_[task.train.x[:5].numpy(), task.heldout.x[:5].numpy()])
+    np.savez(tmp_path / "null.npz", x=task.heldout.x[5:].numpy())
+    out = tmp_path / "r.json"
+    assert main(["membership", "--model", str(trained), "--images", str(tmp_path / "mine.npz"),
+                 "--null", str(tmp_path / "null.npz"), "--known-init", "seed:0", "--fpr", "0.05",
+                 "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [r["member"] for r in result["images"]] == [True] * 5 + [False] * 5
+    assert result["null"]["count"] == 115 and "null.npz" in result["null"]["source"]
+    assert all(0 < r["p_value"] <= 1 for r in result["images"])
+    assert "5 of 10 images called members at 5.0% FPR" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "pass --images PATH (score your images) or --evaluate"),
+    (["--evaluate", "--images", "x.npz"], "one of them"),
+    (["--evaluate", "--known-init", "seed:1"], "is not the initialisation this model was trained from"),
+    (["--evaluate", "--known-init", "seed:x"], "seed:N"),
+    (["--evaluate", "--known-init", "init.safetensors"], "does not fit the model (missing"),
+    (["--evaluate", "--known-init", "absent.safetensors"], "not found"),
+    (["--evaluate", "--known-n", "100000"], "subspace rank n=100000 is not possible"),
+    (["--images", "wrong.npz"], "do not fit the model's input 1x8x8"),
+    (["--images", "range.npz"], "pass display-space images in [0, 1]"),
+    (["--images", "ok.npz", "--fpr", "2"], "--fpr must lie in (0, 1)"),
+], ids=["neither", "both", "init-hash", "init-form", "init-keys", "init-missing", "rank-too-large", "image-shape",
+        "image-range", "fpr"])
+def test_bad_input_is_one_line_and_writes_nothing(trained, tmp_path, capsys, monkeypatch, args, message):
+    from safetensors.torch import save_file
+
+    monkeypatch.chdir(tmp_path)
+    save_file({"1.weight": torch.zeros(200, 64, dtype=torch.float64)}, str(tmp_path / "init.safetensors"))
+    np.savez(tmp_path / "wrong.npz", x=np.zeros((2, 3, 8, 8)))
+    np.savez(tmp_path / "range.npz", x=np.full((2, 1, 8, 8), 3.0))
+    np.savez(tmp_path / "ok.npz", x=np.zeros((2, 1, 8, 8)))
+    before, model_before = _snapshot(tmp_path), _snapshot(trained)
+    code = main(["membership", "--model", str(trained), "--out", "result.json", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error:") and message in err[0]
+    assert _snapshot(tmp_path) == before and _snapshot(trained) == model_before
+
+
+def test_reconstruct_refuses_knowledge_it_cannot_use(trained, tmp_path, capsys):
+    code = main(["reconstruct", "--no-progress", "--model", str(trained), "--method", "loo", "--steps", "2",
+                 "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and "needs the initialisation" in err and not (tmp_path / "run").exists()
+    code = main(["reconstruct", "--no-progress", "--model", str(trained), "--known-init", "seed:3", "--steps", "2",
+                 "--out", str(tmp_path / "run")])
+    assert code == 2 and "the model was trained with seed 0" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    assert main(["reconstruct", "--no-progress", "--model", str(trained), "--known-init", "seed:0", "--known-n", "20",
+                 "--steps", "2", "--out", str(tmp_path / "run")]) == 0
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta["knowledge"]["known_init"]["source"] == "seed:0" and meta["knowledge"]["n"] == 20
+    assert meta["knowledge"]["used"] == ["weights", "known_init", "n"] and meta["subspace"]["k"] == 20
+    assert meta["run"]["knowledge"] == {"known_init": "seed:0", "n": 20}

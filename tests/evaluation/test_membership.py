@@ -1,0 +1,74 @@
+"""Membership ROC: toys whose answers are known, scikit-learn as the reference, the estimability rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from datarecon.errors import DataReconError
+from datarecon.evaluation.membership import calibrated_threshold, candidate_roc, membership_roc, min_negatives
+
+
+def test_perfect_separation():
+    r = membership_roc(np.linspace(1, 2, 50), np.linspace(-2, 0, 1200), name="toy")
+    assert r.auc == 1.0 and r.auc_ci == pytest.approx((1.0, 1.0))
+    assert r.tpr_at[0.01] == 1.0 and r.tpr_at[0.001] == 1.0 and r.tpr_ci[0.01] == (1.0, 1.0)
+    assert not r.notes
+
+
+def test_auc_and_tpr_match_independent_references():
+    rng = np.random.default_rng(0)
+    pos, neg = rng.normal(1.0, 1.0, 300), rng.normal(0.0, 1.0, 2000)
+    r = membership_roc(pos, neg)
+    labels = np.r_[np.ones(300), np.zeros(2000)]
+    assert r.auc == pytest.approx(roc_auc_score(labels, np.r_[pos, neg]), abs=1e-12)
+    # TPR at 1% FPR: the fraction of positives above the calibrated threshold of the negatives
+    thr = r.thresholds[0.01]
+    assert (neg >= thr).mean() <= 0.01
+    assert r.tpr_at[0.01] == pytest.approx((pos >= thr).mean(), abs=1e-12)
+    lo, hi = r.auc_ci
+    assert lo < r.auc < hi and hi - lo < 0.1
+    assert r.tpr_ci[0.01][0] <= r.tpr_at[0.01] <= r.tpr_ci[0.01][1]
+
+
+def test_identical_distributions_have_an_interval_around_one_half():
+    rng = np.random.default_rng(1)
+    r = membership_roc(rng.normal(size=400), rng.normal(size=400))
+    assert r.auc_ci[0] < 0.5 < r.auc_ci[1]
+
+
+def test_tpr_at_low_fpr_needs_enough_negatives():
+    r = membership_roc(np.ones(30), np.zeros(250))
+    assert r.tpr_at[0.01] == 1.0 and r.tpr_at[0.001] is None and r.tpr_ci[0.001] is None
+    assert any("needs at least 1000" in n for n in r.notes)
+    assert "not estimable (250 non-members, needs 1000)" in r.line()
+    assert min_negatives(0.01) == 100 and min_negatives(0.001) == 1000
+
+
+def test_empty_class_and_bad_scores():
+    r = membership_roc(np.ones(3), np.zeros(0))
+    assert np.isnan(r.auc) and "not measurable" in r.line()
+    with pytest.raises(DataReconError, match="non-finite"):
+        membership_roc(np.array([1.0, np.nan]), np.zeros(5))
+
+
+@pytest.mark.parametrize("fpr", [0.01, 0.05, 0.2])
+def test_calibrated_threshold_keeps_the_rate(fpr):
+    null = np.random.default_rng(2).normal(size=1000)
+    thr = calibrated_threshold(null, fpr)
+    assert (null >= thr).mean() <= fpr
+    assert (null >= np.nextafter(thr, -np.inf) - 1e-9).sum() >= (null >= thr).sum()
+    # ties: a null of equal scores passes entirely or not at all
+    assert calibrated_threshold(np.zeros(10), 0.05) > 0
+
+
+def test_candidate_roc_names_a_signal_only_when_its_interval_excludes_one_half():
+    rng = np.random.default_rng(3)
+    sim = np.r_[np.full(40, 0.6), np.full(160, 0.2)]  # 40 candidates reconstruct
+    good = np.r_[rng.normal(2, 1, 40), rng.normal(0, 1, 160)]
+    noise = rng.normal(size=200)
+    out = candidate_roc(sim, 0.4, {"good": good, "noise": noise})
+    assert out["positives"] == 40 and out["negatives"] == 160
+    assert out["best"] == "good" and out["signals"]["good"]["auc"] > 0.85
+    assert candidate_roc(sim, 0.4, {"noise": noise})["best"] is None
