@@ -218,6 +218,21 @@ def candidate_scores(ctx: SelectionContext) -> dict[str, torch.Tensor]:
     }
 
 
+def merge_duplicates(x: torch.Tensor, *, threshold: float) -> torch.Tensor:
+    """Keep-mask (m,) that drops near-duplicates: a candidate whose cosine to an earlier *kept*
+    candidate exceeds ``threshold`` is dropped (order = priority, e.g. best run first).
+
+    Attacker side: pooled runs of one target often find the same mixture many times, which only
+    inflates m (and a calibrated null with it).
+    """
+    c = cosine_matrix(x)
+    keep = torch.zeros(x.shape[0], dtype=torch.bool)
+    for i in range(x.shape[0]):
+        kept = torch.nonzero(keep).flatten()
+        keep[i] = kept.numel() == 0 or bool(c[i, kept].max() <= threshold)
+    return keep
+
+
 def select(ctx: SelectionContext) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, Any]]]:
     """(per-candidate scores, run-level criteria) for a finished attack."""
     return candidate_scores(ctx), evaluate_criteria(ctx)

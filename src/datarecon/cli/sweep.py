@@ -68,13 +68,18 @@ def pool_cmd(
     mode: Optional[str] = typer.Option(None, "--mode", help="min | max (default: the criterion's direction)"),
     sweep_id: Optional[str] = typer.Option(None, "--sweep", help="pool only this sweep id of the store"),
     out: Optional[Path] = typer.Option(None, "--out", help="pooled run directory (default DIR/pools/<hash>)"),
+    merge: Optional[float] = typer.Option(None, "--merge", help="drop candidates whose cosine to a kept one of a "
+                                          "better run exceeds this (near-duplicates; e.g. 0.95)"),
 ) -> None:
     """Pool the candidates of the K best runs (by an attacker-side criterion) into one run directory."""
     from datarecon.experiments.sweep import pool_candidates
 
     if mode not in (None, "min", "max"):
         raise DataReconError(f"--mode must be min or max, got {mode!r}")
-    path = pool_candidates(sweep_dir, top=top, criterion=criterion, mode=mode, sweep_id=sweep_id, out=out)
+    if merge is not None and not -1.0 < merge <= 1.0:
+        raise DataReconError(f"--merge is a cosine threshold in (-1, 1], got {merge}; e.g. 0.95")
+    path = pool_candidates(sweep_dir, top=top, criterion=criterion, mode=mode, sweep_id=sweep_id, out=out,
+                           merge=merge)
     typer.echo(f"pooled run: {path} (evaluate it with `datarecon evaluate {path}`)")
 
 

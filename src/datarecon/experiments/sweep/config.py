@@ -226,6 +226,8 @@ class SweepConfig(BaseModel):
         dtype, device: numerics of each run (``dtype`` None: the method's default, e.g. float32 for
             the KKT family, float64 for bilevel).
         search: what varies (:class:`SearchSpace`).
+        knowledge: what the attacker knows beyond θ* (every run of the sweep), as a run file's
+            ``knowledge``.
         budget: maximum number of runs (``None``: the full expansion).
         seed: drives the random draws (and the run seed when ``search.seeds`` is absent).
         selection: the attacker-side criterion used for the best-so-far display, ranking and pooling.
@@ -251,6 +253,15 @@ class SweepConfig(BaseModel):
     max_retries: int = Field(default=2, ge=0)
     resources: Resources = Field(default_factory=Resources)
     name: str = ""
+    knowledge: dict[str, Any] = Field(default_factory=dict, description="the attacker's knowledge beyond θ* "
+                                      "(known_init: seed:N or a file, n), as in a run file")
+
+    @field_validator("knowledge")
+    @classmethod
+    def _knowledge(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from datarecon.attacks.knowledge import KnowledgeSettings
+
+        return KnowledgeSettings.model_validate(v).model_dump(exclude_none=True)
 
     @field_validator("init")
     @classmethod
@@ -284,6 +295,7 @@ class RunSpec(BaseModel):
     seed: int = 0
     params: dict[str, Any] = Field(default_factory=dict)
     index: int = 0
+    knowledge: dict[str, Any] = Field(default_factory=dict)
 
     def attack_fields(self) -> dict[str, Any]:
         """The method config fields: ``attack`` plus ``steps`` and ``dtype`` where the method has them."""
@@ -296,15 +308,21 @@ class RunSpec(BaseModel):
         """This spec as a :class:`~datarecon.experiments.reconstruct.ReconstructionRun` (one-line errors)."""
         from datarecon.experiments.reconstruct import build_run
 
-        return build_run({"model": self.model_dir, "attack": {"method": self.method, **self.attack_fields()},
-                          "init": dict(self.init), "candidates": self.candidates, "seed": self.seed,
-                          "device": self.device, "checkpoint": {"every": checkpoint_every, "log_every": log_every}})
+        fields = {"model": self.model_dir, "attack": {"method": self.method, **self.attack_fields()},
+                  "init": dict(self.init), "candidates": self.candidates, "seed": self.seed,
+                  "device": self.device, "checkpoint": {"every": checkpoint_every, "log_every": log_every}}
+        if self.knowledge:
+            fields["knowledge"] = dict(self.knowledge)
+        return build_run(fields)
 
     def identity(self, *, model_id: str | None = None) -> dict[str, Any]:
         """What determines the run's result (the run key hashes this): no index/params/device/path."""
-        return {"model": model_id or self.model_dir, "method": self.method, "attack": self.attack,
-                "init": self.init, "candidates": self.candidates, "steps": self.steps, "dtype": self.dtype,
-                "seed": self.seed}
+        out = {"model": model_id or self.model_dir, "method": self.method, "attack": self.attack,
+               "init": self.init, "candidates": self.candidates, "steps": self.steps, "dtype": self.dtype,
+               "seed": self.seed}
+        if self.knowledge:  # absent for the weights-only attacker: earlier run keys stay valid
+            out["knowledge"] = dict(self.knowledge)
+        return out
 
 
 # ---------------------------------------------------------------------------
@@ -372,7 +390,8 @@ def expand(config: SweepConfig, *, model_dir: str | None = None) -> list[RunSpec
     """
     base = {"model_dir": model_dir or config.model_dir, "method": config.method, "attack": dict(config.attack),
             "init": dict(config.init), "candidates": config.candidates, "steps": config.steps,
-            "dtype": config.dtype or method_dtype(config.method), "device": config.device}
+            "dtype": config.dtype or method_dtype(config.method), "device": config.device,
+            "knowledge": dict(config.knowledge)}
     points = grid_points(config.search.grid)
     seeds = config.search.seed_list(config.seed)
     specs: list[RunSpec] = []

@@ -41,7 +41,8 @@ def rank_runs(store: Store, *, criterion: str, mode: str | None = None, sweep_id
 
 
 def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relative_residual",
-                    mode: str | None = None, sweep_id: str | None = None, out: str | Path | None = None) -> Path:
+                    mode: str | None = None, sweep_id: str | None = None, out: str | Path | None = None,
+                    merge: float | None = None) -> Path:
     """Gather the candidates of the ``top`` best runs of a store into a pooled run directory.
 
     Args:
@@ -51,6 +52,9 @@ def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relati
         mode: ``min``/``max``; default: the criterion's registered direction.
         sweep_id: restrict to one sweep of the store (default: every run in it).
         out: the pooled run directory (default ``<sweep_dir>/pools/<hash of the sources>``).
+        merge: drop a candidate whose cosine to a kept candidate of a better-ranked run (or an earlier
+            one of the same run) exceeds this (:func:`datarecon.attacks.selection.merge_duplicates`);
+            None: keep all.
 
     Returns:
         The pooled run directory: ``candidates.safetensors`` with ``x``, ``labels``, ``multipliers``,
@@ -91,6 +95,15 @@ def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relati
     pooled["source"] = torch.cat([torch.full((p["x"].shape[0],), i, dtype=torch.int64) for i, p in enumerate(parts)])
     config = {"top": top, "criterion": criterion, "mode": direction, "sweep_id": sweep_id,
               "sources": [s["key"] for s in sources]}
+    merged = 0
+    if merge is not None:
+        from datarecon.attacks.selection import merge_duplicates
+
+        keep = merge_duplicates(pooled["x"], threshold=merge)
+        merged = int((~keep).sum())
+        pooled = {k: v[keep] for k, v in pooled.items()}
+        offset = int(keep.sum())
+        config["merge"] = merge
     key = config_hash(config)
     pool_dir = Path(out) if out is not None else store.pool_dir(key)
     pool_dir.mkdir(parents=True, exist_ok=True)
@@ -101,7 +114,8 @@ def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relati
         "versions": versions(), "status": Status.COMPLETE, "steps_done": 0, "wall_time_s": 0.0, "m": offset,
         "final": {}, "selection": {criterion: {"value": best, "better": "lower" if direction == "min" else "higher",
                                                "doc": f"best source run's {criterion}"}},
-        "extra": {"sources": sources, "created": time.time()},
+        "extra": {"sources": sources, "created": time.time(), **({"merged_duplicates": merged}
+                                                                  if merge is not None else {})},
     })
     if pool_dir.parent == store.root / "pools":
         from datarecon.experiments.store import row_from_dir
