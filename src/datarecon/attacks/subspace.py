@@ -341,8 +341,8 @@ def analyse(model: nn.Module, params: Mapping[str, torch.Tensor], *,
         generator: seeds the randomized SVD.
 
     Returns:
-        :class:`SubspaceAnalysis`; its spectrum holds at least 2·k values (for the scree plot and
-        the estimate) when the layer has that many.
+        :class:`SubspaceAnalysis`; its spectrum holds at least k + max(16, k/4) values (for the scree
+        plot and the estimate) when the layer has that many.
 
     Raises:
         DataReconError: no dense layer; k or n larger than the layer allows.
@@ -358,8 +358,9 @@ def analyse(model: nn.Module, params: Mapping[str, torch.Tensor], *,
         coefficient = init_coefficient(params[layer.weight], known_init[layer.weight])
     matrix, a = layer_matrix(params, layer, known_init=known_init, coefficient=coefficient)
     want = k or n
-    # n known: 2n values; else start with 64 and double until the elbow sits well inside them
-    q: int | None = min(full_rank, max(2 * want, want + 32) if want is not None else INITIAL_SEARCH)
+    # n known: n + n/4 values (the elbow and a margin for the scree plot: the randomized SVD's cost grows
+    # with them, benchmarks/bench_subspace.py); else start with 64 and double until the elbow is inside
+    q: int | None = min(full_rank, want + max(16, want // 4) if want is not None else INITIAL_SEARCH)
     while True:
         spec = layer_spectrum(matrix, q=q, generator=generator)
         rank = estimate_rank(spec, noise_std=None if known_init is not None else init_std)

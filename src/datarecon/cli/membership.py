@@ -25,7 +25,7 @@ def membership(
     null: Path | None = typer.Option(None, "--null", help="images known NOT to be training images, to calibrate "
                                      "the threshold on (default: the model's held-out test images)"),
     evaluate: bool = typer.Option(False, "--evaluate", help="measure the test on the model's own training vs "
-                                  "held-out images (ROC AUC, TPR at 1% and 0.1% FPR)"),
+                                  "held-out and partition images (ROC AUC, TPR at 1% and 0.1% FPR)"),
     known_init: str | None = typer.Option(None, "--known-init", help="the attacker knows θ_init: seed:N or a "
                                           "safetensors file (subtracted from the first layer)"),
     known_n: int | None = typer.Option(None, "--known-n", help="the attacker knows n (the subspace dimension)"),
@@ -56,7 +56,7 @@ def membership(
         sub = result["subspace"]
         typer.echo(f"subspace: layer {sub['layer']} ({sub['matrix']}), k = {sub['k']}, n estimate "
                    f"{sub['rank']['n_hat']} (interval {sub['rank']['interval'][0]}-{sub['rank']['interval'][1]})")
-        typer.echo(f"training vs held-out images, {result['line']}")
+        typer.echo(f"training images vs {result['roc']['n_nonmembers']} held-out and partition images, {result['line']}")
         d = result["distances"]
         typer.echo(f"median distance: training {d['members_median']:.3g}, held-out {d['nonmembers_median']:.3g}")
     else:

@@ -12,9 +12,10 @@ Two uses:
   (images known not to be members: by default the model's held-out test images, read through its
   data spec) and a member / non-member call at a chosen false-positive rate, the threshold being
   calibrated on that null;
-* :func:`evaluate_membership`: the power of the test on the model's own training images against its
-  held-out images (ground truth: an evaluation), as ROC AUC with a bootstrap interval and TPR at
-  1 % / 0.1 % FPR (:func:`datarecon.evaluation.membership.membership_roc`).
+* :func:`evaluate_membership`: the power of the test on the model's own training images against the
+  images its data spec names as non-members (held-out test images and the disjoint partition;
+  ground truth: an evaluation), as ROC AUC with a bootstrap interval and TPR at 1 % / 0.1 % FPR
+  (:func:`datarecon.evaluation.membership.membership_roc`).
 
 Model directories only (their normalisation maps display images to model inputs); a user's own
 ``nn.Module`` is scored in Python with :func:`~datarecon.attacks.subspace.subspace_scores` on a
@@ -150,7 +151,7 @@ def score_images(model_dir: str | Path, images: str | Path, *, null: str | Path 
 
 def evaluate_membership(model_dir: str | Path, *, knowledge: KnowledgeSettings | None = None,
                         data_dir: str | Path | None = None) -> dict[str, Any]:
-    """The test's power on the model's own training images vs its held-out images (ground truth).
+    """The test's power on the model's own training images vs its held-out and partition images (ground truth).
 
     Returns:
         JSON-ready: ``roc`` (:meth:`~datarecon.evaluation.membership.MembershipROC.summary`),
@@ -167,7 +168,8 @@ def evaluate_membership(model_dir: str | Path, *, knowledge: KnowledgeSettings |
     if len(task.heldout) == 0:
         raise DataReconError(f"{model_dir} was trained without held-out images (n_heldout_per_class 0); retrain "
                              "with --n-heldout-per-class, or score images against your own --null")
-    s_in, s_out = setup.scores(task.train.x), setup.scores(task.heldout.x)
+    outside = torch.cat([task.heldout.x, task.partition.x]) if len(task.partition) else task.heldout.x
+    s_in, s_out = setup.scores(task.train.x), setup.scores(outside)
     roc = membership_roc(s_in, s_out, name="subspace")
     return {"model": str(model_dir), "roc": roc.summary(), "line": roc.line(),
             "distances": {"members_median": float(np.median(-s_in)), "nonmembers_median": float(np.median(-s_out))},

@@ -399,6 +399,7 @@ def _tables_piece(cfg: RunkelConfig) -> Piece:
         write_csv(d / "table1.csv", t1)
         write_csv(d / "nearest.csv", nearest_rows(ctx, settings))
         write_csv(d / "privacy.csv", privacy_rows(ctx, settings))
+        write_csv(d / "real_vs_fake.csv", real_vs_fake_rows(ctx))
         lrows = []
         for method in ("bilevel", "decoreco"):
             for (l1, l2), met in landscape_results(ctx, cfg, method).items():
@@ -406,7 +407,8 @@ def _tables_piece(cfg: RunkelConfig) -> Piece:
                 row.update({f"mean_l2_{k}": finite(v) for k, v in (met.get("mean_l2_to_nearest") or {}).items()})
                 lrows.append(row)
         write_csv(d / "landscape.csv", lrows)
-        return {"table1": t1, "files": ["table1.csv", "nearest.csv", "privacy.csv", "landscape.csv"]}
+        return {"table1": t1, "files": ["table1.csv", "nearest.csv", "privacy.csv", "real_vs_fake.csv",
+                                        "landscape.csv"]}
 
     return Piece(key="tables", run=run, spec={"grid": list(g)}, deps=tuple(settings + land), kind="table")
 
@@ -460,6 +462,38 @@ def privacy_rows(ctx: Context, keys: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def real_vs_fake_rows(ctx: Context) -> list[dict[str, Any]]:
+    """Runkel's question, pooled: the bilevel reconstructions started at the training images and those
+    started at the partition images of one model, labelled real / fake by the evaluation's rule; per
+    attacker-side score, the ROC AUC (bootstrap 95 % interval) and TPR at 1 % / 0.1 % FPR, or "not
+    estimable" with too few fakes (:func:`datarecon.evaluation.membership.membership_roc`)."""
+    import csv
+
+    from datarecon.evaluation.membership import membership_roc
+
+    rows = []
+    for model in MODELS:
+        cands: list[dict[str, str]] = []
+        for init in ("ground-truth", "partition"):
+            path = ctx.dir(f"eval/bilevel/{model}/{init}") / "candidates.csv"
+            if path.is_file():
+                with open(path, encoding="utf-8") as fh:
+                    cands += list(csv.DictReader(fh))
+        if not cands or "real" not in cands[0]:
+            continue
+        real = [r["real"] == "1" for r in cands]
+        for name in sorted(k for k in cands[0] if k.startswith("score_")):
+            values = [float(r[name]) for r in cands]
+            roc = membership_roc([v for v, t in zip(values, real, strict=True) if t],
+                                 [v for v, t in zip(values, real, strict=True) if not t], name=name[6:])
+            rows.append({"model": model, "score": roc.name, "n_real": roc.n_members, "n_fake": roc.n_nonmembers,
+                         "auc": finite(roc.auc), "auc_ci_low": roc.auc_ci[0] if roc.auc_ci else None,
+                         "auc_ci_high": roc.auc_ci[1] if roc.auc_ci else None,
+                         **{f"tpr_at_fpr_{f:g}": (finite(t) if t is not None else "not estimable")
+                            for f, t in roc.tpr_at.items()}})
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------
 # report
 
@@ -505,7 +539,10 @@ def report_sections(ctx: Context, cfg: RunkelConfig, *, scale: str, timings: Map
                 text=["A candidate is real iff its nearest training image is closer (SSIM) than every held-out "
                       "image and beats the best SSIM any of the noise-floor images reach. Scores are attacker-side "
                       "only (margin, multiplier λ, contribution, uniqueness)."],
-                tables=[table(t / "privacy.csv", "ROC AUC and TPR at low FPR per setting and score")]),
+                tables=[table(t / "privacy.csv", "ROC AUC and TPR at low FPR per setting and score"),
+                        table(t / "real_vs_fake.csv", "Real vs fake, pooled per model: bilevel reconstructions "
+                              "from ground-truth and partition starts; the subspace score is the distance to the "
+                              "first layer's training subspace (attacker side)")]),
         Section(title="Timings", tables=[Table(caption="wall time per piece kind (s, this invocation)",
                                                header=["kind", "seconds"],
                                                rows=[[k, v] for k, v in timings.items()])]),

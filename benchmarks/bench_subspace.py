@@ -1,0 +1,72 @@
+"""Time of the subspace analysis of a first layer at Runkel's paper width (issue 24: ≤ 2 s on one core).
+
+A float32 6144 × 3072 layer W = A X + s·E (X: n random "images", E: an i.i.d. initialisation of
+std s) is analysed with n known (the top 2n singular values and n basis vectors by
+``torch.svd_lowrank``, what :func:`datarecon.attacks.subspace.analyse` does) for n in --n, and with
+n unknown (the doubling search); a full ``torch.linalg.svd`` with vectors is timed for comparison.
+Each timing is the median of --repeats runs in one process; the recovered rank is checked.
+
+    python benchmarks/bench_subspace.py --threads 1
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from _common import base_parser, machine, results_path, write_results
+
+
+def layer(n: int, *, h: int, d: int, std: float, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    a = torch.randn(h, n, generator=g) / n ** 0.5
+    return a @ x + std * torch.randn(h, d, generator=g)
+
+
+def timed(fn, repeats: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def main() -> None:
+    ap = base_parser(__doc__, quick_help="n = 100 only, 1 repeat", repeats_help="repeats per timing (default 3)")
+    ap.add_argument("--n", type=int, nargs="+", default=[100, 250, 500])
+    ap.add_argument("--height", type=int, default=6144)
+    ap.add_argument("--width", type=int, default=3072)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads or 1)
+    repeats = 1 if args.quick else (args.repeats or 3)
+    ns = [100] if args.quick else args.n
+    from datarecon.attacks.subspace import analyse
+
+    h, d = args.height, args.width
+    model = nn.Sequential(nn.Flatten(), nn.Linear(d, h, bias=False), nn.ReLU(), nn.Linear(h, 1, bias=False))
+    rows = []
+    for n in ns:
+        w = layer(n, h=h, d=d, std=1e-3)
+        params = {"1.weight": w, "3.weight": torch.ones(1, h)}
+        known, an = timed(lambda: analyse(model, params, n=n, generator=torch.Generator().manual_seed(0)), repeats)
+        unknown, an2 = timed(lambda: analyse(model, params, generator=torch.Generator().manual_seed(0)), repeats)
+        rows.append({"n": n, "n_known_s": known, "n_unknown_s": unknown, "n_hat_known": an.rank.n_hat,
+                     "n_hat_unknown": an2.rank.n_hat, "searched_unknown": an2.rank.searched})
+        print(f"n = {n}: n known {known:.2f} s (n_hat {an.rank.n_hat}), n unknown {unknown:.2f} s "
+              f"(n_hat {an2.rank.n_hat}, {an2.rank.searched} values)", flush=True)
+    w = layer(ns[0], h=h, d=d, std=1e-3)
+    full, _ = timed(lambda: torch.linalg.svd(w, full_matrices=False), 1)
+    print(f"full SVD with vectors: {full:.2f} s")
+    write_results(results_path("subspace", quick=args.quick, out=args.out), benchmark="subspace", quick=args.quick,
+                  shape=[h, d], dtype="float32", rows=rows, full_svd_s=full, machine=machine(),
+                  load_average_after=[round(v, 2) for v in os.getloadavg()], date=time.strftime("%Y-%m-%d"))
+
+
+if __name__ == "__main__":
+    main()
