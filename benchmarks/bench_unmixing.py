@@ -90,10 +90,12 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
     attack_s = time.perf_counter() - t0
     metrics = evaluate_run(out, progress=False)
     rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
+    record = json.loads((out / "run.json").read_text())
     return {"variant": args.variant, "seed": args.seed, "model": str(args.model), "dataset": args.dataset,
             "n": n, "m": run.candidates, "steps": args.steps, "attack_wall_s": round(attack_s, 1),
-            "status": rec.status, "rel_residual": rel, **headline_row(metrics), "run": run.model_dump(mode="json"),
-            "machine": machine(), "date": time.strftime("%Y-%m-%d")}
+            "status": rec.status, "rel_residual": rel, "subspace": record.get("subspace"),
+            **headline_row(metrics), "run": run.model_dump(mode="json"), "machine": machine(),
+            "date": time.strftime("%Y-%m-%d")}
 
 
 def headline_row(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -96,7 +96,7 @@ class KKTConfig(_AttackConfigBase):
         default="auto", description="a in θ* − a·θ_init with a known initialisation: auto (1 without weight "
         "decay, fitted with it), fit, or a number")
     subspace: bool = Field(default=False, description="keep the candidates in the first dense layer's training "
-                           "subspace: x = V z with V from W1 (or W1 − a·W1_init), k = n if known else estimated")
+                           "subspace: x = V z with V from W1 (or W1 − a·W1_init), k from attacks.subspace.analyse")
     tv_weight: float = Field(default=0.0, ge=0, description="weight of a total-variation prior on the candidates")
     split_every: int = Field(default=0, ge=0, description="sample splitting (Shen et al. 2026) every N steps; 0: off")
     split_fraction: float = Field(default=0.1, gt=0, le=0.5, description="fraction of candidates split each time")

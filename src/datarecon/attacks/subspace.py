@@ -59,6 +59,13 @@ LIKELIHOOD_INTERVAL = 2.0
 #: Singular values computed first when n is not known (doubled until the elbow is inside).
 INITIAL_SEARCH = 64
 
+#: Subspace dimension ÷ n (or the estimate's upper end) from the weights alone (1 with W_init known).
+WEIGHTS_ONLY_FACTOR = 2
+
+#: The search stops once the last computed singular value is at least this fraction of the one
+#: halfway: the spectrum has reached its flat floor (noise, or what training left outside the span).
+FLAT_TAIL = 0.6
+
 
 class _Stop(Exception):
     """Raised by the capture hook once the dense layer's input is known (the rest is not run)."""
@@ -297,7 +304,8 @@ class SubspaceAnalysis:
         layer: the layer analysed.
         spectrum: singular values (beyond the rank, for the scree plot) and basis.
         rank: the n estimate.
-        k: the dimension of the subspace used (n if known, else the upper end of the estimate).
+        k: the dimension of the subspace used: n (or the estimate's upper end) with W_init subtracted,
+            twice that from the weights alone.
         known_init: True when W_init was subtracted.
         coefficient: a in W − a·W_init (None without a known initialisation).
         n_known: the attacker's prior n, if given.
@@ -333,7 +341,8 @@ def analyse(model: nn.Module, params: Mapping[str, torch.Tensor], *,
     Args:
         model, params: the target's architecture and θ*.
         known_init: θ_init, when the attacker knows it.
-        n: the attacker's prior n (training-set size), if known: the subspace has k = n.
+        n: the attacker's prior n (training-set size), if known: the subspace has k = n with a known
+            initialisation, 2n from the weights alone (:data:`WEIGHTS_ONLY_FACTOR`).
         k: force the subspace dimension (overrides n and the estimate).
         fit_coefficient: fit a in W − a·W_init (:func:`init_coefficient`; for targets trained with
             weight decay); else a = 1.
@@ -357,19 +366,28 @@ def analyse(model: nn.Module, params: Mapping[str, torch.Tensor], *,
     if known_init is not None and fit_coefficient:
         coefficient = init_coefficient(params[layer.weight], known_init[layer.weight])
     matrix, a = layer_matrix(params, layer, known_init=known_init, coefficient=coefficient)
-    want = k or n
-    # n known: n + n/4 values (the elbow and a margin for the scree plot: the randomized SVD's cost grows
-    # with them, benchmarks/bench_subspace.py); else start with 64 and double until the elbow is inside
+    exact = known_init is not None
+    # the subspace dimension: n (or the estimate) when W_init was subtracted (the span is exact); twice
+    # that from the weights alone, where the weakest training directions sit among the initialisation's
+    # and an overestimate costs little (its extra directions are nearly orthogonal to natural images;
+    # measured in docs/RESULTS.md)
+    factor = 1 if exact else WEIGHTS_ONLY_FACTOR
+    want = k if k is not None else (None if n is None else factor * n)
+    # n known: the dimension + a margin (the randomized SVD's cost grows with the values computed,
+    # benchmarks/bench_subspace.py); else start with 64 and double until the computed spectrum ends in
+    # its flat floor (σ_q ≥ FLAT_TAIL·σ_{q/2})
     q: int | None = min(full_rank, want + max(16, want // 4) if want is not None else INITIAL_SEARCH)
     while True:
         spec = layer_spectrum(matrix, q=q, generator=generator)
-        rank = estimate_rank(spec, noise_std=None if known_init is not None else init_std)
-        if want is not None or q is None or q >= full_rank or rank.high < q // 2:
+        rank = estimate_rank(spec, noise_std=None if exact else init_std)
+        vals = spec.values
+        flat = vals.numel() < 2 or float(vals[-1]) >= FLAT_TAIL * float(vals[(vals.numel() - 1) // 2])
+        if want is not None or q is None or q >= full_rank or flat:
             break
         q = min(full_rank, 2 * q)
-    dim = k or n or max(rank.high, rank.above_noise or 0)
-    dim = min(dim, int(spec.values.numel()))
-    return SubspaceAnalysis(layer=layer, spectrum=spec, rank=rank, k=dim, known_init=known_init is not None,
+    dim = want if want is not None else factor * rank.high
+    dim = max(1, min(dim, int(spec.values.numel())))
+    return SubspaceAnalysis(layer=layer, spectrum=spec, rank=rank, k=dim, known_init=exact,
                             coefficient=a, n_known=n)
 
 

@@ -2,8 +2,9 @@
 
 The attacker's score (:func:`datarecon.attacks.subspace.subspace_scores`): minus the relative
 distance of the first dense layer's input for the image to the layer's training subspace — the top
-k right singular vectors of W (weights only) or of W − a·W_init (known initialisation), k = n when
-the attacker knows n, else the upper end of the estimate. A training image lies in the span
+k right singular vectors of W (weights only) or of W − a·W_init (known initialisation), k = n (or the
+upper end of its estimate) with W_init subtracted and twice that from the weights alone
+(:func:`datarecon.attacks.subspace.analyse`). A training image lies in the span
 (distance ≈ 0 with a known initialisation); an unseen image of the same distribution does not.
 
 Two uses:
