@@ -124,6 +124,12 @@ def test_resolve_refuses_what_does_not_fit(make_target, tmp_path):
         resolve_known_init(str(tmp_path / "init.safetensors"), params, model_meta={"init_sha256": "0" * 64})
     with pytest.raises(DataReconError, match="needs a model directory to rebuild the architecture"):
         resolve_known_init("seed:0", params, model_meta=None)
+    with pytest.raises(DataReconError, match="this model records none; pass seed:N"):
+        resolve_known_init("seed", params, model_meta={"arch": {}})
+    other_arch = {"arch": {"name": "mlp", "input_shape": [1, 4, 4], "hidden": [9], "bias": False},
+                  "seed": 0}  # the architecture rebuilt from seed:N does not fit the weights
+    with pytest.raises(DataReconError, match="known_init seed:0: 1.weight has shape \\(9, 16\\), the model's is"):
+        resolve_known_init("seed", params, model_meta=other_arch)
     with pytest.raises(DataReconError, match="not found"):
         resolve_known_init(str(tmp_path / "absent.safetensors"), params, model_meta=None)
     (tmp_path / "pickle.safetensors").write_bytes(b"\x80\x04K\x01.")

@@ -35,7 +35,7 @@ def _snapshot(root: Path) -> dict[str, str]:
 def test_evaluate_with_a_known_initialisation_separates_members(trained, capsys, tmp_path):
     """A standard-initialised MLP: W alone hides the training span, W − W_init reveals it."""
     out = tmp_path / "m.json"
-    assert main(["membership", "--model", str(trained), "--evaluate", "--known-init", "seed:0",
+    assert main(["membership", "--model", str(trained), "--evaluate", "--known-init", "seed",
                  "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "initialisation θ_init (seed:0)" in text and "AUC 1.000" in text and "TPR 1.000 at 1.0% FPR" in text

@@ -41,6 +41,8 @@ __all__ = ["KNOWLEDGE_ITEMS", "KnowledgeSettings", "KnownInit", "attack_uses", "
 KNOWLEDGE_ITEMS: tuple[str, ...] = ("weights", "known_init", "n")
 
 _SEED = re.compile(r"^seed:(\d+)$")
+#: ``known_init: seed``: the seed the model directory records (its training seed)
+RECORDED_SEED = "seed"
 
 
 class KnowledgeSettings(BaseModel):
@@ -48,8 +50,9 @@ class KnowledgeSettings(BaseModel):
 
     Attributes:
         known_init: the initialisation θ_init: ``"seed:N"`` (rebuilt from the model directory's
-            architecture with seed N) or the path of a safetensors file with the model's parameter
-            names; None: unknown (the weights-only attacker).
+            architecture with seed N), ``"seed"`` (with the seed the model directory records) or the
+            path of a safetensors file with the model's parameter names; None: unknown (the
+            weights-only attacker).
         n: the training-set size, if the attacker knows it (sets the subspace dimension and, when
             ``candidates`` is not given, nothing else).
     """
@@ -125,7 +128,7 @@ def resolve_known_init(spec: str, params: Mapping[str, torch.Tensor], *, model_m
     """θ_init from ``spec`` (``seed:N`` or a safetensors file), checked against the target.
 
     Args:
-        spec: :attr:`KnowledgeSettings.known_init`.
+        spec: :attr:`KnowledgeSettings.known_init` (``seed`` is the recorded seed).
         params: θ* (names and shapes to match).
         model_meta: the model directory's model.json (architecture, recorded ``init_sha256``), or
             None for a model without a model directory (then only a file is possible).
@@ -135,14 +138,21 @@ def resolve_known_init(spec: str, params: Mapping[str, torch.Tensor], *, model_m
         :class:`KnownInit` in the dtype of ``params``.
 
     Raises:
-        DataReconError: ``seed:N`` without a model directory; a file that is missing, not
-            safetensors, or misses / misshapes a parameter; a hash that differs from the one the
+        DataReconError: ``seed:N`` without a model directory, ``seed`` on a model that records no
+            seed; a file that is missing, not safetensors, or misses / misshapes a parameter (also a
+            rebuilt architecture that differs from the weights); a hash that differs from the one the
             model directory records.
     """
     from datarecon.utils.io import load_tensors
 
     dtype = next(iter(params.values())).dtype
     device = next(iter(params.values())).device
+    if spec == RECORDED_SEED:
+        recorded = (model_meta or {}).get("seed")
+        if model_meta is None or recorded is None:
+            raise DataReconError("known_init seed uses the seed the model directory records, and this model records "
+                                 "none; pass seed:N or a safetensors file of θ_init")
+        spec = f"seed:{int(recorded)}"
     match = _SEED.match(spec)
     if match:
         if model_meta is None or "arch" not in model_meta:

@@ -26,8 +26,9 @@ def membership(
                                      "the threshold on (default: the model's held-out test images)"),
     evaluate: bool = typer.Option(False, "--evaluate", help="measure the test on the model's own training vs "
                                   "held-out and partition images (ROC AUC, TPR at 1% and 0.1% FPR)"),
-    known_init: str | None = typer.Option(None, "--known-init", help="the attacker knows θ_init: seed:N or a "
-                                          "safetensors file (subtracted from the first layer)"),
+    known_init: str | None = typer.Option(None, "--known-init", help="the attacker knows θ_init: seed (the model's "
+                                          "recorded seed), seed:N or a safetensors file (subtracted from the first "
+                                          "layer)"),
     known_n: int | None = typer.Option(None, "--known-n", help="the attacker knows n (the subspace dimension)"),
     fpr: float = typer.Option(0.01, "--fpr", help="false-positive rate of the member call"),
     out: Path | None = typer.Option(None, "--out", help="write the full result as JSON"),

@@ -92,8 +92,8 @@ def reconstruct(
     runs: int = typer.Option(1, "--runs", help="K independent runs (seeds SEED..SEED+K-1) into OUT/run0..run<K-1>, "
                              "stepped together (kkt/decoreco: one batched gradient per step)"),
     batch_mode: str = typer.Option("batched", "--batch-mode", help="with --runs: batched | looped"),
-    known_init: str | None = typer.Option(None, "--known-init", help="the attacker knows θ_init: seed:N (rebuilt "
-                                          "from the model directory) or a safetensors file (knowledge.known_init)"),
+    known_init: str | None = typer.Option(None, "--known-init", help="the attacker knows θ_init: seed (the model's "
+                                          "recorded seed), seed:N or a safetensors file (knowledge.known_init)"),
     known_n: int | None = typer.Option(None, "--known-n", help="the attacker knows the training-set size n "
                                        "(knowledge.n)"),
 ) -> None:
