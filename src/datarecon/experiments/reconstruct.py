@@ -382,7 +382,7 @@ def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: Knowledg
     import dataclasses
 
     from datarecon.attacks.knowledge import resolve_known_init, threat_model
-    from datarecon.attacks.subspace import analyse
+    from datarecon.attacks.subspace import analyse, first_dense_layer
 
     known = None
     if knowledge.known_init is not None:
@@ -393,13 +393,15 @@ def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: Knowledg
 
         init_std = first_layer_init_std(ArchSpec.model_validate(model_meta["arch"]))
     try:
+        first_dense_layer(target.model, target.params)
+        has_dense = True
+    except DataReconError:  # no nn.Linear (CNN read-outs are analysed; other models may have none)
+        has_dense = False
+    analysis = None
+    if has_dense:
         analysis = analyse(target.model, target.params, known_init=None if known is None else known.params,
                            n=knowledge.n, fit_coefficient=target.weight_decay > 0, init_std=init_std,
                            generator=torch.Generator().manual_seed(SUBSPACE_SEED))
-    except DataReconError as exc:
-        if knowledge.n is not None and "not possible" in str(exc):
-            raise
-        analysis = None  # no dense layer: no subspace (CNN read-outs are analysed, other models may have none)
     prior = dataclasses.replace(prior, known_init=known, n=knowledge.n, subspace=analysis)
     return prior, threat_model(knowledge, known, uses=uses, requires=requires)
 
