@@ -40,6 +40,7 @@ __all__ = [
     "convergence_curve",
     "ssim_vs_margin",
     "roc_curves",
+    "scree_plot",
     "landscape_heatmaps",
     "interpolation_curves",
     "LANDSCAPE_SETS",
@@ -228,6 +229,45 @@ def ssim_vs_margin(ssim: Sequence[float | None], margin: Sequence[float], *,
     ax.set_xlabel("output margin of the training image")
     ax.set_ylabel("SSIM of its best reconstruction")
     ax.set_title(title or "SSIM vs margin", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def scree_plot(values: Sequence[float], *, n_hat: int | None = None, interval: Sequence[int] | None = None,
+               k: int | None = None, n_known: int | None = None, noise_edge: float | None = None,
+               title: str | None = None) -> Figure:
+    """Singular values of the first dense layer (log scale) with the estimate of n and the subspace used.
+
+    Args:
+        values: ``(q,)`` singular values, descending (``subspace.safetensors`` ``values``).
+        n_hat, interval: the elbow estimate of n and its likelihood interval.
+        k: the subspace dimension the attack used.
+        n_known: the attacker's prior n, if any.
+        noise_edge: the initialisation's noise edge (weights only), if known.
+        title: Axes title.
+    """
+    v = _clean(values)
+    fig, ax = plt.subplots(figsize=(5, 3.0))
+    idx = np.arange(1, v.size + 1)
+    ok = ~np.isnan(v) & (v > 0)
+    ax.plot(idx[ok], v[ok], color=series("reconstructions").color, lw=1.4)
+    if ok.any():
+        ax.set_yscale("log")
+    if interval is not None and len(interval) == 2:
+        ax.axvspan(interval[0], interval[1], color="gray", alpha=0.15, label=f"n estimate {interval[0]}-{interval[1]}")
+    if n_hat is not None:
+        ax.axvline(n_hat, color="gray", lw=0.9, ls="--", label=f"elbow n̂ = {n_hat}")
+    if k is not None:
+        ax.axvline(k, color=series("heldout").color, lw=0.9, ls=":", label=f"subspace k = {k}")
+    if n_known is not None:
+        ax.axvline(n_known, color="black", lw=0.8, ls="-.", label=f"known n = {n_known}")
+    if noise_edge is not None and noise_edge > 0:
+        ax.axhline(noise_edge, color="gray", lw=0.8, ls=":", label="initialisation's noise edge")
+    ax.set_xlabel("index of the singular value")
+    ax.set_ylabel("singular value")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    ax.set_title(title or "First dense layer: singular values (scree plot)", fontsize=9)
     fig.tight_layout()
     return fig
 
