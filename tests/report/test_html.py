@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import base64
 import dataclasses
 import io
@@ -79,6 +81,13 @@ def _fake_run(root: Path, name: str, lam: tuple[float, float] | None, seed: int,
     return run
 
 
+def _visible(html_text: str) -> str:
+    """The words a reader sees: no tags, no embedded images, no collapsed configuration."""
+    text = re.sub(r"<pre>.*?</pre>", " ", html_text, flags=re.S)
+    text = re.sub(r"<img[^>]*>", " ", text)
+    return re.sub(r"<[^>]+>", " ", text)
+
+
 def test_write_report_sections(tmp_path):
     png = figure_png(sorted_ssim_curve({"real": [0.9, 0.5]}))
     out = write_report([Section("A <b>", text=["x & y"], tables=[Table("t", ["a", "b"], [[1.0, None], ["s", float("nan")]])],
@@ -104,8 +113,9 @@ def test_render_report_from_runs(tmp_path):
     assert with_roc == sum(1 for pr in priv if pr["n_real"] and pr["n_fake"])  # min_class_size=1 here
     assert 0 < with_roc < 5
     assert len(p.imgs) == 5 * 3 + with_roc + 2
-    assert text.count("not measurable: 0 ") == 5 - with_roc
-    assert "Landscape" in text and "ROC AUC" in text and "Real/fake rule" in text
+    assert text.count("not measurable: an AUC needs at least 1 candidates of each class") == 5 - with_roc
+    assert "Landscape" in text and "ROC AUC" in text and "Rule: a candidate is a positive iff" in text
+    assert not re.search(r"\breal\b|\bfakes?\b", _visible(text), flags=re.I)  # issue 25: labels say what was measured
     with pytest.raises(DataReconError, match="no metrics.json"):
         render_report([tmp_path / "missing"], out=tmp_path / "x.html")
     with pytest.raises(DataReconError, match="no run directories"):
@@ -132,8 +142,8 @@ def test_report_says_too_few_of_a_class_is_not_measurable(tmp_path):
     priv = json.loads((run / "metrics.json").read_text())["privacy"]
     assert priv["n_real"] and priv["n_fake"] and priv["roc"] == {}  # 8 candidates: fewer than 10 of each
     text = render_report([run], out=tmp_path / "report.html").read_text()
-    assert "not measurable: fewer than 10 of a class" in text
-    assert "best attacker-side score" not in text and "ROC of each attacker-side score" not in text
+    assert "not measurable: an AUC needs at least 10 candidates of each class" in text
+    assert "separates them" not in text and "ROC of each attacker-side score" not in text
 
 
 def test_render_report_accepts_an_in_memory_evaluation(tmp_path):
@@ -147,5 +157,6 @@ def test_render_report_accepts_an_in_memory_evaluation(tmp_path):
     out = render_report([ev], out=tmp_path / "own.html")
     p = _check_html(out)
     text = out.read_text()
-    assert "Run evaluation 1" in text and "(in memory)" in text and "ROC AUC" in text
+    assert "evaluation 1" in text and "evaluated in memory" in text and "ROC AUC" in text
+    assert not re.search(r"\? /|: \?|\? ", _visible(text.split("<body>")[1]).replace("image? ", ""))  # no "? / ?"
     assert len(p.imgs) == 3  # sorted-SSIM curve, neighbour grid, ROC (no history, no margins)
