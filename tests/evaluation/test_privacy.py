@@ -63,7 +63,7 @@ def test_one_class_and_tpr_at_fpr():
                              "nan": torch.full((20,), float("nan"))})
     # 10 negatives: a TPR at 1% or 0.1% FPR is not estimable (one false positive is already 10%)
     assert rep["perfect"].auc == 1.0 and all(math.isnan(v) for v in rep["perfect"].tpr_at.values())
-    assert "TPR at FPR 1%, 0.1% not estimable: 10 fake candidates, 100, 1000 needed" in rep["perfect"].note
+    assert "TPR at FPR 1%, 0.1% not estimable: 10 negatives, 100, 1000 needed" in rep["perfect"].note
     assert rep["nan"].auc == 0.5 and "NaN" in rep["nan"].note
     with pytest.raises(DataReconError, match="3 values for 20"):
         privacy_report(y, {"x": torch.ones(3)})
@@ -159,7 +159,7 @@ def test_too_few_of_a_class_is_not_measurable():
     scores = torch.arange(80.0, 0.0, -1.0)
     ps = score_privacy(labels, scores, name="lambda")
     assert not ps.measurable and math.isnan(ps.auc) and all(math.isnan(v) for v in ps.tpr_at.values())
-    assert ps.note.startswith("not measurable: 79 real and 1 fake") and ps.summary()["measurable"] is False
+    assert ps.note.startswith("not measurable: 79 candidates closer to a training image and 1 not") and ps.summary()["measurable"] is False
     ok = score_privacy(torch.tensor([True] * 70 + [False] * MIN_CLASS_SIZE), torch.arange(80.0, 0.0, -1.0))
     assert ok.measurable and ok.auc == 1.0
 

@@ -25,6 +25,10 @@ KKT residual share. We report ROC AUC (ties count one half, the
 Mann-Whitney statistic), TPR at 1% and 0.1% FPR and the ROC points. ROC and
 AUC are implemented here with numpy (tested against scikit-learn).
 
+Naming: in code the two classes are ``real``/``fake`` (``n_real``, :func:`real_labels`); everything a
+reader sees calls them by what the rule measured (:data:`POSITIVE`, :data:`NEGATIVE`), since a
+candidate closer to a training image than to any held-out one need not be that training image.
+
 References:
     Runkel et al. (2024), "Training Data Reconstruction: Privacy due to
     Uncertainty?"; Carlini et al. (2022), "Membership Inference Attacks From
@@ -279,17 +283,17 @@ def score_privacy(labels, scores, *, name: str = "score", fprs: tuple[float, ...
     notes = []
     nan = float("nan")
     if n_real == 0 or n_fake == 0:
-        notes.append(f"only one class ({n_real} real, {n_fake} fake): AUC undefined")
+        notes.append(f"only one class ({n_real} closer to a training image, {n_fake} not): AUC undefined")
     elif min(n_real, n_fake) < min_class_size:
-        notes.append(f"not measurable: {n_real} real and {n_fake} fake candidates, fewer than {min_class_size} "
-                     "in a class")
+        notes.append(f"not measurable: {n_real} candidates closer to a training image and {n_fake} not, fewer than "
+                     f"{min_class_size} in a class")
         return PrivacyScore(name, nan, {float(f): nan for f in fprs}, fpr, tpr, thr, n_real, n_fake,
                             "; ".join(notes), measurable=False, tpr_estimable=estimable)
     else:
         small = [f for f in fprs if not estimable[float(f)]]
         if small:
             notes.append("TPR at FPR " + ", ".join(f"{100 * f:g}%" for f in small) + " not estimable: "
-                         f"{n_fake} fake candidates, " + ", ".join(str(negatives_needed(f)) for f in small)
+                         f"{n_fake} negatives, " + ", ".join(str(negatives_needed(f)) for f in small)
                          + " needed")
     if np.isnan(s).any():
         notes.append(f"{int(np.isnan(s).sum())} NaN scores ranked lowest")

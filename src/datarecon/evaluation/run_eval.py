@@ -316,6 +316,12 @@ def _neighbour_grid(neighbours: Mapping[tuple[str, str], Neighbours], cands: Ten
     return out
 
 
+def init_name_of(meta: Mapping[str, Any]) -> str | None:
+    """The initialisation name a ``run.json`` records (None for pooled or older runs without one)."""
+    init = meta.get("init")
+    return str(init.get("name")) if isinstance(init, Mapping) and init.get("name") else None
+
+
 def read_init(run_dir: str | Path, *, m: int) -> Tensor | None:
     """The initial candidates x₀ ``(m, C, H, W)`` (model input space) a data-initialised run recorded in
     ``init.safetensors``, or None (a run from a random start, or from an earlier version).
@@ -455,7 +461,7 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
                   noise=len(task.train) if "noise" in against else None, labels=tensors.get("labels"),
                   scores=scores, multipliers=tensors.get("multipliers"), margins=margins, config=config,
                   progress=progress, init=None if x0 is None else norm.to_display(x0.float()),
-                  init_name=(meta.get("init") or {}).get("name"))
+                  init_name=init_name_of(meta))
     summary = dict(ev.summary)
     extra = meta.get("extra") or {}
     summary["param_distance"] = extra.get("param_distance")
