@@ -127,9 +127,12 @@ def main(argv: list[str] | None = None) -> int:
 
     usage_error, no_args_is_help = _usage_errors()
 
+    from datarecon.cli._warnings import cli_warnings
+
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        rv = build_command().main(args=args, standalone_mode=False, prog_name="datarecon")
+        with cli_warnings():  # one line each, "warning: ...", once per topic
+            rv = build_command().main(args=args, standalone_mode=False, prog_name="datarecon")
         code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0  # typer.Exit(code) comes back as code
         if code == INTERRUPTED:  # typer turns KeyboardInterrupt into a silent Exit(130)
             typer.echo(interrupt_message(args), err=True)
