@@ -84,8 +84,12 @@ def build_command() -> Any:
     typer labels boolean flags ``<bool>`` in the help, which reads as if ``--resume true`` were
     accepted; flags take no value, so their type column is left empty here.
     """
+    from datarecon.cli._repeats import refuse_repeats
+
     cmd = typer.main.get_command(app)
     for c in _walk_commands(cmd):
+        if not getattr(c, "commands", None):  # a leaf command: a single-valued option given twice is an error
+            refuse_repeats(c, _usage_errors()[0])
         for param in c.params:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""
