@@ -44,7 +44,6 @@ from datarecon.evaluation.baselines import (
     haim_ssim_against,
     noise_images,
     null_baselines,
-    headline_rule,
     init_rule_mask,
     null_calibrated,
     retention,
@@ -61,7 +60,7 @@ from datarecon.evaluation.privacy import (
     privacy_report,
     real_labels,
 )
-from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimResult, collapse, counts_at, haim_protocol
+from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimResult, collapse, haim_protocol
 from datarecon.training.engine import track
 
 #: duplicate policies of the Haim protocol that every evaluation reports

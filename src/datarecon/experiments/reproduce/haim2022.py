@@ -166,7 +166,7 @@ def plan(cfg: HaimConfig) -> list[Piece]:
                      for k in groups.values()]
             pieces.append(attack_batch_piece(f"runs/{name}", model_key=mkey, method="kkt", runs=batch,
                                              candidates_factor=cfg.candidates_factor, mode=cfg.run_grouping,
-                                             estimate=_sum_estimates(parts)))
+                                             estimate=_sum_estimates(parts, together=cfg.run_grouping != "looped")))
         pieces.append(_pool_piece(f"pool/{name}", refs, keep=cfg.keep, criterion=cfg.selection))
         pieces.append(evaluate_piece(f"eval/{name}", model_key=mkey, run_key=f"pool/{name}",
                                      settings=cfg.evaluation))
@@ -175,13 +175,17 @@ def plan(cfg: HaimConfig) -> list[Piece]:
     return pieces
 
 
-def _sum_estimates(parts: list[Any]) -> Any:
-    """``estimate(device)``: the sum of ``parts`` (None if any is unknown)."""
+def _sum_estimates(parts: list[Any], *, together: bool = False) -> Any:
+    """``estimate(device)``: the sum of ``parts`` (None if any is unknown); its ``memory_bytes`` is the
+    largest part's (one after the other) or, ``together``, their sum (the runs' states live at once)."""
 
     def estimate(device: str) -> float | None:
         values = [p(device) for p in parts]
         return None if any(v is None for v in values) else float(sum(values))
 
+    mem = [getattr(p, "memory_bytes", None) for p in parts]
+    if mem and all(v is not None for v in mem):
+        estimate.memory_bytes = sum(mem) if together else max(mem)  # type: ignore[attr-defined]
     return estimate
 
 
