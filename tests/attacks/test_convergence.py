@@ -56,3 +56,12 @@ def test_a_loss_with_optimum_zero_that_fell_a_millionfold_has_converged() -> Non
     slow = [1.0 - 0.005 * i for i in range(100)]
     r = assess_convergence(_rows(slow, key="loss"))
     assert not r.converged and r.reason.endswith("and at 0.51 of its first value (> 1e-06)")
+
+
+def test_the_fall_is_measured_from_the_loss_before_the_first_step() -> None:
+    """A bilevel history logs from step 10 (3e-3 there, 4.6e-9 at step 50): measured from the loss at x0
+    (7.2, run.json extra.param_distance_x0) it fell a billionfold and has converged."""
+    rows = _rows([3.2e-3, 1.8e-5, 1.1e-6, 9.0e-8, 4.6e-9], key="loss")
+    assert not assess_convergence(rows).converged
+    r = assess_convergence(rows, initial_loss=7.2)
+    assert r.converged and r.reason == "loss fell to 6.4e-10 of its first value 7.2 (<= 1e-06)"

@@ -72,7 +72,7 @@ class Convergence:
 def assess_convergence(history: Sequence[Mapping[str, Any]], *, status: str = "complete",
                        residual_tol: float = RESIDUAL_TOL, plateau_tol: float = PLATEAU_TOL,
                        window: float = PLATEAU_WINDOW, relative_residual: float | None = None,
-                       reduction_tol: float = REDUCTION_TOL) -> Convergence:
+                       reduction_tol: float = REDUCTION_TOL, initial_loss: float | None = None) -> Convergence:
     """Judge convergence from ``history.jsonl`` rows (see the module docstring for the rules).
 
     Args:
@@ -85,6 +85,8 @@ def assess_convergence(history: Sequence[Mapping[str, Any]], *, status: str = "c
             (``run.json`` ``selection.relative_residual.value``); judged instead of the history's
             objective residual when given (KKT family).
         reduction_tol: See :data:`REDUCTION_TOL`.
+        initial_loss: The loss before the first step (e.g. the bilevel attack's ``param_distance_x0``);
+            the fall is measured from it when given, else from the first logged value.
 
     Returns:
         :class:`Convergence`.
@@ -115,11 +117,13 @@ def assess_convergence(history: Sequence[Mapping[str, Any]], *, status: str = "c
     last = max(2, math.ceil(window * len(finite)))
     start, end = finite[-last], finite[-1]
     change = abs(end - start) / max(abs(start), 1e-12)
-    reduced = abs(end) / max(abs(finite[0]), 1e-300)
+    first = as_float(initial_loss)
+    first = first if math.isfinite(first) and first > 0 else finite[0]
+    reduced = abs(end) / max(abs(first), 1e-300)
     plateau = change <= plateau_tol
     fell = reduced <= reduction_tol
     if fell:
-        return Convergence(True, key, final, f"loss fell to {reduced:.2g} of its first value {finite[0]:.3g} "
+        return Convergence(True, key, final, f"loss fell to {reduced:.2g} of its first value {first:.3g} "
                            f"(<= {reduction_tol:g})", steps, values)
     what = "plateaued" if plateau else "still changing"
     reason = (f"loss {what}: {100 * change:.2g}% change over the last {last} logged steps "

@@ -502,7 +502,8 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
     from datarecon.report.text import fraction
 
     conv = assess_convergence(history, status=str(run.get("status", "complete")),
-                              relative_residual=_selection_value(run, "relative_residual"))
+                              relative_residual=_selection_value(run, "relative_residual"),
+                              initial_loss=_num((run.get("extra") or {}).get("param_distance_x0")))
     cards = [_target_card(m, where or Path(".")), _attack_card(run, conv, m), _headline_card(m), _privacy_card(m)]
     children: list[Section] = []
     window = f"{m.get('window')} {m.get('window_size')}x{m.get('window_size')}"
