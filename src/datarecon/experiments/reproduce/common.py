@@ -494,7 +494,7 @@ def compact_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The numbers later pieces need from a metrics summary (small enough for a marker)."""
     out: dict[str, Any] = {k: summary.get(k) for k in PARAM_DISTANCE_KEYS}
     head = summary.get("headline") or {}
-    out["headline"] = {k: head.get(k) for k in ("rule", "threshold", "count", "heldout", "noise", "retention",
+    out["headline"] = {k: head.get(k) for k in ("rule", "threshold", "count", "heldout", "noise", "retention", "notes",
                                                  "n_train", "n_candidates", "n_heldout_candidates")}
     cal = head.get("calibrated") or {}
     out["headline"].update(null_threshold=cal.get("null_threshold"), excluded=cal.get("excluded"),

@@ -337,7 +337,8 @@ def report_sections(ctx: Context, cfg: HaimConfig, *, scale: str, timings: Mappi
         priv_notes.append(f"{_name(ds)}: {v.lead}" + (f" ({v.measured})" if v.measured else "")
                           + (f" — {v.needs}" if v.needs else ""))
         if summary.get("headline"):
-            head_notes.append(f"{_name(ds)}: {headline_lead(summary['headline'])}")
+            h = summary["headline"]
+            head_notes.append(f"{_name(ds)}: {headline_lead(h)}" + "".join(f"; {n}" for n in h.get("notes") or []))
     secs = [Section(title="Setup", text=[
         f"Scale: {scale}. n = {2 * cfg.n_per_class} per task (first {cfg.n_per_class} per side), "
         f"m = {cfg.candidates_factor}n candidates per run; the best {cfg.keep} runs by the attacker-side "
