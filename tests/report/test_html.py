@@ -160,3 +160,28 @@ def test_render_report_accepts_an_in_memory_evaluation(tmp_path):
     assert "evaluation 1" in text and "evaluated in memory" in text and "ROC AUC" in text
     assert not re.search(r"\? /|: \?|\? ", _visible(text.split("<body>")[1]).replace("image? ", ""))  # no "? / ?"
     assert len(p.imgs) == 3  # sorted-SSIM curve, neighbour grid, ROC (no history, no margins)
+
+
+def test_no_internals_leak_into_headings_and_cards():
+    """Issue 25 item 4: "affine None" (an unset hidden list) and "Run run (kkt)" (the run folder's generic
+    name) were shown to readers."""
+    from datarecon.report.html import arch_text, display_name
+
+    assert arch_text({"name": "affine", "hidden": None, "input_shape": [3, 32, 32], "num_outputs": 1,
+                      "bias": True}) == "affine 3072→1, bias"
+    assert arch_text({"name": "mlp", "hidden": [200], "input_shape": [1, 8, 8], "num_outputs": 1,
+                      "bias": False}) == "MLP 64-200-1, no biases"
+    assert "None" not in arch_text({"name": "cnn", "hidden": [32, 64], "kernel": None, "input_shape": [1, 8, 8],
+                                    "num_outputs": 1, "bias": False})
+    assert display_name(Path("/x/demo/run"), "r") == "demo" and display_name(Path("/x/kkt"), "r") == "kkt"
+    assert display_name(None, "evaluation 1") == "evaluation 1"
+
+
+def test_the_montage_says_how_many_of_how_many_it_shows_and_in_what_order(tmp_path):
+    import torch
+
+    from datarecon.report.figures import neighbour_grid
+
+    x = torch.rand(30, 1, 8, 8)
+    fig = neighbour_grid(x, {"train": x}, max_items=24, total=200, sorted_by="SSIM to their nearest training image")
+    assert fig._suptitle.get_text().startswith("24 of 200 candidates shown, sorted by SSIM to their nearest training image")

@@ -115,7 +115,8 @@ def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor]
     width = 1 + len(names)
     gpr = max(1, min(groups_per_row, k))
     rows = math.ceil(k / gpr)
-    fig, axes = plt.subplots(rows, gpr * width, figsize=(1.1 * gpr * width, 1.35 * rows), squeeze=False)
+    header = (1 if title else 0) + len(indices or {}) + (1 if total is not None or sorted_by else 0)
+    fig, axes = plt.subplots(rows, gpr * width, figsize=(1.1 * gpr * width, 1.5 * rows + 0.2 * header), squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     for i in range(k):
@@ -141,7 +142,7 @@ def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor]
         notes.insert(0, shown + (f", sorted by {sorted_by}" if sorted_by else ""))
     if title or notes:
         fig.suptitle("\n".join(([title] if title else []) + notes), fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(h_pad=0.6)
     return fig
 
 
