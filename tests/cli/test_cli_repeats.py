@@ -39,13 +39,16 @@ LEAVES = [(path, cmd) for path, cmd in _leaves(build_command()) if _value_option
 
 
 @pytest.mark.parametrize("path, cmd", LEAVES, ids=[" ".join(p) for p, _ in LEAVES])
-def test_every_command_refuses_a_repeated_file_or_folder_option(path, cmd, capsys) -> None:
-    """Before anything runs: the refusal comes from parsing, so no folder is read or written."""
+def test_every_command_refuses_a_repeated_file_or_folder_option(path, cmd, capsys, tmp_path, monkeypatch) -> None:
+    """Before anything runs: the refusal comes from parsing, so no folder is read or written (the
+    command runs in an empty folder, with paths inside it, and that folder stays empty)."""
+    monkeypatch.chdir(tmp_path)
     opt = _value_options(cmd)[0]
     name = max(opt.opts, key=len)
-    assert main([*path, name, "1", f"{name}=2"]) == 2
+    assert main([*path, name, str(tmp_path / "a"), f"{name}={tmp_path / 'b'}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {name} given 2 times; give it once."), err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_flags_and_separated_values_are_not_repeats() -> None:
