@@ -116,6 +116,9 @@ def test_render_report_from_runs(tmp_path):
     assert text.count("not measurable: an AUC needs at least 1 candidates of each class") == 5 - with_roc
     assert "Landscape" in text and "ROC AUC" in text and "Rule: a candidate is a positive iff" in text
     assert not re.search(r"\breal\b|\bfakes?\b", _visible(text), flags=re.I)  # issue 25: labels say what was measured
+    # fractions are shown as counts of a total, not as bare numbers that read like counts
+    assert re.search(r"near-duplicate pairs \(l2 threshold [0-9.]+\) +\d+ of 28 \(\d+%\)", _visible(text))
+    assert re.search(r"candidates with a near-duplicate +\d+ of 8 \(\d+%\)", _visible(text))
     with pytest.raises(DataReconError, match="no metrics.json"):
         render_report([tmp_path / "missing"], out=tmp_path / "x.html")
     with pytest.raises(DataReconError, match="no run directories"):
