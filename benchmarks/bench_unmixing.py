@@ -102,12 +102,12 @@ def headline_row(metrics: dict[str, Any]) -> dict[str, Any]:
     """The count at max(0.4, t) beside its held-out and noise nulls, and the signals among candidates."""
     h = metrics["headline"]
     cal, paper = h.get("calibrated") or {}, h["paper"]
-    rule = cal if (cal and cal["threshold"] > paper["threshold"]) else paper
     cr = metrics.get("candidate_roc") or {}
-    return {"threshold": rule["threshold"], "count": rule["count"], "heldout_null": rule["heldout"],
-            "noise_null": rule["noise"], "count_at_0.4": paper["count"], "heldout_at_0.4": paper["heldout"],
-            "calibrated_threshold": cal.get("threshold"),
-            "candidate_auc": {k: v["auc"] for k, v in (cr.get("signals") or {}).items()}}
+    return {"threshold": h["threshold"], "count": h["count"], "heldout_null": h["heldout"],
+            "noise_null": h["noise"], "count_at_0.4": paper["count"], "heldout_at_0.4": paper["heldout"],
+            "null_threshold": cal.get("null_threshold"), "rule": h.get("rule"),
+            "candidate_auc": {k: v["auc"] for k, v in (cr.get("signals") or {}).items()},
+            "candidate_auc_ci": {k: v["auc_ci"] for k, v in (cr.get("signals") or {}).items()}}
 
 
 def run_search(args: argparse.Namespace, spec: dict[str, Any], fields: dict[str, Any], out: Path,

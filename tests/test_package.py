@@ -38,7 +38,7 @@ def _clean_env() -> dict[str, str]:
 def wheel(tmp_path_factory) -> Path:
     # build from a copy: an in-tree build leaves build/ and *.egg-info beside the sources
     src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, src / name)
     shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
     out = tmp_path_factory.mktemp("dist")
@@ -51,6 +51,7 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_ships_py_typed_presets_and_examples(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "datarecon/py.typed" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names), names
     assert any(n.startswith("datarecon/experiments/presets/") and n.endswith(".yaml") for n in names)
     shipped = {Path(n).name for n in names if n.startswith("datarecon/examples/")}
     assert shipped == {p.name for p in (ROOT / "src" / "datarecon" / "examples").glob("*.yaml")}

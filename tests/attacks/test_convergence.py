@@ -14,9 +14,9 @@ def _rows(values, key="rel_residual"):
 def test_kkt_residual_rule() -> None:
     good = assess_convergence(_rows([0.9, 0.1, 0.01]))
     assert good.converged and good.key == "rel_residual" and good.final == 0.01
-    assert good.reason == f"relative residual 0.01 <= {RESIDUAL_TOL:g}"
+    assert good.reason == f"objective residual 0.01 <= {RESIDUAL_TOL:g}"
     one_step = assess_convergence([{"step": 1, "rel_residual": 0.94, "loss": 60.0}])
-    assert not one_step.converged and one_step.reason.startswith("relative residual 0.94 > ")
+    assert not one_step.converged and one_step.reason.startswith("objective residual 0.94 > ")
     assert good.steps == [10, 20, 30]
 
 
@@ -35,3 +35,33 @@ def test_loss_plateau_rule_against_a_hand_count() -> None:
     falling = [1.0 - 0.005 * i for i in range(100)]  # last 10 rows: 0.55 -> 0.505, 8.2% change
     r = assess_convergence(_rows(falling, key="loss"))
     assert not r.converged and "still changing: 8.2% change over the last 10 logged steps" in r.reason
+
+
+def test_the_verdict_judges_the_final_relative_residual_the_command_line_prints() -> None:
+    """Issue 25 item 3: one number called "relative residual" (exact ReLU, final candidates); the
+    history's surrogate value is the "objective residual". A run whose objective residual is below
+    the tolerance but whose relative residual is not is not converged, and the reason says which."""
+    r = assess_convergence(_rows([0.9, 0.1, 0.01]), relative_residual=0.0177)
+    assert r.converged and r.reason == f"relative residual 0.0177 <= {RESIDUAL_TOL:g}" and r.final == 0.01
+    r = assess_convergence(_rows([0.9, 0.1, 0.01]), relative_residual=0.12)
+    assert not r.converged and r.reason == f"relative residual 0.12 > {RESIDUAL_TOL:g}"
+
+
+def test_a_loss_with_optimum_zero_that_fell_a_millionfold_has_converged() -> None:
+    """Issue 25 item 4: "NOT converged" at loss 2.7e-8 (from 7.2) while still falling geometrically;
+    the loss rule also accepts a fall to 1e-6 of the first value and names the failing criterion."""
+    falling = [7.2 * 0.5 ** i for i in range(30)]  # 7.2 -> 1.3e-8, halving per row
+    r = assess_convergence(_rows(falling, key="loss"))
+    assert r.converged and r.reason.startswith("loss fell to 1.9e-09 of its first value 7.2 (<= 1e-06)")
+    slow = [1.0 - 0.005 * i for i in range(100)]
+    r = assess_convergence(_rows(slow, key="loss"))
+    assert not r.converged and r.reason.endswith("and at 0.51 of its first value (> 1e-06)")
+
+
+def test_the_fall_is_measured_from_the_loss_before_the_first_step() -> None:
+    """A bilevel history logs from step 10 (3e-3 there, 4.6e-9 at step 50): measured from the loss at x0
+    (7.2, run.json extra.param_distance_x0) it fell a billionfold and has converged."""
+    rows = _rows([3.2e-3, 1.8e-5, 1.1e-6, 9.0e-8, 4.6e-9], key="loss")
+    assert not assess_convergence(rows).converged
+    r = assess_convergence(rows, initial_loss=7.2)
+    assert r.converged and r.reason == "loss fell to 6.4e-10 of its first value 7.2 (<= 1e-06)"

@@ -79,10 +79,38 @@ def test_readme_form_runs_and_records_the_model(project, capsys):
 
 
 def test_biased_model_warns_naming_the_layer(project, capsys):
-    with pytest.warns(UserWarning, match=r"first break: 3 \(Linear\): it has a bias"):
-        rc = _run("--model", "mypkg.nets:make_biased", "--weights", "biased.safetensors", "--input-shape", "1,8,8",
-                  "--candidates", "4", "--steps", "2", "--out", "runs/b")
+    """One line, once (issue 25 item 4: the measured homogeneity and the attack's own check used to print
+    two raw Python warnings, each with a source path and a code line)."""
+    rc = _run("--model", "mypkg.nets:make_biased", "--weights", "biased.safetensors", "--input-shape", "1,8,8",
+              "--candidates", "4", "--steps", "2", "--out", "runs/b")
     assert rc == 0
+    err = capsys.readouterr().err.splitlines()
+    warned = [line for line in err if line.startswith("warning:")]
+    assert len(warned) == 1 and "first break: 3 (Linear): it has a bias" in warned[0], err
+    assert not any(".py:" in line or "Warning:" in line for line in err), err
+
+
+def test_warnings_reach_a_terminal_as_one_line_each_and_once(project):
+    """In a real process (no pytest capture): the biased model's homogeneity is said once, in one line
+    without source paths, and a diverged run is said once, in its error line."""
+    import os
+    import subprocess
+
+    def run(*args: str) -> tuple[int, list[str]]:
+        env = {**os.environ, "PYTHONWARNINGS": "default"}
+        r = subprocess.run([sys.executable, "-m", "datarecon.cli.main", "reconstruct", "--no-progress", *args],
+                           cwd=project, capture_output=True, text=True, env=env, timeout=300)
+        return r.returncode, r.stderr.splitlines()
+
+    rc, err = run("--model", "mypkg.nets:make_biased", "--weights", "biased.safetensors", "--input-shape", "1,8,8",
+                  "--candidates", "4", "--steps", "2", "--out", "runs/b")
+    assert rc == 0 and [line for line in err if "homogeneous" in line] == [line for line in err
+                                                                            if line.startswith("warning:")], err
+    assert len(err) == 1 and not any(".py:" in line for line in err), err
+    rc, err = run("--model", "mypkg.nets:make_cnn", "--weights", "net.safetensors", "--input-shape", "1,8,8",
+                  "--candidates", "4", "--steps", "5", "--lr-x", "1e6", "--out", "runs/d")
+    assert rc == 2 and len([line for line in err if "diverged" in line]) == 1, err
+    assert err[-1].startswith("error: kkt diverged at step"), err
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -21,7 +21,8 @@ def _spec(**kw) -> DataSpec:
 
 def test_spec_defaults_and_frozen():
     s = _spec()
-    assert (s.n_partition_per_class, s.n_heldout_per_class) == (25, 25)
+    # held-out: twice n_per_class, as many as the attacks' default m = 2n candidates (issue 25, item 11)
+    assert (s.n_partition_per_class, s.n_heldout_per_class) == (25, 50)
     assert (s.selection, s.seed, s.normalisation) == ("first", 0, "unit-minus-mean")
     assert _spec(n_partition_per_class=0, n_heldout_per_class=7).n_heldout_per_class == 7
     with pytest.raises(ValidationError):
@@ -60,7 +61,7 @@ def _reference_first_k(labels: np.ndarray, groups, n: int) -> list[int]:
 
 
 def test_first_k_matches_reference_loop(data_dir):
-    data = load_task(_spec(n_per_class=250), data_dir=data_dir)
+    data = load_task(_spec(n_per_class=250, n_heldout_per_class=250), data_dir=data_dir)
     raw = load_dataset("cifar10", split="train", data_dir=data_dir)
     groups = [(2, 3, 4, 5, 6, 7), (0, 1, 8, 9)]
     assert data.train.indices.tolist() == _reference_first_k(raw.labels, groups, 250)

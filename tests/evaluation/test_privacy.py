@@ -61,11 +61,58 @@ def test_one_class_and_tpr_at_fpr():
     y = np.r_[np.ones(10), np.zeros(10)]
     rep = privacy_report(y, {"perfect": torch.from_numpy(np.r_[np.ones(10), np.zeros(10)]),
                              "nan": torch.full((20,), float("nan"))})
-    assert rep["perfect"].auc == 1.0 and rep["perfect"].tpr_at[0.01] == 1.0
-    assert "TPR at FPR 0" in rep["perfect"].note
+    # 10 negatives: a TPR at 1% or 0.1% FPR is not estimable (one false positive is already 10%)
+    assert rep["perfect"].auc == 1.0 and all(math.isnan(v) for v in rep["perfect"].tpr_at.values())
+    assert "TPR at FPR 1%, 0.1% not estimable: 10 negatives, 100, 1000 needed" in rep["perfect"].note
     assert rep["nan"].auc == 0.5 and "NaN" in rep["nan"].note
     with pytest.raises(DataReconError, match="3 values for 20"):
         privacy_report(y, {"x": torch.ones(3)})
+
+
+@pytest.mark.parametrize("n_neg, at_1, at_01", [(99, False, False), (100, True, False), (999, True, False),
+                                                (1000, True, True)])
+def test_tpr_at_low_fpr_needs_100_or_1000_negatives(n_neg, at_1, at_01):
+    """Issue 25: TPR at 1% FPR needs >= 100 negatives, at 0.1% >= 1000; else 'not estimable' (NaN)."""
+    from datarecon.evaluation.privacy import negatives_needed
+
+    assert (negatives_needed(0.01), negatives_needed(0.001)) == (100, 1000)
+    y = np.r_[np.ones(20), np.zeros(n_neg)]
+    s = np.r_[np.ones(20), np.zeros(n_neg)]
+    r = score_privacy(y, s)
+    assert r.tpr_estimable == {0.01: at_1, 0.001: at_01}
+    assert (r.tpr_at[0.01] == 1.0) if at_1 else math.isnan(r.tpr_at[0.01])
+    assert (r.tpr_at[0.001] == 1.0) if at_01 else math.isnan(r.tpr_at[0.001])
+    assert r.summary()["negatives_needed"] == {"0.01": 100, "0.001": 1000}
+
+
+def _summary(n_pos, n_neg, scores):
+    return {"n_real": n_pos, "n_fake": n_neg, "min_class_size": 10, "scores": scores}
+
+
+def test_signal_verdict_never_calls_a_signal_best_when_its_ci_covers_half():
+    from datarecon.evaluation.privacy import signal_verdict
+
+    v = signal_verdict(_summary(30, 20, {"margin": {"auc": 0.65, "auc_ci_95": [0.46, 0.83]},
+                                         "lambda": {"auc": 0.55, "auc_ci_95": [0.40, 0.70]}}))
+    assert v.best is None and "best" not in v.lead and "every 95% CI covers 0.5" in v.lead
+    assert "30 candidates closer to a training image than to any held-out image" in v.measured
+    assert "TPR at 1% FPR and 0.1% FPR not estimable: 100, 1000 negatives needed, 20 found" == v.needs
+    v = signal_verdict(_summary(30, 20, {"margin": {"auc": 0.65, "auc_ci_95": [0.46, 0.83]},
+                                         "subspace": {"auc": 0.81, "auc_ci_95": [0.70, 0.90]}}))
+    assert v.best == "subspace" and "subspace separates them: AUC 0.81 (95% CI 0.70–0.90" in v.lead
+    assert v.status == "ok"
+
+
+def test_signal_verdict_says_what_would_make_it_measurable():
+    from datarecon.evaluation.privacy import signal_verdict
+
+    v = signal_verdict(_summary(32, 8, {"margin": {"auc": None, "auc_ci_95": None}}))
+    assert v.status == "warn" and v.lead.startswith("not measurable: an AUC needs at least 10 candidates of each class")
+    assert "2 more not closer to a training image (more candidates m, or more held-out images" in v.needs
+    v = signal_verdict(_summary(3, 40, {}))
+    assert "7 more closer to a training image than to any held-out image (a stronger attack" in v.needs
+    v = signal_verdict({"note": "no 'heldout' reference set"})
+    assert v.status == "warn" and "held-out images" in v.needs
 
 
 def test_real_rule():
@@ -112,7 +159,7 @@ def test_too_few_of_a_class_is_not_measurable():
     scores = torch.arange(80.0, 0.0, -1.0)
     ps = score_privacy(labels, scores, name="lambda")
     assert not ps.measurable and math.isnan(ps.auc) and all(math.isnan(v) for v in ps.tpr_at.values())
-    assert ps.note.startswith("not measurable: 79 real and 1 fake") and ps.summary()["measurable"] is False
+    assert ps.note.startswith("not measurable: 79 candidates closer to a training image and 1 not") and ps.summary()["measurable"] is False
     ok = score_privacy(torch.tensor([True] * 70 + [False] * MIN_CLASS_SIZE), torch.arange(80.0, 0.0, -1.0))
     assert ok.measurable and ok.auc == 1.0
 

@@ -204,7 +204,7 @@ def test_evaluate_tensors_equals_the_mapping_form_and_names_its_seeds(smooth):
                             references={"train": train, "partition": part, "heldout": held,
                                         "noise": noise_images(16, (3, 16, 16), generator=torch.Generator().manual_seed(3))})
     assert json.dumps(a.summary, sort_keys=True) == json.dumps(b.summary, sort_keys=True)
-    assert a.rows == b.rows and set(a.grid) == {"order", "candidates", "train", "train_index", "train_score",
+    assert a.rows == b.rows and set(a.grid) == {"order", "candidates", "n_candidates", "train", "train_index", "train_score",
                                                 "partition", "partition_index", "partition_score"}
     c = evaluate(cands, train=train, heldout=held, partition=part, noise=16, scores=scores,
                  config=EvaluationConfig(top_k=16, n_floor_noise=20, noise_seed=3, baseline_seed=7))

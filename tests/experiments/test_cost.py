@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import math
 
 import pytest
@@ -93,9 +95,53 @@ def test_dry_run_cli_estimates_for_cuda_without_a_gpu(tmp_path, capsys):
     assert main(["reproduce", "runkel2024", "--scale", "paper", "--out", str(tmp_path / "o"), "--dry-run",
                  "--device", "cuda"]) == 0
     out = capsys.readouterr().out
-    assert "estimate (cuda)" in out and "estimates on cuda: CALIBRATED" in out
+    assert "time (cuda)" in out and "estimates on cuda: CALIBRATED" in out
     assert not (tmp_path / "o").exists()
     if not torch.cuda.is_available():  # a real run still needs the device
         assert main(["reproduce", "runkel2024", "--scale", "smoke", "--out", str(tmp_path / "o"),
                      "--device", "cuda"]) == 2
         assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_memory_estimates_are_the_hand_count_and_match_the_measured_activations():
+    """Issue 25 item 10: a dry run says what memory a piece needs. The KKT activation count is the one
+    measured in docs/PERFORMANCE.md §2 (saved for backward at m = 1000, float32: 65 MiB for
+    D-1000-1000-1, 201 MiB for one-hidden 6144)."""
+    from datarecon.training.target import ArchConfig
+
+    mlp = ArchConfig(name="mlp", hidden=(1000, 1000), bias=False)
+    d, h = 3 * 32 * 32, 1000 + 1000 + 1
+    p = cost.num_parameters(mlp)
+    assert cost.kkt_bytes(mlp, m=1000, dtype="float32") == 4 * (4 * p + 4 * 1000 * d + 8 * 1000 * h)
+    for arch, measured_mib in ((mlp, 65), (ArchConfig(name="mlp", hidden=(6144,), bias=True), 201)):
+        hidden = sum(arch.hidden) + 1
+        saved = 4 * (cost.KKT_ACTIVATION_COPIES * 1000 * hidden + 1000 * d)  # activations + x, float32
+        assert abs(saved / 2**20 - measured_mib) / measured_mib < 0.25, (arch.hidden, saved / 2**20)
+    assert cost.kkt_bytes(mlp, m=100, dtype="float64", runs=5, mode="batched") == \
+        5 * cost.kkt_bytes(mlp, m=100, dtype="float64")
+    assert cost.kkt_bytes(mlp, m=100, dtype="float64", runs=5, mode="looped") == \
+        cost.kkt_bytes(mlp, m=100, dtype="float64")
+    assert cost.training_bytes(mlp, n=10, optimizer="lbfgs", dtype="float64") == \
+        8 * (43 * p + 10 * d + 3 * 10 * h)
+    assert cost.format_bytes(6.6e9) == "6.6 GB" and cost.format_bytes(65e6) == "65 MB"
+
+
+def test_dry_run_says_time_and_memory_of_every_piece_kind(tmp_path):
+    """Every train and attack piece has a memory estimate; the summary gives the modelled time, a range
+    for the pieces without a cost model and the expected peak resident memory."""
+    from datarecon.experiments.reproduce.pieces import format_plan
+
+    for name in ("runkel2024", "haim2022"):
+        planned = plan_reproduction(name, out=tmp_path / "none", scale="smoke")
+        assert all(p.memory_bytes and p.memory_bytes > 0 for p in planned if p.kind in ("train", "attack"))
+        lines = format_plan(planned, device="cpu")
+        assert lines[0].split()[-1] == "memory"
+        assert any(line.startswith("  + ") and "pieces without a cost model:" in line for line in lines)
+        peak = [line for line in lines if line.startswith("peak memory: about ")]
+        assert len(peak) == 1 and " resident (" in peak[0]
+    # the paper dry run's measured peak (11.2 GB on 2026-11-21) is what the fit gives back
+    big = max(p.memory_bytes or 0 for p in plan_reproduction(
+        "runkel2024", out=tmp_path / "none", scale="paper",
+        overrides=__import__("yaml").safe_load((Path(__file__).resolve().parents[2] / "examples" /
+                                                "runkel2024-paper-dryrun.yaml").read_text())))
+    assert abs(cost.resident_bytes(big) - 11.2e9) / 11.2e9 < 0.05

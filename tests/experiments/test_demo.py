@@ -22,7 +22,9 @@ def test_demo_reconstructs_more_than_noise_does(tmp_path: Path) -> None:
     assert cal["count"] >= cal["heldout"] + 5, result.headline
     assert cal["noise"] <= cal["heldout"]
     lines = result.headline_lines()
-    assert lines[0].startswith(f"training images reconstructed: {cal['count']} of 20 at SSIM > ")
+    assert lines[0].startswith(f"{cal['count']} of 20 training images reconstructed at SSIM > ")
+    assert f"(held-out null {cal['heldout']} of 20, noise {cal['noise']} of 20)" in lines[0]  # beside its null
+    assert cal["threshold"] == max(0.4, cal["null_threshold"])  # the one headline rule
 
 
 def test_demo_cli_refuses_existing_output(tmp_path: Path, capsys) -> None:

@@ -61,3 +61,34 @@ def test_reproduction_override_examples_load_over_their_presets() -> None:
     cfg = load_config("haim2022", scale="medium", overrides=yaml.safe_load(read_example("haim2022-medium-mnist.yaml")))
     assert [d.dataset for d in cfg.datasets] == ["mnist"] and len(cfg.datasets[0].runs) == 3
     assert cfg.target.epochs == 3000 and cfg.target.arch.hidden == (1000, 1000)
+
+
+def example_commands(name: str) -> list[list[str]]:
+    """The ``datarecon ...`` commands an example's header comment tells the user to run (continuation
+    lines joined, trailing comments dropped)."""
+    import shlex
+
+    lines = [line[1:].strip() for line in read_example(name).decode().splitlines() if line.startswith("#")]
+    text = "\n".join(lines).replace("\\\n", " ")
+    return [shlex.split(line.split("#", 1)[0])[1:] for line in text.splitlines() if line.startswith("datarecon ")]
+
+
+def test_sweep_tiny_runs_as_its_comment_says_and_reconstructs_no_more_than_its_null(tmp_path, monkeypatch, capsys):
+    """Issue 25 item 6: the shipped smoke example's commands run as written, and its text is honest: 20
+    steps reconstruct nothing beyond the held-out null."""
+    from datarecon.utils.io import read_json
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "examples").mkdir()
+    copy_example("sweep-tiny.yaml", out=tmp_path / "examples")
+    commands = example_commands("sweep-tiny.yaml")
+    assert [c[:2] for c in commands] == [["train", "--dataset"], ["sweep", "--config"], ["store", "list"],
+                                        ["sweep", "pool"], ["evaluate", "--sweep"]]
+    for argv in commands:
+        assert main([*argv, *(["--no-progress"] if argv[0] in ("train", "evaluate") else [])]) == 0, argv
+    pools = list((tmp_path / "sweeps" / "tiny" / "pools").glob("*/metrics.json"))
+    assert len(pools) == 1
+    head = read_json(pools[0])["headline"]
+    assert head["count"] <= head["heldout"], head
+    assert "0 of 10 reconstructed, held-out null 0" in read_example("sweep-tiny.yaml").decode()
+    assert (head["count"], head["heldout"], head["n_train"]) == (0, 0, 10)

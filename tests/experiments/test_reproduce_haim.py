@@ -32,6 +32,20 @@ def test_summary_table_complete_and_finite(haim):
         assert float(r["train_accuracy"]) == 1.0  # trained to zero training error
 
 
+def test_haim_table_has_the_headline_count_beside_the_0_4_count(haim):
+    """Issue 25 item 4: the haim report lacked the calibrated count; it now has the one headline (count at
+    max(0.4, t) beside its nulls) next to the papers' 0.4 count."""
+    out, _ = haim
+    with open(out / "tables" / "haim.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        m = read_json(out / "eval" / r["dataset"] / "metrics.json")["headline"]
+        assert int(r["count"]) == m["count"] and int(r["count_heldout"]) == m["heldout"]
+        assert float(r["threshold"]) == pytest.approx(max(0.4, float(r["null_threshold"])))
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "training images reconstructed at SSIM &gt; " in html and "(held-out null " in html
+
+
 def test_figures_and_report(haim):
     out, _ = haim
     for ds in ("mnist", "cifar10"):

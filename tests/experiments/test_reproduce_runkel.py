@@ -101,6 +101,29 @@ def test_partition_init_stays_closer_to_partition_than_to_training_set(runkel, s
     assert d["partition"] < d["train"]
 
 
+def test_headline_per_setting_applies_the_rule_of_its_start(runkel):
+    """Issue 25 item 1: partition starts count only matches that moved from their start (the partition
+    candidates stay at it: SSIM to start far above SSIM to the training match, so nothing counts),
+    ground-truth starts report retention instead of a count, every count sits beside its null at
+    max(0.4, t)."""
+    out, _, _ = runkel
+    rows = {r["setting"]: r for r in _csv(out / "tables" / "headline.csv")}
+    assert len(rows) == 9
+    for r in rows.values():
+        assert float(r["threshold"]) == max(0.4, float(r["null_threshold"])) and r["count_heldout"] != ""
+    for model in ("affine", "one-hidden"):
+        part, gt = rows[f"bilevel/{model}/partition"], rows[f"bilevel/{model}/ground-truth"]
+        assert part["rule"] == "init-shift" and int(part["count"]) == 0
+        assert float(part["mean_ssim_to_start"]) > float(part["mean_ssim_to_train_match"]) + 0.5
+        assert gt["rule"] == "retention" and gt["count"] == "" and int(gt["retained"]) == int(gt["n_train"])
+        assert rows[f"bilevel/{model}/random"]["rule"] == "standard"
+    for key in ("bilevel/affine/partition", "decoreco/partition"):  # the starts were recorded and used
+        m = _metrics(out, key)
+        assert m["headline"]["rule"] == "init-shift" and m["init"]["recorded"] is True
+    text = (out / "report.html").read_text(encoding="utf-8")
+    assert "Headline: training images reconstructed, per setting" in text
+
+
 def test_privacy_measurement_per_setting(runkel):
     out, _, _ = runkel
     rows = _csv(out / "tables" / "privacy.csv")
@@ -196,7 +219,7 @@ def test_dry_run_lists_pieces_and_marks_finished_ones(runkel, tmp_path):
     assert [p.key for p in fresh] == [p.key for p in done] and not any(p.done for p in fresh)
     assert not (tmp_path / "empty").exists()
     lines = format_plan(fresh, device="cpu")
-    assert lines[-1].startswith(f"to run: {len(fresh)} of {len(fresh)} pieces")
+    assert any(line.startswith(f"to run: {len(fresh)} of {len(fresh)} pieces") for line in lines)
 
 
 def test_reproduction_times_script_reads_the_markers(runkel, capsys):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import base64
 import dataclasses
 import io
@@ -79,6 +81,13 @@ def _fake_run(root: Path, name: str, lam: tuple[float, float] | None, seed: int,
     return run
 
 
+def _visible(html_text: str) -> str:
+    """The words a reader sees: no tags, no embedded images, no collapsed configuration."""
+    text = re.sub(r"<pre>.*?</pre>", " ", html_text, flags=re.S)
+    text = re.sub(r"<img[^>]*>", " ", text)
+    return re.sub(r"<[^>]+>", " ", text)
+
+
 def test_write_report_sections(tmp_path):
     png = figure_png(sorted_ssim_curve({"real": [0.9, 0.5]}))
     out = write_report([Section("A <b>", text=["x & y"], tables=[Table("t", ["a", "b"], [[1.0, None], ["s", float("nan")]])],
@@ -104,8 +113,12 @@ def test_render_report_from_runs(tmp_path):
     assert with_roc == sum(1 for pr in priv if pr["n_real"] and pr["n_fake"])  # min_class_size=1 here
     assert 0 < with_roc < 5
     assert len(p.imgs) == 5 * 3 + with_roc + 2
-    assert text.count("not measurable: 0 ") == 5 - with_roc
-    assert "Landscape" in text and "ROC AUC" in text and "Real/fake rule" in text
+    assert text.count("not measurable: an AUC needs at least 1 candidates of each class") == 5 - with_roc
+    assert "Landscape" in text and "ROC AUC" in text and "Rule: a candidate is a positive iff" in text
+    assert not re.search(r"\breal\b|\bfakes?\b", _visible(text), flags=re.I)  # issue 25: labels say what was measured
+    # fractions are shown as counts of a total, not as bare numbers that read like counts
+    assert re.search(r"near-duplicate pairs \(l2 threshold [0-9.]+\) +\d+ of 28 \(\d+%\)", _visible(text))
+    assert re.search(r"candidates with a near-duplicate +\d+ of 8 \(\d+%\)", _visible(text))
     with pytest.raises(DataReconError, match="no metrics.json"):
         render_report([tmp_path / "missing"], out=tmp_path / "x.html")
     with pytest.raises(DataReconError, match="no run directories"):
@@ -132,8 +145,8 @@ def test_report_says_too_few_of_a_class_is_not_measurable(tmp_path):
     priv = json.loads((run / "metrics.json").read_text())["privacy"]
     assert priv["n_real"] and priv["n_fake"] and priv["roc"] == {}  # 8 candidates: fewer than 10 of each
     text = render_report([run], out=tmp_path / "report.html").read_text()
-    assert "not measurable: fewer than 10 of a class" in text
-    assert "best attacker-side score" not in text and "ROC of each attacker-side score" not in text
+    assert "not measurable: an AUC needs at least 10 candidates of each class" in text
+    assert "separates them" not in text and "ROC of each attacker-side score" not in text
 
 
 def test_render_report_accepts_an_in_memory_evaluation(tmp_path):
@@ -147,5 +160,31 @@ def test_render_report_accepts_an_in_memory_evaluation(tmp_path):
     out = render_report([ev], out=tmp_path / "own.html")
     p = _check_html(out)
     text = out.read_text()
-    assert "Run evaluation 1" in text and "(in memory)" in text and "ROC AUC" in text
+    assert "evaluation 1" in text and "evaluated in memory" in text and "ROC AUC" in text
+    assert not re.search(r"\? /|: \?|\? ", _visible(text.split("<body>")[1]).replace("image? ", ""))  # no "? / ?"
     assert len(p.imgs) == 3  # sorted-SSIM curve, neighbour grid, ROC (no history, no margins)
+
+
+def test_no_internals_leak_into_headings_and_cards():
+    """Issue 25 item 4: "affine None" (an unset hidden list) and "Run run (kkt)" (the run folder's generic
+    name) were shown to readers."""
+    from datarecon.report.html import arch_text, display_name
+
+    assert arch_text({"name": "affine", "hidden": None, "input_shape": [3, 32, 32], "num_outputs": 1,
+                      "bias": True}) == "affine 3072→1, bias"
+    assert arch_text({"name": "mlp", "hidden": [200], "input_shape": [1, 8, 8], "num_outputs": 1,
+                      "bias": False}) == "MLP 64-200-1, no biases"
+    assert "None" not in arch_text({"name": "cnn", "hidden": [32, 64], "kernel": None, "input_shape": [1, 8, 8],
+                                    "num_outputs": 1, "bias": False})
+    assert display_name(Path("/x/demo/run"), "r") == "demo" and display_name(Path("/x/kkt"), "r") == "kkt"
+    assert display_name(None, "evaluation 1") == "evaluation 1"
+
+
+def test_the_montage_says_how_many_of_how_many_it_shows_and_in_what_order(tmp_path):
+    import torch
+
+    from datarecon.report.figures import neighbour_grid
+
+    x = torch.rand(30, 1, 8, 8)
+    fig = neighbour_grid(x, {"train": x}, max_items=24, total=200, sorted_by="SSIM to their nearest training image")
+    assert fig._suptitle.get_text().startswith("24 of 200 candidates shown, sorted by SSIM to their nearest training image")

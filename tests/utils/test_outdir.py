@@ -38,7 +38,7 @@ def test_the_table_matches_the_files_each_kind_writes() -> None:
         <= set(model.names)
     assert target.CHECKPOINT_DIR == loop_checkpoint.FOLDER and target.ASCENT_CHECKPOINT_DIR in model.names
     assert model.checkpoint == loop_checkpoint.Kind.TRAIN and run.checkpoint == loop_checkpoint.Kind.ATTACK
-    assert {runner.CANDIDATES, runner.RUN_JSON, runner.HISTORY, runner.CHECKPOINT_DIR, run_eval.METRICS_FILE,
+    assert {runner.CANDIDATES, runner.INIT_FILE, runner.RUN_JSON, runner.HISTORY, runner.CHECKPOINT_DIR, run_eval.METRICS_FILE,
             run_eval.CANDIDATES_CSV, run_eval.NEIGHBOURS_FILE, store.TASK_FILE, worker.CLAIM_FILE} <= set(run.names)
     assert runner.CHECKPOINT_DIR == loop_checkpoint.FOLDER
     assert {store.INDEX, store.RUNS, store.POOLS, store.SWEEPS} <= set(ARTEFACTS.get("store").names)

@@ -3,6 +3,8 @@
 Layout (docs/dev/CONTRACTS.md)::
 
     candidates.safetensors   x (m, C, H, W) model input space, labels, multipliers, score_<name>
+    init.safetensors         x0 (m, C, H, W) model input space: the start of a data-initialised run
+                             (ground-truth, partition, mix), for the evaluation's headline rule
     run.json                 model_dir, method, config, config_hash, seed, versions, status, steps_done,
                              wall_time_s, stop_reason, final, selection, extra, message
     history.jsonl            one JSON object per logged step
@@ -38,6 +40,7 @@ from datarecon.utils.io import (
 )
 
 CANDIDATES, RUN_JSON, HISTORY = "candidates.safetensors", "run.json", "history.jsonl"
+INIT_FILE = "init.safetensors"
 CHECKPOINT_DIR = checkpoint.FOLDER
 GENERATOR_KEY = "__generator_state__"
 
@@ -162,6 +165,10 @@ class RunDirectory:
         atomic_write_json(self.path / RUN_JSON, {**self.record, "status": Status.RUNNING, "steps_done": steps_done,
                                                  "wall_time_s": wall_time_s})
 
+    def write_init(self, x0: torch.Tensor) -> None:
+        """Write ``init.safetensors`` (tensor ``x0``, model input space): where a data-initialised run started."""
+        save_tensors(self.path / INIT_FILE, {"x0": x0.detach().cpu()})
+
     def append_history(self, row: dict[str, float]) -> None:
         """Append one row to ``history.jsonl``."""
         with open(self.path / HISTORY, "a", encoding="utf-8") as fh:
@@ -183,5 +190,5 @@ class RunDirectory:
         })
 
 
-__all__ = ["CANDIDATES", "CHECKPOINT_DIR", "HISTORY", "PROGRESS_FILE", "RUN_JSON", "STATE_FILE", "RunDirectory",
+__all__ = ["CANDIDATES", "CHECKPOINT_DIR", "HISTORY", "INIT_FILE", "PROGRESS_FILE", "RUN_JSON", "STATE_FILE", "RunDirectory",
            "load_checkpoint", "read_run", "restored_metrics", "save_checkpoint", "write_candidates"]

@@ -48,6 +48,7 @@ from datarecon.attacks.run_directory import (
     CHECKPOINT_DIR,
     GENERATOR_KEY,
     HISTORY,
+    INIT_FILE,
     PROGRESS_FILE,
     RUN_JSON,
     STATE_FILE,
@@ -201,6 +202,8 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
     history_rows = run_dir.history(upto=start) if (run_dir is not None and ckpt) else []
     if run_dir is not None:
         run_dir.begin(history_rows, steps_done=start, wall_time_s=elapsed)
+        if ((record or {}).get("init") or {}).get("experimenter_choice"):  # a data start: kept for the evaluation
+            run_dir.write_init(x0)
 
     opt = AttackLoop(attack, target, prior, state, early_stop=early_stop,
                      early_stop_state=meta.get("early_stop", {}) or {},
@@ -236,6 +239,6 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
     return rec
 
 
-__all__ = ["CANDIDATES", "CHECKPOINT_DIR", "DEFAULT_DIVERGENCE_HINT", "HISTORY", "PROGRESS_FILE", "RUN_JSON",
+__all__ = ["CANDIDATES", "CHECKPOINT_DIR", "DEFAULT_DIVERGENCE_HINT", "HISTORY", "INIT_FILE", "PROGRESS_FILE", "RUN_JSON",
            "STATE_FILE", "config_dict", "load_checkpoint", "read_run", "resume_hash", "resume_key", "run_attack",
            "save_checkpoint", "tensor_digest", "write_candidates"]

@@ -37,7 +37,8 @@ def register(app: typer.Typer) -> None:
         typer.echo(model_card(load_model_dir(result.model_dir)))
         typer.echo("")
         rel = result.relative_residual
-        typer.echo(f"KKT attack: relative stationarity residual {rel:.3g}" if rel is not None else "KKT attack done")
+        typer.echo(f"KKT attack: relative residual {rel:.3g} (||theta* - g||^2 / ||theta*||^2 of the final candidates; "
+                   "converged below 0.05)" if rel is not None else "KKT attack done")
         for line in result.headline_lines():
             typer.echo(line)
         typer.echo(f"wrote {result.picture} and {result.report}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -85,29 +84,22 @@ def register(app: typer.Typer) -> None:
                                 allow_incomplete=allow_incomplete, progress=progress and not quiet,
                                 train=train, heldout=heldout)
             typer.echo(f"{run}: wrote metrics.json and candidates.csv")
-            typer.echo(json.dumps(_headline(summary), indent=2))
+            for line in _headline(summary):
+                typer.echo(line)
 
 
-def _headline(summary: dict) -> dict:
-    """The few numbers worth printing: the null-calibrated count with its nulls, the count at SSIM > 0.4
-    beside the held-out null, parameter distance, AUC per score."""
-    out: dict = {}
-    head = summary.get("headline") or {}
-    cal = head.get("calibrated")
-    if cal:
-        out["reconstructed_at_null_calibrated_ssim"] = {
-            "count": cal["count"], "of": head.get("n_train"), "threshold": cal["threshold"],
-            "heldout_null": cal["heldout"], "noise_null": cal.get("noise")}
-    haim = summary.get("haim") or {}
-    if "counts" in haim:
-        out["train_images_with_ssim>0.4"] = haim["counts"].get("0.4")
-        paper = head.get("paper") or {}
-        if paper.get("heldout") is not None:
-            out["heldout_null_with_ssim>0.4"] = paper["heldout"]
+def _headline(summary: dict) -> list[str]:
+    """What is worth printing, in the report's words: the headline count beside its nulls (and its
+    rule), the parameter distance, and what the privacy measurement says about each signal."""
+    from datarecon.evaluation.privacy import signal_verdict
+    from datarecon.report.text import headline_lines
+
+    lines = headline_lines(summary.get("headline") or {})
     if summary.get("param_distance") is not None:
-        out["param_distance"] = summary["param_distance"]
-    scores = (summary.get("privacy") or {}).get("scores") or {}
-    for name, val in scores.items():
-        if isinstance(val, dict) and "auc" in val:
-            out[f"auc[{name}]"] = val["auc"] if val.get("measurable", True) else "not measurable"
-    return out
+        lines.append(f"parameter distance ||theta* - theta||^2: {summary['param_distance']:.4g}")
+    priv = summary.get("privacy") or {}
+    verdict = signal_verdict(priv)
+    lines.append("privacy: " + verdict.lead + (f" ({verdict.measured})" if verdict.measured else ""))
+    if verdict.needs:
+        lines.append("privacy: " + verdict.needs)
+    return lines

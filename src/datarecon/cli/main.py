@@ -84,8 +84,12 @@ def build_command() -> Any:
     typer labels boolean flags ``<bool>`` in the help, which reads as if ``--resume true`` were
     accepted; flags take no value, so their type column is left empty here.
     """
+    from datarecon.cli._repeats import refuse_repeats
+
     cmd = typer.main.get_command(app)
     for c in _walk_commands(cmd):
+        if not getattr(c, "commands", None):  # a leaf command: a single-valued option given twice is an error
+            refuse_repeats(c, _usage_errors()[0])
         for param in c.params:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""
@@ -127,9 +131,12 @@ def main(argv: list[str] | None = None) -> int:
 
     usage_error, no_args_is_help = _usage_errors()
 
+    from datarecon.cli._warnings import cli_warnings
+
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        rv = build_command().main(args=args, standalone_mode=False, prog_name="datarecon")
+        with cli_warnings():  # one line each, "warning: ...", once per topic
+            rv = build_command().main(args=args, standalone_mode=False, prog_name="datarecon")
         code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0  # typer.Exit(code) comes back as code
         if code == INTERRUPTED:  # typer turns KeyboardInterrupt into a silent Exit(130)
             typer.echo(interrupt_message(args), err=True)

@@ -56,7 +56,7 @@ _Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an --out 
 _Config = Annotated[Path | None, typer.Option("--config", help="YAML/TOML overrides over the scale preset.")]
 _Threads = Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch (0: its default, all cores).")]
 _DryRun = Annotated[bool, typer.Option("--dry-run", help="List the pieces, which are done in --out, and the "
-                                        "estimated time of each on --device; run nothing.")]
+                                        "estimated time and memory of each on --device; run nothing.")]
 _Progress = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress inside long pieces "
                                          "(a bar on a terminal, plain lines with rate and ETA in a log).")]
 

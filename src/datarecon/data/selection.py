@@ -43,6 +43,11 @@ from datarecon.data.tasks import ResolvedTask, resolve_task
 from datarecon.errors import DataReconError
 
 
+#: Default held-out images per class, in units of ``n_per_class``: the attacks' default m is 2n, and a
+#: null with fewer candidates than the attack lowers the headline threshold and flatters the attack.
+HELDOUT_FACTOR = 2
+
+
 class DataSpec(BaseModel):
     """What data a model is trained on.
 
@@ -55,7 +60,8 @@ class DataSpec(BaseModel):
         n_partition_per_class: partition images per task class, from the train
             split, disjoint from training; defaults to ``n_per_class``; 0 = none.
         n_heldout_per_class: held-out images per task class from the test split;
-            defaults to ``n_per_class``; 0 = none.
+            defaults to ``2 * n_per_class`` (as many held-out images as the attacks' default
+            m = 2n candidates, so the null baseline is as strong as the attack); 0 = none.
         normalisation: "unit" (model input = display) or "unit-minus-mean"
             (display minus the per-pixel mean of the training images).
     """
@@ -76,9 +82,11 @@ class DataSpec(BaseModel):
     def _default_counts(cls, data: Any) -> Any:
         if isinstance(data, dict) and "n_per_class" in data:
             data = dict(data)
-            for key in ("n_partition_per_class", "n_heldout_per_class"):
-                if data.get(key) is None:
-                    data[key] = data["n_per_class"]
+            if data.get("n_partition_per_class") is None:
+                data["n_partition_per_class"] = data["n_per_class"]
+            if data.get("n_heldout_per_class") is None:
+                n = data["n_per_class"]  # a bad n_per_class is reported by its own field's check
+                data["n_heldout_per_class"] = HELDOUT_FACTOR * n if isinstance(n, int) and not isinstance(n, bool) else n
         return data
 
     def resolved_task(self) -> ResolvedTask:

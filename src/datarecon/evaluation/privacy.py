@@ -25,6 +25,10 @@ KKT residual share. We report ROC AUC (ties count one half, the
 Mann-Whitney statistic), TPR at 1% and 0.1% FPR and the ROC points. ROC and
 AUC are implemented here with numpy (tested against scikit-learn).
 
+Naming: in code the two classes are ``real``/``fake`` (``n_real``, :func:`real_labels`); everything a
+reader sees calls them by what the rule measured (:data:`POSITIVE`, :data:`NEGATIVE`), since a
+candidate closer to a training image than to any held-out one need not be that training image.
+
 References:
     Runkel et al. (2024), "Training Data Reconstruction: Privacy due to
     Uncertainty?"; Carlini et al. (2022), "Membership Inference Attacks From
@@ -33,8 +37,10 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,6 +63,11 @@ __all__ = [
     "score_privacy",
     "privacy_report",
     "bootstrap_auc_ci",
+    "negatives_needed",
+    "POSITIVE",
+    "NEGATIVE",
+    "SignalVerdict",
+    "signal_verdict",
 ]
 
 #: False-positive rates at which the TPR is reported.
@@ -65,6 +76,18 @@ LOW_FPRS: tuple[float, ...] = (0.01, 0.001)
 #: Fewest real and fewest fake candidates for which an ROC is reported: below it one candidate
 #: moves the AUC by more than 0.1 (one fake among 80 gives AUC 1.0 or 0.0 by luck).
 MIN_CLASS_SIZE = 10
+
+#: What the two classes of the rule are called wherever a reader sees them. The labels say what was
+#: measured; a candidate closer to a training image is not thereby a "real" training image (a blurred
+#: mean digit shared by many candidates can be closer to one training image than to any held-out one).
+POSITIVE = "closer to a training image than to any held-out image"
+NEGATIVE = "not closer to a training image"
+
+
+def negatives_needed(fpr: float) -> int:
+    """Fewest negatives at which a TPR at false-positive rate ``fpr`` is estimable: ``ceil(1 / fpr)``
+    (100 for 1 %, 1000 for 0.1 %); with fewer, one false positive already exceeds ``fpr``."""
+    return int(math.ceil(1.0 / fpr - 1e-9))
 
 
 def real_labels(best_train: Tensor, best_heldout: Tensor, *, higher_is_better: bool = True,
@@ -209,12 +232,14 @@ class PrivacyScore:
     Attributes:
         name: Score name.
         auc: ROC AUC (NaN if one class).
-        tpr_at: ``{fpr: tpr}`` at :data:`LOW_FPRS`.
+        tpr_at: ``{fpr: tpr}`` at :data:`LOW_FPRS`; NaN where not estimable (fewer negatives than
+            :func:`negatives_needed`).
         fpr, tpr, thresholds: ROC points.
         n_real, n_fake: Class sizes.
         note: Caveats (one class; too few negatives for the low FPRs; NaN scores).
         measurable: both classes have at least ``min_class_size`` candidates; when False, ``auc``
             and ``tpr_at`` are NaN (the ROC of a handful of candidates is luck, not a measurement).
+        tpr_estimable: ``{fpr: bool}``: enough negatives for that FPR.
     """
 
     name: str
@@ -227,10 +252,13 @@ class PrivacyScore:
     n_fake: int
     note: str = ""
     measurable: bool = True
+    tpr_estimable: dict[float, bool] = field(default_factory=dict)
 
     def summary(self) -> dict:
         """JSON-ready summary (without the curve)."""
         return {"auc": self.auc, "tpr_at_fpr": {str(k): v for k, v in self.tpr_at.items()},
+                "tpr_estimable": {str(k): v for k, v in self.tpr_estimable.items()},
+                "negatives_needed": {str(k): negatives_needed(k) for k in self.tpr_at},
                 "n_real": self.n_real, "n_fake": self.n_fake, "note": self.note, "measurable": self.measurable}
 
 
@@ -242,7 +270,8 @@ def score_privacy(labels, scores, *, name: str = "score", fprs: tuple[float, ...
         labels: ``(M,)`` bool, True = real (from :func:`real_labels`).
         scores: ``(M,)`` attacker-side score, higher = more likely real.
         name: Score name.
-        fprs: FPRs at which to report the TPR.
+        fprs: FPRs at which to report the TPR; a TPR at FPR ``f`` is only estimated with at least
+            :func:`negatives_needed` ``(f)`` fake candidates (else NaN, "not estimable").
         min_class_size: below this many real or fake candidates the separation is reported as not
             measurable (AUC and TPRs NaN, ``measurable`` False).
     """
@@ -250,23 +279,27 @@ def score_privacy(labels, scores, *, name: str = "score", fprs: tuple[float, ...
     s = _as_np(scores, "scores")
     fpr, tpr, thr = roc_curve(y, s)
     n_real, n_fake = int(y.sum()), int((~y).sum())
+    estimable = {float(f): n_fake >= negatives_needed(f) for f in fprs}
     notes = []
+    nan = float("nan")
     if n_real == 0 or n_fake == 0:
-        notes.append(f"only one class ({n_real} real, {n_fake} fake): AUC undefined")
+        notes.append(f"only one class ({n_real} closer to a training image, {n_fake} not): AUC undefined")
     elif min(n_real, n_fake) < min_class_size:
-        notes.append(f"not measurable: {n_real} real and {n_fake} fake candidates, fewer than {min_class_size} "
-                     "in a class")
-        nan = float("nan")
+        notes.append(f"not measurable: {n_real} candidates closer to a training image and {n_fake} not, fewer than "
+                     f"{min_class_size} in a class")
         return PrivacyScore(name, nan, {float(f): nan for f in fprs}, fpr, tpr, thr, n_real, n_fake,
-                            "; ".join(notes), measurable=False)
+                            "; ".join(notes), measurable=False, tpr_estimable=estimable)
     else:
-        small = [f for f in fprs if f < 1.0 / n_fake]
+        small = [f for f in fprs if not estimable[float(f)]]
         if small:
-            notes.append(f"{n_fake} fake candidates: TPR at FPR {', '.join(map(str, small))} is the TPR at FPR 0")
+            notes.append("TPR at FPR " + ", ".join(f"{100 * f:g}%" for f in small) + " not estimable: "
+                         f"{n_fake} negatives, " + ", ".join(str(negatives_needed(f)) for f in small)
+                         + " needed")
     if np.isnan(s).any():
         notes.append(f"{int(np.isnan(s).sum())} NaN scores ranked lowest")
-    return PrivacyScore(name, roc_auc(y, s), {float(f): tpr_at_fpr(fpr, tpr, f) for f in fprs},
-                        fpr, tpr, thr, n_real, n_fake, "; ".join(notes), measurable=n_real > 0 and n_fake > 0)
+    tprs = {float(f): (tpr_at_fpr(fpr, tpr, f) if estimable[float(f)] else nan) for f in fprs}
+    return PrivacyScore(name, roc_auc(y, s), tprs, fpr, tpr, thr, n_real, n_fake, "; ".join(notes),
+                        measurable=n_real > 0 and n_fake > 0, tpr_estimable=estimable)
 
 
 def privacy_report(labels, scores: Mapping[str, Tensor], *, fprs: tuple[float, ...] = LOW_FPRS,
@@ -326,3 +359,79 @@ def bootstrap_auc_ci(labels, scores, *, n_boot: int = 1000, level: float = 0.95,
     aucs = np.array([roc_auc(lab, np.r_[pos[a], neg[b]]) for a, b in zip(ip, ineg, strict=True)])
     alpha = (1.0 - level) / 2.0
     return float(np.quantile(aucs, alpha)), float(np.quantile(aucs, 1.0 - alpha))
+
+
+@dataclass(frozen=True)
+class SignalVerdict:
+    """What a privacy measurement says, in words, from its summary (the report's privacy card).
+
+    Attributes:
+        measured: One sentence: what was measured (class sizes under the rule).
+        lead: The verdict: the signal that separates the classes (only one whose 95% CI excludes
+            0.5), that none does better than chance, or that it is not measurable and why.
+        needs: What would make it measurable or the low-FPR TPRs estimable ("" when nothing).
+        best: Name of the signal whose CI lies wholly above 0.5 with the highest AUC, or None.
+        status: ``ok`` (a signal separates), ``warn`` (not measurable), ``""`` (no signal beats chance).
+    """
+
+    measured: str
+    lead: str
+    needs: str
+    best: str | None
+    status: str
+
+
+def signal_verdict(summary: Mapping[str, Any], *, fprs: Sequence[float] = LOW_FPRS) -> SignalVerdict:
+    """Read a privacy summary (``metrics.json`` ``privacy``) generically over its signals.
+
+    Every attacker-side signal in ``summary["scores"]`` is judged the same way: its AUC counts as a
+    separation only when its stratified-bootstrap 95% CI lies above 0.5 (a CI that covers 0.5 is
+    indistinguishable from chance, whatever the point estimate); TPRs at low FPR need
+    :func:`negatives_needed` negatives.
+
+    Args:
+        summary: ``{"n_real", "n_fake", "min_class_size", "scores": {name: {"auc", "auc_ci_95",
+            "measurable", ...}}}`` (:func:`datarecon.evaluation.reports.privacy_section`).
+        fprs: The low FPRs reported.
+
+    Returns:
+        :class:`SignalVerdict`.
+    """
+    n_pos, n_neg = summary.get("n_real"), summary.get("n_fake")
+    least = int(summary.get("min_class_size") or MIN_CLASS_SIZE)
+    if n_pos is None or n_neg is None:
+        return SignalVerdict("", str(summary.get("note") or "not measured: no held-out images"),
+                             "held-out images (the rule compares each candidate with them)", None, "warn")
+    measured = f"{n_pos} candidates {POSITIVE}, {n_neg} {NEGATIVE}"
+    scores = dict(summary.get("scores") or {})
+    if min(n_pos, n_neg) < least:
+        short = []
+        if n_neg < least:
+            short.append(f"{least - n_neg} more {NEGATIVE} (more candidates m, or more held-out images, which make "
+                         "the rule stricter)")
+        if n_pos < least:
+            short.append(f"{least - n_pos} more {POSITIVE} (a stronger attack, or more candidates m)")
+        lead = (f"not measurable: an AUC needs at least {least} candidates of each class; {n_pos} and {n_neg} "
+                "were found")
+        return SignalVerdict(measured, lead, "; ".join(short), None, "warn")
+    if not scores:
+        return SignalVerdict(measured, "no attacker-side signals were recorded", "", None, "warn")
+    best, best_auc = None, -1.0
+    for name, v in scores.items():
+        ci = v.get("auc_ci_95")
+        auc = v.get("auc")
+        if isinstance(ci, (list, tuple)) and len(ci) == 2 and ci[0] is not None and ci[0] > 0.5 \
+                and isinstance(auc, (int, float)) and auc > best_auc:
+            best, best_auc = name, float(auc)
+    if best is not None:
+        ci = scores[best]["auc_ci_95"]
+        lead = f"{best} separates them: AUC {best_auc:.2f} (95% CI {ci[0]:.2f}–{ci[1]:.2f}, above 0.5)"
+        status = "ok"
+    else:
+        lead = f"no signal separates them better than chance: every 95% CI covers 0.5 ({len(scores)} signals)"
+        status = ""
+    missing = [f for f in fprs if n_neg < negatives_needed(f)]
+    needs = ("TPR at " + " and ".join(f"{100 * f:g}% FPR" for f in missing) + " not estimable: "
+             + ", ".join(f"{negatives_needed(f)}" for f in missing) + f" negatives needed, {n_neg} found") \
+        if missing else ""
+    return SignalVerdict(measured, lead, needs, best, status)

@@ -53,10 +53,12 @@ __all__ = [
     "ASSIGNMENTS",
     "HaimResult",
     "haim_protocol",
+    "init_similarity",
     "assign",
     "counts_at",
     "Collapse",
     "collapse",
+    "collapse_clusters",
     "param_distance",
 ]
 
@@ -226,6 +228,34 @@ def haim_protocol(candidates: Tensor, train: Tensor, *, assignment: str = "greed
     )
 
 
+def init_similarity(candidates: Tensor, init: Tensor, *, rescale: bool = True, window: str = "gaussian",
+                    chunk: int = DEFAULT_CHUNK) -> Tensor:
+    """SSIM of each candidate to its own initial image, measured as :func:`haim_protocol` measures it.
+
+    Args:
+        candidates: ``(M, C, H, W)`` reconstructions in display space (any range; min-max rescaled
+            per image when ``rescale``, as in the protocol).
+        init: ``(M, C, H, W)`` the initial image x₀ of each candidate in display space (clamped to
+            ``[0, 1]``).
+        rescale: Min-max rescale the candidates first (the protocol's choice).
+        window: SSIM window name.
+        chunk: Pairs per SSIM chunk.
+
+    Returns:
+        ``(M,)`` float64 SSIM of candidate ``j`` to ``init[j]``.
+
+    Raises:
+        DataReconError: shapes differ.
+    """
+    candidates, init = _common(candidates, init, ("candidates", "initial images"))
+    if candidates.shape[0] != init.shape[0]:
+        raise DataReconError(f"{candidates.shape[0]} candidates but {init.shape[0]} initial images")
+    cand = minmax_rescale(candidates) if rescale else candidates
+    idx = torch.arange(cand.shape[0])
+    return _ssim_index_pairs(cand, init.clamp(0.0, 1.0), idx, idx, window=window, data_range=1.0,
+                             chunk=chunk).double()
+
+
 @dataclass(frozen=True)
 class Collapse:
     """Near-duplicate candidates (attack collapse).
@@ -238,6 +268,11 @@ class Collapse:
         metric: ``"ssim"`` (pair close if SSIM >= threshold) or ``"l2"``
             (close if distance <= threshold).
         threshold: The threshold used.
+        nearest_other: ``(M,)`` each candidate's similarity (SSIM) or distance (L2) to its nearest
+            other candidate (NaN with fewer than two candidates).
+        cluster: ``(M,)`` int64 collapse cluster of each candidate: candidates joined by chains of
+            near-duplicate pairs share an id (0, 1, ... by decreasing size); -1 for a candidate
+            with no near-duplicate.
     """
 
     fraction_pairs: float
@@ -246,6 +281,15 @@ class Collapse:
     n_close: int
     metric: str
     threshold: float
+    nearest_other: Tensor = field(default_factory=lambda: torch.empty(0))
+    cluster: Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
+
+    def cluster_sizes(self) -> list[int]:
+        """Sizes of the collapse clusters (at least two candidates each), largest first."""
+        if self.cluster.numel() == 0:
+            return []
+        ids = self.cluster[self.cluster >= 0]
+        return sorted(torch.bincount(ids).tolist(), reverse=True) if ids.numel() else []
 
 
 def collapse(candidates: Tensor, *, metric: str = "ssim", threshold: float | None = None,
@@ -279,12 +323,44 @@ def collapse(candidates: Tensor, *, metric: str = "ssim", threshold: float | Non
         raise DataReconError(f"unknown collapse metric {metric!r}; valid names: l2, ssim")
     n_pairs = m * (m - 1) // 2
     if n_pairs == 0:
-        return Collapse(float("nan"), float("nan"), 0, 0, metric, thr)
+        return Collapse(float("nan"), float("nan"), 0, 0, metric, thr, torch.full((m,), float("nan")),
+                        torch.full((m,), -1, dtype=torch.int64))
     off = ~torch.eye(m, dtype=torch.bool)
     close = close & off
     n_close = int(torch.triu(close, diagonal=1).sum())
     has = close.any(dim=1)
-    return Collapse(n_close / n_pairs, int(has.sum()) / m, n_pairs, n_close, metric, thr)
+    fill = -torch.inf if metric == "ssim" else torch.inf
+    others = mat.double().masked_fill(~off, fill)
+    nearest = others.max(dim=1).values if metric == "ssim" else others.min(dim=1).values
+    return Collapse(n_close / n_pairs, int(has.sum()) / m, n_pairs, n_close, metric, thr, nearest,
+                    collapse_clusters(close))
+
+
+def collapse_clusters(close: Tensor) -> Tensor:
+    """Connected components of a near-duplicate graph.
+
+    Args:
+        close: ``(M, M)`` bool, symmetric, True where two candidates are near-duplicates (diagonal ignored).
+
+    Returns:
+        ``(M,)`` int64 cluster id per candidate, 0 for the largest cluster of at least two, 1 for the
+        next (ties by lowest candidate index), -1 for a candidate with no near-duplicate.
+    """
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    m = close.shape[0]
+    adj = close.clone()
+    adj.fill_diagonal_(False)
+    _, labels = connected_components(csr_matrix(adj.cpu().numpy()), directed=False)
+    labels = torch.from_numpy(labels.astype(np.int64))
+    sizes = torch.bincount(labels, minlength=int(labels.max()) + 1 if m else 0)
+    out = torch.full((m,), -1, dtype=torch.int64)
+    big = [int(c) for c in torch.nonzero(sizes >= 2).view(-1)]
+    first = {c: int(torch.nonzero(labels == c)[0]) for c in big}
+    for new_id, c in enumerate(sorted(big, key=lambda c: (-int(sizes[c]), first[c]))):
+        out[labels == c] = new_id
+    return out
 
 
 def param_distance(theta_star: Mapping[str, Tensor], theta: Mapping[str, Tensor]) -> float:

@@ -35,35 +35,40 @@ from torch import Tensor
 
 from datarecon.errors import DataReconError
 from datarecon.evaluation.baselines import (
+    HEADLINE_RULES,
+    INIT_MARGIN,
     NULL_RATE,
+    PAPER_THRESHOLD,
     Baselines,
     best_similarity_to,
     haim_ssim_against,
     noise_images,
     null_baselines,
+    init_rule_mask,
     null_calibrated,
+    retention,
     summarise,
 )
 from datarecon.evaluation.neighbours import EXACT_UP_TO, METRICS, Neighbours, is_exact, nearest_neighbours
 from datarecon.evaluation.privacy import (
     LOW_FPRS,
     MIN_CLASS_SIZE,
+    NEGATIVE,
+    POSITIVE,
     PrivacyScore,
     bootstrap_auc_ci,
     privacy_report,
     real_labels,
 )
-from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimResult, collapse, counts_at, haim_protocol
+from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimResult, collapse, haim_protocol
 from datarecon.training.engine import track
 
-#: The fixed "good reconstruction" SSIM threshold of the papers (Haim et al. 2022; Buzaglo et al. 2023).
-PAPER_THRESHOLD = 0.4
 #: duplicate policies of the Haim protocol that every evaluation reports
 HAIM_ASSIGNMENTS = ("greedy", "hungarian", "independent")
 
 REAL_RULE = (
-    "a candidate is real iff its nearest training image (by {metric}) is closer than every "
-    "held-out image (best-train similarity > best-held-out similarity; ties are fake) and "
+    "a candidate is a positive iff its nearest training image (by {metric}) is closer than every "
+    "held-out image (best-train similarity > best-held-out similarity; ties are negatives) and "
     "its best-train similarity beats the floor (if any)"
 )
 
@@ -227,7 +232,8 @@ def protocol_report(raw: Tensor, train: Tensor, config: EvaluationConfig, *,
 
 
 def baseline_report(raw: Tensor, cands: Tensor, train: Tensor, heldout: Tensor | None,
-                    config: EvaluationConfig) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+                    config: EvaluationConfig, *, haim: HaimResult | None = None, rule: str = "standard",
+                    init_ssim: Tensor | None = None) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """Held-out images and uniform noise as null candidates, and the headline beside them.
 
     Args:
@@ -236,6 +242,10 @@ def baseline_report(raw: Tensor, cands: Tensor, train: Tensor, heldout: Tensor |
         train: ``(N, C, H, W)`` training images.
         heldout: ``(K, C, H, W)`` held-out images, or None.
         config: search settings, thresholds and ``baseline_seed``.
+        haim: the protocol result of the candidates (its matches feed the init rule), or None.
+        rule: the headline rule (:func:`~datarecon.evaluation.baselines.headline_rule`).
+        init_ssim: ``(M,)`` each candidate's SSIM to its own initial image (rules ``init-shift`` and
+            ``retention``), or None.
 
     Returns:
         (the ``baselines`` summary, the ``headline``, notes on approximate searches).
@@ -261,50 +271,103 @@ def baseline_report(raw: Tensor, cands: Tensor, train: Tensor, heldout: Tensor |
                                  "noise": sorted_curve(b1.noise)}},
         f"best_{primary.name}_to_train": b2.summary(config.thresholds),
     }
-    return summary, headline(b1, n_candidates=m, n_heldout=n_held, paper_threshold=PAPER_THRESHOLD), approximate
+    head = headline(b1, n_candidates=m, n_heldout=n_held, paper_threshold=PAPER_THRESHOLD, rule=rule,
+                    init_ssim=init_ssim, candidate_index=None if haim is None else haim.candidate_index)
+    return summary, head, approximate
 
 
 def headline(b: Baselines, *, n_candidates: int, n_heldout: int, paper_threshold: float = PAPER_THRESHOLD,
-             rate: float = NULL_RATE) -> dict[str, Any]:
-    """The run's headline: training images reconstructed, beside the null baselines.
+             rate: float = NULL_RATE, rule: str = "standard", init_ssim: Tensor | None = None,
+             candidate_index: Tensor | None = None, margin: float = INIT_MARGIN) -> dict[str, Any]:
+    """The run's headline: training images reconstructed, beside the null baselines (one rule for every report).
 
-    Two criteria on the Haim-protocol SSIM per training image: the null-calibrated threshold
-    (:func:`~datarecon.evaluation.baselines.null_calibrated`, held-out images as candidates)
-    and the papers' fixed ``paper_threshold``; each with the held-out and noise counts.
+    A training image counts when the Haim-protocol SSIM of its matched candidate exceeds
+    ``max(paper_threshold, t)``, ``t`` the threshold that held-out images used as the candidates
+    (as many as the attack's m) pass for at most ``rate`` of the training images
+    (:func:`~datarecon.evaluation.baselines.null_calibrated`); the held-out and noise counts at the
+    same threshold stand beside it. By ``rule``
+    (:func:`~datarecon.evaluation.baselines.headline_rule`):
+
+    * ``standard``: that count;
+    * ``init-shift`` (partition and mixture starts): only matches whose SSIM exceeds their
+      candidate's SSIM to its own initial image by ``margin`` count
+      (:func:`~datarecon.evaluation.baselines.init_rule_mask`), also in the fixed-threshold count;
+    * ``retention`` (ground-truth starts): no count (``count`` None); ``retention`` says how many
+      candidates stay at their initial training image (SSIM to it above the threshold).
 
     Args:
         b: The Haim-SSIM baselines (``real``, ``heldout``, ``noise`` per training image).
         n_candidates: The attack's candidate count ``m``.
         n_heldout: Held-out images used as null candidates (0: none).
-        paper_threshold: The fixed SSIM threshold of the papers.
+        paper_threshold: The papers' fixed SSIM threshold, the floor of the headline threshold.
         rate: See :func:`~datarecon.evaluation.baselines.null_calibrated`.
+        rule: ``standard``, ``init-shift`` or ``retention`` (:data:`~datarecon.evaluation.baselines.HEADLINE_RULES`).
+        init_ssim: ``(M,)`` each candidate's SSIM to its own initial image (needed by ``init-shift``
+            and ``retention``; without it those rules give no count and say why).
+        candidate_index: ``(N,)`` the matched candidate of each training image (``init-shift``).
+        margin: See :data:`~datarecon.evaluation.baselines.INIT_MARGIN`.
 
     Returns:
-        JSON-ready dict: ``n_train``, ``paper`` (``threshold``, ``count``, ``heldout``, ``noise``),
-        ``calibrated`` (the same plus ``rate``, ``allowed``; None without held-out images) and
-        ``notes``.
-    """
-    others = {"noise": b.noise} if b.noise is not None else {}
+        JSON-ready dict: ``rule``, ``rule_text``, ``threshold`` (applied), ``count`` (None: no count
+        under this rule or without a null), ``heldout``, ``noise`` (null counts at ``threshold``),
+        ``retention``, ``n_train``, ``n_candidates``, ``n_heldout_candidates``, ``paper``
+        (``threshold``, ``count``, ``heldout``, ``noise``), ``calibrated`` (``threshold``,
+        ``null_threshold``, ``floor``, ``rate``, ``allowed``, ``count``, ``heldout``, ``noise``,
+        ``excluded``; None without held-out images) and ``notes``.
 
-    def fixed(v: Tensor | None) -> int | None:
-        return None if v is None else counts_at(v, (paper_threshold,))[float(paper_threshold)]
+    Raises:
+        DataReconError: an unknown ``rule``.
+    """
+    if rule not in HEADLINE_RULES:
+        raise DataReconError(f"unknown headline rule {rule!r}; valid rules: {', '.join(HEADLINE_RULES)}")
+    others = {"noise": b.noise} if b.noise is not None else {}
+    notes: list[str] = []
+    eligible = None
+    if rule == "init-shift":
+        if init_ssim is None or candidate_index is None:
+            notes.append("the initial images of this data-initialised run were not recorded: its candidates cannot "
+                         "be told apart from their starting images, so no count is given; rerun the attack")
+        else:
+            eligible = init_rule_mask(b.real, init_ssim, candidate_index, margin=margin)
+    unmeasurable = rule == "init-shift" and eligible is None
+
+    def fixed(v: Tensor | None, ok: Tensor | None = None) -> int | None:
+        if v is None:
+            return None
+        s = torch.nan_to_num(torch.as_tensor(v, dtype=torch.float64), nan=-math.inf) > paper_threshold
+        return int((s & ok).sum()) if ok is not None else int(s.sum())
 
     out: dict[str, Any] = {
-        "statistic": "Haim-protocol SSIM per training image", "n_train": int(b.real.numel()),
+        "statistic": "Haim-protocol SSIM per training image", "rule": rule,
+        "rule_text": HEADLINE_RULES[rule].format(margin=margin), "n_train": int(b.real.numel()),
         "n_candidates": int(n_candidates), "n_heldout_candidates": int(n_heldout),
-        "paper": {"threshold": float(paper_threshold), "count": fixed(b.real), "heldout": fixed(b.heldout),
-                  "noise": fixed(b.noise)},
-        "calibrated": None, "notes": [],
+        "threshold": None, "count": None, "heldout": None, "noise": None, "retention": None,
+        "paper": {"threshold": float(paper_threshold), "count": None if unmeasurable else fixed(b.real, eligible),
+                  "heldout": fixed(b.heldout), "noise": fixed(b.noise)},
+        "calibrated": None, "notes": notes,
     }
     if b.heldout is None:
-        out["notes"].append("no held-out images: the null-calibrated count is not measurable")
-        return out
-    c = null_calibrated(b.real, b.heldout, others=others, rate=rate)
-    out["calibrated"] = {"threshold": c.threshold, "rate": c.rate, "allowed": c.allowed, "count": c.count,
-                         "heldout": c.null, "noise": c.others.get("noise")}
-    if 0 < n_heldout < n_candidates:
-        out["notes"].append(f"the held-out null has {n_heldout} candidates, the attack {n_candidates}: "
-                            "fewer null candidates lower the threshold and flatter the attack")
+        notes.append("no held-out images: no null beside the count, so no count is given (the papers' fixed "
+                     f"SSIM > {paper_threshold:g} count is shown without its null)")
+    else:
+        c = null_calibrated(b.real, b.heldout, others=others, rate=rate, floor=paper_threshold, eligible=eligible)
+        out["calibrated"] = {"threshold": c.threshold, "null_threshold": c.null_threshold, "floor": c.floor,
+                             "rate": c.rate, "allowed": c.allowed, "count": None if unmeasurable else c.count,
+                             "heldout": c.null, "noise": c.others.get("noise"), "excluded": c.excluded}
+        out.update(threshold=c.threshold, heldout=c.null, noise=c.others.get("noise"))
+        if rule != "retention" and not unmeasurable:
+            out["count"] = c.count
+        if 0 < n_heldout < n_candidates:
+            notes.append(f"the held-out null has {n_heldout} candidates, the attack {n_candidates}: "
+                         "fewer null candidates lower the threshold and flatter the attack")
+    if rule == "retention":
+        thr = out["threshold"] if out["threshold"] is not None else float(paper_threshold)
+        if init_ssim is None:
+            notes.append("the initial images of this ground-truth-initialised run were not recorded: retention "
+                         "cannot be measured; rerun the attack")
+        else:
+            out["retention"] = {"count": retention(init_ssim, thr), "of": int(torch.as_tensor(init_ssim).numel()),
+                                "threshold": thr}
     return out
 
 
@@ -350,9 +413,16 @@ def privacy_section(train_nb: Neighbours, heldout_nb: Neighbours, scores: Mappin
     priv = privacy_report(real, scores, min_class_size=config.min_class_size) if scores else {}
     source = (f"best of {config.n_floor_noise} uniform-noise images" if config.real_floor == "noise"
               else "given" if config.real_floor is not None else "none")
+    matched = train_nb.index[real]
+    shared = torch.bincount(matched) if matched.numel() else torch.zeros(0, dtype=torch.int64)
     summary = {
         "rule": REAL_RULE.format(metric=primary.name), "floor": floor, "floor_source": source,
+        "positive": POSITIVE, "negative": NEGATIVE,
         "n_real": int(real.sum()), "n_fake": int((~real).sum()), "fprs": list(LOW_FPRS),
+        # many positives can be one blob near one training image: how many distinct images they match
+        "n_real_distinct_train": int((shared > 0).sum()),
+        "largest_shared": ({"train_index": int(shared.argmax()), "count": int(shared.max())}
+                           if shared.numel() else None),
         # the bootstrap CI only where the AUC itself is measurable (both classes >= min_class_size)
         "scores": {k: {**v.summary(), "auc_ci_95": (bootstrap_auc_ci(real, scores[k], generator=config.bootstrap_seed)
                                                     if v.measurable else None)}
@@ -363,9 +433,29 @@ def privacy_section(train_nb: Neighbours, heldout_nb: Neighbours, scores: Mappin
     return real, priv, summary
 
 
-def collapse_report(cands: Tensor, config: EvaluationConfig) -> dict[str, Any]:
-    """Near-duplicate candidates (:func:`~datarecon.evaluation.protocol.collapse`) as a JSON-ready dict."""
+def collapse_report(cands: Tensor, config: EvaluationConfig, *,
+                    columns: dict[str, list[Any]] | None = None) -> dict[str, Any]:
+    """Near-duplicate candidates (:func:`~datarecon.evaluation.protocol.collapse`) as a JSON-ready dict.
+
+    Args:
+        cands: ``(M, C, H, W)`` display-space candidates in ``[0, 1]``.
+        config: ``collapse_metric`` and ``window``.
+        columns: if given, receives the per-candidate columns ``nearest_other_<metric>`` (distance,
+            or SSIM, to the nearest other candidate) and ``collapse_cluster`` (-1: no near-duplicate).
+
+    Returns:
+        The ``collapse`` summary: fractions, counts, cluster sizes (largest first) and the median
+        distance (or SSIM) of a candidate to its nearest other candidate.
+    """
     c = collapse(cands, metric=config.collapse_metric, window=config.window)
-    return {"metric": c.metric, "threshold": c.threshold, "fraction_pairs": finite_or_none(c.fraction_pairs),
-            "fraction_candidates": finite_or_none(c.fraction_candidates), "n_pairs": c.n_pairs,
-            "n_close": c.n_close}
+    near = c.nearest_other.double()
+    finite = near[torch.isfinite(near)]
+    summary = {"metric": c.metric, "threshold": c.threshold, "fraction_pairs": finite_or_none(c.fraction_pairs),
+               "fraction_candidates": finite_or_none(c.fraction_candidates), "n_pairs": c.n_pairs,
+               "n_close": c.n_close, "n_candidates": int(cands.shape[0]),
+               "n_with_duplicate": int((c.cluster >= 0).sum()), "clusters": c.cluster_sizes(),
+               "median_nearest_other": float(finite.median()) if finite.numel() else None}
+    if columns is not None:
+        columns[f"nearest_other_{c.metric}"] = [finite_or_none(v) for v in near.tolist()]
+        columns["collapse_cluster"] = c.cluster.tolist()
+    return summary

@@ -40,16 +40,17 @@ from torch import Tensor
 
 from datarecon.config import build_config
 from datarecon.errors import CheckpointError, DataReconError
-from datarecon.evaluation.baselines import noise_images
+from datarecon.evaluation.baselines import headline_rule, noise_images
 from datarecon.evaluation.neighbours import EXACT_UP_TO, Neighbours
 from datarecon.evaluation.privacy import MIN_CLASS_SIZE, PrivacyScore
-from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimResult
+from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimResult, init_similarity
 from datarecon.evaluation.reports import (
     PAPER_THRESHOLD,
     REAL_RULE,
     EvaluationConfig,
     baseline_report,
     collapse_report,
+    finite_or_none,
     headline,
     neighbour_report,
     privacy_section,
@@ -114,7 +115,8 @@ def evaluate(candidates: Tensor, *, train: Tensor | None, heldout: Tensor | None
              noise: Tensor | int | None = None, partition: Tensor | None = None,
              labels: Tensor | None = None, scores: Mapping[str, Tensor] | None = None,
              multipliers: Tensor | None = None, margins: Tensor | None = None,
-             config: EvaluationConfig | Mapping[str, Any] | None = None, progress: bool = False) -> Evaluation:
+             config: EvaluationConfig | Mapping[str, Any] | None = None, progress: bool = False,
+             init: Tensor | None = None, init_name: str | None = None) -> Evaluation:
     """Evaluate display-space candidates against the training set and the nulls, without a model directory.
 
     Computes what ``datarecon evaluate`` writes for a run directory: nearest neighbours in each set,
@@ -136,6 +138,12 @@ def evaluate(candidates: Tensor, *, train: Tensor | None, heldout: Tensor | None
         margins: ``(N,)`` output margin of each training image (for the SSIM-vs-margin plot).
         config: :class:`~datarecon.evaluation.reports.EvaluationConfig` or its fields.
         progress: show progress bars.
+        init: ``(M, C, H, W)`` each candidate's initial image x₀ in display space, or None. Needed
+            for data-initialised runs: their headline rule compares each candidate's SSIM to its
+            training match with its SSIM to its own start.
+        init_name: the initialisation's name (``datarecon.attacks.init.INITS``); it picks the
+            headline rule (:func:`~datarecon.evaluation.baselines.headline_rule`: ``ground-truth``
+            reports retention instead of a count, ``partition`` and ``mix`` the init rule).
 
     Returns:
         :class:`Evaluation` (``datarecon.report.render_report`` accepts it).
@@ -154,7 +162,7 @@ def evaluate(candidates: Tensor, *, train: Tensor | None, heldout: Tensor | None
     refs = {k: v for k, v in (("train", train), ("partition", partition), ("heldout", heldout), ("noise", noise))
             if v is not None}
     return _evaluate(raw, refs, labels=labels, scores=scores, multipliers=multipliers, margins=margins,
-                     config=cfg, progress=progress)
+                     config=cfg, progress=progress, init=init, init_name=init_name)
 
 
 def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
@@ -167,11 +175,12 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
                         margins: Tensor | None = None, collapse_metric: str = "l2",
                         real_floor: float | str | None = "noise", n_floor_noise: int = 1000,
                         min_class_size: int = MIN_CLASS_SIZE, baselines: bool = True,
-                        seed: int = 0, progress: bool = False) -> Evaluation:
+                        seed: int = 0, progress: bool = False, init: Tensor | None = None,
+                        init_name: str | None = None) -> Evaluation:
     """:func:`evaluate` with the reference sets in one mapping and the settings as keywords.
 
     Args:
-        candidates, labels, scores, multipliers, margins, progress: see :func:`evaluate`.
+        candidates, labels, scores, multipliers, margins, progress, init, init_name: see :func:`evaluate`.
         references: ``{name: (R, C, H, W)}`` display-space images in ``[0, 1]``, e.g. ``train``,
             ``partition``, ``heldout``, ``noise``. Empty sets are skipped.
         train_key, heldout_key: which references are the training and held-out sets.
@@ -195,16 +204,25 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
     }, where="evaluation settings")
     raw = check_images(candidates, "candidates").detach()
     return _evaluate(raw, references, labels=labels, scores=scores, multipliers=multipliers, margins=margins,
-                     config=cfg, progress=progress, train_key=train_key, heldout_key=heldout_key)
+                     config=cfg, progress=progress, train_key=train_key, heldout_key=heldout_key, init=init,
+                     init_name=init_name)
 
 
 def _evaluate(raw: Tensor, references: Mapping[str, Tensor], *, labels: Tensor | None,
               scores: Mapping[str, Tensor] | None, multipliers: Tensor | None, margins: Tensor | None,
               config: EvaluationConfig, progress: bool, train_key: str = "train",
-              heldout_key: str = "heldout") -> Evaluation:
+              heldout_key: str = "heldout", init: Tensor | None = None,
+              init_name: str | None = None) -> Evaluation:
     """Check the inputs, run the reports, assemble summary and rows."""
     m = raw.shape[0]
     cands = raw.clamp(0.0, 1.0)
+    init_ssim = None
+    if init is not None:
+        init = check_images(init, "initial images").detach()
+        if tuple(init.shape) != tuple(raw.shape):
+            raise DataReconError(f"initial images have shape {tuple(init.shape)}, the candidates {tuple(raw.shape)}")
+        init_ssim = init_similarity(raw, init.to(raw.dtype), window=config.window)
+    rule = headline_rule(init_name)
     scores = dict(scores or {})
     for k, v in (("labels", labels), ("multipliers", multipliers)):
         if v is not None and torch.as_tensor(v).reshape(-1).shape[0] != m:
@@ -227,9 +245,13 @@ def _evaluate(raw: Tensor, references: Mapping[str, Tensor], *, labels: Tensor |
         "thresholds": [float(t) for t in config.thresholds],
         "reference_sizes": {k: int(v.shape[0]) for k, v in refs.items()},
     }
+    summary["init"] = {"name": init_name, "rule": rule, "recorded": init is not None,
+                       "mean_ssim_to_init": None if init_ssim is None else finite_or_none(float(torch.nanmean(init_ssim)))}
     columns: dict[str, list[Any]] = {}
     if labels is not None:
         columns["label"] = torch.as_tensor(labels).reshape(-1).tolist()
+    if init_ssim is not None:
+        columns["init_ssim"] = init_ssim.tolist()
     if multipliers is not None:
         columns["multiplier"] = torch.as_tensor(multipliers).reshape(-1).tolist()
 
@@ -243,8 +265,8 @@ def _evaluate(raw: Tensor, references: Mapping[str, Tensor], *, labels: Tensor |
     if train is not None:
         haim, summary["haim"], columns["haim_train_index"] = protocol_report(raw, train, config, margins=margins)
         if config.baselines:
-            summary["baselines"], summary["headline"], notes = baseline_report(raw, cands, train,
-                                                                               refs.get(heldout_key), config)
+            summary["baselines"], summary["headline"], notes = baseline_report(
+                raw, cands, train, refs.get(heldout_key), config, haim=haim, rule=rule, init_ssim=init_ssim)
             approximate += notes
 
     real, priv = None, {}
@@ -260,22 +282,25 @@ def _evaluate(raw: Tensor, references: Mapping[str, Tensor], *, labels: Tensor |
         from datarecon.evaluation.membership import candidate_roc
 
         h = summary["headline"]
-        threshold = max(float(h["paper"]["threshold"]), float((h.get("calibrated") or {}).get("threshold") or 0.0))
+        threshold = float(h["threshold"] if h.get("threshold") is not None else h["paper"]["threshold"])
         summary["candidate_roc"] = candidate_roc(primary[0].score, threshold,
                                                  {k: torch.as_tensor(v).reshape(-1) for k, v in scores.items()})
     for k, v in scores.items():
         columns[f"score_{k}"] = torch.as_tensor(v).reshape(-1).tolist()
     summary["approximate"] = approximate
-    summary["collapse"] = collapse_report(cands, config)
+    summary["collapse"] = collapse_report(cands, config, columns=columns)
     rows = [{"candidate": i, **{c: vals[i] for c, vals in columns.items()}} for i in range(m)]
-    grid = _neighbour_grid(nb.neighbours, cands, refs, metric=config.metric, train_key=train_key)
+    grid = _neighbour_grid(nb.neighbours, cands, refs, metric=config.metric, train_key=train_key,
+                           init=None if init is None else init.clamp(0.0, 1.0), init_ssim=init_ssim)
     return Evaluation(summary=summary, rows=rows, neighbours=nb.neighbours, haim=haim, privacy=priv, real=real,
                       grid=grid)
 
 
 def _neighbour_grid(neighbours: Mapping[tuple[str, str], Neighbours], cands: Tensor, refs: Mapping[str, Tensor], *,
-                    metric: str, train_key: str, grid_max: int = GRID_MAX) -> dict[str, Tensor]:
-    """The ``grid_max`` best-matched candidates with their nearest train/partition images."""
+                    metric: str, train_key: str, grid_max: int = GRID_MAX, init: Tensor | None = None,
+                    init_ssim: Tensor | None = None) -> dict[str, Tensor]:
+    """The ``grid_max`` best-matched candidates with their nearest train/partition images (and their own
+    initial image with its SSIM, when given); ``n_candidates`` records how many there were in all."""
     key = (train_key, metric)
     if key in neighbours:
         nb = neighbours[key]
@@ -283,14 +308,44 @@ def _neighbour_grid(neighbours: Mapping[tuple[str, str], Neighbours], cands: Ten
         order = torch.sort(-s if nb.higher_is_better else s, stable=True).indices[:grid_max]
     else:
         order = torch.arange(min(grid_max, cands.shape[0]))
-    out: dict[str, Tensor] = {"order": order, "candidates": cands[order].float()}
+    out: dict[str, Tensor] = {"order": order, "candidates": cands[order].float(),
+                              "n_candidates": torch.tensor([cands.shape[0]], dtype=torch.int64)}
     for name in (train_key, "partition"):
         if (name, metric) in neighbours:
             nb = neighbours[(name, metric)]
             out[f"{name}_index"] = nb.index[order]
             out[f"{name}_score"] = nb.score[order].float()
             out[name] = refs[name][nb.index[order]].float()
+    if init is not None and init_ssim is not None:
+        out["init"] = init[order].float()
+        out["init_score"] = init_ssim[order].float()
+        out["init_index"] = order.clone()
     return out
+
+
+def init_name_of(meta: Mapping[str, Any]) -> str | None:
+    """The initialisation name a ``run.json`` records (None for pooled or older runs without one)."""
+    init = meta.get("init")
+    return str(init.get("name")) if isinstance(init, Mapping) and init.get("name") else None
+
+
+def read_init(run_dir: str | Path, *, m: int) -> Tensor | None:
+    """The initial candidates x₀ ``(m, C, H, W)`` (model input space) a data-initialised run recorded in
+    ``init.safetensors``, or None (a run from a random start, or from an earlier version).
+
+    Raises:
+        CheckpointError: the file holds no ``x0`` of ``m`` candidates.
+    """
+    from datarecon.attacks.run_directory import INIT_FILE
+
+    path = Path(run_dir) / INIT_FILE
+    if not path.is_file():
+        return None
+    t = load_tensors(path)
+    if "x0" not in t or t["x0"].shape[0] != m:
+        raise CheckpointError(f"{path} does not hold the {m} initial candidates of this run (tensor 'x0'); "
+                              "re-create the run")
+    return t["x0"].detach()
 
 
 def _resolve_model_dir(run_dir: Path, model_dir: str | None) -> Path:
@@ -408,10 +463,12 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
     config = {"metric": metric, "prefilter": prefilter, "top_k": top_k, "exact_up_to": exact_up_to, "window": window,
               "thresholds": tuple(float(t) for t in thresholds), "assignment": assignment, "noise_seed": seed,
               "baseline_seed": seed}
+    x0 = read_init(run_dir, m=m)
     ev = evaluate(display, train=sets.get("train"), heldout=sets.get("heldout"), partition=sets.get("partition"),
                   noise=len(task.train) if "noise" in against else None, labels=tensors.get("labels"),
                   scores=scores, multipliers=tensors.get("multipliers"), margins=margins, config=config,
-                  progress=progress)
+                  progress=progress, init=None if x0 is None else norm.to_display(x0.float()),
+                  init_name=init_name_of(meta))
     summary = dict(ev.summary)
     extra = meta.get("extra") or {}
     summary["param_distance"] = extra.get("param_distance")
@@ -419,8 +476,10 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
                       "status": status, "steps_done": meta.get("steps_done"), "seed": meta.get("seed"),
                       "config": meta.get("config"), "data": bundle.data, "arch": bundle.arch.model_dump(mode="json")}
     if write:
+        init_ssim = torch.tensor([r["init_ssim"] for r in ev.rows]) if x0 is not None else None
         grid = ev.grid if grid_max == GRID_MAX else _neighbour_grid(
-            ev.neighbours, display.clamp(0, 1), sets, metric=metric, train_key="train", grid_max=grid_max)
+            ev.neighbours, display.clamp(0, 1), sets, metric=metric, train_key="train", grid_max=grid_max,
+            init=None if x0 is None else norm.to_display(x0.float()).clamp(0, 1), init_ssim=init_ssim)
         write_evaluation(run_dir, Evaluation(summary=summary, rows=ev.rows, neighbours=ev.neighbours, haim=ev.haim,
                                              privacy=ev.privacy, real=ev.real, grid=grid))
     return summary

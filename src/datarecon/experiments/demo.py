@@ -127,27 +127,13 @@ def run_demo(config: DemoConfig = DemoConfig(), *, out: str | Path, data_dir: st
 
 
 def headline_lines(headline: dict[str, Any], *, what: str = "images") -> list[str]:
-    """Two sentences from a ``metrics.json`` headline: the null-calibrated count, then the papers'.
+    """The headline in sentences (:func:`datarecon.report.text.headline_lines`: the count at max(0.4, t)
+    beside its nulls, the threshold, the rule, then the papers' fixed-threshold count).
 
     Args:
         headline: ``summary["headline"]`` of :func:`datarecon.evaluation.evaluate_run`.
         what: What the held-out images are called ("digits").
     """
-    n = headline.get("n_train")
-    lines = []
-    cal = headline.get("calibrated")
-    if cal:
-        thr = cal.get("threshold")
-        at = f"SSIM > {thr:.3f}" if thr is not None else "any SSIM"
-        lines.append(
-            f"training images reconstructed: {cal['count']} of {n} at {at}, the threshold that "
-            f"{headline.get('n_heldout_candidates')} held-out {what} used as candidates pass for at most "
-            f"{cal['allowed']} of {n} (they reach {cal['heldout']}; uniform noise reaches {cal.get('noise')})")
-    else:
-        lines.append("training images reconstructed: not measurable without held-out images (no null baseline)")
-    paper = headline.get("paper") or {}
-    if paper.get("count") is not None:
-        lines.append(f"at the papers' SSIM > {paper['threshold']:g}: {paper['count']} of {n}, but held-out {what} "
-                     f"reach {paper.get('heldout')} and noise {paper.get('noise')} there")
-    lines.extend(headline.get("notes") or [])
-    return lines
+    from datarecon.report.text import headline_lines as lines
+
+    return lines(headline, what=what)

@@ -48,7 +48,8 @@ __all__ = [
 
 #: Reference sets shown in the landscape figures (Runkel Fig. 10-12).
 LANDSCAPE_SETS: tuple[str, ...] = ("train", "partition", "noise")
-_SET_TITLES = {"train": "training", "partition": "partition", "noise": "noise", "heldout": "held-out"}
+_SET_TITLES = {"train": "training", "partition": "partition", "noise": "noise", "heldout": "held-out",
+               "init": "start"}
 
 
 def figure_png(fig: Figure, *, dpi: int = 100, close: bool = True) -> bytes:
@@ -77,7 +78,8 @@ def _img(x: Any) -> np.ndarray:
 def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor], *,
                    scores: Mapping[str, Sequence[float]] | None = None, max_items: int = 24,
                    groups_per_row: int = 4, title: str | None = None,
-                   indices: Mapping[str, Sequence[int]] | None = None) -> Figure:
+                   indices: Mapping[str, Sequence[int]] | None = None, total: int | None = None,
+                   sorted_by: str | None = None) -> Figure:
     """Each candidate beside its nearest image in each reference set.
 
     Args:
@@ -93,6 +95,10 @@ def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor]
         indices: ``{set name: (K,)}`` index of each matched image in its set, optional: a
             matched image shown for several candidates is labelled ``×k`` and the title says how
             many candidates share an image (so a repeated image is not read as several matches).
+            Not used for ``init`` (each candidate's own start).
+        total: How many candidates there are in all; the title says "k of total shown" (and
+            ``sorted_by``) so a cap on the figure is never silent.
+        sorted_by: What the shown candidates are sorted by (e.g. "SSIM to their nearest training image").
 
     Returns:
         Figure.
@@ -100,6 +106,8 @@ def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor]
     k = min(int(candidates.shape[0]), max_items)
     repeats: dict[str, dict[int, int]] = {}
     for name, idx in (indices or {}).items():
+        if name == "init":
+            continue
         shown = [int(v) for v in list(idx)[:k]]
         repeats[name] = {v: shown.count(v) for v in shown}
     if k == 0:
@@ -108,7 +116,8 @@ def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor]
     width = 1 + len(names)
     gpr = max(1, min(groups_per_row, k))
     rows = math.ceil(k / gpr)
-    fig, axes = plt.subplots(rows, gpr * width, figsize=(1.1 * gpr * width, 1.35 * rows), squeeze=False)
+    header = (1 if title else 0) + len(indices or {}) + (1 if total is not None or sorted_by else 0)
+    fig, axes = plt.subplots(rows, gpr * width, figsize=(1.1 * gpr * width, 1.5 * rows + 0.2 * header), squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     for i in range(k):
@@ -129,9 +138,12 @@ def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor]
     shared = {name: sum(c for c in r.values() if c > 1) for name, r in repeats.items()}
     notes = [f"{n} of {k} candidates share a {_SET_TITLES.get(name, name)} image with another (×k)"
              for name, n in shared.items() if n]
+    if total is not None or sorted_by:
+        shown = f"{k} of {total} candidates shown" if total is not None else f"{k} candidates shown"
+        notes.insert(0, shown + (f", sorted by {sorted_by}" if sorted_by else ""))
     if title or notes:
         fig.suptitle("\n".join(([title] if title else []) + notes), fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(h_pad=0.6)
     return fig
 
 
@@ -151,7 +163,7 @@ def sorted_ssim_curve(curves: Mapping[str, Sequence[float | None]], *, threshold
             ``heldout``, ``noise`` (sorted here in decreasing order; None/NaN dropped); names
             and colours from :data:`datarecon.report.style.SERIES`.
         threshold: The papers' fixed "good reconstruction" line (None: none).
-        calibrated: The null-calibrated threshold (drawn in the held-out colour), or None.
+        calibrated: The headline threshold max(0.4, t) (drawn in the held-out colour), or None.
         window: SSIM window named in the axis label (it changes the values).
         title: Axes title.
     """
@@ -169,7 +181,7 @@ def sorted_ssim_curve(curves: Mapping[str, Sequence[float | None]], *, threshold
         ax.axhline(threshold, color="gray", lw=0.8, ls=":", label=f"papers' threshold {threshold:g}")
     if calibrated is not None:
         ax.axhline(calibrated, color=series("heldout").color, lw=0.9, ls="-.",
-                   label=f"null-calibrated {calibrated:.3f}")
+                   label=f"headline threshold {calibrated:.3f}")
     ax.set_xlabel(f"training images ({n}), sorted by SSIM")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("SSIM" + (f" ({window} window)" if window else ""))
@@ -182,7 +194,7 @@ def sorted_ssim_curve(curves: Mapping[str, Sequence[float | None]], *, threshold
 
 
 def convergence_curve(steps: Sequence[int], values: Sequence[float], *, key: str, tol: float | None = None,
-                      converged: bool | None = None, title: str | None = None) -> Figure:
+                      converged: bool | None = None, title: str | None = None, label: str | None = None) -> Figure:
     """The attack's convergence signal over its steps (log scale), with the tolerance line.
 
     Args:
@@ -192,7 +204,9 @@ def convergence_curve(steps: Sequence[int], values: Sequence[float], *, key: str
         tol: Tolerance line (e.g. :data:`datarecon.attacks.convergence.RESIDUAL_TOL`), or None.
         converged: The verdict written in the title, or None.
         title: Axes title.
+        label: What the metric is called on the axis and in the title (default: ``key``).
     """
+    name = label or key.replace("_", " ")
     fig, ax = plt.subplots(figsize=(5, 3.0))
     st, v = np.asarray(steps, dtype=float), _clean(values)
     ok = ~np.isnan(v) & (v > 0)
@@ -203,9 +217,9 @@ def convergence_curve(steps: Sequence[int], values: Sequence[float], *, key: str
         ax.axhline(tol, color="gray", lw=0.8, ls=":", label=f"converged below {tol:g}")
         ax.legend(fontsize=7)
     ax.set_xlabel("attack step")
-    ax.set_ylabel(key.replace("_", " "))
+    ax.set_ylabel(name)
     verdict = "" if converged is None else (" — converged" if converged else " — NOT converged")
-    ax.set_title((title or f"Attack convergence: {key.replace('_', ' ')}") + verdict, fontsize=9)
+    ax.set_title((title or f"Attack convergence: {name}") + verdict, fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -274,7 +288,8 @@ def scree_plot(values: Sequence[float], *, n_hat: int | None = None, interval: S
 
 def roc_curves(rocs: Mapping[str, tuple[Sequence[float], Sequence[float], float]], *,
                title: str | None = None, log: bool = False) -> Figure:
-    """ROC curves of attacker-side scores (real vs fake candidates).
+    """ROC curves of attacker-side scores: candidates closer to a training image than to any held-out
+    image (positives) against the others.
 
     Args:
         rocs: ``{score name: (fpr, tpr, auc)}``; ``auc`` None or NaN is shown as "n/a".
@@ -285,18 +300,18 @@ def roc_curves(rocs: Mapping[str, tuple[Sequence[float], Sequence[float], float]
         f, t = _clean(fpr), _clean(tpr)
         if f.size and not np.isnan(f).any():
             defined = isinstance(auc, (int, float)) and math.isfinite(auc)
-            ax.plot(f, t, label=f"{name} (AUC {auc:.3f})" if defined else f"{name} (AUC n/a)")
+            ax.plot(f, t, label=f"{name} (AUC {auc:.2f})" if defined else f"{name} (AUC n/a)")
     ax.plot([0, 1], [0, 1], color="gray", lw=0.8, ls=":")
     if log:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(1e-3, 1)
         ax.set_ylim(1e-3, 1)
-    ax.set_xlabel("false-positive rate (fake called real)")
-    ax.set_ylabel("true-positive rate")
+    ax.set_xlabel("false-positive rate (not closer, called closer)")
+    ax.set_ylabel("true-positive rate (closer to a training image)")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="lower right")
-    ax.set_title(title or "Can the attacker tell real reconstructions?", fontsize=9)
+    ax.set_title(title or "Can the attacker tell which candidates match training images?", fontsize=9)
     fig.tight_layout()
     return fig
 

@@ -281,8 +281,47 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
+def _prod(shape: Sequence[Any]) -> int:
+    d = 1
+    for v in shape:
+        d *= int(v)
+    return d
+
+
+def arch_text(arch: Mapping[str, Any]) -> str:
+    """An architecture in words (``MLP 64-200-1, no biases``, ``affine 3072→1, bias``)."""
+    name = str(arch.get("name") or "model")
+    shape = arch.get("input_shape") or []
+    d = _prod(shape) if shape else None
+    k = arch.get("num_outputs")
+    hidden = [int(h) for h in (arch.get("hidden") or [])]
+    bias = "with biases" if arch.get("bias") else "no biases"
+    if name == "affine":
+        return f"affine {d}→{k}, {'bias' if arch.get('bias') else 'no bias'}"
+    if name == "cnn":
+        return f"CNN, channels {'-'.join(map(str, hidden))}, kernel {arch.get('kernel') or 3}, {k} output(s), {bias}"
+    widths = [v for v in (d, *hidden, k) if v is not None]
+    return f"{name.upper() if name == 'mlp' else name} {'-'.join(map(str, widths))}, {bias}"
+
+
 def _target_card(m: Mapping[str, Any], run_dir: Path) -> Card:
     info = m.get("run") or {}
+    sizes = m.get("reference_sizes") or {}
+    own = info.get("own_model")
+    if own:
+        shape = "×".join(str(v) for v in own.get("input_shape") or []) or "n/a"
+        lo, hi = (own.get("value_range") or [None, None])[:2]
+        rows = [("model", f"your own model ({own.get('factory') or 'built in Python'})"),
+                ("input", f"{shape}, values in [{_fmt(lo)}, {_fmt(hi)}]"),
+                ("loss", own.get("loss")),
+                ("homogeneous (measured)", own.get("homogeneous_measured")),
+                ("training images n", sizes.get("train")), ("held-out images", sizes.get("heldout"))]
+        return Card("Target (your own model)", [(k, v) for k, v in rows if v is not None])
+    if not info:
+        rows = [("training images n", sizes.get("train")), ("held-out images", sizes.get("heldout")),
+                ("image shape", "×".join(str(v) for v in m.get("image_shape") or []) or None)]
+        return Card("Target", [(k, v) for k, v in rows if v is not None],
+                    lead="evaluated from tensors: no model record (evaluate a run directory for the model card)")
     model_json = None
     model_dir = info.get("model_dir")
     for cand in ([Path(model_dir), run_dir / str(model_dir)] if model_dir else []):
@@ -293,92 +332,149 @@ def _target_card(m: Mapping[str, Any], run_dir: Path) -> Card:
     arch = meta.get("arch") or info.get("arch") or {}
     data = meta.get("data") or info.get("data") or {}
     met = meta.get("metrics") or {}
-    widths = [str(arch.get("hidden"))] if arch else []
-    if arch.get("input_shape") and arch.get("hidden") is not None:
-        d = 1
-        for v in arch["input_shape"]:
-            d *= int(v)
-        widths = [str(d), *[str(h) for h in arch["hidden"]], str(arch.get("num_outputs", "?"))]
     kkt = met.get("kkt_regime_score")
-    rows = [("data", f"{data.get('dataset', '?')} / {data.get('task', '?')}"),
-            ("n (training images)", met.get("n_train") or (m.get("reference_sizes") or {}).get("train")),
-            ("architecture", f"{arch.get('name', '?')} {'-'.join(widths)}, bias {'yes' if arch.get('bias') else 'no'}"),
+    wd = meta.get("weight_decay")
+    rows = [("data", f"{data.get('dataset')} / {data.get('task')}" if data else None),
+            ("n (training images)", met.get("n_train") or sizes.get("train")),
+            ("architecture", arch_text(arch) if arch else None),
             ("parameters", f"{meta['num_parameters']:,}" if isinstance(meta.get("num_parameters"), int) else None),
-            ("loss, weight decay", f"{meta.get('loss', '?')}, {meta.get('weight_decay', '?')}"),
-            ("train / held-out acc", f"{_fmt(_num(met.get('train_accuracy')))} / {_fmt(_num(met.get('heldout_accuracy')))}"),
+            ("loss, weight decay", f"{meta.get('loss')}, {wd:g}" if isinstance(wd, (int, float)) else meta.get("loss")),
+            ("train / held-out acc", f"{_fmt(_num(met.get('train_accuracy')))} / {_fmt(_num(met.get('heldout_accuracy')))}"
+             if met else None),
             ("normalised margin", _num(met.get("normalised_margin"))),
             ("KKT-regime score", _num(kkt) if kkt is not None else "not computed")]
     ok = _num(met.get("train_accuracy")) == 1.0
-    return Card("Target (what was attacked)", rows, status="" if model_json is None else ("ok" if ok else "warn"))
+    return Card("Target (what was attacked)", [(k, v) for k, v in rows if v is not None],
+                status="" if model_json is None else ("ok" if ok else "warn"))
+
+
+#: How the two residuals are named wherever a reader sees them (issue 25: one name per definition).
+RELATIVE_RESIDUAL = "relative residual"
+OBJECTIVE_RESIDUAL = "objective residual (surrogate)"
+
+
+def _selection_value(run: Mapping[str, Any], key: str) -> float | None:
+    v = (run.get("selection") or {}).get(key)
+    return _num(v.get("value") if isinstance(v, Mapping) else v)
 
 
 def _attack_card(run: Mapping[str, Any], conv: Convergence, m: Mapping[str, Any]) -> Card:
+    if not run:
+        return Card("Attack", [("candidates m", m.get("n_candidates"))],
+                    lead="evaluated from tensors: no attack record")
     init = run.get("init") or {}
     if isinstance(init, Mapping):
         params = ", ".join(f"{k} {v}" for k, v in (init.get("params") or {}).items())
-        init_s = f"{init.get('name', '?')}" + (f" ({params})" if params else "") + \
+        init_s = f"{init.get('name', 'n/a')}" + (f" ({params})" if params else "") + \
                  (" — experimenter's choice (uses data)" if init.get("experimenter_choice") else "")
     else:
         init_s = str(init)
     steps = (run.get("config") or {}).get("steps")
+    rel = _selection_value(run, "relative_residual")
+    last = (OBJECTIVE_RESIDUAL + ", last step") if conv.key == "rel_residual" else \
+        (f"{conv.key.replace('_', ' ')}, last step" if conv.key else None)
     rows = [("method", run.get("method")), ("initialisation", init_s),
             ("steps", f"{run.get('steps_done')}" + (f" of {steps}" if steps else "")),
             ("candidates m", m.get("n_candidates")), ("status", run.get("status")),
-            (conv.key.replace("_", " ") or "final", conv.final),
+            (RELATIVE_RESIDUAL, rel), (last, conv.final),
             ("wall time", f"{run['wall_time_s']:.1f} s" if _num(run.get("wall_time_s")) is not None else None)]
     lead = ("converged: " if conv.converged else "NOT converged: ") + conv.reason
-    return Card("Attack", rows, lead=lead, status="ok" if conv.converged else "bad")
+    return Card("Attack", [(k, v) for k, v in rows if k is not None and v is not None], lead=lead,
+                status="ok" if conv.converged else "bad")
 
 
 def _headline_card(m: Mapping[str, Any]) -> Card:
+    from datarecon.report.text import count_of, headline_lead, threshold_text
+
     h = m.get("headline") or {}
     n = h.get("n_train")
-    cal, paper = h.get("calibrated"), h.get("paper") or {}
+    if not h:
+        counts = (m.get("haim") or {}).get("counts")
+        lead = (f"{counts.get('0.4')} of {n or 'n/a'} at SSIM > 0.4 (no null baseline computed)" if counts
+                else "not measured (no training set to compare with)")
+        return Card("Headline: training images reconstructed", [], lead=lead, status="warn")
+    rule = h.get("rule", "standard")
     rows: list[tuple[str, Any]] = []
-    if cal:
-        thr = cal.get("threshold")
-        lead = (f"{cal['count']} of {n} training images reconstructed at SSIM > "
-                f"{'–' if thr is None else f'{thr:.3f}'}")
-        rows += [(f"{series('heldout').label}, {h.get('n_heldout_candidates')} images", f"{cal['heldout']} of {n}"),
-                 (series("noise").label, f"{cal.get('noise')} of {n}"),
-                 ("threshold", f"lowest SSIM that held-out images pass for ≤ {cal['allowed']} of {n} "
-                               f"({100 * cal['rate']:g}%)")]
-        status = "ok" if cal["count"] > cal["heldout"] else "warn"
-    else:
-        lead, status = "not measurable without held-out images (no null baseline)", "warn"
+    if h.get("calibrated"):
+        rows += [(f"{series('heldout').label}, {h.get('n_heldout_candidates')} images", count_of(h.get("heldout"), n)),
+                 (series("noise").label, count_of(h.get("noise"), n)),
+                 ("threshold", threshold_text(h))]
+    if rule != "standard":
+        rows.append(("rule", h.get("rule_text")))
+        init = m.get("init") or {}
+        to_train = (m.get("haim") or {}).get("mean_ssim")
+        if init.get("mean_ssim_to_init") is not None:
+            rows.append(("mean SSIM to its start vs to its training match",
+                         f"{init['mean_ssim_to_init']:.2f} vs {_fmt(_num(to_train))}"))
+    paper = h.get("paper") or {}
     if paper.get("count") is not None:
-        rows.append((f"papers' SSIM > {paper['threshold']:g}",
+        rows.append((f"papers' SSIM > {paper['threshold']:g} alone",
                      f"{paper['count']} of {n} (held-out {_fmt(paper.get('heldout'))}, noise {_fmt(paper.get('noise'))})"))
-    if not h and (m.get("haim") or {}).get("counts"):
-        lead, status = f"{m['haim']['counts'].get('0.4')} of {n or '?'} at SSIM > 0.4 (no null baseline computed)", "warn"
-    return Card("Headline: training images reconstructed", rows, lead=lead, status=status)
+    count, null = h.get("count"), h.get("heldout")
+    if rule == "retention":
+        status = ""
+    elif count is None:
+        status = "warn"
+    else:
+        status = "ok" if null is not None and count > null else "warn"
+    title = "Headline: retention of the ground-truth start" if rule == "retention" else \
+        "Headline: training images reconstructed"
+    return Card(title, rows, lead=headline_lead(h), status=status)
 
 
 def _privacy_card(m: Mapping[str, Any]) -> Card:
+    from datarecon.evaluation.privacy import signal_verdict
+
     priv = m.get("privacy") or {}
-    if "n_real" not in priv:
-        return Card("Real vs fake", lead=str(priv.get("note") or "not measured (no held-out images)"), status="warn")
-    n_real, n_fake = priv.get("n_real"), priv.get("n_fake")
-    rows: list[tuple[str, Any]] = [("class sizes", f"{n_real} real, {n_fake} fake")]
-    if not n_real or not n_fake:
-        which = "fakes" if not n_fake else "real candidates"
-        return Card("Can the attacker tell real from fake?", rows,
-                    lead=f"not measurable: 0 {which} (the AUC needs both classes)", status="warn")
-    least = priv.get("min_class_size")
-    if least and min(n_real, n_fake) < least:
-        return Card("Can the attacker tell real from fake?", rows,
-                    lead=f"not measurable: fewer than {least} of a class (an AUC from so few is luck)",
-                    status="warn")
-    best = None
-    for name, v in (priv.get("scores") or {}).items():
-        auc, ci = _num(v.get("auc")), v.get("auc_ci_95")
-        ci_s = f" [95% CI {ci[0]:.2f}–{ci[1]:.2f}]" if isinstance(ci, list) and len(ci) == 2 else ""
-        rows.append((f"AUC {name}", f"{auc:.2f}{ci_s}" if auc is not None else "n/a"))
-        if auc is not None and (best is None or auc > best[1]):
-            best = (name, auc, ci_s)
-    lead = (f"best attacker-side score: {best[0]}, AUC {best[1]:.2f}{best[2]}" if best
-            else "no attacker-side scores recorded")
-    return Card("Can the attacker tell real from fake?", rows, lead=lead)
+    v = signal_verdict(priv)
+    title = "Can the attacker tell which candidates match a training image?"
+    rows: list[tuple[str, Any]] = []
+    if v.measured:
+        rows.append(("measured", v.measured))
+    shared = priv.get("largest_shared")
+    if priv.get("n_real"):
+        rows.append(("training images they match",
+                     f"{priv.get('n_real_distinct_train')} distinct" +
+                     (f"; {shared['count']} candidates share #{shared['train_index']}"
+                      if shared and shared.get("count", 0) > 1 else "")))
+    scores = priv.get("scores") or {}
+    if v.status == "warn" and scores:  # nothing measured per signal: name them once
+        rows.append(("signals recorded", ", ".join(scores)))
+    else:
+        for name, sc in scores.items():
+            rows.append((name, _signal_text(sc, priv.get("fprs") or [])))
+    if v.needs:
+        rows.append(("needed", v.needs))
+    return Card(title, rows, lead=v.lead, status=v.status)
+
+
+def _signal_text(sc: Mapping[str, Any], fprs: Sequence[Any]) -> str:
+    """``AUC 0.81 [0.70–0.90]; TPR@1% 0.25; TPR@0.1% not estimable`` for one signal."""
+    auc, ci = _num(sc.get("auc")), sc.get("auc_ci_95")
+    if auc is None:
+        return "AUC not measurable"
+    text = f"AUC {auc:.2f}" + (f" [{ci[0]:.2f}–{ci[1]:.2f}]" if isinstance(ci, list) and len(ci) == 2 else "")
+    for f in fprs:
+        text += f"; TPR@{100 * float(f):g}% " + _tpr_text(sc, f)
+    return text
+
+
+def _tpr_text(sc: Mapping[str, Any], f: Any) -> str:
+    est = (sc.get("tpr_estimable") or {}).get(str(f))
+    need = (sc.get("negatives_needed") or {}).get(str(f))
+    if est is False or (sc.get("measurable") is False):
+        return "not estimable" + (f" (< {need} negatives)" if need else "")
+    return _fmt(_num((sc.get("tpr_at_fpr") or {}).get(str(f))))
+
+
+def display_name(run_dir: Path | None, fallback: str) -> str:
+    """A run's name for a heading: its folder, or the folder above when the folder is a generic ``run``."""
+    if run_dir is None:
+        return fallback
+    name = run_dir.name
+    if name in ("run", "") and run_dir.parent.name:
+        name = run_dir.parent.name
+    return name
 
 
 def _run_sections(run_dir: Path) -> Section:
@@ -389,7 +485,8 @@ def _run_sections(run_dir: Path) -> Section:
     run = read_json(run_dir / "run.json") if (run_dir / "run.json").is_file() else {}
     nb_file = run_dir / "neighbours.safetensors"
     nb = load_tensors(nb_file) if nb_file.is_file() else {}
-    return _sections(m, run, _read_history(run_dir / "history.jsonl"), nb, run_name=run_dir.name, where=run_dir)
+    return _sections(m, run, _read_history(run_dir / "history.jsonl"), nb,
+                     run_name=display_name(run_dir, run_dir.name), where=run_dir)
 
 
 def _evaluation_section(ev: Any, index: int) -> Section:
@@ -401,12 +498,17 @@ def _evaluation_section(ev: Any, index: int) -> Section:
 def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict], nb: Mapping[str, Any], *,
               run_name: str, where: Path | None) -> Section:
     """Cards, figures and tables of one evaluation summary ``m`` (``metrics.json``) with its run record."""
-    conv = assess_convergence(history, status=str(run.get("status", "complete")))
+    from datarecon.evaluation.privacy import NEGATIVE, POSITIVE
+    from datarecon.report.text import fraction
+
+    conv = assess_convergence(history, status=str(run.get("status", "complete")),
+                              relative_residual=_selection_value(run, "relative_residual"),
+                              initial_loss=_num((run.get("extra") or {}).get("param_distance_x0")))
     cards = [_target_card(m, where or Path(".")), _attack_card(run, conv, m), _headline_card(m), _privacy_card(m)]
     children: list[Section] = []
     window = f"{m.get('window')} {m.get('window_size')}x{m.get('window_size')}"
     haim = m.get("haim")
-    cal = (m.get("headline") or {}).get("calibrated") or {}
+    head = m.get("headline") or {}
 
     # figures: the claim first, then the attack's convergence, then the details
     figs: list[FigureItem] = []
@@ -418,24 +520,34 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
                 curves[name] = bc[name]
         figs.append(FigureItem(
             "Best SSIM of each training image's reconstruction, sorted, against held-out images and uniform noise "
-            "used as candidates (the nulls); dotted: the papers' 0.4, dash-dotted: the null-calibrated threshold.",
-            F.figure_png(F.sorted_ssim_curve(curves, window=window, calibrated=cal.get("threshold")))))
+            "used as candidates (the nulls); dotted: the papers' 0.4, dash-dotted: the headline threshold "
+            "max(0.4, t).", F.figure_png(F.sorted_ssim_curve(curves, window=window, calibrated=head.get("threshold")))))
     if conv.steps:
+        surrogate = conv.key == "rel_residual"
+        label = OBJECTIVE_RESIDUAL if surrogate else conv.key.replace("_", " ")
+        what = ("the objective residual ‖θ* − g̃‖²/‖θ*‖², with the surrogate ReLU derivative the attack "
+                "minimises, per logged step; the verdict judges the relative residual of the final candidates "
+                "(exact ReLU)") if surrogate else f"{label} per logged step"
         figs.append(FigureItem(
-            f"Attack convergence: {conv.key.replace('_', ' ')} per logged step ({conv.reason}).",
-            F.figure_png(F.convergence_curve(conv.steps, conv.values, key=conv.key,
-                                             tol=RESIDUAL_TOL if conv.key == "rel_residual" else None,
+            f"Attack convergence: {what} ({conv.reason}).",
+            F.figure_png(F.convergence_curve(conv.steps, conv.values, key=conv.key, label=label,
+                                             tol=RESIDUAL_TOL if surrogate else None,
                                              converged=conv.converged))))
     if nb:
-        matches = {k: nb[k] for k in ("train", "partition") if k in nb}
+        matches = {k: nb[k] for k in ("train", "partition", "init") if k in nb}
         if matches and nb["candidates"].shape[0]:
             scores = {k: nb[f"{k}_score"].tolist() for k in matches if f"{k}_score" in nb}
             idx = {k: nb[f"{k}_index"].tolist() for k in matches if f"{k}_index" in nb}
+            total = int(nb["n_candidates"][0]) if "n_candidates" in nb else m.get("n_candidates")
+            shown = min(int(nb["candidates"].shape[0]), 24)
+            beside = " and ".join(f"nearest {F._SET_TITLES.get(k, k)} image" if k != "init" else "own starting image"
+                                  for k in matches)
             figs.append(FigureItem(
-                "Candidates sorted by SSIM to their nearest training image (first of each group), beside their "
-                "nearest training" + (" and partition" if "partition" in matches else "") + " image with the SSIM; "
-                "#i is the image's index, ×k marks an image that is the nearest of k candidates.",
-                F.figure_png(F.neighbour_grid(nb["candidates"], matches, scores=scores, indices=idx))))
+                f"{shown} of {total} candidates, sorted by SSIM to their nearest training image (first of each "
+                f"group), beside their {beside}, each with its SSIM; #i is the image's index, ×k marks an image "
+                "that is the nearest of k candidates.",
+                F.figure_png(F.neighbour_grid(nb["candidates"], matches, scores=scores, indices=idx, total=total,
+                                              sorted_by="SSIM to their nearest training image"))))
     per = (haim or {}).get("per_train") or {}
     if per.get("margin"):
         figs.append(FigureItem("Each training image's best-reconstruction SSIM against its output margin.",
@@ -443,14 +555,14 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
     priv = m.get("privacy") or {}
     if priv.get("roc") and priv.get("n_real") and priv.get("n_fake"):
         rocs = {k: (v["fpr"], v["tpr"], priv["scores"][k]["auc"]) for k, v in priv["roc"].items()}
-        figs.append(FigureItem(f"ROC of each attacker-side score separating real from fake candidates "
-                               f"({priv.get('n_real')} real, {priv.get('n_fake')} fake).",
+        figs.append(FigureItem(f"ROC of each attacker-side score: {priv.get('n_real')} candidates {POSITIVE} "
+                               f"(positives) against {priv.get('n_fake')} {NEGATIVE}.",
                                F.figure_png(F.roc_curves(rocs))))
     children.append(Section("Figures", figures=figs, level=3))
 
     # tables
     tables: list[Table] = []
-    notes: list[str] = list((m.get("headline") or {}).get("notes") or [])
+    notes: list[str] = [n for n in head.get("notes") or [] if n]
     if haim:
         thr = list(haim["counts"])
         rows = [[f"reconstructions ({a} matching)", *[c.get(t) for t in thr]]
@@ -459,14 +571,17 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
         for name in ("heldout", "noise"):
             if name in base:
                 rows.append([series(name).label, *[base[name]["counts"].get(t) for t in thr]])
-        tables.append(Table(f"Training images with SSIM > threshold (Haim protocol, {window} window)",
-                            ["candidates", *[f"> {t}" for t in thr]], rows))
+        tables.append(Table(f"Training images with SSIM > threshold (Haim protocol, {window} window; "
+                            "no init rule applied)", ["candidates", *[f"> {t}" for t in thr]], rows))
     nearest = m.get("nearest") or {}
     if nearest:
         rows = []
         for s_, d in nearest.items():
             ss, l2 = d.get("ssim", {}), d.get("l2", {})
             rows.append([series(s_).label, ss.get("mean"), ss.get("median"), ss.get("max"), l2.get("mean"), l2.get("min")])
+        init = m.get("init") or {}
+        if init.get("mean_ssim_to_init") is not None:
+            rows.append(["its own starting image", init["mean_ssim_to_init"], None, None, None, None])
         tables.append(Table("Nearest image of each reference set, per candidate",
                             ["reference set", "SSIM mean", "SSIM median", "SSIM max", "L2 mean", "L2 min"], rows))
     if priv.get("scores"):
@@ -475,30 +590,42 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
         for k, v in priv["scores"].items():
             ci = v.get("auc_ci_95")
             rows.append([k, v.get("auc"), f"{ci[0]:.2f}–{ci[1]:.2f}" if isinstance(ci, list) else None,
-                         *[(v.get("tpr_at_fpr") or {}).get(f) for f in fprs], v.get("n_real"), v.get("n_fake")])
-        tables.append(Table("Attacker-side scores: real vs fake candidates (n/a: undefined, e.g. one class empty)",
-                            ["score", "ROC AUC", "95% CI", *[f"TPR @ FPR {f}" for f in fprs], "real", "fake"], rows))
-        notes += [f"{k}: {v['note']}" for k, v in priv["scores"].items() if v.get("note")]
+                         *[_tpr_text(v, f) for f in fprs], v.get("n_real"), v.get("n_fake")])
+        tables.append(Table("Attacker-side signals: candidates closer to a training image than to any held-out image "
+                            "(positives) against the others (n/a: not measurable)",
+                            ["signal", "ROC AUC", "95% CI", *[f"TPR @ {100 * float(f):g}% FPR" for f in fprs],
+                             "closer", "not closer"], rows))
     if "rule" in priv:
-        notes.append(f"Real/fake rule: {priv['rule']} (floor {_fmt(priv.get('floor'))}, "
-                     f"{priv.get('floor_source')}); {priv.get('n_real')} real, {priv.get('n_fake')} fake.")
+        notes.append(f"Rule: {priv['rule']} (floor {_fmt(priv.get('floor'))}, {priv.get('floor_source')}); "
+                     f"{priv.get('n_real')} {POSITIVE}, {priv.get('n_fake')} {NEGATIVE}.")
     elif "note" in priv:
         notes.append(priv["note"])
-    other = [["candidates", m.get("n_candidates")], ["parameter distance ‖θ*−θ‖²", m.get("param_distance")]]
+    other: list[list[Any]] = [["candidates", m.get("n_candidates")],
+                              ["parameter distance ‖θ*−θ‖²", m.get("param_distance")]]
     col = m.get("collapse") or {}
     if col:
+        n_cand = col.get("n_candidates") or m.get("n_candidates")
         other.append([f"near-duplicate pairs ({col.get('metric')} threshold {_fmt(col.get('threshold'))})",
-                      col.get("fraction_pairs")])
-        other.append(["candidates with a near-duplicate", col.get("fraction_candidates")])
+                      fraction(col.get("n_close"), col.get("n_pairs"))])
+        with_dup = col.get("n_with_duplicate")
+        if with_dup is None and col.get("fraction_candidates") is not None and n_cand:
+            with_dup = round(col["fraction_candidates"] * n_cand)
+        other.append(["candidates with a near-duplicate", fraction(with_dup, n_cand)])
+        if col.get("clusters"):
+            other.append(["collapse clusters (sizes)", ", ".join(map(str, col["clusters"]))])
+        if col.get("median_nearest_other") is not None:
+            other.append([f"median {col.get('metric')} to the nearest other candidate", col["median_nearest_other"]])
     tables.append(Table("Summary", ["quantity", "value"], other))
     children.append(Section("Tables", tables=tables, notes=notes, level=3))
 
     cfg = {"method": run.get("method"), "model_dir": run.get("model_dir"), "status": run.get("status"),
            "steps_done": run.get("steps_done"), "seed": run.get("seed"), "config": run.get("config"),
            "init": run.get("init"), "final": run.get("final"), "selection": run.get("selection")}
-    title = f"Run {run_name}" + (f" ({run.get('method')})" if run.get("method") else "")
-    return Section(title, cards=cards, text=[str(where) if where is not None else "(in memory)"], children=tuple(children),
-                   code=json.dumps(cfg, indent=2, sort_keys=True, default=str),
+    method = run.get("method")
+    title = f"{run_name}: {method} attack" if method else run_name
+    body = [str(where)] if where is not None else ["evaluated in memory (no run directory)"]
+    return Section(title, cards=cards, text=body, children=tuple(children),
+                   code=json.dumps(cfg, indent=2, sort_keys=True, default=str) if run else "",
                    code_title="Configuration (run.json: attack config, final loss terms, selection scores)")
 
 

@@ -54,8 +54,12 @@ COLUMN_LABELS: dict[str, str] = {
     "normalised_margin": "normalised margin", "kkt_regime_score": "KKT-regime score",
     "pooled_runs": "runs pooled", "m_pooled": "candidates pooled", "ssim_window": "SSIM window",
     "count_ssim_gt_0.4": "SSIM > 0.4: reconstructions", "count_heldout_gt_0.4": "SSIM > 0.4: held-out (null)",
-    "count_noise_gt_0.4": "SSIM > 0.4: noise (null)", "mean_ssim": "mean SSIM", "n_real": "real",
-    "n_fake": "fake", "auc": "ROC AUC", "tpr_at_fpr_0.01": "TPR @ 1% FPR", "tpr_at_fpr_0.001": "TPR @ 0.1% FPR",
+    "count_noise_gt_0.4": "SSIM > 0.4: noise (null)", "mean_ssim": "mean SSIM", "n_real": "closer to a training image",
+    "n_fake": "not closer", "auc": "ROC AUC", "auc_ci_low": "AUC 95% CI low", "auc_ci_high": "AUC 95% CI high",
+    "count": "reconstructed", "count_heldout": "held-out null", "count_noise": "noise null",
+    "threshold": "threshold max(0.4, t)", "null_threshold": "t (held-out null)",
+    "excluded_by_init_rule": "excluded: stayed at start", "retained": "retained (ground-truth start)",
+    "mean_ssim_to_start": "mean SSIM to start", "mean_ssim_to_train_match": "mean SSIM to training match", "tpr_at_fpr_0.01": "TPR @ 1% FPR", "tpr_at_fpr_0.001": "TPR @ 0.1% FPR",
 }
 
 

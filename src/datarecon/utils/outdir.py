@@ -66,8 +66,8 @@ ARTEFACTS.register("model", ArtefactKind(
      "checkpoint-margin-ascent"), checkpoint.Kind.TRAIN))
 ARTEFACTS.register("run", ArtefactKind(
     "run directory", ("run.json",),
-    ("candidates.safetensors", "run.json", "history.jsonl", "checkpoint", "metrics.json", "candidates.csv",
-     "neighbours.safetensors", "report.html", "task.json", ".claim"), checkpoint.Kind.ATTACK))
+    ("candidates.safetensors", "init.safetensors", "run.json", "history.jsonl", "checkpoint", "metrics.json",
+     "candidates.csv", "neighbours.safetensors", "report.html", "task.json", ".claim"), checkpoint.Kind.ATTACK))
 ARTEFACTS.register("demo", ArtefactKind(
     "demo folder", ("model/model.json", "run/run.json"), ("model", "run", "reconstructions.png", "report.html")))
 ARTEFACTS.register("store", ArtefactKind(

@@ -88,6 +88,8 @@ class EvalSettings(BaseModel):
 
 
 #: bilevel run-record distances carried into metrics summaries (see ``BilevelAttack.finish``).
+#: Version of the headline rule in evaluation pieces' specs: a change re-evaluates existing folders.
+HEADLINE_VERSION = 2
 PARAM_DISTANCE_KEYS = ("param_distance", "param_distance_per_parameter", "param_distance_x0",
                        "param_distance_x0_per_parameter")
 
@@ -383,10 +385,12 @@ def _scalars(d: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def evaluate_display(display: torch.Tensor, *, labels, scores, multipliers, bundle, task, norm,
-                     settings: EvalSettings, light: bool, seed: int = 0):
+                     settings: EvalSettings, light: bool, seed: int = 0, init: torch.Tensor | None = None,
+                     init_name: str | None = None):
     """``evaluate_candidates`` against train / partition / held-out / noise sets of ``task``.
 
-    ``light`` skips the null baselines and the noise floor (landscape points).
+    ``light`` skips the null baselines and the noise floor (landscape points). ``init`` (display
+    space) and ``init_name``: where the candidates started (the headline rule of data starts).
     """
     from datarecon.evaluation import evaluate_candidates, noise_images
     from datarecon.training.losses import margins as out_margins
@@ -401,12 +405,13 @@ def evaluate_display(display: torch.Tensor, *, labels, scores, multipliers, bund
         display, labels, scores, references=refs, metric=settings.metric, window=settings.window,
         multipliers=multipliers, margins=train_margins, baselines=not light,
         real_floor=None if light else "noise", n_floor_noise=settings.n_floor_noise,
-        seed=seed, progress=False)
+        seed=seed, progress=False, init=init, init_name=init_name)
 
 
 def save_grid(path: Path, ev, display: torch.Tensor, task, *, order: torch.Tensor, metric: str) -> None:
     """Candidates (display, clamped) in ``order`` with their nearest train / partition images."""
-    out: dict[str, torch.Tensor] = {"order": order, "candidates": display.clamp(0, 1)[order].float()}
+    out: dict[str, torch.Tensor] = {"order": order, "candidates": display.clamp(0, 1)[order].float(),
+                                    "n_candidates": torch.tensor([display.shape[0]], dtype=torch.int64)}
     for name in ("train", "partition"):
         nb = ev.neighbours.get((name, metric))
         if nb is not None:
@@ -428,6 +433,8 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
     """
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
+        from datarecon.evaluation.run_eval import init_name_of
+
         bundle, task, norm = load_model_and_task(model_dir(ctx, model_key), data_dir=ctx.data_dir)
         rdir = run_dir(ctx, run_key, member)
         t = load_tensors(rdir / "candidates.safetensors")
@@ -437,8 +444,11 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
         # a diverged run keeps its last finite state, which may still be huge; keep it finite for float32
         display = norm.to_display(torch.nan_to_num(x, nan=0.0).clamp(-1e6, 1e6)).float()
         scores = {k[6:]: v.reshape(-1) for k, v in t.items() if k.startswith("score_")}
+        x0 = run_init(rdir, m=x.shape[0])
         ev = evaluate_display(display, labels=t.get("labels"), scores=scores, multipliers=t.get("multipliers"),
-                              bundle=bundle, task=task, norm=norm, settings=settings, light=light)
+                              bundle=bundle, task=task, norm=norm, settings=settings, light=light,
+                              init=None if x0 is None else norm.to_display(x0.double()).float(),
+                              init_name=init_name_of(meta))
         summary = dict(ev.summary)
         for k in PARAM_DISTANCE_KEYS:
             summary[k] = (meta.get("extra") or {}).get(k)
@@ -459,22 +469,46 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
                       metric=settings.metric)
         return compact_summary(summary)
 
-    spec = {"settings": settings.model_dump(mode="json"), "light": light, "score": score_name}
+    spec = {"settings": settings.model_dump(mode="json"), "light": light, "score": score_name,
+            "headline": HEADLINE_VERSION}
     if member is not None:  # absent otherwise: the hashes of existing evaluation pieces stay as they were
         spec["member"] = member
     return Piece(key=key, run=run, spec=spec,
                  deps=(model_key, run_key), kind="evaluate")
 
 
+def run_init(run_dir: Path, *, m: int) -> torch.Tensor | None:
+    """Where a data-initialised run started (model input space): its ``init.safetensors``, or the
+    ``x0.safetensors`` that attack pieces of earlier versions wrote beside ``run/``; None for a random start."""
+    from datarecon.evaluation.run_eval import read_init
+
+    x0 = read_init(run_dir, m=m)
+    legacy = run_dir.parent / "x0.safetensors"
+    init = read_json(run_dir / "run.json").get("init")
+    if x0 is None and legacy.is_file() and isinstance(init, Mapping) and init.get("experimenter_choice"):
+        x0 = load_tensors(legacy).get("x0")
+    return x0
+
+
 def compact_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The numbers later pieces need from a metrics summary (small enough for a marker)."""
     out: dict[str, Any] = {k: summary.get(k) for k in PARAM_DISTANCE_KEYS}
+    head = summary.get("headline") or {}
+    out["headline"] = {k: head.get(k) for k in ("rule", "threshold", "count", "heldout", "noise", "retention", "notes",
+                                                 "n_train", "n_candidates", "n_heldout_candidates")}
+    cal = head.get("calibrated") or {}
+    out["headline"].update(null_threshold=cal.get("null_threshold"), excluded=cal.get("excluded"),
+                           paper=head.get("paper"))
+    out["init"] = summary.get("init")
+    out["mean_haim_ssim"] = (summary.get("haim") or {}).get("mean_ssim")
     out |= {"mean_l2_to_nearest": summary.get("mean_l2_to_nearest"),
             "n_candidates": summary.get("n_candidates")}
     nearest = summary.get("nearest") or {}
     out["mean_ssim_to_nearest"] = {k: (v.get("ssim") or {}).get("mean") for k, v in nearest.items()}
     priv = summary.get("privacy") or {}
     out["privacy"] = {"n_real": priv.get("n_real"), "n_fake": priv.get("n_fake"), "floor": priv.get("floor"),
+                      "min_class_size": priv.get("min_class_size"), "fprs": priv.get("fprs"),
+                      "n_real_distinct_train": priv.get("n_real_distinct_train"),
                       "scores": priv.get("scores", {})}
     haim = summary.get("haim") or {}
     out["haim_counts"] = haim.get("counts")
@@ -494,6 +528,12 @@ def finite(v: Any) -> float:
 # figures
 
 
+#: What each grid file of :func:`evaluate_piece` is sorted by (said in the figure's title).
+GRID_ORDERS = {"candidate": "candidate index (the attack's own order)",
+               "train-similarity": "SSIM to their nearest training image",
+               "score": "the attacker-side score, highest first"}
+
+
 def grid_figure(grid_path: Path, *, sets: Sequence[str] = ("train",), max_items: int = 20, title: str,
                 png: Path, annotate_rank: Mapping[int, int] | None = None) -> None:
     """A neighbour grid (candidate | nearest image of each set) from ``grid.safetensors``."""
@@ -503,7 +543,10 @@ def grid_figure(grid_path: Path, *, sets: Sequence[str] = ("train",), max_items:
     matches = {s: g[s] for s in sets if s in g}
     scores = {s: g[f"{s}_score"].tolist() for s in sets if f"{s}_score" in g}
     indices = {s: g[f"{s}_index"].tolist() for s in sets if f"{s}_index" in g}  # repeated images marked xk
-    fig = neighbour_grid(g["candidates"], matches, scores=scores, max_items=max_items, title=title, indices=indices)
+    order = GRID_ORDERS.get(Path(grid_path).stem.removeprefix("grid-"))
+    total = int(g["n_candidates"][0]) if "n_candidates" in g else None
+    fig = neighbour_grid(g["candidates"], matches, scores=scores, max_items=max_items, title=title, indices=indices,
+                         total=total, sorted_by=order)
     save_figure(fig, png)
 
 

@@ -224,10 +224,98 @@ def _known(device: str) -> bool:
     return device_kind(device) in DEVICES
 
 
+# --------------------------------------------------------------------------- memory
+#
+# Peak tensor memory of a piece, in bytes: P-vectors (weights, gradients, optimiser state), the
+# inputs, and the activations autograd keeps. A lower bound of the process's resident size: Python,
+# torch and the data files add a few hundred MB, and the allocator keeps freed blocks.
+
+#: P-vectors a training step holds per optimiser: gd θ, gradient, momentum; lbfgs θ, gradient, the
+#: direction and 2 × 20 curvature pairs (training.optim.LBFGS, history 20).
+TRAIN_P_VECTORS = {"gd": 3, "lbfgs": 3 + 2 * 20}
+#: Activation copies of the hidden units per input kept by one training step (forward values and
+#: ReLU masks for the backward).
+TRAIN_ACTIVATION_COPIES = 3
+#: Activation copies per candidate and hidden unit kept by one KKT-family step (create-graph VJP and
+#: its backward): 7-8 measured, "saved for backward" beyond the inputs, D-1000-1000-1 and
+#: one-hidden-6144 at m = 1000 (docs/PERFORMANCE.md §2: 65 MiB and 201 MiB in float32).
+KKT_ACTIVATION_COPIES = 8
+#: P-vectors of a KKT-family run: θ*, g, ∂L/∂g and the surrogate's copy of θ*.
+KKT_P_VECTORS = 4
+#: Input-sized tensors of a KKT-family run per candidate: x, its momentum, its gradient, the box term.
+KKT_INPUT_COPIES = 4
+#: P-vectors of a bilevel run besides its 2 × history curvature pairs: θ*, θ, gradients, the CG
+#: vectors and the hypergradient's mixed product (attacks/bilevel).
+BILEVEL_P_VECTORS = 10
+
+
+def _hidden_units(arch: ArchConfig, input_shape: tuple[int, ...], num_outputs: int) -> int:
+    spec = _spec(arch, input_shape, num_outputs)
+    return sum(spec.resolved_hidden()) + num_outputs
+
+
+def _input_dim(input_shape: tuple[int, ...]) -> int:
+    d = 1
+    for v in input_shape:
+        d *= int(v)
+    return d
+
+
+def training_bytes(arch: ArchConfig, *, n: int, optimizer: str, dtype: str,
+                   input_shape: tuple[int, ...] = CIFAR_SHAPE, num_outputs: int = 1) -> int:
+    """Peak tensor bytes of full-batch training on ``n`` images (see the constants above)."""
+    p = num_parameters(arch, input_shape=input_shape, num_outputs=num_outputs)
+    vectors = TRAIN_P_VECTORS.get(optimizer, TRAIN_P_VECTORS["lbfgs"])
+    h = _hidden_units(arch, input_shape, num_outputs)
+    return ITEMSIZE[dtype] * (vectors * p + n * _input_dim(input_shape) + TRAIN_ACTIVATION_COPIES * n * h)
+
+
+def kkt_bytes(arch: ArchConfig, *, m: int, dtype: str, input_shape: tuple[int, ...] = CIFAR_SHAPE,
+              num_outputs: int = 1, runs: int = 1, mode: str = "looped") -> int:
+    """Peak tensor bytes of a KKT-family piece: one run at a time when looped, all ``runs`` at once
+    when batched (``auto`` counts as batched: what a GPU runs)."""
+    p = num_parameters(arch, input_shape=input_shape, num_outputs=num_outputs)
+    h = _hidden_units(arch, input_shape, num_outputs)
+    one = ITEMSIZE[dtype] * (KKT_P_VECTORS * p + KKT_INPUT_COPIES * m * _input_dim(input_shape)
+                             + KKT_ACTIVATION_COPIES * m * h)
+    together = runs if mode in ("batched", "auto") else 1
+    return together * one
+
+
+def bilevel_bytes(cfg: BilevelConfig, arch: ArchConfig, *, m: int, input_shape: tuple[int, ...] = CIFAR_SHAPE,
+                  num_outputs: int = 1) -> int:
+    """Peak tensor bytes of a bilevel run: its P-vectors (curvature pairs included) and one
+    create-graph pass over the m candidates."""
+    p = num_parameters(arch, input_shape=input_shape, num_outputs=num_outputs)
+    h = _hidden_units(arch, input_shape, num_outputs)
+    return ITEMSIZE[cfg.dtype] * ((2 * cfg.lbfgs_history + BILEVEL_P_VECTORS) * p
+                                  + KKT_INPUT_COPIES * m * _input_dim(input_shape) + KKT_ACTIVATION_COPIES * m * h)
+
+
+#: Resident memory of a reproduction process = PROCESS_BASE_BYTES + RSS_PER_TENSOR_BYTE × the largest
+#: piece's tensor bytes. Fitted to two measurements on the 2-core CPU: the runkel2024 smoke run
+#: (2026-11-25, peak RSS 0.86 GB, largest piece 0.065 GB of tensors) and the paper dry run of
+#: examples/runkel2024-paper-dryrun.yaml (2026-11-21, peak RSS 11.2 GB, 6.6 GB of tensors): torch,
+#: matplotlib and the data take the base, the allocator's cached blocks the factor.
+PROCESS_BASE_BYTES = 0.8e9
+RSS_PER_TENSOR_BYTE = 1.57
+
+
+def resident_bytes(tensor_bytes: float) -> float:
+    """The process's expected peak resident memory for a largest piece of ``tensor_bytes``."""
+    return PROCESS_BASE_BYTES + RSS_PER_TENSOR_BYTE * tensor_bytes
+
+
+def format_bytes(b: float) -> str:
+    """``12 MB``, ``3.4 GB`` (decimal units)."""
+    return f"{b / 1e9:.1f} GB" if b >= 1e9 else f"{max(b, 0) / 1e6:.0f} MB"
+
+
 def estimate_training(arch: ArchConfig, *, n: int, epochs: int, optimizer: str, dtype: str,
                       input_shape: tuple[int, ...] = CIFAR_SHAPE) -> Estimate:
     """``estimate(device) -> seconds`` of full-batch training on n images (None: unknown device
-    or optimizer). Margin-ascent steps cost one pass each: add them to ``epochs``."""
+    or optimizer). Margin-ascent steps cost one pass each: add them to ``epochs``. The function
+    carries ``memory_bytes`` (:func:`training_bytes`) for ``--dry-run``."""
     flops = 6.0 * n * macs_per_input(arch, input_shape=input_shape)
 
     def estimate(device: str) -> float | None:
@@ -235,6 +323,8 @@ def estimate_training(arch: ArchConfig, *, n: int, epochs: int, optimizer: str, 
             return None
         return epochs * TRAIN_PASSES_PER_EPOCH[optimizer] * pass_seconds(device, flops=flops, dtype=dtype)
 
+    estimate.memory_bytes = training_bytes(arch, n=n, optimizer=optimizer, dtype=dtype,  # type: ignore[attr-defined]
+                                           input_shape=input_shape)
     return estimate
 
 
@@ -267,6 +357,8 @@ def estimate_kkt(arch: ArchConfig, *, m: int, steps: int, dtype: str,
         per_step = KKT_PASSES_PER_STEP * (runs * flops / d.flops[dtype] + d.pass_overhead_s)
         return steps * (per_step + runs * BATCH_COMMIT_PASSES * d.pass_overhead_s)
 
+    estimate.memory_bytes = kkt_bytes(arch, m=m, dtype=dtype, input_shape=input_shape,  # type: ignore[attr-defined]
+                                      runs=runs, mode=mode)
     return estimate
 
 
@@ -282,6 +374,7 @@ def estimate_bilevel(cfg: BilevelConfig, arch: ArchConfig, *, m: int, kinks: boo
             return None
         return work_seconds(work, device=device, flops_per_pass=flops, vector_bytes=vector_bytes, dtype=cfg.dtype)
 
+    estimate.memory_bytes = bilevel_bytes(cfg, arch, m=m)  # type: ignore[attr-defined]
     return estimate
 
 

@@ -171,12 +171,14 @@ class PlannedPiece:
         key, kind: as in :class:`Piece`.
         done: a completion marker with the same hash exists (a rerun would skip it).
         estimate_s: estimated seconds on the chosen device (None: no cost model; cheap).
+        memory_bytes: estimated peak tensor memory (the estimate's ``memory_bytes``; None: not modelled).
     """
 
     key: str
     kind: str
     done: bool
     estimate_s: float | None
+    memory_bytes: int | None = None
 
 
 def dry_run(pieces: Sequence[Piece], ctx: Context) -> list[PlannedPiece]:
@@ -186,27 +188,50 @@ def dry_run(pieces: Sequence[Piece], ctx: Context) -> list[PlannedPiece]:
     for p in pieces:
         done = is_done(ctx.dir(p.key), hashes[p.key])
         est = p.estimate(ctx.device) if p.estimate is not None else None
-        out.append(PlannedPiece(p.key, p.kind, done, None if est is None else float(est)))
+        mem = getattr(p.estimate, "memory_bytes", None)
+        out.append(PlannedPiece(p.key, p.kind, done, None if est is None else float(est),
+                                None if mem is None else int(mem)))
     return out
 
 
+#: Wall time of the pieces without a cost model, measured in the runkel2024 smoke run (2026-11-25,
+#: 2-core shared CPU, one thread; evaluation grows with m x the reference images, figures with the
+#: images drawn). A range per kind, printed so that a dry run says what they cost.
+CHEAP_PIECE_SECONDS = {"evaluate": (0.05, 0.5), "figure": (0.5, 1.5), "table": (0.0, 0.1), "select": (0.0, 0.1)}
+
+
 def format_plan(planned: Sequence[PlannedPiece], *, device: str) -> list[str]:
-    """Human-readable lines for a dry run (one per piece, then the total still to run)."""
+    """Human-readable lines for a dry run: one per piece (state, time, peak tensor memory), then the
+    total time still to run, the largest memory, and what the pieces without a cost model cost."""
+    from datarecon.experiments.reproduce.cost import format_bytes, resident_bytes
+
     width = max((len(p.key) for p in planned), default=10)
-    lines = [f"{'piece':<{width}}  {'kind':<8}  {'state':<5}  estimate ({device})"]
+    lines = [f"{'piece':<{width}}  {'kind':<8}  {'state':<5}  {'time (' + device + ')':<14}  memory"]
     todo = 0.0
-    unknown = 0
+    cheap: dict[str, int] = {}
     for p in planned:
         est = "-" if p.estimate_s is None else format_seconds(p.estimate_s)
-        lines.append(f"{p.key:<{width}}  {p.kind:<8}  {'done' if p.done else 'todo':<5}  {est}")
+        mem = "-" if p.memory_bytes is None else format_bytes(p.memory_bytes)
+        lines.append(f"{p.key:<{width}}  {p.kind:<8}  {'done' if p.done else 'todo':<5}  {est:<14}  {mem}")
         if not p.done:
             if p.estimate_s is None:
-                unknown += 1
+                cheap[p.kind] = cheap.get(p.kind, 0) + 1
             else:
                 todo += p.estimate_s
-    rest = f" (+ {unknown} cheap pieces without an estimate)" if unknown else ""
     lines.append(f"to run: {sum(not p.done for p in planned)} of {len(planned)} pieces, "
-                 f"estimated {format_seconds(todo)}{rest}")
+                 f"estimated {format_seconds(todo)} for the modelled ones")
+    if cheap:
+        lo = sum(CHEAP_PIECE_SECONDS.get(k, (0.0, 1.0))[0] * n for k, n in cheap.items())
+        hi = sum(CHEAP_PIECE_SECONDS.get(k, (0.0, 1.0))[1] * n for k, n in cheap.items())
+        what = ", ".join(f"{n} {k}" for k, n in sorted(cheap.items()))
+        lines.append(f"  + {what} pieces without a cost model: {format_seconds(lo)}-{format_seconds(hi)} at smoke "
+                     "size on a 2-core CPU (they grow with the number of candidates and images)")
+    todo_mem = [p for p in planned if not p.done and p.memory_bytes is not None]
+    if todo_mem:
+        big = max(todo_mem, key=lambda p: p.memory_bytes or 0)
+        lines.append(f"peak memory: about {format_bytes(resident_bytes(big.memory_bytes or 0))} resident "
+                     f"({big.key}: {format_bytes(big.memory_bytes or 0)} of weights, optimiser state, inputs and kept "
+                     "activations, plus the process; fitted to measured runs, docs/PERFORMANCE.md §8)")
     return lines
 
 

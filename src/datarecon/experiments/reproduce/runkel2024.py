@@ -389,8 +389,7 @@ def _landscape_piece(cfg: RunkelConfig) -> Piece:
 
 
 def _tables_piece(cfg: RunkelConfig) -> Piece:
-    settings = [f"eval/bilevel/{m}/{i}" for m in MODELS for i in BILEVEL_INITS] + \
-               [f"eval/decoreco/{n}" for n in ("untuned", "tuned", "partition")]
+    settings = _privacy_keys()
     g = cfg.landscape.grid
     land = [f"eval/landscape/{m}/{_mix_key(a, b)}" for m in ("bilevel", "decoreco") for a in g for b in g]
 
@@ -400,6 +399,7 @@ def _tables_piece(cfg: RunkelConfig) -> Piece:
         write_csv(d / "nearest.csv", nearest_rows(ctx, settings))
         write_csv(d / "privacy.csv", privacy_rows(ctx, settings))
         write_csv(d / "real_vs_fake.csv", real_vs_fake_rows(ctx))
+        write_csv(d / "headline.csv", headline_rows(ctx, settings))
         lrows = []
         for method in ("bilevel", "decoreco"):
             for (l1, l2), met in landscape_results(ctx, cfg, method).items():
@@ -408,7 +408,7 @@ def _tables_piece(cfg: RunkelConfig) -> Piece:
                 lrows.append(row)
         write_csv(d / "landscape.csv", lrows)
         return {"table1": t1, "files": ["table1.csv", "nearest.csv", "privacy.csv", "real_vs_fake.csv",
-                                        "landscape.csv"]}
+                                        "headline.csv", "landscape.csv"]}
 
     return Piece(key="tables", run=run, spec={"grid": list(g)}, deps=tuple(settings + land), kind="table")
 
@@ -450,14 +450,17 @@ def nearest_rows(ctx: Context, keys: list[str]) -> list[dict[str, Any]]:
 
 
 def privacy_rows(ctx: Context, keys: list[str]) -> list[dict[str, Any]]:
-    """Per setting and attacker-side score: n real / fake, ROC AUC, TPR at 1% (and 0.1%) FPR."""
+    """Per setting and attacker-side score: class sizes, ROC AUC with its bootstrap 95% CI, TPR at 1%
+    (and 0.1%) FPR (empty where not estimable: fewer than 100 (1000) negatives)."""
     rows = []
     for key in keys:
         p = ctx.summary(key).get("privacy") or {}
         for score, v in sorted((p.get("scores") or {}).items()):  # stable row order
             tpr = v.get("tpr_at_fpr") or {}
+            ci = v.get("auc_ci_95") or [None, None]
             rows.append({"setting": key.removeprefix("eval/"), "score": score, "n_real": p.get("n_real"),
-                         "n_fake": p.get("n_fake"), "auc": finite(v.get("auc")),
+                         "n_fake": p.get("n_fake"), "auc": finite(v.get("auc")), "auc_ci_low": finite(ci[0]),
+                         "auc_ci_high": finite(ci[1]),
                          **{f"tpr_at_fpr_{f}": finite(t) for f, t in by_fpr(tpr)}, "note": v.get("note", "")})
     return rows
 
@@ -494,6 +497,25 @@ def real_vs_fake_rows(ctx: Context) -> list[dict[str, Any]]:
     return rows
 
 
+def headline_rows(ctx: Context, keys: list[str]) -> list[dict[str, Any]]:
+    """Per setting, the headline of every report (:func:`datarecon.evaluation.reports.headline`): the count
+    at max(0.4, t) beside its held-out and noise nulls, the rule that applied (a partition or mixture
+    start counts only matches that moved away from it; a ground-truth start reports retention), and the
+    mean SSIM of the candidates to their start beside the mean SSIM of each training image's match."""
+    rows = []
+    for key in keys:
+        s = ctx.summary(key)
+        h = s.get("headline") or {}
+        ret = h.get("retention") or {}
+        rows.append({"setting": key.removeprefix("eval/"), "rule": h.get("rule"), "n_train": h.get("n_train"),
+                     "count": h.get("count"), "count_heldout": h.get("heldout"), "count_noise": h.get("noise"),
+                     "threshold": finite(h.get("threshold")), "null_threshold": finite(h.get("null_threshold")),
+                     "excluded_by_init_rule": h.get("excluded"), "retained": ret.get("count"),
+                     "mean_ssim_to_start": finite((s.get("init") or {}).get("mean_ssim_to_init")),
+                     "mean_ssim_to_train_match": finite(s.get("mean_haim_ssim"))})
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------
 # report
 
@@ -524,6 +546,16 @@ def report_sections(ctx: Context, cfg: RunkelConfig, *, scale: str, timings: Map
             "Nearest neighbours are by SSIM (structurally most similar, window "
             f"{cfg.evaluation.window}); distances are L2 in display space [0,1].",
         ], code=cfg.model_dump_json(indent=2)),
+        Section(title="Headline: training images reconstructed, per setting",
+                text=["One rule for every report: a training image counts when the SSIM of its matched candidate "
+                      "(Haim protocol) exceeds max(0.4, t), t the threshold that held-out images used as candidates "
+                      "pass for at most 5% of the training images; the held-out and noise counts at that threshold "
+                      "stand beside it. Partition and mixture starts count only matches whose SSIM to the training "
+                      "image exceeds the candidate's SSIM to its own start by 0.1 (excluded: above the threshold "
+                      "but not moved); ground-truth starts report how many candidates stay at their image "
+                      "(retained) instead of a count."],
+                tables=[table(t / "headline.csv", "count beside its nulls, the rule that applied, SSIM to the start "
+                              "vs to the training match")] if (t / "headline.csv").is_file() else []),
         Section(title="Table 1: parameter distance after the bilevel solve",
                 tables=[table(t / "table1.csv", "‖θ* − θ‖² (ours: sum and ÷ P; x0: ÷ P before any x update) next to Runkel et al. Table 1 (paper)")]),
         Section(title="Nearest-image distances per setting",
@@ -535,19 +567,39 @@ def report_sections(ctx: Context, cfg: RunkelConfig, *, scale: str, timings: Map
                 tables=[table(ctx.dir("figures/fig06-07") / "rank.csv", "Fig. 6/7 candidates: training-set rank")]),
         Section(title="Figures 10-12: energy landscape", figures=figs("figures/fig10-12"),
                 tables=[table(t / "landscape.csv", "mean L2 to the nearest image per (λ₁, λ₂)")]),
-        Section(title="Privacy: can an adversary tell real reconstructions?",
-                text=["A candidate is real iff its nearest training image is closer (SSIM) than every held-out "
-                      "image and beats the best SSIM any of the noise-floor images reach. Scores are attacker-side "
-                      "only (margin, multiplier λ, contribution, uniqueness)."],
-                tables=[table(t / "privacy.csv", "ROC AUC and TPR at low FPR per setting and score"),
-                        table(t / "real_vs_fake.csv", "Real vs fake, pooled per model: bilevel reconstructions "
-                              "from ground-truth and partition starts; the subspace score is the distance to the "
-                              "first layer's training subspace (attacker side)")]),
+        Section(title="Privacy: can an adversary tell which candidates match training images?",
+                text=["Positives: candidates whose nearest training image is closer (SSIM) than every held-out image "
+                      "and beats the best SSIM any of the noise-floor images reach; negatives: the others. Signals "
+                      "are attacker-side only. An AUC is measured with at least 10 of each class, its 95% CI by a "
+                      "stratified bootstrap; a signal separates the classes only when that CI lies above 0.5. TPR at "
+                      "1% (0.1%) FPR needs at least 100 (1000) negatives and is empty otherwise."],
+                notes=privacy_verdicts(ctx, keys=_privacy_keys()),
+                tables=[table(t / "privacy.csv", "ROC AUC with 95% CI and TPR at low FPR per setting and signal"),
+                        table(t / "real_vs_fake.csv", "Real vs fake, pooled per model (Runkel's question): bilevel "
+                              "reconstructions from ground-truth and partition starts, labelled by the same rule; "
+                              "the subspace signal is the distance to the first layer's training subspace "
+                              "(attacker side)")]),
         Section(title="Timings", tables=[Table(caption="wall time per piece kind (s, this invocation)",
                                                header=["kind", "seconds"],
                                                rows=[[k, v] for k, v in timings.items()])]),
     ]
     return secs
+
+
+def _privacy_keys() -> list[str]:
+    return [f"eval/bilevel/{m}/{i}" for m in MODELS for i in BILEVEL_INITS] + \
+        [f"eval/decoreco/{n}" for n in ("untuned", "tuned", "partition")]
+
+
+def privacy_verdicts(ctx: Context, *, keys: list[str]) -> list[str]:
+    """One line per setting: what its privacy measurement says (:func:`datarecon.evaluation.privacy.signal_verdict`)."""
+    from datarecon.evaluation.privacy import signal_verdict
+
+    lines = []
+    for key in keys:
+        v = signal_verdict(ctx.summary(key).get("privacy") or {})
+        lines.append(f"{key.removeprefix('eval/')}: {v.lead}" + (f" — {v.needs}" if v.needs else ""))
+    return lines
 
 
 def _num(c: str) -> Any:

@@ -1,0 +1,88 @@
+"""The headline and the privacy verdict in words: one wording for every report and command.
+
+The numbers come from :mod:`datarecon.evaluation` (``metrics.json``: ``headline`` from
+:func:`datarecon.evaluation.reports.headline`, ``privacy`` from
+:func:`datarecon.evaluation.reports.privacy_section`); this module only turns them into sentences,
+so the demo, ``datarecon evaluate``, the HTML report and the reproductions say the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["headline_lead", "headline_lines", "threshold_text", "fraction", "count_of"]
+
+
+def fraction(k: int | None, n: int | None) -> str:
+    """``"6 of 40 (15%)"``; ``"n/a"`` when either is missing."""
+    if k is None or n is None:
+        return "n/a"
+    pct = f" ({100 * k / n:.0f}%)" if n else ""
+    return f"{k} of {n}{pct}"
+
+
+def count_of(k: int | None, n: int | None) -> str:
+    """``"13 of 20"`` (``"n/a"`` when ``k`` is missing)."""
+    return "n/a" if k is None else f"{k} of {n}"
+
+
+def threshold_text(h: Mapping[str, Any], *, what: str = "images") -> str:
+    """How the headline threshold was set: ``max(0.4, t)`` with ``t`` from the held-out null."""
+    cal = h.get("calibrated") or {}
+    n = h.get("n_train")
+    t, floor = cal.get("null_threshold"), cal.get("floor")
+    t_s = "undefined" if t is None else f"{t:.3f}"
+    floor_s = "" if floor is None else f"max({floor:g}, t), "
+    return (f"{floor_s}t = {t_s}: the lowest SSIM that {h.get('n_heldout_candidates')} held-out {what} used as "
+            f"candidates pass for at most {cal.get('allowed')} of {n} ({100 * (cal.get('rate') or 0):g}%)")
+
+
+def headline_lead(h: Mapping[str, Any]) -> str:
+    """The headline in one sentence, the count beside its null (what every report shows first)."""
+    n = h.get("n_train")
+    rule = h.get("rule", "standard")
+    thr = h.get("threshold")
+    at = f"SSIM > {thr:.3f}" if thr is not None else "any SSIM"
+    if rule == "retention":
+        ret = h.get("retention")
+        if not ret:
+            return "ground-truth start: retention not measurable (the starting images were not recorded)"
+        return (f"ground-truth start: {ret['count']} of {ret['of']} candidates stay at their training image "
+                f"(SSIM > {ret['threshold']:.3f}); no reconstruction count (the attack started from the answer)")
+    if h.get("count") is None:
+        if h.get("calibrated") is None:
+            return "not measurable without held-out images (no null beside the count)"
+        return "no count: " + (list(h.get("notes") or []) or ["not measurable"])[0]
+    null = f"held-out null {count_of(h.get('heldout'), n)}, noise {count_of(h.get('noise'), n)}"
+    lead = f"{h['count']} of {n} training images reconstructed at {at} ({null})"
+    excluded = (h.get("calibrated") or {}).get("excluded") or 0
+    if rule == "init-shift":
+        lead += (f"; {excluded} more above the threshold stayed at their starting image and do not count" if excluded
+                 else "; data-initialised: only matches that moved away from their start count")
+    return lead
+
+
+def headline_lines(h: Mapping[str, Any], *, what: str = "images") -> list[str]:
+    """The headline as the command line prints it: the count with its null and threshold, the rule,
+    the papers' fixed-threshold count beside its nulls, then the notes.
+
+    Args:
+        h: ``metrics.json`` ``headline``.
+        what: What the held-out images are called (``digits``).
+    """
+    if not h:
+        return ["training images reconstructed: not measured (no training set to compare with)"]
+    n = h.get("n_train")
+    lead = headline_lead(h)
+    lines = [lead]
+    if h.get("calibrated"):
+        lines.append("threshold: " + threshold_text(h, what=what))
+    if h.get("rule", "standard") != "standard":
+        lines.append("rule: " + str(h.get("rule_text")))
+    paper = h.get("paper") or {}
+    if paper.get("count") is not None:
+        lines.append(f"at the papers' fixed SSIM > {paper['threshold']:g} alone: {paper['count']} of {n}, held-out "
+                     f"{what} reach {paper.get('heldout')} and noise {paper.get('noise')} there")
+    lines.extend(note for note in h.get("notes") or [] if note not in lead)
+    return lines

@@ -1,0 +1,47 @@
+"""User documents read as documentation: a licence, and no development notes (issue 25, item 7).
+
+The README, the documents under docs/ (docs/dev/ is for developers and exempt) and the shipped
+example files must not carry work-log phrases, issue numbers or paths of the machine they were
+written on; the package ships a LICENSE that matches its declared licence.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+USER_DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "examples").glob("*.yaml"),
+                    *(ROOT / "src" / "datarecon" / "examples").glob("*.yaml")])
+
+#: what a development note looks like: issue numbers, the sessions that wrote the text, machine paths
+DEV_NOTES = {
+    "issue number": r"\bissues?\s*#?\d+|\bissue #",
+    "work-log phrase": r"\bsessions?\b|\blead engineer\b|\b(other|the) helpers\b|\bTODO\b|\bFIXME\b",
+    "machine path": r"/work/|\.\./shared|(?<![\w.])/shared/|/tmp/rep|/home/\w",
+}
+
+
+def test_a_licence_matching_pyproject_ships() -> None:
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["license"]["text"]
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert declared == "MIT" and text.startswith("MIT License") and "Permission is hereby granted" in text
+
+
+@pytest.mark.parametrize("path", USER_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_user_documents_hold_no_development_notes(path: Path) -> None:
+    found = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        for what, pattern in DEV_NOTES.items():
+            m = re.search(pattern, line, flags=re.I)
+            if m:
+                found.append(f"{path.name}:{n}: {what} {m.group(0)!r}: {line.strip()[:100]}")
+    assert not found, "\n".join(found)
+
+
+def test_the_readme_says_how_to_activate_the_environment() -> None:
+    assert "source .venv/bin/activate" in (ROOT / "README.md").read_text(encoding="utf-8")
