@@ -72,3 +72,5 @@ def test_candidate_roc_names_a_signal_only_when_its_interval_excludes_one_half()
     assert out["positives"] == 40 and out["negatives"] == 160
     assert out["best"] == "good" and out["signals"]["good"]["auc"] > 0.85
     assert candidate_roc(sim, 0.4, {"noise": noise})["best"] is None
+    few = candidate_roc(np.r_[np.full(3, 0.6), np.full(197, 0.2)], 0.4, {"good": np.r_[np.full(3, 9.0), noise[3:]]})
+    assert not few["measurable"] and few["best"] is None and "not measurable: 3 candidates" in few["note"]

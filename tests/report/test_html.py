@@ -188,3 +188,35 @@ def test_the_montage_says_how_many_of_how_many_it_shows_and_in_what_order(tmp_pa
     x = torch.rand(30, 1, 8, 8)
     fig = neighbour_grid(x, {"train": x}, max_items=24, total=200, sorted_by="SSIM to their nearest training image")
     assert fig._suptitle.get_text().startswith("24 of 200 candidates shown, sorted by SSIM to their nearest training image")
+
+
+def test_threat_model_card_and_scree_plot(tmp_path):
+    """A run's report opens with what the attacker had, and shows the first layer's spectrum it analysed."""
+    import numpy as np
+
+    from datarecon.attacks.subspace import DenseLayer, RankEstimate, Spectrum, SubspaceAnalysis, save_analysis
+
+    run = _fake_run(tmp_path, "known", None, 3)
+    meta = json.loads((run / "run.json").read_text())
+    meta["knowledge"] = {"weights": True, "known_init": {"source": "seed:0", "sha256": "ab" * 32}, "n": 12,
+                         "used": ["weights", "known_init", "n"], "requires": [],
+                         "summary": "attacker knows: weights θ*, architecture, loss, input range, label set; "
+                                    "initialisation θ_init (seed:0); n = 12"}
+    meta["subspace"] = {"layer": "1", "weight": "1.weight", "shape": [40, 768], "on_input": True,
+                        "matrix": "W - a*W_init", "coefficient": 1.0, "k": 12, "n_known": 12, "method": "randomized",
+                        "rank": {"n_hat": 12, "interval": [12, 12], "above_noise": None, "searched": 28}}
+    atomic_write_json(run / "run.json", meta)
+    values = torch.tensor(np.r_[np.geomspace(3, 0.1, 12), np.full(16, 1e-7)])
+    save_analysis(run / "subspace.safetensors", SubspaceAnalysis(
+        DenseLayer("1", "1.weight", 768, 40, True), Spectrum(values, torch.eye(28, dtype=torch.float64), (40, 768),
+                                                             "randomized"),
+        RankEstimate(12, 12, 12, None, 28), 12, True, 1.0, 12))
+    plain = _fake_run(tmp_path, "plain", None, 4)
+    out = render_report([run, plain], out=tmp_path / "report.html")
+    text = _visible(out.read_text())
+    first = text.index("Threat model: what the attacker had")
+    assert first < text.index("Target") and "known (seed:0, sha256 abababababab)" in text
+    assert "initialisation θ_init (seed:0); n = 12" in text and "k = 12" in text
+    assert "Singular values of the first dense layer (W - a*W_init)" in text
+    assert "weights-only attacker (weights, architecture" in text  # the run without a record says so
+    assert text.count("Singular values of the first dense layer") == 1

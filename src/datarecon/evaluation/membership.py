@@ -164,11 +164,16 @@ def candidate_roc(train_similarity: Any, threshold: float, scores: dict[str, Any
         scores: ``{name: (M,)}`` attacker-side scores.
 
     Returns:
-        JSON-ready: ``threshold``, ``positives``, ``negatives``, ``signals`` (name → ROC summary),
-        ``best`` (the signal with the highest AUC whose interval excludes 0.5, or None).
+        JSON-ready: ``threshold``, ``positives``, ``negatives``, ``measurable`` (both classes have at
+        least :data:`~datarecon.evaluation.privacy.MIN_CLASS_SIZE` candidates), ``signals`` (name → ROC
+        summary), ``best`` (the signal with the highest AUC whose interval excludes 0.5, None when
+        none or not measurable), ``note``.
     """
+    from datarecon.evaluation.privacy import MIN_CLASS_SIZE
+
     sim = np.asarray(train_similarity, dtype=float).reshape(-1)
     pos = sim > threshold
+    measurable = min(int(pos.sum()), int((~pos).sum())) >= MIN_CLASS_SIZE
     signals: dict[str, Any] = {}
     best, best_auc = None, -1.0
     for name, values in scores.items():
@@ -177,7 +182,9 @@ def candidate_roc(train_similarity: Any, threshold: float, scores: dict[str, Any
             continue
         roc = membership_roc(v[pos], v[~pos], name=name)
         signals[name] = roc.summary()
-        if roc.auc_ci is not None and roc.auc_ci[0] > 0.5 and roc.auc > best_auc:
+        if measurable and roc.auc_ci is not None and roc.auc_ci[0] > 0.5 and roc.auc > best_auc:
             best, best_auc = name, roc.auc
+    note = "" if measurable else (f"not measurable: {int(pos.sum())} candidates reconstruct and {int((~pos).sum())} "
+                                  f"do not; each class needs at least {MIN_CLASS_SIZE}")
     return {"threshold": float(threshold), "positives": int(pos.sum()), "negatives": int((~pos).sum()),
-            "signals": signals, "best": best}
+            "measurable": measurable, "signals": signals, "best": best, "note": note}

@@ -348,6 +348,33 @@ def _target_card(m: Mapping[str, Any], run_dir: Path) -> Card:
                 status="" if model_json is None else ("ok" if ok else "warn"))
 
 
+def _threat_card(run: Mapping[str, Any]) -> Card:
+    """The run's threat model (run.json ``knowledge``) and the first dense layer's subspace (``subspace``)."""
+    know = run.get("knowledge")
+    sub = run.get("subspace") or {}
+    if not know:
+        lead = ("the papers' weights-only attacker (weights, architecture, loss, input range, label set); this run "
+                "records no threat model" if run else "evaluated from tensors: no attack record, no threat model")
+        return Card("Threat model: what the attacker had", [], lead=lead)
+    init = know.get("known_init")
+    rows: list[tuple[str, Any]] = [
+        ("weights θ*, architecture, loss, input range, labels", "known"),
+        ("initialisation θ_init", f"known ({init['source']}, sha256 {init['sha256'][:12]})" if init else "not known"),
+        ("training-set size n", know.get("n") if know.get("n") is not None else "not known"),
+        ("used by this attack", ", ".join(know.get("used") or []) or "weights")]
+    if sub:
+        rank = sub.get("rank") or {}
+        interval = rank.get("interval") or [None, None]
+        rows += [("first dense layer analysed", f"{sub.get('layer')} ({sub.get('matrix')}, "
+                  f"{'×'.join(str(v) for v in sub.get('shape') or [])})"),
+                 ("n estimated from it", f"{rank.get('n_hat')} (interval {interval[0]}–{interval[1]})"
+                  + (f"; {rank['above_noise']} values above the initialisation's noise edge"
+                     if rank.get("above_noise") is not None else "")),
+                 ("training subspace used", f"k = {sub.get('k')}")]
+    return Card("Threat model: what the attacker had", rows, lead=str(know.get("summary") or ""),
+                status="warn" if init or know.get("n") is not None else "")
+
+
 #: How the two residuals are named wherever a reader sees them (issue 25: one name per definition).
 RELATIVE_RESIDUAL = "relative residual"
 OBJECTIVE_RESIDUAL = "objective residual (surrogate)"
@@ -504,7 +531,8 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
     conv = assess_convergence(history, status=str(run.get("status", "complete")),
                               relative_residual=_selection_value(run, "relative_residual"),
                               initial_loss=_num((run.get("extra") or {}).get("param_distance_x0")))
-    cards = [_target_card(m, where or Path(".")), _attack_card(run, conv, m), _headline_card(m), _privacy_card(m)]
+    cards = [_threat_card(run), _target_card(m, where or Path(".")), _attack_card(run, conv, m), _headline_card(m),
+             _privacy_card(m)]
     children: list[Section] = []
     window = f"{m.get('window')} {m.get('window_size')}x{m.get('window_size')}"
     haim = m.get("haim")
@@ -558,6 +586,17 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
         figs.append(FigureItem(f"ROC of each attacker-side score: {priv.get('n_real')} candidates {POSITIVE} "
                                f"(positives) against {priv.get('n_fake')} {NEGATIVE}.",
                                F.figure_png(F.roc_curves(rocs))))
+    sub = run.get("subspace") or {}
+    if sub and where is not None and (where / "subspace.safetensors").is_file():
+        values = load_tensors(where / "subspace.safetensors").get("values")
+        rank = sub.get("rank") or {}
+        if values is not None and values.numel():
+            figs.append(FigureItem(
+                f"Singular values of the first dense layer ({sub.get('matrix')}), the attacker's estimate of n "
+                "(profile-likelihood elbow and its interval) and the dimension k of the training subspace used for "
+                "the subspace signal.",
+                F.figure_png(F.scree_plot(values.tolist(), n_hat=rank.get("n_hat"), interval=rank.get("interval"),
+                                          k=sub.get("k"), n_known=sub.get("n_known")))))
     children.append(Section("Figures", figures=figs, level=3))
 
     # tables
@@ -595,6 +634,20 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
                             "(positives) against the others (n/a: not measurable)",
                             ["signal", "ROC AUC", "95% CI", *[f"TPR @ {100 * float(f):g}% FPR" for f in fprs],
                              "closer", "not closer"], rows))
+    cr = m.get("candidate_roc") or {}
+    if cr.get("signals"):
+        rows = []
+        for k, v in cr["signals"].items():
+            ci = v.get("auc_ci")
+            rows.append([k, v.get("auc"), f"{ci[0]:.2f}–{ci[1]:.2f}" if ci else None])
+        best = cr.get("best")
+        tables.append(Table(f"Candidates that reconstruct, told apart by attacker-side signals: {cr.get('positives')} "
+                            "candidates with SSIM to their nearest "
+                            f"training image above the headline threshold {_fmt(cr.get('threshold'))} against "
+                            f"{cr.get('negatives')} others; "
+                            + (cr["note"] if cr.get("note") else (f"best separating signal: {best}" if best
+                                                                   else "no signal's 95% CI lies above 0.5")),
+                            ["signal", "ROC AUC", "95% CI"], rows))
     if "rule" in priv:
         notes.append(f"Rule: {priv['rule']} (floor {_fmt(priv.get('floor'))}, {priv.get('floor_source')}); "
                      f"{priv.get('n_real')} {POSITIVE}, {priv.get('n_fake')} {NEGATIVE}.")
