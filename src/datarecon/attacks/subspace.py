@@ -59,7 +59,8 @@ LIKELIHOOD_INTERVAL = 2.0
 #: Singular values computed first when n is not known (doubled until the elbow is inside).
 INITIAL_SEARCH = 64
 
-#: Subspace dimension ÷ n (or the estimate's upper end) from the weights alone (1 with W_init known).
+#: From the weights alone with n known, at least this many times n singular directions are computed
+#: and used (with W_init known: n).
 WEIGHTS_ONLY_FACTOR = 2
 
 #: The search stops once the last computed singular value is at least this fraction of the one
@@ -304,8 +305,8 @@ class SubspaceAnalysis:
         layer: the layer analysed.
         spectrum: singular values (beyond the rank, for the scree plot) and basis.
         rank: the n estimate.
-        k: the dimension of the subspace used: n (or the estimate's upper end) with W_init subtracted,
-            twice that from the weights alone.
+        k: the dimension of the subspace used: n (or the estimate's upper end) with W_init subtracted;
+            from the weights alone every direction computed down to the spectrum's floor (≥ 2n with n known).
         known_init: True when W_init was subtracted.
         coefficient: a in W − a·W_init (None without a known initialisation).
         n_known: the attacker's prior n, if given.
@@ -342,7 +343,8 @@ def analyse(model: nn.Module, params: Mapping[str, torch.Tensor], *,
         model, params: the target's architecture and θ*.
         known_init: θ_init, when the attacker knows it.
         n: the attacker's prior n (training-set size), if known: the subspace has k = n with a known
-            initialisation, 2n from the weights alone (:data:`WEIGHTS_ONLY_FACTOR`).
+            initialisation; from the weights alone the 2n + max(16, n/2) leading directions
+            (:data:`WEIGHTS_ONLY_FACTOR`).
         k: force the subspace dimension (overrides n and the estimate).
         fit_coefficient: fit a in W − a·W_init (:func:`init_coefficient`; for targets trained with
             weight decay); else a = 1.
@@ -367,10 +369,11 @@ def analyse(model: nn.Module, params: Mapping[str, torch.Tensor], *,
         coefficient = init_coefficient(params[layer.weight], known_init[layer.weight])
     matrix, a = layer_matrix(params, layer, known_init=known_init, coefficient=coefficient)
     exact = known_init is not None
-    # the subspace dimension: n (or the estimate) when W_init was subtracted (the span is exact); twice
-    # that from the weights alone, where the weakest training directions sit among the initialisation's
-    # and an overestimate costs little (its extra directions are nearly orthogonal to natural images;
-    # measured in docs/RESULTS.md)
+    # the subspace dimension: n (or the estimate) when W_init was subtracted (the span is exact); from the
+    # weights alone every direction computed down to the spectrum's floor (at least 2n), because the
+    # weakest training directions sit among the initialisation's and an overestimate costs little (its
+    # extra directions are the initialisation's, nearly orthogonal to natural images; measured in
+    # docs/RESULTS.md)
     factor = 1 if exact else WEIGHTS_ONLY_FACTOR
     want = k if k is not None else (None if n is None else factor * n)
     # n known: the dimension + a margin (the randomized SVD's cost grows with the values computed,
@@ -385,7 +388,12 @@ def analyse(model: nn.Module, params: Mapping[str, torch.Tensor], *,
         if want is not None or q is None or q >= full_rank or flat:
             break
         q = min(full_rank, 2 * q)
-    dim = want if want is not None else factor * rank.high
+    if k is not None:
+        dim = k
+    elif exact:
+        dim = n if n is not None else rank.high
+    else:
+        dim = int(spec.values.numel())
     dim = max(1, min(dim, int(spec.values.numel())))
     return SubspaceAnalysis(layer=layer, spectrum=spec, rank=rank, k=dim, known_init=exact,
                             coefficient=a, n_known=n)

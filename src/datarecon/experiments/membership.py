@@ -3,8 +3,8 @@
 The attacker's score (:func:`datarecon.attacks.subspace.subspace_scores`): minus the relative
 distance of the first dense layer's input for the image to the layer's training subspace — the top
 k right singular vectors of W (weights only) or of W − a·W_init (known initialisation), k = n (or the
-upper end of its estimate) with W_init subtracted and twice that from the weights alone
-(:func:`datarecon.attacks.subspace.analyse`). A training image lies in the span
+upper end of its estimate) with W_init subtracted and, from the weights alone, every direction down
+to the spectrum's floor (:func:`datarecon.attacks.subspace.analyse`). A training image lies in the span
 (distance ≈ 0 with a known initialisation); an unseen image of the same distribution does not.
 
 Two uses:
