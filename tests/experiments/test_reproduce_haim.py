@@ -98,16 +98,18 @@ def test_dry_run_estimates_train_and_attack_pieces_from_the_cost_model(tmp_path)
     """The CUDA estimates reproduce the H100 measurements they were calibrated on (issue 12)."""
     from datarecon.experiments.reproduce import plan_reproduction
 
-    def est(scale, device, grouping="auto"):
+    def est(scale, device, grouping="auto", **extra):
         planned = plan_reproduction("haim2022", out=tmp_path / scale, scale=scale, device=device,
-                                    overrides={"run_grouping": grouping})
+                                    overrides={"run_grouping": grouping, **extra})
         return {p.key: p.estimate_s for p in planned}
 
-    paper_gpu = est("paper", "cuda", "separate")
+    # the settings of the H100 measurement: 100 000 epochs, float64 attack steps
+    measured = {"target": {"epochs": 100_000}, "attack": {"dtype": "float64"}}
+    paper_gpu = est("paper", "cuda", "separate", **measured)
     assert paper_gpu["models/cifar10"] == pytest.approx(168, rel=0.05)  # H100: 100 000 epochs in 168 s
     assert paper_gpu["runs/cifar10/run0"] == pytest.approx(50_000 * 4.1e-3, rel=0.05)  # 4.1 ms/step float64
     # default: the three runs of a task in one piece; on cuda two of them (same objective) batched
-    batched = est("paper", "cuda")["runs/cifar10"]
+    batched = est("paper", "cuda", **measured)["runs/cifar10"]
     assert 2 * paper_gpu["runs/cifar10/run0"] < batched < 3 * paper_gpu["runs/cifar10/run0"]
     medium_cpu = est("medium", "cpu")
     assert medium_cpu["tables"] is None and medium_cpu["runs/mnist"] < medium_cpu["runs/cifar10"]
@@ -115,3 +117,29 @@ def test_dry_run_estimates_train_and_attack_pieces_from_the_cost_model(tmp_path)
     assert medium_cpu["runs/cifar10"] == pytest.approx(sum(v for k, v in separate.items()
                                                            if k.startswith("runs/cifar10/")))  # looped on cpu
     assert sum(v for v in medium_cpu.values() if v) < 3600
+
+
+def test_paper_rung_fits_fifteen_minutes_on_one_h100(tmp_path):
+    """The published scale (30 000 epochs, float32 attack steps) is estimated at most 15 min on one H100,
+    and its strongest-attacker membership pieces are planned."""
+    from datarecon.experiments.reproduce import plan_reproduction
+
+    planned = plan_reproduction("haim2022", out=tmp_path / "p", scale="paper", device="cuda")
+    total = sum(p.estimate_s for p in planned if p.estimate_s is not None)
+    assert total <= 15 * 60
+    assert {p.key for p in planned} >= {"membership/mnist", "membership/cifar10"}
+
+
+def test_strongest_attacker_row_reports_membership_beside_the_papers_method(haim):
+    """Subspace membership of the training images, from the weights alone and with θ_init known, for
+    every dataset; the known initialisation separates them completely (these targets start from N(0,1)·1e-4)."""
+    out, _ = haim
+    with open(out / "tables" / "strongest.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["dataset"], r["attacker"]) for r in rows] == [
+        ("mnist", "weights only"), ("mnist", "θ_init known"), ("cifar10", "weights only"), ("cifar10", "θ_init known")]
+    for r in rows:
+        assert 0.0 <= float(r["auc"]) <= 1.0 and float(r["auc_ci_low"]) <= float(r["auc"]) <= float(r["auc_ci_high"])
+        if r["attacker"] == "θ_init known":
+            assert float(r["auc"]) == 1.0
+    assert "The strongest attacker" in (out / "report.html").read_text(encoding="utf-8")

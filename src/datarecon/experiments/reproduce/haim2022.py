@@ -81,6 +81,21 @@ _CIFAR_RUNS = (KKTRunSpec(init_scale=8.86e-4, lr_x=0.555, lambda_min=0.498, alph
                KKTRunSpec(init_scale=8.86e-4, lr_x=0.555, lambda_min=0.498, alpha=19.1, seed=1))
 
 
+class StrongestAttacker(BaseModel):
+    """The strongest attacker's row beside the paper's method (issue 24): subspace membership of the
+    training images from the weights alone and with θ_init known (rebuilt from the recorded seed).
+
+    Attributes:
+        membership: measure ``datarecon membership --evaluate`` on every target (seconds).
+        known_init: also with the initialisation known.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    membership: bool = True
+    known_init: bool = True
+
+
 class HaimConfig(BaseModel):
     """Everything that determines the Haim et al. (2022) reproduction (defaults: paper scale).
 
@@ -93,6 +108,12 @@ class HaimConfig(BaseModel):
         candidates_factor: m = factor × n (Haim: 2).
         keep: number of runs whose candidates are pooled, chosen by ``selection``.
         selection: attacker-side run criterion (``datarecon.attacks.selection``).
+        strongest: the strongest attacker's row (:class:`StrongestAttacker`).
+
+    The published scale trains 30 000 epochs (the loss-normalised step freezes the weights by epoch
+    ~8 000 at n = 500 on an H100, docs/RESULTS.md) and attacks in float32 (float64's counts and residual
+    curves on the measured targets, benchmarks/bench_dtype.py), which keeps its ``--dry-run --device
+    cuda`` estimate within 15 minutes on one H100.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -103,9 +124,9 @@ class HaimConfig(BaseModel):
     n_heldout_per_class: int = Field(default=250, ge=1)
     target: TargetTraining = TargetTraining(
         arch=ArchConfig(name="mlp", hidden=(1000, 1000), bias=False, init_scale=1e-4), loss="logistic",
-        optimizer="gd", lr=0.01, schedule="loss-normalised", max_lr_factor=1e9, epochs=100_000,
+        optimizer="gd", lr=0.01, schedule="loss-normalised", max_lr_factor=1e9, epochs=30_000,
         stop=StopConfig(margin_patience=10_000), dtype="float64", kkt_score=True)
-    attack: KKTConfig = KKTConfig(steps=50_000, lr_lambda=1e-4, dtype="float64")
+    attack: KKTConfig = KKTConfig(steps=50_000, lr_lambda=1e-4, dtype="float32")
     candidates_factor: int = Field(default=2, ge=1)
     keep: int = Field(default=2, ge=1)
     selection: str = "relative_residual"
@@ -113,6 +134,7 @@ class HaimConfig(BaseModel):
     # the runs of one task share its target: one piece steps them together (runs with the same
     # objective in one vmapped gradient; attacks/batched.py, benchmarks/bench_batched_runs.py)
     run_grouping: RunGrouping = "auto"
+    strongest: StrongestAttacker = StrongestAttacker()
 
     def data_spec(self, ds: HaimDataset) -> dict[str, Any]:
         return {"dataset": ds.dataset, "task": ds.task, "n_per_class": self.n_per_class, "selection": "first",
@@ -171,8 +193,52 @@ def plan(cfg: HaimConfig) -> list[Piece]:
         pieces.append(evaluate_piece(f"eval/{name}", model_key=mkey, run_key=f"pool/{name}",
                                      settings=cfg.evaluation))
         pieces.append(_figures_piece(name, cfg))
+        if cfg.strongest.membership:
+            pieces.append(_membership_piece(name, mkey, known_init=cfg.strongest.known_init))
     pieces.append(_tables_piece(cfg))
     return pieces
+
+
+def _membership_piece(name: str, model_key: str, *, known_init: bool) -> Piece:
+    """Subspace membership of the target's training images against its held-out images
+    (:func:`datarecon.experiments.membership.evaluate_membership`), weights only and with θ_init known."""
+    from datarecon.experiments.reproduce.common import model_dir
+
+    def run(ctx: Context, d: Path) -> dict[str, Any]:
+        from datarecon.attacks.knowledge import KnowledgeSettings
+        from datarecon.experiments.membership import evaluate_membership
+
+        out: dict[str, Any] = {}
+        for label, spec in (("weights only", None), ("θ_init known", "seed")):
+            if spec is not None and not known_init:
+                continue
+            res = evaluate_membership(model_dir(ctx, model_key), knowledge=KnowledgeSettings(known_init=spec),
+                                      data_dir=ctx.data_dir)
+            out[label] = {"roc": res["roc"], "line": res["line"], "subspace": res["subspace"]}
+        atomic_write_json(d / "membership.json", out)
+        return out
+
+    return Piece(key=f"membership/{name}", run=run, spec={"known_init": known_init}, deps=(model_key,),
+                 kind="evaluate")
+
+
+def strongest_rows(ctx: Context, cfg: HaimConfig) -> list[dict[str, Any]]:
+    """The strongest attacker beside the paper's method: subspace membership per dataset and threat model."""
+    rows = []
+    if not cfg.strongest.membership:
+        return rows
+    for ds in cfg.datasets:
+        for label, res in ctx.summary(f"membership/{_name(ds)}").items():
+            roc = res["roc"]
+            ci = roc.get("auc_ci") or [None, None]
+            tpr = roc.get("tpr_at_fpr") or {}
+            rows.append({"dataset": _name(ds), "attacker": label, "test": "subspace membership (training vs held-out)",
+                         "members": roc.get("n_members"), "non_members": roc.get("n_nonmembers"),
+                         "auc": finite(roc.get("auc")), "auc_ci_low": finite(ci[0]), "auc_ci_high": finite(ci[1]),
+                         **{f"tpr_at_fpr_{f}": (finite(t) if t is not None else "not estimable")
+                            for f, t in by_fpr(tpr)},
+                         "subspace_k": res["subspace"].get("k")})
+    return rows
 
 
 def _sum_estimates(parts: list[Any], *, together: bool = False) -> Any:
@@ -295,7 +361,8 @@ def table_rows(ctx: Context, cfg: HaimConfig) -> list[dict[str, Any]]:
 
 def _tables_piece(cfg: HaimConfig) -> Piece:
     deps = [f"models/{_name(ds)}" for ds in cfg.datasets] + [f"pool/{_name(ds)}" for ds in cfg.datasets] + \
-           [f"eval/{_name(ds)}" for ds in cfg.datasets]
+           [f"eval/{_name(ds)}" for ds in cfg.datasets] + \
+           ([f"membership/{_name(ds)}" for ds in cfg.datasets] if cfg.strongest.membership else [])
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
         rows = table_rows(ctx, cfg)
@@ -309,7 +376,8 @@ def _tables_piece(cfg: HaimConfig) -> Piece:
                              "auc": finite(v.get("auc")), "auc_ci_low": finite(ci[0]), "auc_ci_high": finite(ci[1]),
                              **{f"tpr_at_fpr_{f}": finite(t) for f, t in by_fpr(v.get("tpr_at_fpr") or {})}})
         write_csv(d / "privacy.csv", priv)
-        return {"rows": rows, "files": ["haim.csv", "privacy.csv"]}
+        write_csv(d / "strongest.csv", strongest_rows(ctx, cfg))
+        return {"rows": rows, "files": ["haim.csv", "privacy.csv", "strongest.csv"]}
 
     return Piece(key="tables", run=run, spec={}, deps=tuple(deps), kind="table")
 
@@ -356,6 +424,14 @@ def report_sections(ctx: Context, cfg: HaimConfig, *, scale: str, timings: Mappi
                           "Privacy: attacker-side signals, candidates closer to a training image than to any held-out "
                           "image against the others (AUC with 95% CI; TPR empty where not estimable)")],
             notes=priv_notes)]
+    strongest = ctx.dir("tables") / "strongest.csv"
+    if strongest.is_file() and strongest.read_text().strip():
+        secs.append(Section(title="The strongest attacker", text=[
+            "Beside the paper's method: is an image a training image? Scored by its distance to the training "
+            "subspace of the first layer (W from the weights alone, W − θ_init with the initialisation known), the "
+            "training images against the held-out images."],
+            tables=[table(strongest, "Subspace membership: ROC AUC with 95% CI and TPR at low FPR ('not estimable' "
+                                     "below 100 / 1000 held-out images)")]))
     for ds in cfg.datasets:
         d = ctx.dir(f"figures/{_name(ds)}")
         secs.append(Section(title=f"{_name(ds)} ({ds.task})", figures=[
