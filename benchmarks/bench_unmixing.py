@@ -43,6 +43,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tv": {"attack": {"tv_weight": 1e-4}},
     "split": {"attack": {"split_every": 500, "split_fraction": 0.1}},
     "split-known-init": {"attack": {"split_every": 500, "split_fraction": 0.1}, "knowledge": True},
+    "known-init-m1n": {"factor": 1, "knowledge": True},
+    "subspace-known-init-m1n": {"attack": {"subspace": True}, "factor": 1, "knowledge": True},
     "m4n": {"factor": 4},
     "m4n-known-init": {"factor": 4, "knowledge": True},
     "unmix-init": {"init": {"name": "unmix"}},
