@@ -17,7 +17,7 @@ import typer.main
 
 from datarecon.errors import DataReconError
 
-app = typer.Typer(
+app = typer.Typer(rich_markup_mode=None, 
     name="datarecon",
     help="Training-data reconstruction attacks (KKT, DecoReco, bilevel) and their evaluation.",
     no_args_is_help=True,
@@ -52,7 +52,9 @@ _register_all()
 
 #: exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it
 INTERRUPTED = 130
-#: what to do after Ctrl-C, per command; commands not listed have nothing to resume
+#: exit code of a run stopped by SIGTERM (128 + SIGTERM)
+TERMINATED = 143
+#: what to do after Ctrl-C, SIGTERM or a full disk, per command; commands not listed are simply rerun
 _RESUME_HINTS = {
     "train": "rerun the same command with --resume to continue from the last checkpoint",
     "reconstruct": "rerun the same command with --resume to continue from the last checkpoint",
@@ -60,15 +62,87 @@ _RESUME_HINTS = {
     "sweep": "rerun the same command to resume the sweep (finished runs are skipped, the others continue "
              "from their checkpoints)",
     "reproduce": "rerun the same command with --resume to continue (finished pieces are skipped)",
+    "audit": "rerun the same command with --resume to continue (finished pieces are skipped)",
     "demo": "rerun it with --overwrite to start afresh",
 }
+_RERUN = "rerun the same command"
 
 
-def interrupt_message(argv: list[str]) -> str:
-    """The line printed after Ctrl-C: that the run stopped, and how to continue it."""
-    command = next((a for a in argv if not a.startswith("-")), "")
-    hint = _RESUME_HINTS.get(command)
-    return "interrupted" + (f"; {hint}" if hint else "")
+def _command(argv: list[str]) -> str:
+    return next((a for a in argv if not a.startswith("-")), "")
+
+
+def interrupt_message(argv: list[str], *, terminated: bool = False) -> str:
+    """The line printed after Ctrl-C (or SIGTERM): that the run stopped, and how to continue it."""
+    hint = _RESUME_HINTS.get(_command(argv))
+    return ("terminated" if terminated else "interrupted") + (f"; {hint}" if hint else "")
+
+
+def continue_hint(argv: list[str]) -> str:
+    """How to continue a command that stopped on an environment error (a full disk)."""
+    return _RESUME_HINTS.get(_command(argv), _RERUN).split(" to ")[0]
+
+
+class _Signals:
+    """SIGTERM raises KeyboardInterrupt (so a run checkpoints and stops as on Ctrl-C) and is remembered."""
+
+    terminated = False
+
+    def __enter__(self) -> _Signals:
+        import signal
+        import threading
+
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._on_term)
+        return self
+
+    def _on_term(self, signum: int, frame: Any) -> None:
+        if not _Signals.terminated:
+            _Signals.terminated = True
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def environment_message(exc: BaseException, argv: list[str]) -> str | None:
+    """One line for an error of the environment (disk, permissions, paths, memory, a damaged store
+    index), naming the fix; None for anything else (an internal error)."""
+    import errno
+    import sqlite3
+
+    from datarecon.utils.io import DISK_FULL_ERRNOS, disk_full_message
+
+    if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and any(
+            s in str(exc) for s in ("can't allocate memory", "out of memory", "not enough memory"))):
+        return ("not enough memory for these sizes (" + " ".join(str(exc).split())[:160] + "); reduce the sizes "
+                "(--candidates, --hidden, --n-per-class, batch sizes) or use a machine with more memory")
+    if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc):
+        return disk_full_message(None, hint=continue_hint(argv))
+    if isinstance(exc, sqlite3.DatabaseError):
+        return (f"the results index is damaged ({exc}); rebuild it from the run folders with "
+                "`datarecon store rebuild STORE` (the runs themselves are intact)")
+    if not isinstance(exc, OSError):
+        return None
+    where = exc.filename if exc.filename is not None else "a file"
+    if exc.errno in DISK_FULL_ERRNOS:
+        return disk_full_message(exc.filename, hint=continue_hint(argv))
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (f"cannot write {where}: {exc.strerror.lower() if exc.strerror else 'permission denied'}; choose an "
+                "--out in a folder you can write (or fix its permissions)")
+    if exc.errno == errno.ENAMETOOLONG:
+        return f"the path {str(where)[:80]}... is too long for the filesystem; choose a shorter --out"
+    if exc.errno == errno.ENOTDIR:
+        return f"{where}: a part of this path is a file, not a folder; choose another --out"
+    if exc.errno == errno.EISDIR:
+        return f"{where} is a folder where a file is needed; choose another path"
+    if exc.errno == errno.ENOENT:
+        return f"{where} not found; check the path"
+    return f"{exc.strerror or type(exc).__name__}: {where}; check the path and the disk"
 
 
 def _walk_commands(cmd: Any) -> Iterator[Any]:
@@ -118,21 +192,35 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code.
 
     Usage errors (an unknown or missing option, a value of the wrong type) and
-    :class:`DataReconError` become ``error: <message>`` on one line with exit 2, and so does a full
-    disk (which file, and that the last checkpoint is intact); Ctrl-C prints how to resume and exits
-    130; anything else is an internal error (exit 1) whose traceback is shown only with
-    ``DATARECON_DEBUG=1``.
+    :class:`DataReconError` become ``error: <message>`` on one line with exit 2, and so do errors
+    of the environment (a full disk, a path that cannot be written, too little memory, a damaged
+    store index: :func:`environment_message`); Ctrl-C prints how to resume and exits 130, SIGTERM
+    the same with exit 143; anything else is an internal error (exit 1) whose traceback is shown
+    only with ``DATARECON_DEBUG=1``.
     """
-    from datarecon.utils.io import DISK_FULL_ERRNOS, disk_full_message
+    from datarecon.cli._common import set_invocation
 
     usage_error, no_args_is_help = _usage_errors()
 
     args = list(sys.argv[1:] if argv is None else argv)
+    set_invocation(args)
+    _Signals.terminated = False
+    with _Signals():
+        return _run(args, usage_error, no_args_is_help)
+
+
+def _stopped(args: list[str]) -> int:
+    terminated = _Signals.terminated
+    typer.echo(interrupt_message(args, terminated=terminated), err=True)
+    return TERMINATED if terminated else INTERRUPTED
+
+
+def _run(args: list[str], usage_error: type[Exception], no_args_is_help: type[Exception]) -> int:
     try:
         rv = build_command().main(args=args, standalone_mode=False, prog_name="datarecon")
         code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0  # typer.Exit(code) comes back as code
         if code == INTERRUPTED:  # typer turns KeyboardInterrupt into a silent Exit(130)
-            typer.echo(interrupt_message(args), err=True)
+            return _stopped(args)
         return code
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
@@ -143,24 +231,31 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(f"error: {usage_message(exc)}", err=True)
         return exc.exit_code
     except typer.Abort:
-        typer.echo(interrupt_message(args), err=True)
-        return INTERRUPTED
+        return _stopped(args)
     except DataReconError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        from datarecon.errors import DiskFullError
+        from datarecon.utils.io import disk_full_message
+
+        text = disk_full_message(exc.path, hint=continue_hint(args)) if isinstance(exc, DiskFullError) else str(exc)
+        typer.echo(f"error: {_one_line(text)}", err=True)
         return 2
     except KeyboardInterrupt:
-        typer.echo(interrupt_message(args), err=True)
-        return INTERRUPTED
+        return _stopped(args)
     except Exception as exc:
-        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:  # e.g. a history append
-            typer.echo(f"error: {disk_full_message(exc.filename)}", err=True)
+        message = environment_message(exc, args)
+        if message is not None:
+            typer.echo(f"error: {_one_line(message)}", err=True)
             return 2
         if os.environ.get("DATARECON_DEBUG"):
             raise
         typer.echo(f"internal error: {type(exc).__name__}: {exc} (set DATARECON_DEBUG=1 for a traceback)",
                    err=True)
         return 1
-    return 0
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line (an error message built from a library's multi-line text)."""
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ from datarecon.evaluation.privacy import (
 )
 from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimResult, collapse, counts_at, haim_protocol
 from datarecon.training.engine import track
+from datarecon.config import MAX_SEED
 
 #: The fixed "good reconstruction" SSIM threshold of the papers (Haim et al. 2022; Buzaglo et al. 2023).
 PAPER_THRESHOLD = 0.4
@@ -104,10 +105,10 @@ class EvaluationConfig(BaseModel):
     n_floor_noise: int = Field(default=1000, ge=0)
     min_class_size: int = Field(default=MIN_CLASS_SIZE, ge=1)
     baselines: bool = True
-    noise_seed: int = Field(default=0, ge=0)
-    baseline_seed: int = Field(default=0, ge=0)
-    floor_seed: int = Field(default=12345, ge=0)
-    bootstrap_seed: int = Field(default=0, ge=0)
+    noise_seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    baseline_seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    floor_seed: int = Field(default=12345, ge=0, le=MAX_SEED)
+    bootstrap_seed: int = Field(default=0, ge=0, le=MAX_SEED)
 
     def search(self) -> dict[str, Any]:
         """Keyword arguments of the nearest-neighbour search."""

@@ -101,11 +101,14 @@ def save_model_dir(out: str | Path, *, model: nn.Module, arch: ArchSpec, loss: s
                    data: dict[str, Any], normalisation: str, input_mean: torch.Tensor,
                    indices: dict[str, torch.Tensor], training: dict[str, Any], seed: int,
                    metrics: dict[str, Any] | None = None,
-                   extra_tensors: dict[str, torch.Tensor] | None = None) -> Path:
+                   extra_tensors: dict[str, torch.Tensor] | None = None,
+                   data_fingerprint: dict[str, str] | None = None) -> Path:
     """Write a model directory atomically (each file is replaced in one rename).
 
     ``extra_tensors`` (e.g. ``train_margins``) are stored in ``extras.safetensors`` beside the
-    input mean and the indices. Weights are saved in the model's dtype.
+    input mean and the indices. Weights are saved in the model's dtype. ``data_fingerprint``
+    (:meth:`datarecon.data.selection.TaskData.fingerprint`) is recorded as ``data_fingerprint`` so
+    that evaluation refuses other data than the model's (not part of the config hash).
 
     Returns:
         The directory path.
@@ -129,6 +132,8 @@ def save_model_dir(out: str | Path, *, model: nn.Module, arch: ArchSpec, loss: s
         "sha256": {WEIGHTS: sha256_file(out / WEIGHTS), EXTRAS: sha256_file(out / EXTRAS)},
         "num_parameters": sum(v.numel() for v in weights.values()),
     }
+    if data_fingerprint:
+        meta["data_fingerprint"] = dict(data_fingerprint)
     atomic_write_json(out / META, meta)
     return out
 

@@ -49,6 +49,7 @@ from datarecon.experiments.reproduce import cost
 from datarecon.experiments.reproduce.pieces import Context, Piece
 from datarecon.training.target import ArchConfig, StopConfig
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors
+from datarecon.config import MAX_SEED
 
 
 class KKTRunSpec(BaseModel):
@@ -60,7 +61,7 @@ class KKTRunSpec(BaseModel):
     lr_x: float = Field(gt=0)
     lambda_min: float = Field(ge=0)
     alpha: float = Field(gt=0)
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
 
 
 class HaimDataset(BaseModel):
