@@ -7,47 +7,49 @@ with exit code 2 (never a traceback).
 
 from __future__ import annotations
 
+# Nothing heavy is imported at module level: the console script imports this module before main()
+# runs, and a Ctrl-C during that import would end in a traceback. main() imports typer, torch and
+# the command modules inside its own error handling.
+import functools
 import os
 import sys
 from collections.abc import Iterator
 from typing import Any
-
-import typer
-import typer.main
-
-from datarecon.errors import DataReconError
-
-app = typer.Typer(rich_markup_mode=None, 
-    name="datarecon",
-    help="Training-data reconstruction attacks (KKT, DecoReco, bilevel) and their evaluation.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
 
 # Modules that contribute commands, in help order.
 _COMMAND_MODULES = ("data", "train", "reconstruct", "evaluate", "report", "run", "sweep", "reproduce", "audit",
                     "demo", "examples")
 
 
-@app.command("version")
 def version_cmd() -> None:
     """Print the versions that determine numerical results."""
+    import typer
+
     from datarecon.utils.io import versions
 
     for k, v in versions().items():
         typer.echo(f"{k} {v}")
 
 
-def _register_all() -> None:
+@functools.cache
+def make_app() -> Any:
+    """The typer application with every area's commands registered (built once per process)."""
     import importlib
 
+    import typer
+
+    app = typer.Typer(
+        rich_markup_mode=None,  # plain click help: readable at 80 columns, "[dp]" shown as typed
+        name="datarecon",
+        help="Training-data reconstruction attacks (KKT, DecoReco, bilevel) and their evaluation.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+    )
+    app.command("version")(version_cmd)
     for name in _COMMAND_MODULES:
-        module = importlib.import_module(f"datarecon.cli.{name}")
-        module.register(app)
-
-
-_register_all()
+        importlib.import_module(f"datarecon.cli.{name}").register(app)
+    return app
 
 
 #: exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it
@@ -153,12 +155,14 @@ def _walk_commands(cmd: Any) -> Iterator[Any]:
 
 
 def build_command() -> Any:
-    """The (click) command tree of :data:`app`, with flags shown as flags.
+    """The (click) command tree of :func:`make_app`, with flags shown as flags.
 
     typer labels boolean flags ``<bool>`` in the help, which reads as if ``--resume true`` were
     accepted; flags take no value, so their type column is left empty here.
     """
-    cmd = typer.main.get_command(app)
+    import typer.main
+
+    cmd = typer.main.get_command(make_app())
     for c in _walk_commands(cmd):
         for param in c.params:
             if getattr(param, "is_flag", False) and param.metavar is None:
@@ -198,24 +202,33 @@ def main(argv: list[str] | None = None) -> int:
     the same with exit 143; anything else is an internal error (exit 1) whose traceback is shown
     only with ``DATARECON_DEBUG=1``.
     """
-    from datarecon.cli._common import set_invocation
-
-    usage_error, no_args_is_help = _usage_errors()
-
     args = list(sys.argv[1:] if argv is None else argv)
-    set_invocation(args)
-    _Signals.terminated = False
-    with _Signals():
-        return _run(args, usage_error, no_args_is_help)
+    try:
+        from datarecon.cli._common import set_invocation
+
+        usage_error, no_args_is_help = _usage_errors()
+        set_invocation(args)
+        _Signals.terminated = False
+        with _Signals():
+            return _run(args, usage_error, no_args_is_help)
+    except KeyboardInterrupt:  # Ctrl-C while the command line was still loading (nothing was written)
+        print(interrupt_message(args), file=sys.stderr)
+        return INTERRUPTED
 
 
 def _stopped(args: list[str]) -> int:
+    import typer
+
     terminated = _Signals.terminated
     typer.echo(interrupt_message(args, terminated=terminated), err=True)
     return TERMINATED if terminated else INTERRUPTED
 
 
 def _run(args: list[str], usage_error: type[Exception], no_args_is_help: type[Exception]) -> int:
+    import typer
+
+    from datarecon.errors import DataReconError
+
     try:
         rv = build_command().main(args=args, standalone_mode=False, prog_name="datarecon")
         code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0  # typer.Exit(code) comes back as code
