@@ -37,7 +37,7 @@ from datarecon import checkpoint
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
 from datarecon.utils import manifest
-from datarecon.utils.lock import LOCK_FILE, hold
+from datarecon.utils.lock import LOCK_FILE, check_free, hold
 
 
 @dataclass(frozen=True)
@@ -270,6 +270,7 @@ def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
         raise DataReconError(f"--out {out} is an existing file; choose a directory for --out")
     if not out.is_dir() or is_empty(out):
         return False
+    check_free(out, what="results store" if kind == "store" else "output folder")  # in use: say that first
     other = identify(out)
     if not entry.recognises(out) and other is not None and other != kind:
         raise DataReconError(f"--out {out} is a datarecon {ARTEFACTS.get(other).title}, not a {entry.title}; "
