@@ -213,3 +213,36 @@ def test_audit_shows_progress_skips_a_no_op_and_keeps_user_files(tmp_path: Path,
                  "--overwrite", "--no-progress"]) == 2
     assert "it holds 'runs/baseline/s0/run0/mine.txt', which datarecon did not write" in capsys.readouterr().err
     assert nested.read_text() == "mine" and (out / "report.html").is_file()
+
+
+def test_audit_ctrl_c_says_how_to_continue(tmp_path: Path) -> None:
+    """Issue 25 item 20: audit's Ctrl-C said only 'interrupted'."""
+    pytest.importorskip("opacus", reason="the audit's DP-SGD targets need opacus (pip install 'datarecon[dp]')")
+    args = ["audit", "--scale", "smoke", "--out", str(tmp_path / "a"), "--no-progress"]
+    res = _killed(args, "run:10:INT")  # Ctrl-C right after the first attack run's checkpoint at step 10
+    assert res.returncode == 130, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1] == ("interrupted; rerun the same command with --resume to continue "
+                                                   "(finished pieces are skipped)")
+    res = subprocess.run([sys.executable, "-m", "datarecon.cli.main", *args, "--resume"], capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_own_model_records_its_weight_decay(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Issue 25 item 19: --weight-decay of a user's own model was not recorded in run.json."""
+    from safetensors.torch import save_file
+
+    pkg = tmp_path / "dr_issue25_own"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from torch import nn\n\ndef make():\n    return nn.Sequential(nn.Flatten(), "
+                                     "nn.Linear(64, 4, bias=False), nn.ReLU(), nn.Linear(4, 1, bias=False))\n")
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 4, bias=False), torch.nn.ReLU(),
+                              torch.nn.Linear(4, 1, bias=False))
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(tmp_path / "w.safetensors"))
+    assert main(["reconstruct", "--model", "dr_issue25_own:make", "--weights", str(tmp_path / "w.safetensors"),
+                 "--input-shape", "1,8,8", "--candidates", "4", "--steps", "2", "--weight-decay", "0.01",
+                 "--no-progress", "--out", str(tmp_path / "own")]) == 0
+    own = json.loads((tmp_path / "own" / "run.json").read_text())["own_model"]
+    assert own["weight_decay"] == 0.01
