@@ -150,7 +150,7 @@ def test_runs_are_pooled_into_one_result(model: Path, tmp_path: Path, capsys) ->
     out = tmp_path / "k"
     assert main(_runs(model, out)) == 0
     printed = capsys.readouterr().out.strip().splitlines()
-    assert printed[-1].startswith(f"kkt: 3 of 3 runs pooled, 30 candidates; best relative residual ")
+    assert printed[-1].startswith("kkt: 3 of 3 runs pooled, 30 candidates; best relative residual ")
     assert printed[-1].endswith(f"wrote {out} (evaluate it with `datarecon evaluate {out}`)")
     run = json.loads((out / "run.json").read_text())
     assert run["method"] == "pool" and run["m"] == 30 and run["config"]["sources"] == ["run0", "run1", "run2"]

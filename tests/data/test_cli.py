@@ -108,7 +108,7 @@ def test_info_reports_damaged_content_as_damaged(app, data_dir, tmp_path, damage
         if damage == "mnist-label-value":
             raw[100] = 42
         else:
-            raw[3] = 4  # magic 2052: not an IDX image file
+            raw[2] = 9  # magic 2307 (signed bytes), the same size: not MNIST's IDX image file (2051)
         (folder / name).write_bytes(gzip.compress(bytes(raw)))
         want = "mnist    damaged"
     res = CliRunner().invoke(app, ["data", "info", "--data-dir", str(tmp_path)])

@@ -12,10 +12,8 @@ deterministically: by rebuilding the checkpoints a kill leaves, and with the tes
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
