@@ -261,6 +261,8 @@ def fault_trials(root: Path) -> list[tuple[str, str, str]]:
                 except AssertionError:
                     same = False
                 what = ("bit-identical" if same else "differs") + ("" if code_ok else f", exit {res.returncode}")
+                if not code_ok:  # keep the evidence: what the faulted process printed last
+                    print(f"run{j}:{step}:{sig} exit {res.returncode}: {res.stderr[-3000:]}", file=sys.stderr)
                 out.append(("15 --runs 3 resume", f"SIG{sig} after run{j}'s checkpoint at step {step}", what))
                 shutil.rmtree(root / "runs")
     return out
@@ -306,6 +308,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", help="source tree to test (default: the installed datarecon)")
     parser.add_argument("--skip-faults", action="store_true", help="only the inputs and the concurrent commands")
+    parser.add_argument("--only-faults", action="store_true", help="only the --runs fault trials")
+    parser.add_argument("--only-inputs", action="store_true", help="only the bad inputs (a source tree without "
+                        "locks would run the concurrent commands to their end; one without the fault hook ignores "
+                        "the faults)")
     opts = parser.parse_args()
     ENV.update({**os.environ, "OMP_NUM_THREADS": "1"})
     if opts.src:
@@ -313,12 +319,14 @@ def main() -> None:
     rows: list[tuple[str, str, str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        pristine = build_workspace(root)
-        for trial in INPUTS:
-            rows.append((trial.group, trial.name, run_input(pristine, trial, root)))
-            print(f"{trial.group:<22} {trial.name:<55} {rows[-1][2]}", file=sys.stderr, flush=True)
-        rows += lock_trials(pristine, root)
-        if not opts.skip_faults:
+        if not opts.only_faults:
+            pristine = build_workspace(root)
+            for trial in INPUTS:
+                rows.append((trial.group, trial.name, run_input(pristine, trial, root)))
+                print(f"{trial.group:<22} {trial.name:<55} {rows[-1][2]}", file=sys.stderr, flush=True)
+            if not opts.only_inputs:
+                rows += lock_trials(pristine, root)
+        if not (opts.skip_faults or opts.only_inputs):
             rows += fault_trials(root)
     counts = Counter((g, what) for g, _, what in rows)
     print("| group | trials | outcome |\n|---|---|---|")
