@@ -7,8 +7,9 @@ through the real command line in a subprocess, and what each gives.
 Every trial starts from a fresh copy of a small workspace (a trained digits model, a finished run,
 an evaluated run, a sweep store, a user's own model package). Outcomes:
 
-* ``clean``: exit 2 and one line ``error: ...`` on stderr, and no file of the workspace changed
-  (the command's own new output folder aside); ``clean, changed files`` when something did change;
+* ``clean``: exit 2 and one line ``error: ...`` on stderr, no file of the workspace changed and the
+  command's own output folder not created; ``clean, changed files`` when something did change,
+  ``clean, but after writing its output folder`` when the refusal came after work (late validation);
 * ``accepted``: exit 0 (the command ran on the bad input);
 * ``internal error``: exit 1 with "internal error"; ``traceback``: a Python traceback;
 * for faults: ``bit-identical`` when the resumed result equals an uninterrupted run's in every file
@@ -43,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from faultlib import assert_same_tree  # noqa: E402
 
 ENV: dict[str, str] = {}
+#: a bad input is refused in seconds; one still running after this long was accepted
+INPUT_TIMEOUT_S = 120.0
 DIGITS = ["--dataset", "digits", "--task", "odd-even", "--n-per-class", "5"]
 NETS = """import sys
 from torch import nn
@@ -222,13 +225,20 @@ def run_input(pristine: Path, trial: Input, scratch: Path) -> str:
     argv = trial.prepare(ws)
     new = ("n", "m", "r", "e", "a", "own", "r.html")  # output folders a command may create
     before = snapshot(ws, skip=new)
-    res = cli(*argv, cwd=ws)
+    try:
+        res = cli(*argv, cwd=ws, timeout=INPUT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:  # a bad input accepted and running (--epochs 1e23)
+        return f"accepted (still running after {INPUT_TIMEOUT_S:.0f} s)"
     after = snapshot(ws, skip=new)
     lines = res.stderr.strip().splitlines()
     if "Traceback" in res.stderr:
         return "traceback"
     if res.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "):
-        return "clean" if after == before else "clean, changed files"
+        if after != before:
+            return "clean, changed files"
+        if any((ws / x).exists() for x in new):  # refused only after work: its output folder was written
+            return "clean, but after writing its output folder"
+        return "clean"
     if res.returncode == 0:
         return "accepted"
     if res.returncode == 1 and "internal error" in res.stderr:
