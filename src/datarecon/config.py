@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Annotated, Any, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from datarecon.errors import DataReconError
 
 M = TypeVar("M", bound=BaseModel)
+
+#: the largest seed a ``torch.Generator`` takes on every platform (a signed 64-bit integer)
+MAX_SEED = 2**63 - 1
+#: a seed field of any config: 0 .. :data:`MAX_SEED`
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+#: the largest step or epoch count a config accepts: a billion full-batch steps is days of compute at
+#: a millisecond each; larger values are typos (``1e23``) that would run forever
+MAX_STEPS = 10**9
 
 
 def read_config_mapping(path: str | Path) -> dict[str, Any]:
@@ -28,7 +36,11 @@ def read_config_mapping(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise DataReconError(f"config file {path} not found; check the path")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataReconError(f"config file {path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at position "
+                             f"{exc.start}); save it as UTF-8") from None
     try:
         if path.suffix in (".yaml", ".yml"):
             data = yaml.safe_load(text) or {}

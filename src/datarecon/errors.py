@@ -26,4 +26,12 @@ class DivergenceError(DataReconError):
 
 
 class DiskFullError(DataReconError):
-    """A write failed because the disk (or quota) is full; the file written keeps its old content."""
+    """A write failed because the disk (or quota) is full; the file written keeps its old content.
+
+    Attributes:
+        path: the file being written (the CLI names it and how the command continues).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path

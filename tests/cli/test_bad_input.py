@@ -50,7 +50,11 @@ def pristine(tmp_path_factory) -> dict[str, Path]:
     a, b = _model(root / "model", 0), _model(root / "other-model", 1)
     assert main(["reconstruct", "--no-progress", "--model", str(a), "--steps", "3", "--candidates", "4",
                  "--out", str(root / "run")]) == 0
-    return {"model": a, "other": b, "run": root / "run"}
+    shutil.copytree(root / "run", root / "evaluated")
+    assert main(["evaluate", "--no-progress", str(root / "evaluated")]) == 0
+    (root / "sweep.yaml").write_text(f"model_dir: {a}\nsteps: 2\ncandidates: 4\n")
+    assert main(["sweep", "--no-progress", "--config", str(root / "sweep.yaml"), "--out", str(root / "store")]) == 0
+    return {"model": a, "other": b, "run": root / "run", "evaluated": root / "evaluated", "store": root / "store"}
 
 
 @dataclass
@@ -61,6 +65,8 @@ class Workspace:
     model: Path
     other: Path
     run: Path
+    evaluated: Path
+    store: Path
 
     def edit_meta(self, change: Callable[[dict], None]) -> Path:
         meta = json.loads((self.model / "model.json").read_text())
@@ -262,6 +268,154 @@ CASES: dict[str, Case] = {
 }
 
 
+# -- issue 25: inputs that ended in "internal error", were wrongly accepted, or would overwrite ------
+
+#: a user's own model package, named so that no other test's package of the same name is reused
+_NETS = """import sys
+from torch import nn
+
+
+def make():
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 8, bias=False), nn.ReLU(), nn.Linear(8, 1, bias=False))
+
+
+def boom():
+    raise ValueError("bad width")
+
+
+def bye():
+    sys.exit(3)
+"""
+
+
+def _own(ws: Workspace, factory: str, *args: str, weights: str = "ok") -> list[str]:
+    """``reconstruct --model dr_issue25_nets:<factory> --weights ...`` (a package in the workspace)."""
+    pkg = ws.root / "dr_issue25_nets"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text(_NETS)
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 8, bias=False), torch.nn.ReLU(),
+                              torch.nn.Linear(8, 1, bias=False))
+    state = {k: v.detach().clone().contiguous() for k, v in net.state_dict().items()}
+    if weights != "ok":
+        state["1.weight"][0, 0] = float(weights)
+    save_file(state, str(ws.root / "net.safetensors"))
+    return ["reconstruct", "--no-progress", "--model", f"dr_issue25_nets:{factory}", "--weights",
+            str(ws.root / "net.safetensors"), "--input-shape", "1,8,8", "--candidates", "4", "--steps", "2",
+            "--out", str(ws.root / "own"), *args]
+
+
+def _sqlite_full(mp: pytest.MonkeyPatch) -> None:
+    import sqlite3
+
+    def connect(*a, **k):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    mp.setattr("datarecon.experiments.store.sqlite3.connect", connect)
+
+
+def _exp(ws: Workspace, extra: str) -> Path:
+    return _write(ws.root / "exp.yaml", "train: {data: {dataset: digits, task: odd-even, n_per_class: 5}, "
+                  "arch: {name: mlp, hidden: [4], bias: false}, epochs: 2}\n"
+                  f"attack: {{attack: {{method: kkt, steps: 2}}}}\n{extra}")
+
+
+def _with_file(folder: Path, rel: str, text: str = "mine") -> Path:
+    (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+    (folder / rel).write_text(text)
+    return folder
+
+
+CASES.update({
+    "config-not-utf8": Case(lambda ws: _rec(ws, "--config", str(_write(ws.root / "c.yaml", "steps: 3\n") and
+                                                                 _bytes(ws.root / "c.yaml", b"steps: 3\n\xff\xfe\n"))),
+                            "is not UTF-8 text (byte 0xff at position 9); save it as UTF-8"),
+    "out-not-writable": Case(lambda ws: _rec(ws, out="/sys/datarecon-issue25"), "cannot write /sys"),
+    "out-name-too-long": Case(lambda ws: _rec(ws, out="a" * 300), "is too long for the filesystem"),
+    "out-under-a-file": Case(lambda ws: _rec(ws, out=f"{_write(ws.root / 'f.txt', 'x').name}/run"),
+                             "a part of this path is a file, not a folder"),
+    "own-factory-raises": Case(lambda ws: _own(ws, "boom"), "dr_issue25_nets:boom() raised ValueError: bad width"),
+    "own-factory-exits": Case(lambda ws: _own(ws, "bye"), "called sys.exit(3) instead of returning a model"),
+    "own-weights-nan": Case(lambda ws: _own(ws, "make", weights="nan"), "holds 1 NaN or infinite value(s)"),
+    "own-weights-inf": Case(lambda ws: _own(ws, "make", weights="inf"), "holds 1 NaN or infinite value(s)"),
+    "own-weight-decay-nan": Case(lambda ws: _own(ws, "make", "--weight-decay", "nan"),
+                                 "weight_decay must be a finite number >= 0"),
+    "own-weight-decay-inf": Case(lambda ws: _own(ws, "make", "--weight-decay", "inf"),
+                                 "weight_decay must be a finite number >= 0"),
+    "candidates-absurd": Case(lambda ws: _rec(ws, "--candidates", "10000000000"), "not enough memory"),
+    "train-hidden-absurd": Case(lambda ws: [*TRAIN, "--hidden", "100000000000", "--out", str(ws.root / "m")],
+                                "not enough memory"),
+    "seed-above-int64": Case(lambda ws: _rec(ws, "--seed", "99999999999999999999"),
+                             "seed: Input should be less than or equal to 9223372036854775807"),
+    "train-epochs-absurd": Case(lambda ws: [*TRAIN, "--epochs", "100000000000000000000000", "--out", str(ws.root / "m")],
+                                "epochs: Input should be less than or equal to 1000000000"),
+    "train-epochs-float-config": Case(lambda ws: ["train", "--no-progress", "--out", str(ws.root / "m"), "--config", str(
+        _write(ws.root / "t.yaml", "data: {dataset: digits, task: odd-even, n_per_class: 5}\nepochs: 1.0e+18\n"))],
+        "epochs: Input should be less than or equal to 1000000000"),
+    "steps-absurd": Case(lambda ws: [*_rec(ws), "--steps", "100000000000000000000000"],
+                         "steps: Input should be less than or equal to 1000000000"),
+    "store-index-damaged": Case(lambda ws: ["store", "list", str(_bytes(ws.store / "index.sqlite", b"not sqlite" * 200)
+                                                                 .parent)], "the results index is damaged"),
+    "sweep-sqlite-disk-full": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws)),
+                                               "--out", str(ws.root / "s")],
+                                   "no space left on device", out=lambda ws: ws.root / "s", patch=_sqlite_full),
+    "reproduce-resume-and-overwrite": Case(lambda ws: ["reproduce", "haim2022", "--out", str(ws.root / "r"),
+                                                       "--resume", "--overwrite"], "not both"),
+    "train-dp-batch-above-n": Case(lambda ws: [*TRAIN, "--dp-noise", "1", "--dp-batch-size", "100",
+                                               "--out", str(ws.root / "m")],
+                                   "dp batch_size 100 exceeds the 10 training examples"),
+    "uniform-low-above-high": Case(lambda ws: _rec(ws, "--init", "uniform", "--set", "init.low=1",
+                                                   "--set", "init.high=0"), "low (1) must be below high (0)"),
+    "report-empty-metrics": Case(lambda ws: ["report", str(_write(ws.run / "metrics.json", "{}").parent),
+                                             "--out", str(ws.root / "r.html")],
+                                 "is not an evaluation by datarecon (no nearest, metric)"),
+    "resume-with-fewer-steps": Case(lambda ws: [*_rec(ws, "--resume", out="run"), "--steps", "2"],
+                                    "has already done 3 steps, more than the 2 asked for"),
+    # --overwrite and files datarecon did not write (items 12 and 14)
+    "overwrite-user-file-in-checkpoint": Case(
+        lambda ws: _rec(ws, "--overwrite", out=_with_file(ws.run, "checkpoint/notes.txt").name),
+        "it holds 'checkpoint/notes.txt', which datarecon did not write"),
+    "train-overwrite-user-file-in-checkpoint": Case(
+        lambda ws: [*TRAIN, "--out", str(_with_file(ws.model, "checkpoint/mine.pt")), "--overwrite"],
+        "it holds 'checkpoint/mine.pt', which datarecon did not write"),
+    "runs-resume-into-foreign": Case(lambda ws: _rec(ws, "--runs", "2", "--resume", out=_foreign(ws).name),
+                                     "is not a run directory datarecon wrote"),
+    "runs-into-home-like-folder": Case(lambda ws: _rec(ws, "--runs", "2", out=_foreign(ws).name),
+                                       "exists; pass --overwrite"),
+    "pool-over-user-run-json": Case(lambda ws: ["sweep", "pool", str(ws.store), "--out",
+                                                str(_with_file(ws.root / "mine", "run.json", "{}"))],
+                                    "exists; pass --overwrite"),
+    "report-over-user-file": Case(lambda ws: ["report", str(ws.evaluated), "--out",
+                                              str(_write(ws.root / "notes.html", "mine"))],
+                                  "exists and was not written by datarecon; pass --overwrite"),
+    "export-over-user-file": Case(lambda ws: ["store", "export", str(ws.store), "--out",
+                                              str(_write(ws.root / "table.csv", "mine"))],
+                                  "exists and was not written by datarecon; pass --overwrite"),
+    "sweep-into-folder-with-runs": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws)), "--out",
+                                                    str(_with_file(ws.root / "proj", "runs/notes.txt"))],
+                                        "is not a results store"),
+    # validation of a whole file before any work (item 16)
+    "experiment-bad-evaluate": Case(lambda ws: ["run", str(_exp(ws, "evaluate: {against: [test]}\n")), "--out",
+                                                str(ws.root / "e"), "--no-progress"], "unknown reference set"),
+    "experiment-bad-metric": Case(lambda ws: ["run", str(_exp(ws, "evaluate: {metric: psnr}\n")), "--out",
+                                              str(ws.root / "e"), "--no-progress"], "unknown similarity metric 'psnr'"),
+    "audit-negative-seed": Case(lambda ws: ["audit", "--scale", "smoke", "--out", str(ws.root / "a"), "--config",
+                                            str(_write(ws.root / "a.yaml", "seeds: [-1]\n"))],
+                                "seeds.0: Input should be greater than or equal to 0"),
+    # hints that named options a command does not have (item 20)
+    "evaluate-disk-full-hint": Case(lambda ws: ["evaluate", "--no-progress", str(ws.run)],
+                                    "free some space and rerun the same command", out=lambda ws: ws.run,
+                                    patch=_disk_full),
+})
+
+
+def _bytes(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
 def _snapshot(root: Path, *, skip: Path | None) -> dict[str, str]:
     """Every file and folder under ``root`` (except under ``skip``) with a hash of its content."""
     out = {}
@@ -272,15 +426,17 @@ def _snapshot(root: Path, *, skip: Path | None) -> dict[str, str]:
     return out
 
 
-def test_there_are_at_least_forty_cases() -> None:
-    assert len(CASES) >= 40
+def test_the_table_keeps_its_cases() -> None:
+    assert len(CASES) >= 98  # 63 before issue 25, 35 added by it
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input(name: str, pristine, tmp_path: Path, capsys, monkeypatch) -> None:
     case = CASES[name]
-    ws = Workspace(root=tmp_path, model=tmp_path / "model", other=tmp_path / "other-model", run=tmp_path / "run")
-    for key, dst in (("model", ws.model), ("other", ws.other), ("run", ws.run)):
+    ws = Workspace(root=tmp_path, model=tmp_path / "model", other=tmp_path / "other-model", run=tmp_path / "run",
+                   evaluated=tmp_path / "evaluated", store=tmp_path / "store")
+    for key, dst in (("model", ws.model), ("other", ws.other), ("run", ws.run), ("evaluated", ws.evaluated),
+                     ("store", ws.store)):
         shutil.copytree(pristine[key], dst)
     monkeypatch.chdir(tmp_path)
     argv = case.argv(ws)

@@ -78,3 +78,39 @@ def test_info_reports_a_truncated_mnist_file(app, data_dir, tmp_path, packed):
     assert res.exit_code == 0, res.output
     line = next(x for x in res.output.splitlines() if x.split()[0] == "mnist")
     assert line.split()[1] == "damaged" and "the file is truncated or corrupt, re-download it" in line, line
+
+
+def _copy(data_dir, tmp_path, name):
+    import shutil
+
+    shutil.copytree(data_dir / name, tmp_path / name)
+    return tmp_path / name
+
+
+@pytest.mark.parametrize("damage", ["cifar-label-byte", "mnist-label-value", "mnist-images-magic", "cifar-meta"])
+def test_info_reports_damaged_content_as_damaged(app, data_dir, tmp_path, damage):
+    """Issue 25 item 21: files of the right size but damaged content were listed as found."""
+    import gzip
+
+    if damage.startswith("cifar"):
+        folder = _copy(data_dir, tmp_path, "cifar-10-batches-bin")
+        if damage == "cifar-label-byte":
+            raw = bytearray((folder / "test_batch.bin").read_bytes())
+            raw[3073 * 5] = 200  # the label byte of the sixth record
+            (folder / "test_batch.bin").write_bytes(bytes(raw))
+        else:
+            (folder / "batches.meta.txt").write_text("a\nb\nc\nd\ne\nf\ng\nh\ni\nj\n")
+        want = "cifar10  damaged"
+    else:
+        folder = _copy(data_dir, tmp_path, "mnist")
+        name = "t10k-labels-idx1-ubyte.gz" if damage == "mnist-label-value" else "train-images-idx3-ubyte.gz"
+        raw = bytearray(gzip.decompress((folder / name).read_bytes()))
+        if damage == "mnist-label-value":
+            raw[100] = 42
+        else:
+            raw[2] = 9  # magic 2307 (signed bytes), the same size: not MNIST's IDX image file (2051)
+        (folder / name).write_bytes(gzip.compress(bytes(raw)))
+        want = "mnist    damaged"
+    res = CliRunner().invoke(app, ["data", "info", "--data-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert want in res.output and "re-download it" in res.output, res.output

@@ -273,12 +273,22 @@ def test_overwrite_deletes_only_what_the_reproduction_wrote(runkel):
 
     src, _, _ = runkel
     out = shutil.copytree(src, src.parent / "overwrite-copy")
-    written = sorted(p.name for p in out.iterdir())
+
+    def entries() -> list[str]:  # what is in the folder, without datarecon's own record of it
+        return sorted(p.name for p in out.iterdir() if p.name != ".datarecon-manifest")
+
+    written = entries()
     assert sorted(read_json(out / MANIFEST)["entries"]) == written  # the manifest lists every entry
     (out / "notes.txt").write_text("mine")
     with pytest.raises(DataReconError, match=r"refusing to --overwrite .*it holds 'notes.txt'"):
         check_manifest(out, name="runkel2024", config_hash_="another", overwrite=True)
-    assert sorted(p.name for p in out.iterdir()) == sorted([*written, "notes.txt"])
+    assert entries() == sorted([*written, "notes.txt"])
     (out / "notes.txt").unlink()
+    nested = next(p for p in sorted(out.rglob("*")) if p.is_dir() and p.parent != out)
+    (nested / "mine.txt").write_text("mine")  # a user's file inside one of datarecon's sub-folders (issue 25)
+    with pytest.raises(DataReconError, match=r"refusing to --overwrite .*it holds '.*mine.txt', which datarecon"):
+        check_manifest(out, name="runkel2024", config_hash_="another", overwrite=True)
+    assert (nested / "mine.txt").read_text() == "mine" and entries() == written
+    (nested / "mine.txt").unlink()
     check_manifest(out, name="runkel2024", config_hash_="another", overwrite=True)
-    assert list(out.iterdir()) == []
+    assert entries() == []

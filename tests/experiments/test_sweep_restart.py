@@ -43,7 +43,7 @@ def test_a_run_finished_but_never_booked_keeps_its_attempt(model_dir: Path, tmp_
     cfg = SweepConfig(model_dir=str(model_dir), steps=2, candidates=4)
     out = tmp_path / "store"
     run_sweep(cfg, out, workers=1, progress=False)
-    (run_dir,) = (out / "runs").iterdir()
+    (run_dir,) = (p for p in (out / "runs").iterdir() if p.is_dir())
     task = json.loads((run_dir / "task.json").read_text())
     # what a driver killed after the worker finished leaves behind: the task still marked running
     (run_dir / "task.json").write_text(json.dumps({**task, "status": "running", "attempts": 1}))

@@ -111,6 +111,11 @@ def is_temp(p: Path) -> bool:
     return p.name.startswith(".") and p.name.endswith(".tmp")
 
 
+#: datarecon's bookkeeping files: a lock a kill left behind (taken over by the next run), and the
+#: manifest of what datarecon wrote, whose lines are in write order (compared as a set)
+LOCK, MANIFEST = ".datarecon-lock", ".datarecon-manifest"
+
+
 def assert_same_tree(ref: Path, got: Path, *, skip: tuple[str, ...] = ()) -> int:
     """The two folders hold the same artefacts, bit for bit.
 
@@ -121,13 +126,15 @@ def assert_same_tree(ref: Path, got: Path, *, skip: tuple[str, ...] = ()) -> int
     """
     def listing(root: Path) -> set[str]:
         return {str(p.relative_to(root)) for p in root.rglob("*")
-                if p.is_file() and not is_temp(p) and p.name not in TIMING_FILES + skip}
+                if p.is_file() and not is_temp(p) and p.name not in TIMING_FILES + skip + (LOCK,)}
 
     names = listing(ref)
     assert listing(got) == names, (sorted(listing(got) ^ names))
     for name in sorted(names):
         a, b = ref / name, got / name
-        if name.endswith(".json") or name.endswith(".jsonl"):
+        if Path(name).name == MANIFEST:
+            assert set(a.read_text().splitlines()) == set(b.read_text().splitlines()), name
+        elif name.endswith(".json") or name.endswith(".jsonl"):
             parse = (lambda t: [json.loads(x) for x in t.splitlines()]) if name.endswith(".jsonl") else json.loads
             assert strip_timing(parse(b.read_text())) == strip_timing(parse(a.read_text())), name
         elif name.endswith(".safetensors") and a.parent.name.startswith(checkpoint.FOLDER):

@@ -77,7 +77,7 @@ def test_killed_run_resumes_bit_identically(kill_after, tmp_path: Path, monkeypa
         train_target(cfg, out=tmp_path / "part", progress=False)
     monkeypatch.setattr(target_mod, "fit", real_fit)
     assert not (tmp_path / "part" / "model.json").exists()
-    with pytest.raises(DataReconError, match="exists; pass --overwrite"):
+    with pytest.raises(DataReconError, match=r"holds an unfinished training \(stopped at epoch 61\); pass --resume"):
         train_target(cfg, out=tmp_path / "part", progress=False)
     res = train_target(cfg, out=tmp_path / "part", progress=False, resume=True)
     assert res.fit.resumed_from == 61

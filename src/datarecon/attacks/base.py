@@ -9,6 +9,8 @@ range). It never receives training images; those enter only through an
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,8 +116,8 @@ class Target:
         lo, hi = (float(v) for v in value_range)
         if not lo < hi:
             raise DataReconError(f"value_range must be (lower, upper) with lower < upper, got {tuple(value_range)}")
-        if weight_decay < 0:
-            raise DataReconError(f"weight_decay must be >= 0, got {weight_decay}")
+        if not math.isfinite(float(weight_decay)) or weight_decay < 0:
+            raise DataReconError(f"weight_decay must be a finite number >= 0 (--weight-decay), got {weight_decay}")
         net = copy.deepcopy(model).eval()
         params = {k: v.detach() for k, v in net.named_parameters()}
         check_parameters(params)

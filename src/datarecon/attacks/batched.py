@@ -248,15 +248,27 @@ def _group_key(member: BatchMember, target: Target, state: Mapping[str, torch.Te
     return (type(member.attack), key, tuple(state["x"].shape), bounds)
 
 
-def _batched_kkt_gradients(target: Target, requests: Sequence[_Request]
+def _batched_kkt_gradients(target: Target, requests: Sequence[_Request], slots: Mapping[int, int] | None = None
                            ) -> list[tuple[_Request, dict[str, float], torch.Tensor, torch.Tensor]]:
-    """Gradients of a group of KKT-family runs from one vmapped call (no state is changed here)."""
+    """Gradients of a group of KKT-family runs from one vmapped call (no state is changed here).
+
+    ``slots`` (run index → position) fixes the batch layout: every run of the group always takes its
+    own position in a batch of the group's full size, and the positions of runs that are not stepping
+    now (finished, or ahead after a resume) are filled with a copy of a stepping run, whose results
+    are discarded. A run's arithmetic then never depends on which other runs step with it (vmapped
+    kernels differ in the last bits between batch sizes), so a batch resumed from checkpoints taken
+    at different steps continues bit for bit as the uninterrupted one.
+    """
     first = requests[0].member.attack
     prep = first.prepared(target)
     c = first.config
-    x = torch.stack([r.state["x"].detach() for r in requests])
-    lam = torch.stack([r.state["lambda"].detach() for r in requests])
-    labels = torch.stack([r.member.attack.labels(r.member.prior, x.device) for r in requests])
+    positions = [slots[r.index] for r in requests] if slots is not None else list(range(len(requests)))
+    layout: list[_Request] = [requests[0]] * (max(len(slots), len(requests)) if slots is not None else len(requests))
+    for pos, r in zip(positions, requests, strict=True):
+        layout[pos] = r
+    x = torch.stack([r.state["x"].detach() for r in layout])
+    lam = torch.stack([r.state["lambda"].detach() for r in layout])
+    labels = torch.stack([r.member.attack.labels(r.member.prior, x.device) for r in layout])
     terms, gx, gl = kkt_batched_residual_and_grads(
         prep.forward, prep.params, x, labels, lam, margin=first.formulation(target), lambda_min=c.lambda_min,
         lambda_min_weight=c.lambda_min_weight)
@@ -266,34 +278,60 @@ def _batched_kkt_gradients(target: Target, requests: Sequence[_Request]
     if c.box_weight:
         gx = gx.add_(box_grad, alpha=c.box_weight)
     values = {k: v.detach().tolist() for k, v in terms.items()}
-    return [(r, {k: float(v[j]) for k, v in values.items()}, gx[j], gl[j]) for j, r in enumerate(requests)]
+    return [(r, {k: float(v[j]) for k, v in values.items()}, gx[j], gl[j]) for j, r in zip(positions, requests)]
 
 
-def _compute(target: Target, mode: str) -> Callable[[list[_Request]], None]:
+def _slots(members: Sequence[BatchMember], target: Target, mode: str
+           ) -> tuple[dict[int, tuple[Any, ...] | None], dict[tuple[Any, ...], dict[int, int]]]:
+    """Each run's group key (None: stepped alone) and, per group, each member's fixed batch position."""
+    keys: dict[int, tuple[Any, ...] | None] = {
+        k: _group_key(m, target, {"x": m.x0}) if mode == "batched" else None for k, m in enumerate(members)}
+    slots: dict[tuple[Any, ...], dict[int, int]] = {}
+    for k, key in keys.items():
+        if key is not None:
+            group = slots.setdefault(key, {})
+            group[k] = len(group)
+    return keys, slots
+
+
+def _compute(target: Target, mode: str, members: Sequence[BatchMember]) -> Callable[[list[_Request]], None]:
     """The barrier's step: every request gets its metrics once its run's state has been updated.
 
     Batched groups compute all their gradients before any run commits, so a failure there changes
     no state; a run whose step was committed before a failure keeps it (its request succeeds), so
-    every run's checkpoint stays consistent with its step count.
+    every run's checkpoint stays consistent with its step count. A group is always computed at its
+    full size, each run at its own position (:func:`_batched_kkt_gradients`).
     """
 
-    keys: dict[int, tuple[Any, ...] | None] = {}  # per run: fixed for its whole life
+    keys, slots = _slots(members, target, mode)  # per run: fixed for its whole life
 
     def compute(batch: list[_Request]) -> None:
         groups: dict[tuple[Any, ...], list[_Request]] = {}
         single: list[_Request] = []
         for r in batch:
-            if r.index not in keys:
-                keys[r.index] = _group_key(r.member, target, r.state) if mode == "batched" else None
             key = keys[r.index]
             (single if key is None else groups.setdefault(key, [])).append(r)
-        updates = [u for requests in groups.values() for u in _batched_kkt_gradients(target, requests)]
+        updates = [u for key, requests in groups.items() for u in _batched_kkt_gradients(target, requests, slots[key])]
         for r, metrics, gx, gl in sorted(updates, key=lambda u: u[0].index):
             r.metrics = r.member.attack.apply_gradients(target, r.state, metrics, gx, gl, prior=r.member.prior)
         for r in single:
             r.metrics = r.member.attack.step(target, r.member.prior, r.state, r.step)
 
     return compute
+
+
+def _stop(barrier: _StepBarrier, threads: Sequence[threading.Thread], exc: BaseException) -> None:
+    """Abort the batch and wait for every started run to checkpoint and end (a second Ctrl-C waits too)."""
+    barrier.abort(exc)
+    for t in threads:  # runs that never started (the interrupt came while starting them) leave the barrier
+        if t.ident is None:
+            barrier.leave()
+    for t in threads:
+        while t.is_alive():
+            try:
+                t.join()
+            except KeyboardInterrupt:  # the runs are already stopping; leaving now would lose their checkpoints
+                continue
 
 
 def run_batched(members: Sequence[BatchMember], target: Target, *, mode: str = "batched", steps: int | None = None,
@@ -328,7 +366,7 @@ def run_batched(members: Sequence[BatchMember], target: Target, *, mode: str = "
         raise DataReconError(f"unknown batch mode {mode!r}; valid modes: {', '.join(MODES)}")
     if not members:
         raise DataReconError("a batch needs at least one run")
-    barrier = _StepBarrier(len(members), _compute(target, mode))
+    barrier = _StepBarrier(len(members), _compute(target, mode, members))
     results: list[Reconstruction | None] = [None] * len(members)
     errors: list[BaseException | None] = [None] * len(members)
 
@@ -349,17 +387,16 @@ def run_batched(members: Sequence[BatchMember], target: Target, *, mode: str = "
             finally:
                 barrier.leave()
 
-    threads = [threading.Thread(target=work, args=(k,), name=f"datarecon-run-{k}", daemon=True)
-               for k in range(len(members))]
-    for t in threads:
-        t.start()
+    # not daemon threads: the interpreter never shuts down under a run that is still writing (a
+    # daemon thread writing its progress or checkpoint during finalisation aborts the process)
+    threads = [threading.Thread(target=work, args=(k,), name=f"datarecon-run-{k}") for k in range(len(members))]
     try:
+        for t in threads:
+            t.start()
         for t in threads:
             t.join()
     except BaseException as exc:  # e.g. Ctrl-C: let the runs checkpoint and stop instead of running on
-        barrier.abort(exc)
-        for t in threads:
-            t.join()
+        _stop(barrier, threads, exc)
         raise
     if barrier.error is not None:
         raise barrier.error

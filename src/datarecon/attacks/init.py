@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from datarecon.config import build_config
 from datarecon.errors import DataReconError
@@ -68,10 +68,16 @@ class _Params(BaseModel):
 
 
 class UniformInit(_Params):
-    """U(low, high) per pixel in display space, minus the training mean."""
+    """U(low, high) per pixel in display space, minus the training mean (low < high)."""
 
     low: float = 0.0
     high: float = 1.0
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformInit:
+        if not self.low < self.high:
+            raise ValueError(f"low ({self.low:g}) must be below high ({self.high:g}); e.g. low 0, high 1")
+        return self
 
 
 class GaussianInit(_Params):

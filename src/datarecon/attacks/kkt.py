@@ -41,6 +41,7 @@ from datarecon.attacks.selection import SelectionContext, select
 from datarecon.attacks.surrogate import SURROGATES, make_surrogate
 from datarecon.errors import DataReconError
 from datarecon.training.losses import LOSSES, loss_name
+from datarecon.config import MAX_STEPS
 
 LAMBDA_INITS = ("uniform", "uniform-signed", "ones")
 
@@ -50,7 +51,7 @@ class _AttackConfigBase(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    steps: int = Field(default=1000, ge=0, description="optimisation steps")
+    steps: int = Field(default=1000, ge=0, le=MAX_STEPS, description="optimisation steps")
     lr_x: float = Field(default=0.1, gt=0, description="learning rate of the candidates x")
     optimizer: Annotated[str, registered(OPTIMIZERS)] = Field(default="sgd", description="key of attacks.optim.OPTIMIZERS")
     momentum: float = Field(default=0.9, ge=0, lt=1, description="SGD momentum")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import warnings
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,22 @@ CANDIDATES, RUN_JSON, HISTORY = "candidates.safetensors", "run.json", "history.j
 INIT_FILE = "init.safetensors"
 CHECKPOINT_DIR = checkpoint.FOLDER
 GENERATOR_KEY = "__generator_state__"
+
+
+#: test-only fault injection: ``"<run folder name>:<step>:<signal>"`` (e.g. ``run1:70:KILL``) sends
+#: the signal (KILL, INT, TERM) to this process right after that run's checkpoint at that step, so a
+#: fault trial can land a kill or a Ctrl-C between two runs' checkpoints without racing the clock
+FAULT_ENV = "DATARECON_FAULT_AFTER_CHECKPOINT"
+
+
+def fault_after_checkpoint(run_dir: Path, step: int) -> None:
+    """Send the signal :data:`FAULT_ENV` asks for once ``run_dir`` has checkpointed ``step`` (tests only)."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    name, at, sig = (spec.split(":") + ["KILL"])[:3]
+    if run_dir.name == name and step == int(at):
+        os.kill(os.getpid(), getattr(signal, f"SIG{sig}"))
 
 
 def load_checkpoint(out: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
@@ -176,8 +194,9 @@ class RunDirectory:
 
     def save_checkpoint(self, state: dict[str, torch.Tensor], meta: dict[str, Any], *,
                         generator: torch.Generator | None = None) -> None:
-        """Write ``checkpoint/`` (see :func:`save_checkpoint`)."""
+        """Write ``checkpoint/`` (see :func:`save_checkpoint`), then apply the test-only fault hook."""
         save_checkpoint(self.path, state, meta, generator=generator)
+        fault_after_checkpoint(self.path, int(meta.get("steps_done", -1)))
 
     def finish(self, rec: Reconstruction) -> None:
         """Write ``candidates.safetensors`` and the final ``run.json`` of ``rec``."""

@@ -165,6 +165,24 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
     Raises:
         DataReconError: bad shapes / labels, or a checkpoint from a different config or method.
     """
+    if out is None:
+        return _run_attack(attack, target, prior, x0=x0, generator=generator, steps=steps, out=None,
+                           checkpoint_every=checkpoint_every, resume=resume, progress=progress, log_every=log_every,
+                           seed=seed, early_stop=early_stop, hooks=hooks, record=record)
+    from datarecon.utils.lock import hold
+
+    with hold(out):  # one process per run directory (re-entrant: execute() holds it already)
+        return _run_attack(attack, target, prior, x0=x0, generator=generator, steps=steps, out=out,
+                           checkpoint_every=checkpoint_every, resume=resume, progress=progress, log_every=log_every,
+                           seed=seed, early_stop=early_stop, hooks=hooks, record=record)
+
+
+def _run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
+                generator: torch.Generator, steps: int | None, out: str | Path | None, checkpoint_every: int,
+                resume: bool, progress: bool, log_every: int, seed: int | None,
+                early_stop: Callable[[dict[str, float]], bool] | None, hooks: Sequence[Any],
+                record: dict[str, Any] | None) -> Reconstruction:
+    """The body of :func:`run_attack` (``out`` locked by the caller)."""
     prior.check(target)
     steps = int(steps if steps is not None else getattr(attack.config, "steps"))
     if steps < 1:
@@ -190,6 +208,9 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
             generator.set_state(gen_state)
         state = tensors
         start, elapsed = int(meta["steps_done"]), float(meta.get("wall_time_s", 0.0))
+        if start > steps and meta.get("status") != Status.STOPPED_EARLY:
+            raise DataReconError(f"{run_dir.path} has already done {start} steps, more than the {steps} asked for; "
+                                 f"resume with steps (--steps) of at least {start}, or start afresh with --overwrite")
         if meta.get("status") == Status.DIVERGED:
             raise DataReconError(f"{run_dir.path} diverged at step {start}; start a new run with lower step sizes")
         if meta.get("status") == Status.STOPPED_EARLY:

@@ -2,11 +2,49 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
+from typing import Annotated
 
 import torch
+import typer
 
 from datarecon.errors import DataReconError
+
+#: ``--threads`` of every command that computes (0: PyTorch's default, all cores)
+ThreadsOption = Annotated[int, typer.Option("--threads", min=0, help="CPU threads for PyTorch (0: its default, "
+                                            "all cores).")]
+
+#: the arguments of the running ``datarecon`` invocation (set by :func:`datarecon.cli.main.main`)
+_ARGV: list[str] = []
+
+
+def set_invocation(args: list[str]) -> None:
+    """Remember the command line being run (for the 'how to continue' hints written into run records)."""
+    _ARGV[:] = list(args)
+
+
+def command_line(*, add: tuple[str, ...] = (), drop: tuple[str, ...] = ("--resume", "--overwrite")) -> str | None:
+    """The running command as a shell line, without the flags ``drop`` and with ``add`` (None outside the CLI)."""
+    if not _ARGV:
+        return None
+    args = [a for a in _ARGV if a not in drop] + list(add)
+    return " ".join(shlex.quote(a) for a in ["datarecon", *args])
+
+
+def resume_command() -> str | None:
+    """How to continue the running ``train``/``reconstruct``: the same command with ``--resume``."""
+    return command_line(add=("--resume",))
+
+
+def set_threads(threads: int | None) -> None:
+    """Apply ``--threads`` (0 or None: leave PyTorch's default)."""
+    if threads is None or threads == 0:
+        return
+    if threads < 0:
+        raise DataReconError(f"--threads must be >= 0 (0 = PyTorch's default), got {threads}")
+    torch.set_num_threads(int(threads))
+
 
 def parse_device(name: str, *, require_available: bool = True) -> torch.device:
     """``cpu``/``cuda``/``cuda:N`` → device; refuses cuda when none is available (unless
@@ -20,11 +58,19 @@ def parse_device(name: str, *, require_available: bool = True) -> torch.device:
     return dev
 
 
-def prepare_out_dir(out: Path, *, kind: str, overwrite: bool, resume: bool = False) -> Path:
-    """Refuse an existing non-empty output directory unless ``--overwrite`` (or ``--resume``);
-    ``--overwrite`` replaces only a datarecon artefact of ``kind`` (:mod:`datarecon.utils.outdir`)."""
-    from datarecon.utils.outdir import prepare_out_dir as prepare
+def check_out_file(path: Path, *, overwrite: bool, ours: bool = False) -> None:
+    """Refuse to replace an existing file that datarecon did not write, unless ``--overwrite``.
 
-    if overwrite and resume:
-        raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
-    return prepare(out, kind=kind, overwrite=overwrite, resume=resume)
+    Args:
+        path: the output file (``report --out``, ``store export --out``).
+        overwrite: the user passed ``--overwrite``.
+        ours: the existing file is recognisably one datarecon wrote (then it is replaced).
+
+    Raises:
+        DataReconError: ``path`` is a folder, or an existing file that is not ours without ``--overwrite``.
+    """
+    if path.is_dir():
+        raise DataReconError(f"--out {path} is a folder; pass a file name for --out")
+    if path.exists() and not (overwrite or ours):
+        raise DataReconError(f"{path} exists and was not written by datarecon; pass --overwrite to replace it "
+                             "or choose another --out")

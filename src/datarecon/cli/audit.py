@@ -30,6 +30,8 @@ def audit_cmd(
     resume: Annotated[bool, typer.Option("--resume", help="Continue unfinished trainings and attacks from checkpoints.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an --out folder of another "
                                             "audit configuration.")] = False,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress inside each target "
+                                           "(training, attacks) when targets run in-process (--workers 1).")] = True,
 ) -> None:
     """Defence audit: reconstruction against weight decay, training length and DP-SGD (Opacus)."""
     from datarecon.cli._common import parse_device
@@ -43,7 +45,8 @@ def audit_cmd(
     cfg = load_audit_config(scale=scale, overrides=overrides)
     options = {"address": ray_address} if ray_address else {}
     report = run_audit(cfg, out=out, scale=scale, data_dir=data_dir, device=device, backend=backend, workers=workers,
-                       threads=threads, resume=resume, overwrite=overwrite, backend_options=options, log=typer.echo)
+                       threads=threads, resume=resume, overwrite=overwrite, backend_options=options, log=typer.echo,
+                       progress=progress)
     typer.echo(f"report: {report}")
 
 

@@ -51,7 +51,7 @@ def info_cmd(data_dir: DataDirOpt = None) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add the ``data`` sub-command group (``download``, ``info``) to ``app``."""
-    data_app = typer.Typer(help="Datasets: download them, show what is available.",
+    data_app = typer.Typer(rich_markup_mode=None, help="Datasets: download them, show what is available.",
                            no_args_is_help=True)
     data_app.command("download")(download_cmd)
     data_app.command("info")(info_cmd)

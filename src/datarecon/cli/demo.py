@@ -21,19 +21,20 @@ def register(app: typer.Typer) -> None:
         progress: Annotated[bool, typer.Option("--progress/--no-progress",
                                                help="Show progress (a bar on a terminal, plain lines in a log).")] = True,
         quiet: Annotated[bool, typer.Option("--quiet", hidden=True, help="Deprecated: --no-progress.")] = False,
+        threads: Annotated[int | None, typer.Option("--threads", min=1, help="CPU threads for PyTorch (default 1: "
+                                                    "fastest for the demo's tiny model).")] = None,
     ) -> None:
         """Train a homogeneous MLP on digits odd/even, reconstruct its training data with the KKT attack,
         and write reconstructions.png and report.html."""
-        from datarecon.cli._common import prepare_out_dir
         from datarecon.config import build_config, merge, read_config_mapping
         from datarecon.experiments.demo import DemoConfig, run_demo
         from datarecon.models.checkpoint import load_model_dir
         from datarecon.training.target import model_card
 
         fields = read_config_mapping(config) if config is not None else {}
-        cfg = build_config(DemoConfig, merge(fields, {"attack_steps": steps, "seed": seed}), where="demo config")
-        prepare_out_dir(out, kind="demo", overwrite=overwrite)
-        result = run_demo(cfg, out=out, progress=progress and not quiet)
+        cfg = build_config(DemoConfig, merge(fields, {"attack_steps": steps, "seed": seed, "threads": threads}),
+                           where="demo config")
+        result = run_demo(cfg, out=out, progress=progress and not quiet, overwrite=overwrite)
         typer.echo(model_card(load_model_dir(result.model_dir)))
         typer.echo("")
         rel = result.relative_residual

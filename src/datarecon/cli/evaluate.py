@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from datarecon.cli._common import ThreadsOption, set_threads
 from datarecon.errors import DataReconError
 from datarecon.evaluation.neighbours import EXACT_UP_TO
 
@@ -69,8 +70,10 @@ def register(app: typer.Typer) -> None:
         progress: Annotated[bool, typer.Option("--progress/--no-progress",
                                                help="Show progress (a bar on a terminal, plain lines in a log).")] = True,
         quiet: Annotated[bool, typer.Option("--quiet", hidden=True, help="Deprecated: --no-progress.")] = False,
+        threads: ThreadsOption = 0,
     ) -> None:
         """Write RUN/metrics.json and RUN/candidates.csv (nearest neighbours, Haim protocol, baselines, privacy ROC)."""
+        set_threads(threads)
         targets = list(runs or [])
         if sweep is not None:
             from datarecon.experiments.sweep import pool_candidates

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,7 +13,8 @@ def register(app: typer.Typer) -> None:
     @app.command("examples")
     def examples_cmd(
         name: Annotated[str | None, typer.Argument(help="Example file to copy; omit to list them.")] = None,
-        out: Annotated[Path | None, typer.Option(help="Destination file or folder (default: ./NAME).")] = None,
+        out: Annotated[str | None, typer.Option(help="Destination file or folder (default: ./NAME); a folder "
+                                                "given as DIR/ is created.", metavar="PATH")] = None,
         overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing destination file.")] = False,
     ) -> None:
         """List the example configuration files shipped with datarecon, or copy one (sweeps,

@@ -7,52 +7,56 @@ with exit code 2 (never a traceback).
 
 from __future__ import annotations
 
+# Nothing heavy is imported at module level: the console script imports this module before main()
+# runs, and a Ctrl-C during that import would end in a traceback. main() imports typer, torch and
+# the command modules inside its own error handling.
+import functools
 import os
 import sys
 from collections.abc import Iterator
 from typing import Any
-
-import typer
-import typer.main
-
-from datarecon.errors import DataReconError
-
-app = typer.Typer(
-    name="datarecon",
-    help="Training-data reconstruction attacks (KKT, DecoReco, bilevel) and their evaluation.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
 
 # Modules that contribute commands, in help order.
 _COMMAND_MODULES = ("data", "train", "reconstruct", "evaluate", "membership", "report", "run", "sweep", "reproduce",
                     "audit", "demo", "examples")
 
 
-@app.command("version")
 def version_cmd() -> None:
     """Print the versions that determine numerical results."""
+    import typer
+
     from datarecon.utils.io import versions
 
     for k, v in versions().items():
         typer.echo(f"{k} {v}")
 
 
-def _register_all() -> None:
+@functools.cache
+def make_app() -> Any:
+    """The typer application with every area's commands registered (built once per process)."""
     import importlib
 
+    import typer
+
+    app = typer.Typer(
+        rich_markup_mode=None,  # plain click help: readable at 80 columns, "[dp]" shown as typed
+        name="datarecon",
+        help="Training-data reconstruction attacks (KKT, DecoReco, bilevel) and their evaluation.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+    )
+    app.command("version")(version_cmd)
     for name in _COMMAND_MODULES:
-        module = importlib.import_module(f"datarecon.cli.{name}")
-        module.register(app)
-
-
-_register_all()
+        importlib.import_module(f"datarecon.cli.{name}").register(app)
+    return app
 
 
 #: exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it
 INTERRUPTED = 130
-#: what to do after Ctrl-C, per command; commands not listed have nothing to resume
+#: exit code of a run stopped by SIGTERM (128 + SIGTERM)
+TERMINATED = 143
+#: what to do after Ctrl-C, SIGTERM or a full disk, per command; commands not listed are simply rerun
 _RESUME_HINTS = {
     "train": "rerun the same command with --resume to continue from the last checkpoint",
     "reconstruct": "rerun the same command with --resume to continue from the last checkpoint",
@@ -60,15 +64,87 @@ _RESUME_HINTS = {
     "sweep": "rerun the same command to resume the sweep (finished runs are skipped, the others continue "
              "from their checkpoints)",
     "reproduce": "rerun the same command with --resume to continue (finished pieces are skipped)",
+    "audit": "rerun the same command with --resume to continue (finished pieces are skipped)",
     "demo": "rerun it with --overwrite to start afresh",
 }
+_RERUN = "rerun the same command"
 
 
-def interrupt_message(argv: list[str]) -> str:
-    """The line printed after Ctrl-C: that the run stopped, and how to continue it."""
-    command = next((a for a in argv if not a.startswith("-")), "")
-    hint = _RESUME_HINTS.get(command)
-    return "interrupted" + (f"; {hint}" if hint else "")
+def _command(argv: list[str]) -> str:
+    return next((a for a in argv if not a.startswith("-")), "")
+
+
+def interrupt_message(argv: list[str], *, terminated: bool = False) -> str:
+    """The line printed after Ctrl-C (or SIGTERM): that the run stopped, and how to continue it."""
+    hint = _RESUME_HINTS.get(_command(argv))
+    return ("terminated" if terminated else "interrupted") + (f"; {hint}" if hint else "")
+
+
+def continue_hint(argv: list[str]) -> str:
+    """How to continue a command that stopped on an environment error (a full disk)."""
+    return _RESUME_HINTS.get(_command(argv), _RERUN).split(" to ")[0]
+
+
+class _Signals:
+    """SIGTERM raises KeyboardInterrupt (so a run checkpoints and stops as on Ctrl-C) and is remembered."""
+
+    terminated = False
+
+    def __enter__(self) -> _Signals:
+        import signal
+        import threading
+
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._on_term)
+        return self
+
+    def _on_term(self, signum: int, frame: Any) -> None:
+        if not _Signals.terminated:
+            _Signals.terminated = True
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def environment_message(exc: BaseException, argv: list[str]) -> str | None:
+    """One line for an error of the environment (disk, permissions, paths, memory, a damaged store
+    index), naming the fix; None for anything else (an internal error)."""
+    import errno
+    import sqlite3
+
+    from datarecon.utils.io import DISK_FULL_ERRNOS, disk_full_message
+
+    if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and any(
+            s in str(exc) for s in ("can't allocate memory", "out of memory", "not enough memory"))):
+        return ("not enough memory for these sizes (" + " ".join(str(exc).split())[:160] + "); reduce the sizes "
+                "(--candidates, --hidden, --n-per-class, batch sizes) or use a machine with more memory")
+    if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc):
+        return disk_full_message(None, hint=continue_hint(argv))
+    if isinstance(exc, sqlite3.DatabaseError):
+        return (f"the results index is damaged ({exc}); rebuild it from the run folders with "
+                "`datarecon store rebuild STORE` (the runs themselves are intact)")
+    if not isinstance(exc, OSError):
+        return None
+    where = exc.filename if exc.filename is not None else "a file"
+    if exc.errno in DISK_FULL_ERRNOS:
+        return disk_full_message(exc.filename, hint=continue_hint(argv))
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (f"cannot write {where}: {exc.strerror.lower() if exc.strerror else 'permission denied'}; choose an "
+                "--out in a folder you can write (or fix its permissions)")
+    if exc.errno == errno.ENAMETOOLONG:
+        return f"the path {str(where)[:80]}... is too long for the filesystem; choose a shorter --out"
+    if exc.errno == errno.ENOTDIR:
+        return f"{where}: a part of this path is a file, not a folder; choose another --out"
+    if exc.errno == errno.EISDIR:
+        return f"{where} is a folder where a file is needed; choose another path"
+    if exc.errno == errno.ENOENT:
+        return f"{where} not found; check the path"
+    return f"{exc.strerror or type(exc).__name__}: {where}; check the path and the disk"
 
 
 def _walk_commands(cmd: Any) -> Iterator[Any]:
@@ -79,14 +155,16 @@ def _walk_commands(cmd: Any) -> Iterator[Any]:
 
 
 def build_command() -> Any:
-    """The (click) command tree of :data:`app`, with flags shown as flags.
+    """The (click) command tree of :func:`make_app`, with flags shown as flags.
 
     typer labels boolean flags ``<bool>`` in the help, which reads as if ``--resume true`` were
     accepted; flags take no value, so their type column is left empty here.
     """
+    import typer.main
+
     from datarecon.cli._repeats import refuse_repeats
 
-    cmd = typer.main.get_command(app)
+    cmd = typer.main.get_command(make_app())
     for c in _walk_commands(cmd):
         if not getattr(c, "commands", None):  # a leaf command: a single-valued option given twice is an error
             refuse_repeats(c, _usage_errors()[0])
@@ -122,24 +200,47 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code.
 
     Usage errors (an unknown or missing option, a value of the wrong type) and
-    :class:`DataReconError` become ``error: <message>`` on one line with exit 2, and so does a full
-    disk (which file, and that the last checkpoint is intact); Ctrl-C prints how to resume and exits
-    130; anything else is an internal error (exit 1) whose traceback is shown only with
-    ``DATARECON_DEBUG=1``.
+    :class:`DataReconError` become ``error: <message>`` on one line with exit 2, and so do errors
+    of the environment (a full disk, a path that cannot be written, too little memory, a damaged
+    store index: :func:`environment_message`); Ctrl-C prints how to resume and exits 130, SIGTERM
+    the same with exit 143; anything else is an internal error (exit 1) whose traceback is shown
+    only with ``DATARECON_DEBUG=1``.
     """
-    from datarecon.utils.io import DISK_FULL_ERRNOS, disk_full_message
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        from datarecon.cli._common import set_invocation
 
-    usage_error, no_args_is_help = _usage_errors()
+        usage_error, no_args_is_help = _usage_errors()
+        set_invocation(args)
+        _Signals.terminated = False
+        with _Signals():
+            return _run(args, usage_error, no_args_is_help)
+    except KeyboardInterrupt:  # Ctrl-C while the command line was still loading (nothing was written)
+        print(interrupt_message(args), file=sys.stderr)
+        return INTERRUPTED
+
+
+def _stopped(args: list[str]) -> int:
+    import typer
+
+    terminated = _Signals.terminated
+    typer.echo(interrupt_message(args, terminated=terminated), err=True)
+    return TERMINATED if terminated else INTERRUPTED
+
+
+def _run(args: list[str], usage_error: type[Exception], no_args_is_help: type[Exception]) -> int:
+    import typer
+
+    from datarecon.errors import DataReconError
 
     from datarecon.cli._warnings import cli_warnings
 
-    args = list(sys.argv[1:] if argv is None else argv)
     try:
         with cli_warnings():  # one line each, "warning: ...", once per topic
             rv = build_command().main(args=args, standalone_mode=False, prog_name="datarecon")
         code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0  # typer.Exit(code) comes back as code
         if code == INTERRUPTED:  # typer turns KeyboardInterrupt into a silent Exit(130)
-            typer.echo(interrupt_message(args), err=True)
+            return _stopped(args)
         return code
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
@@ -150,25 +251,53 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(f"error: {usage_message(exc)}", err=True)
         return exc.exit_code
     except typer.Abort:
-        typer.echo(interrupt_message(args), err=True)
-        return INTERRUPTED
+        return _stopped(args)
     except DataReconError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        from datarecon.errors import DiskFullError
+        from datarecon.utils.io import disk_full_message
+
+        text = disk_full_message(exc.path, hint=continue_hint(args)) if isinstance(exc, DiskFullError) else str(exc)
+        typer.echo(f"error: {_one_line(text)}", err=True)
         return 2
     except KeyboardInterrupt:
-        typer.echo(interrupt_message(args), err=True)
-        return INTERRUPTED
+        return _stopped(args)
     except Exception as exc:
-        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:  # e.g. a history append
-            typer.echo(f"error: {disk_full_message(exc.filename)}", err=True)
+        message = environment_message(exc, args)
+        if message is not None:
+            typer.echo(f"error: {_one_line(message)}", err=True)
             return 2
         if os.environ.get("DATARECON_DEBUG"):
             raise
         typer.echo(f"internal error: {type(exc).__name__}: {exc} (set DATARECON_DEBUG=1 for a traceback)",
                    err=True)
         return 1
-    return 0
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line (an error message built from a library's multi-line text)."""
+    return " ".join(text.split())
+
+
+def entry() -> None:
+    """The console script (and ``python -m datarecon.cli.main``): :func:`main`, then exit with its code.
+
+    After Ctrl-C or SIGTERM the process ends with ``os._exit`` once its output is flushed: every
+    run has checkpointed and every file is written and fsynced by then, and the interpreter's own
+    shutdown could abort the process. PyTorch's C++ threads that served the interrupted runs'
+    autograd calls are torn down by static destructors then ("terminate called without an active
+    exception", SIGABRT instead of exit 130: 1 of 27 Ctrl-C/SIGTERM trials of ``--runs 3``;
+    pytorch/pytorch#38228 describes the mechanism).
+    """
+    code = main()
+    if code in (INTERRUPTED, TERMINATED):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -90,15 +90,19 @@ def reconstruct(
     progress: bool = typer.Option(True, "--progress/--no-progress",
                                   help="show progress (a bar on a terminal, plain lines in a log)"),
     runs: int = typer.Option(1, "--runs", help="K independent runs (seeds SEED..SEED+K-1) into OUT/run0..run<K-1>, "
-                             "stepped together (kkt/decoreco: one batched gradient per step)"),
+                             "stepped together (kkt/decoreco: one batched gradient per step) and pooled into OUT "
+                             "(evaluate OUT)"),
     batch_mode: str = typer.Option("batched", "--batch-mode", help="with --runs: batched | looped"),
     known_init: str | None = typer.Option(None, "--known-init", help="the attacker knows θ_init: seed (the model's "
                                           "recorded seed), seed:N or a safetensors file (knowledge.known_init)"),
     known_n: int | None = typer.Option(None, "--known-n", help="the attacker knows the training-set size n "
                                        "(knowledge.n)"),
+    threads: int = typer.Option(0, "--threads", min=0, help="CPU threads for PyTorch (0: its default, all cores)"),
 ) -> None:
     """Reconstruct training-data candidates from a trained model's weights."""
-    from datarecon.cli._common import parse_device
+    from datarecon.cli._common import parse_device, resume_command, set_threads
+
+    set_threads(threads)
     from datarecon.config import read_config_mapping
     from datarecon.experiments.reconstruct import DATA_INITS_NOTE, OWN_MODEL, build_run, execute, method_config
     from datarecon.utils.outdir import check_out_dir
@@ -184,13 +188,14 @@ def reconstruct(
                           data_dir=data_dir, resume=resume, overwrite=overwrite, progress=progress,
                           checkpoint_every=run.checkpoint.every, log_every=run.checkpoint.log_every,
                           early_stop_patience=run.early_stop.patience, early_stop_tol=run.early_stop.rel_tol,
-                          knowledge=run.knowledge)
+                          knowledge=run.knowledge, record={"resume_command": resume_command()})
         return
     check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)  # before the note below
     if init_name in DATA_INITS:
         typer.echo(DATA_INITS_NOTE.format(init=init_name), err=True)
+    record["resume_command"] = resume_command()
     rec = execute(run, out, data_dir=data_dir, resume=resume, overwrite=overwrite, progress=progress,
-                  raise_on_divergence=True, record=record or None, target=target)
+                  raise_on_divergence=True, record=record, target=target)
     final = rec.summary.get("final", {})
     rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
     shown = f"loss {final.get('loss', float('nan')):.4g}" + (f", relative residual {rel:.4g}" if rel is not None else "")
@@ -261,16 +266,29 @@ def own_model_target(spec: str, *, weights: Path | None, input_shape: str | None
 
 def _reconstruct_runs(model: Path, *, out: Path, runs: int, batch_mode: str, method: str, init: str,
                       **kwargs: Any) -> None:
-    """``--runs K``: K run directories OUT/run<j> (experiments.reconstruct.reconstruct_runs), one line each."""
+    """``--runs K``: K run directories OUT/run<j> pooled into OUT (experiments.reconstruct.reconstruct_runs);
+    one line per run, then the one result: the pool."""
     from datarecon.experiments.reconstruct import DATA_INITS_NOTE, reconstruct_runs, run_name
+    from datarecon.status import EVALUABLE
 
     if init in DATA_INITS:
         typer.echo(DATA_INITS_NOTE.format(init=init), err=True)
     recs = reconstruct_runs(model, out=out, runs=runs, mode=batch_mode, method=method, init=init, **kwargs)
+    rels = []
     for j, rec in enumerate(recs):
         rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
         shown = f", relative residual {rel:.4g}" if rel is not None else ""
         typer.echo(f"{method} run {j}: {rec.status} after {rec.steps_done} steps{shown}; wrote {out / run_name(j)}")
+        if rec.status in EVALUABLE and rel is not None:
+            rels.append((rel, j))
+    pooled = [j for j, rec in enumerate(recs) if rec.status in EVALUABLE]
+    if not pooled:
+        raise DataReconError(f"none of the {runs} {method} runs finished (all diverged); nothing was pooled in {out}; "
+                             "lower the step sizes and rerun with --overwrite")
+    m = sum(int(recs[j].x.shape[0]) for j in pooled)
+    best = f"; best relative residual {min(rels)[0]:.4g} (run {min(rels)[1]})" if rels else ""
+    typer.echo(f"{method}: {len(pooled)} of {runs} runs pooled, {m} candidates{best}; wrote {out} "
+               f"(evaluate it with `datarecon evaluate {out}`)")
 
 
 def register(app: typer.Typer) -> None:

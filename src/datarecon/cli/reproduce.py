@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="Reproduce a paper's experiments (runkel2024, haim2022) and write an HTML report.",
+app = typer.Typer(rich_markup_mode=None, help="Reproduce a paper's experiments (runkel2024, haim2022) and write an HTML report.",
                   no_args_is_help=True)
 
 

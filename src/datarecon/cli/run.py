@@ -18,13 +18,40 @@ def run(
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing experiment folder"),
     progress: bool = typer.Option(True, "--progress/--no-progress",
                                   help="show progress (a bar on a terminal, plain lines in a log)"),
+    threads: int = typer.Option(0, "--threads", min=0, help="CPU threads for PyTorch (0: its default, all cores)"),
 ) -> None:
     """Run an experiment file: train the target, attack it, evaluate and report, resumably."""
+    from datarecon.cli._common import command_line, set_threads
     from datarecon.experiments.experiment import load_experiment, run_experiment
 
+    set_threads(threads)
     exp = load_experiment(experiment)
-    stages = run_experiment(exp, out, data_dir=data_dir, overwrite=overwrite, progress=progress)
+    stages = run_experiment(exp, out, data_dir=data_dir, overwrite=overwrite, progress=progress,
+                            record={"resume_command": command_line()})
     typer.echo(", ".join(f"{k}: {v}" for k, v in stages.items()) + f"; wrote {out}")
+    for line in result_lines(out, stages):
+        typer.echo(line)
+
+
+def result_lines(out: Path, stages: dict[str, str]) -> list[str]:
+    """What the experiment found: the attack's final state, the headline beside its nulls, the report."""
+    from datarecon.experiments.demo import headline_lines
+    from datarecon.experiments.experiment import REPORT, RUN_SUBDIR
+    from datarecon.utils.io import read_json
+
+    lines = []
+    run_json = out / RUN_SUBDIR / "run.json"
+    if run_json.is_file():
+        run = read_json(run_json)
+        rel = ((run.get("selection") or {}).get("relative_residual") or {}).get("value")
+        shown = f", relative residual {rel:.4g}" if isinstance(rel, (int, float)) else ""
+        lines.append(f"attack: {run.get('method')} {run.get('status')} after {run.get('steps_done')} steps{shown}")
+    metrics = out / RUN_SUBDIR / "metrics.json"
+    if stages.get("evaluate") not in ("skipped", None) and metrics.is_file():
+        lines.extend(headline_lines(read_json(metrics).get("headline") or {}))
+    if (out / REPORT).is_file() and stages.get("report") != "skipped":
+        lines.append(f"report: {out / REPORT}")
+    return lines
 
 
 def register(app: typer.Typer) -> None:

@@ -12,11 +12,11 @@ import typer
 
 from datarecon.errors import DataReconError
 
-sweep_app = typer.Typer(
+sweep_app = typer.Typer(rich_markup_mode=None, 
     name="sweep", no_args_is_help=False, invoke_without_command=True, add_completion=False,
     help="Run a hyper-parameter sweep of an attack (resumable), then pool its best runs.",
 )
-store_app = typer.Typer(name="store", no_args_is_help=True, add_completion=False,
+store_app = typer.Typer(rich_markup_mode=None, name="store", no_args_is_help=True, add_completion=False,
                         help="The results store of sweeps: rebuild, list and export its index.")
 
 
@@ -34,10 +34,15 @@ def sweep_cmd(
     checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1,
                                          help="steps between run checkpoints (work lost by a crash)"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar over runs"),
+    threads: int = typer.Option(0, "--threads", min=0, help="CPU threads for PyTorch per run (0: the sweep's "
+                                "resources.num_cpus in worker processes, PyTorch's default in-process)"),
 ) -> None:
     """Run (or resume) the sweep in --config into the store --out."""
     if ctx.invoked_subcommand is not None:
         return
+    from datarecon.cli._common import set_threads
+
+    set_threads(threads)
     if config is None or out is None:
         raise DataReconError("datarecon sweep needs --config SWEEP.yaml and --out DIR (or a subcommand: pool)")
     from datarecon.config import load_config_file
@@ -47,7 +52,7 @@ def sweep_cmd(
     BACKENDS.get(backend)
     cfg = load_config_file(config, SweepConfig, overrides={"budget": budget})
     result = run_sweep(cfg, out, backend=backend, workers=workers, ray_address=ray_address, progress=progress,
-                       checkpoint_every=checkpoint_every)
+                       checkpoint_every=checkpoint_every, threads=threads or None)
     best = f"{result.best_score:.6g} ({result.best_key})" if result.best_score is not None else "-"
     typer.echo(f"sweep {result.sweep_id}: {result.total} runs: {result.completed} done now, {result.skipped} "
                f"already finished, {result.failed} failed, {result.retries} retries; best {result.criterion} {best}; "
@@ -70,6 +75,8 @@ def pool_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="pooled run directory (default DIR/pools/<hash>)"),
     merge: Optional[float] = typer.Option(None, "--merge", help="drop candidates whose cosine to a kept one of a "
                                           "better run exceeds this (near-duplicates; e.g. 0.95)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing --out (only what datarecon "
+                                   "wrote there)"),
 ) -> None:
     """Pool the candidates of the K best runs (by an attacker-side criterion) into one run directory."""
     from datarecon.experiments.sweep import pool_candidates
@@ -79,7 +86,7 @@ def pool_cmd(
     if merge is not None and not -1.0 < merge <= 1.0:
         raise DataReconError(f"--merge is a cosine threshold in (-1, 1], got {merge}; e.g. 0.95")
     path = pool_candidates(sweep_dir, top=top, criterion=criterion, mode=mode, sweep_id=sweep_id, out=out,
-                           merge=merge)
+                           merge=merge, overwrite=overwrite)
     typer.echo(f"pooled run: {path} (evaluate it with `datarecon evaluate {path}`)")
 
 
@@ -88,9 +95,12 @@ def store_rebuild(root: Path = typer.Argument(..., help="store directory")) -> N
     """Re-create index.sqlite from the run directories."""
     from datarecon.experiments.store import Store
 
+    from datarecon.utils.lock import hold
+
     if not root.is_dir():
         raise DataReconError(f"store directory {root} not found")
-    n = Store(root).rebuild()
+    with hold(root, what="results store"):
+        n = Store(root).rebuild()
     typer.echo(f"indexed {n} runs in {root / 'index.sqlite'}")
 
 
@@ -151,9 +161,13 @@ def store_export(
     root: Path = typer.Argument(..., help="store directory"),
     out: Path = typer.Option(..., "--out", "-o", help="FILE.csv (or FILE.parquet with pyarrow)"),
     sort: Optional[str] = typer.Option(None, "--sort", help="row order (as for list)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing --out file"),
 ) -> None:
     """Export the index with flattened config / selection columns."""
+    from datarecon.cli._common import check_out_file
     from datarecon.experiments.store import Store
+
+    check_out_file(out, overwrite=overwrite)
 
     path = Store(root).export(out, sort=sort)
     typer.echo(f"wrote {path}")

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from datarecon.cli._common import ThreadsOption
 from datarecon.errors import DataReconError
 
 
@@ -125,9 +126,13 @@ def train_cmd(
                                            help="Show progress (a bar on a terminal, plain lines in a log).")] = True,
     quiet: Annotated[bool, typer.Option("--quiet", hidden=True,
                                         help="Deprecated: --no-progress, and no model card.")] = False,
+    threads: ThreadsOption = 0,
 ) -> None:
     """Train a target model full batch and write its model directory."""
+    from datarecon.cli._common import set_threads
     from datarecon.config import load_config_file
+
+    set_threads(threads)
     from datarecon.training.target import TrainConfig, build_train_config, train_target
 
     if overwrite and resume:

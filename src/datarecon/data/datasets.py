@@ -134,15 +134,8 @@ def _cifar_read(files: tuple[Path, ...], split: str) -> RawDataset:
 
 
 def _cifar_count(files: tuple[Path, ...], split: str) -> int:
-    batches = [f for f in files if not f.name.startswith("batches.meta")]
-    if batches[0].suffix == ".bin":
-        total = 0
-        for f in batches:
-            size = f.stat().st_size
-            if size % formats.CIFAR_RECORD_BYTES:
-                formats.read_cifar_bin(f)  # raises the truncated-file error
-            total += size // formats.CIFAR_RECORD_BYTES
-        return total
+    """Images of a split, from a full read: every check :func:`_cifar_read` makes (sizes, label
+    bytes, the class names of the meta file) applies, so a damaged file is reported, not counted."""
     return len(_cifar_read(files, split))
 
 
@@ -191,9 +184,15 @@ def _mnist_read(files: tuple[Path, ...], split: str) -> RawDataset:
 
 
 def _mnist_count(files: tuple[Path, ...], split: str) -> int:
-    images, labels = formats.read_idx_count(files[0]), formats.read_idx_count(files[1])
-    if images != labels:
-        raise DataReconError(f"{files[0]} has {images} images but {files[1]} has {labels} labels; re-download both")
+    """Images of a split: the image file's header and size (streamed, not kept) and a full read of the
+    small label file (magic numbers, labels in 0..9, as many as images)."""
+    images = formats.read_idx_count(files[0], magic=formats.MNIST_IMAGES_MAGIC)
+    labels = formats.read_idx_labels(files[1])
+    if images != len(labels):
+        raise DataReconError(f"{files[0]} has {images} images but {files[1]} has {len(labels)} labels; "
+                             "re-download both")
+    if len(labels) and labels.max() > 9:
+        raise DataReconError(f"{files[1]} has labels outside 0..9; re-download it")
     return images
 
 

@@ -348,14 +348,19 @@ def read_idx_labels(path: str | Path) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8, offset=8).astype(np.int64)
 
 
-def read_idx_count(path: str | Path) -> int:
+def read_idx_count(path: str | Path, *, magic: int | None = None) -> int:
     """The item count of an IDX file, with its size checked against the header (gzip or plain).
 
     Reads the header, then the file's size (plain) or streams it once through the decompressor
     (gzip), without keeping the data: a truncated or padded file is reported, not counted.
 
+    Args:
+        path: the IDX file.
+        magic: the magic number the file must carry (e.g. :data:`MNIST_IMAGES_MAGIC`), or None.
+
     Raises:
-        DataReconError: short header, damaged gzip stream, or a size that does not match the header.
+        DataReconError: short header, wrong magic number, damaged gzip stream, or a size that does
+            not match the header.
     """
     path = Path(path)
     with open(path, "rb") as fh:
@@ -371,6 +376,10 @@ def read_idx_count(path: str | Path) -> int:
             if ndim < 1 or len(dims_raw) < 4 * ndim:
                 raise DataReconError(f"{path} is too short for an IDX header; re-download it")
             dims = struct.unpack(f">{ndim}I", dims_raw)
+            found = struct.unpack(">I", header)[0]
+            if magic is not None and found != magic:
+                raise DataReconError(f"{path} has magic number {found}, expected {magic}; is it the right file? "
+                                     "re-download it")
             if gz:
                 size = 4 + 4 * ndim
                 while chunk := fh.read(1 << 20):

@@ -41,6 +41,7 @@ from datarecon.data.formats import RawDataset
 from datarecon.data.normalisation import Normalisation
 from datarecon.data.tasks import ResolvedTask, resolve_task
 from datarecon.errors import DataReconError
+from datarecon.config import MAX_SEED
 
 
 #: Default held-out images per class, in units of ``n_per_class``: the attacks' default m is 2n, and a
@@ -72,7 +73,7 @@ class DataSpec(BaseModel):
     task: str
     n_per_class: int = Field(gt=0)
     selection: Literal["first", "random"] = "first"
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     n_partition_per_class: int = Field(ge=0)
     n_heldout_per_class: int = Field(ge=0)
     normalisation: Literal["unit", "unit-minus-mean"] = "unit-minus-mean"
@@ -145,6 +146,16 @@ class TaskData:
     label_kind: str
     class_names: tuple[str, ...]
     task: ResolvedTask
+
+    def fingerprint(self) -> dict[str, str]:
+        """SHA-256 (first 16 hex digits) of each split's images and labels: ``{"train", "partition", "heldout"}``.
+
+        Recorded in ``model.json`` (``data_fingerprint``) and in training checkpoints, so that a
+        resume or an evaluation that finds other files under the data folder (another copy of the
+        dataset, inverted images) is refused instead of silently using them
+        (:func:`check_fingerprint`).
+        """
+        return {name: split_fingerprint(getattr(self, name)) for name in ("train", "partition", "heldout")}
 
     def index_tensors(self) -> dict[str, torch.Tensor]:
         """``{"train_indices", "partition_indices", "heldout_indices"}`` for checkpoints."""
@@ -270,3 +281,40 @@ def load_task(spec: DataSpec, *, data_dir: str | os.PathLike | None = None) -> T
         input_shape=train_raw.image_shape, num_classes=k, label_kind=task.label_kind,
         class_names=task.class_names, task=task,
     )
+
+
+def split_fingerprint(split: Split) -> str:
+    """SHA-256 (16 hex digits) of a split's images (float32 bytes) and labels."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in (split.x.to(torch.float32), split.y):
+        t = t.detach().contiguous().cpu()
+        h.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
+def check_fingerprint(task: TaskData, recorded: dict[str, str] | None, *, where: str,
+                      splits: tuple[str, ...] = ("train", "partition", "heldout")) -> None:
+    """Refuse data that differ from those ``where`` (a model directory) was trained and recorded with.
+
+    Args:
+        task: the task just loaded from the data folder.
+        recorded: ``model.json``'s ``data_fingerprint`` (None for models of earlier versions: no check).
+        where: the model directory, for the message.
+        splits: the splits to compare.
+
+    Raises:
+        DataReconError: one line naming the split and the fix (point ``--data-dir`` at the data
+            the model was trained on).
+    """
+    if not recorded:
+        return
+    found = task.fingerprint()
+    for name in splits:
+        if name in recorded and recorded[name] != found[name]:
+            raise DataReconError(
+                f"the {name} images found for {task.spec.dataset} differ from those {where} was trained with "
+                f"(fingerprint {found[name]} != {recorded[name]}); point --data-dir (or $DATARECON_DATA) at the "
+                "data the model was trained on")

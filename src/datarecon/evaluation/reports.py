@@ -62,6 +62,7 @@ from datarecon.evaluation.privacy import (
 )
 from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimResult, collapse, haim_protocol
 from datarecon.training.engine import track
+from datarecon.config import MAX_SEED
 
 #: duplicate policies of the Haim protocol that every evaluation reports
 HAIM_ASSIGNMENTS = ("greedy", "hungarian", "independent")
@@ -109,10 +110,10 @@ class EvaluationConfig(BaseModel):
     n_floor_noise: int = Field(default=1000, ge=0)
     min_class_size: int = Field(default=MIN_CLASS_SIZE, ge=1)
     baselines: bool = True
-    noise_seed: int = Field(default=0, ge=0)
-    baseline_seed: int = Field(default=0, ge=0)
-    floor_seed: int = Field(default=12345, ge=0)
-    bootstrap_seed: int = Field(default=0, ge=0)
+    noise_seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    baseline_seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    floor_seed: int = Field(default=12345, ge=0, le=MAX_SEED)
+    bootstrap_seed: int = Field(default=0, ge=0, le=MAX_SEED)
 
     def search(self) -> dict[str, Any]:
         """Keyword arguments of the nearest-neighbour search."""

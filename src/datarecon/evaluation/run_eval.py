@@ -370,6 +370,42 @@ def _margins(bundle, x_model: Tensor, y: Tensor) -> Tensor | None:
     return margins(out, y.reshape(-1), multiclass=multiclass).double()
 
 
+def how_to_finish(run_dir: Path, meta: Mapping[str, Any]) -> str:
+    """How to finish the run in ``run_dir``: the command its ``run.json`` recorded, else by who wrote it."""
+    command = meta.get("resume_command")
+    if command:
+        return f"finish it with `{command}`"
+    if (run_dir / "task.json").is_file():
+        return "finish it by rerunning its sweep (`datarecon sweep` with the same --config and --out)"
+    return "finish it (`datarecon reconstruct` with its original options and --resume)"
+
+
+def _incomplete(run_dir: Path, missing: str) -> str:
+    """Why ``run_dir`` cannot be evaluated yet (``missing`` is absent) and exactly how to continue."""
+    batch = sorted((p for p in run_dir.glob("run[0-9]*") if p.is_dir()), key=lambda p: int(p.name[3:] or 0)) \
+        if missing == "run.json" else []
+    metas = []
+    for p in batch:
+        try:
+            metas.append((p, read_json(p / "run.json")))
+        except DataReconError:
+            metas.append((p, {}))
+    if metas:
+        unfinished = [p.name for p, m in metas if m.get("status") in (None, "running")]
+        command = next((m.get("resume_command") for _, m in metas if m.get("resume_command")), None)
+        how = f"`{command}`" if command else "the same `datarecon reconstruct ... --runs` command with --resume"
+        state = (f"{len(unfinished)} of its {len(metas)} runs are unfinished ({', '.join(unfinished)})" if unfinished
+                 else f"its {len(metas)} runs finished but were not pooled yet")
+        return f"it holds the runs of `reconstruct --runs`, and {state}; continue with {how}"
+    meta: dict[str, Any] = {}
+    if (run_dir / "run.json").is_file():
+        try:
+            meta = read_json(run_dir / "run.json")
+        except DataReconError:
+            meta = {}
+    return f"{missing} is missing; {how_to_finish(run_dir, meta)}, or evaluate another run directory"
+
+
 def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "partition", "noise", "heldout"),
                  data_dir: str | Path | None = None, metric: str = "ssim", prefilter: str | None = "lncc",
                  top_k: int = 32, exact_up_to: int = EXACT_UP_TO, window: str = "gaussian",
@@ -406,6 +442,7 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
         DataReconError: unknown reference set name, shape mismatch, run not complete.
     """
     from datarecon.data import DataSpec, Normalisation, load_task
+    from datarecon.data.selection import check_fingerprint
     from datarecon.models.checkpoint import load_model_dir
 
     run_dir = Path(run_dir)
@@ -420,13 +457,12 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
                               f"reconstruct --model {run_dir} --out RUN` and evaluate RUN")
     for name in ("run.json", "candidates.safetensors"):
         if not (run_dir / name).is_file():
-            raise CheckpointError(f"{run_dir} is incomplete: {name} is missing; finish the run (`datarecon "
-                                  "reconstruct ... --resume`) or evaluate another run directory")
+            raise CheckpointError(f"{run_dir} is incomplete: {_incomplete(run_dir, name)}")
     meta = read_json(run_dir / "run.json")
     status = meta.get("status", "complete")
     if status not in EVALUABLE and not allow_incomplete:
-        raise DataReconError(f"run {run_dir} has status {status!r}; finish it (`datarecon reconstruct ... --resume`) "
-                             "or pass --allow-incomplete (allow_incomplete=True in Python)")
+        raise DataReconError(f"run {run_dir} has status {status!r}; {how_to_finish(run_dir, meta)}, or pass "
+                             "--allow-incomplete (allow_incomplete=True in Python)")
     tensors = load_tensors(run_dir / "candidates.safetensors")
     if "x" not in tensors:
         raise CheckpointError(f"{run_dir / 'candidates.safetensors'} has no 'x' tensor; re-create the run")
@@ -451,6 +487,7 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
     bundle = load_model_dir(model_dir)
     spec = DataSpec.model_validate(bundle.data)
     task = load_task(spec, data_dir=data_dir)
+    check_fingerprint(task, bundle.meta.get("data_fingerprint"), where=str(model_dir))
     norm = Normalisation.from_mean(bundle.normalisation, bundle.input_mean)
     if "train" in bundle.indices and not torch.equal(bundle.indices["train"].long(), task.train.indices.long()):
         raise CheckpointError(f"training indices of {model_dir} differ from the data spec's selection; stale model or data")

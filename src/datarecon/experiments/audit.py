@@ -41,6 +41,7 @@ from datarecon.experiments.reproduce.pieces import Context, Piece
 from datarecon.training.dp import DPConfig
 from datarecon.training.target import ArchConfig
 from datarecon.utils.io import atomic_write_json, config_hash, read_json, versions
+from datarecon.config import MAX_STEPS, Seed
 
 NAME = "audit"
 #: scales with a preset file ``presets/audit-<scale>.yaml``
@@ -70,7 +71,7 @@ class DPAxis(BaseModel):
     max_grad_norm: float = Field(default=1.0, gt=0)
     batch_size: int = Field(default=5, ge=1)
     delta: float | None = Field(default=None, gt=0, lt=1)
-    epochs: int | None = Field(default=None, ge=1)
+    epochs: int | None = Field(default=None, ge=1, le=MAX_STEPS)
     lr: float | None = Field(default=None, gt=0)
     accountant: Literal["rdp", "prv", "gdp"] = "rdp"
 
@@ -116,7 +117,7 @@ class AuditConfig(BaseModel):
     weight_decays: tuple[float, ...] = (1e-4, 1e-3)
     epochs: tuple[int, ...] = (200, 8000)
     dp: DPAxis = DPAxis(target_epsilons=(1.0, 10.0, 100.0), batch_size=5, epochs=500)
-    seeds: tuple[int, ...] = (0, 1)
+    seeds: tuple[Seed, ...] = (0, 1)
     attack: KKTConfig = KKTConfig(steps=2000, lr_x=0.01, lr_lambda=0.01, lambda_min=0.2, dtype="float64")
     runs: tuple[KKTRunSpec, ...] = (
         KKTRunSpec(init_scale=0.05, lr_x=0.01, lambda_min=0.2, alpha=1.0, seed=0),
@@ -328,8 +329,13 @@ def load_audit_config(*, scale: str = "small", overrides: Mapping[str, Any] | No
     return build_config(AuditConfig, merge(merge(base, preset), dict(overrides or {})), where=f"audit {scale} config")
 
 
-def check_dp_axis(cfg: AuditConfig) -> None:
+def check_dp_axis(cfg: AuditConfig, *, skip: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     """Refuse, before anything runs, a δ ≥ 1/n or a target ε that the DP axis cannot reach.
+
+    Args:
+        cfg: the audit.
+        skip: groups (``setting/s<seed>``) already finished: their DP points were resolved when they
+            were trained (Opacus's noise search costs seconds per point).
 
     Raises:
         DataReconError: the first unusable DP point (one line, from :mod:`datarecon.training.dp`).
@@ -337,8 +343,22 @@ def check_dp_axis(cfg: AuditConfig) -> None:
     from datarecon.training import dp as dpm
 
     for s in settings(cfg):
-        if s.dp is not None:
+        if s.dp is not None and any(_group(s.name, seed) not in skip for seed in cfg.seeds):
             dpm.resolve(s.dp, n=2 * cfg.n_per_class, epochs=s.training.epochs)
+
+
+def finished_groups(cfg: AuditConfig, out: Path) -> set[str]:
+    """The (setting, seed) groups whose every piece has its completion marker in ``out``."""
+    from datarecon.experiments.reproduce.pieces import dry_run
+
+    if not Path(out).is_dir():
+        return set()
+    done = set()
+    for s in settings(cfg):
+        for seed in cfg.seeds:
+            if all(p.done for p in dry_run(group_plan(cfg, s, seed), Context(out=Path(out)))):
+                done.add(_group(s.name, seed))
+    return done
 
 
 def audit_worker(payload: dict[str, Any]) -> dict[str, Any]:
@@ -356,7 +376,7 @@ def audit_worker(payload: dict[str, Any]) -> dict[str, Any]:
     cfg = AuditConfig.model_validate(payload["config"])
     s = next(x for x in settings(cfg) if x.name == payload["setting"])
     ctx = Context(out=Path(payload["out"]), data_dir=payload.get("data_dir"), device=payload.get("device", "cpu"),
-                  resume=bool(payload.get("resume")))
+                  resume=bool(payload.get("resume")), progress=bool(payload.get("progress")))
     t0 = time.perf_counter()
     records = execute(group_plan(cfg, s, int(payload["seed"])), ctx, log=lambda _: None)
     return {"ran": sum(r.status == "ran" for r in records), "wall_time_s": time.perf_counter() - t0}
@@ -365,7 +385,7 @@ def audit_worker(payload: dict[str, Any]) -> dict[str, Any]:
 def run_audit(cfg: AuditConfig, *, out: str | Path, scale: str = "custom", data_dir: str | Path | None = None,
               device: str = "cpu", backend: str = "local", workers: int = 1, threads: int = 1,
               resume: bool = False, overwrite: bool = False, backend_options: Mapping[str, Any] | None = None,
-              log: Callable[[str], None] = print) -> Path:
+              log: Callable[[str], None] = print, progress: bool = False) -> Path:
     """Run the audit of ``cfg`` into ``out`` and write ``out/report.html``.
 
     Args:
@@ -380,7 +400,8 @@ def run_audit(cfg: AuditConfig, *, out: str | Path, scale: str = "custom", data_
         resume: let an unfinished attack continue from its checkpoint.
         overwrite: replace a folder holding another audit configuration.
         backend_options: extra options of the backend (e.g. Ray ``address``).
-        log: progress sink.
+        log: progress sink (a line when each target starts and ends, with the count done).
+        progress: progress bars inside each target's training and attacks (in-process targets only).
 
     Returns:
         Path of ``report.html``.
@@ -388,45 +409,77 @@ def run_audit(cfg: AuditConfig, *, out: str | Path, scale: str = "custom", data_
     Raises:
         DataReconError: bad config, a folder of another configuration, a failed (setting, seed) group.
     """
-    from datarecon.experiments.backends import Task, make_backend
-    from datarecon.experiments.reproduce.pieces import (
-        MANIFEST,
-        REPORT,
-        TIMINGS,
-        check_manifest,
-        entries,
-        execute,
-        piece_hashes,
-    )
-    from datarecon.report.html import write_report
+    from datarecon.experiments.reproduce.pieces import claim_reproduction, piece_hashes
 
     out = Path(out)
     pieces = plan(cfg)
     piece_hashes(pieces)  # plan errors before anything is written
-    check_dp_axis(cfg)
+    check_trainings(cfg, device=device)
+    check_dp_axis(cfg, skip=finished_groups(cfg, out))  # a no-op rerun does not search σ again
     chash = config_hash(cfg.model_dump(mode="json"))
-    check_manifest(out, name=NAME, config_hash_=chash, overwrite=overwrite)
+    with claim_reproduction(out, name=NAME, config_hash_=chash, overwrite=overwrite, resume=resume) as claim:
+        claim.prepare()
+        return _run_audit(cfg, pieces, out=out, chash=chash, scale=scale, data_dir=data_dir, device=device,
+                          backend=backend, workers=workers, threads=threads, resume=resume,
+                          backend_options=backend_options, log=log, progress=progress)
+
+
+def check_trainings(cfg: AuditConfig, *, device: str = "cpu") -> None:
+    """Build every target's training config (each setting and seed) before anything runs.
+
+    Raises:
+        DataReconError: the first invalid one, naming the setting and the field (one line).
+    """
+    from datarecon.config import build_config
+    from datarecon.training.target import TrainConfig
+
+    for s in settings(cfg):
+        for seed in cfg.seeds:
+            base = s.training.model_copy(update={"seed": seed}).train_config(cfg.data_spec(), device=device)
+            fields = {**base.model_dump(mode="json"), "dp": None if s.dp is None else s.dp.model_dump(mode="json")}
+            build_config(TrainConfig, fields, where=f"audit target {_group(s.name, seed)} training config")
+
+
+def _run_audit(cfg: AuditConfig, pieces: list[Piece], *, out: Path, chash: str, scale: str,
+               data_dir: str | Path | None, device: str, backend: str, workers: int, threads: int, resume: bool,
+               backend_options: Mapping[str, Any] | None, log: Callable[[str], None], progress: bool) -> Path:
+    """The body of :func:`run_audit` once ``out`` is claimed and prepared."""
+    from datarecon.experiments.backends import Task, make_backend
+    from datarecon.experiments.reproduce.pieces import MANIFEST, REPORT, TIMINGS, entries, execute
+    from datarecon.report.html import write_report
+
     atomic_write_json(out / MANIFEST, {"name": NAME, "scale": scale, "config_hash": chash,
                                        "config": cfg.model_dump(mode="json"), "versions": versions(),
                                        "entries": entries(pieces)})
     groups = [(s.name, seed) for s in settings(cfg) for seed in cfg.seeds]
+    done = finished_groups(cfg, out)
     log(f"audit ({scale}): {len(groups)} targets x {len(cfg.runs)} attack runs on backend {backend} "
-        f"({workers} worker{'s' if workers != 1 else ''}) -> {out}")
+        f"({workers} worker{'s' if workers != 1 else ''}) -> {out}"
+        + (f"; {len(done)} finished earlier" if done else ""))
     t0 = time.perf_counter()
+    in_process = backend == "local" and workers == 1
     base = {"config": cfg.model_dump(mode="json"), "out": str(out), "data_dir": None if data_dir is None else str(data_dir),
-            "device": device, "resume": resume, "threads": threads}
+            "device": device, "resume": resume, "threads": threads, "progress": progress and in_process}
     failures: list[str] = []
-    todo = [Task(key=_group(n, s), payload={**base, "setting": n, "seed": s}) for n, s in groups]
-    with make_backend(backend, audit_worker, workers=workers, **dict(backend_options or {})) as be:
-        while todo or be.in_flight:
-            while todo and be.in_flight < be.capacity:
-                be.submit(todo.pop(0))
-            for o in be.wait():
-                if o.ok:
-                    log(f"  {o.task.key}: {o.result.get('ran')} pieces ran ({o.result.get('wall_time_s', 0):.1f} s)")
-                else:
-                    failures.append(f"{o.task.key}: {o.error}")
-                    log(f"  {o.task.key}: FAILED {o.error}")
+    todo = [Task(key=_group(n, s), payload={**base, "setting": n, "seed": s}) for n, s in groups
+            if _group(n, s) not in done]
+    count, width = len(done), len(str(len(groups)))
+    if todo:
+        with make_backend(backend, audit_worker, workers=workers, **dict(backend_options or {})) as be:
+            while todo or be.in_flight:
+                while todo and be.in_flight < be.capacity:
+                    task = todo.pop(0)
+                    log(f"  [{count + be.in_flight + 1:>{width}}/{len(groups)}] {task.key}: training the target and "
+                        f"{len(cfg.runs)} attack runs ...")
+                    be.submit(task)
+                for o in be.wait():
+                    count += 1
+                    if o.ok:
+                        log(f"  [{count:>{width}}/{len(groups)}] {o.task.key}: done, {o.result.get('ran')} pieces ran "
+                            f"({o.result.get('wall_time_s', 0):.1f} s; {time.perf_counter() - t0:.0f} s so far)")
+                    else:
+                        failures.append(f"{o.task.key}: {o.error}")
+                        log(f"  [{count:>{width}}/{len(groups)}] {o.task.key}: FAILED {o.error}")
     if failures:
         raise DataReconError(f"{len(failures)} of {len(groups)} audit targets failed (first: {failures[0]}); "
                              "fix the cause and rerun into the same --out to resume")

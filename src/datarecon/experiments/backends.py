@@ -325,9 +325,82 @@ def import_ray() -> Any:
     return ray
 
 
-def _ray_call(fn: WorkerFn, payload: dict[str, Any], num_threads: int) -> dict[str, Any]:
+def process_start(pid: int) -> str | None:
+    """When process ``pid`` started (``/proc/<pid>/stat`` field 22; None where there is no /proc): with
+    the pid it identifies one process, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def driver_identity() -> dict[str, Any]:
+    """This process as a task's driver: host, pid and start time (see :func:`driver_alive`)."""
+    import socket
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid())}
+
+
+def driver_alive(driver: dict[str, Any]) -> bool:
+    """Whether the driver process ``driver`` (:func:`driver_identity`) still runs (a zombie is dead)."""
+    pid = int(driver["pid"])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process has taken the pid
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return True  # no /proc: trust kill(0)
+    return fields[0] != "Z" and (driver.get("start") is None or fields[19] == driver["start"])
+
+
+_WATCHED: set[tuple[str, int]] = set()
+_WATCH_LOCK = threading.Lock()
+
+
+def _exit_when_driver_dies(driver: dict[str, Any], poll_s: float) -> None:
+    while True:
+        time.sleep(poll_s)
+        if not driver_alive(driver):
+            os._exit(ORPHANED_EXIT)
+
+
+#: seconds between a Ray task's checks that its driver is alive (a check reads one /proc file)
+RAY_DRIVER_POLL_S = 0.1
+
+
+def watch_remote_driver(driver: dict[str, Any] | None, poll_s: float = RAY_DRIVER_POLL_S) -> None:
+    """In a Ray worker: exit at once when the driver that submitted the task dies (SIGKILL, OOM).
+
+    Ray workers are children of Ray's raylet, not of the driver, so :func:`watch_driver`'s parent
+    check does not apply; this one polls the driver's pid and start time. Ray itself ends a dead
+    driver's tasks only after 30–90 s, during which a task went on writing its run folder. Only a
+    driver on this worker's own host can be watched; on another host Ray's own clean-up applies.
+    One watcher per driver and worker process (Ray reuses worker processes for many tasks).
+    """
+    import socket
+
+    if not driver or driver.get("host") != socket.gethostname():
+        return
+    key = (str(driver["host"]), int(driver["pid"]))
+    with _WATCH_LOCK:
+        if key in _WATCHED:
+            return
+        _WATCHED.add(key)
+    threading.Thread(target=_exit_when_driver_dies, args=(driver, poll_s), daemon=True,
+                     name="datarecon-watch-ray-driver").start()
+
+
+def _ray_call(fn: WorkerFn, payload: dict[str, Any], num_threads: int,
+              driver: dict[str, Any] | None = None) -> dict[str, Any]:
     import torch
 
+    watch_remote_driver(driver)
     torch.set_num_threads(max(1, num_threads))
     return fn(payload)
 
@@ -358,6 +431,7 @@ class RayBackend(Backend):
         self._ray: Any = None
         self._started_ray = False
         self._cluster_cpus = 1
+        self._driver: dict[str, Any] | None = None
 
     @property
     def capacity(self) -> int:
@@ -387,6 +461,7 @@ class RayBackend(Backend):
             self._started_ray = True
         self._cluster_cpus = int(ray.cluster_resources().get("CPU", 1))
         self._remote = ray.remote(max_retries=0)(_ray_call)
+        self._driver = driver_identity()  # its tasks end within RAY_DRIVER_POLL_S when this process dies
 
     def shutdown(self) -> None:
         ray = self._ray
@@ -408,7 +483,7 @@ class RayBackend(Backend):
 
     def submit(self, task: Task) -> None:
         opts = {"num_cpus": task.num_cpus, "num_gpus": task.num_gpus}
-        ref = self._remote.options(**opts).remote(self.fn, task.payload, max(1, int(task.num_cpus)))
+        ref = self._remote.options(**opts).remote(self.fn, task.payload, max(1, int(task.num_cpus)), self._driver)
         self._refs[ref] = task
 
     def wait(self, timeout: float | None = None) -> list[Outcome]:
@@ -439,5 +514,5 @@ class RayBackend(Backend):
         return outcomes
 
 
-__all__ = ["BACKENDS", "Backend", "LocalBackend", "Outcome", "RayBackend", "Task", "claim_pid", "import_ray",
-           "make_backend", "watch_driver"]
+__all__ = ["BACKENDS", "Backend", "LocalBackend", "Outcome", "RayBackend", "Task", "claim_pid", "driver_alive",
+           "driver_identity", "import_ray", "make_backend", "watch_driver", "watch_remote_driver"]

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from datarecon.registry import registered
 from datarecon.training.optim import SCHEDULES
+from datarecon.config import MAX_SEED, MAX_STEPS
 
 
 class DemoConfig(BaseModel):
@@ -41,20 +42,20 @@ class DemoConfig(BaseModel):
         default=None, ge=1, description="held-out digits per side, the null baseline's candidates (default "
         "2 x n_per_class: as many as the attack's m = 2n candidates, so the null is as strong as the attack)")
     hidden: int = Field(default=200, ge=1, description="hidden width of the 64-h-1 bias-free MLP")
-    train_epochs: int = Field(default=3000, ge=1)
+    train_epochs: int = Field(default=3000, ge=1, le=MAX_STEPS)
     train_lr: float = Field(default=0.5, gt=0)
     # constant, not loss-normalised: at lr 0.5 the loss-normalised schedule ends with a smaller
     # normalised margin (0.048 vs 0.11) and the attack reaches residual 0.36 vs 0.007 (34 vs 36
     # of 40 at SSIM > 0.4, measured at n_per_class=20); docs/PERFORMANCE.md §1 gives the commands.
     train_schedule: Annotated[str, registered(SCHEDULES)] = Field(
         default="constant", description="training schedule (training.optim.SCHEDULES)")
-    attack_steps: int = Field(default=2000, ge=1)
+    attack_steps: int = Field(default=2000, ge=1, le=MAX_STEPS)
     lr_x: float = Field(default=0.01, gt=0)
     lr_lambda: float = Field(default=0.01, gt=0)
     lambda_min: float = Field(default=0.2, ge=0)
     alpha: float = Field(default=20.0, gt=0)
     init_scale: float = Field(default=0.05, gt=0)
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     threads: int = Field(default=1, ge=1, description="torch intra-op threads (tiny model: 1 is fastest)")
 
 
@@ -78,8 +79,21 @@ class DemoResult:
 
 
 def run_demo(config: DemoConfig = DemoConfig(), *, out: str | Path, data_dir: str | Path | None = None,
-             progress: bool = True) -> DemoResult:
-    """Train, attack, evaluate and report (see module docstring). ``out`` must be empty or absent."""
+             progress: bool = True, overwrite: bool = False) -> DemoResult:
+    """Train, attack, evaluate and report (see module docstring).
+
+    ``out`` must be empty or absent; with ``overwrite`` a demo folder is replaced (only what
+    datarecon wrote there: :func:`datarecon.utils.outdir.claim_out_dir`).
+    """
+    from datarecon.utils.outdir import claim_out_dir
+
+    with claim_out_dir(out, kind="demo", overwrite=overwrite) as claim:
+        claim.prepare()
+        return _run_demo(config, out=Path(out), data_dir=data_dir, progress=progress)
+
+
+def _run_demo(config: DemoConfig, *, out: Path, data_dir: str | Path | None, progress: bool) -> DemoResult:
+    """The body of :func:`run_demo` once ``out`` is claimed and prepared."""
     from datarecon.data import DataSpec
     from datarecon.evaluation import evaluate_run
     from datarecon.experiments.reconstruct import reconstruct
@@ -93,8 +107,6 @@ def run_demo(config: DemoConfig = DemoConfig(), *, out: str | Path, data_dir: st
     # The demo's matrices are tiny: thread start-up costs more than it saves (measured 14 s with one
     # thread vs 95 s with two on the shared 2-core machine; docs/PERFORMANCE.md).
     torch.set_num_threads(config.threads)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     heldout = config.heldout_per_class if config.heldout_per_class is not None else 2 * config.n_per_class
     data = DataSpec(dataset="digits", task="odd-even", n_per_class=config.n_per_class, seed=config.seed,
                     n_heldout_per_class=heldout)

@@ -61,7 +61,8 @@ def copy_example(name: str, *, out: str | os.PathLike | None = None, overwrite: 
 
     Args:
         name: A file name from :func:`list_examples`.
-        out: Destination file or existing folder.
+        out: Destination file, or a folder: an existing one, or one written with a trailing slash
+            (``--out configs/``), which is created.
         overwrite: Replace an existing destination file.
 
     Returns:
@@ -72,7 +73,7 @@ def copy_example(name: str, *, out: str | os.PathLike | None = None, overwrite: 
     """
     data = read_example(name)
     dest = Path(name) if out is None else Path(out)
-    if dest.is_dir():
+    if dest.is_dir() or (out is not None and str(out).endswith(("/", os.sep))):
         dest = dest / name
     if dest.exists() and not overwrite:
         raise DataReconError(f"{dest} exists; pass --overwrite to replace it or choose another --out")

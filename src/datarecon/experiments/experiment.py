@@ -35,9 +35,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from datarecon.config import build_config, read_config_mapping
+from datarecon.config import Seed, build_config, read_config_mapping
 from datarecon.errors import DataReconError
 from datarecon.experiments.reconstruct import ReconstructionRun, RunSettings
 from datarecon.status import Status
@@ -47,6 +47,8 @@ from datarecon.utils.io import atomic_write_json, config_hash, read_json, versio
 FORMAT = "datarecon-experiment/1"
 EXPERIMENT_JSON, MODEL_SUBDIR, RUN_SUBDIR, REPORT = "experiment.json", "model", "run", "report.html"
 STAGES = ("train", "attack", "evaluate", "report")
+#: the reference sets an evaluation compares with (:func:`datarecon.evaluation.evaluate_run`)
+REFERENCE_SETS = ("train", "partition", "heldout", "noise")
 
 
 class _Frozen(BaseModel):
@@ -67,8 +69,32 @@ class EvaluateSettings(_Frozen):
     against: tuple[str, ...] = ("train", "partition", "noise", "heldout")
     metric: str = "ssim"
     assignment: str = "greedy"
-    seed: int = Field(default=0, ge=0)
+    seed: Seed = 0
     allow_incomplete: bool = False
+
+    @field_validator("against")
+    @classmethod
+    def _known_sets(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [a for a in v if a not in REFERENCE_SETS]
+        if bad or not v:
+            raise ValueError(f"unknown reference set(s) {bad or list(v)}; valid names: {', '.join(REFERENCE_SETS)}")
+        return v
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, v: str) -> str:
+        from datarecon.evaluation.neighbours import METRICS
+
+        METRICS.get(v)  # one line listing the valid names
+        return v
+
+    @field_validator("assignment")
+    @classmethod
+    def _known_assignment(cls, v: str) -> str:
+        from datarecon.evaluation.protocol import ASSIGNMENTS
+
+        ASSIGNMENTS.get(v)
+        return v
 
 
 class ReportSettings(_Frozen):
@@ -145,7 +171,8 @@ def _state(out: Path) -> dict[str, Any] | None:
 
 
 def run_experiment(experiment: Experiment, out: str | Path, *, data_dir: str | Path | None = None,
-                   overwrite: bool = False, progress: bool = True) -> dict[str, str]:
+                   overwrite: bool = False, progress: bool = True,
+                   record: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Execute ``experiment`` into the folder ``out``; re-running skips finished stages.
 
     Args:
@@ -154,6 +181,7 @@ def run_experiment(experiment: Experiment, out: str | Path, *, data_dir: str | P
         data_dir: data folder (training, data-dependent initialisations, evaluation).
         overwrite: replace an existing experiment folder (only a datarecon experiment folder).
         progress: show progress.
+        record: extra ``run.json`` fields of the attack stage (the CLI records how to continue it).
 
     Returns:
         Stage name → status (:class:`~datarecon.status.Status` value, or ``skipped`` for a stage
@@ -163,20 +191,29 @@ def run_experiment(experiment: Experiment, out: str | Path, *, data_dir: str | P
         DataReconError: bad settings, missing data or model, a folder of another experiment, a
             diverged attack (its last finite state is kept in ``out/run``).
     """
-    from datarecon.utils.outdir import check_out_dir, clear_out_dir
+    from datarecon.utils.outdir import claim_out_dir
 
     out = Path(out)
     state = _state(out) if out.is_dir() and not overwrite else None
     if state is not None and state.get("config_hash") != experiment.hash():
         raise DataReconError(f"{out} holds another experiment (config_hash {state.get('config_hash')} != "
                              f"{experiment.hash()}); use a new --out, or --overwrite to start afresh")
-    clear = check_out_dir(out, kind="experiment", overwrite=overwrite, resume=state is not None)
-    if experiment.model is not None and not Path(experiment.model).is_dir():
-        raise DataReconError(f"model directory {experiment.model} not found; train one (`datarecon train`) or fix "
-                             "model: in the experiment file")
-    if clear:
-        clear_out_dir(out, kind="experiment")
-    out.mkdir(parents=True, exist_ok=True)
+    with claim_out_dir(out, kind="experiment", overwrite=overwrite, resume=state is not None) as claim:
+        if experiment.model is not None and not Path(experiment.model).is_dir():
+            raise DataReconError(f"model directory {experiment.model} not found; train one (`datarecon train`) or "
+                                 "fix model: in the experiment file")
+        if experiment.train is not None and state is None:
+            from datarecon.data import load_task
+
+            load_task(experiment.train.data, data_dir=data_dir)  # missing data: refused before anything is written
+        claim.prepare()
+        return _run_stages(experiment, out, state=state, data_dir=data_dir, progress=progress,
+                           run_record=dict(record or {}))
+
+
+def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | None, data_dir: str | Path | None,
+                progress: bool, run_record: dict[str, Any]) -> dict[str, str]:
+    """The stages of :func:`run_experiment` once ``out`` is claimed and prepared."""
     stages: dict[str, str] = dict((state or {}).get("stages") or {})
 
     def record(stage: str, status: str) -> None:
@@ -204,7 +241,7 @@ def run_experiment(experiment: Experiment, out: str | Path, *, data_dir: str | P
 
         record("attack", Status.RUNNING)
         rec = execute(experiment.reconstruction_run(out), out / RUN_SUBDIR, resume=(out / RUN_SUBDIR).exists(),
-                      data_dir=data_dir, progress=progress, raise_on_divergence=True)
+                      data_dir=data_dir, progress=progress, raise_on_divergence=True, record=run_record or None)
         record("attack", Status.COMPLETE if rec.status != Status.RUNNING else Status.RUNNING)
 
     if experiment.evaluate is None:

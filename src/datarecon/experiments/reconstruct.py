@@ -39,6 +39,7 @@ from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.config import build_config, merge
 from datarecon.errors import DataReconError, DivergenceError
 from datarecon.utils.dtypes import torch_dtype
+from datarecon.config import MAX_SEED
 DATA_INITS_NOTE = ("initialisation (experimenter's choice): loading {init} images through the model's data spec; "
                    "the attack itself never sees them")
 
@@ -129,7 +130,7 @@ class RunSettings(_Frozen):
     attack: AttackSpec = Field(default_factory=lambda: ATTACK_SPECS["kkt"]())
     init: InitSpec = Field(default_factory=lambda: INIT_SPECS["gaussian"]())
     candidates: int | None = Field(default=None, ge=1)
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     device: str = "cpu"
     early_stop: EarlyStopSettings = Field(default_factory=EarlyStopSettings)
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
@@ -272,8 +273,11 @@ def init_sources(model_dir: str | Path, *, data_dir: str | Path | None = None) -
     from datarecon.models.checkpoint import EXTRAS, read_model_meta
     from datarecon.utils.io import load_tensors
 
+    from datarecon.data.selection import check_fingerprint
+
     meta = read_model_meta(model_dir)
     task = load_task(DataSpec.model_validate(meta["data"]), data_dir=data_dir)
+    check_fingerprint(task, meta.get("data_fingerprint"), where=str(model_dir), splits=("train", "partition"))
     norm = Normalisation.from_mean(meta.get("normalisation", "unit"),
                                    load_tensors(Path(model_dir) / EXTRAS)["input_mean"])
     has_part = task.partition.x.shape[0] > 0
@@ -474,19 +478,27 @@ def execute(run: ReconstructionRun, out: str | Path, *, resume: bool = False, ov
     Raises:
         DataReconError: bad model, settings or output folder; a checkpoint of another run.
     """
-    from datarecon.attacks.runner import run_attack
-    from datarecon.attacks.selection import ResidualPlateau
-    from datarecon.utils.outdir import check_out_dir, clear_out_dir
+    from datarecon.utils.outdir import claim_out_dir
 
     if overwrite and resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
-    clear = check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)
-    cfg = run.method_config()
-    if setup is None:
-        setup = prepare(run, data_dir=data_dir, sources=sources, target=target)
-    attack = make_attack(run.method, cfg)
-    if clear:  # only now: a bad model or setting leaves the old run untouched
-        clear_out_dir(out, kind="run")
+    with claim_out_dir(out, kind="run", overwrite=overwrite, resume=resume) as claim:
+        cfg = run.method_config()
+        if setup is None:
+            setup = prepare(run, data_dir=data_dir, sources=sources, target=target)
+        attack = make_attack(run.method, cfg)
+        claim.prepare()  # only now: a bad model or setting leaves the old run untouched
+        return _execute(run, out, setup=setup, attack=attack, resume=resume, progress=progress, hooks=hooks,
+                        record=record, raise_on_divergence=raise_on_divergence, target=target)
+
+
+def _execute(run: ReconstructionRun, out: str | Path, *, setup: AttackSetup, attack: Any, resume: bool,
+             progress: bool, hooks: Sequence[Any], record: Mapping[str, Any] | None, raise_on_divergence: bool,
+             target: Target | None) -> Reconstruction:
+    """The body of :func:`execute` once ``out`` is claimed and prepared."""
+    from datarecon.attacks.runner import run_attack
+    from datarecon.attacks.selection import ResidualPlateau
+
     stop = run.early_stop
     early = ResidualPlateau(key="rel_residual", patience=stop.patience, rel_tol=stop.rel_tol) if stop.patience else None
     rec_meta = {**setup.record, "early_stop": {"patience": stop.patience, "rel_tol": stop.rel_tol},
@@ -497,6 +509,7 @@ def execute(run: ReconstructionRun, out: str | Path, *, resume: bool = False, ov
         rec_meta["model_dir"] = None
         rec_meta["own_model"] = {"value_range": list(target.value_range or (0.0, 1.0)),
                                  "input_shape": list(target.input_shape), "loss": loss_name(target.loss),
+                                 "weight_decay": float(target.weight_decay),
                                  "homogeneous_measured": target.homogeneous}
     for key, value in dict(record or {}).items():
         rec_meta[key] = {**rec_meta[key], **value} if isinstance(rec_meta.get(key), dict) and isinstance(value, dict) \
@@ -572,30 +585,39 @@ def reconstruct_runs(model_dir: str | Path, *, out: str | Path, runs: int, metho
                      data_dir: str | Path | None = None, resume: bool = False, overwrite: bool = False,
                      progress: bool = True, checkpoint_every: int = 100, log_every: int = 10,
                      early_stop_patience: int = 0, early_stop_tol: float = 1e-3, mode: str = "batched",
-                     sources: Any = None, knowledge: KnowledgeSettings | None = None) -> list[Reconstruction]:
-    """``runs`` independent runs of ``method`` on ``model_dir``, stepped together (attacks/batched.py).
+                     sources: Any = None, knowledge: KnowledgeSettings | None = None,
+                     record: Mapping[str, Any] | None = None,
+                     criterion: str = "relative_residual") -> list[Reconstruction]:
+    """``runs`` independent runs of ``method`` on ``model_dir``, stepped together (attacks/batched.py),
+    and their pool.
 
     Run j is exactly the run :func:`reconstruct` makes with ``seed + j`` (its own x₀, λ₀ and
     generator), written to the run directory ``out/run<j>`` (:func:`run_name`); KKT / DecoReco runs
     share one vmapped gradient per step in ``mode="batched"``, other methods are stepped in turn.
+    ``out`` itself then becomes a run directory of method ``pool``: the candidates of every run that
+    finished (complete or stopped early), in run order, as ``datarecon sweep pool`` writes them
+    (:func:`datarecon.experiments.sweep.pool.write_pool`), so ``datarecon evaluate OUT`` evaluates
+    the K runs as one result.
 
     Args:
         runs: K ≥ 1.
         mode: ``batched`` | ``looped`` (:data:`datarecon.attacks.batched.MODES`).
         knowledge: the attacker's knowledge beyond θ* (the same for every run).
-        Others: as in :func:`reconstruct` (``overwrite``/``resume`` apply to each run directory;
-            ``out`` itself is only created, never cleared).
+        record: extra ``run.json`` fields of every run and of the pool (e.g. ``resume_command``).
+        criterion: the attacker-side criterion whose best value the pool records.
+        Others: as in :func:`reconstruct`; ``overwrite``/``resume`` apply to ``out`` as a whole
+            (``overwrite`` deletes only what datarecon wrote there).
 
     Returns:
         One :class:`~datarecon.attacks.base.Reconstruction` per run, in run order.
 
     Raises:
-        DataReconError: runs < 1, an unknown mode, bad settings, or a run directory that may not be
+        DataReconError: runs < 1, an unknown mode, bad settings, or an ``out`` that may not be
             written (see :func:`reconstruct`).
     """
     from datarecon.attacks.batched import MODES, BatchMember, run_batched
     from datarecon.attacks.selection import ResidualPlateau
-    from datarecon.utils.outdir import check_out_dir, clear_out_dir
+    from datarecon.utils.outdir import claim_out_dir
 
     if runs < 1:
         raise DataReconError(f"--runs must be at least 1, got {runs}; pass --runs K with K >= 1")
@@ -604,33 +626,62 @@ def reconstruct_runs(model_dir: str | Path, *, out: str | Path, runs: int, metho
     if overwrite and resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise DataReconError(f"--out {out} is an existing file; choose a directory for --out")
-    dirs = [out / run_name(j) for j in range(runs)]
-    clear = [check_out_dir(d, kind="run", overwrite=overwrite, resume=resume) for d in dirs]
-    cfg = method_config(method, config, steps=steps)
-    dtype = torch_dtype(getattr(cfg, "dtype", None) or "float64")
-    from datarecon.attacks.knowledge import attack_uses
+    with claim_out_dir(out, kind="run", overwrite=overwrite, resume=resume) as claim:
+        dirs = [out / run_name(j) for j in range(runs)]
+        cfg = method_config(method, config, steps=steps)
+        dtype = torch_dtype(getattr(cfg, "dtype", None) or "float64")
+        from datarecon.attacks.knowledge import attack_uses
 
-    entry = ATTACKS.get(method)
-    members = []
-    target = None
-    for j, d in enumerate(dirs):
-        setup = prepare_attack(model_dir, init=init, init_params=init_params, candidates=candidates, seed=seed + j,
-                               dtype=dtype, device=device, data_dir=data_dir, sources=sources, knowledge=knowledge,
-                               uses=attack_uses(entry), requires=tuple(getattr(entry, "requires", ())))
-        target = target or setup.target  # one model directory: the same target for every run
-        early = (ResidualPlateau(key="rel_residual", patience=early_stop_patience, rel_tol=early_stop_tol)
-                 if early_stop_patience > 0 else None)
-        record = {**setup.record, "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol},
-                  "batch": {"runs": runs, "index": j, "mode": mode}}
-        members.append(BatchMember(attack=make_attack(method, cfg), prior=setup.prior, x0=setup.x0,
-                                   generator=setup.generator, out=d, seed=seed + j, early_stop=early, record=record))
-    for d, c in zip(dirs, clear, strict=True):
-        if c:  # only now: a bad model or setting leaves the old runs untouched
-            clear_out_dir(d, kind="run")
-    recs = run_batched(members, target, mode=mode, steps=getattr(cfg, "steps", None), checkpoint_every=checkpoint_every,
-                       resume=resume, progress=progress, log_every=log_every)
-    for member in members:
-        save_subspace(member.out, member.prior)
-    return recs
+        entry = ATTACKS.get(method)
+        members = []
+        target = None
+        for j, d in enumerate(dirs):
+            setup = prepare_attack(model_dir, init=init, init_params=init_params, candidates=candidates,
+                                   seed=seed + j, dtype=dtype, device=device, data_dir=data_dir, sources=sources,
+                                   knowledge=knowledge, uses=attack_uses(entry),
+                                   requires=tuple(getattr(entry, "requires", ())))
+            target = target or setup.target  # one model directory: the same target for every run
+            early = (ResidualPlateau(key="rel_residual", patience=early_stop_patience, rel_tol=early_stop_tol)
+                     if early_stop_patience > 0 else None)
+            rec_meta = {**setup.record, "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol},
+                        "batch": {"runs": runs, "index": j, "mode": mode}, **dict(record or {})}
+            members.append(BatchMember(attack=make_attack(method, cfg), prior=setup.prior, x0=setup.x0,
+                                       generator=setup.generator, out=d, seed=seed + j, early_stop=early,
+                                       record=rec_meta))
+        claim.prepare()  # only now: a bad model or setting leaves the old runs untouched
+        recs = run_batched(members, target, mode=mode, steps=getattr(cfg, "steps", None),
+                           checkpoint_every=checkpoint_every, resume=resume, progress=progress, log_every=log_every)
+        for member in members:
+            save_subspace(member.out, member.prior)
+        pool_runs(out, recs, model_dir=str(model_dir), criterion=criterion,
+                  record={"batch": {"runs": runs, "mode": mode, "method": method}, **dict(record or {})})
+        return recs
+
+
+def pool_runs(out: Path, recs: Sequence[Reconstruction], *, model_dir: str, criterion: str = "relative_residual",
+              record: Mapping[str, Any] | None = None) -> Path | None:
+    """Pool the finished runs ``out/run<j>`` of :func:`reconstruct_runs` into the run directory ``out``.
+
+    Runs that did not finish (diverged) are left out; with none finished nothing is written.
+
+    Returns:
+        ``out``, or None when no run finished.
+    """
+    from datarecon.attacks.selection import CRITERIA
+    from datarecon.experiments.sweep.pool import write_pool
+    from datarecon.status import EVALUABLE
+    from datarecon.utils.io import config_hash, read_json
+
+    mode = "max" if CRITERIA.get(criterion).better == "higher" else "min"
+    sources = []
+    for j, rec in enumerate(recs):
+        if rec.status not in EVALUABLE:
+            continue
+        value = (rec.summary.get("selection", {}).get(criterion) or {}).get("value")
+        sources.append({"key": run_name(j), "run_dir": run_name(j), "score": value, "params": {"seed_offset": j}})
+    if not sources:
+        return None
+    config = {"runs": len(recs), "criterion": criterion, "mode": mode, "sources": [s["key"] for s in sources]}
+    recorded = read_json(out / sources[0]["run_dir"] / "run.json").get("model_dir", model_dir)
+    return write_pool(out, sources, root=out, model_dir=recorded, config=config, key=config_hash(config),
+                      criterion=criterion, mode=mode, record=record)

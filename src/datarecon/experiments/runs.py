@@ -32,9 +32,24 @@ def sweep_field(flag: str) -> str:
     return SWEEP_FIELDS.get(flag, "attack." + flag[2:].replace("-", "_"))
 
 
+def _run_flags() -> set[str]:
+    """The ``datarecon reconstruct`` options that name a field of a sweep run (the others, such as
+    ``--resume`` or ``--out``, have no sweep field and stay as they are)."""
+    from datarecon.attacks.base import ATTACKS
+
+    fields = {f for name in ATTACKS.names() for f in getattr(ATTACKS.get(name), "config_cls").model_fields}
+    return set(SWEEP_FIELDS) | {"--" + f.replace("_", "-") for f in fields}
+
+
 def sweep_message(message: str) -> str:
     """An error message of the reconstruction API with its command-line options named as sweep fields."""
-    return _FLAG.sub(lambda m: sweep_field(m.group(0)), message.replace("pass --", "set --"))
+    flags = _run_flags()
+
+    def field(m: re.Match[str]) -> str:
+        return sweep_field(m.group(0)) if m.group(0) in flags else m.group(0)
+
+    return _FLAG.sub(field, re.sub(r"pass (--[a-z][a-z0-9-]*)",
+                                   lambda m: ("set " if m.group(1) in flags else "pass ") + m.group(1), message))
 
 
 @contextmanager

@@ -30,6 +30,10 @@ from datarecon.errors import CheckpointError, DataReconError
 from datarecon.utils.io import atomic_write_json, read_json
 
 INDEX = "index.sqlite"
+#: the index file and the files SQLite keeps beside it
+INDEX_SUFFIXES = ("", "-wal", "-shm", "-journal")
+#: where :meth:`Store.rebuild` moves an index SQLite cannot read (it is kept, never deleted)
+DAMAGED_SUFFIX = ".damaged"
 RUNS, POOLS, SWEEPS = "runs", "pools", "sweeps"
 TASK_FILE = "task.json"
 SCHEMA_VERSION = 1
@@ -93,6 +97,11 @@ class Store:
         if not write and not self.index_path.is_file():
             raise DataReconError(f"no results index at {self.index_path}; run `datarecon store rebuild {self.root}`")
         self.root.mkdir(parents=True, exist_ok=True)
+        if write:  # SQLite writes these itself: record them as datarecon's (utils.manifest)
+            from datarecon.utils import manifest
+
+            for suffix in INDEX_SUFFIXES:
+                manifest.record(self.root / (INDEX + suffix))
         con = sqlite3.connect(self.index_path, timeout=self.timeout_s, isolation_level=None)
         try:
             con.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
@@ -141,6 +150,7 @@ class Store:
         meanwhile waits and then adds its row: nothing written concurrently is lost. Readers see
         the old index until the transaction commits.
         """
+        self._set_aside_if_damaged()
         with self.connect(write=True) as con:
             rows = [r for r in (row_from_dir(d, root=self.root) for d in self.run_dirs()) if r is not None]
             sweeps = []
@@ -157,6 +167,25 @@ class Store:
             for record in sweeps:
                 _insert_sweep(con, record)
         return len(rows)
+
+    def _set_aside_if_damaged(self) -> None:
+        """Move an index SQLite cannot read to ``index.sqlite.damaged`` (kept; the rebuild replaces it)."""
+        if not self.index_path.is_file():
+            return
+        try:
+            con = sqlite3.connect(self.index_path, timeout=self.timeout_s)
+            try:
+                con.execute("PRAGMA schema_version").fetchone()
+            finally:
+                con.close()
+        except sqlite3.DatabaseError:
+            from datarecon.utils import manifest
+
+            for suffix in INDEX_SUFFIXES:
+                src = self.root / (INDEX + suffix)
+                if src.exists():
+                    manifest.record(src.with_name(src.name + DAMAGED_SUFFIX))
+                    src.replace(src.with_name(src.name + DAMAGED_SUFFIX))
 
     # -- reads -------------------------------------------------------------------------------
     def run_dirs(self) -> list[Path]:

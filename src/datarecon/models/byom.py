@@ -167,10 +167,11 @@ def measure_homogeneity(model: nn.Module, params: Mapping[str, torch.Tensor], in
 
 
 def check_parameters(params: Mapping[str, torch.Tensor]) -> None:
-    """Every parameter a floating tensor (attacks differentiate through them).
+    """Every parameter a finite floating tensor (attacks differentiate through them; θ* with NaN or
+    ±inf is not a trained model, and an attack on it would only report a divergence).
 
     Raises:
-        DataReconError: no parameters, or the first non-float one named.
+        DataReconError: no parameters, or the first non-float or non-finite one named.
     """
     if not params:
         raise DataReconError("the model has no parameters; an attack on the weights needs some")
@@ -178,6 +179,10 @@ def check_parameters(params: Mapping[str, torch.Tensor]) -> None:
         if not p.dtype.is_floating_point:
             raise DataReconError(f"parameter {name!r} has dtype {str(p.dtype).replace('torch.', '')}; attacks need "
                                  "float parameters: convert the model with model.float()")
+        if not bool(torch.isfinite(p).all()):
+            bad = int((~torch.isfinite(p)).sum())
+            raise DataReconError(f"parameter {name!r} holds {bad} NaN or infinite value(s); the weights are not a "
+                                 "trained model: check the weights file or the training that wrote it")
 
 
 def check_outputs(model: nn.Module, params: Mapping[str, torch.Tensor], input_shape: Sequence[int], *,
@@ -271,6 +276,13 @@ def load_factory(spec: str) -> Callable[[], nn.Module]:
     except ImportError as exc:
         raise DataReconError(f"cannot import module {module_name!r} of --model {spec} ({exc}); "
                              "put its folder on PYTHONPATH or install the package") from None
+    except SystemExit as exc:
+        raise DataReconError(f"importing {module_name!r} (--model {spec}) called sys.exit({exc.code!r}); keep "
+                             "command-line code under `if __name__ == '__main__':`") from None
+    except Exception as exc:  # noqa: BLE001 - the user's module failed to import
+        first = (str(exc).splitlines() or [""])[0]
+        raise DataReconError(f"importing {module_name!r} (--model {spec}) raised {type(exc).__name__}: {first}; "
+                             "fix the module") from None
     factory = module
     for part in attr.split("."):
         if not hasattr(factory, part):
@@ -290,6 +302,13 @@ def build_from_factory(spec: str) -> nn.Module:
     except TypeError as exc:
         raise DataReconError(f"{spec}() failed ({exc}); the factory must take no arguments "
                              "(wrap it: def make(): return Net(width=64))") from None
+    except SystemExit as exc:  # the user's code called sys.exit(): say so instead of ending silently
+        raise DataReconError(f"{spec}() called sys.exit({exc.code!r}) instead of returning a model; make the factory "
+                             "return the nn.Module (no sys.exit, argparse or CLI code in it)") from None
+    except Exception as exc:  # noqa: BLE001 - the user's code: any exception is theirs to fix
+        first = (str(exc).splitlines() or [""])[0]
+        raise DataReconError(f"{spec}() raised {type(exc).__name__}: {first}; fix the factory (it is called with no "
+                             "arguments and must return the nn.Module)") from None
     if not isinstance(model, nn.Module):
         raise DataReconError(f"{spec}() returned {type(model).__name__}, not a torch.nn.Module")
     return model

@@ -102,13 +102,16 @@ def save_model_dir(out: str | Path, *, model: nn.Module, arch: ArchSpec, loss: s
                    indices: dict[str, torch.Tensor], training: dict[str, Any], seed: int,
                    metrics: dict[str, Any] | None = None,
                    extra_tensors: dict[str, torch.Tensor] | None = None,
-                   init_sha256: str | None = None) -> Path:
+                   init_sha256: str | None = None, data_fingerprint: dict[str, str] | None = None) -> Path:
     """Write a model directory atomically (each file is replaced in one rename).
 
     ``extra_tensors`` (e.g. ``train_margins``) are stored in ``extras.safetensors`` beside the
     input mean and the indices. Weights are saved in the model's dtype. ``init_sha256``: the
     :func:`~datarecon.utils.io.params_digest` of the initialisation the model was trained from
     (recorded so that an attacker-supplied θ_init can be checked; not part of the config hash).
+    ``data_fingerprint`` (:meth:`datarecon.data.selection.TaskData.fingerprint`) is recorded as
+    ``data_fingerprint`` so that evaluation refuses other data than the model's (not part of the
+    config hash).
 
     Returns:
         The directory path.
@@ -134,6 +137,8 @@ def save_model_dir(out: str | Path, *, model: nn.Module, arch: ArchSpec, loss: s
     }
     if init_sha256 is not None:
         meta["init_sha256"] = init_sha256
+    if data_fingerprint:
+        meta["data_fingerprint"] = dict(data_fingerprint)
     atomic_write_json(out / META, meta)
     return out
 

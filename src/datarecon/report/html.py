@@ -197,10 +197,24 @@ def _render_section(s: Section, out: list[str]) -> None:
     out.append("</section>")
 
 
+#: the mark of a report datarecon wrote (``report --out`` replaces such a file without --overwrite)
+GENERATOR = '<meta name="generator" content="datarecon">'
+
+
+def is_report(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is an HTML report datarecon wrote (its head carries :data:`GENERATOR`)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return GENERATOR.encode() in head
+
+
 def render_html(sections: Sequence[Section], *, title: str = "datarecon report") -> str:
     """The report as one HTML string (inline CSS, base64 PNGs, no external resources)."""
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">', GENERATOR,
            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
            f"<h1>{html.escape(title)}</h1>"]
     for s in sections:

@@ -83,10 +83,18 @@ class DPConfig(BaseModel):
 
 
 def sample_rate(batch_size: int, n: int) -> float:
-    """Poisson sampling rate q = min(1, B / n) ∈ (0, 1]."""
+    """Poisson sampling rate q = B / n ∈ (0, 1].
+
+    Raises:
+        DataReconError: no samples, or an expected batch larger than the n examples (q would exceed 1:
+            the accounting would be that of B = n, not of the batch asked for).
+    """
     if n <= 0:
         raise DataReconError("no training samples; increase n_per_class")
-    return min(1.0, batch_size / n)
+    if batch_size > n:
+        raise DataReconError(f"dp batch_size {batch_size} exceeds the {n} training examples; use a batch size of at "
+                             f"most {n} (--dp-batch-size {n} samples every example at every step)")
+    return batch_size / n
 
 
 def steps_for(epochs: int, q: float) -> int:

@@ -42,7 +42,8 @@ from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
 from datarecon.training.losses import LOSSES
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
 from datarecon.utils.io import atomic_write_text, config_hash, params_digest
-from datarecon.utils.outdir import check_out_dir, clear_out_dir
+from datarecon.utils.outdir import claim_out_dir
+from datarecon.config import MAX_SEED, MAX_STEPS
 
 CHECKPOINT_DIR = checkpoint.FOLDER
 ASCENT_CHECKPOINT_DIR = "checkpoint-margin-ascent"
@@ -114,7 +115,7 @@ class MarginAscentConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    steps: int = Field(default=0, ge=0)
+    steps: int = Field(default=0, ge=0, le=MAX_STEPS)
     step_size: float = Field(default=0.01, gt=0, le=1)
     growth: float = Field(default=1.1, ge=1)
     max_step: float = Field(default=0.1, gt=0, le=1)
@@ -166,14 +167,14 @@ class TrainConfig(BaseModel):
     optimizer: Annotated[str, registered(OPTIMIZERS)] = "gd"
     lr: float = Field(default=0.01, gt=0)
     momentum: float = Field(default=0.0, ge=0, lt=1)
-    epochs: int = Field(default=1000, ge=1)
+    epochs: int = Field(default=1000, ge=1, le=MAX_STEPS)
     schedule: Annotated[str, registered(SCHEDULES)] = "constant"
     max_lr_factor: float | None = Field(default=1e6, ge=1)
     margin_ascent: MarginAscentConfig = MarginAscentConfig()
     stop: StopConfig = StopConfig()
     dtype: Literal["float32", "float64"] = "float32"
     device: str = "cpu"
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     checkpoint_every: int = Field(default=1000, ge=0)
     log_every: int = Field(default=100, ge=1)
     kkt_score: bool = False
@@ -286,16 +287,71 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
     """
     out = Path(out)
     device = _device(config.device)
-    dtype = torch_dtype(config.dtype)
-    clear = check_out_dir(out, kind="model", overwrite=overwrite, resume=resume)
-    task = load_task(config.data, data_dir=data_dir)  # before touching out: bad data leaves no folder
-    if config.dp is not None:  # likewise for an unusable DP setting (delta, epsilon, no opacus)
-        from datarecon.training.dp import resolve
+    if overwrite and resume:
+        raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
+    with claim_out_dir(out, kind="model", overwrite=overwrite, resume=resume) as claim:
+        task = load_task(config.data, data_dir=data_dir)  # before touching out: bad data leaves no folder
+        if config.dp is not None:  # likewise for an unusable DP setting (delta, epsilon, no opacus)
+            from datarecon.training.dp import resolve
 
-        resolve(config.dp, n=len(task.train), epochs=config.epochs)
-    if clear:
-        clear_out_dir(out, kind="model")
-    out.mkdir(parents=True, exist_ok=True)
+            resolve(config.dp, n=len(task.train), epochs=config.epochs)
+        if resume:
+            check_resumable_model(out, config=config, task=task)
+        claim.prepare()
+        return _train(config, task, out=out, device=device, resume=resume, progress=progress, kkt_score=kkt_score)
+
+
+#: separates the config hash from the data fingerprint in a training checkpoint's tag
+_DATA_TAG = "+data:"
+
+
+def _checkpoint_tag(out: Path) -> str | None:
+    """The tag of the training checkpoint in ``out`` (None without one)."""
+    from datarecon.utils.io import read_json
+
+    progress = out / CHECKPOINT_DIR / checkpoint.PROGRESS_FILE
+    try:
+        tag = read_json(progress).get("tag") if progress.is_file() else None
+    except DataReconError:
+        return None
+    return tag if isinstance(tag, str) else None
+
+
+def training_tag(config: TrainConfig, task: Any, *, out: Path | None = None) -> str:
+    """The tag of this training's checkpoints: the config hash and a hash of the training data.
+
+    With ``out`` (a resume), a checkpoint written before tags carried the data keeps its old tag
+    (the config hash alone), so it still resumes.
+    """
+    tag = f"{config.hash()}{_DATA_TAG}{config_hash(task.fingerprint())}"
+    if out is not None and _checkpoint_tag(out) == config.hash():
+        return config.hash()
+    return tag
+
+
+def check_resumable_model(out: Path, *, config: TrainConfig, task: Any) -> None:
+    """Refuse to resume a training in ``out`` with other training data than its checkpoint's.
+
+    Raises:
+        DataReconError: the checkpoint was written for the same settings but other data (e.g.
+            another ``--data-dir``).
+    """
+    found = _checkpoint_tag(out)
+    if found is None or _DATA_TAG not in found:
+        return
+    cfg, data = found.split(_DATA_TAG, 1)
+    mine = training_tag(config, task).split(_DATA_TAG, 1)[1]
+    if cfg == config.hash() and data != mine:
+        raise DataReconError(f"the training data found now differ from those the checkpoint in {out} was trained "
+                             f"on (data fingerprint {mine} != {data}); point --data-dir (or $DATARECON_DATA) at the "
+                             "original data to resume, or start afresh with --overwrite")
+
+
+def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, resume: bool, progress: bool,
+           kkt_score: bool) -> TrainResult:
+    """The body of :func:`train_target` once ``out`` is claimed and prepared."""
+    dtype = torch_dtype(config.dtype)
+    tag = training_tag(config, task, out=out if resume else None)
     arch = config.arch_spec()
     gen = torch.Generator().manual_seed(config.seed)
     model = build_model(arch, generator=gen, dtype=dtype).to(device)
@@ -311,13 +367,13 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
         result = fit_dp(model, x, y, loss=config.loss, dp=config.dp, epochs=config.epochs, lr=config.lr,
                         momentum=config.momentum, weight_decay=config.weight_decay, seed=config.seed,
                         log_every=config.log_every, progress=progress, checkpoint_dir=out / CHECKPOINT_DIR,
-                        checkpoint_every=config.checkpoint_every, resume=resume, tag=config.hash())
+                        checkpoint_every=config.checkpoint_every, resume=resume, tag=tag)
     else:
         result = fit(model, x, y, loss=config.loss, weight_decay=config.weight_decay, optimizer=config.optimizer,
                      lr=config.lr, momentum=config.momentum, epochs=config.epochs, schedule=config.schedule,
                      max_lr_factor=config.max_lr_factor, stop=config.stop.rule(), log_every=config.log_every,
                      progress=progress, checkpoint_dir=out / CHECKPOINT_DIR,
-                     checkpoint_every=config.checkpoint_every, resume=resume, tag=config.hash())
+                     checkpoint_every=config.checkpoint_every, resume=resume, tag=tag)
     if result.status == "diverged":
         raise DivergenceError(
             f"training diverged after {result.epochs_done} epochs ({result.stop_reason}); "
@@ -337,7 +393,7 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
                                growth=ma.growth, max_step=ma.max_step, min_step=ma.min_step,
                                log_every=config.log_every, progress=progress,
                                checkpoint_dir=out / ASCENT_CHECKPOINT_DIR, checkpoint_every=config.checkpoint_every,
-                               resume=resume, tag=config.hash())
+                               resume=resume, tag=tag)
         history += [{**row, "stage": "margin-ascent", "step": gd_result.epochs_done + row["step"]}
                     for row in result.history]
         ascent = {"margin_ascent_steps": result.epochs_done, "margin_ascent_status": result.status,
@@ -374,6 +430,7 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
                  "heldout": task.heldout.indices},
         training={**config.model_dump(mode="json"), "config_hash": config.hash()}, seed=config.seed,
         metrics=metrics, extra_tensors={"train_margins": result.margins}, init_sha256=init_sha256,
+        data_fingerprint=task.fingerprint(),
     )
     atomic_write_text(out / HISTORY, "".join(json.dumps(_finite(r), sort_keys=True) + "\n" for r in history))
     return TrainResult(out=out, model=model, arch=arch, metrics=metrics, fit=result, config=config)

@@ -35,11 +35,12 @@ from datarecon.errors import CheckpointError, DiskFullError
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
-def disk_full_message(path: str | os.PathLike | None) -> str:
-    """One line for a write that failed on a full disk: which file, and that the old file is intact."""
+def disk_full_message(path: str | os.PathLike | None, *, hint: str = "rerun the same command") -> str:
+    """One line for a write that failed on a full disk: which file, that the old file is intact, and
+    ``hint`` (how the command that failed continues: ``rerun the same command with --resume``)."""
     where = f"writing {path}" if path else "writing a file"
     return (f"no space left on device {where}; files are replaced atomically, so the previous version "
-            "(and the last checkpoint) is intact: free some space and rerun with --resume")
+            f"(and the last checkpoint) is intact: free some space and {hint}")
 
 
 def current_umask() -> int:
@@ -56,19 +57,25 @@ def current_umask() -> int:
     return mask
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, record: bool = True) -> None:
     """Write ``data`` to ``path`` atomically (temp file + fsync + rename).
 
-    The file's mode is ``0o666 & ~umask``, as for a file created with ``open``.
+    The file's mode is ``0o666 & ~umask``, as for a file created with ``open``. Inside an output
+    folder, its name is first recorded in the folder's manifest (:mod:`datarecon.utils.manifest`;
+    ``record=False``: not, for the manifest itself), so ``--overwrite`` knows datarecon wrote it.
 
     Raises:
         DiskFullError: the disk (or quota) is full; ``path`` keeps its previous content and the
             temporary file is removed.
     """
+    from datarecon.utils import manifest
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if record:
+            manifest.record(path)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         if hasattr(os, "fchmod"):
             os.fchmod(fd, 0o666 & ~current_umask())
@@ -84,7 +91,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             except FileNotFoundError:
                 pass
         if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
-            raise DiskFullError(disk_full_message(path)) from None
+            raise DiskFullError(disk_full_message(path), path=str(path)) from None
         raise
 
 

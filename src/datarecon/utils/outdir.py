@@ -1,16 +1,23 @@
-"""Output folders: refuse to overwrite anything that is not recognisably ours.
+"""Output folders: refuse to overwrite anything that datarecon did not write.
 
-Every command that writes a folder (``train``, ``reconstruct``, ``demo``, ``sweep``,
-``reproduce``) names the *kind* of artefact it writes. An existing, non-empty ``--out`` is
+Every command that writes a folder (``train``, ``reconstruct``, ``run``, ``demo``, ``sweep``,
+``reproduce``, ``audit``, ``sweep pool``) names the *kind* of artefact it writes and goes through
+:func:`claim_out_dir`: it locks the folder (:mod:`datarecon.utils.lock`: one process per folder),
+decides what may happen to it (:func:`check_out_dir`) and, once the command's inputs have been
+accepted, clears it if asked to and starts its manifest (:mod:`datarecon.utils.manifest`: the
+record of every entry datarecon writes there, at any depth). An existing, non-empty ``--out`` is
 
-* refused without ``--overwrite`` / ``--resume``;
-* with ``--overwrite``, cleared only when it is recognisably a datarecon artefact of the same kind:
-  one of the kind's marker files is present and every entry is a name datarecon writes there
-  (plus leftover temporary files of the atomic writer). Only those entries are deleted, never the
-  folder itself; a folder holding anything else (``thesis.txt``, a project checkout, ``--out .``)
-  is refused with a one-line error and left untouched;
+* refused without ``--overwrite`` / ``--resume``; when it holds an unfinished run of the same kind
+  the message says to pass ``--resume`` (commands that have it);
+* with ``--overwrite``, cleared only when it is a datarecon artefact of the same kind and every
+  entry in it, at any depth, is one datarecon wrote: listed in the manifest of its folder (folders
+  written before manifests existed: a name datarecon writes there, :data:`ARTEFACTS`). Only those
+  entries are deleted, never the folder itself; a folder holding anything else (``thesis.txt``,
+  ``run/notes.txt``, a project checkout, ``--out .``) is refused with a one-line error naming it
+  and left untouched;
 * with ``--resume`` (or a sweep rerun), refused when it is an artefact of *another* kind (a run
-  folder passed to ``sweep --out``, a model folder passed to ``reconstruct --out``).
+  folder passed to ``sweep --out``, a model folder passed to ``reconstruct --out``), or when it is
+  no datarecon artefact at all and holds files datarecon did not write (``--resume --out ~``).
 
 The table of kinds is :data:`ARTEFACTS`; ``tests/utils/test_outdir.py`` checks it against the
 file-name constants of the modules that write each kind.
@@ -19,13 +26,18 @@ file-name constants of the modules that write each kind.
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from datarecon import checkpoint
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
+from datarecon.utils import manifest
+from datarecon.utils.lock import LOCK_FILE, check_free, hold
 
 
 @dataclass(frozen=True)
@@ -39,43 +51,74 @@ class ArtefactKind:
             (a reproduction folder, identified by its manifest).
         checkpoint: the kind of loop whose checkpoint in ``checkpoint/`` also marks such a folder
             (a killed training or attack leaves only that); None when none does.
+        name: its :data:`ARTEFACTS` key (the kind a manifest records).
+        pattern: a regular expression of further top-level names (``run0``, ``run1``, ... of
+            ``reconstruct --runs``), for folders written before manifests existed.
+        resumable: the commands writing it take ``--resume`` (named in the refusal of a folder
+            holding an unfinished one).
     """
 
     title: str
     markers: tuple[str, ...]
     names: tuple[str, ...] | None
     checkpoint: checkpoint.Kind | None = None
+    name: str = ""
+    pattern: str | None = None
+    resumable: bool = False
 
     def recognises(self, folder: Path) -> bool:
-        """Whether ``folder`` holds one of this kind's markers (or its kind of checkpoint)."""
+        """Whether ``folder``'s manifest names this kind, or it holds one of its markers (or checkpoint)."""
+        recorded = manifest.kind_of(folder)
+        if recorded is not None:
+            return recorded == self.name
         if any((folder / m).exists() for m in self.markers):
             return True
         return self.checkpoint is not None and checkpoint.kind_of(folder / checkpoint.FOLDER) == self.checkpoint
 
+    def owns(self, name: str) -> bool:
+        """Whether a folder of this kind written before manifests existed holds ``name`` at its top."""
+        if self.names is None or name in self.names:
+            return True
+        return self.pattern is not None and re.fullmatch(self.pattern, name) is not None
+
     def foreign(self, folder: Path) -> list[str]:
-        """Entries of ``folder`` datarecon does not write for this kind (sorted)."""
-        if self.names is None:
-            return []
-        return sorted(p.name for p in folder.iterdir() if p.name not in self.names and not is_temp_file(p.name))
+        """Entries of ``folder``, at any depth, that datarecon did not write there (sorted relative paths)."""
+        return unlisted(folder, kind=self)
 
 
 ARTEFACTS: Registry[ArtefactKind] = Registry("output kind")
-ARTEFACTS.register("model", ArtefactKind(
+
+
+def _register(name: str, kind: ArtefactKind) -> None:
+    ARTEFACTS.register(name, dataclasses.replace(kind, name=name))
+
+
+_register("model", ArtefactKind(
     "model directory", ("model.json",),
     ("weights.safetensors", "extras.safetensors", "model.json", "history.jsonl", "checkpoint",
-     "checkpoint-margin-ascent"), checkpoint.Kind.TRAIN))
-ARTEFACTS.register("run", ArtefactKind(
+     "checkpoint-margin-ascent"), checkpoint.Kind.TRAIN, resumable=True))
+_register("run", ArtefactKind(
     "run directory", ("run.json",),
-    ("candidates.safetensors", "init.safetensors", "run.json", "history.jsonl", "checkpoint", "metrics.json",
-     "candidates.csv", "neighbours.safetensors", "report.html", "task.json", ".claim"), checkpoint.Kind.ATTACK))
-ARTEFACTS.register("demo", ArtefactKind(
+    ("candidates.safetensors", "init.safetensors", "subspace.safetensors", "run.json", "history.jsonl", "checkpoint",
+     "metrics.json", "candidates.csv", "neighbours.safetensors", "report.html", "task.json", ".claim"),
+    checkpoint.Kind.ATTACK, pattern=r"run\d+", resumable=True))
+_register("demo", ArtefactKind(
     "demo folder", ("model/model.json", "run/run.json"), ("model", "run", "reconstructions.png", "report.html")))
-ARTEFACTS.register("store", ArtefactKind(
-    "results store", ("index.sqlite", "runs", "sweeps"),
+# a store is recognised by its manifest or its index; a bare runs/ folder is not a store
+_register("store", ArtefactKind(
+    "results store", ("index.sqlite",),
     ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm", "index.sqlite-journal", "runs", "pools", "sweeps")))
-ARTEFACTS.register("reproduction", ArtefactKind("reproduction folder", ("reproduction.json",), None))
-ARTEFACTS.register("experiment", ArtefactKind(
+_register("reproduction", ArtefactKind("reproduction folder", ("reproduction.json",), None, resumable=True))
+_register("experiment", ArtefactKind(
     "experiment folder", ("experiment.json",), ("experiment.json", "model", "run", "report.html")))
+
+#: files of a checkpoint folder (the current format and the training format before it), for
+#: folders written before manifests existed
+_CHECKPOINT_NAMES = (checkpoint.STATE_FILE, checkpoint.PROGRESS_FILE, checkpoint.LEGACY_TRAIN_JSON)
+_LEGACY_CHECKPOINT_STATE = re.compile(r"state-\d+\.safetensors")
+#: bookkeeping files datarecon keeps in every folder it writes
+BOOKKEEPING = (manifest.MANIFEST, LOCK_FILE)
+
 
 
 def is_temp_file(name: str) -> bool:
@@ -83,16 +126,122 @@ def is_temp_file(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
+def _ignored(name: str) -> bool:
+    """Bookkeeping and temporary files: datarecon's in any folder, never counted as content."""
+    return name in BOOKKEEPING or is_temp_file(name)
+
+
 def _with_names(entry: ArtefactKind, names: tuple[str, ...] | None) -> ArtefactKind:
     return entry if names is None else dataclasses.replace(entry, names=names)
 
 
 def identify(folder: Path) -> str | None:
-    """The kind whose markers ``folder`` holds (None when it holds none)."""
+    """The kind ``folder``'s manifest records, else the kind whose markers it holds (None: neither)."""
+    recorded = manifest.kind_of(folder)
+    if recorded in ARTEFACTS:
+        return recorded
     for name in ARTEFACTS.names():
         if ARTEFACTS.get(name).recognises(folder):
             return name
     return None
+
+
+def _empty_tree(p: Path) -> bool:
+    """A folder holding nothing but (empty) folders and bookkeeping: deleting it loses nothing."""
+    if p.is_symlink() or not p.is_dir():
+        return False
+    return all(_ignored(c.name) or _empty_tree(c) for c in p.iterdir())
+
+
+def is_empty(folder: Path) -> bool:
+    """``folder`` holds nothing but bookkeeping and empty folders (a folder a lock just created)."""
+    return _empty_tree(folder)
+
+
+def _known_legacy_file(name: str) -> bool:
+    """A file name datarecon writes somewhere (folders written before manifests existed)."""
+    known = {n for k in ARTEFACTS.names() for n in (ARTEFACTS.get(k).names or ())}
+    from datarecon.experiments.reproduce.pieces import MARKER
+
+    return (name in known or name in _CHECKPOINT_NAMES or name == MARKER
+            or _LEGACY_CHECKPOINT_STATE.fullmatch(name) is not None or re.fullmatch(r"[0-9a-f]{16}\.json", name)
+            is not None)
+
+
+def _legacy_unlisted(folder: Path, rel: str, kind: ArtefactKind | None) -> list[str]:
+    """Entries of a folder without a manifest that datarecon does not write there."""
+    found = []
+    for p in sorted(folder.iterdir()):
+        if _ignored(p.name):
+            continue
+        r = rel + p.name
+        if p.is_dir() and not p.is_symlink():
+            if kind is not None and not kind.owns(p.name):
+                found.append(r)
+                continue
+            sub = identify(p)
+            found += _legacy_unlisted(p, r + "/", ARTEFACTS.get(sub) if sub else None)
+        elif not (kind.owns(p.name) if kind is not None and kind.names is not None else _known_legacy_file(p.name)):
+            found.append(r)
+    return found
+
+
+def unlisted(folder: str | Path, *, kind: ArtefactKind | None = None, rel: str = "") -> list[str]:
+    """Relative paths of the entries of ``folder``, at any depth, that datarecon did not write.
+
+    An entry counts as datarecon's when its folder's manifest lists it (and, for a folder, when
+    everything in it is datarecon's). Bookkeeping files, temporary files of the atomic writer and
+    empty folders never count. A folder without a manifest (written before manifests existed)
+    falls back to the names ``kind`` writes there.
+    """
+    folder = Path(folder)
+    names = manifest.listed(folder)
+    if names is None:
+        return _legacy_unlisted(folder, rel, kind)
+    found = []
+    for p in sorted(folder.iterdir()):
+        if _ignored(p.name):
+            continue
+        r = rel + p.name
+        if p.name not in names:
+            if not _empty_tree(p):
+                found.append(r)
+        elif p.is_dir() and not p.is_symlink():
+            found += unlisted(p, rel=r + "/") if manifest.listed(p) is not None else (
+                [] if _empty_tree(p) else [r + "/" + c.name for c in sorted(p.iterdir()) if not _ignored(c.name)][:1])
+    return found
+
+
+def _unfinished(out: Path, kind: str) -> str | None:
+    """" (stopped at step N)"-like note when ``out`` holds an unfinished run of ``kind`` (None otherwise)."""
+    from datarecon.utils.io import read_json
+
+    try:
+        if kind == "run":
+            run = read_json(out / "run.json") if (out / "run.json").is_file() else {}
+            if run.get("status") not in (None, "running"):
+                return None
+            meta = read_json(out / checkpoint.FOLDER / checkpoint.PROGRESS_FILE) \
+                if (out / checkpoint.FOLDER / checkpoint.PROGRESS_FILE).is_file() else {}
+            if meta or run or any(out.glob("run*/checkpoint")):
+                return f"an unfinished run (stopped at step {meta.get('steps_done', '?')})" if meta else \
+                    "an unfinished run"
+        if kind == "model" and not (out / "model.json").is_file():
+            meta = read_json(out / checkpoint.FOLDER / checkpoint.PROGRESS_FILE) \
+                if (out / checkpoint.FOLDER / checkpoint.PROGRESS_FILE).is_file() else {}
+            return f"an unfinished training (stopped at epoch {meta.get('epoch', '?')})"
+    except DataReconError:
+        return None
+    return None
+
+
+def _exists_message(out: Path, entry: ArtefactKind) -> str:
+    """The refusal of an existing folder without --overwrite/--resume, naming --resume when it helps."""
+    unfinished = _unfinished(out, entry.name) if entry.recognises(out) else None
+    if unfinished and entry.resumable:
+        return (f"{out} holds {unfinished}; pass --resume to continue it, --overwrite to start afresh, "
+                "or choose another --out")
+    return f"output directory {out} exists; pass --overwrite to replace it or choose another --out"
 
 
 def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume: bool = False,
@@ -104,50 +253,74 @@ def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
         kind: an :data:`ARTEFACTS` key.
         overwrite: the user asked to replace an existing folder.
         resume: the user asked to continue the run in ``out`` (or the command always resumes).
-        names: the entries this folder's own record says datarecon wrote there (a reproduction's
-            manifest); they replace the kind's ``names``.
+        names: the top-level entries a reproduction's own record (``reproduction.json``) says it
+            writes; used for folders written before manifests existed.
 
     Returns:
         True when ``out`` must be cleared (with :func:`clear_out_dir`) before writing.
 
     Raises:
         DataReconError: ``out`` is a file; it exists without ``--overwrite``/``--resume``; it is an
-            artefact of another kind; or ``--overwrite`` would delete something datarecon did not write.
+            artefact of another kind; ``--resume`` into a folder that is none of datarecon's; or
+            ``--overwrite`` would delete something datarecon did not write.
     """
     out = Path(out)
     entry = _with_names(ARTEFACTS.get(kind), names)
     if out.exists() and not out.is_dir():
         raise DataReconError(f"--out {out} is an existing file; choose a directory for --out")
-    if not out.is_dir() or not any(out.iterdir()):
+    if not out.is_dir() or is_empty(out):
         return False
+    check_free(out, what="results store" if kind == "store" else "output folder")  # in use: say that first
     other = identify(out)
     if not entry.recognises(out) and other is not None and other != kind:
         raise DataReconError(f"--out {out} is a datarecon {ARTEFACTS.get(other).title}, not a {entry.title}; "
                              "choose another --out")
+    only_temp = all(_ignored(p.name) for p in out.iterdir())
     if resume:
+        if not entry.recognises(out) and not only_temp:
+            foreign = entry.foreign(out)
+            if foreign:
+                raise DataReconError(f"--out {out} is not a {entry.title} datarecon wrote (it holds {foreign[0]!r}), "
+                                     "so there is nothing to resume in it; choose another --out")
         return False
     if not overwrite:
-        raise DataReconError(f"output directory {out} exists; pass --overwrite to replace it or choose another --out")
+        raise DataReconError(_exists_message(out, entry))
     foreign = entry.foreign(out)
-    only_temp = all(is_temp_file(p.name) for p in out.iterdir())
-    if not (entry.recognises(out) or only_temp) or foreign:
-        if not foreign:
-            what = "none of its files were written by datarecon"
-        else:
-            more = f" and {len(foreign) - 1} more entries" if len(foreign) > 1 else ""
-            what = f"it holds {foreign[0]!r}{more}"
+    more = f" and {len(foreign) - 1} more entries" if len(foreign) > 1 else ""
+    if not (entry.recognises(out) or only_temp):
+        what = f"it holds {foreign[0]!r}{more}" if foreign else "none of its files were written by datarecon"
         raise DataReconError(f"refusing to --overwrite {out}: it is not a datarecon {entry.title} ({what}); "
                              "choose another --out or remove it yourself")
+    if foreign:
+        raise DataReconError(f"refusing to --overwrite {out}: it holds {foreign[0]!r}{more}, which datarecon did not "
+                             "write; move it out of the folder or choose another --out")
     return True
 
 
-def clear_out_dir(out: str | Path, *, kind: str, names: tuple[str, ...] | None = None) -> None:
-    """Delete what datarecon wrote in ``out`` (a folder :func:`check_out_dir` accepted, with the same
-    ``names``); the folder stays."""
-    out = Path(out)
-    entry = _with_names(ARTEFACTS.get(kind), names)
-    for p in sorted(out.iterdir()):
-        if entry.names is not None and p.name not in entry.names and not is_temp_file(p.name):
+def _clear_listed(folder: Path) -> None:
+    """Delete the entries ``folder``'s manifest lists (recursively) and stale bookkeeping below it."""
+    names = manifest.listed(folder) or set()
+    for p in sorted(folder.iterdir()):
+        if is_temp_file(p.name):
+            p.unlink()
+        elif p.name in names:
+            if p.is_dir() and not p.is_symlink():
+                if manifest.listed(p) is not None:
+                    _clear_listed(p)
+                for name in BOOKKEEPING:
+                    (p / name).unlink(missing_ok=True)
+                if _empty_tree(p):
+                    shutil.rmtree(p)
+            else:
+                p.unlink()
+
+
+def _clear_legacy(folder: Path, entry: ArtefactKind) -> None:
+    """Delete what a folder written before manifests existed holds (checked by :func:`check_out_dir`)."""
+    for p in sorted(folder.iterdir()):
+        if p.name in BOOKKEEPING:
+            continue
+        if not (entry.owns(p.name) or is_temp_file(p.name)):
             continue  # never reached after check_out_dir; kept as a second guard
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
@@ -155,14 +328,93 @@ def clear_out_dir(out: str | Path, *, kind: str, names: tuple[str, ...] | None =
             p.unlink()
 
 
+def remove_written(folder: str | Path) -> None:
+    """Delete a sub-folder datarecon wrote (a killed piece's partial result), refusing one that holds
+    anything datarecon did not write there (named in the one-line error; nothing is deleted)."""
+    folder = Path(folder)
+    if manifest.listed(folder) is None and not _empty_tree(folder):
+        foreign = _legacy_unlisted(folder, "", None)
+    else:
+        foreign = unlisted(folder)
+    if foreign:
+        raise DataReconError(f"refusing to clear {folder}: it holds {foreign[0]!r}, which datarecon did not write; "
+                             "move it elsewhere and rerun")
+    if manifest.listed(folder) is not None:
+        _clear_listed(folder)
+    else:
+        for p in sorted(folder.iterdir()):
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    shutil.rmtree(folder)
+
+
+def clear_out_dir(out: str | Path, *, kind: str, names: tuple[str, ...] | None = None) -> None:
+    """Delete what datarecon wrote in ``out`` (a folder :func:`check_out_dir` accepted, with the same
+    ``names``); the folder, its lock and the kind line of its manifest stay."""
+    out = Path(out)
+    if manifest.listed(out) is not None:
+        _clear_listed(out)
+        manifest.reset(out)
+    else:
+        _clear_legacy(out, _with_names(ARTEFACTS.get(kind), names))
+
+
 def prepare_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume: bool = False) -> Path:
-    """:func:`check_out_dir`, then :func:`clear_out_dir` when asked to, then create ``out``."""
+    """:func:`check_out_dir`, then :func:`clear_out_dir` when asked to, then create ``out`` and its manifest.
+
+    Takes no lock: commands use :func:`claim_out_dir`, which does the same under the folder's lock.
+    """
     out = Path(out)
     if check_out_dir(out, kind=kind, overwrite=overwrite, resume=resume):
         clear_out_dir(out, kind=kind)
-    out.mkdir(parents=True, exist_ok=True)
+    manifest.start(out, kind=kind)
     return out
 
 
-__all__ = ["ARTEFACTS", "ArtefactKind", "check_out_dir", "clear_out_dir", "identify", "is_temp_file",
-           "prepare_out_dir"]
+@dataclass
+class OutDir:
+    """An output folder claimed by :func:`claim_out_dir`: locked and checked, not yet written.
+
+    Attributes:
+        path: the folder.
+        kind: its :data:`ARTEFACTS` key.
+        clear: it must be cleared before the first write (``--overwrite`` of an accepted folder).
+        names: a reproduction's recorded top-level entries (folders written before manifests).
+    """
+
+    path: Path
+    kind: str
+    clear: bool
+    names: tuple[str, ...] | None = None
+
+    def prepare(self) -> Path:
+        """Clear the folder if needed and start its manifest: call once the inputs are accepted."""
+        if self.clear:
+            clear_out_dir(self.path, kind=self.kind, names=self.names)
+            self.clear = False
+        manifest.start(self.path, kind=self.kind)
+        return self.path
+
+
+@contextmanager
+def claim_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume: bool = False,
+                  names: tuple[str, ...] | None = None) -> Iterator[OutDir]:
+    """Lock ``out`` (:func:`datarecon.utils.lock.hold`), check it (:func:`check_out_dir`) and yield
+    an :class:`OutDir` whose :meth:`OutDir.prepare` clears and starts it; the one way commands
+    claim an output folder.
+
+    Nothing is written until ``prepare``; a folder the lock had to create is removed again when
+    the block ends without writing to it (a command refused after taking the lock leaves no trace).
+
+    Raises:
+        DataReconError: another process holds the folder, or :func:`check_out_dir` refuses it.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise DataReconError(f"--out {out} is an existing file; choose a directory for --out")
+    what = "results store" if kind == "store" else "output folder"
+    with hold(out, what=what):
+        yield OutDir(out, kind, check_out_dir(out, kind=kind, overwrite=overwrite, resume=resume, names=names), names)
+
+
+__all__ = ["ARTEFACTS", "BOOKKEEPING", "ArtefactKind", "OutDir", "check_out_dir", "claim_out_dir", "clear_out_dir",
+           "identify", "is_empty", "is_temp_file", "prepare_out_dir", "remove_written", "unlisted"]

@@ -78,6 +78,7 @@ from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, init_optimize
 from datarecon.errors import DataReconError
 from datarecon.registry import registered
 from datarecon.training.losses import margins
+from datarecon.config import MAX_STEPS
 
 COUNTS, RESIDUALS, SOLVE = "bilevel.counts", "bilevel.residuals", "bilevel.solve_residuals"
 DIST_X0 = "bilevel.param_distance_x0"  # ‖θ* − θ(x⁰)‖²: the first inner solve, before any x update
@@ -199,7 +200,7 @@ class BilevelConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    steps: int = Field(default=200, ge=0)
+    steps: int = Field(default=200, ge=0, le=MAX_STEPS)
     lr_x: float | None = Field(default=None, gt=0)
     optimizer: Annotated[str, registered(OPTIMIZERS)] = "sgd"
     momentum: float = Field(default=0.0, ge=0.0, lt=1.0)

@@ -122,15 +122,26 @@ def reproduce(name: str, *, out: str | Path, scale: str = "smoke", data_dir: str
     Returns:
         Path of ``report.html``.
     """
-    from datarecon.experiments.reproduce.pieces import MANIFEST, REPORT, TIMINGS, Context, check_manifest, entries, execute
-    from datarecon.report.html import write_report
+    from datarecon.experiments.reproduce.pieces import claim_reproduction
 
     entry = REPRODUCTIONS.get(name)
     cfg = load_config(name, scale=scale, overrides=overrides)
     chash = config_hash(cfg.model_dump(mode="json"))
     out = Path(out)
     pieces = entry.plan(cfg)
-    check_manifest(out, name=name, config_hash_=chash, overwrite=overwrite)
+    with claim_reproduction(out, name=name, config_hash_=chash, overwrite=overwrite, resume=resume) as claim:
+        claim.prepare()
+        return _reproduce(entry, cfg, pieces, name=name, out=out, scale=scale, chash=chash, data_dir=data_dir,
+                          device=device, resume=resume, log=log, progress=progress)
+
+
+def _reproduce(entry: Reproduction, cfg: BaseModel, pieces: list, *, name: str, out: Path, scale: str, chash: str,
+               data_dir: str | Path | None, device: str, resume: bool, log: Callable[[str], None],
+               progress: bool) -> Path:
+    """The body of :func:`reproduce` once ``out`` is claimed and prepared."""
+    from datarecon.experiments.reproduce.pieces import MANIFEST, REPORT, TIMINGS, Context, entries, execute
+    from datarecon.report.html import write_report
+
     atomic_write_json(out / MANIFEST, {"name": name, "scale": scale, "config_hash": chash,
                                        "config": cfg.model_dump(mode="json"), "versions": versions(),
                                        "entries": entries(pieces)})

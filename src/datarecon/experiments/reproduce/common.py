@@ -23,6 +23,7 @@ from datarecon.errors import DataReconError
 from datarecon.experiments.reproduce.pieces import Context, Piece
 from datarecon.training.target import ArchConfig, MarginAscentConfig, StopConfig, TrainConfig
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
+from datarecon.config import MAX_SEED, MAX_STEPS
 
 RUN_SUBDIR = "run"
 
@@ -47,13 +48,13 @@ class TargetTraining(BaseModel):
     optimizer: str = "gd"
     lr: float = Field(default=0.01, gt=0)
     momentum: float = Field(default=0.0, ge=0, lt=1)
-    epochs: int = Field(default=1000, ge=1)
+    epochs: int = Field(default=1000, ge=1, le=MAX_STEPS)
     schedule: str = "constant"
     max_lr_factor: float | None = Field(default=1e6, ge=1)
     margin_ascent: MarginAscentConfig = MarginAscentConfig()
     stop: StopConfig = StopConfig()
     dtype: Literal["float32", "float64"] = "float64"
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     kkt_score: bool = False
 
     def train_config(self, data: Mapping[str, Any], *, device: str) -> TrainConfig:

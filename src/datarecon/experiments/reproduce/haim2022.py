@@ -49,6 +49,7 @@ from datarecon.experiments.reproduce import cost
 from datarecon.experiments.reproduce.pieces import Context, Piece
 from datarecon.training.target import ArchConfig, StopConfig
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors
+from datarecon.config import MAX_SEED
 
 
 class KKTRunSpec(BaseModel):
@@ -60,7 +61,7 @@ class KKTRunSpec(BaseModel):
     lr_x: float = Field(gt=0)
     lambda_min: float = Field(ge=0)
     alpha: float = Field(gt=0)
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
 
 
 class HaimDataset(BaseModel):
@@ -220,6 +221,31 @@ def _membership_piece(name: str, model_key: str, *, known_init: bool) -> Piece:
 
     return Piece(key=f"membership/{name}", run=run, spec={"known_init": known_init}, deps=(model_key,),
                  kind="evaluate")
+
+
+def _strongest_table(path: Path) -> Any:
+    """The report's compact view of ``strongest.csv`` (AUC and its CI in one cell; the CSV keeps every column)."""
+    import csv
+
+    from datarecon.report.html import Table
+
+    with open(path, encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    fprs = [k for k in (rows[0] if rows else {}) if k.startswith("tpr_at_fpr_")]
+
+    def num(v: str | None) -> str:
+        try:
+            return f"{float(v):.3f}"
+        except (TypeError, ValueError):
+            return v or "–"
+
+    body = [[r["dataset"], r["attacker"], r["members"], r["non_members"],
+             f"{num(r['auc'])} [{num(r['auc_ci_low'])}, {num(r['auc_ci_high'])}]",
+             *[num(r[k]) for k in fprs], r["subspace_k"]] for r in rows]
+    return Table(caption="Subspace membership, training vs held-out images: ROC AUC [95% CI] and TPR at low FPR "
+                         "('not estimable' below 100 / 1000 held-out images)",
+                 header=["dataset", "attacker", "members", "held-out", "AUC [95% CI]",
+                         *[f"TPR @ {k.removeprefix('tpr_at_fpr_')} FPR" for k in fprs], "k"], rows=body)
 
 
 def strongest_rows(ctx: Context, cfg: HaimConfig) -> list[dict[str, Any]]:
@@ -430,8 +456,7 @@ def report_sections(ctx: Context, cfg: HaimConfig, *, scale: str, timings: Mappi
             "Beside the paper's method: is an image a training image? Scored by its distance to the training "
             "subspace of the first layer (W from the weights alone, W − θ_init with the initialisation known), the "
             "training images against the held-out images."],
-            tables=[table(strongest, "Subspace membership: ROC AUC with 95% CI and TPR at low FPR ('not estimable' "
-                                     "below 100 / 1000 held-out images)")]))
+            tables=[_strongest_table(strongest)]))
     for ds in cfg.datasets:
         d = ctx.dir(f"figures/{_name(ds)}")
         secs.append(Section(title=f"{_name(ds)} ({ds.task})", figures=[

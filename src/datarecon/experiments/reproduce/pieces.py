@@ -12,15 +12,16 @@ the pieces it reads from, so changing one setting reruns exactly the pieces down
 
 from __future__ import annotations
 
-import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from datarecon.errors import DataReconError
 from datarecon.utils.io import atomic_write_json, config_hash, read_json
+from datarecon.utils.outdir import OutDir, claim_out_dir, remove_written
 
 MARKER = "DONE.json"
 MANIFEST = "reproduction.json"
@@ -146,7 +147,7 @@ def execute(pieces: Sequence[Piece], ctx: Context, *, log: Callable[[str], None]
             records.append(PieceRecord(p.key, "skipped", 0.0, h))
             continue
         if d.exists() and not ctx.resume:
-            shutil.rmtree(d)
+            remove_written(d)  # a killed piece's partial result; anything else in it is refused, not deleted
         elif (d / MARKER).exists():  # stale marker (other hash): never trust it
             (d / MARKER).unlink()
         d.mkdir(parents=True, exist_ok=True)
@@ -250,30 +251,39 @@ def entries(pieces: Sequence[Piece]) -> list[str]:
 
 
 def check_manifest(out: Path, *, name: str, config_hash_: str, overwrite: bool) -> None:
-    """Refuse to mix two configurations in one output folder.
+    """:func:`claim_reproduction` and prepare ``out`` at once (for callers that hold no lock for long)."""
+    with claim_reproduction(out, name=name, config_hash_=config_hash_, overwrite=overwrite) as claim:
+        claim.prepare()
+
+
+@contextmanager
+def claim_reproduction(out: Path, *, name: str, config_hash_: str, overwrite: bool,
+                       resume: bool = False) -> Iterator[OutDir]:
+    """Lock and check a reproduction's (or audit's) output folder; refuse to mix two configurations.
 
     ``OUT/reproduction.json`` names the reproduction, its config hash and the top-level entries it
     writes (:func:`entries`). A folder written by another reproduction or config is refused unless
-    ``overwrite``; then only those entries are deleted, and a folder holding anything else
-    (``notes.txt``) is refused and left as it is. A manifest of an older version, without entries,
-    lets ``overwrite`` empty the folder. A folder without a manifest (not a reproduction) is never
-    emptied (:mod:`datarecon.utils.outdir`).
+    ``overwrite``; then only what datarecon wrote there is deleted (the folder's manifest,
+    :mod:`datarecon.utils.manifest`; for folders of earlier versions the entries of
+    ``reproduction.json``), and a folder holding anything else (``notes.txt``, at any depth) is
+    refused and left as it is. A folder without a manifest (not a reproduction) is never emptied
+    (:mod:`datarecon.utils.outdir`). The yielded claim's ``prepare()`` clears and starts the folder.
 
     Raises:
-        DataReconError: ``out`` holds another reproduction/config, or unrelated files.
+        DataReconError: ``resume`` with ``overwrite``; ``out`` holds another reproduction/config,
+            unrelated files, or is in use by another process.
     """
-    from datarecon.utils.outdir import check_out_dir, clear_out_dir
-
+    if resume and overwrite:
+        raise DataReconError("pass either --resume (continue the reproduction in --out) or --overwrite (start "
+                             "afresh), not both")
     manifest = out / MANIFEST
     same, names = False, None
     if manifest.is_file():
         m = read_json(manifest)
         same = m.get("name") == name and m.get("config_hash") == config_hash_
         names = tuple(m["entries"]) if isinstance(m.get("entries"), list) else None
-    if out.is_dir() and any(out.iterdir()) and not same and not overwrite and manifest.is_file():
-        m = read_json(manifest)
-        raise DataReconError(f"{out} holds another configuration ({m.get('name')}, hash {m.get('config_hash')}); "
-                             "pass --overwrite to replace it or choose another --out")
-    if check_out_dir(out, kind="reproduction", overwrite=overwrite, resume=same, names=names):
-        clear_out_dir(out, kind="reproduction", names=names)
-    out.mkdir(parents=True, exist_ok=True)
+        if out.is_dir() and not same and not overwrite:
+            raise DataReconError(f"{out} holds another configuration ({m.get('name')}, hash "
+                                 f"{m.get('config_hash')}); pass --overwrite to replace it or choose another --out")
+    with claim_out_dir(out, kind="reproduction", overwrite=overwrite, resume=same, names=names) as claim:
+        yield claim

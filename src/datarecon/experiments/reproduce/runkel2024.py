@@ -47,6 +47,7 @@ from datarecon.experiments.reproduce import cost
 from datarecon.experiments.reproduce.pieces import Context, Piece
 from datarecon.training.target import ArchConfig
 from datarecon.utils.io import load_tensors, read_json
+from datarecon.config import MAX_SEED, MAX_STEPS
 
 #: Runkel et al. 2024, Table 1: ‖θ* − θ‖² after the bilevel solve, θ⁰ random (METHODS §5).
 PAPER_TABLE1: dict[str, dict[str, float]] = {
@@ -103,8 +104,8 @@ class LandscapeSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     grid: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
-    bilevel_steps: int | None = Field(default=None, ge=0)
-    decoreco_steps: int | None = Field(default=None, ge=0)
+    bilevel_steps: int | None = Field(default=None, ge=0, le=MAX_STEPS)
+    decoreco_steps: int | None = Field(default=None, ge=0, le=MAX_STEPS)
     # the DecoReco landscape runs share one target: one piece steps them together (each run keeps its
     # own state, stop and run directory; attacks/batched.py). benchmarks/bench_batched_runs.py, PERFORMANCE §8.
     decoreco_grouping: RunGrouping = "auto"
@@ -131,7 +132,7 @@ class RunkelConfig(BaseModel):
     decoreco: DecoRecoSettings = DecoRecoSettings()
     landscape: LandscapeSettings = LandscapeSettings()
     evaluation: EvalSettings = EvalSettings()
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry, registered
+from datarecon.config import MAX_SEED, MAX_STEPS, Seed
 
 # ---------------------------------------------------------------------------
 # distributions
@@ -154,7 +155,7 @@ class SearchSpace(BaseModel):
     grid: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
     random: dict[str, Dist] = Field(default_factory=dict)
     samples: int | None = Field(default=None, ge=1)
-    seeds: tuple[int, ...] | int | None = None
+    seeds: tuple[Seed, ...] | int | None = None
 
     @field_validator("grid")
     @classmethod
@@ -243,12 +244,12 @@ class SweepConfig(BaseModel):
     attack: dict[str, Any] = Field(default_factory=dict)
     init: dict[str, Any] = Field(default_factory=lambda: {"name": "gaussian", "scale": 1e-3})
     candidates: int | None = Field(default=None, ge=1)
-    steps: int = Field(default=1000, ge=1)
+    steps: int = Field(default=1000, ge=1, le=MAX_STEPS)
     dtype: Literal["float32", "float64"] | None = None
     device: str = "cpu"
     search: SearchSpace = Field(default_factory=SearchSpace)
     budget: int | None = Field(default=None, ge=1)
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     selection: Selection = Field(default_factory=Selection)
     max_retries: int = Field(default=2, ge=0)
     resources: Resources = Field(default_factory=Resources)

@@ -148,11 +148,11 @@ def check_store_dir(out: Path) -> None:
     Raises:
         DataReconError: one line naming the problem.
     """
-    from datarecon.utils.outdir import ARTEFACTS, check_out_dir
+    from datarecon.utils.outdir import ARTEFACTS, check_out_dir, is_empty
 
     check_out_dir(out, kind="store", resume=True)
     kind = ARTEFACTS.get("store")
-    if out.is_dir() and any(out.iterdir()) and not kind.recognises(out):
+    if out.is_dir() and not is_empty(out) and not kind.recognises(out):
         foreign = kind.foreign(out)
         held = f" (it holds {foreign[0]!r})" if foreign else ""
         raise DataReconError(f"--out {out} is not a results store{held}; choose a new or empty folder for the sweep")
@@ -196,12 +196,13 @@ def is_finished(run_dir: Path) -> bool:
 
 def run_sweep(config: SweepConfig, out: str | Path, *, backend: str = "local", workers: int | None = None,
               ray_address: str | None = None, progress: bool = True, checkpoint_every: int = 100,
-              backend_options: dict[str, Any] | None = None) -> SweepResult:
+              backend_options: dict[str, Any] | None = None, threads: int | None = None) -> SweepResult:
     """Run (or resume) a sweep into the store ``out``.
 
     Args:
         config: the sweep.
-        out: store directory (created); several sweeps may share one store, even concurrently.
+        out: store directory (created); several sweeps may share one store, one at a time: a sweep
+            holds the store's lock (:mod:`datarecon.utils.lock`), and a second one is refused naming it.
         backend: a ``BACKENDS`` name (``local``, ``ray``).
         workers: tasks in flight (local: processes, default 1 = in the driver process; ray: default
             the cluster's CPU count).
@@ -209,15 +210,29 @@ def run_sweep(config: SweepConfig, out: str | Path, *, backend: str = "local", w
         progress: show a bar over runs with the best-so-far selection score.
         checkpoint_every: steps between run checkpoints (bounds the work lost by a crash).
         backend_options: extra options of the backend (e.g. ``{"num_cpus": 2}`` for embedded Ray).
+        threads: torch threads per run in worker processes (default: ``resources.num_cpus``).
 
     Returns:
         A :class:`SweepResult`; failed runs are counted there and recorded in the store, not raised.
     """
-    t0 = time.perf_counter()
+    from datarecon.utils.outdir import claim_out_dir
+
     out = Path(out)
     check_store_dir(out)
+    with claim_out_dir(out, kind="store", resume=True) as claim:
+        sweep_id, runs = plan(config, out)  # a bad sweep file or model: nothing written
+        claim.prepare()
+        return _run_sweep(config, out, sweep_id=sweep_id, runs=runs, backend=backend, workers=workers,
+                          ray_address=ray_address, progress=progress, checkpoint_every=checkpoint_every,
+                          backend_options=backend_options, threads=threads)
+
+
+def _run_sweep(config: SweepConfig, out: Path, *, sweep_id: str, runs: list[PlannedRun], backend: str,
+               workers: int | None, ray_address: str | None, progress: bool, checkpoint_every: int,
+               backend_options: dict[str, Any] | None, threads: int | None) -> SweepResult:
+    """The body of :func:`run_sweep` once the store is claimed (locked) and prepared."""
+    t0 = time.perf_counter()
     store = Store(out)
-    sweep_id, runs = plan(config, out)
     criterion = config.selection.criterion
     mode = criterion_mode(criterion, config.selection.mode)
     store.add_sweep(sweep_id, name=config.name, config=config.model_dump(mode="json"), keys=[r.key for r in runs])
@@ -281,7 +296,8 @@ def run_sweep(config: SweepConfig, out: str | Path, *, backend: str = "local", w
         def submit(r: PlannedRun, attempt: int) -> None:
             payload = {"key": r.key, "spec": r.spec.model_dump(mode="json"), "run_dir": str(r.run_dir),
                        "attempt": attempt, "claim_file": str(r.run_dir / CLAIM_FILE),
-                       "num_threads": None if getattr(be, "in_process", False) else max(1, int(config.resources.num_cpus)),
+                       "num_threads": None if getattr(be, "in_process", False) else (
+                           threads or max(1, int(config.resources.num_cpus))),
                        "checkpoint_every": checkpoint_every}
             if r.spec.index in faults:
                 payload["fault"] = faults[r.spec.index]
