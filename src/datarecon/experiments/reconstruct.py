@@ -341,6 +341,12 @@ def prepare_attack(model_dir: str | Path | Target, *, init: str = "gaussian", in
                                                                          data_init=data_init)
         if data_init and sources is None:
             sources = init_sources(model_dir, data_dir=data_dir)
+    from datarecon.utils.memory import refuse_if_too_large
+
+    # the candidates, their gradient and two optimiser moments, before anything is allocated
+    refuse_if_too_large(4.0 * float(m) * float(torch.Size(target.input_shape).numel()) * dtype.itemsize,
+                        what=f"--candidates {m} of {tuple(target.input_shape)} inputs",
+                        fix="reduce --candidates (its default is 2n)")
     generator = torch.Generator().manual_seed(int(seed))
     labels = init_labels(init, m=m, sources=sources, **params)
     if labels is None:
