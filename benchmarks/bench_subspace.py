@@ -28,12 +28,17 @@ def layer(n: int, *, h: int, d: int, std: float, seed: int = 0) -> torch.Tensor:
     return a @ x + std * torch.randn(h, d, generator=g)
 
 
-def timed(fn, repeats: int) -> tuple[float, object]:
-    times, out = [], None
+def timed(fn, repeats: int, cpu: list[float] | None = None) -> tuple[float, object]:
+    """Median wall seconds of ``repeats`` calls (and, appended to ``cpu``, the median CPU seconds of
+    this process: on one thread the time on an idle core, whatever else the machine runs)."""
+    times, cpus, out = [], [], None
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = fn()
         times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    if cpu is not None:
+        cpu.append(statistics.median(cpus))
     return statistics.median(times), out
 
 
@@ -54,12 +59,16 @@ def main() -> None:
     for n in ns:
         w = layer(n, h=h, d=d, std=1e-3)
         params = {"1.weight": w, "3.weight": torch.ones(1, h)}
-        known, an = timed(lambda: analyse(model, params, n=n, generator=torch.Generator().manual_seed(0)), repeats)
-        unknown, an2 = timed(lambda: analyse(model, params, generator=torch.Generator().manual_seed(0)), repeats)
-        rows.append({"n": n, "n_known_s": known, "n_unknown_s": unknown, "n_hat_known": an.rank.n_hat,
+        cpu: list[float] = []
+        known, an = timed(lambda: analyse(model, params, n=n, generator=torch.Generator().manual_seed(0)), repeats,
+                          cpu)
+        unknown, an2 = timed(lambda: analyse(model, params, generator=torch.Generator().manual_seed(0)), repeats, cpu)
+        rows.append({"n": n, "n_known_s": known, "n_unknown_s": unknown, "n_known_cpu_s": cpu[0],
+                     "n_unknown_cpu_s": cpu[1], "n_hat_known": an.rank.n_hat,
                      "n_hat_unknown": an2.rank.n_hat, "searched_unknown": an2.rank.searched})
-        print(f"n = {n}: n known {known:.2f} s (n_hat {an.rank.n_hat}), n unknown {unknown:.2f} s "
-              f"(n_hat {an2.rank.n_hat}, {an2.rank.searched} values)", flush=True)
+        print(f"n = {n}: n known {known:.2f} s wall, {cpu[0]:.2f} s CPU (n_hat {an.rank.n_hat}), n unknown "
+              f"{unknown:.2f} s wall, {cpu[1]:.2f} s CPU (n_hat {an2.rank.n_hat}, {an2.rank.searched} values)",
+              flush=True)
     w = layer(ns[0], h=h, d=d, std=1e-3)
     full, _ = timed(lambda: torch.linalg.svd(w, full_matrices=False), 1)
     print(f"full SVD with vectors: {full:.2f} s")

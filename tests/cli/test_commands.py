@@ -101,7 +101,7 @@ def experiment(tmp_path_factory) -> tuple[Path, Path, str]:
 def test_run_prints_its_result(experiment) -> None:
     _, out, stdout = experiment
     assert "attack: kkt complete after 20 steps, relative residual" in stdout
-    assert "training images reconstructed:" in stdout and "held-out" in stdout  # the count beside its null
+    assert "training images reconstructed" in stdout and "held-out" in stdout  # the count beside its null
     assert f"report: {out / 'report.html'}" in stdout
 
 

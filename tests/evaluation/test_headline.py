@@ -113,3 +113,28 @@ def test_ground_truth_starts_report_retention_instead_of_a_count():
 
 def test_init_margin_is_the_issue_s_0_1():
     assert INIT_MARGIN == 0.1 and PAPER_THRESHOLD == 0.4
+
+
+def test_the_held_out_null_attacks_with_as_many_candidates_as_the_run():
+    """With more held-out images than candidates, the null is a seeded draw of m of them (the rule's
+    "same m"): its threshold is the one computed from exactly those m images, and it is reproducible."""
+    from datarecon.evaluation.baselines import haim_ssim_against
+    from datarecon.evaluation.reports import EvaluationConfig
+
+    cfg = EvaluationConfig(n_floor_noise=50)
+    train, part, held = _digits()  # 20 training, 40 held-out images
+    cands = 0.7 * part[:10] + 0.3 * train[:10]  # m = 10 < K = 40
+    ev = evaluate(cands, train=train, heldout=held, config={"n_floor_noise": 50})
+    head = ev.summary["headline"]
+    assert head["n_heldout_candidates"] == 10 == head["n_candidates"] and head["n_heldout_available"] == 40
+    assert any("uses 10 of the 40 held-out images" in n for n in head["notes"])
+    pick = torch.randperm(40, generator=torch.Generator().manual_seed(cfg.baseline_seed + 2))[:10].sort().values
+    stat = haim_ssim_against(train, assignment=cfg.assignment, window=cfg.window)
+    ref = null_calibrated(stat(cands), stat(held[pick]), floor=PAPER_THRESHOLD)
+    assert head["calibrated"]["null_threshold"] == pytest.approx(ref.null_threshold)
+    assert head["heldout"] == ref.null
+    again = evaluate(cands, train=train, heldout=held, config={"n_floor_noise": 50}).summary["headline"]
+    assert again["calibrated"]["null_threshold"] == head["calibrated"]["null_threshold"]
+    # all of them would give a stricter null (a higher threshold) than the rule asks for
+    full = null_calibrated(stat(cands), stat(held), floor=PAPER_THRESHOLD)
+    assert full.null_threshold >= ref.null_threshold

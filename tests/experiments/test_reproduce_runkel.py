@@ -292,3 +292,26 @@ def test_overwrite_deletes_only_what_the_reproduction_wrote(runkel):
     (nested / "mine.txt").unlink()
     check_manifest(out, name="runkel2024", config_hash_="another", overwrite=True)
     assert entries() == []
+
+
+def test_real_vs_fake_labels_by_start_and_by_nearest_image(runkel):
+    """Runkel's question in real_vs_fake.csv: per model, ground-truth starts (real) against partition
+    starts (fake) and the same candidates under the nearest-image rule; each AUC equals a direct
+    Mann-Whitney count on the candidates' own scores."""
+    out, _, _ = runkel
+    rows = _csv(out / "tables" / "real_vs_fake.csv")
+    for model in ("affine", "one-hidden"):
+        gt = _csv(out / "eval" / "bilevel" / model / "ground-truth" / "candidates.csv")
+        part = _csv(out / "eval" / "bilevel" / model / "partition" / "candidates.csv")
+        mine = {(r["labels"], r["score"]): r for r in rows if r["model"] == model}
+        assert {"start", "nearest image"} == {lab for lab, _ in mine}
+        scores = sorted(k[6:] for k in gt[0] if k.startswith("score_"))
+        assert "subspace" in scores and all(("start", s) in mine for s in scores)
+        for s in scores:
+            r = mine[("start", s)]
+            assert (int(r["n_real"]), int(r["n_fake"])) == (len(gt), len(part))
+            real = [float(c[f"score_{s}"]) for c in gt]
+            fake = [float(c[f"score_{s}"]) for c in part]
+            wins = sum((a > b) + 0.5 * (a == b) for a in real for b in fake) / (len(real) * len(fake))
+            assert float(r["auc"]) == pytest.approx(wins, abs=1e-9)
+            assert float(r["auc_ci_low"]) <= float(r["auc"]) <= float(r["auc_ci_high"])

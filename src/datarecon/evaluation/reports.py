@@ -241,7 +241,8 @@ def baseline_report(raw: Tensor, cands: Tensor, train: Tensor, heldout: Tensor |
         raw: ``(M, C, H, W)`` display-space candidates (for the Haim-SSIM statistic).
         cands: the same clamped to ``[0, 1]`` (for the nearest-similarity statistic).
         train: ``(N, C, H, W)`` training images.
-        heldout: ``(K, C, H, W)`` held-out images, or None.
+        heldout: ``(K, C, H, W)`` held-out images, or None; with K > M a seeded draw of M of them
+            (``baseline_seed`` + 2) is the null, so that it attacks with as many candidates as the run.
         config: search settings, thresholds and ``baseline_seed``.
         haim: the protocol result of the candidates (its matches feed the init rule), or None.
         rule: the headline rule (:func:`~datarecon.evaluation.baselines.headline_rule`).
@@ -253,6 +254,10 @@ def baseline_report(raw: Tensor, cands: Tensor, train: Tensor, heldout: Tensor |
     """
     primary = METRICS.get(config.metric)
     m = raw.shape[0]
+    n_available = 0 if heldout is None else int(heldout.shape[0])
+    if heldout is not None and n_available > m:  # the null attacks with as many candidates as the attack
+        pick = torch.randperm(n_available, generator=torch.Generator().manual_seed(config.baseline_seed + 2))[:m]
+        heldout = heldout[pick.sort().values]
     b1 = null_baselines(haim_ssim_against(train, assignment=config.assignment, window=config.window),
                         raw, heldout=heldout, generator=torch.Generator().manual_seed(config.baseline_seed),
                         name="haim_ssim")
@@ -274,6 +279,10 @@ def baseline_report(raw: Tensor, cands: Tensor, train: Tensor, heldout: Tensor |
     }
     head = headline(b1, n_candidates=m, n_heldout=n_held, paper_threshold=PAPER_THRESHOLD, rule=rule,
                     init_ssim=init_ssim, candidate_index=None if haim is None else haim.candidate_index)
+    head["n_heldout_available"] = n_available
+    if n_available > m:
+        head.setdefault("notes", []).append(f"the held-out null uses {m} of the {n_available} held-out images "
+                                            "(a seeded draw), as many as the attack's candidates")
     return summary, head, approximate
 
 
