@@ -128,3 +128,14 @@ def test_bad_ranks_and_models_are_one_line_errors():
     conv_only = nn.Sequential(nn.Conv2d(1, 2, 3, bias=False)).double()
     with pytest.raises(DataReconError, match="no nn.Linear"):
         first_dense_layer(conv_only, {k: v for k, v in conv_only.named_parameters()})
+
+
+def test_rank_search_does_not_stop_inside_a_well_conditioned_span():
+    """A span whose singular values lie within a factor of 2 of each other (random images mixed by
+    random coefficients) is flat over the first 64 values without being the floor: the search
+    doubles until the floor is reached and finds n (it stopped at 64 with n_hat 33 for n = 100)."""
+    x, w, _ = _planted(n=100, d=400, h=500, noise=1e-4)
+    model = _mlp(400, 500)
+    an = analyse(model, {"1.weight": w, "3.weight": torch.ones(1, 500, dtype=torch.float64)})
+    assert an.rank.n_hat == 100 and an.rank.searched >= 128
+    assert float(relative_distance(x, an.basis[:, :100]).max()) < 1e-2

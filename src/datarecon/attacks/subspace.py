@@ -64,8 +64,12 @@ INITIAL_SEARCH = 64
 WEIGHTS_ONLY_FACTOR = 2
 
 #: The search stops once the last computed singular value is at least this fraction of the one
-#: halfway: the spectrum has reached its flat floor (noise, or what training left outside the span).
+#: halfway: the spectrum has reached its flat floor (noise, or what training left outside the span)...
 FLAT_TAIL = 0.6
+
+#: ... and that floor lies at most this fraction below the largest value: a well-conditioned
+#: training span (singular values within a factor of 2 of each other) is flat too, but not a floor.
+FLOOR_DROP = 0.1
 
 
 class _Stop(Exception):
@@ -378,13 +382,14 @@ def analyse(model: nn.Module, params: Mapping[str, torch.Tensor], *,
     want = k if k is not None else (None if n is None else factor * n)
     # n known: the dimension + a margin (the randomized SVD's cost grows with the values computed,
     # benchmarks/bench_subspace.py); else start with 64 and double until the computed spectrum ends in
-    # its flat floor (σ_q ≥ FLAT_TAIL·σ_{q/2})
+    # its flat floor (σ_q ≥ FLAT_TAIL·σ_{q/2} and σ_q ≤ FLOOR_DROP·σ_1)
     q: int | None = min(full_rank, want + max(16, want // 4) if want is not None else INITIAL_SEARCH)
     while True:
         spec = layer_spectrum(matrix, q=q, generator=generator)
         rank = estimate_rank(spec, noise_std=None if exact else init_std)
         vals = spec.values
-        flat = vals.numel() < 2 or float(vals[-1]) >= FLAT_TAIL * float(vals[(vals.numel() - 1) // 2])
+        flat = vals.numel() < 2 or (float(vals[-1]) >= FLAT_TAIL * float(vals[(vals.numel() - 1) // 2])
+                                    and float(vals[-1]) <= FLOOR_DROP * float(vals[0]))
         if want is not None or q is None or q >= full_rank or flat:
             break
         q = min(full_rank, 2 * q)
