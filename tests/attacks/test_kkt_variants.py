@@ -166,3 +166,33 @@ def test_new_attacks_resume_bit_identically(kill_after, digits_model, tmp_path, 
                                                                                    "candidates.safetensors")
     assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a) and "score_subspace" in a
     assert (tmp_path / "full" / "subspace.safetensors").is_file()
+
+
+@pytest.mark.parametrize("knowledge, subspace, expected", [
+    ({"known_init": "seed:0"}, None, True),     # the default with θ_init known: subspace candidates
+    ({}, None, False),                          # weights only: the papers' attack
+    ({"known_init": "seed:0"}, False, False),   # asked off
+    ({}, True, True),                           # asked on
+])
+def test_subspace_default_follows_the_attackers_knowledge(digits_model, tmp_path, knowledge, subspace, expected):
+    """subspace: null resolves to on exactly when θ_init is known (the best measured combination); the
+    resolved value is recorded in run.json and the candidates lie in the recorded basis when on."""
+    import json
+
+    from datarecon.attacks.subspace import load_analysis
+    from datarecon.experiments.reconstruct import build_run, execute
+
+    attack = {"method": "kkt", "steps": 6, "lr_x": 0.05, "lambda_min": 0.2, "dtype": "float64"}
+    if subspace is not None:
+        attack["subspace"] = subspace
+    fields = {"model": str(digits_model), "attack": attack, "init": {"name": "gaussian", "scale": 0.05}}
+    if knowledge:
+        fields["knowledge"] = knowledge
+    out = tmp_path / "run"
+    rec = execute(build_run(fields), out, progress=False)
+    record = json.loads((out / "run.json").read_text())
+    assert record["knowledge"]["subspace_candidates"] is expected
+    basis = load_analysis(out / "subspace.safetensors")["basis"].to(torch.float64)
+    flat = rec.x.reshape(rec.x.shape[0], -1).to(torch.float64)
+    off_span = float((flat - (flat @ basis) @ basis.T).norm() / flat.norm())
+    assert (off_span < 1e-10) is expected

@@ -144,3 +144,28 @@ def test_knowledge_settings_validate_their_form():
             KnowledgeSettings(known_init=bad)
     with pytest.raises(ValueError):
         KnowledgeSettings(n=0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_seed_rebuilds_the_initialisation_in_the_dtype_training_used(tmp_path, dtype):
+    """``--known-init seed`` on a model trained in float32 (the default): a float32 draw of the
+    initialisation is not a rounded float64 draw, so it is rebuilt in the training dtype (it was
+    refused as "not the initialisation this model was trained from")."""
+    from datarecon.attacks.knowledge import resolve_known_init
+    from datarecon.data import DataSpec
+    from datarecon.models.checkpoint import read_model_meta
+    from datarecon.models.spec import ArchSpec, build_model
+    from datarecon.training.target import ArchConfig, TrainConfig, train_target
+    from datarecon.utils.io import load_tensors
+
+    out = tmp_path / "model"
+    cfg = TrainConfig(data=DataSpec(dataset="digits", task="odd-even", n_per_class=4), arch=ArchConfig(name="mlp",
+                      hidden=(8,)), loss="logistic", lr=0.1, epochs=2, dtype=dtype, seed=3)
+    train_target(cfg, out=out, progress=False)
+    meta = read_model_meta(out)
+    params = load_tensors(out / "weights.safetensors")
+    known = resolve_known_init("seed", params, model_meta=meta)
+    net = build_model(ArchSpec.model_validate(meta["arch"]), generator=torch.Generator().manual_seed(3),
+                      dtype=getattr(torch, dtype))
+    assert known.sha256 == meta["init_sha256"]
+    assert all(torch.equal(known.params[k], v.detach()) for k, v in net.named_parameters())

@@ -96,8 +96,10 @@ class KKTConfig(_AttackConfigBase):
     init_coefficient: Literal["auto", "fit"] | float = Field(
         default="auto", description="a in θ* − a·θ_init with a known initialisation: auto (1 without weight "
         "decay, fitted with it), fit, or a number")
-    subspace: bool = Field(default=False, description="keep the candidates in the first dense layer's training "
-                           "subspace: x = V z with V from W1 (or W1 − a·W1_init), k from attacks.subspace.analyse")
+    subspace: bool | None = Field(
+        default=None, description="keep the candidates in the first dense layer's training subspace: x = V z with "
+        "V from W1 (or W1 − a·W1_init), k from attacks.subspace.analyse; null (default): on when the attacker "
+        "knows θ_init and the first dense layer reads the input (the best measured combination), else off")
     tv_weight: float = Field(default=0.0, ge=0, description="weight of a total-variation prior on the candidates")
     split_every: int = Field(default=0, ge=0, description="sample splitting (Shen et al. 2026) every N steps; 0: off")
     split_fraction: float = Field(default=0.1, gt=0, le=0.5, description="fraction of candidates split each time")
@@ -125,7 +127,7 @@ class KKTConfig(_AttackConfigBase):
     @property
     def extended(self) -> bool:
         """True when the objective goes beyond Haim's (subspace, TV prior, splitting)."""
-        return self.subspace or self.tv_weight > 0 or self.split_every > 0
+        return bool(self.subspace) or self.tv_weight > 0 or self.split_every > 0
 
 
 #: KKTConfig fields dropped from dumps at their default (hash compatibility, see ``_drop_defaults``)
@@ -375,7 +377,7 @@ class KKTAttack(_XAttack):
         if (c.reference == "theta-init" or "known_init" in self.requires) and known is None:
             raise DataReconError(f"{self.name} with gradients at θ_init needs the initialisation: pass --known-init "
                                  "seed:N (model directories) or --known-init FILE.safetensors")
-        if c.subspace:
+        if c.subspace:  # asked for explicitly (auto turns on only where it applies)
             sub = getattr(prior, "subspace", None)
             if sub is None:
                 raise DataReconError("subspace candidates need the subspace analysis of the first dense layer; "
@@ -405,12 +407,21 @@ class KKTAttack(_XAttack):
         else:
             lam = torch.ones(m, dtype=torch.float64)
         x = x0.detach().to(device=device, dtype=self.dtype).clone()
-        if self.config.subspace:
+        if self.uses_subspace(prior):
             x = self.project(prior, x)
         lam = lam.to(device=device, dtype=self.dtype)
         state = {"x": x, "lambda": lam}
         state.update({k: v.to(device) for k, v in init_optimizer_state(self.config.optimizer, state).items()})
         return state
+
+    def uses_subspace(self, prior: AttackerPrior) -> bool:
+        """Whether the candidates are kept in the training subspace: ``subspace`` when set; by default
+        (None) when the prior holds θ_init and a subspace analysis of a first dense layer that reads the
+        input (with θ_init known this raised the count on the medium targets: docs/RESULTS.md)."""
+        if self.config.subspace is not None:
+            return bool(self.config.subspace)
+        sub = getattr(prior, "subspace", None)
+        return getattr(prior, "known_init", None) is not None and sub is not None and bool(sub.layer.on_input)
 
     def basis(self, prior: AttackerPrior, x: torch.Tensor) -> torch.Tensor:
         """(d, k) subspace basis in x's dtype and device."""
@@ -464,11 +475,12 @@ class KKTAttack(_XAttack):
             terms, gx, gl = self._compiled_terms(target, prior, state["x"].detach(), state["lambda"].detach())
         else:
             terms, gx, gl = self.objective_and_grads(target, prior, state["x"], state["lambda"])
-        if c.subspace:
+        subspace = self.uses_subspace(prior)
+        if subspace:
             gx = self.project(prior, gx)
         metrics = {k: float(v.detach()) for k, v in terms.items()}
         metrics = self.apply_gradients(target, state, metrics, gx, gl, prior=prior)
-        if c.subspace and "x" in state:  # non-linear optimisers (adam) leave the span: map back
+        if subspace and "x" in state:  # non-linear optimisers (adam) leave the span: map back
             state["x"] = self.project(prior, state["x"])
         return metrics
 
@@ -539,7 +551,8 @@ class KKTAttack(_XAttack):
 
         gen = torch.Generator().manual_seed(seed)
         start = unit(torch.randn(x.shape, generator=gen, dtype=torch.float64).to(device=x.device, dtype=x.dtype))
-        if self.config.subspace:
+        subspace = self.uses_subspace(prior)
+        if subspace:
             start = unit(self.project(prior, start))
 
         def power(shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -547,7 +560,7 @@ class KKTAttack(_XAttack):
             mu = torch.zeros(m, dtype=x.dtype, device=x.device)
             for _ in range(self.config.split_iters):
                 hv = hvp(v)
-                if self.config.subspace:
+                if subspace:
                     hv = self.project(prior, hv)
                 mu = (hv * v).reshape(m, -1).sum(1)
                 v = unit(hv - shift.reshape(eps.shape) * v)

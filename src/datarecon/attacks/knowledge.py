@@ -160,8 +160,12 @@ def resolve_known_init(spec: str, params: Mapping[str, torch.Tensor], *, model_m
                                  "for your own model pass a safetensors file of θ_init (--known-init FILE)")
         from datarecon.models.spec import ArchSpec, build_model
 
+        from datarecon.utils.dtypes import torch_dtype
+
         arch = ArchSpec.model_validate(model_meta["arch"])
-        net = build_model(arch, generator=torch.Generator().manual_seed(int(match.group(1))), dtype=torch.float64)
+        # in the dtype training built it in: a float32 draw is not a rounded float64 draw
+        built = torch_dtype((model_meta.get("training") or {}).get("dtype") or "float64")
+        net = build_model(arch, generator=torch.Generator().manual_seed(int(match.group(1))), dtype=built)
         init = {k: v.detach() for k, v in net.named_parameters()}
         where, source = f"known_init {spec}", spec
     else:

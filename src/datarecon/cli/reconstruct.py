@@ -94,7 +94,9 @@ def reconstruct(
                              "(evaluate OUT)"),
     batch_mode: str = typer.Option("batched", "--batch-mode", help="with --runs: batched | looped"),
     known_init: str | None = typer.Option(None, "--known-init", help="the attacker knows θ_init: seed (the model's "
-                                          "recorded seed), seed:N or a safetensors file (knowledge.known_init)"),
+                                          "recorded seed), seed:N or a safetensors file (knowledge.known_init); the KKT "
+                                          "family then matches θ* − a·θ_init with candidates kept in the "
+                                          "training subspace (--set subspace=false: not)"),
     known_n: int | None = typer.Option(None, "--known-n", help="the attacker knows the training-set size n "
                                        "(knowledge.n)"),
     threads: int = typer.Option(0, "--threads", min=0, help="CPU threads for PyTorch (0: its default, all cores)"),

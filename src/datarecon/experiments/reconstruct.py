@@ -509,6 +509,9 @@ def _execute(run: ReconstructionRun, out: str | Path, *, setup: AttackSetup, att
     early = ResidualPlateau(key="rel_residual", patience=stop.patience, rel_tol=stop.rel_tol) if stop.patience else None
     rec_meta = {**setup.record, "early_stop": {"patience": stop.patience, "rel_tol": stop.rel_tol},
                 "run": run.model_dump(mode="json")}
+    if hasattr(attack, "uses_subspace") and isinstance(rec_meta.get("knowledge"), dict):
+        # what the default (subspace: null) resolved to for this attacker
+        rec_meta["knowledge"] = {**rec_meta["knowledge"], "subspace_candidates": attack.uses_subspace(setup.prior)}
     if target is not None:  # a user's own model: what evaluation needs to map its inputs to images
         from datarecon.training.losses import loss_name
 

@@ -68,7 +68,7 @@ DEVICES.register("cpu", Device(
            "(benchmarks/bench_bilevel_cost.py, docs/PERFORMANCE.md §8)"))
 DEVICES.register("cuda", Device(
     flops={"float64": 1.84e13, "float32": 2.43e13}, bandwidth=1.5e12, pass_overhead_s=1.36e-4, measured=True,
-    source="CALIBRATED on the H100 measurements of issue 12 (2026-11-23, torch 2.11, D-1000-1000-1): "
+    source="CALIBRATED on H100 measurements (2026-11-23, torch 2.11, D-1000-1000-1): "
            "full-batch training n = 500 float64 1.68 ms/epoch, KKT step m = 1000 3.2 ms float32 / 4.1 ms "
            "float64 (solved for FLOP/s and per-pass overhead with TRAIN_PASSES_PER_EPOCH and KKT_PASSES_PER_STEP); the 1.5 TB/s of vector updates is ASSUMED "
            "(bilevel pieces), no bilevel step was measured on a GPU"))
