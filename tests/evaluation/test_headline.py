@@ -56,7 +56,8 @@ def test_init_rule_mask_compares_each_match_with_its_own_start():
 
 @pytest.mark.parametrize("name, rule", [("gaussian", "standard"), ("uniform", "standard"), (None, "standard"),
                                         ("partition", "init-shift"), ("mix", "init-shift"),
-                                        ("ground-truth", "retention"), ("no-such-init", "standard")])
+                                        ("ground-truth", "retention"), ("no-such-init", "standard"),
+                                        ("unmix", "standard")])
 def test_headline_rule_by_initialisation(name, rule):
     assert headline_rule(name) == rule
 

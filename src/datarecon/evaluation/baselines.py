@@ -167,7 +167,8 @@ def headline_rule(init_name: str | None) -> str:
 
     ``retention`` for an initialisation that starts at the training images only
     (``ground-truth``), ``init-shift`` for any other that uses data (``partition``, ``mix``: the
-    registry's ``needs``), ``standard`` otherwise (random starts, unknown or missing names).
+    registry's ``needs``), ``standard`` otherwise (random starts, starts computed from the weights
+    such as ``unmix``, unknown or missing names).
     """
     if not init_name:
         return "standard"
@@ -179,7 +180,10 @@ def headline_rule(init_name: str | None) -> str:
         return "standard"
     if needs == ("ground_truth",):
         return "retention"
-    return "init-shift" if needs else "standard"
+    from datarecon.attacks.init import DATA_NEEDS
+
+    # starts built from the attacker's own view (the weights: ``unmix``) are attacks, not data
+    return "init-shift" if any(n in DATA_NEEDS for n in needs) else "standard"
 
 
 def init_rule_mask(train_ssim: Tensor, init_ssim: Tensor, candidate_index: Tensor, *,
