@@ -36,23 +36,25 @@ REFERENCE = {
 #: variant → (attack overrides, knowledge, candidates factor, runs)
 VARIANTS: dict[str, dict[str, Any]] = {
     "plain": {},
-    "known-init": {"knowledge": True},
+    # θ_init known without subspace candidates (subspace: false; the default with θ_init is on)
+    "known-init": {"attack": {"subspace": False}, "knowledge": True},
     "loo": {"method": "loo", "knowledge": True},
     "subspace": {"attack": {"subspace": True}},
     "subspace-known-init": {"attack": {"subspace": True}, "knowledge": True},
     "tv": {"attack": {"tv_weight": 1e-4}},
     "split": {"attack": {"split_every": 500, "split_fraction": 0.1}},
-    "split-known-init": {"attack": {"split_every": 500, "split_fraction": 0.1}, "knowledge": True},
-    "known-init-m1n": {"factor": 1, "knowledge": True},
+    "split-known-init": {"attack": {"split_every": 500, "split_fraction": 0.1, "subspace": False}, "knowledge": True},
+    "known-init-m1n": {"attack": {"subspace": False}, "factor": 1, "knowledge": True},
     "subspace-known-init-m1n": {"attack": {"subspace": True}, "factor": 1, "knowledge": True},
     "m4n": {"factor": 4},
-    "m4n-known-init": {"factor": 4, "knowledge": True},
+    "m4n-known-init": {"attack": {"subspace": False}, "factor": 4, "knowledge": True},
     "unmix-init": {"init": {"name": "unmix"}},
-    "unmix-init-known-init": {"init": {"name": "unmix"}, "knowledge": True},
+    "unmix-init-known-init": {"attack": {"subspace": False}, "init": {"name": "unmix"}, "knowledge": True},
     # attacker-side search: K runs with hyper-parameters drawn around the reference's best shipped
     # runs, the best half by relative residual pooled, near-duplicates (cosine > 0.95) merged
     "search": {"search": {"runs": 8, "top": 4, "merge": 0.95}},
-    "search-known-init": {"search": {"runs": 8, "top": 4, "merge": 0.95}, "knowledge": True},
+    "search-known-init": {"attack": {"subspace": False}, "search": {"runs": 8, "top": 4, "merge": 0.95},
+                          "knowledge": True},
 }
 
 #: The ranges of the search variants (narrowed from the reference sweep, examples/sweep-haim-reference.yaml,

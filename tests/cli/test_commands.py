@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -160,8 +161,9 @@ def test_runs_are_pooled_into_one_result(model: Path, tmp_path: Path, capsys) ->
 
 def _killed(args: list[str], at: str) -> subprocess.CompletedProcess:
     env = {**__import__("os").environ, "DATARECON_FAULT_AFTER_CHECKPOINT": at, "OMP_NUM_THREADS": "1"}
+    # SIGINT back to its default: a shell without job control starts background jobs with it ignored
     return subprocess.run([sys.executable, "-m", "datarecon.cli.main", *args], capture_output=True, text=True,
-                          env=env, timeout=600)
+                          env=env, timeout=600, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_an_unfinished_runs_folder_says_exactly_how_to_continue(model: Path, tmp_path: Path, capsys,

@@ -13,6 +13,7 @@ deterministically: by rebuilding the checkpoints a kill leaves, and with the tes
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -51,8 +52,10 @@ def test_resume_from_checkpoints_at_different_steps_is_bit_identical(reference) 
 
 
 def _faulted(args: list[str], at: str) -> subprocess.CompletedProcess:
+    # SIGINT back to its default: a shell without job control starts background jobs with it ignored
     return subprocess.run(command(*args), capture_output=True, text=True, timeout=600,
-                          env={**env(), "DATARECON_FAULT_AFTER_CHECKPOINT": at})
+                          env={**env(), "DATARECON_FAULT_AFTER_CHECKPOINT": at},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 @pytest.mark.parametrize("at, code, word", [("run0:40:INT", 130, "interrupted"), ("run1:70:INT", 130, "interrupted"),
