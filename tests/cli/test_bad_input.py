@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from own_nets import NETS
+
 from datarecon.cli.main import main
 from datarecon.utils.io import load_tensors, save_tensors, sha256_file
 
@@ -270,29 +272,12 @@ CASES: dict[str, Case] = {
 
 # -- issue 25: inputs that ended in "internal error", were wrongly accepted, or would overwrite ------
 
-#: a user's own model package, named so that no other test's package of the same name is reused
-_NETS = """import sys
-from torch import nn
-
-
-def make():
-    return nn.Sequential(nn.Flatten(), nn.Linear(64, 8, bias=False), nn.ReLU(), nn.Linear(8, 1, bias=False))
-
-
-def boom():
-    raise ValueError("bad width")
-
-
-def bye():
-    sys.exit(3)
-"""
-
 
 def _own(ws: Workspace, factory: str, *args: str, weights: str = "ok") -> list[str]:
     """``reconstruct --model dr_issue25_nets:<factory> --weights ...`` (a package in the workspace)."""
     pkg = ws.root / "dr_issue25_nets"
     pkg.mkdir(exist_ok=True)
-    (pkg / "__init__.py").write_text(_NETS)
+    (pkg / "__init__.py").write_text(NETS)  # a package name no other test reuses
     from safetensors.torch import save_file
 
     torch.manual_seed(0)

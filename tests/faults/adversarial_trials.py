@@ -40,28 +40,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from faultlib import assert_same_tree  # noqa: E402
+from own_nets import NETS  # noqa: E402
 
 ENV: dict[str, str] = {}
 #: a bad input is refused in seconds; one still running after this long was accepted
 INPUT_TIMEOUT_S = 120.0
 DIGITS = ["--dataset", "digits", "--task", "odd-even", "--n-per-class", "5"]
-NETS = """import sys
-from torch import nn
-
-
-def make():
-    return nn.Sequential(nn.Flatten(), nn.Linear(64, 8, bias=False), nn.ReLU(), nn.Linear(8, 1, bias=False))
-
-
-def boom():
-    raise ValueError("bad width")
-
-
-def bye():
-    sys.exit(3)
-"""
 
 
 def cli(*args: str, cwd: Path | None = None, extra_env: dict[str, str] | None = None,
