@@ -165,13 +165,12 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
     Raises:
         DataReconError: bad shapes / labels, or a checkpoint from a different config or method.
     """
-    if out is None:
-        return _run_attack(attack, target, prior, x0=x0, generator=generator, steps=steps, out=None,
-                           checkpoint_every=checkpoint_every, resume=resume, progress=progress, log_every=log_every,
-                           seed=seed, early_stop=early_stop, hooks=hooks, record=record)
+    from contextlib import nullcontext
+
     from datarecon.utils.lock import hold
 
-    with hold(out):  # one process per run directory (re-entrant: execute() holds it already)
+    # one process per run directory (re-entrant: execute() holds it already)
+    with hold(out) if out is not None else nullcontext():
         return _run_attack(attack, target, prior, x0=x0, generator=generator, steps=steps, out=out,
                            checkpoint_every=checkpoint_every, resume=resume, progress=progress, log_every=log_every,
                            seed=seed, early_stop=early_stop, hooks=hooks, record=record)

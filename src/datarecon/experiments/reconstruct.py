@@ -341,12 +341,7 @@ def prepare_attack(model_dir: str | Path | Target, *, init: str = "gaussian", in
                                                                          data_init=data_init)
         if data_init and sources is None:
             sources = init_sources(model_dir, data_dir=data_dir)
-    from datarecon.utils.memory import refuse_if_too_large
-
-    # the candidates, their gradient and two optimiser moments, before anything is allocated
-    refuse_if_too_large(4.0 * float(m) * float(torch.Size(target.input_shape).numel()) * dtype.itemsize,
-                        what=f"--candidates {m} of {tuple(target.input_shape)} inputs",
-                        fix="reduce --candidates (its default is 2n)")
+    _refuse_candidates_beyond_memory(m, target.input_shape, dtype)
     generator = torch.Generator().manual_seed(int(seed))
     labels = init_labels(init, m=m, sources=sources, **params)
     if labels is None:
@@ -375,6 +370,18 @@ def prepare_attack(model_dir: str | Path | Target, *, init: str = "gaussian", in
 
 #: Seed of the randomized SVD of the subspace analysis (fixed: the analysis is part of the attacker's set-up).
 SUBSPACE_SEED = 0
+
+
+#: copies of the candidates an attack holds at once: x, its gradient and two optimiser moments (Adam)
+CANDIDATE_COPIES = 4
+
+
+def _refuse_candidates_beyond_memory(m: int, input_shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """One line, before anything is allocated, when m candidates cannot fit in this machine's memory."""
+    from datarecon.utils.memory import refuse_if_too_large
+
+    refuse_if_too_large(CANDIDATE_COPIES * float(m) * float(torch.Size(input_shape).numel()) * dtype.itemsize,
+                        what=f"--candidates {m} of {tuple(input_shape)} inputs", fix="reduce --candidates (its default is 2n)")
 
 
 def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: KnowledgeSettings, *,
