@@ -11,7 +11,8 @@ Run (one variant at a time; results are appended to --results):
     python benchmarks/bench_unmixing.py --model runs/haim-medium-cifar --dataset cifar10 \\
         --variant plain --out runs/unmix --results benchmarks/results/unmixing_medium_cifar.json
 
-``--list`` prints the variants. Each run's wall time is recorded (attack only, not evaluation).
+``--list`` prints the variants; ``--evaluate-only --results FILE --out DIR`` evaluates the rows' finished
+runs again (the rows measured before the held-out null used the attack's m were updated so). Each run's wall time is recorded (attack only, not evaluation).
 """
 
 from __future__ import annotations
@@ -144,6 +145,26 @@ def run_search(args: argparse.Namespace, spec: dict[str, Any], fields: dict[str,
             "sweep": config.model_dump(mode="json"), "machine": machine(), "date": time.strftime("%Y-%m-%d")}
 
 
+def reevaluate(results: Path, out: Path) -> int:
+    """Evaluate again the run directory of every row of ``results`` found under ``out`` (a search
+    variant: its pool) and replace the row's headline fields; rows without a run directory stay."""
+    from datarecon.evaluation import evaluate_run
+
+    rows = json.loads(results.read_text())
+    for row in rows:
+        run = out / f"{row['variant']}-seed{row['seed']}"
+        run = run / "pool" if row["variant"].startswith("search") else run
+        if not (run / "run.json").is_file():
+            print(f"{run}: no run directory, row kept", file=sys.stderr)
+            continue
+        metrics = evaluate_run(run, progress=False)
+        row.update(headline_row(metrics), n_heldout_available=metrics["headline"].get("n_heldout_available"),
+                   reevaluated=time.strftime("%Y-%m-%d"))
+        print(row["variant"], row["seed"], row["count"], row["heldout_null"], flush=True)
+    results.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path)
@@ -155,7 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--list", action="store_true")
+    p.add_argument("--evaluate-only", action="store_true",
+                   help="re-evaluate the finished runs of --results (after a change to the evaluation) and update "
+                        "their rows in place; attacks are not rerun")
     args = p.parse_args(argv)
+    if args.evaluate_only:
+        if args.results is None or not args.results.is_file():
+            p.error("--evaluate-only needs --results FILE of earlier rows")
+        return reevaluate(args.results, args.out)
     if args.list:
         for name, spec in VARIANTS.items():
             print(f"{name:24s} {json.dumps(spec)}")
