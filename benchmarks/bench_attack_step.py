@@ -42,7 +42,7 @@ def bench_case(case: dict, *, dtype: torch.dtype, device: torch.device, repeats:
     from datarecon.attacks.init import make_init
     from datarecon.attacks.kkt import KKTAttack, KKTConfig
     from datarecon.models.spec import ArchSpec, build_model, is_homogeneous
-    from datarecon.training.losses import energy
+    from datarecon.kernel.losses import energy
 
     arch = ArchSpec(name=case["arch"], input_shape=case["input_shape"], hidden=case["hidden"], bias=case["bias"])
     gen = torch.Generator().manual_seed(0)

@@ -66,7 +66,7 @@ def train_epoch_ratios(width: int, n: int, *, repeats: int, dtype: torch.dtype, 
     """Epoch time of full-batch training (``datarecon.training.fit``) ÷ one plain forward+backward, per
     optimiser, interleaved (pass, epochs, pass, epochs, ...): the cost model's passes per epoch."""
     from datarecon.training.fit import fit
-    from datarecon.training.losses import LOSSES
+    from datarecon.kernel.losses import LOSSES
 
     g = torch.Generator().manual_seed(1)
     x = torch.rand(n, *SHAPE, generator=g, dtype=dtype) - 0.5

@@ -11,7 +11,7 @@ States (random tensors of the real shapes; a checkpoint's cost does not depend o
 
 Three writers, timed *interleaved* (the order rotates each repeat, so load hits all alike):
 
-* ``format2``: :func:`datarecon.checkpoint.save` (one file; the SHA-256 of the tensors in its header);
+* ``format2``: :func:`datarecon.kernel.checkpoint.save` (one file; the SHA-256 of the tensors in its header);
 * ``legacy-attack``: one safetensors file with the metadata as header text (attacks before format 2);
 * ``legacy-train``: a tensor file, its SHA-256, then ``state.json`` naming it (training before format 2).
 
@@ -63,13 +63,13 @@ def train_state(scale: float) -> tuple[dict[str, torch.Tensor], dict]:
 
 
 def save_format2(folder: Path, tensors, meta) -> None:
-    from datarecon import checkpoint
+    from datarecon.kernel import checkpoint
 
     checkpoint.save(folder, tensors, meta, kind=checkpoint.Kind.ATTACK)
 
 
 def load_format2(folder: Path) -> None:
-    from datarecon import checkpoint
+    from datarecon.kernel import checkpoint
 
     checkpoint.load(folder, kind=checkpoint.Kind.ATTACK)
 

@@ -72,7 +72,7 @@ class _Recorder:
             normalised_margin,
             params_norm,
         )
-        from datarecon.training.losses import LOSSES, margins
+        from datarecon.kernel.losses import LOSSES, margins
 
         t0 = time.perf_counter()
         with torch.no_grad():

@@ -1,4 +1,4 @@
-"""A tiny training problem and attack for tests/test_checkpoint.py."""
+"""A tiny training problem and attack for tests/kernel/test_checkpoint.py."""
 
 from __future__ import annotations
 

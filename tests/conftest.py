@@ -40,7 +40,7 @@ def haim_smoke(tmp_path_factory, data_dir):
 def kill_after():
     """A loop hook factory: ``kill_after(at)`` raises KeyboardInterrupt once ``at`` steps (epochs)
     are done, as a killed process stops; whatever the loop had checkpointed stays."""
-    from datarecon.training.engine import BaseHook
+    from datarecon.kernel.engine import BaseHook
 
     class KillAfter(BaseHook):
         def __init__(self, at: int) -> None:
@@ -61,7 +61,7 @@ def hard_kill():
     import sys
 
     import datarecon.training.fit  # noqa: F401  (the module; the package re-exports fit, the function)
-    from datarecon.training.engine import BaseHook
+    from datarecon.kernel.engine import BaseHook
 
     fit_module = sys.modules["datarecon.training.fit"]
 

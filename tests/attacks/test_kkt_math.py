@@ -106,7 +106,7 @@ def test_gradcheck_residual_wrt_x_and_lambda(margin, k, kkt_gradcheck):
 
 
 def test_gradnorm_matches_explicit_gradient():
-    from datarecon.training.losses import energy
+    from datarecon.kernel.losses import energy
 
     model = _mlp(4, 3, 1, bias=True)
     params = _params(model)

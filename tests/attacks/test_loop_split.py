@@ -14,7 +14,7 @@ from datarecon.attacks.run_directory import HISTORY, RUN_JSON, RunDirectory, rea
 from datarecon.attacks.runner import run_attack
 from datarecon.attacks.selection import ResidualPlateau
 from datarecon.errors import DataReconError
-from datarecon.status import Status
+from datarecon.kernel.status import Status
 
 SHAPE = (1, 4, 4)
 

@@ -222,11 +222,11 @@ def test_evaluate_tensors_equals_the_mapping_form_and_names_its_seeds(smooth):
 
 @pytest.mark.parametrize("k", [1, 3], ids=["binary", "multiclass"])
 def test_recorded_margins_are_the_training_margins_in_float64(k: int) -> None:
-    """The per-image margins evaluation records are :func:`datarecon.training.losses.margins` of the model."""
+    """The per-image margins evaluation records are :func:`datarecon.kernel.losses.margins` of the model."""
     from types import SimpleNamespace
 
     from datarecon.evaluation.run_eval import _margins
-    from datarecon.training.losses import margins
+    from datarecon.kernel.losses import margins
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, k))

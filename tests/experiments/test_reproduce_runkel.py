@@ -15,7 +15,7 @@ import pytest
 
 from datarecon.errors import DataReconError
 from datarecon.experiments.reproduce import available_scales, load_config, reproduce
-from datarecon.experiments.reproduce.pieces import MARKER
+from datarecon.kernel.files import DONE_MARKER as MARKER
 from datarecon.utils.io import read_json
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from datarecon import checkpoint
+from datarecon.kernel import checkpoint
 from datarecon.utils.io import strip_timing
 
 SESSION_SEED = int(os.environ.get("DATARECON_FAULT_SEED") or secrets.randbelow(2**31))

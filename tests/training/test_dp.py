@@ -14,7 +14,7 @@ pytest.importorskip("opacus", reason="the dp extra (pip install 'datarecon[dp]')
 from datarecon.errors import DataReconError  # noqa: E402
 from datarecon.training import dp as dpm  # noqa: E402
 from datarecon.training.dp import DPConfig, fit_dp  # noqa: E402
-from datarecon.training.losses import LOSSES  # noqa: E402
+from datarecon.kernel.losses import LOSSES  # noqa: E402
 
 
 def _problem(n: int = 12, d: int = 6, hidden: int = 5, seed: int = 0):

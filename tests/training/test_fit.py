@@ -187,7 +187,7 @@ def test_tampered_training_checkpoint_is_refused(tmp_path: Path) -> None:
 
 def test_a_checkpoint_with_the_old_status_words_still_resumes(tmp_path: Path) -> None:
     """Checkpoints written before the shared Status vocabulary said ``stopped`` (now ``stopped-early``)."""
-    from datarecon import checkpoint
+    from datarecon.kernel import checkpoint
 
     x, y = _toy()
     first = fit(_model(), x, y, loss="logistic", lr=0.5, epochs=500, stop=StopRule(zero_error=True),

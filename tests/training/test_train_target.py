@@ -13,7 +13,7 @@ from datarecon.config import load_config_file
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.models.checkpoint import load_model_dir
 from datarecon.training import TrainConfig, build_train_config, model_card, train_target
-from datarecon.training.losses import margins
+from datarecon.kernel.losses import margins
 
 BASE = {"data": {"dataset": "digits", "task": "odd-even", "n_per_class": 20, "n_heldout_per_class": 30},
         "arch": {"name": "mlp", "hidden": [16], "bias": False}, "lr": 0.5, "epochs": 120, "log_every": 10}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 import csv
 
 import pytest
@@ -108,7 +109,8 @@ def test_undefined_numbers_are_written_as_json_null(tmp_path):
 def test_atomic_writes_respect_the_umask(tmp_path, umask):
     import os
 
-    from datarecon.utils.io import atomic_write_text, current_umask
+    from datarecon.utils.atomic import current_umask
+    from datarecon.utils.io import atomic_write_text
 
     old = os.umask(umask)
     try:
@@ -127,3 +129,41 @@ def test_as_float_reads_numbers_and_gives_nan_for_the_rest() -> None:
 
     assert as_float(3) == 3.0 and as_float("2.5") == 2.5 and as_float(float("inf")) == float("inf")
     assert all(math.isnan(as_float(v)) for v in (None, "n/a", [1], {}))
+
+
+def test_history_lines_append_whole_and_a_torn_tail_is_dropped(tmp_path: Path) -> None:
+    from datarecon.utils.io import append_json_line, read_json_lines
+
+    path = tmp_path / "history.jsonl"
+    for step in (1, 2, 3):
+        append_json_line(path, {"step": step, "loss": 1.0 / step})
+    assert [r["step"] for r in read_json_lines(path)] == [1, 2, 3]
+    assert [r["step"] for r in read_json_lines(path, upto=2)] == [1, 2]
+    with open(path, "a", encoding="utf-8") as fh:  # a writer killed inside its line
+        fh.write('{"step": 4, "lo')
+    assert [r["step"] for r in read_json_lines(path)] == [1, 2, 3]
+    assert read_json_lines(tmp_path / "missing.jsonl") == []
+
+
+def _append_many(path: str, tag: int) -> None:
+    from datarecon.utils.io import append_json_line
+
+    for i in range(300):
+        append_json_line(path, {"step": i, "tag": tag, "pad": "x" * 2000})
+
+
+def test_concurrent_appends_never_interleave_inside_a_line(tmp_path: Path) -> None:
+    import multiprocessing as mp
+
+    from datarecon.utils.io import read_json_lines
+
+    path = tmp_path / "history.jsonl"
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_append_many, args=(str(path), t)) for t in (0, 1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    rows = read_json_lines(path)
+    assert len(path.read_text().splitlines()) == len(rows) == 600
+    assert sorted((r["tag"], r["step"]) for r in rows) == [(t, i) for t in (0, 1) for i in range(300)]

@@ -32,7 +32,7 @@ class Target:
         model: the architecture (any ``nn.Module``); its own parameters are not used by attacks,
             which call it functionally with ``params``.
         params: θ*, name -> tensor (detached).
-        loss: the training loss: a name (``datarecon.training.losses.LOSSES``) or, for a user's own
+        loss: the training loss: a name (``datarecon.kernel.losses.LOSSES``) or, for a user's own
             model (:meth:`from_module`), a callable ``loss(outputs (m, k), labels (m,)) -> scalar``.
         weight_decay: the training weight decay (0 if none).
         input_shape: (C, H, W) of one input.
@@ -265,7 +265,7 @@ class Reconstruction:
         history: list of per-logged-step metric dicts.
         scores: per-candidate attacker-side scores, name -> (m,) (higher = more trusted).
         summary: final loss terms and selection criteria (scalars).
-        status: a :class:`~datarecon.status.Status` value ("complete", "diverged", "stopped-early",
+        status: a :class:`~datarecon.kernel.status.Status` value ("complete", "diverged", "stopped-early",
             "running").
         steps_done: optimisation steps completed.
     """

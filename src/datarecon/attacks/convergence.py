@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from datarecon.status import EVALUABLE
+from datarecon.kernel.status import EVALUABLE
 from datarecon.utils.io import as_float
 
 __all__ = ["RESIDUAL_TOL", "PLATEAU_TOL", "PLATEAU_WINDOW", "REDUCTION_TOL", "MIN_ROWS", "Convergence",

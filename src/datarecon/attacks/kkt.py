@@ -40,7 +40,7 @@ from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, init_optimize
 from datarecon.attacks.selection import SelectionContext, select
 from datarecon.attacks.surrogate import SURROGATES, make_surrogate
 from datarecon.errors import DataReconError
-from datarecon.training.losses import LOSSES, loss_name
+from datarecon.kernel.losses import LOSSES, loss_name
 from datarecon.config import MAX_STEPS
 
 LAMBDA_INITS = ("uniform", "uniform-signed", "ones")

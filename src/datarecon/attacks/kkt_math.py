@@ -21,7 +21,7 @@ hinge(λ) = Σ relu(λ_min − λ)². The attack minimises
     L(x, λ) = R + w_box · box(x) + w_λ · hinge(λ)      (reference: w_box = 1, w_λ = 5)
 
 Gradient norm (Runkel et al. 2024, eq. 3): G(x) = ‖∇_θ E(x, y; θ*)‖², E the training energy
-(mean loss + (wd/2)‖θ‖²) from :func:`datarecon.training.losses.energy`.
+(mean loss + (wd/2)‖θ‖²) from :func:`datarecon.kernel.losses.energy`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from datarecon.registry import Registry
-from datarecon.training.losses import energy, margins
+from datarecon.kernel.losses import energy, margins
 
 ForwardFn = Callable[[torch.Tensor, Mapping[str, torch.Tensor]], torch.Tensor]
 """Φ(x; params): x (m, C, H, W), params name → tensor, returns (m, k)."""

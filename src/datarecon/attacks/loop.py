@@ -1,7 +1,7 @@
 """The optimisation loop of one attack run, without files.
 
 :class:`AttackLoop` drives an :class:`~datarecon.attacks.base.IterativeAttack`'s ``step`` through
-:class:`datarecon.training.engine.Engine` with the built-in hooks (progress bar, :class:`History`,
+:class:`datarecon.kernel.engine.Engine` with the built-in hooks (progress bar, :class:`History`,
 :class:`NaNStop`, an optional early-stopping criterion) and turns the final state into a
 :class:`~datarecon.attacks.base.Reconstruction` with the attack's ``finish``. It reads and writes
 nothing: history rows leave through an optional ``sink``, checkpoints through hooks the caller
@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from datarecon.attacks.base import AttackerPrior, Reconstruction, Target
-from datarecon.status import Status
-from datarecon.training.engine import BaseHook, EarlyStop, Engine, History, LoopState, NaNStop, ProgressBar
+from datarecon.kernel.status import Status
+from datarecon.kernel.engine import BaseHook, EarlyStop, Engine, History, LoopState, NaNStop, ProgressBar
 
 DEFAULT_DIVERGENCE_HINT = "lower the step sizes (lr_x, lr_lambda) or the surrogate sharpness alpha"
 EARLY_STOP_REASON = "stopped early: residual plateau"

@@ -9,7 +9,7 @@ Layout (docs/dev/CONTRACTS.md)::
                              wall_time_s, stop_reason, final, selection, extra, message
     history.jsonl            one JSON object per logged step
     checkpoint/                    the attack state + generator state and its metadata (steps_done,
-                                   config_hash, wall_time_s), in the format of :mod:`datarecon.checkpoint`
+                                   config_hash, wall_time_s), in the format of :mod:`datarecon.kernel.checkpoint`
 
 :class:`RunDirectory` owns these files; the optimisation itself
 (:class:`datarecon.attacks.loop.AttackLoop`) writes none of them.
@@ -27,22 +27,23 @@ from typing import Any
 
 import torch
 
-from datarecon import checkpoint
+from datarecon.kernel import checkpoint
 from datarecon.attacks.base import Reconstruction
-from datarecon.checkpoint import PROGRESS_FILE, STATE_FILE
+from datarecon.kernel.checkpoint import PROGRESS_FILE, STATE_FILE
 from datarecon.errors import DataReconError
-from datarecon.status import Status
+from datarecon.kernel.status import Status
 from datarecon.utils.io import (
+    append_json_line,
     atomic_write_json,
     atomic_write_text,
     load_tensors,
     read_json,
+    read_json_lines,
     save_tensors,
     to_jsonable,
 )
+from datarecon.kernel.files import CANDIDATES, HISTORY, INIT_FILE, RUN_JSON
 
-CANDIDATES, RUN_JSON, HISTORY = "candidates.safetensors", "run.json", "history.jsonl"
-INIT_FILE = "init.safetensors"
 CHECKPOINT_DIR = checkpoint.FOLDER
 GENERATOR_KEY = "__generator_state__"
 
@@ -74,7 +75,7 @@ def load_checkpoint(out: str | Path) -> tuple[dict[str, torch.Tensor], dict[str,
 
 def save_checkpoint(out: str | Path, state: dict[str, torch.Tensor], meta: dict[str, Any],
                     *, generator: torch.Generator | None = None) -> None:
-    """Write the state (+ generator state) and its metadata atomically (:func:`datarecon.checkpoint.save`)."""
+    """Write the state (+ generator state) and its metadata atomically (:func:`datarecon.kernel.checkpoint.save`)."""
     tensors = dict(state)
     if generator is not None:
         tensors[GENERATOR_KEY] = generator.get_state()
@@ -101,18 +102,6 @@ def restored_metrics(meta: dict[str, Any]) -> dict[str, float]:
     which ``float`` reads back); both come back as floats.
     """
     return {k: math.nan if v is None else float(v) for k, v in (meta.get("metrics") or {}).items()}
-
-
-def _read_history(path: Path, *, upto: int) -> list[dict[str, float]]:
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            if row.get("step", 0) <= upto:
-                rows.append(row)
-    return rows
 
 
 class RunDirectory:
@@ -174,7 +163,7 @@ class RunDirectory:
 
     def history(self, *, upto: int) -> list[dict[str, float]]:
         """The rows of ``history.jsonl`` up to step ``upto`` (none when the file is missing)."""
-        return _read_history(self.path / HISTORY, upto=upto)
+        return read_json_lines(self.path / HISTORY, upto=upto)
 
     def begin(self, history_rows: list[dict[str, float]], *, steps_done: int, wall_time_s: float) -> None:
         """Create the folder, rewrite ``history.jsonl`` to ``history_rows`` and mark ``run.json`` running."""
@@ -188,9 +177,8 @@ class RunDirectory:
         save_tensors(self.path / INIT_FILE, {"x0": x0.detach().cpu()})
 
     def append_history(self, row: dict[str, float]) -> None:
-        """Append one row to ``history.jsonl``."""
-        with open(self.path / HISTORY, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(to_jsonable(row)) + "\n")
+        """Append one row to ``history.jsonl`` (one atomic line: :func:`datarecon.utils.io.append_json_line`)."""
+        append_json_line(self.path / HISTORY, row)
 
     def save_checkpoint(self, state: dict[str, torch.Tensor], meta: dict[str, Any], *,
                         generator: torch.Generator | None = None) -> None:

@@ -2,7 +2,7 @@
 
 :func:`run_attack` is attack-agnostic (KKT, DecoReco, gradnorm and bilevel all use it). It wires
 two parts together: :class:`datarecon.attacks.loop.AttackLoop`, the optimisation without files
-(the attack's ``init_state`` / ``step`` / ``finish`` through :class:`datarecon.training.engine.Engine`
+(the attack's ``init_state`` / ``step`` / ``finish`` through :class:`datarecon.kernel.engine.Engine`
 with a progress bar, :class:`History`, :class:`NaNStop` and an optional early-stopping criterion),
 and :class:`datarecon.attacks.run_directory.RunDirectory`, which owns the files (checkpoints through
 a :class:`Checkpoint` hook, ``history.jsonl``, ``run.json``, candidates).
@@ -60,9 +60,9 @@ from datarecon.attacks.run_directory import (
     write_candidates,
 )
 from datarecon.errors import DataReconError
-from datarecon.status import Status
-from datarecon.training.engine import Checkpoint, LoopState
-from datarecon.training.losses import loss_name
+from datarecon.kernel.status import Status
+from datarecon.kernel.engine import Checkpoint, LoopState
+from datarecon.kernel.losses import loss_name
 from datarecon.utils.io import config_hash, to_jsonable, versions
 
 

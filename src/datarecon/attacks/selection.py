@@ -41,7 +41,7 @@ import torch
 
 from datarecon.attacks import kkt_math
 from datarecon.registry import Registry
-from datarecon.training.losses import margins as output_margins
+from datarecon.kernel.losses import margins as output_margins
 
 
 @dataclass(frozen=True)

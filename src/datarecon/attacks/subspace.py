@@ -44,6 +44,7 @@ from torch import nn
 from torch.func import functional_call
 
 from datarecon.errors import DataReconError
+from datarecon.kernel.files import SUBSPACE_FILE
 
 __all__ = ["DenseLayer", "RankEstimate", "Spectrum", "SubspaceAnalysis", "SUBSPACE_FILE", "analyse",
            "estimate_rank", "first_dense_layer", "init_coefficient", "layer_features", "layer_matrix",
@@ -51,7 +52,6 @@ __all__ = ["DenseLayer", "RankEstimate", "Spectrum", "SubspaceAnalysis", "SUBSPA
            "subspace_scores"]
 
 #: File of a run directory holding the analysis of its target (singular values and basis).
-SUBSPACE_FILE = "subspace.safetensors"
 
 #: Width of the likelihood interval of the rank estimate (log-likelihood units; 2 ≈ 95 %).
 LIKELIHOOD_INTERVAL = 2.0

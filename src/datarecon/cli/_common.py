@@ -10,6 +10,7 @@ import torch
 import typer
 
 from datarecon.errors import DataReconError
+from datarecon.utils.device import parse_device  # noqa: F401  (the commands import it from here)
 
 #: ``--threads`` of every command that computes (0: PyTorch's default, all cores)
 ThreadsOption = Annotated[int, typer.Option("--threads", min=0, help="CPU threads for PyTorch (0: its default, "
@@ -44,18 +45,6 @@ def set_threads(threads: int | None) -> None:
     if threads < 0:
         raise DataReconError(f"--threads must be >= 0 (0 = PyTorch's default), got {threads}")
     torch.set_num_threads(int(threads))
-
-
-def parse_device(name: str, *, require_available: bool = True) -> torch.device:
-    """``cpu``/``cuda``/``cuda:N`` → device; refuses cuda when none is available (unless
-    ``require_available`` is False: a dry run estimates for a device it does not use)."""
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise DataReconError(f"unknown device {name!r}; use cpu or cuda") from None
-    if require_available and dev.type == "cuda" and not torch.cuda.is_available():
-        raise DataReconError("--device cuda requested but no CUDA device is available; use --device cpu")
-    return dev
 
 
 def check_out_file(path: Path, *, overwrite: bool, ours: bool = False) -> None:

@@ -117,7 +117,7 @@ def environment_message(exc: BaseException, argv: list[str]) -> str | None:
     import errno
     import sqlite3
 
-    from datarecon.utils.io import DISK_FULL_ERRNOS, disk_full_message
+    from datarecon.utils.atomic import DISK_FULL_ERRNOS, disk_full_message
 
     if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and any(
             s in str(exc) for s in ("can't allocate memory", "out of memory", "not enough memory"))):
@@ -254,7 +254,7 @@ def _run(args: list[str], usage_error: type[Exception], no_args_is_help: type[Ex
         return _stopped(args)
     except DataReconError as exc:
         from datarecon.errors import DiskFullError
-        from datarecon.utils.io import disk_full_message
+        from datarecon.utils.atomic import disk_full_message
 
         text = disk_full_message(exc.path, hint=continue_hint(args)) if isinstance(exc, DiskFullError) else str(exc)
         typer.echo(f"error: {_one_line(text)}", err=True)

@@ -107,7 +107,7 @@ def reconstruct(
     set_threads(threads)
     from datarecon.config import read_config_mapping
     from datarecon.experiments.reconstruct import DATA_INITS_NOTE, OWN_MODEL, build_run, execute, method_config
-    from datarecon.utils.outdir import check_out_dir
+    from datarecon.kernel.outdir import check_out_dir
 
     fields = read_config_mapping(config_file) if config_file is not None else {}
     where = f"run file {config_file}" if config_file is not None else "run"
@@ -271,7 +271,7 @@ def _reconstruct_runs(model: Path, *, out: Path, runs: int, batch_mode: str, met
     """``--runs K``: K run directories OUT/run<j> pooled into OUT (experiments.reconstruct.reconstruct_runs);
     one line per run, then the one result: the pool."""
     from datarecon.experiments.reconstruct import DATA_INITS_NOTE, reconstruct_runs, run_name
-    from datarecon.status import EVALUABLE
+    from datarecon.kernel.status import EVALUABLE
 
     if init in DATA_INITS:
         typer.echo(DATA_INITS_NOTE.format(init=init), err=True)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from datarecon.cli._common import ThreadsOption
+from datarecon.kernel.files import METRICS_FILE, REPORT_HTML
 
 
 #: what every ``metrics.json`` of ``datarecon evaluate`` holds (a report needs them)
@@ -23,7 +24,7 @@ def check_evaluated(run: Path) -> None:
     from datarecon.errors import DataReconError
     from datarecon.utils.io import read_json
 
-    path = Path(run) / "metrics.json"
+    path = Path(run) / METRICS_FILE
     if not path.is_file():
         return  # render_report names the missing file
     metrics = read_json(path)
@@ -39,7 +40,7 @@ def register(app: typer.Typer) -> None:
     @app.command("report")
     def report_cmd(
         runs: Annotated[list[Path], typer.Argument(help="Evaluated run directories.")],
-        out: Annotated[Path, typer.Option(help="Output HTML file.")] = Path("report.html"),
+        out: Annotated[Path, typer.Option(help="Output HTML file.")] = Path(REPORT_HTML),
         title: Annotated[str, typer.Option(help="Report title.")] = "datarecon report",
         overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out file that "
                                                 "datarecon did not write.")] = False,

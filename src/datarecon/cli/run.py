@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from datarecon.kernel.files import METRICS_FILE, RUN_JSON
 
 
 def run(
@@ -40,13 +41,13 @@ def result_lines(out: Path, stages: dict[str, str]) -> list[str]:
     from datarecon.utils.io import read_json
 
     lines = []
-    run_json = out / RUN_SUBDIR / "run.json"
+    run_json = out / RUN_SUBDIR / RUN_JSON
     if run_json.is_file():
         run = read_json(run_json)
         rel = ((run.get("selection") or {}).get("relative_residual") or {}).get("value")
         shown = f", relative residual {rel:.4g}" if isinstance(rel, (int, float)) else ""
         lines.append(f"attack: {run.get('method')} {run.get('status')} after {run.get('steps_done')} steps{shown}")
-    metrics = out / RUN_SUBDIR / "metrics.json"
+    metrics = out / RUN_SUBDIR / METRICS_FILE
     if stages.get("evaluate") not in ("skipped", None) and metrics.is_file():
         lines.extend(headline_lines(read_json(metrics).get("headline") or {}))
     if (out / REPORT).is_file() and stages.get("report") != "skipped":

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from datarecon.data.datasets import DATASETS, MNIST_FILES, resolve_data_dir
 from datarecon.errors import DataMissingError, DataReconError
-from datarecon.utils.io import current_umask
+from datarecon.utils.atomic import current_umask
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ from datarecon.evaluation.privacy import (
     real_labels,
 )
 from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimResult, collapse, haim_protocol
-from datarecon.training.engine import track
+from datarecon.kernel.engine import track
 from datarecon.config import MAX_SEED
 
 #: duplicate policies of the Haim protocol that every evaluation reports

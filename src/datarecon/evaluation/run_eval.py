@@ -58,9 +58,10 @@ from datarecon.evaluation.reports import (
     real_floor,
 )
 from datarecon.evaluation.similarity import check_images, effective_window_size
-from datarecon.status import EVALUABLE as STATUS_EVALUABLE
-from datarecon.training.losses import margins
+from datarecon.kernel.status import EVALUABLE as STATUS_EVALUABLE
+from datarecon.kernel.losses import margins
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
+from datarecon.kernel.files import CANDIDATES, CANDIDATES_CSV, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RUN_JSON, TASK_FILE
 
 __all__ = [
     "Evaluation",
@@ -78,10 +79,7 @@ __all__ = [
 ]
 
 #: run statuses evaluated without ``allow_incomplete``: finished, by its step budget or its own early stop
-EVALUABLE = STATUS_EVALUABLE  # complete, stopped-early (datarecon.status)
-METRICS_FILE = "metrics.json"
-CANDIDATES_CSV = "candidates.csv"
-NEIGHBOURS_FILE = "neighbours.safetensors"
+EVALUABLE = STATUS_EVALUABLE  # complete, stopped-early (datarecon.kernel.status)
 #: candidates kept for the report's neighbour grids
 GRID_MAX = 64
 
@@ -375,7 +373,7 @@ def how_to_finish(run_dir: Path, meta: Mapping[str, Any]) -> str:
     command = meta.get("resume_command")
     if command:
         return f"finish it with `{command}`"
-    if (run_dir / "task.json").is_file():
+    if (run_dir / TASK_FILE).is_file():
         return "finish it by rerunning its sweep (`datarecon sweep` with the same --config and --out)"
     return "finish it (`datarecon reconstruct` with its original options and --resume)"
 
@@ -383,11 +381,11 @@ def how_to_finish(run_dir: Path, meta: Mapping[str, Any]) -> str:
 def _incomplete(run_dir: Path, missing: str) -> str:
     """Why ``run_dir`` cannot be evaluated yet (``missing`` is absent) and exactly how to continue."""
     batch = sorted((p for p in run_dir.glob("run[0-9]*") if p.is_dir()), key=lambda p: int(p.name[3:] or 0)) \
-        if missing == "run.json" else []
+        if missing == RUN_JSON else []
     metas = []
     for p in batch:
         try:
-            metas.append((p, read_json(p / "run.json")))
+            metas.append((p, read_json(p / RUN_JSON)))
         except DataReconError:
             metas.append((p, {}))
     if metas:
@@ -398,9 +396,9 @@ def _incomplete(run_dir: Path, missing: str) -> str:
                  else f"its {len(metas)} runs finished but were not pooled yet")
         return f"it holds the runs of `reconstruct --runs`, and {state}; continue with {how}"
     meta: dict[str, Any] = {}
-    if (run_dir / "run.json").is_file():
+    if (run_dir / RUN_JSON).is_file():
         try:
-            meta = read_json(run_dir / "run.json")
+            meta = read_json(run_dir / RUN_JSON)
         except DataReconError:
             meta = {}
     return f"{missing} is missing; {how_to_finish(run_dir, meta)}, or evaluate another run directory"
@@ -452,18 +450,18 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
         raise DataReconError(f"unknown reference set(s) {bad}; valid names: {', '.join(valid)}")
     if not run_dir.is_dir():
         raise CheckpointError(f"run directory {run_dir} not found; run an attack with `datarecon reconstruct`")
-    if (run_dir / "model.json").is_file() and not (run_dir / "run.json").is_file():
+    if (run_dir / MODEL_JSON).is_file() and not (run_dir / RUN_JSON).is_file():
         raise CheckpointError(f"{run_dir} is a model directory, not a run directory; attack it with `datarecon "
                               f"reconstruct --model {run_dir} --out RUN` and evaluate RUN")
-    for name in ("run.json", "candidates.safetensors"):
+    for name in (RUN_JSON, CANDIDATES):
         if not (run_dir / name).is_file():
             raise CheckpointError(f"{run_dir} is incomplete: {_incomplete(run_dir, name)}")
-    meta = read_json(run_dir / "run.json")
+    meta = read_json(run_dir / RUN_JSON)
     status = meta.get("status", "complete")
     if status not in EVALUABLE and not allow_incomplete:
         raise DataReconError(f"run {run_dir} has status {status!r}; {how_to_finish(run_dir, meta)}, or pass "
                              "--allow-incomplete (allow_incomplete=True in Python)")
-    tensors = load_tensors(run_dir / "candidates.safetensors")
+    tensors = load_tensors(run_dir / CANDIDATES)
     if "x" not in tensors:
         raise CheckpointError(f"{run_dir / 'candidates.safetensors'} has no 'x' tensor; re-create the run")
     x = tensors["x"].detach()

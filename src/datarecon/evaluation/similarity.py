@@ -215,7 +215,7 @@ def _ssim_index_pairs(a: Tensor, b: Tensor, ia: Tensor, ib: Tensor, *, window: s
     mu_b, e_b = _stats(b, filt)
     n = ia.shape[0]
     out = torch.empty(n, dtype=a.dtype, device=a.device)
-    from datarecon.training.engine import track
+    from datarecon.kernel.engine import track
 
     for s in track(range(0, n, max(1, chunk)), desc=desc, unit="chunk", mode=progress):
         ja = ia[s:s + chunk]

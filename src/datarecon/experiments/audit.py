@@ -42,6 +42,7 @@ from datarecon.training.dp import DPConfig
 from datarecon.training.target import ArchConfig
 from datarecon.utils.io import atomic_write_json, config_hash, read_json, versions
 from datarecon.config import MAX_STEPS, Seed
+from datarecon.kernel.files import AUDIT_JSON, METRICS_FILE
 
 NAME = "audit"
 #: scales with a preset file ``presets/audit-<scale>.yaml``
@@ -245,7 +246,7 @@ def row_for(ctx: Context, cfg: AuditConfig, s: Setting, seed: int) -> dict[str, 
 
     g = _group(s.name, seed)
     tm = ctx.summary(f"models/{g}").get("metrics", {})
-    m = read_json(ctx.dir(f"eval/{g}") / "metrics.json")
+    m = read_json(ctx.dir(f"eval/{g}") / METRICS_FILE)
     head = m.get("headline") or {}
     cal = head.get("calibrated") or {}
     n = head.get("n_train") or tm.get("n_train")
@@ -284,15 +285,15 @@ def row_for(ctx: Context, cfg: AuditConfig, s: Setting, seed: int) -> dict[str, 
 def _tables(ctx: Context, d: Path, cfg: AuditConfig) -> dict[str, Any]:
     rows = [row_for(ctx, cfg, s, seed) for s in settings(cfg) for seed in cfg.seeds]
     write_csv(d / "audit.csv", rows)
-    atomic_write_json(d / "audit.json", {"rows": rows})
-    return {"files": ["audit.csv", "audit.json"], "n_rows": len(rows)}
+    atomic_write_json(d / AUDIT_JSON, {"rows": rows})
+    return {"files": ["audit.csv", AUDIT_JSON], "n_rows": len(rows)}
 
 
 def _figures(ctx: Context, d: Path, cfg: AuditConfig) -> dict[str, Any]:
     from datarecon.report.defence import defence_figure
     from datarecon.report.figures import save_figure
 
-    rows = read_json(ctx.dir("tables") / "audit.json")["rows"]
+    rows = read_json(ctx.dir("tables") / AUDIT_JSON)["rows"]
     files = []
     for axis, label, log in (("dp", "ε (at δ, Opacus accountant)", True),
                              ("weight_decay", "weight decay", True), ("epochs", "training epochs", True)):
@@ -497,7 +498,7 @@ def report_sections(ctx: Context, cfg: AuditConfig, *, scale: str, wall_s: float
     """The audit's report sections: setup, the three defence figures, the table."""
     from datarecon.report.html import FigureItem, Section, Table
 
-    rows = read_json(ctx.dir("tables") / "audit.json")["rows"]
+    rows = read_json(ctx.dir("tables") / AUDIT_JSON)["rows"]
     signals = sorted({k for r in rows for k in r if k.startswith("auc_")} - {"auc_margin"})
     header = ["setting", "seed", "dp_epsilon", "weight_decay", "epochs", "heldout_accuracy", "threshold", "count",
               "count_heldout", "count_noise", "bound_count", "mean_best_ssim", "mean_best_ssim_heldout", "auc_margin",

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from datarecon.registry import registered
 from datarecon.training.optim import SCHEDULES
 from datarecon.config import MAX_SEED, MAX_STEPS
+from datarecon.kernel.files import NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG, REPORT_HTML
 
 
 class DemoConfig(BaseModel):
@@ -83,9 +84,9 @@ def run_demo(config: DemoConfig = DemoConfig(), *, out: str | Path, data_dir: st
     """Train, attack, evaluate and report (see module docstring).
 
     ``out`` must be empty or absent; with ``overwrite`` a demo folder is replaced (only what
-    datarecon wrote there: :func:`datarecon.utils.outdir.claim_out_dir`).
+    datarecon wrote there: :func:`datarecon.kernel.outdir.claim_out_dir`).
     """
-    from datarecon.utils.outdir import claim_out_dir
+    from datarecon.kernel.outdir import claim_out_dir
 
     with claim_out_dir(out, kind="demo", overwrite=overwrite) as claim:
         claim.prepare()
@@ -123,12 +124,12 @@ def _run_demo(config: DemoConfig, *, out: Path, data_dir: str | Path | None, pro
                       init="gaussian", init_params={"scale": config.init_scale}, seed=config.seed,
                       data_dir=data_dir, progress=progress, raise_on_divergence=True)
     summary = evaluate_run(out / "run", data_dir=data_dir, progress=progress)
-    nb = load_tensors(out / "run" / "neighbours.safetensors")
+    nb = load_tensors(out / "run" / NEIGHBOURS_FILE)
     fig = neighbour_grid(nb["candidates"], {"train": nb["train"]}, scores={"train": nb["train_score"].tolist()},
                          max_items=24, title="KKT reconstructions (left) beside their nearest training image")
-    picture = out / "reconstructions.png"
+    picture = out / RECONSTRUCTIONS_PNG
     save_figure(fig, picture)
-    report = render_report([out / "run"], out=out / "report.html", title="datarecon demo: KKT attack on digits")
+    report = render_report([out / "run"], out=out / REPORT_HTML, title="datarecon demo: KKT attack on digits")
     metrics: dict[str, Any] = getattr(trained, "metrics", {}) or {}
     return DemoResult(
         out=out, model_dir=out / "model", run_dir=out / "run", picture=Path(picture), report=Path(report),

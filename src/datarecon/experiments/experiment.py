@@ -40,12 +40,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from datarecon.config import Seed, build_config, read_config_mapping
 from datarecon.errors import DataReconError
 from datarecon.experiments.reconstruct import ReconstructionRun, RunSettings
-from datarecon.status import Status
+from datarecon.kernel.status import Status
 from datarecon.training.target import TrainConfig
 from datarecon.utils.io import atomic_write_json, config_hash, read_json, versions
+from datarecon.kernel.files import EXPERIMENT_JSON, REPORT_HTML
 
 FORMAT = "datarecon-experiment/1"
-EXPERIMENT_JSON, MODEL_SUBDIR, RUN_SUBDIR, REPORT = "experiment.json", "model", "run", "report.html"
+MODEL_SUBDIR, RUN_SUBDIR, REPORT = "model", "run", REPORT_HTML
 STAGES = ("train", "attack", "evaluate", "report")
 #: the reference sets an evaluation compares with (:func:`datarecon.evaluation.evaluate_run`)
 REFERENCE_SETS = ("train", "partition", "heldout", "noise")
@@ -184,14 +185,14 @@ def run_experiment(experiment: Experiment, out: str | Path, *, data_dir: str | P
         record: extra ``run.json`` fields of the attack stage (the CLI records how to continue it).
 
     Returns:
-        Stage name → status (:class:`~datarecon.status.Status` value, or ``skipped`` for a stage
+        Stage name → status (:class:`~datarecon.kernel.status.Status` value, or ``skipped`` for a stage
         the file leaves out).
 
     Raises:
         DataReconError: bad settings, missing data or model, a folder of another experiment, a
             diverged attack (its last finite state is kept in ``out/run``).
     """
-    from datarecon.utils.outdir import claim_out_dir
+    from datarecon.kernel.outdir import claim_out_dir
 
     out = Path(out)
     state = _state(out) if out.is_dir() and not overwrite else None

@@ -40,6 +40,7 @@ from datarecon.config import build_config, merge
 from datarecon.errors import DataReconError, DivergenceError
 from datarecon.utils.dtypes import torch_dtype
 from datarecon.config import MAX_SEED
+from datarecon.kernel.files import RUN_JSON
 DATA_INITS_NOTE = ("initialisation (experimenter's choice): loading {init} images through the model's data spec; "
                    "the attack itself never sees them")
 
@@ -450,7 +451,7 @@ def prepare(run: ReconstructionRun, *, data_dir: str | Path | None = None, sourc
     Raises:
         DataReconError: as :func:`prepare_attack`.
     """
-    from datarecon.cli._common import parse_device
+    from datarecon.utils.device import parse_device
 
     from datarecon.attacks.knowledge import attack_uses
 
@@ -471,7 +472,7 @@ def execute(run: ReconstructionRun, out: str | Path, *, resume: bool = False, ov
         run: the complete description of the run.
         out: run directory (created; resumed with ``resume=True``). An existing non-empty ``out`` is
             refused unless ``resume`` or ``overwrite``; ``overwrite`` replaces only a run directory
-            (:mod:`datarecon.utils.outdir`), and only after the model and settings were accepted.
+            (:mod:`datarecon.kernel.outdir`), and only after the model and settings were accepted.
         resume: continue from ``out/checkpoint`` (bit-identical on CPU); a finished run is returned
             as it was.
         overwrite: replace an existing run directory ``out``.
@@ -491,7 +492,7 @@ def execute(run: ReconstructionRun, out: str | Path, *, resume: bool = False, ov
     Raises:
         DataReconError: bad model, settings or output folder; a checkpoint of another run.
     """
-    from datarecon.utils.outdir import claim_out_dir
+    from datarecon.kernel.outdir import claim_out_dir
 
     if overwrite and resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
@@ -520,7 +521,7 @@ def _execute(run: ReconstructionRun, out: str | Path, *, setup: AttackSetup, att
         # what the default (subspace: null) resolved to for this attacker
         rec_meta["knowledge"] = {**rec_meta["knowledge"], "subspace_candidates": attack.uses_subspace(setup.prior)}
     if target is not None:  # a user's own model: what evaluation needs to map its inputs to images
-        from datarecon.training.losses import loss_name
+        from datarecon.kernel.losses import loss_name
 
         rec_meta["model_dir"] = None
         rec_meta["own_model"] = {"value_range": list(target.value_range or (0.0, 1.0)),
@@ -612,7 +613,7 @@ def reconstruct_runs(model_dir: str | Path, *, out: str | Path, runs: int, metho
     share one vmapped gradient per step in ``mode="batched"``, other methods are stepped in turn.
     ``out`` itself then becomes a run directory of method ``pool``: the candidates of every run that
     finished (complete or stopped early), in run order, as ``datarecon sweep pool`` writes them
-    (:func:`datarecon.experiments.sweep.pool.write_pool`), so ``datarecon evaluate OUT`` evaluates
+    (:func:`datarecon.experiments.pool.write_pool`), so ``datarecon evaluate OUT`` evaluates
     the K runs as one result.
 
     Args:
@@ -633,7 +634,7 @@ def reconstruct_runs(model_dir: str | Path, *, out: str | Path, runs: int, metho
     """
     from datarecon.attacks.batched import MODES, BatchMember, run_batched
     from datarecon.attacks.selection import ResidualPlateau
-    from datarecon.utils.outdir import claim_out_dir
+    from datarecon.kernel.outdir import claim_out_dir
 
     if runs < 1:
         raise DataReconError(f"--runs must be at least 1, got {runs}; pass --runs K with K >= 1")
@@ -684,8 +685,8 @@ def pool_runs(out: Path, recs: Sequence[Reconstruction], *, model_dir: str, crit
         ``out``, or None when no run finished.
     """
     from datarecon.attacks.selection import CRITERIA
-    from datarecon.experiments.sweep.pool import write_pool
-    from datarecon.status import EVALUABLE
+    from datarecon.experiments.pool import write_pool
+    from datarecon.kernel.status import EVALUABLE
     from datarecon.utils.io import config_hash, read_json
 
     mode = "max" if CRITERIA.get(criterion).better == "higher" else "min"
@@ -698,6 +699,6 @@ def pool_runs(out: Path, recs: Sequence[Reconstruction], *, model_dir: str, crit
     if not sources:
         return None
     config = {"runs": len(recs), "criterion": criterion, "mode": mode, "sources": [s["key"] for s in sources]}
-    recorded = read_json(out / sources[0]["run_dir"] / "run.json").get("model_dir", model_dir)
+    recorded = read_json(out / sources[0]["run_dir"] / RUN_JSON).get("model_dir", model_dir)
     return write_pool(out, sources, root=out, model_dir=recorded, config=config, key=config_hash(config),
                       criterion=criterion, mode=mode, record=record)

@@ -25,9 +25,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from datarecon.status import FINISHED as STATUS_FINISHED
+from datarecon.kernel.status import FINISHED as STATUS_FINISHED
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.utils.io import atomic_write_json, read_json
+from datarecon.kernel.files import RUN_JSON, TASK_FILE
 
 INDEX = "index.sqlite"
 #: the index file and the files SQLite keeps beside it
@@ -35,7 +36,6 @@ INDEX_SUFFIXES = ("", "-wal", "-shm", "-journal")
 #: where :meth:`Store.rebuild` moves an index SQLite cannot read (it is kept, never deleted)
 DAMAGED_SUFFIX = ".damaged"
 RUNS, POOLS, SWEEPS = "runs", "pools", "sweeps"
-TASK_FILE = "task.json"
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 60.0
 
@@ -45,7 +45,7 @@ COLUMNS = ("key", "kind", "method", "status", "steps_done", "wall_time_s", "seed
 #: JSON columns; ``list --sort selection.<name>`` sorts by a field inside one of them
 JSON_COLUMNS = ("params", "config", "final", "selection", "extra")
 #: run.json statuses after which a run is not executed again
-FINISHED = STATUS_FINISHED  # complete, stopped-early, diverged (datarecon.status)
+FINISHED = STATUS_FINISHED  # complete, stopped-early, diverged (datarecon.kernel.status)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT);
@@ -276,7 +276,7 @@ def row_from_dir(path: str | Path, *, root: str | Path | None = None) -> dict[st
     only a failed ``task.json`` gives a ``failed`` row carrying the error.
     """
     path = Path(path)
-    run = _read_optional(path / "run.json")
+    run = _read_optional(path / RUN_JSON)
     task = _read_optional(path / TASK_FILE)
     if run is None and task is None:
         return None
@@ -295,7 +295,7 @@ def row_from_dir(path: str | Path, *, root: str | Path | None = None) -> dict[st
         "seed": run.get("seed", spec.get("seed")), "attempts": task.get("attempts"),
         "error": task.get("error") if status == "failed" else None,
         "model_dir": run.get("model_dir") or spec.get("model_dir"), "run_dir": rel,
-        "updated": task.get("updated") or _mtime(path / "run.json"),
+        "updated": task.get("updated") or _mtime(path / RUN_JSON),
         "params": spec.get("params") or {}, "config": run.get("config") or spec,
         "final": run.get("final") or {}, "selection": run.get("selection") or {}, "extra": run.get("extra") or {},
     }

@@ -227,7 +227,7 @@ def check_loss(loss: str | Callable[..., torch.Tensor], num_outputs: int) -> Non
         DataReconError: unknown name (lists the registered ones), a loss of the wrong label kind,
             or a callable with the wrong signature / return value.
     """
-    from datarecon.training.losses import LOSSES
+    from datarecon.kernel.losses import LOSSES
 
     if isinstance(loss, str):
         entry = LOSSES.get(loss)

@@ -33,15 +33,16 @@ from datarecon.utils.io import (
     sha256_file,
     versions,
 )
+from datarecon.kernel.files import EXTRAS, MODEL_JSON, RUN_JSON, WEIGHTS
 
 FORMAT = "datarecon-model/1"
 
 
-WEIGHTS, EXTRAS, META = "weights.safetensors", "extras.safetensors", "model.json"
+META = MODEL_JSON
 
 
 def _known_loss(name: str) -> str:
-    from datarecon.training.losses import LOSSES
+    from datarecon.kernel.losses import LOSSES
 
     LOSSES.get(name)  # unknown: DataReconError listing the registered losses
     return name
@@ -72,7 +73,7 @@ class ModelBundle:
         model: the network with θ* loaded (eval mode).
         params: θ* as a name -> tensor dict (detached).
         arch: the architecture spec.
-        loss: training loss name (``datarecon.training.losses.LOSSES``).
+        loss: training loss name (``datarecon.kernel.losses.LOSSES``).
         weight_decay: training weight decay (energy term (wd/2)‖θ‖²).
         data: the data spec as a plain mapping (``datarecon.data.DataSpec`` fields).
         normalisation: ``unit`` or ``unit-minus-mean``.
@@ -148,7 +149,7 @@ def read_model_meta(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"model directory {path} not found; train one with `datarecon train --out {path}`")
-    if not (path / META).is_file() and (path / "run.json").is_file():
+    if not (path / META).is_file() and (path / RUN_JSON).is_file():
         raise CheckpointError(f"{path} is a run directory, not a model directory; pass the --model the run "
                               "attacked (its run.json names it)")
     meta = read_json(path / META)

@@ -23,7 +23,8 @@ from datarecon.attacks.convergence import RESIDUAL_TOL, Convergence, assess_conv
 from datarecon.errors import DataReconError
 from datarecon.report import figures as F
 from datarecon.report.style import column_label, series
-from datarecon.utils.io import atomic_write_text, load_tensors, read_json
+from datarecon.utils.io import atomic_write_text, load_tensors, read_json, read_json_lines
+from datarecon.kernel.files import HISTORY, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RUN_JSON, SUBSPACE_FILE
 
 __all__ = ["Table", "FigureItem", "Card", "Section", "render_html", "write_report", "render_report", "landscape_results"]
 
@@ -268,27 +269,14 @@ def landscape_results(run_dirs: Sequence[str | os.PathLike]) -> dict[str, dict[t
     out: dict[str, dict[tuple[float, float], dict]] = {}
     for d in run_dirs:
         d = Path(d)
-        if not (d / "metrics.json").is_file() or not (d / "run.json").is_file():
+        if not (d / METRICS_FILE).is_file() or not (d / RUN_JSON).is_file():
             continue
-        run = read_json(d / "run.json")
+        run = read_json(d / RUN_JSON)
         a, b = _find_key(run.get("config"), _L1), _find_key(run.get("config"), _L2)
         if a is None or b is None:
             continue
-        out.setdefault(str(run.get("method") or "run"), {})[(float(a), float(b))] = read_json(d / "metrics.json")
+        out.setdefault(str(run.get("method") or "run"), {})[(float(a), float(b))] = read_json(d / METRICS_FILE)
     return out
-
-
-def _read_history(path: Path) -> list[dict]:
-    rows = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line of a killed run
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
 
 
 def _num(v: Any) -> float | None:
@@ -339,8 +327,8 @@ def _target_card(m: Mapping[str, Any], run_dir: Path) -> Card:
     model_json = None
     model_dir = info.get("model_dir")
     for cand in ([Path(model_dir), run_dir / str(model_dir)] if model_dir else []):
-        if (cand / "model.json").is_file():
-            model_json = read_json(cand / "model.json")
+        if (cand / MODEL_JSON).is_file():
+            model_json = read_json(cand / MODEL_JSON)
             break
     meta = model_json or {}
     arch = meta.get("arch") or info.get("arch") or {}
@@ -520,13 +508,13 @@ def display_name(run_dir: Path | None, fallback: str) -> str:
 
 def _run_sections(run_dir: Path) -> Section:
     """The section of an evaluated run directory (its files read here, rendered by :func:`_sections`)."""
-    if not (run_dir / "metrics.json").is_file():
+    if not (run_dir / METRICS_FILE).is_file():
         raise DataReconError(f"{run_dir} has no metrics.json; run `datarecon evaluate {run_dir}` first")
-    m = read_json(run_dir / "metrics.json")
-    run = read_json(run_dir / "run.json") if (run_dir / "run.json").is_file() else {}
-    nb_file = run_dir / "neighbours.safetensors"
+    m = read_json(run_dir / METRICS_FILE)
+    run = read_json(run_dir / RUN_JSON) if (run_dir / RUN_JSON).is_file() else {}
+    nb_file = run_dir / NEIGHBOURS_FILE
     nb = load_tensors(nb_file) if nb_file.is_file() else {}
-    return _sections(m, run, _read_history(run_dir / "history.jsonl"), nb,
+    return _sections(m, run, read_json_lines(run_dir / HISTORY), nb,
                      run_name=display_name(run_dir, run_dir.name), where=run_dir)
 
 
@@ -601,8 +589,8 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
                                f"(positives) against {priv.get('n_fake')} {NEGATIVE}.",
                                F.figure_png(F.roc_curves(rocs))))
     sub = run.get("subspace") or {}
-    if sub and where is not None and (where / "subspace.safetensors").is_file():
-        values = load_tensors(where / "subspace.safetensors").get("values")
+    if sub and where is not None and (where / SUBSPACE_FILE).is_file():
+        values = load_tensors(where / SUBSPACE_FILE).get("values")
         rank = sub.get("rank") or {}
         if values is not None and values.numel():
             figs.append(FigureItem(

@@ -9,7 +9,7 @@ from datarecon.training.kkt_regime import (
     normalised_margin,
     per_sample_gradients,
 )
-from datarecon.training.losses import LOSSES, accuracy, energy, margins, weight_penalty
+from datarecon.kernel.losses import LOSSES, accuracy, energy, margins, weight_penalty
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
 
 __all__ = [

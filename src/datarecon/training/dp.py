@@ -4,7 +4,7 @@ Opacus (the optional extra ``pip install 'datarecon[dp]'``) supplies the three p
 own copy would be a liability: per-sample gradients (``GradSampleModule``), clipping and Gaussian
 noise (``DPOptimizer``) and the privacy accountant. This module keeps the math as small pure
 functions (sample rate, step count, noise for a target ε, ε spent) and one stepper that the
-training :class:`~datarecon.training.engine.Engine` runs, so DP training has the same history,
+training :class:`~datarecon.kernel.engine.Engine` runs, so DP training has the same history,
 progress and NaN-stop hooks as plain training.
 
 One engine step is one DP-SGD step (Abadi et al. 2016, Algorithm 1): a Poisson batch (every
@@ -31,8 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from datarecon.errors import DataReconError
-from datarecon.training.engine import Engine, History, Hook, LoopState, NaNStop, ProgressBar
-from datarecon.training.losses import LOSSES
+from datarecon.kernel.engine import Engine, History, Hook, LoopState, NaNStop, ProgressBar
+from datarecon.kernel.losses import LOSSES
 
 #: Opacus accountants offered (``opacus.accountants`` names); ``rdp`` is the default (see docs/DESIGN.md).
 ACCOUNTANTS = ("rdp", "prv", "gdp")
@@ -291,7 +291,7 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, dp:
             :func:`~datarecon.training.fit.fit` and ``TrainConfig.log_every`` count them.
         progress: progress bar/lines.
         checkpoint_dir: folder for training checkpoints (None: none), in the one format of
-            :mod:`datarecon.checkpoint`: weights, momentum buffers, the batch/noise generator's state,
+            :mod:`datarecon.kernel.checkpoint`: weights, momentum buffers, the batch/noise generator's state,
             history and realised batch sizes, so a resumed run is bit-identical to an uninterrupted one.
         checkpoint_every: checkpoint period in epochs (0: only at the end of the run).
         resume: continue from the checkpoint in ``checkpoint_dir`` if there is one.

@@ -1,4 +1,4 @@
-"""Full-batch training of a network on in-memory tensors, built on :class:`~datarecon.training.engine.Engine`.
+"""Full-batch training of a network on in-memory tensors, built on :class:`~datarecon.kernel.engine.Engine`.
 
 :func:`fit` minimises the training energy (Runkel et al. 2024, lower level of eq. 2)
 
@@ -6,7 +6,7 @@
 
 with one full-batch update per epoch. Hooks give the progress bar, the history, the NaN stop,
 the stop conditions (loss threshold, zero training error, margin stabilisation) and periodic
-training checkpoints (:mod:`datarecon.checkpoint`, written atomically) from which a killed run resumes
+training checkpoints (:mod:`datarecon.kernel.checkpoint`, written atomically) from which a killed run resumes
 bit-identically (same device, same dtype).
 
 Every epoch's metrics describe θ_t *before* that epoch's update: ``loss`` (mean data loss),
@@ -25,12 +25,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from datarecon import checkpoint
+from datarecon.kernel import checkpoint
 from datarecon.errors import CheckpointError, DataReconError
-from datarecon.status import Status
-from datarecon.training.engine import BaseHook, Checkpoint, Engine, History, Hook, LoopState, NaNStop, ProgressBar
+from datarecon.kernel.status import Status
+from datarecon.kernel.step import energy
+from datarecon.kernel.engine import BaseHook, Checkpoint, Engine, History, Hook, LoopState, NaNStop, ProgressBar
 from datarecon.training.kkt_regime import homogeneity_degree, normalised_margin
-from datarecon.training.losses import LOSSES, accuracy, margins, weight_penalty
+from datarecon.kernel.losses import LOSSES, accuracy, margins, squared_norm
+from datarecon.training.margin import EXP_TAILED, MarginAscentStepper, log_mean_loss
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES, USES_PRECOMPUTED_GRAD
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ class FitResult:
 
     Attributes:
         model: the trained network (the same object that was passed in, trained in place).
-        status: a :class:`~datarecon.status.Status`: ``complete`` (ran all epochs),
+        status: a :class:`~datarecon.kernel.status.Status`: ``complete`` (ran all epochs),
             ``stopped-early`` (a stop rule fired), ``diverged`` (non-finite energy or gradient; the
             last finite θ is kept) or ``running`` (interrupted before the end). Versions before the
             shared vocabulary wrote ``completed``, ``stopped``, ``interrupted`` (``Status.parse``
@@ -84,13 +86,6 @@ class FitResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-
-def squared_norm(t: torch.Tensor) -> torch.Tensor:
-    """‖t‖² accumulated in float64 as one dot product (no squared copy of t; float64 tensors not cast)."""
-    v = t.reshape(-1)
-    if v.dtype != torch.float64:
-        v = v.double()
-    return torch.dot(v, v)
 
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str,
              weight_decay: float = 0.0) -> tuple[dict[str, float], torch.Tensor]:
@@ -161,8 +156,6 @@ class _Stepper:
 
     def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight_decay: float,
                  optimizer: str, lr: float, momentum: float, schedule: str, max_lr_factor: float | None) -> None:
-        from datarecon.training.margin import EXP_TAILED
-
         self.model, self.x, self.y = model, x, y
         self.loss, self.weight_decay = loss, weight_decay
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -180,14 +173,10 @@ class _Stepper:
                            and optimizer == "gd")
 
     def energy_terms(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        out = self.model(self.x)
-        dl = self.loss_fn(out, self.y)
-        e = dl + weight_penalty(dict(self.named), self.weight_decay) if self.weight_decay else dl
-        return out, dl, e
+        """(outputs, data loss, energy) at the current parameters: the pure step's :func:`~datarecon.kernel.step.energy`."""
+        return energy(self.model, dict(self.named), self.x, self.y, loss=self.loss, weight_decay=self.weight_decay)
 
     def _log_domain_terms(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        from datarecon.training.margin import log_mean_loss
-
         out = self.model(self.x)
         log_l = log_mean_loss(out, self.y, loss=self.loss)
         return out, log_l, log_l
@@ -237,7 +226,7 @@ class _Stepper:
 
 
 class TrainingCheckpoint:
-    """The training checkpoint of a folder, in the one format of :mod:`datarecon.checkpoint`.
+    """The training checkpoint of a folder, in the one format of :mod:`datarecon.kernel.checkpoint`.
 
     Tensors are ``model.<name>`` (the state dict) and ``opt.<name>`` (optimiser moments); the
     metadata holds ``tag``, ``epoch`` and the loop's own fields (history, status, stop rule state).
@@ -321,7 +310,7 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight
         model: the network, trained in place (its dtype/device must match ``x``).
         x: (n, *input_shape) inputs in model input space.
         y: (n,) labels: float ±1 (binary/regression losses) or int64 classes (cross-entropy).
-        loss: a name in :data:`datarecon.training.losses.LOSSES`.
+        loss: a name in :data:`datarecon.kernel.losses.LOSSES`.
         weight_decay: wd ≥ 0 of the energy term (wd/2)‖θ‖².
         optimizer: a name in :data:`datarecon.training.optim.OPTIMIZERS` (``gd``, ``lbfgs``).
         lr: base learning rate η > 0 (initial step for ``lbfgs``).
@@ -451,8 +440,6 @@ def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: s
     References:
         Lyu & Li 2020 §4 (smoothed normalised margin); Haim et al. 2022 eq. 3–4.
     """
-    from datarecon.training.margin import MarginAscentStepper
-
     if steps < 0:
         raise DataReconError(f"margin ascent steps must be >= 0, got {steps}")
     if not (0 < step_size <= max_step and 0 < min_step and growth >= 1.0):
@@ -521,7 +508,7 @@ def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: s
 
 
 def _status(state: LoopState, nan_stop: NaNStop) -> Status:
-    """The loop's :class:`~datarecon.status.Status` (the one vocabulary of training and attacks)."""
+    """The loop's :class:`~datarecon.kernel.status.Status` (the one vocabulary of training and attacks)."""
     if nan_stop.tripped:
         return Status.DIVERGED
     if state.stop_reason == "completed" or (not state.stop_reason and state.step >= state.total):

@@ -60,7 +60,7 @@ def normalised_margin(sample_margins: torch.Tensor, weight_norm: float, degree: 
     """γ̄ = min_i margin_i / ‖θ‖^L (Lyu & Li 2020, eq. 5). Negative while some sample is misclassified.
 
     Args:
-        sample_margins: (n,) output margins (``datarecon.training.losses.margins``).
+        sample_margins: (n,) output margins (``datarecon.kernel.losses.margins``).
         weight_norm: ‖θ‖₂.
         degree: L, the homogeneity degree.
     """
@@ -90,7 +90,7 @@ def per_sample_gradients(model: nn.Module, params: Mapping[str, torch.Tensor], x
     Returns:
         (n, P) tensor in the parameters' dtype, parameters flattened in ``params`` order.
     """
-    from datarecon.training.losses import margins
+    from datarecon.kernel.losses import margins
 
     names = list(params)
     detached = {k: v.detach() for k, v in params.items()}
@@ -300,7 +300,7 @@ def _layerwise_plan(model: nn.Module, params: Mapping[str, torch.Tensor]) -> lis
 def _gram_and_rhs_layerwise(plan: list[tuple[str, Any]], x: torch.Tensor,
                             y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """G and b from layer inputs a_l and backpropagated signals δ_l (float64, one pass)."""
-    from datarecon.training.losses import margins
+    from datarecon.kernel.losses import margins
 
     h = x.detach().double()
     inputs: list[torch.Tensor] = []

@@ -30,7 +30,7 @@ by ``growth`` (up to ``max_step``). log L is computed in the log domain
 
 Pure functions (:func:`log_softplus`, :func:`negative_margins`, :func:`log_mean_loss`,
 :func:`tangent_step`) and one stateful stepper (:class:`MarginAscentStepper`) driven by the shared
-:class:`~datarecon.training.engine.Engine` through :func:`datarecon.training.fit.ascend_margin`.
+:class:`~datarecon.kernel.engine.Engine` through :func:`datarecon.training.fit.ascend_margin`.
 
 References:
     Lyu & Li (2020), "Gradient descent maximizes the margin of homogeneous neural networks", ICLR,
@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from datarecon.errors import DataReconError
-from datarecon.training.losses import margins
+from datarecon.kernel.losses import margins, squared_norm
 
 #: Losses with an exponential tail (margin ascent maximises their smoothed margin).
 EXP_TAILED = ("logistic", "cross-entropy")
@@ -96,8 +96,6 @@ def log_mean_loss(outputs: torch.Tensor, y: torch.Tensor, *, loss: str) -> torch
 
 
 def _sq(t: torch.Tensor) -> torch.Tensor:
-    from datarecon.training.fit import squared_norm
-
     return squared_norm(t)
 
 
@@ -133,7 +131,7 @@ def tangent_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], 
 
 
 class MarginAscentStepper:
-    """One backtracking step of margin ascent per call (for :class:`~datarecon.training.engine.Engine`).
+    """One backtracking step of margin ascent per call (for :class:`~datarecon.kernel.engine.Engine`).
 
     State (all checkpointable as JSON scalars): ``radius`` R, the current angle ``step_size``, the
     current objective ``log_loss`` and counts of accepted / rejected steps. The gradient at the

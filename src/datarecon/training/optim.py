@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import torch
 
 from datarecon.errors import DataReconError
+from datarecon.kernel.step import update
 from datarecon.registry import Registry
 
 Closure = Callable[[], torch.Tensor]
@@ -61,14 +62,16 @@ class GradientDescent:
         self.buffers = [torch.zeros_like(p) for p in params] if momentum else []
 
     def step(self, grads_ready: bool, lr: float, closure: Closure) -> None:
+        """θ ← θ − η·b with b ← μ·b + g by the training's one pure update (:func:`datarecon.kernel.step.update`)."""
+        names = [str(i) for i in range(len(self.params))]
         with torch.no_grad():
-            for i, p in enumerate(self.params):
-                d = p.grad
-                if self.momentum:
-                    b = self.buffers[i]
-                    b.mul_(self.momentum).add_(d)
-                    d = b
-                p.add_(d, alpha=-lr)
+            new_params, new_buffers = update(dict(zip(names, self.params)),
+                                             {n: p.grad for n, p in zip(names, self.params)},
+                                             dict(zip(names, self.buffers)), lr=lr, momentum=self.momentum)
+            for n, p in zip(names, self.params):
+                p.copy_(new_params[n])
+            for n, b in zip(names, self.buffers):
+                b.copy_(new_buffers[n])
 
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         return {f"momentum.{i}": b for i, b in enumerate(self.buffers)}, {}

@@ -27,10 +27,10 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from datarecon.status import Status
+from datarecon.kernel.status import Status
 from datarecon.utils.dtypes import torch_dtype
 from datarecon.registry import registered
-from datarecon import checkpoint
+from datarecon.kernel import checkpoint
 from datarecon.config import build_config
 from datarecon.data import DATASETS, DataSpec, load_task
 from datarecon.errors import DataReconError, DivergenceError
@@ -39,15 +39,15 @@ from datarecon.models.spec import ARCHITECTURES, ArchSpec, build_model, count_pa
 from datarecon.training.dp import DPConfig
 from datarecon.training.fit import FitResult, StopRule, ascend_margin, evaluate, fit
 from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
-from datarecon.training.losses import LOSSES
+from datarecon.kernel.losses import LOSSES
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
 from datarecon.utils.io import atomic_write_text, config_hash, params_digest
-from datarecon.utils.outdir import claim_out_dir
+from datarecon.kernel.outdir import claim_out_dir
 from datarecon.config import MAX_SEED, MAX_STEPS
+from datarecon.kernel.files import HISTORY
 
 CHECKPOINT_DIR = checkpoint.FOLDER
 ASCENT_CHECKPOINT_DIR = "checkpoint-margin-ascent"
-HISTORY = "history.jsonl"
 
 
 class ArchConfig(BaseModel):

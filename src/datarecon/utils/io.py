@@ -14,13 +14,11 @@ JSON files are standard JSON: undefined or non-finite numbers (NaN, ±inf) are w
 from __future__ import annotations
 
 import csv
-import errno
 import hashlib
 import io
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,32 +28,8 @@ from safetensors.torch import load as _st_load
 from safetensors.torch import save as _st_save
 
 from datarecon.errors import CheckpointError, DiskFullError
-
-#: errno values of a full disk or exhausted quota
-DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-
-
-def disk_full_message(path: str | os.PathLike | None, *, hint: str = "rerun the same command") -> str:
-    """One line for a write that failed on a full disk: which file, that the old file is intact, and
-    ``hint`` (how the command that failed continues: ``rerun the same command with --resume``)."""
-    where = f"writing {path}" if path else "writing a file"
-    return (f"no space left on device {where}; files are replaced atomically, so the previous version "
-            f"(and the last checkpoint) is intact: free some space and {hint}")
-
-
-def current_umask() -> int:
-    """The process umask (read from ``/proc/self/status`` where it is there, else set and restored)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
+from datarecon.utils import manifest
+from datarecon.utils.atomic import DISK_FULL_ERRNOS, disk_full_message, replace_atomically
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, record: bool = True) -> None:
     """Write ``data`` to ``path`` atomically (temp file + fsync + rename).
@@ -68,36 +42,63 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, record: bool = T
         DiskFullError: the disk (or quota) is full; ``path`` keeps its previous content and the
             temporary file is removed.
     """
-    from datarecon.utils import manifest
-
-    path = Path(path)
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if record:
-            manifest.record(path)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        if hasattr(os, "fchmod"):
-            os.fchmod(fd, 0o666 & ~current_umask())
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
-            raise DiskFullError(disk_full_message(path), path=str(path)) from None
-        raise
+    replace_atomically(Path(path), data, before=manifest.record if record else None)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write UTF-8 ``text`` to ``path`` atomically."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def append_json_line(path: str | os.PathLike, row: Mapping[str, Any]) -> None:
+    """Append ``row`` as one JSON line to ``path`` with a single ``write`` on an ``O_APPEND`` descriptor.
+
+    The whole line (its newline included) goes to the kernel in one call, so concurrent appenders
+    never interleave inside a line and a killed process leaves whole lines; a line torn by a crash
+    of the machine itself lacks its newline and :func:`read_json_lines` drops it.
+
+    Raises:
+        DiskFullError: the disk (or quota) is full (the file keeps its earlier lines).
+    """
+    data = (json.dumps(to_jsonable(dict(row))) + "\n").encode("utf-8")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            view = memoryview(data)
+            while view:  # a regular file takes the whole line at once; loop only on a short write
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if exc.errno in DISK_FULL_ERRNOS:
+            raise DiskFullError(disk_full_message(path), path=str(path)) from None
+        raise
+
+
+def read_json_lines(path: str | os.PathLike, *, upto: int | None = None) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines file (a history), in order; ``[]`` when it is missing.
+
+    A last line without its newline, or one that is not a JSON object, is the torn tail of a
+    killed writer and is dropped. ``upto``: only rows whose ``step`` is at most this.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return []
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if lines and lines[-1] and not text.endswith("\n"):
+        lines.pop()  # torn tail
+    rows = []
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and (upto is None or row.get("step", 0) <= upto):
+            rows.append(row)
+    return rows
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -9,7 +9,7 @@ sub-folder's name in the manifest of the folder above, up to the root. So every 
 wrote into has a manifest listing exactly the entries datarecon created there, and a file a user
 put anywhere inside (``OUT/run/notes.txt``, ``OUT/model/checkpoint/mine.pt``) is not listed.
 
-``--overwrite`` (:func:`datarecon.utils.outdir.clear_out_dir`) deletes only listed entries and
+``--overwrite`` (:func:`datarecon.kernel.outdir.clear_out_dir`) deletes only listed entries and
 refuses, before deleting anything, a folder holding an entry that is not listed
 (:func:`unlisted`). A kill between recording a name and writing the file leaves a listed name
 without a file, which is harmless; the reverse (a file without its name) cannot happen.
@@ -25,6 +25,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from datarecon.utils.atomic import current_umask, replace_atomically
+
 try:  # POSIX; elsewhere updates are not serialised (one writer per folder is then assumed)
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -37,8 +39,6 @@ KIND_PREFIX = "# datarecon "
 
 
 def _mode() -> int:
-    from datarecon.utils.io import current_umask
-
     return 0o666 & ~current_umask()
 
 
@@ -130,9 +130,7 @@ def reset(folder: str | Path) -> None:
     kind = kind_of(folder)
     path = Path(folder) / MANIFEST
     if path.is_file():
-        from datarecon.utils.io import atomic_write_bytes
-
-        atomic_write_bytes(path, (KIND_PREFIX + kind + "\n").encode() if kind else b"", record=False)
+        replace_atomically(path, (KIND_PREFIX + kind + "\n").encode() if kind else b"")
 
 
 __all__ = ["KIND_PREFIX", "MANIFEST", "kind_of", "listed", "managed_root", "record", "reset", "start"]

@@ -77,7 +77,7 @@ from datarecon.attacks.bilevel.problem import (
 from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, init_optimizer_state, optimizer_step
 from datarecon.errors import DataReconError
 from datarecon.registry import registered
-from datarecon.training.losses import margins
+from datarecon.kernel.losses import margins
 from datarecon.config import MAX_STEPS
 
 COUNTS, RESIDUALS, SOLVE = "bilevel.counts", "bilevel.residuals", "bilevel.solve_residuals"

@@ -6,7 +6,7 @@
   back (views, so gradients flow), so the inner solver, the linear solvers and the
   curvature pairs all work on plain vectors of length P.
 * :func:`make_energy` gives E(x, θ_flat) = mean loss + (wd/2)‖θ‖², the target's own training
-  energy (``datarecon.training.losses.energy``), with the attack's weight decay, as an
+  energy (``datarecon.kernel.losses.energy``), with the attack's weight decay, as an
   :class:`Energy` that also exposes Φ and L.
 * :data:`INNER_ACTIVATIONS`: the inner energy with the target's activations or with a smooth
   surrogate (softplus for ReLU); :func:`has_kinks` tells whether a target needs one.
@@ -35,8 +35,8 @@ from torch.func import functional_call
 
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
-from datarecon.training.losses import resolve_loss
-from datarecon.training.losses import energy as training_energy
+from datarecon.kernel.losses import resolve_loss
+from datarecon.kernel.losses import energy as training_energy
 
 EnergyFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """E(x, θ_flat) -> scalar; x: (m, *input_shape), θ_flat: (P,)."""
@@ -112,7 +112,7 @@ class Energy:
             surrogate inner energy, a copy with the activation replaced (:data:`INNER_ACTIVATIONS`).
         layout: how θ_flat maps to the model's parameter names.
         labels: (m,) candidate labels (float ±1 binary, int64 multiclass).
-        loss: loss name (``datarecon.training.losses.LOSSES``).
+        loss: loss name (``datarecon.kernel.losses.LOSSES``).
         weight_decay: wd ≥ 0.
     """
 
@@ -144,7 +144,7 @@ def make_energy(model: nn.Module, layout: FlatLayout, labels: torch.Tensor, *, l
         model: the architecture, called functionally (its own parameters are ignored).
         layout: how θ_flat maps to the model's parameter names.
         labels: (m,) candidate labels (float ±1 binary, int64 multiclass).
-        loss: loss name (``datarecon.training.losses.LOSSES``).
+        loss: loss name (``datarecon.kernel.losses.LOSSES``).
         weight_decay: wd ≥ 0.
 
     Returns:

@@ -139,10 +139,11 @@ def _reproduce(entry: Reproduction, cfg: BaseModel, pieces: list, *, name: str, 
                data_dir: str | Path | None, device: str, resume: bool, log: Callable[[str], None],
                progress: bool) -> Path:
     """The body of :func:`reproduce` once ``out`` is claimed and prepared."""
-    from datarecon.experiments.reproduce.pieces import MANIFEST, REPORT, TIMINGS, Context, entries, execute
+    from datarecon.experiments.reproduce.pieces import Context, entries, execute
+    from datarecon.kernel.files import REPORT_HTML, REPRODUCTION_JSON, TIMINGS_JSON
     from datarecon.report.html import write_report
 
-    atomic_write_json(out / MANIFEST, {"name": name, "scale": scale, "config_hash": chash,
+    atomic_write_json(out / REPRODUCTION_JSON, {"name": name, "scale": scale, "config_hash": chash,
                                        "config": cfg.model_dump(mode="json"), "versions": versions(),
                                        "entries": entries(pieces)})
     ctx = Context(out=out, data_dir=data_dir, device=device, resume=resume, progress=progress)
@@ -154,9 +155,9 @@ def _reproduce(entry: Reproduction, cfg: BaseModel, pieces: list, *, name: str, 
     for r in records:
         timings[kinds[r.key]] = timings.get(kinds[r.key], 0.0) + r.wall_time_s
     timings["total (this invocation)"] = time.perf_counter() - t0
-    report = write_report(entry.sections(ctx, cfg, scale=scale, timings=timings), out=out / REPORT,
+    report = write_report(entry.sections(ctx, cfg, scale=scale, timings=timings), out=out / REPORT_HTML,
                           title=entry.title)
-    atomic_write_json(out / TIMINGS, {"pieces": {r.key: {"status": r.status, "wall_time_s": r.wall_time_s}
+    atomic_write_json(out / TIMINGS_JSON, {"pieces": {r.key: {"status": r.status, "wall_time_s": r.wall_time_s}
                                                         for r in records}, "totals": timings})
     log(f"wrote {report} ({timings['total (this invocation)']:.1f} s)")
     return report

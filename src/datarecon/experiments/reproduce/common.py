@@ -24,6 +24,7 @@ from datarecon.experiments.reproduce.pieces import Context, Piece
 from datarecon.training.target import ArchConfig, MarginAscentConfig, StopConfig, TrainConfig
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
 from datarecon.config import MAX_SEED, MAX_STEPS
+from datarecon.kernel.files import CANDIDATES, CANDIDATES_CSV, METRICS_FILE, RUN_JSON
 
 RUN_SUBDIR = "run"
 
@@ -222,7 +223,7 @@ def _prepare_run(ctx: Context, *, model_key: str, init: Mapping[str, Any], candi
 
 def _run_summary(rec: Any, x0: torch.Tensor, run_dir: Path, m: int) -> dict[str, Any]:
     """The marker summary of one finished attack run (status, selection values, distances)."""
-    meta = read_json(run_dir / "run.json")
+    meta = read_json(run_dir / RUN_JSON)
     return {"status": rec.status, "steps_done": rec.steps_done, "m": m,
             "wall_time_s": meta.get("wall_time_s"), "final": _scalars(meta.get("final", {})),
             "selection": {k: (v.get("value") if isinstance(v, dict) else v)
@@ -394,7 +395,7 @@ def evaluate_display(display: torch.Tensor, *, labels, scores, multipliers, bund
     space) and ``init_name``: where the candidates started (the headline rule of data starts).
     """
     from datarecon.evaluation import evaluate_candidates, noise_images
-    from datarecon.training.losses import margins as out_margins
+    from datarecon.kernel.losses import margins as out_margins
 
     refs = {"train": task.train.x, "partition": task.partition.x, "heldout": task.heldout.x,
             "noise": noise_images(len(task.train), task.input_shape, generator=torch.Generator().manual_seed(seed))}
@@ -438,8 +439,8 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
 
         bundle, task, norm = load_model_and_task(model_dir(ctx, model_key), data_dir=ctx.data_dir)
         rdir = run_dir(ctx, run_key, member)
-        t = load_tensors(rdir / "candidates.safetensors")
-        meta = read_json(rdir / "run.json")
+        t = load_tensors(rdir / CANDIDATES)
+        meta = read_json(rdir / RUN_JSON)
         x = t["x"].double()
         nonfinite = int((~torch.isfinite(x)).flatten(1).any(dim=1).sum())
         # a diverged run keeps its last finite state, which may still be huge; keep it finite for float32
@@ -456,8 +457,8 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
         summary["nonfinite_candidates"] = nonfinite
         summary["run"] = {"method": meta.get("method"), "status": meta.get("status"),
                           "steps_done": meta.get("steps_done"), "init": meta.get("init")}
-        atomic_write_json(d / "metrics.json", summary)
-        write_csv(d / "candidates.csv", ev.rows)
+        atomic_write_json(d / METRICS_FILE, summary)
+        write_csv(d / CANDIDATES_CSV, ev.rows)
         m = display.shape[0]
         nb = ev.neighbours[("train", settings.metric)]
         s = nb.score.double()
@@ -485,7 +486,7 @@ def run_init(run_dir: Path, *, m: int) -> torch.Tensor | None:
 
     x0 = read_init(run_dir, m=m)
     legacy = run_dir.parent / "x0.safetensors"
-    init = read_json(run_dir / "run.json").get("init")
+    init = read_json(run_dir / RUN_JSON).get("init")
     if x0 is None and legacy.is_file() and isinstance(init, Mapping) and init.get("experimenter_choice"):
         x0 = load_tensors(legacy).get("x0")
     return x0

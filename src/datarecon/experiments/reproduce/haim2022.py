@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from datarecon.status import EVALUABLE, Status
+from datarecon.kernel.status import EVALUABLE, Status
 from datarecon.attacks.kkt import KKTConfig
 from datarecon.experiments.reproduce.common import (
     RUN_SUBDIR,
@@ -50,6 +50,7 @@ from datarecon.experiments.reproduce.pieces import Context, Piece
 from datarecon.training.target import ArchConfig, StopConfig
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors
 from datarecon.config import MAX_SEED
+from datarecon.kernel.files import CANDIDATES, METRICS_FILE, PRIVACY_CSV, RECONSTRUCTIONS_PNG, RUN_JSON
 
 
 class KKTRunSpec(BaseModel):
@@ -306,14 +307,14 @@ def _pool_piece(key: str, refs: list[tuple[str, str | None]], *, keep: int, crit
             ranked.append((0 if ok else 1, (v if lower else -v) if ok else 0.0, k, v))
         ranked.sort()
         chosen = [k for _, _, k, _ in ranked[:keep]]
-        parts = [load_tensors(run_dir(ctx, *names[k]) / "candidates.safetensors") for k in chosen]
+        parts = [load_tensors(run_dir(ctx, *names[k]) / CANDIDATES) for k in chosen]
         common = set.intersection(*(set(p) for p in parts))
         pooled = {name: torch.cat([p[name] for p in parts]) for name in sorted(common)}
         pooled["source_run"] = torch.cat([torch.full((p["x"].shape[0],), j, dtype=torch.int64)
                                           for j, p in enumerate(parts)])
-        save_tensors(d / RUN_SUBDIR / "candidates.safetensors", pooled)
-        first = read_json(run_dir(ctx, *names[chosen[0]]) / "run.json")
-        atomic_write_json(d / RUN_SUBDIR / "run.json", {
+        save_tensors(d / RUN_SUBDIR / CANDIDATES, pooled)
+        first = read_json(run_dir(ctx, *names[chosen[0]]) / RUN_JSON)
+        atomic_write_json(d / RUN_SUBDIR / RUN_JSON, {
             "method": f"{first.get('method')}-pooled", "model_dir": first.get("model_dir"), "status": Status.COMPLETE,
             "steps_done": None, "init": "pooled", "pooled_from": chosen, "extra": {},
             "selection": {"criterion": criterion, "direction": direction,
@@ -331,7 +332,7 @@ def _figures_piece(name: str, cfg: HaimConfig) -> Piece:
     def draw(ctx: Context, d: Path) -> list[str]:
         from datarecon.report.figures import save_figure, sorted_ssim_curve, ssim_vs_margin
 
-        m = read_json(ctx.dir(ekey) / "metrics.json")
+        m = read_json(ctx.dir(ekey) / METRICS_FILE)
         window = f"{m.get('window')} {m.get('window_size')}x{m.get('window_size')}"
         curves = dict(((m.get("baselines") or {}).get("haim_ssim") or {}).get("curves") or {})
         curves = {("reconstructions" if k == "real" else k): v for k, v in curves.items() if v}
@@ -344,9 +345,9 @@ def _figures_piece(name: str, cfg: HaimConfig) -> Piece:
         save_figure(ssim_vs_margin(per["ssim"], per["margin"], title=f"{name}: SSIM vs output margin"),
                     d / "ssim_vs_margin.png")
         grid_figure(ctx.dir(ekey) / "grid-train-similarity.safetensors", sets=("train",),
-                    max_items=cfg.evaluation.grid_max, png=d / "reconstructions.png",
+                    max_items=cfg.evaluation.grid_max, png=d / RECONSTRUCTIONS_PNG,
                     title=f"{name}: best-matched reconstructions and their nearest training image (SSIM)")
-        return ["sorted_ssim.png", "ssim_vs_margin.png", "reconstructions.png"]
+        return ["sorted_ssim.png", "ssim_vs_margin.png", RECONSTRUCTIONS_PNG]
 
     return figure_piece(f"figures/{name}", deps=[ekey], draw=draw, spec={"k": cfg.evaluation.grid_max})
 
@@ -357,7 +358,7 @@ def table_rows(ctx: Context, cfg: HaimConfig) -> list[dict[str, Any]]:
     for ds in cfg.datasets:
         name = _name(ds)
         tm = ctx.summary(f"models/{name}").get("metrics", {})
-        m = read_json(ctx.dir(f"eval/{name}") / "metrics.json")
+        m = read_json(ctx.dir(f"eval/{name}") / METRICS_FILE)
         haim = m.get("haim") or {}
         base = (m.get("baselines") or {}).get("haim_ssim") or {}
         pool = ctx.summary(f"pool/{name}")
@@ -401,9 +402,9 @@ def _tables_piece(cfg: HaimConfig) -> Piece:
                 priv.append({"dataset": _name(ds), "score": score, "n_real": p.get("n_real"), "n_fake": p.get("n_fake"),
                              "auc": finite(v.get("auc")), "auc_ci_low": finite(ci[0]), "auc_ci_high": finite(ci[1]),
                              **{f"tpr_at_fpr_{f}": finite(t) for f, t in by_fpr(v.get("tpr_at_fpr") or {})}})
-        write_csv(d / "privacy.csv", priv)
+        write_csv(d / PRIVACY_CSV, priv)
         write_csv(d / "strongest.csv", strongest_rows(ctx, cfg))
-        return {"rows": rows, "files": ["haim.csv", "privacy.csv", "strongest.csv"]}
+        return {"rows": rows, "files": ["haim.csv", PRIVACY_CSV, "strongest.csv"]}
 
     return Piece(key="tables", run=run, spec={}, deps=tuple(deps), kind="table")
 
@@ -446,7 +447,7 @@ def report_sections(ctx: Context, cfg: HaimConfig, *, scale: str, timings: Mappi
             tables=[table(ctx.dir("tables") / "haim.csv",
                           "Haim protocol: training images reconstructed at max(0.4, t) and at the papers' 0.4, each "
                           "beside its held-out and noise nulls"),
-                    table(ctx.dir("tables") / "privacy.csv",
+                    table(ctx.dir("tables") / PRIVACY_CSV,
                           "Privacy: attacker-side signals, candidates closer to a training image than to any held-out "
                           "image against the others (AUC with 95% CI; TPR empty where not estimable)")],
             notes=priv_notes)]

@@ -21,11 +21,9 @@ from typing import Any
 
 from datarecon.errors import DataReconError
 from datarecon.utils.io import atomic_write_json, config_hash, read_json
-from datarecon.utils.outdir import OutDir, claim_out_dir, remove_written
+from datarecon.kernel.outdir import OutDir, claim_out_dir, remove_written
+from datarecon.kernel.files import DONE_MARKER, REPORT_HTML, REPRODUCTION_JSON, TIMINGS_JSON
 
-MARKER = "DONE.json"
-MANIFEST = "reproduction.json"
-REPORT, TIMINGS = "report.html", "timings.json"
 
 
 @dataclass(frozen=True)
@@ -114,7 +112,7 @@ def piece_hashes(pieces: Sequence[Piece]) -> dict[str, str]:
 
 def is_done(directory: Path, expected_hash: str) -> bool:
     """Whether ``directory`` holds a completion marker with ``expected_hash``."""
-    marker = directory / MARKER
+    marker = directory / DONE_MARKER
     if not marker.is_file():
         return False
     try:
@@ -142,21 +140,21 @@ def execute(pieces: Sequence[Piece], ctx: Context, *, log: Callable[[str], None]
         h = hashes[p.key]
         tag = f"[{i:>{width}}/{total}] {p.kind:<8} {p.key}"
         if is_done(d, h):
-            ctx.summaries[p.key] = read_json(d / MARKER).get("summary", {})
+            ctx.summaries[p.key] = read_json(d / DONE_MARKER).get("summary", {})
             log(f"{tag}: done earlier, skipped")
             records.append(PieceRecord(p.key, "skipped", 0.0, h))
             continue
         if d.exists() and not ctx.resume:
             remove_written(d)  # a killed piece's partial result; anything else in it is refused, not deleted
-        elif (d / MARKER).exists():  # stale marker (other hash): never trust it
-            (d / MARKER).unlink()
+        elif (d / DONE_MARKER).exists():  # stale marker (other hash): never trust it
+            (d / DONE_MARKER).unlink()
         d.mkdir(parents=True, exist_ok=True)
         log(f"{tag}: running ...")
         t0 = time.perf_counter()
         summary = p.run(ctx, d) or {}
         wall = time.perf_counter() - t0
         ctx.summaries[p.key] = summary
-        atomic_write_json(d / MARKER, {"key": p.key, "hash": h, "kind": p.kind, "wall_time_s": wall,
+        atomic_write_json(d / DONE_MARKER, {"key": p.key, "hash": h, "kind": p.kind, "wall_time_s": wall,
                                        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                        "deps": list(p.deps), "summary": summary})
         log(f"{tag}: done in {wall:.1f} s")
@@ -247,7 +245,7 @@ def format_seconds(s: float) -> str:
 
 def entries(pieces: Sequence[Piece]) -> list[str]:
     """The top-level names a reproduction of ``pieces`` writes in its folder (recorded in its manifest)."""
-    return sorted({p.key.split("/")[0] for p in pieces} | {MANIFEST, REPORT, TIMINGS})
+    return sorted({p.key.split("/")[0] for p in pieces} | {REPRODUCTION_JSON, REPORT_HTML, TIMINGS_JSON})
 
 
 def check_manifest(out: Path, *, name: str, config_hash_: str, overwrite: bool) -> None:
@@ -267,7 +265,7 @@ def claim_reproduction(out: Path, *, name: str, config_hash_: str, overwrite: bo
     :mod:`datarecon.utils.manifest`; for folders of earlier versions the entries of
     ``reproduction.json``), and a folder holding anything else (``notes.txt``, at any depth) is
     refused and left as it is. A folder without a manifest (not a reproduction) is never emptied
-    (:mod:`datarecon.utils.outdir`). The yielded claim's ``prepare()`` clears and starts the folder.
+    (:mod:`datarecon.kernel.outdir`). The yielded claim's ``prepare()`` clears and starts the folder.
 
     Raises:
         DataReconError: ``resume`` with ``overwrite``; ``out`` holds another reproduction/config,
@@ -276,7 +274,7 @@ def claim_reproduction(out: Path, *, name: str, config_hash_: str, overwrite: bo
     if resume and overwrite:
         raise DataReconError("pass either --resume (continue the reproduction in --out) or --overwrite (start "
                              "afresh), not both")
-    manifest = out / MANIFEST
+    manifest = out / REPRODUCTION_JSON
     same, names = False, None
     if manifest.is_file():
         m = read_json(manifest)

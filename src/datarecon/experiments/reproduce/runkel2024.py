@@ -48,6 +48,7 @@ from datarecon.experiments.reproduce.pieces import Context, Piece
 from datarecon.training.target import ArchConfig
 from datarecon.utils.io import load_tensors, read_json
 from datarecon.config import MAX_SEED, MAX_STEPS
+from datarecon.kernel.files import CANDIDATES_CSV, METRICS_FILE, PRIVACY_CSV
 
 #: Runkel et al. 2024, Table 1: ‖θ* − θ‖² after the bilevel solve, θ⁰ random (METHODS §5).
 PAPER_TABLE1: dict[str, dict[str, float]] = {
@@ -333,7 +334,7 @@ def _rank_piece(cfg: RunkelConfig) -> Piece:
         from datarecon.report.figures import neighbour_grid, save_figure
 
         g = load_tensors(ctx.dir(key) / "grid-score.safetensors")
-        with open(ctx.dir(key) / "candidates.csv", encoding="utf-8") as fh:
+        with open(ctx.dir(key) / CANDIDATES_CSV, encoding="utf-8") as fh:
             rows = {int(r["candidate"]): r for r in csv.DictReader(fh)}
         order = g["order"].tolist()[:k]
         ranks = [int(rows[i]["train_rank"]) for i in order]
@@ -358,7 +359,7 @@ def _rank_piece(cfg: RunkelConfig) -> Piece:
 def landscape_results(ctx: Context, cfg: RunkelConfig, method: str) -> dict[tuple[float, float], dict[str, Any]]:
     """``{(λ₁, λ₂): metrics.json}`` of one method's landscape."""
     g = cfg.landscape.grid
-    return {(l1, l2): read_json(ctx.dir(f"eval/landscape/{method}/{_mix_key(l1, l2)}") / "metrics.json")
+    return {(l1, l2): read_json(ctx.dir(f"eval/landscape/{method}/{_mix_key(l1, l2)}") / METRICS_FILE)
             for l1 in g for l2 in g}
 
 
@@ -398,7 +399,7 @@ def _tables_piece(cfg: RunkelConfig) -> Piece:
         t1 = table1_rows(ctx)
         write_csv(d / "table1.csv", t1)
         write_csv(d / "nearest.csv", nearest_rows(ctx, settings))
-        write_csv(d / "privacy.csv", privacy_rows(ctx, settings))
+        write_csv(d / PRIVACY_CSV, privacy_rows(ctx, settings))
         write_csv(d / "real_vs_fake.csv", real_vs_fake_rows(ctx))
         write_csv(d / "headline.csv", headline_rows(ctx, settings))
         lrows = []
@@ -408,7 +409,7 @@ def _tables_piece(cfg: RunkelConfig) -> Piece:
                 row.update({f"mean_l2_{k}": finite(v) for k, v in (met.get("mean_l2_to_nearest") or {}).items()})
                 lrows.append(row)
         write_csv(d / "landscape.csv", lrows)
-        return {"table1": t1, "files": ["table1.csv", "nearest.csv", "privacy.csv", "real_vs_fake.csv",
+        return {"table1": t1, "files": ["table1.csv", "nearest.csv", PRIVACY_CSV, "real_vs_fake.csv",
                                         "headline.csv", "landscape.csv"]}
 
     return Piece(key="tables", run=run, spec={"grid": list(g)}, deps=tuple(settings + land), kind="table")
@@ -486,7 +487,7 @@ def real_vs_fake_rows(ctx: Context) -> list[dict[str, Any]]:
     for model in MODELS:
         by_start: dict[str, list[dict[str, str]]] = {}
         for init in ("ground-truth", "partition"):
-            path = ctx.dir(f"eval/bilevel/{model}/{init}") / "candidates.csv"
+            path = ctx.dir(f"eval/bilevel/{model}/{init}") / CANDIDATES_CSV
             if path.is_file():
                 with open(path, encoding="utf-8") as fh:
                     by_start[init] = list(csv.DictReader(fh))
@@ -587,7 +588,7 @@ def report_sections(ctx: Context, cfg: RunkelConfig, *, scale: str, timings: Map
                       "stratified bootstrap; a signal separates the classes only when that CI lies above 0.5. TPR at "
                       "1% (0.1%) FPR needs at least 100 (1000) negatives and is empty otherwise."],
                 notes=privacy_verdicts(ctx, keys=_privacy_keys()),
-                tables=[table(t / "privacy.csv", "ROC AUC with 95% CI and TPR at low FPR per setting and signal"),
+                tables=[table(t / PRIVACY_CSV, "ROC AUC with 95% CI and TPR at low FPR per setting and signal"),
                         table(t / "real_vs_fake.csv", "Real vs fake, pooled per model (Runkel's question): bilevel "
                               "reconstructions from ground-truth starts (real) and partition starts (fake), and the "
                               "same candidates labelled by the nearest-image rule above; the subspace signal is the "

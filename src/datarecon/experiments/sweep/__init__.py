@@ -11,7 +11,8 @@ from datarecon.experiments.sweep.config import (
     SweepConfig,
     expand,
 )
-from datarecon.experiments.sweep.driver import SweepResult, criterion_mode, plan, run_sweep, score_of
+from datarecon.experiments.pool import criterion_mode, score_of
+from datarecon.experiments.sweep.driver import SweepResult, plan, run_sweep
 from datarecon.experiments.sweep.pool import pool_candidates, rank_runs
 
 __all__ = ["DISTRIBUTIONS", "Dist", "Resources", "RunSpec", "SearchSpace", "Selection", "SweepConfig",

@@ -9,7 +9,6 @@ are skipped, and unfinished runs continue from their checkpoints.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections import deque
@@ -19,12 +18,14 @@ from typing import Any
 
 from datarecon.errors import DataReconError
 from datarecon.experiments.backends import Outcome, Task, make_backend
+from datarecon.experiments.pool import criterion_mode, score_of
 from datarecon.experiments.runs import validate_spec
 from datarecon.experiments.store import FINISHED, TASK_FILE, Store, row_from_dir
 from datarecon.experiments.sweep.config import RunSpec, SweepConfig, expand
 from datarecon.experiments.sweep.worker import CLAIM_FILE, execute_task
-from datarecon.training.engine import LoopState, ProgressBar
+from datarecon.kernel.engine import LoopState, ProgressBar
 from datarecon.utils.io import atomic_write_json, config_hash, read_json
+from datarecon.kernel.files import RUN_JSON
 
 FAULTS_ENV = "DATARECON_SWEEP_FAULTS"
 
@@ -69,44 +70,6 @@ class SweepResult:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
 
 
-def criterion_mode(name: str, mode: str | None = None) -> str:
-    """``min`` or ``max`` for an attacker-side criterion: ``mode`` if given, else the direction
-    registered in :data:`datarecon.attacks.selection.CRITERIA` (``better``: lower | higher).
-
-    Raises:
-        DataReconError: unknown criterion (lists the registered ones), or an ``info`` criterion
-            without an explicit ``mode``.
-    """
-    from datarecon.attacks.selection import CRITERIA
-
-    entry = CRITERIA.get(name)
-    if mode is not None:
-        return mode
-    if entry.better == "higher":
-        return "max"
-    if entry.better == "lower":
-        return "min"
-    raise DataReconError(f"selection criterion {name!r} is for information only; choose another or set selection.mode")
-
-
-def score_of(result: dict[str, Any] | None, criterion: str) -> float | None:
-    """The criterion's value in a worker result / index row: ``selection[criterion]`` (a number or
-    ``{"value": ...}``), else ``final[criterion]``; None when missing or not finite."""
-    if not result:
-        return None
-    for where in ("selection", "final"):
-        value = (result.get(where) or {}).get(criterion)
-        if isinstance(value, dict):
-            value = value.get("value")
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(value):
-            return value
-    return None
-
-
 def model_identity(model_dir: str | Path) -> str:
     """Content identity of a model directory: its config hash and weight hashes (not its path)."""
     from datarecon.models.checkpoint import read_model_meta
@@ -148,7 +111,7 @@ def check_store_dir(out: Path) -> None:
     Raises:
         DataReconError: one line naming the problem.
     """
-    from datarecon.utils.outdir import ARTEFACTS, check_out_dir, is_empty
+    from datarecon.kernel.outdir import ARTEFACTS, check_out_dir, is_empty
 
     check_out_dir(out, kind="store", resume=True)
     kind = ARTEFACTS.get("store")
@@ -185,7 +148,7 @@ def next_attempt(task: dict[str, Any] | None) -> int:
 
 
 def is_finished(run_dir: Path) -> bool:
-    path = run_dir / "run.json"
+    path = run_dir / RUN_JSON
     if not path.is_file():
         return False
     try:
@@ -215,7 +178,7 @@ def run_sweep(config: SweepConfig, out: str | Path, *, backend: str = "local", w
     Returns:
         A :class:`SweepResult`; failed runs are counted there and recorded in the store, not raised.
     """
-    from datarecon.utils.outdir import claim_out_dir
+    from datarecon.kernel.outdir import claim_out_dir
 
     out = Path(out)
     check_store_dir(out)

@@ -8,19 +8,16 @@ stationarity residual), never by ground truth. The pooled directory follows the 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
-import torch
 
 from datarecon.errors import DataReconError
 from datarecon.experiments.store import Store
-from datarecon.experiments.sweep.driver import criterion_mode, score_of
-from datarecon.status import EVALUABLE, Status
-from datarecon.utils.io import atomic_write_json, config_hash, load_tensors, read_json, save_tensors, versions
+from datarecon.experiments.pool import same_pool, criterion_mode, score_of, write_pool
+from datarecon.kernel.status import EVALUABLE
+from datarecon.utils.io import config_hash
 
-CANDIDATES, RUN_JSON = "candidates.safetensors", "run.json"
 
 
 def rank_runs(store: Store, *, criterion: str, mode: str | None = None, sweep_id: str | None = None,
@@ -38,70 +35,6 @@ def rank_runs(store: Store, *, criterion: str, mode: str | None = None, sweep_id
             ranked.append((s, row))
     ranked.sort(key=lambda t: ((t[0] if direction == "min" else -t[0]), t[1]["key"]))
     return ranked
-
-
-def _same_pool(pool_dir: Path, key: str) -> bool:
-    """Whether ``pool_dir`` holds the pool of this very config (rewriting it changes nothing)."""
-    try:
-        return read_json(pool_dir / RUN_JSON).get("config_hash") == key
-    except DataReconError:
-        return False
-
-
-def write_pool(pool_dir: Path, sources: list[dict[str, Any]], *, root: Path, model_dir: str | None,
-               config: dict[str, Any], key: str, criterion: str, mode: str,
-               record: dict[str, Any] | None = None, merge: float | None = None) -> Path:
-    """Write the pooled run directory of ``sources`` (in their order) into ``pool_dir``.
-
-    Args:
-        pool_dir: the pooled run directory (claimed by the caller).
-        sources: one ``{"key", "run_dir" (relative to ``root``), "score", "params"}`` per run.
-        root: the folder the sources' ``run_dir`` are relative to.
-        model_dir: the model directory every source attacked.
-        config, key: what was pooled and its hash (``run.json`` ``config`` / ``config_hash``).
-        criterion, mode: the attacker-side criterion and its direction (``min``/``max``).
-        record: further ``run.json`` fields.
-        merge: drop a candidate whose cosine to a kept candidate of an earlier source (or an earlier
-            one of the same source) exceeds this (:func:`datarecon.attacks.selection.merge_duplicates`);
-            None: keep all.
-
-    Returns:
-        ``pool_dir``: ``candidates.safetensors`` with ``x``, ``labels``, ``multipliers``, the
-        ``score_<name>`` tensors all sources share, and ``source`` (m,) int64 = position of the
-        candidate's run in ``sources``; ``run.json`` with method ``pool``.
-    """
-    parts: list[dict[str, torch.Tensor]] = []
-    offset = 0
-    for s in sources:
-        tensors = load_tensors(root / s["run_dir"] / CANDIDATES)
-        m = int(tensors["x"].shape[0])
-        parts.append(tensors)
-        s.update({"offset": offset, "count": m})
-        offset += m
-    shared = set.intersection(*(set(p) for p in parts))
-    pooled = {k: torch.cat([p[k] for p in parts]) for k in sorted(shared) if k in ("x", "labels", "multipliers")
-              or k.startswith("score_")}
-    pooled["source"] = torch.cat([torch.full((p["x"].shape[0],), i, dtype=torch.int64) for i, p in enumerate(parts)])
-    merged = 0
-    if merge is not None:
-        from datarecon.attacks.selection import merge_duplicates
-
-        keep = merge_duplicates(pooled["x"], threshold=merge)
-        merged = int((~keep).sum())
-        pooled = {k: v[keep] for k, v in pooled.items()}
-        offset = int(keep.sum())
-    save_tensors(pool_dir / CANDIDATES, pooled)
-    scores = [s["score"] for s in sources if s["score"] is not None]
-    best = (min(scores) if mode == "min" else max(scores)) if scores else None
-    atomic_write_json(pool_dir / RUN_JSON, {
-        "model_dir": model_dir, "method": "pool", "config": config, "config_hash": key, "seed": None,
-        "versions": versions(), "status": Status.COMPLETE, "steps_done": 0, "wall_time_s": 0.0, "m": offset,
-        "final": {}, "selection": {criterion: {"value": best, "better": "lower" if mode == "min" else "higher",
-                                               "doc": f"best source run's {criterion}"}},
-        "extra": {"sources": sources, "created": time.time(),
-                  **({"merged_duplicates": merged} if merge is not None else {})}, **dict(record or {}),
-    })
-    return pool_dir
 
 
 def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relative_residual",
@@ -155,10 +88,10 @@ def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relati
         config["merge"] = merge
     key = config_hash(config)
     pool_dir = Path(out) if out is not None else store.pool_dir(key)
-    from datarecon.utils.outdir import claim_out_dir
+    from datarecon.kernel.outdir import claim_out_dir
 
     default = out is None
-    with claim_out_dir(pool_dir, kind="run", resume=default or _same_pool(pool_dir, key),
+    with claim_out_dir(pool_dir, kind="run", resume=default or same_pool(pool_dir, key),
                        overwrite=overwrite and not default) as claim:
         claim.prepare()
         write_pool(pool_dir, sources, root=store.root, model_dir=next(iter(models)), config=config, key=key,

@@ -21,12 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from datarecon.status import FINISHED as STATUS_FINISHED
-from datarecon.training.engine import BaseHook, LoopState
+from datarecon.kernel.status import FINISHED as STATUS_FINISHED
+from datarecon.kernel.engine import BaseHook, LoopState
 from datarecon.utils.io import atomic_write_text, read_json
+from datarecon.kernel.files import RUN_JSON
 
 CLAIM_FILE = ".claim"
-FINISHED = STATUS_FINISHED  # complete, stopped-early, diverged (datarecon.status)
+FINISHED = STATUS_FINISHED  # complete, stopped-early, diverged (datarecon.kernel.status)
 
 
 class _Crash(BaseHook):
@@ -42,7 +43,7 @@ class _Crash(BaseHook):
 
 def summary_of(run_dir: str | Path) -> dict[str, Any]:
     """The small result a worker returns: status, steps, wall time, final loss terms, selection."""
-    run = read_json(Path(run_dir) / "run.json")
+    run = read_json(Path(run_dir) / RUN_JSON)
     return {"status": run.get("status"), "steps_done": run.get("steps_done"), "wall_time_s": run.get("wall_time_s"),
             "final": run.get("final") or {}, "selection": run.get("selection") or {}}
 
@@ -70,7 +71,7 @@ def execute_task(payload: dict[str, Any]) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(payload.get("claim_file") or run_dir / CLAIM_FILE, f"{os.getpid()} {payload.get('attempt', 0)}\n")
     resumed = False
-    done = run_dir / "run.json"
+    done = run_dir / RUN_JSON
     if not (done.is_file() and read_json(done).get("status") in FINISHED):
         hooks = []
         fault = payload.get("fault")

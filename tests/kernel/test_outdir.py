@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from datarecon.errors import DataReconError
-from datarecon.utils.outdir import ARTEFACTS, check_out_dir, clear_out_dir, identify, prepare_out_dir
+from datarecon.kernel import files
+from datarecon.kernel.outdir import ARTEFACTS, check_out_dir, clear_out_dir, identify, prepare_out_dir
 
 
 def _files(d: Path) -> dict[str, bytes]:
@@ -27,10 +28,9 @@ def test_the_table_matches_the_files_each_kind_writes() -> None:
     from datarecon.attacks import runner
     from datarecon.evaluation import run_eval
     from datarecon.experiments import store
-    from datarecon.experiments.reproduce import pieces
     from datarecon.experiments.sweep import worker
     from datarecon.models import checkpoint
-    from datarecon import checkpoint as loop_checkpoint
+    from datarecon.kernel import checkpoint as loop_checkpoint
     from datarecon.training import target
 
     model, run = ARTEFACTS.get("model"), ARTEFACTS.get("run")
@@ -42,7 +42,7 @@ def test_the_table_matches_the_files_each_kind_writes() -> None:
             run_eval.CANDIDATES_CSV, run_eval.NEIGHBOURS_FILE, store.TASK_FILE, worker.CLAIM_FILE} <= set(run.names)
     assert runner.CHECKPOINT_DIR == loop_checkpoint.FOLDER
     assert {store.INDEX, store.RUNS, store.POOLS, store.SWEEPS} <= set(ARTEFACTS.get("store").names)
-    assert ARTEFACTS.get("reproduction").markers == (pieces.MANIFEST,)
+    assert ARTEFACTS.get("reproduction").markers == (files.REPRODUCTION_JSON,)
 
 
 def test_overwrite_clears_only_a_run_directory(tmp_path: Path) -> None:

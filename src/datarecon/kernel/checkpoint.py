@@ -44,11 +44,12 @@ from datarecon.utils.io import (
     sha256_file,
     to_jsonable,
 )
+from datarecon.kernel.files import CHECKPOINT_DIR, PROGRESS_FILE, STATE_FILE
 
 FORMAT = "datarecon-checkpoint/2"
 #: the checkpoint folder inside a model or run directory
-FOLDER = "checkpoint"
-STATE_FILE, PROGRESS_FILE, META_KEY = "state.safetensors", "progress.json", "__meta__"
+FOLDER = CHECKPOINT_DIR
+META_KEY = "__meta__"
 #: the training format before format 2 (``state.json`` + ``state-<epoch>.safetensors``)
 LEGACY_TRAIN_FORMAT, LEGACY_TRAIN_JSON = "datarecon-train-checkpoint/1", "state.json"
 

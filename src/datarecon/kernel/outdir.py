@@ -19,7 +19,7 @@ record of every entry datarecon writes there, at any depth). An existing, non-em
   folder passed to ``sweep --out``, a model folder passed to ``reconstruct --out``), or when it is
   no datarecon artefact at all and holds files datarecon did not write (``--resume --out ~``).
 
-The table of kinds is :data:`ARTEFACTS`; ``tests/utils/test_outdir.py`` checks it against the
+The table of kinds is :data:`ARTEFACTS`; ``tests/kernel/test_outdir.py`` checks it against the
 file-name constants of the modules that write each kind.
 """
 
@@ -33,11 +33,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from datarecon import checkpoint
+from datarecon.kernel import checkpoint
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
 from datarecon.utils import manifest
 from datarecon.utils.lock import LOCK_FILE, check_free, hold
+from datarecon.kernel.files import DONE_MARKER, CANDIDATES, CANDIDATES_CSV, EXPERIMENT_JSON, EXTRAS, HISTORY, INIT_FILE, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG, REPORT_HTML, REPRODUCTION_JSON, RUN_JSON, SUBSPACE_FILE, TASK_FILE, WEIGHTS
 
 
 @dataclass(frozen=True)
@@ -94,23 +95,23 @@ def _register(name: str, kind: ArtefactKind) -> None:
 
 
 _register("model", ArtefactKind(
-    "model directory", ("model.json",),
-    ("weights.safetensors", "extras.safetensors", "model.json", "history.jsonl", "checkpoint",
+    "model directory", (MODEL_JSON,),
+    (WEIGHTS, EXTRAS, MODEL_JSON, HISTORY, "checkpoint",
      "checkpoint-margin-ascent"), checkpoint.Kind.TRAIN, resumable=True))
 _register("run", ArtefactKind(
-    "run directory", ("run.json",),
-    ("candidates.safetensors", "init.safetensors", "subspace.safetensors", "run.json", "history.jsonl", "checkpoint",
-     "metrics.json", "candidates.csv", "neighbours.safetensors", "report.html", "task.json", ".claim"),
+    "run directory", (RUN_JSON,),
+    (CANDIDATES, INIT_FILE, SUBSPACE_FILE, RUN_JSON, HISTORY, "checkpoint",
+     METRICS_FILE, CANDIDATES_CSV, NEIGHBOURS_FILE, REPORT_HTML, TASK_FILE, ".claim"),
     checkpoint.Kind.ATTACK, pattern=r"run\d+", resumable=True))
 _register("demo", ArtefactKind(
-    "demo folder", ("model/model.json", "run/run.json"), ("model", "run", "reconstructions.png", "report.html")))
+    "demo folder", ("model/model.json", "run/run.json"), ("model", "run", RECONSTRUCTIONS_PNG, REPORT_HTML)))
 # a store is recognised by its manifest or its index; a bare runs/ folder is not a store
 _register("store", ArtefactKind(
     "results store", ("index.sqlite",),
     ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm", "index.sqlite-journal", "runs", "pools", "sweeps")))
-_register("reproduction", ArtefactKind("reproduction folder", ("reproduction.json",), None, resumable=True))
+_register("reproduction", ArtefactKind("reproduction folder", (REPRODUCTION_JSON,), None, resumable=True))
 _register("experiment", ArtefactKind(
-    "experiment folder", ("experiment.json",), ("experiment.json", "model", "run", "report.html")))
+    "experiment folder", (EXPERIMENT_JSON,), (EXPERIMENT_JSON, "model", "run", REPORT_HTML)))
 
 #: files of a checkpoint folder (the current format and the training format before it), for
 #: folders written before manifests existed
@@ -161,9 +162,7 @@ def is_empty(folder: Path) -> bool:
 def _known_legacy_file(name: str) -> bool:
     """A file name datarecon writes somewhere (folders written before manifests existed)."""
     known = {n for k in ARTEFACTS.names() for n in (ARTEFACTS.get(k).names or ())}
-    from datarecon.experiments.reproduce.pieces import MARKER
-
-    return (name in known or name in _CHECKPOINT_NAMES or name == MARKER
+    return (name in known or name in _CHECKPOINT_NAMES or name == DONE_MARKER
             or _LEGACY_CHECKPOINT_STATE.fullmatch(name) is not None or re.fullmatch(r"[0-9a-f]{16}\.json", name)
             is not None)
 
@@ -218,7 +217,7 @@ def _unfinished(out: Path, kind: str) -> str | None:
 
     try:
         if kind == "run":
-            run = read_json(out / "run.json") if (out / "run.json").is_file() else {}
+            run = read_json(out / RUN_JSON) if (out / RUN_JSON).is_file() else {}
             if run.get("status") not in (None, "running"):
                 return None
             meta = read_json(out / checkpoint.FOLDER / checkpoint.PROGRESS_FILE) \
@@ -226,7 +225,7 @@ def _unfinished(out: Path, kind: str) -> str | None:
             if meta or run or any(out.glob("run*/checkpoint")):
                 return f"an unfinished run (stopped at step {meta.get('steps_done', '?')})" if meta else \
                     "an unfinished run"
-        if kind == "model" and not (out / "model.json").is_file():
+        if kind == "model" and not (out / MODEL_JSON).is_file():
             meta = read_json(out / checkpoint.FOLDER / checkpoint.PROGRESS_FILE) \
                 if (out / checkpoint.FOLDER / checkpoint.PROGRESS_FILE).is_file() else {}
             return f"an unfinished training (stopped at epoch {meta.get('epoch', '?')})"

@@ -1,11 +1,11 @@
-"""The one status vocabulary (datarecon.status) and its reading of the legacy training words."""
+"""The one status vocabulary (datarecon.kernel.status) and its reading of the legacy training words."""
 
 from __future__ import annotations
 
 import pytest
 
 from datarecon.errors import DataReconError
-from datarecon.status import EVALUABLE, FINISHED, Status
+from datarecon.kernel.status import EVALUABLE, FINISHED, Status
 
 
 @pytest.mark.parametrize("word,status", [

@@ -127,3 +127,11 @@ def margins(outputs: torch.Tensor, y: torch.Tensor, *, multiclass: bool | None =
 def accuracy(outputs: torch.Tensor, y: torch.Tensor) -> float:
     """Fraction of correct predictions (binary: sign of f equals y)."""
     return float((margins(outputs, y) > 0).to(torch.float64).mean())
+
+
+def squared_norm(t: torch.Tensor) -> torch.Tensor:
+    """‖t‖² accumulated in float64 as one dot product (no squared copy of t; float64 tensors not cast)."""
+    v = t.reshape(-1)
+    if v.dtype != torch.float64:
+        v = v.double()
+    return torch.dot(v, v)

@@ -1,4 +1,4 @@
-"""The one checkpoint format (datarecon.checkpoint): round trip, refusals, and the two older formats it
+"""The one checkpoint format (datarecon.kernel.checkpoint): round trip, refusals, and the two older formats it
 replaces, written here in their own layouts (as commit a68cf3e wrote them: training's ``state.json``
 naming ``state-<epoch>.safetensors`` with its SHA-256, attacks' metadata in a ``progress`` header
 entry) and resumed bit-identically. No checkpoint file is kept in the repository."""
@@ -12,11 +12,11 @@ import pytest
 import torch
 from checkpoint_problem import ATTACK_KILL, FIT, fit_problem, run_attack_problem
 
-from datarecon import checkpoint
+from datarecon.kernel import checkpoint
 from datarecon.errors import CheckpointError
 from datarecon.training.fit import fit
 from datarecon.utils.io import save_tensors, sha256_file, to_jsonable
-from datarecon.utils.outdir import identify
+from datarecon.kernel.outdir import identify
 
 ATTACK, TRAIN = checkpoint.Kind.ATTACK, checkpoint.Kind.TRAIN
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from datarecon.errors import DataReconError
-from datarecon.training.losses import LOSSES, accuracy, energy, margins, weight_penalty
+from datarecon.kernel.losses import LOSSES, accuracy, energy, margins, weight_penalty
 
 
 def test_logistic_matches_hand_values() -> None:

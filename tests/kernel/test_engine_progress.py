@@ -8,7 +8,7 @@ import re
 import pytest
 
 from datarecon.errors import DataReconError
-from datarecon.training.engine import (
+from datarecon.kernel.engine import (
     Engine,
     ProgressBar,
     ProgressLines,

@@ -1,0 +1,127 @@
+"""The one writer of pooled runs: the candidates of several finished runs as one run directory.
+
+``reconstruct --runs K`` (its K runs), ``sweep pool`` (a sweep's best runs) and the reproductions
+write their pools through :func:`write_pool`; runs are ranked by an attacker-side criterion
+(:func:`criterion_mode`, :func:`score_of`), never by ground truth. The pooled directory follows the
+run contract (``candidates.safetensors`` + ``run.json`` with method ``"pool"`` and the list of
+source runs), so ``datarecon evaluate POOLDIR`` evaluates it like any run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from datarecon.errors import DataReconError
+from datarecon.kernel.files import CANDIDATES, RUN_JSON
+from datarecon.kernel.status import Status
+from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, versions
+
+
+def criterion_mode(name: str, mode: str | None = None) -> str:
+    """``min`` or ``max`` for an attacker-side criterion: ``mode`` if given, else the direction
+    registered in :data:`datarecon.attacks.selection.CRITERIA` (``better``: lower | higher).
+
+    Raises:
+        DataReconError: unknown criterion (lists the registered ones), or an ``info`` criterion
+            without an explicit ``mode``.
+    """
+    from datarecon.attacks.selection import CRITERIA
+
+    entry = CRITERIA.get(name)
+    if mode is not None:
+        return mode
+    if entry.better == "higher":
+        return "max"
+    if entry.better == "lower":
+        return "min"
+    raise DataReconError(f"selection criterion {name!r} is for information only; choose another or set selection.mode")
+
+
+
+def score_of(result: dict[str, Any] | None, criterion: str) -> float | None:
+    """The criterion's value in a worker result / index row: ``selection[criterion]`` (a number or
+    ``{"value": ...}``), else ``final[criterion]``; None when missing or not finite."""
+    if not result:
+        return None
+    for where in ("selection", "final"):
+        value = (result.get(where) or {}).get(criterion)
+        if isinstance(value, dict):
+            value = value.get("value")
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value):
+            return value
+    return None
+
+
+
+def same_pool(pool_dir: Path, key: str) -> bool:
+    """Whether ``pool_dir`` holds the pool of this very config (rewriting it changes nothing)."""
+    try:
+        return read_json(pool_dir / RUN_JSON).get("config_hash") == key
+    except DataReconError:
+        return False
+
+
+
+def write_pool(pool_dir: Path, sources: list[dict[str, Any]], *, root: Path, model_dir: str | None,
+               config: dict[str, Any], key: str, criterion: str, mode: str,
+               record: dict[str, Any] | None = None, merge: float | None = None) -> Path:
+    """Write the pooled run directory of ``sources`` (in their order) into ``pool_dir``.
+
+    Args:
+        pool_dir: the pooled run directory (claimed by the caller).
+        sources: one ``{"key", "run_dir" (relative to ``root``), "score", "params"}`` per run.
+        root: the folder the sources' ``run_dir`` are relative to.
+        model_dir: the model directory every source attacked.
+        config, key: what was pooled and its hash (``run.json`` ``config`` / ``config_hash``).
+        criterion, mode: the attacker-side criterion and its direction (``min``/``max``).
+        record: further ``run.json`` fields.
+        merge: drop a candidate whose cosine to a kept candidate of an earlier source (or an earlier
+            one of the same source) exceeds this (:func:`datarecon.attacks.selection.merge_duplicates`);
+            None: keep all.
+
+    Returns:
+        ``pool_dir``: ``candidates.safetensors`` with ``x``, ``labels``, ``multipliers``, the
+        ``score_<name>`` tensors all sources share, and ``source`` (m,) int64 = position of the
+        candidate's run in ``sources``; ``run.json`` with method ``pool``.
+    """
+    parts: list[dict[str, torch.Tensor]] = []
+    offset = 0
+    for s in sources:
+        tensors = load_tensors(root / s["run_dir"] / CANDIDATES)
+        m = int(tensors["x"].shape[0])
+        parts.append(tensors)
+        s.update({"offset": offset, "count": m})
+        offset += m
+    shared = set.intersection(*(set(p) for p in parts))
+    pooled = {k: torch.cat([p[k] for p in parts]) for k in sorted(shared) if k in ("x", "labels", "multipliers")
+              or k.startswith("score_")}
+    pooled["source"] = torch.cat([torch.full((p["x"].shape[0],), i, dtype=torch.int64) for i, p in enumerate(parts)])
+    merged = 0
+    if merge is not None:
+        from datarecon.attacks.selection import merge_duplicates
+
+        keep = merge_duplicates(pooled["x"], threshold=merge)
+        merged = int((~keep).sum())
+        pooled = {k: v[keep] for k, v in pooled.items()}
+        offset = int(keep.sum())
+    save_tensors(pool_dir / CANDIDATES, pooled)
+    scores = [s["score"] for s in sources if s["score"] is not None]
+    best = (min(scores) if mode == "min" else max(scores)) if scores else None
+    atomic_write_json(pool_dir / RUN_JSON, {
+        "model_dir": model_dir, "method": "pool", "config": config, "config_hash": key, "seed": None,
+        "versions": versions(), "status": Status.COMPLETE, "steps_done": 0, "wall_time_s": 0.0, "m": offset,
+        "final": {}, "selection": {criterion: {"value": best, "better": "lower" if mode == "min" else "higher",
+                                               "doc": f"best source run's {criterion}"}},
+        "extra": {"sources": sources, "created": time.time(),
+                  **({"merged_duplicates": merged} if merge is not None else {})}, **dict(record or {}),
+    })
+    return pool_dir

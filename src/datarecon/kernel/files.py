@@ -1,0 +1,41 @@
+"""The names of the files datarecon writes, defined once.
+
+Every module that writes or reads one of these files imports its name from here, so a folder's
+layout (docs/dev/CONTRACTS.md) and the output-folder bookkeeping (:mod:`datarecon.kernel.outdir`)
+cannot drift apart from the writers.
+"""
+
+from __future__ import annotations
+
+# run directories (attacks)
+RUN_JSON = "run.json"
+CANDIDATES = "candidates.safetensors"
+HISTORY = "history.jsonl"
+INIT_FILE = "init.safetensors"
+SUBSPACE_FILE = "subspace.safetensors"
+
+# model directories (training)
+WEIGHTS = "weights.safetensors"
+EXTRAS = "extras.safetensors"
+MODEL_JSON = "model.json"
+
+# checkpoints (every resumable loop)
+STATE_FILE = "state.safetensors"
+PROGRESS_FILE = "progress.json"
+CHECKPOINT_DIR = "checkpoint"
+
+# evaluations
+METRICS_FILE = "metrics.json"
+CANDIDATES_CSV = "candidates.csv"
+NEIGHBOURS_FILE = "neighbours.safetensors"
+PRIVACY_CSV = "privacy.csv"
+REPORT_HTML = "report.html"
+RECONSTRUCTIONS_PNG = "reconstructions.png"
+
+# experiments, reproductions, stores, audits
+EXPERIMENT_JSON = "experiment.json"
+DONE_MARKER = "DONE.json"
+REPRODUCTION_JSON = "reproduction.json"
+TIMINGS_JSON = "timings.json"
+TASK_FILE = "task.json"
+AUDIT_JSON = "audit.json"

@@ -1,0 +1,123 @@
+"""One pure, differentiable training step: ``(params, batch, recipe) -> params``.
+
+``datarecon train`` updates its network with these functions (:class:`datarecon.training.optim.
+GradientDescent` writes :func:`update`'s result into the parameters in place), so an attack that
+replays the training (dynamics matching) runs the very arithmetic that trained the target: the
+same forward (:func:`energy` through :func:`torch.func.functional_call`), the same gradient and the
+same update, and, from the same θ_init with the true data, the same θ* bit for bit (tested in
+``tests/kernel/test_step.py``). With ``create_graph=True`` the step is differentiable in the
+parameters and in the batch's inputs (second-order autograd), which is what unrolling needs.
+
+The update is gradient descent with heavy-ball momentum, written as ``torch.optim.SGD`` does it:
+b ← μ·b + g, θ ← θ − η·b (b₀ = 0; μ = 0: θ ← θ − η·g), g = ∇_θ E(θ; x, y) with
+E = L(Φ(x; θ), y) + (wd/2)·‖θ‖². The learning rate η of a step is a number the caller computes
+(the training schedule of :mod:`datarecon.training.optim`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from datarecon.kernel.losses import LOSSES, weight_penalty
+
+Params = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What one step needs besides the parameters and the batch.
+
+    Args:
+        loss: a :data:`datarecon.kernel.losses.LOSSES` name (mean over the batch).
+        weight_decay: wd ≥ 0 of the energy's (wd/2)·‖θ‖² (over the parameters that are trained).
+        momentum: μ ∈ [0, 1) of the heavy-ball buffer.
+    """
+
+    loss: str
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+
+
+def energy(model: nn.Module, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, *,
+           loss: str, weight_decay: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The training energy at ``params`` on the batch ``(x, y)``.
+
+    Args:
+        model: the architecture; its own parameters are replaced by ``params`` for this call.
+        params: name → tensor of the trained parameters (others are taken from ``model``).
+        x: (b, *input_shape) inputs; y: (b,) labels in the loss's convention.
+        loss: a LOSSES name; weight_decay: wd ≥ 0.
+
+    Returns:
+        (outputs (b, k), data loss (scalar), energy = data loss + (wd/2)·Σ‖θ_p‖² (scalar)).
+    """
+    out = functional_call(model, dict(params), (x,))
+    dl = LOSSES.get(loss)(out, y)
+    e = dl + weight_penalty(params, weight_decay) if weight_decay else dl
+    return out, dl, e
+
+
+def gradient(model: nn.Module, params: Mapping[str, torch.Tensor], batch: tuple[torch.Tensor, torch.Tensor],
+             recipe: Recipe, *, create_graph: bool = False) -> tuple[Params, torch.Tensor]:
+    """∇_θ E at ``params`` on ``batch``; returns (gradients by name, energy)."""
+    names = list(params)
+    x, y = batch
+    _, _, e = energy(model, params, x, y, loss=recipe.loss, weight_decay=recipe.weight_decay)
+    grads = torch.autograd.grad(e, [params[n] for n in names], create_graph=create_graph)
+    return dict(zip(names, grads)), e
+
+
+def update(params: Mapping[str, torch.Tensor], grads: Mapping[str, torch.Tensor],
+           buffers: Mapping[str, torch.Tensor] | None, *, lr: float | torch.Tensor,
+           momentum: float = 0.0) -> tuple[Params, Params]:
+    """One heavy-ball step: b ← μ·b + g, θ ← θ − η·b (``torch.optim.SGD``'s order of operations).
+
+    Args:
+        params, grads: name → tensor, the same names and shapes.
+        buffers: name → momentum buffer (None or missing names: b = 0); unused when μ = 0.
+        lr: η > 0; a tensor keeps the step differentiable in η (a learnt learning rate).
+        momentum: μ.
+
+    Returns:
+        (new parameters, new buffers); no input is modified.
+    """
+    new_params: Params = {}
+    new_buffers: Params = {}
+    for name, p in params.items():
+        d = grads[name]
+        if momentum:
+            b = (buffers or {}).get(name)
+            d = d if b is None else torch.add(b * momentum, d)
+            new_buffers[name] = d
+        if isinstance(lr, torch.Tensor):
+            new_params[name] = p - lr * d
+        else:
+            new_params[name] = torch.add(p, d, alpha=-lr)
+    return new_params, new_buffers
+
+
+def train_step(model: nn.Module, params: Mapping[str, torch.Tensor], batch: tuple[torch.Tensor, torch.Tensor],
+               recipe: Recipe, *, lr: float | torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None,
+               create_graph: bool = False) -> tuple[Params, Params]:
+    """``(params, batch, recipe) -> params``: one gradient-descent step of the training.
+
+    Args:
+        model: the architecture (its parameters are not read for the names in ``params``).
+        params: θ_t by name. batch: (x (b, ...), y (b,)). recipe: loss, weight decay, momentum.
+        lr: η_t of this step. buffers: the momentum buffers before the step.
+        create_graph: keep the graph, so the new parameters are differentiable in ``params``, the
+            batch's inputs and a tensor ``lr``.
+
+    Returns:
+        (θ_{t+1}, buffers after the step).
+    """
+    grads, _ = gradient(model, params, batch, recipe, create_graph=create_graph)
+    return update(params, grads, buffers, lr=lr, momentum=recipe.momentum)
+
+
+__all__ = ["Params", "Recipe", "energy", "gradient", "train_step", "update"]
