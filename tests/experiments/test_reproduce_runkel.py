@@ -269,7 +269,8 @@ def test_overwrite_deletes_only_what_the_reproduction_wrote(runkel):
     there is refused with a one-line error and nothing is deleted."""
     import shutil
 
-    from datarecon.experiments.reproduce.pieces import MANIFEST, check_manifest
+    from datarecon.experiments.reproduce.pieces import check_manifest
+    from datarecon.kernel.files import REPRODUCTION_JSON as MANIFEST
 
     src, _, _ = runkel
     out = shutil.copytree(src, src.parent / "overwrite-copy")

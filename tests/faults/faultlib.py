@@ -46,6 +46,16 @@ def run_ok(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return res
 
 
+def run_faulted(*args: str, step: int, loop: int = 0, sig: str = "KILL",
+                timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run until the test-only step hook (:data:`datarecon.kernel.engine.FAULT_STEP_ENV`) signals the
+    process right after step ``step`` of its ``loop``-th loop: a fault at an exact, replayable point."""
+    from datarecon.kernel.engine import FAULT_STEP_ENV
+
+    return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout,
+                          env={**env(), FAULT_STEP_ENV: f"{step}:{sig}:{loop}"}, preexec_fn=_default_sigint)
+
+
 def _default_sigint() -> None:
     # a shell without job control starts background jobs with SIGINT ignored, and an ignored signal
     # stays ignored across exec: Python would then never raise KeyboardInterrupt. A terminal's Ctrl-C

@@ -1,8 +1,12 @@
-"""SIGKILL at a random point, then resume: the artefacts equal an uninterrupted run's, bit for bit.
+"""SIGKILL at a random step, then resume: the artefacts equal an uninterrupted run's, bit for bit.
 
-Train, the KKT attack, the bilevel attack and a paper reproduction are killed from outside (as the
-OOM killer or a lost node would), then rerun with ``--resume``; the result is compared file by file
-with an uninterrupted run written to the same paths (``conftest.assert_same_tree``).
+Train, the KKT attack, the bilevel attack and a paper reproduction are killed (SIGKILL, as the OOM
+killer or a lost node would) right after a step drawn from the test's seeded generator, by the
+test-only step hook of the engine (``DATARECON_FAULT_AT_STEP``): the point is exact and replays
+with the seed, whatever the machine's load. They are rerun with ``--resume`` and the result is
+compared file by file with an uninterrupted run written to the same paths (``faultlib.assert_same_tree``).
+Kills at arbitrary moments (inside a write) are the business of ``adversarial_trials.py`` and the
+atomic-write tests.
 """
 
 from __future__ import annotations
@@ -12,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from faultlib import assert_same_tree, kill_at, progress_at_least, read_json_or_none, run_ok, set_aside, start
+from faultlib import assert_same_tree, read_json_or_none, run_faulted, run_ok, set_aside
 
 pytestmark = pytest.mark.slow
 
 TRAIN = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "10", "--hidden", "16", "--no-bias",
-         "--init-scale", "1e-2", "--lr", "0.5", "--epochs", "3000", "--checkpoint-every", "10", "--dtype", "float64",
+         "--init-scale", "1e-2", "--lr", "0.5", "--epochs", "1000", "--checkpoint-every", "10", "--dtype", "float64",
          "--no-progress"]
 KKT = ["reconstruct", "--no-progress", "--steps", "200", "--checkpoint-every", "10", "--candidates", "8",
        "--init-scale", "0.05", "--lr-x", "0.01", "--lr-lambda", "0.01", "--lambda-min", "0.2"]
@@ -64,10 +68,10 @@ def test_train(tmp_path: Path, rng) -> None:
     args = [*TRAIN, "--out", str(out)]
     run_ok(*args)
     ref = set_aside(out)
-    epoch = rng.randrange(10, 1000)  # at least 2 000 epochs after it: the kill lands before the end, under load too
-    proc = start(*args)
-    kill_at(proc, progress_at_least(out / "checkpoint" / "progress.json", "epoch", epoch), rng)
+    epoch = rng.randrange(10, 990)
+    proc = run_faulted(*args, step=epoch)
     assert proc.returncode == -9 and not (out / "model.json").exists()
+    assert json.loads((out / "checkpoint" / "progress.json").read_text())["epoch"] == epoch // 10 * 10
     run_ok(*args, "--resume")
     assert assert_same_tree(ref, out) >= 5
 
@@ -81,8 +85,7 @@ def test_attack(method: str, model: Path, affine: Path, tmp_path: Path, rng) -> 
     ref = set_aside(out)
     total = 200 if method == "kkt" else 40
     step = rng.randrange(2, int(0.7 * total))
-    proc = start(*args)
-    kill_at(proc, progress_at_least(out / "checkpoint" / "progress.json", "steps_done", step), rng)
+    proc = run_faulted(*args, step=step)
     assert proc.returncode == -9 and json.loads((out / "run.json").read_text())["status"] == "running"
     run_ok(*args, "--resume")
     assert json.loads((out / "run.json").read_text())["status"] == "complete"
@@ -97,11 +100,12 @@ def test_reproduction(tmp_path: Path, rng) -> None:
     run_ok(*args)
     ref = set_aside(out)
     # a random point: in the first or the second attack, at a random step
-    run = out / "runs" / "digits" / f"run{rng.randrange(2)}" / "run"
+    j = rng.randrange(2)
+    run = out / "runs" / "digits" / f"run{j}" / "run"
     step = rng.randrange(20, 300)
-    proc = start(*args)
-    kill_at(proc, progress_at_least(run / "checkpoint" / "progress.json", "steps_done", step), rng)
+    proc = run_faulted(*args, step=step, loop=1 + j)  # loop 0 trains the target, then run0, run1
     assert proc.returncode == -9 and not (out / "report.html").exists()
+    assert json.loads((run / "run.json").read_text())["status"] == "running"
     run_ok(*args, "--resume")
     assert read_json_or_none(out / "tables" / "DONE.json") is not None
     assert assert_same_tree(ref, out) >= 20
@@ -118,8 +122,7 @@ def test_reproduction_killed_while_training(tmp_path: Path, rng) -> None:
     ref = set_aside(out)
     model = out / "models" / "digits"
     epoch = rng.randrange(200, 3000)
-    proc = start(*args)
-    kill_at(proc, progress_at_least(model / "model" / "checkpoint" / "progress.json", "epoch", epoch), rng)
+    proc = run_faulted(*args, step=epoch)
     assert proc.returncode == -9 and not (model / "DONE.json").exists()
     res = run_ok(*args, "--resume")
     assert "train: resumed at epoch " in res.stderr, res.stderr[-2000:]

@@ -113,3 +113,23 @@ def test_track_yields_every_item_in_order_in_every_mode() -> None:
             assert out.getvalue().splitlines()[-1].startswith("chunks: done chunk 7/7 in ")
         if mode == "off":
             assert out.getvalue() == ""
+
+
+def test_the_fault_hook_signals_after_the_chosen_step_of_the_chosen_loop(monkeypatch) -> None:
+    import signal
+
+    from datarecon.kernel import engine as engine_mod
+    from datarecon.kernel.engine import FAULT_STEP_ENV, Engine, History
+
+    seen: list[int] = []
+    history = History()
+    previous = signal.signal(signal.SIGUSR1, lambda *_: seen.append(len(history.rows)))
+    try:
+        monkeypatch.setattr(engine_mod, "_loops_run", 0)
+        monkeypatch.setenv(FAULT_STEP_ENV, "3:USR1:1")
+        Engine(lambda i: {"loss": 1.0}, hooks=[History()]).run(start=0, total=5)  # loop 0: not this one
+        assert seen == []
+        Engine(lambda i: {"loss": 1.0}, hooks=[history]).run(start=0, total=5)  # loop 1: after step 3's row
+        assert seen == [3]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)

@@ -446,10 +446,11 @@ def _run_audit(cfg: AuditConfig, pieces: list[Piece], *, out: Path, chash: str, 
                backend_options: Mapping[str, Any] | None, log: Callable[[str], None], progress: bool) -> Path:
     """The body of :func:`run_audit` once ``out`` is claimed and prepared."""
     from datarecon.experiments.backends import Task, make_backend
-    from datarecon.experiments.reproduce.pieces import MANIFEST, REPORT, TIMINGS, entries, execute
+    from datarecon.experiments.reproduce.pieces import entries, execute
+    from datarecon.kernel.files import REPORT_HTML, REPRODUCTION_JSON, TIMINGS_JSON
     from datarecon.report.html import write_report
 
-    atomic_write_json(out / MANIFEST, {"name": NAME, "scale": scale, "config_hash": chash,
+    atomic_write_json(out / REPRODUCTION_JSON, {"name": NAME, "scale": scale, "config_hash": chash,
                                        "config": cfg.model_dump(mode="json"), "versions": versions(),
                                        "entries": entries(pieces)})
     groups = [(s.name, seed) for s in settings(cfg) for seed in cfg.seeds]
@@ -487,9 +488,9 @@ def _run_audit(cfg: AuditConfig, pieces: list[Piece], *, out: Path, chash: str, 
     ctx = Context(out=out, data_dir=data_dir, device=device, resume=resume)
     execute(pieces, ctx, log=lambda line: None if "skipped" in line else log(line))
     total = time.perf_counter() - t0
-    report = write_report(report_sections(ctx, cfg, scale=scale, wall_s=total), out=out / REPORT,
+    report = write_report(report_sections(ctx, cfg, scale=scale, wall_s=total), out=out / REPORT_HTML,
                           title="Defence audit: reconstruction against weight decay, training length and DP-SGD")
-    atomic_write_json(out / TIMINGS, {"wall_time_s": total})
+    atomic_write_json(out / TIMINGS_JSON, {"wall_time_s": total})
     log(f"wrote {report} ({total:.1f} s)")
     return report
 

@@ -12,6 +12,8 @@ when stderr is a file or a pipe (no carriage returns in logs), or nothing.
 from __future__ import annotations
 
 import math
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
@@ -25,6 +27,25 @@ from datarecon.errors import DataReconError
 T = TypeVar("T")
 
 StepFn = Callable[[int], dict[str, float]]
+
+#: Test-only fault injection, deterministic: ``STEP[:SIGNAL[:LOOP]]`` makes the LOOP-th loop run by this
+#: process (0-based, default 0) send SIGNAL (KILL, INT, TERM; default KILL) to its own process right
+#: after step STEP's hooks ran (its checkpoint and history row written when STEP is due for them).
+#: The kill/resume trials use it instead of killing at a polled, timed moment.
+FAULT_STEP_ENV = "DATARECON_FAULT_AT_STEP"
+_loops_run = 0
+
+
+def _fault_step() -> tuple[int, int] | None:
+    """(step, signal) this loop is to fault at, from :data:`FAULT_STEP_ENV`; None when not this loop."""
+    global _loops_run
+    loop, _loops_run = _loops_run, _loops_run + 1
+    spec = os.environ.get(FAULT_STEP_ENV)
+    if not spec:
+        return None
+    parts = spec.split(":")
+    step, sig, at_loop = int(parts[0]), (parts[1:2] or ["KILL"])[0], int((parts[2:3] or ["0"])[0])
+    return (step, int(getattr(signal, f"SIG{sig}"))) if at_loop == loop else None
 
 
 @dataclass
@@ -76,6 +97,7 @@ class Engine:
     def run(self, *, start: int, total: int, elapsed_s: float = 0.0) -> LoopState:
         """Run steps ``start .. total-1``; returns the final state."""
         state = LoopState(step=start, total=total, wall_time_s=elapsed_s)
+        fault = _fault_step()
         for h in self.hooks:
             h.before_run(state)
         t0 = time.perf_counter()
@@ -87,6 +109,8 @@ class Engine:
                 stop = False
                 for h in self.hooks:
                     stop = bool(h.after_step(state)) or stop
+                if fault is not None and state.step == fault[0]:
+                    os.kill(os.getpid(), fault[1])
                 if stop:
                     break
             else:
