@@ -9,7 +9,7 @@ import torch
 
 from datarecon.attacks import kkt_math
 from datarecon.attacks.base import AttackerPrior
-from datarecon.attacks.batched import BatchMember, box_values_and_grad, kkt_batched_residual_and_grads, run_batched
+from datarecon.attacks.batched import BatchMember, kkt_batched_residual_and_grads, run_batched
 from datarecon.attacks.init import make_init
 from datarecon.attacks.kkt import DecoRecoAttack, DecoRecoConfig, GradNormAttack, GradNormConfig, KKTAttack, KKTConfig
 from datarecon.attacks.runner import load_checkpoint, run_attack
@@ -43,7 +43,7 @@ def test_batched_gradients_equal_the_single_run_form(make_target, margin, k):
               else torch.randint(0, 2, (K, m), generator=g).double() * 2 - 1)
     terms, gx, gl = kkt_batched_residual_and_grads(fwd, target.params, x, labels, lam, margin=margin,
                                                    lambda_min=0.45, lambda_min_weight=5.0)
-    box, box_grad = box_values_and_grad(x.clone(), -0.5, 0.5)
+    box, box_grad = kkt_math.box_value_and_grad(x.clone(), -0.5, 0.5, run_axis=True)
     for j in range(K):
         ref, rx, rl = kkt_math.kkt_residual_and_grads(fwd, target.params, x[j], labels[j], lam[j], margin=margin,
                                                       lambda_min=0.45, lambda_min_weight=5.0)

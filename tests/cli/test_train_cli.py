@@ -166,7 +166,8 @@ def test_every_training_config_field_is_reachable_from_the_cli(tmp_path: Path) -
                 "stop.zero_error": False, "stop.margin_patience": 0, "stop.margin_rtol": 1e-5, "dtype": "float64",
                 "device": "cpu", "seed": 2, "checkpoint_every": 50, "log_every": 20, "kkt_score": True,
                 "dp": None}  # DP-SGD excludes margin ascent: its fields are flipped in the test below
-    assert set(expected) == _leaf_fields(TrainConfig)  # a new config field must get an option here
+    # a new config field must get an option here (mini-batches exclude margin ascent: the test below)
+    assert set(expected) | {"batch_size"} == _leaf_fields(TrainConfig)
     for dotted, value in expected.items():
         node = tr
         for part in dotted.split("."):
@@ -199,3 +200,17 @@ def test_every_dp_field_is_reachable_from_the_cli(tmp_path: Path, noise: list[st
 def test_max_lr_factor_must_be_a_number_or_none(capsys) -> None:
     line = _err(capsys, [*DIGITS, "--out", "unused", "--max-lr-factor", "big"])
     assert "--max-lr-factor" in line and "'none'" in line
+
+
+def test_batch_size_is_reachable_from_the_cli_and_recorded(tmp_path: Path) -> None:
+    import json
+
+    out = tmp_path / "m"
+    assert main(["train", "--out", str(out), "--dataset", "digits", "--task", "odd-even", "--n-per-class", "5",
+                 "--hidden", "8", "--epochs", "3", "--batch-size", "4", "--no-progress", "--quiet"]) == 0
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["training"]["batch_size"] == 4
+    full = tmp_path / "f"
+    assert main(["train", "--out", str(full), "--dataset", "digits", "--task", "odd-even", "--n-per-class", "5",
+                 "--hidden", "8", "--epochs", "3", "--no-progress", "--quiet"]) == 0
+    assert "batch_size" not in json.loads((full / "model.json").read_text())["training"]  # full batch: as before

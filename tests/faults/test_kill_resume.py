@@ -63,9 +63,10 @@ def affine(tmp_path_factory) -> Path:
     return out
 
 
-def test_train(tmp_path: Path, rng) -> None:
+@pytest.mark.parametrize("batches", [[], ["--batch-size", "7"]], ids=["full-batch", "mini-batch"])
+def test_train(batches: list[str], tmp_path: Path, rng) -> None:
     out = tmp_path / "m"
-    args = [*TRAIN, "--out", str(out)]
+    args = [*TRAIN, *batches, "--out", str(out)]
     run_ok(*args)
     ref = set_aside(out)
     epoch = rng.randrange(10, 990)

@@ -82,3 +82,43 @@ def test_an_unrolled_step_is_differentiable_in_the_inputs_and_the_lr_float64() -
     xs = x.clone().requires_grad_(True)
     log_lr = torch.tensor(math.log(0.1), dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(distance, (xs, log_lr), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+@pytest.mark.parametrize("batch_size, momentum", [(3, 0.0), (4, 0.9), (10, 0.0)])
+def test_minibatch_training_is_replayed_bit_for_bit_from_the_seed(batch_size: int, momentum: float) -> None:
+    from datarecon.kernel.step import batch_order
+
+    x, y = _data(n=10)
+    model = _net(seed=2)
+    init = copy.deepcopy(model)
+    fit(model, x, y, loss="logistic", weight_decay=1e-3, lr=0.1, momentum=momentum, epochs=6,
+        batch_size=batch_size, batch_seed=7)
+    recipe = Recipe(loss="logistic", weight_decay=1e-3, momentum=momentum)
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in init.named_parameters()}
+    buffers = {k: torch.zeros_like(v) for k, v in params.items()} if momentum else None
+    for epoch in range(6):
+        for idx in batch_order(10, batch_size, seed=7, epoch=epoch):
+            new, buffers = train_step(init, params, (x[idx], y[idx]), recipe, lr=0.1, buffers=buffers)
+            params = {k: v.detach().requires_grad_(True) for k, v in new.items()}
+    for name, p in model.named_parameters():
+        assert torch.equal(params[name], p.detach()), name
+
+
+def test_the_batch_order_is_a_seeded_partition_of_the_training_set() -> None:
+    from datarecon.kernel.step import batch_order
+
+    batches = batch_order(10, 4, seed=1, epoch=0)
+    assert [len(b) for b in batches] == [4, 4, 2]
+    assert sorted(torch.cat(batches).tolist()) == list(range(10))
+    again = batch_order(10, 4, seed=1, epoch=0)
+    assert all(torch.equal(a, b) for a, b in zip(batches, again))
+    assert not torch.equal(torch.cat(batches), torch.cat(batch_order(10, 4, seed=1, epoch=1)))
+    assert not torch.equal(torch.cat(batches), torch.cat(batch_order(10, 4, seed=2, epoch=0)))
+
+
+def test_a_batch_larger_than_the_training_set_is_refused_in_one_line() -> None:
+    from datarecon.errors import DataReconError
+
+    x, y = _data(n=10)
+    with pytest.raises(DataReconError, match="batch size 11 is not between 1 and the 10 training images"):
+        fit(_net(), x, y, loss="logistic", epochs=1, batch_size=11)

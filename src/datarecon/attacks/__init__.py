@@ -4,7 +4,8 @@
 * :mod:`.init`: initialisations of the candidates (INITS, make_init, InitSources).
 * :mod:`.runner`: run_attack (logging, checkpoints, bit-identical resume, run directory).
 * :mod:`.kkt_math`, :mod:`.surrogate`, :mod:`.optim`, :mod:`.selection`: pure pieces.
-* :mod:`.kkt`: ``kkt``, ``decoreco``, ``gradnorm``, ``loo``; :mod:`.bilevel`: ``bilevel``.
+* :mod:`.kkt`: ``kkt``, ``decoreco``, ``gradnorm``, ``loo``; :mod:`.bilevel`: ``bilevel``;
+  :mod:`.dynamics`: ``dynamics`` (SimuDy's dynamics matching).
 * :mod:`.knowledge`: what the attacker knows beyond θ* (known θ_init, n): the run's threat model.
 * :mod:`.subspace`: the training subspace of the first dense layer (spectrum, n, basis, distances).
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from datarecon.attacks.base import ATTACKS, AttackerPrior, IterativeAttack, Reconstruction, Target
 from datarecon.attacks.bilevel import BilevelAttack
+from datarecon.attacks.dynamics import DynamicsAttack
 from datarecon.attacks.init import INITS, InitSources, init_labels, make_init
 from datarecon.attacks.kkt import DecoRecoAttack, GradNormAttack, KKTAttack, LooAttack
 from datarecon.attacks.runner import run_attack
@@ -27,6 +29,7 @@ ATTACKS.register("decoreco", DecoRecoAttack)
 ATTACKS.register("gradnorm", GradNormAttack)
 ATTACKS.register("bilevel", BilevelAttack)
 ATTACKS.register("loo", LooAttack)
+ATTACKS.register("dynamics", DynamicsAttack)
 
 __all__ = ["ATTACKS", "INITS", "AttackerPrior", "InitSources", "IterativeAttack", "Reconstruction", "Target",
            "init_labels", "make_init", "run_attack"]

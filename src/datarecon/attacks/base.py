@@ -190,6 +190,8 @@ class AttackerPrior:
         subspace: the first dense layer's training subspace (:class:`datarecon.attacks.subspace.
             SubspaceAnalysis`), computed from the weights (and ``known_init``) before the attack,
             or None.
+        recipe: the training recipe when the attacker knows it (:class:`datarecon.attacks.knowledge.
+            KnownRecipe`), else None.
     """
 
     labels: torch.Tensor
@@ -199,6 +201,7 @@ class AttackerPrior:
     known_init: Any = None
     n: int | None = None
     subspace: Any = None
+    recipe: Any = None
 
     @property
     def m(self) -> int:

@@ -42,7 +42,7 @@ from datarecon.errors import DataReconError
 #: How the steps of a batch are computed (see the module docstring).
 MODES: tuple[str, ...] = ("batched", "looped")
 
-__all__ = ["MODES", "BatchMember", "kkt_batched_residual_and_grads", "box_values_and_grad", "run_batched"]
+__all__ = ["MODES", "BatchMember", "kkt_batched_residual_and_grads", "run_batched"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,34 +87,10 @@ def kkt_batched_residual_and_grads(forward: kkt_math.ForwardFn, params: Mapping[
     lam = lam.detach().requires_grad_(True)
     theta = {k: v.detach() for k, v in params.items()}
     g = vmap(grad(total), in_dims=(None, 0, 0, 0))(theta, x, lam, labels)
-    names = [k for k in theta if g[k].requires_grad]
-    with torch.no_grad():
-        r = {k: theta[k] - g[k] for k in theta}
-        residual = sum((v * v).flatten(1).sum(1) for v in r.values())
-    outputs: list[torch.Tensor] = [g[k] for k in names]
-    seeds: list[torch.Tensor] = [-2.0 * r[k] for k in names]
-    zeros = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
-    hinge = zeros
-    if not entry.signed_lambda:
-        hinge_t = (torch.relu(lambda_min - lam) ** 2).sum(1)
-        hinge = hinge_t.detach()
-        if lambda_min_weight:
-            outputs.append(hinge_t.sum())
-            seeds.append(torch.full((), float(lambda_min_weight), dtype=x.dtype, device=x.device))
-    gx, gl = torch.autograd.grad(outputs, [x, lam], grad_outputs=seeds, allow_unused=True)
-    gx = torch.zeros_like(x) if gx is None else gx
-    gl = torch.zeros_like(lam) if gl is None else gl
-    loss = residual + lambda_min_weight * hinge
-    return {"loss": loss, "residual": residual, "box": zeros.clone(), "lambda_hinge": hinge}, gx, gl
-
-
-def box_values_and_grad(x: torch.Tensor, lower: torch.Tensor | float,
-                        upper: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`kkt_math.box_value_and_grad` per run: x (K, m, C, H, W) → (values (K,), gradient like x)."""
-    lo = torch.as_tensor(lower, dtype=x.dtype, device=x.device)
-    hi = torch.as_tensor(upper, dtype=x.dtype, device=x.device)
-    d = x - torch.clamp(x, lo, hi)
-    return (d * d).flatten(1).sum(1), d.mul_(2.0)
+    terms, gx, gl = kkt_math.seeded_gradients(g, theta, x, lam, margin=margin, lambda_min=lambda_min,
+                                               lambda_min_weight=lambda_min_weight, run_axis=True)
+    terms["box"] = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+    return terms, gx, gl
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,7 +249,7 @@ def _batched_kkt_gradients(target: Target, requests: Sequence[_Request], slots: 
         prep.forward, prep.params, x, labels, lam, margin=first.formulation(target), lambda_min=c.lambda_min,
         lambda_min_weight=c.lambda_min_weight)
     lo, hi = first.bounds(requests[0].member.prior, x.device)
-    box, box_grad = box_values_and_grad(x.detach(), lo, hi)
+    box, box_grad = kkt_math.box_value_and_grad(x.detach(), lo, hi, run_axis=True)
     terms["box"], terms["loss"] = box, terms["loss"] + c.box_weight * box
     if c.box_weight:
         gx = gx.add_(box_grad, alpha=c.box_weight)

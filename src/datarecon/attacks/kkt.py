@@ -202,6 +202,7 @@ class _Prepared:
 
     def __init__(self, target: Target, *, dtype: torch.dtype, surrogate: str, alpha: float,
                  known_init: Any = None, reference: str = "theta-star", coefficient: float | None = 1.0) -> None:
+        self.target = target  # held: the cache key's id stays this object's while the entry lives
         self.params = {k: v.detach().to(dtype) for k, v in target.params.items()}
         self.model = make_surrogate(surrogate, target.model, alpha=alpha)
         self.theta_sq = float(kkt_math.squared_norm(self.params))
@@ -242,7 +243,7 @@ class _XAttack:
         self.config = config if config is not None else self.config_cls()
         if not isinstance(self.config, self.config_cls):
             raise TypeError(f"{type(self).__name__} needs a {self.config_cls.__name__}")
-        self._cache: dict[int, _Prepared] = {}
+        self._cache: dict[tuple[int, str | None], _Prepared] = {}
 
     @classmethod
     def from_config(cls, config: _AttackConfigBase) -> _XAttack:
@@ -256,16 +257,18 @@ class _XAttack:
     def prepared(self, target: Target, prior: AttackerPrior | None = None) -> _Prepared:
         known = getattr(prior, "known_init", None) if prior is not None else None
         key = (id(target), known.sha256 if known is not None else None)
-        if key not in self._cache:
-            c = self.config
-            reference = getattr(c, "reference", "theta-star")
-            setting = getattr(c, "init_coefficient", "auto")
-            if setting == "auto":
-                coefficient: float | None = None if target.weight_decay > 0 else 1.0
-            else:
-                coefficient = None if setting == "fit" else float(setting)
-            self._cache[key] = _Prepared(target, dtype=self.dtype, surrogate=c.surrogate, alpha=c.alpha,
-                                         known_init=known, reference=reference, coefficient=coefficient)
+        cached = self._cache.get(key)
+        if cached is not None and cached.target is target:
+            return cached
+        c = self.config
+        reference = getattr(c, "reference", "theta-star")
+        setting = getattr(c, "init_coefficient", "auto")
+        if setting == "auto":
+            coefficient: float | None = None if target.weight_decay > 0 else 1.0
+        else:
+            coefficient = None if setting == "fit" else float(setting)
+        self._cache[key] = _Prepared(target, dtype=self.dtype, surrogate=c.surrogate, alpha=c.alpha,
+                                     known_init=known, reference=reference, coefficient=coefficient)
         return self._cache[key]
 
     def labels(self, prior: AttackerPrior, device: torch.device) -> torch.Tensor:

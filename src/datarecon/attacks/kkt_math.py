@@ -102,9 +102,15 @@ def combination_gradient(forward: ForwardFn, params: Mapping[str, torch.Tensor],
     return {k: (gr if gr is not None else torch.zeros_like(leaves[k])) for k, gr in zip(leaves, grads)}
 
 
-def stationarity_residual(theta: Mapping[str, torch.Tensor], g: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """R = Σ_p ‖θ*_p − g_p‖² (scalar)."""
-    return sum(((theta[k] - g[k]) ** 2).sum() for k in theta)  # type: ignore[return-value]
+def _total(t: torch.Tensor, run_axis: bool) -> torch.Tensor:
+    """Σ of all elements (scalar), or per run over a leading run axis ((K,))."""
+    return t.flatten(1).sum(1) if run_axis else t.sum()
+
+
+def stationarity_residual(theta: Mapping[str, torch.Tensor], g: Mapping[str, torch.Tensor], *,
+                          run_axis: bool = False) -> torch.Tensor:
+    """R = Σ_p ‖θ*_p − g_p‖² (scalar; ``run_axis``: g carries a leading run axis K and R is (K,))."""
+    return sum(_total((theta[k] - g[k]) ** 2, run_axis) for k in theta)  # type: ignore[return-value]
 
 
 def init_factor(theta: Mapping[str, torch.Tensor], g: Mapping[str, torch.Tensor],
@@ -145,33 +151,91 @@ def squared_norm(theta: Mapping[str, torch.Tensor]) -> torch.Tensor:
     return sum((v * v).sum() for v in theta.values())  # type: ignore[return-value]
 
 
-def box_penalty(x: torch.Tensor, lower: torch.Tensor | float, upper: torch.Tensor | float) -> torch.Tensor:
-    """Σ relu(x − upper)² + relu(lower − x)² over all elements; bounds scalars or (C, H, W)."""
+def box_penalty(x: torch.Tensor, lower: torch.Tensor | float, upper: torch.Tensor | float, *,
+                run_axis: bool = False) -> torch.Tensor:
+    """The pixel-box prior Σ (x − clamp(x, lower, upper))² = Σ relu(x − upper)² + relu(lower − x)²
+    (scalar; (K,) per run with ``run_axis``); bounds scalars or (C, H, W). Differentiable; the
+    attack steps use :func:`box_value_and_grad` (the same values, its gradient in closed form)."""
     lo = torch.as_tensor(lower, dtype=x.dtype, device=x.device)
     hi = torch.as_tensor(upper, dtype=x.dtype, device=x.device)
-    return (torch.relu(x - hi) ** 2 + torch.relu(lo - x) ** 2).sum()
+    d = x - torch.clamp(x, lo, hi)
+    return _total(d * d, run_axis)
 
 
-def box_value_and_grad(x: torch.Tensor, lower: torch.Tensor | float,
-                       upper: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
+def box_value_and_grad(x: torch.Tensor, lower: torch.Tensor | float, upper: torch.Tensor | float, *,
+                       run_axis: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`box_penalty` and its gradient in closed form, without autograd.
 
     With d = x − clamp(x, lower, upper): box = Σ d², ∂box/∂x = 2d (d is zero inside the box). Three
-    passes over x instead of the ~10 that autograd spends on the relu/pow form (the box prior is
-    most of the KKT step's non-matmul time at m × 3 × 32 × 32).
+    passes over x instead of the ~10 that autograd spends (the box prior is most of the KKT step's
+    non-matmul time at m × 3 × 32 × 32). ``run_axis``: x (K, m, ...) → values (K,).
 
     Returns:
-        (scalar value, gradient shaped like x).
+        (value, gradient shaped like x).
     """
     lo = torch.as_tensor(lower, dtype=x.dtype, device=x.device)
     hi = torch.as_tensor(upper, dtype=x.dtype, device=x.device)
     d = x - torch.clamp(x, lo, hi)
-    return (d * d).sum(), d.mul_(2.0)
+    return _total(d * d, run_axis), d.mul_(2.0)
 
 
-def lambda_hinge(lam: torch.Tensor, lambda_min: float) -> torch.Tensor:
-    """Σ relu(λ_min − λ_i)² (scalar)."""
-    return (torch.relu(lambda_min - lam) ** 2).sum()
+def lambda_hinge(lam: torch.Tensor, lambda_min: float, *, run_axis: bool = False) -> torch.Tensor:
+    """Σ relu(λ_min − λ_i)² (scalar; (K,) per run with ``run_axis``, λ (K, m))."""
+    return _total(torch.relu(lambda_min - lam) ** 2, run_axis)
+
+
+def kkt_objective(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Tensor], lam: torch.Tensor, *,
+                  margin: str, lambda_min: float, lambda_min_weight: float,
+                  run_axis: bool = False) -> dict[str, torch.Tensor]:
+    """THE KKT / DecoReco objective, defined here once, at the combination gradient g.
+
+    R = Σ_p ‖goal_p − g_p‖² (goal = θ*, or θ* − a·θ_init with a known initialisation),
+    hinge = Σ_i relu(λ_min − λ_i)² (0 for the signed-λ ``regression`` formulation),
+    L = R + w_λ·hinge. Every path computes its value with this function: the single run
+    (:func:`kkt_residual_and_grads`), the batched runs (``run_axis``, :mod:`datarecon.attacks.batched`),
+    the autograd reference (:func:`kkt_terms`) and the compiled step (:func:`kkt_value_and_grad`);
+    the first two differentiate it by a backward of g seeded with ∂R/∂g = −2(goal − g)
+    (:func:`seeded_gradients`), the last two by autograd / torch.func.
+
+    Args:
+        g: name → tensor (``run_axis``: with a leading run axis K); goal: name → tensor (no run axis).
+        lam: (m,) multipliers, or (K, m).
+        margin: a key of :data:`MARGINS`; lambda_min, lambda_min_weight: the hinge.
+
+    Returns:
+        ``{"loss": L, "residual": R, "lambda_hinge": hinge}``, scalars or (K,).
+
+    References:
+        Haim et al. (2022) eq. 5; Buzaglo et al. (2023) eq. 4 (multiclass) and §4 (regression).
+    """
+    residual = stationarity_residual(goal, g, run_axis=run_axis)
+    if MARGINS.get(margin).signed_lambda:
+        hinge = torch.zeros_like(residual)
+    else:
+        hinge = lambda_hinge(lam, lambda_min, run_axis=run_axis)
+    return {"loss": residual + lambda_min_weight * hinge, "residual": residual, "lambda_hinge": hinge}
+
+
+def seeded_gradients(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Tensor], x: torch.Tensor,
+                      lam: torch.Tensor, *, margin: str, lambda_min: float, lambda_min_weight: float,
+                      run_axis: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """:func:`kkt_objective`'s value (detached) and its gradient w.r.t. (x, λ) through g's graph,
+    seeded by ∂R/∂g = −2(goal − g) and ∂/∂hinge = w_λ: the θ-sized square and sum of R stay out of
+    the graph. With ``run_axis`` one backward of Σ_k L_k gives every run its own gradient (the runs
+    share θ* and nothing else, so ∂L_j/∂x_k = 0 for j ≠ k)."""
+    names = [k for k in goal if g[k].requires_grad]
+    with torch.no_grad():
+        terms = kkt_objective({k: v.detach() for k, v in g.items()}, goal, lam.detach(), margin=margin,
+                              lambda_min=lambda_min, lambda_min_weight=lambda_min_weight, run_axis=run_axis)
+        seeds: list[torch.Tensor] = [-2.0 * (goal[k] - g[k]) for k in names]
+    outputs: list[torch.Tensor] = [g[k] for k in names]
+    if not MARGINS.get(margin).signed_lambda and lambda_min_weight:
+        outputs.append(lambda_hinge(lam, lambda_min, run_axis=run_axis).sum())
+        seeds.append(torch.full((), float(lambda_min_weight), dtype=x.dtype, device=x.device))
+    gx, gl = torch.autograd.grad(outputs, [x, lam], grad_outputs=seeds, allow_unused=True)
+    gx = torch.zeros_like(x) if gx is None else gx
+    gl = torch.zeros_like(lam) if gl is None else gl
+    return terms, gx, gl
 
 
 def kkt_terms(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor, labels: torch.Tensor,
@@ -180,7 +244,7 @@ def kkt_terms(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.T
               include_box: bool = True, theta: Mapping[str, torch.Tensor] | None = None,
               init: Mapping[str, torch.Tensor] | None = None,
               coefficient: float | None = None) -> dict[str, torch.Tensor]:
-    """The KKT / DecoReco objective and its terms (all scalars, differentiable in x and λ).
+    """:func:`kkt_objective` at (x, λ) plus the box prior, differentiable in x and λ (the autograd reference).
 
     ``include_box=False`` leaves the box prior out (``box`` = 0, not in ``loss``), for callers that
     add it with :func:`box_value_and_grad`.
@@ -196,14 +260,10 @@ def kkt_terms(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.T
     """
     g = combination_gradient(forward, params, x, labels, lam, margin=margin, create_graph=True)
     goal, _ = matching_goal(params if theta is None else theta, g, init=init, coefficient=coefficient)
-    residual = stationarity_residual(goal, g)
+    terms = kkt_objective(g, goal, lam, margin=margin, lambda_min=lambda_min, lambda_min_weight=lambda_min_weight)
     box = box_penalty(x, lower, upper) if include_box else torch.zeros((), dtype=x.dtype, device=x.device)
-    if MARGINS.get(margin).signed_lambda:
-        hinge = torch.zeros((), dtype=x.dtype, device=x.device)
-    else:
-        hinge = lambda_hinge(lam, lambda_min)
-    loss = residual + box_weight * box + lambda_min_weight * hinge
-    return {"loss": loss, "residual": residual, "box": box, "lambda_hinge": hinge}
+    return {"loss": terms["loss"] + box_weight * box, "residual": terms["residual"], "box": box,
+            "lambda_hinge": terms["lambda_hinge"]}
 
 
 def kkt_residual_and_grads(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor,
@@ -211,13 +271,12 @@ def kkt_residual_and_grads(forward: ForwardFn, params: Mapping[str, torch.Tensor
                            lambda_min_weight: float, theta: Mapping[str, torch.Tensor] | None = None,
                            init: Mapping[str, torch.Tensor] | None = None, coefficient: float | None = None
                            ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
-    """R + w_λ·hinge and its gradient w.r.t. (x, λ), without the box prior (see :func:`box_value_and_grad`).
+    """:func:`kkt_objective` and its gradient w.r.t. (x, λ), without the box prior (see :func:`box_value_and_grad`).
 
     The same numbers as autograd of :func:`kkt_terms` (``include_box=False``), computed with one
-    backward of g seeded by ∂R/∂g = −2(goal − g): the θ-sized square, sum and their backward stay out
-    of the graph (five fewer passes over θ per step). ``theta``, ``init``, ``coefficient``: the known
-    initialisation as in :func:`kkt_terms` (with a fitted a the seed is the same: ∂R/∂a = 0 at the
-    fitted a, so a is held fixed in the backward).
+    backward of g seeded by ∂R/∂g (:func:`seeded_gradients`). ``theta``, ``init``, ``coefficient``:
+    the known initialisation as in :func:`kkt_terms` (with a fitted a the seed is the same: ∂R/∂a = 0
+    at the fitted a, so a is held fixed in the backward).
 
     Returns:
         (``{"loss", "residual", "box" (0), "lambda_hinge"}`` detached scalars, plus ``init_coefficient``
@@ -226,27 +285,12 @@ def kkt_residual_and_grads(forward: ForwardFn, params: Mapping[str, torch.Tensor
     x = x.detach().requires_grad_(True)
     lam = lam.detach().requires_grad_(True)
     g = combination_gradient(forward, params, x, labels, lam, margin=margin, create_graph=True)
-    names = [k for k in params if g[k].requires_grad]
     with torch.no_grad():
         goal, a = matching_goal(params if theta is None else theta, {k: v.detach() for k, v in g.items()},
                                 init=init, coefficient=coefficient)
-        r = {k: goal[k] - g[k] for k in params}
-        residual = sum((v * v).sum() for v in r.values())
-    outputs: list[torch.Tensor] = [g[k] for k in names]
-    seeds: list[torch.Tensor] = [-2.0 * r[k] for k in names]
-    zero = torch.zeros((), dtype=x.dtype, device=x.device)
-    hinge = zero
-    if not MARGINS.get(margin).signed_lambda:
-        hinge_t = lambda_hinge(lam, lambda_min)
-        hinge = hinge_t.detach()
-        if lambda_min_weight:
-            outputs.append(hinge_t)
-            seeds.append(torch.full((), float(lambda_min_weight), dtype=x.dtype, device=x.device))
-    gx, gl = torch.autograd.grad(outputs, [x, lam], grad_outputs=seeds, allow_unused=True)
-    gx = torch.zeros_like(x) if gx is None else gx
-    gl = torch.zeros_like(lam) if gl is None else gl
-    loss = residual + lambda_min_weight * hinge
-    terms = {"loss": loss, "residual": residual, "box": zero, "lambda_hinge": hinge}
+    terms, gx, gl = seeded_gradients(g, goal, x, lam, margin=margin, lambda_min=lambda_min,
+                                      lambda_min_weight=lambda_min_weight, run_axis=False)
+    terms["box"] = torch.zeros((), dtype=x.dtype, device=x.device)
     if a is not None:
         terms["init_coefficient"] = a.detach()
     return terms, gx, gl
@@ -296,15 +340,10 @@ def kkt_value_and_grad(model: torch.nn.Module, *, margin: str, lambda_min: float
         def total(p):
             return entry.fn(functional_call(model, p, (x,)), labels, lam).sum() / x.shape[0]
 
-        g = grad(total)(params)
-        residual = stationarity_residual(params, g)
+        terms = kkt_objective(grad(total)(params), params, lam, margin=margin, lambda_min=lambda_min,
+                              lambda_min_weight=lambda_min_weight)
         box = box_penalty(x, lower, upper)
-        if entry.signed_lambda:
-            hinge = torch.zeros((), dtype=x.dtype, device=x.device)
-        else:
-            hinge = lambda_hinge(lam, lambda_min)
-        loss = residual + box_weight * box + lambda_min_weight * hinge
-        return loss, (residual, box, hinge)
+        return terms["loss"] + box_weight * box, (terms["residual"], box, terms["lambda_hinge"])
 
     return grad_and_value(objective, argnums=(0, 1), has_aux=True)
 

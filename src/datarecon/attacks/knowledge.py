@@ -7,7 +7,11 @@ decay), the input shape and range and the label set (:class:`~datarecon.attacks.
 * the **initialisation** θ_init the target was trained from (Loo et al. 2023): as a safetensors
   file with the model's parameter names (``known_init: path``), or rebuilt from the architecture
   and a seed (``known_init: "seed:N"``, model directories only, which record their architecture);
-* the **training-set size** n (``n``).
+* the **training-set size** n (``n``);
+* the **training recipe** (``recipe``): the optimiser, learning rate, momentum, batch size, the seed
+  of the batch order and the number of epochs the model directory records, some of them possibly
+  unknown (``unknown: [lr, order]``: the dynamics-matching attack then learns the learning rate
+  and draws its own batch order).
 
 :class:`KnowledgeSettings` is the part of a run file (``knowledge:``) and of the CLI
 (``--known-init``, ``--known-n``) that says so; :func:`resolve_known_init` turns it into a
@@ -27,18 +31,102 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from datarecon.errors import DataReconError
 
-__all__ = ["KNOWLEDGE_ITEMS", "KnowledgeSettings", "KnownInit", "attack_uses", "init_digest",
-           "resolve_known_init", "threat_model"]
+__all__ = ["KNOWLEDGE_ITEMS", "KnowledgeSettings", "KnownInit", "KnownRecipe", "RecipeSettings", "attack_uses",
+           "init_digest", "resolve_known_init", "resolve_recipe", "threat_model"]
 
 #: Everything an attack may declare in its ``uses`` (the default attacker has ``weights``).
-KNOWLEDGE_ITEMS: tuple[str, ...] = ("weights", "known_init", "n")
+KNOWLEDGE_ITEMS: tuple[str, ...] = ("weights", "known_init", "n", "recipe")
+
+#: recipe fields an attacker may not know (the others are the recorded ones)
+UNKNOWABLE: tuple[str, ...] = ("lr", "order")
+
+
+class RecipeSettings(BaseModel):
+    """The training recipe as attacker knowledge (run file ``knowledge.recipe``, CLI ``--known-recipe``).
+
+    Attributes:
+        source: ``model``: the recipe the model directory records (optimiser ``gd`` with a
+            constant learning rate, momentum, batch size, epochs done, the seed of the batch order;
+            the loss and weight decay are the target's).
+        unknown: recorded fields the attacker does not know: ``lr`` (learned by the attack from a
+            starting value) and ``order`` (the batch order: the attack draws its own, seeded).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: Literal["model"] = Field(default="model", description="where the recipe comes from")
+    unknown: tuple[Literal["lr", "order"], ...] = Field(default=(), description="fields the attacker does not know")
+
+
+@dataclass(frozen=True)
+class KnownRecipe:
+    """A resolved training recipe: the replayable part of a model's training.
+
+    Attributes:
+        n: training-set size; batch_size: 1 ≤ b ≤ n (b = n: full batch); epochs: epochs trained.
+        lr: η (None: unknown); momentum: μ; order_seed: the seed of the batch order (None: unknown).
+        known: the fields the attacker knows, in order.
+    """
+
+    n: int
+    batch_size: int
+    epochs: int
+    lr: float | None
+    momentum: float
+    order_seed: int | None
+    known: tuple[str, ...]
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return -(-self.n // self.batch_size)
+
+    @property
+    def steps(self) -> int:
+        """Training steps in all: epochs · ⌈n/b⌉."""
+        return self.epochs * self.steps_per_epoch
+
+    def record(self) -> dict[str, Any]:
+        """run.json / report form: every field, with the unknown ones as None, and ``known``."""
+        return {"n": self.n, "batch_size": self.batch_size, "epochs": self.epochs, "lr": self.lr,
+                "momentum": self.momentum, "order_seed": self.order_seed, "known": list(self.known)}
+
+
+def resolve_recipe(settings: RecipeSettings, model_meta: Mapping[str, Any] | None) -> KnownRecipe:
+    """The recipe a model directory records, with the fields ``settings.unknown`` names hidden.
+
+    Raises:
+        DataReconError: no model directory; a recorded training the attack cannot replay (L-BFGS,
+            a schedule other than constant, DP-SGD, margin ascent).
+    """
+    if model_meta is None or "training" not in model_meta:
+        raise DataReconError("a known recipe is read from a model directory's record of its training; this model "
+                             "has none (a model of your own): drop --known-recipe")
+    tr = model_meta["training"]
+    metrics = model_meta.get("metrics") or {}
+    if tr.get("optimizer") != "gd" or tr.get("schedule") != "constant" or tr.get("dp"):
+        raise DataReconError(f"the recorded training (optimizer {tr.get('optimizer')}, schedule {tr.get('schedule')}"
+                             f"{', DP-SGD' if tr.get('dp') else ''}) cannot be replayed: dynamics matching replays "
+                             "gd / SGD with a constant learning rate; train the target with those")
+    if (tr.get("margin_ascent") or {}).get("steps") or "margin_ascent_steps" in metrics:
+        raise DataReconError("the recorded training ends with margin ascent, which dynamics matching does not "
+                             "replay; train the target without it")
+    n = int(metrics.get("n_train") or 0)
+    if n < 1:
+        raise DataReconError("the model directory records no training-set size (metrics n_train); retrain it")
+    b = int(tr.get("batch_size") or n)
+    hidden = set(settings.unknown)
+    known = tuple(f for f in ("lr", "momentum", "batch_size", "epochs", "order") if f not in hidden)
+    return KnownRecipe(n=n, batch_size=b, epochs=int(metrics.get("epochs_done", tr.get("epochs", 0))),
+                       lr=None if "lr" in hidden else float(tr["lr"]), momentum=float(tr.get("momentum", 0.0)),
+                       order_seed=None if "order" in hidden else int(model_meta.get("seed", tr.get("seed", 0))),
+                       known=known)
 
 _SEED = re.compile(r"^seed:(\d+)$")
 #: ``known_init: seed``: the seed the model directory records (its training seed)
@@ -61,6 +149,15 @@ class KnowledgeSettings(BaseModel):
 
     known_init: str | None = Field(default=None, description="seed:N or a safetensors file of θ_init")
     n: int | None = Field(default=None, ge=1, description="training-set size known to the attacker")
+    recipe: RecipeSettings | None = Field(default=None, description="the training recipe known to the attacker")
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_recipe(self, handler):  # type: ignore[no-untyped-def]
+        # left out while unset, so the records and hashes of runs written before it existed stay valid
+        data = handler(self)
+        if isinstance(data, dict) and self.recipe is None:
+            data.pop("recipe", None)
+        return data
 
     @field_validator("known_init")
     @classmethod
@@ -77,7 +174,7 @@ class KnowledgeSettings(BaseModel):
     @property
     def any(self) -> bool:
         """True when the attacker knows more than the weights."""
-        return self.known_init is not None or self.n is not None
+        return self.known_init is not None or self.n is not None or self.recipe is not None
 
 
 @dataclass(frozen=True)
@@ -195,22 +292,27 @@ def attack_uses(attack: Any) -> tuple[str, ...]:
 
 
 def threat_model(settings: KnowledgeSettings, known: KnownInit | None, *, uses: tuple[str, ...],
-                 requires: tuple[str, ...] = ()) -> dict[str, Any]:
+                 requires: tuple[str, ...] = (), recipe: KnownRecipe | None = None) -> dict[str, Any]:
     """The run.json record of the attacker's knowledge and what the attack used of it.
 
     Returns:
         ``{"weights": True, "known_init": {"source", "sha256"} | None, "n": int | None,
         "used": [...], "summary": one line}``.
     """
-    has = {"weights": True, "known_init": known is not None, "n": settings.n is not None}
+    has = {"weights": True, "known_init": known is not None, "n": settings.n is not None, "recipe": recipe is not None}
     used = [item for item in KNOWLEDGE_ITEMS if item in uses and has[item]]
     parts = ["weights θ*, architecture, loss, input range, label set"]
     if known is not None:
         parts.append(f"initialisation θ_init ({known.source})")
     if settings.n is not None:
         parts.append(f"n = {settings.n}")
+    if recipe is not None:
+        hidden = [f for f in UNKNOWABLE if f not in recipe.known]
+        parts.append("training recipe (" + ", ".join(recipe.known) + (f"; not: {', '.join(hidden)}" if hidden else "")
+                     + ")")
     unused = [item for item in KNOWLEDGE_ITEMS if has[item] and item not in used]
     summary = "attacker knows: " + "; ".join(parts) + (f" (not used by this attack: {', '.join(unused)})"
                                                         if unused else "")
     return {"weights": True, "known_init": None if known is None else {"source": known.source, "sha256": known.sha256},
-            "n": settings.n, "used": used, "requires": list(requires), "summary": summary}
+            "n": settings.n, "used": used, "requires": list(requires), "summary": summary,
+            **({"recipe": recipe.record()} if recipe is not None else {})}

@@ -128,6 +128,7 @@ def resume_key(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
         # the attacker's extra knowledge; left out when absent so earlier checkpoints keep their key
         **({"known_init": prior.known_init.sha256} if getattr(prior, "known_init", None) is not None else {}),
         **({"n": int(prior.n)} if getattr(prior, "n", None) is not None else {}),
+        **({"recipe": prior.recipe.record()} if getattr(prior, "recipe", None) is not None else {}),
     })
 
 

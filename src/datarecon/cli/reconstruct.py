@@ -99,6 +99,10 @@ def reconstruct(
                                           "training subspace (--set subspace=false: not)"),
     known_n: int | None = typer.Option(None, "--known-n", help="the attacker knows the training-set size n "
                                        "(knowledge.n)"),
+    known_recipe: str | None = typer.Option(None, "--known-recipe", help="the attacker knows the training recipe: "
+                                            "model (the one the model directory records), or model:-lr,-order "
+                                            "with the learning rate and/or the batch order unknown "
+                                            "(knowledge.recipe); --method dynamics needs it"),
     threads: int = typer.Option(0, "--threads", min=0, help="CPU threads for PyTorch (0: its default, all cores)"),
 ) -> None:
     """Reconstruct training-data candidates from a trained model's weights."""
@@ -170,7 +174,7 @@ def reconstruct(
         "candidates": candidates, "seed": seed, "device": device,
         "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol},
         "checkpoint": {"every": checkpoint_every, "log_every": log_every},
-        "knowledge": {"known_init": known_init, "n": known_n},
+        "knowledge": {"known_init": known_init, "n": known_n, "recipe": _recipe_option(known_recipe)},
     }
     data = merge({k: v for k, v in fields.items() if k not in ("attack", "init")}, drop_none(overrides))
     for key, value in run_sets.items():
@@ -202,6 +206,19 @@ def reconstruct(
     rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
     shown = f"loss {final.get('loss', float('nan')):.4g}" + (f", relative residual {rel:.4g}" if rel is not None else "")
     typer.echo(f"{run.method}: {rec.status} after {rec.steps_done} steps ({shown}); wrote {out}")
+
+
+def _recipe_option(text: str | None) -> dict[str, Any] | None:
+    """``--known-recipe model[:-lr,-order]`` → ``knowledge.recipe`` fields."""
+    if text is None:
+        return None
+    source, _, rest = text.strip().partition(":")
+    unknown = [part.strip().removeprefix("-") for part in rest.split(",") if part.strip()]
+    bad = [u for u in unknown if u not in ("lr", "order")]
+    if source != "model" or bad:
+        raise DataReconError(f"--known-recipe {text!r}: use model, or model:-lr, model:-order, model:-lr,-order "
+                             "(the fields the attacker does not know)")
+    return {"source": source, "unknown": unknown}
 
 
 def drop_none(data: dict[str, Any]) -> dict[str, Any]:

@@ -80,6 +80,8 @@ def train_cmd(
     lr: Annotated[float | None, typer.Option(help="Learning rate.")] = None,
     momentum: Annotated[float | None, typer.Option(help="Heavy-ball momentum (gd).")] = None,
     epochs: Annotated[int | None, typer.Option(help="Maximum epochs (full-batch steps).")] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Mini-batch SGD with batches of this size "
+                                                   "(order drawn from --seed; default: full batch).")] = None,
     schedule: Annotated[str | None, typer.Option(help="constant | loss-normalised | increasing.")] = None,
     max_lr_factor: Annotated[str | None, typer.Option(
         "--max-lr-factor", help="Cap of growing schedules relative to --lr, or 'none' (loss-normalised then "
@@ -143,7 +145,7 @@ def train_cmd(
                  "n_partition_per_class": n_partition_per_class},
         "arch": {"name": arch, "hidden": _hidden(hidden), "bias": bias, "init_scale": init_scale, "kernel": kernel},
         "loss": loss, "weight_decay": weight_decay, "optimizer": optimizer, "lr": lr, "momentum": momentum,
-        "epochs": epochs, "schedule": schedule, "max_lr_factor": _cap(max_lr_factor),
+        "epochs": epochs, "batch_size": batch_size, "schedule": schedule, "max_lr_factor": _cap(max_lr_factor),
         "margin_ascent": {"steps": margin_ascent_steps, "step_size": margin_ascent_step_size,
                           "growth": margin_ascent_growth, "max_step": margin_ascent_max_step,
                           "min_step": margin_ascent_min_step},

@@ -325,6 +325,9 @@ def prepare_attack(model_dir: str | Path | Target, *, init: str = "gaussian", in
     if candidates is not None and candidates < 1:
         raise DataReconError(f"candidate count must be at least 1, got {candidates}; pass --candidates M with M >= 1")
     knowledge = knowledge or KnowledgeSettings()
+    if "recipe" in requires and knowledge.recipe is None:
+        raise DataReconError("this attack replays the training: it needs the training recipe; pass --known-recipe "
+                             "model (knowledge.recipe in a run file)")
     if "known_init" in requires and knowledge.known_init is None:
         raise DataReconError("this attack needs the initialisation θ_init: pass --known-init seed:N (model "
                              "directories) or --known-init FILE.safetensors (knowledge.known_init in a run file)")
@@ -399,12 +402,13 @@ def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: Knowledg
     """
     import dataclasses
 
-    from datarecon.attacks.knowledge import resolve_known_init, threat_model
+    from datarecon.attacks.knowledge import resolve_known_init, resolve_recipe, threat_model
     from datarecon.attacks.subspace import analyse, first_dense_layer
 
     known = None
     if knowledge.known_init is not None:
         known = resolve_known_init(knowledge.known_init, target.params, model_meta=model_meta)
+    recipe = None if knowledge.recipe is None else resolve_recipe(knowledge.recipe, model_meta)
     init_std = None
     if model_meta is not None and "arch" in model_meta and known is None:
         from datarecon.models.spec import ArchSpec, first_layer_init_std
@@ -420,8 +424,8 @@ def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: Knowledg
         analysis = analyse(target.model, target.params, known_init=None if known is None else known.params,
                            n=knowledge.n, fit_coefficient=target.weight_decay > 0, init_std=init_std,
                            generator=torch.Generator().manual_seed(SUBSPACE_SEED))
-    prior = dataclasses.replace(prior, known_init=known, n=knowledge.n, subspace=analysis)
-    return prior, threat_model(knowledge, known, uses=uses, requires=requires)
+    prior = dataclasses.replace(prior, known_init=known, n=knowledge.n, subspace=analysis, recipe=recipe)
+    return prior, threat_model(knowledge, known, uses=uses, requires=requires, recipe=recipe)
 
 
 def _own_model(target: Target, *, candidates: int | None, init: str, data_init: bool, sources: Any,

@@ -86,13 +86,21 @@ def loss_name(loss: str | LossFn) -> str:
     return f"callable:{getattr(loss, '__module__', '?')}.{getattr(loss, '__qualname__', type(loss).__name__)}"
 
 
+def energy_terms(outputs: torch.Tensor, y: torch.Tensor, params: Mapping[str, torch.Tensor], *,
+                 loss: str | LossFn, weight_decay: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(data loss, training energy E = data loss + (wd/2)‖θ‖²): the one definition of the training
+    energy (Runkel eq. 2, lower level), used by training, the bilevel attack and the gradient-norm
+    attack; ``loss`` see :func:`resolve_loss`."""
+    data_loss = resolve_loss(loss)(outputs, y)
+    if weight_decay:
+        return data_loss, data_loss + weight_penalty(params, weight_decay)
+    return data_loss, data_loss
+
+
 def energy(outputs: torch.Tensor, y: torch.Tensor, params: Mapping[str, torch.Tensor], *,
            loss: str | LossFn, weight_decay: float) -> torch.Tensor:
-    """Training energy E = mean loss + (wd/2)‖θ‖² (Runkel eq. 2, lower level); ``loss`` see :func:`resolve_loss`."""
-    value = resolve_loss(loss)(outputs, y)
-    if weight_decay:
-        value = value + weight_penalty(params, weight_decay)
-    return value
+    """Training energy E = mean loss + (wd/2)‖θ‖² (:func:`energy_terms`)."""
+    return energy_terms(outputs, y, params, loss=loss, weight_decay=weight_decay)[1]
 
 
 def margins(outputs: torch.Tensor, y: torch.Tensor, *, multiclass: bool | None = None) -> torch.Tensor:

@@ -16,6 +16,7 @@ E = L(Φ(x; θ), y) + (wd/2)·‖θ‖². The learning rate η of a step is a nu
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from datarecon.kernel.losses import LOSSES, weight_penalty
+from datarecon.kernel.losses import energy_terms
 
 Params = dict[str, torch.Tensor]
 
@@ -57,8 +58,7 @@ def energy(model: nn.Module, params: Mapping[str, torch.Tensor], x: torch.Tensor
         (outputs (b, k), data loss (scalar), energy = data loss + (wd/2)·Σ‖θ_p‖² (scalar)).
     """
     out = functional_call(model, dict(params), (x,))
-    dl = LOSSES.get(loss)(out, y)
-    e = dl + weight_penalty(params, weight_decay) if weight_decay else dl
+    dl, e = energy_terms(out, y, params, loss=loss, weight_decay=weight_decay)
     return out, dl, e
 
 
@@ -120,4 +120,24 @@ def train_step(model: nn.Module, params: Mapping[str, torch.Tensor], batch: tupl
     return update(params, grads, buffers, lr=lr, momentum=recipe.momentum)
 
 
-__all__ = ["Params", "Recipe", "energy", "gradient", "train_step", "update"]
+def batch_order(n: int, batch_size: int, *, seed: int, epoch: int) -> list[torch.Tensor]:
+    """The mini-batches of one epoch: a permutation of range(n) cut into batches of ``batch_size``
+    (the last one smaller when ``batch_size`` does not divide n).
+
+    The permutation is drawn from a generator seeded by SHA-256 of ``(seed, epoch)``, so any epoch's
+    order is recomputed from the training seed alone: a resumed training, and an attacker who knows
+    the recorded seed, get the very batches the training used.
+
+    Args:
+        n: training-set size ≥ 1; batch_size: 1 ≤ b ≤ n; seed: the training seed; epoch: 0-based.
+
+    Returns:
+        ⌈n/b⌉ int64 index tensors.
+    """
+    digest = hashlib.sha256(f"datarecon-batches:{int(seed)}:{int(epoch)}".encode()).digest()
+    g = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+    perm = torch.randperm(n, generator=g)
+    return list(perm.split(batch_size))
+
+
+__all__ = ["Params", "Recipe", "batch_order", "energy", "gradient", "train_step", "update"]

@@ -28,7 +28,7 @@ from torch import nn
 from datarecon.kernel import checkpoint
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.kernel.status import Status
-from datarecon.kernel.step import energy
+from datarecon.kernel.step import batch_order, energy
 from datarecon.kernel.engine import BaseHook, Checkpoint, Engine, History, Hook, LoopState, NaNStop, ProgressBar
 from datarecon.training.kkt_regime import homogeneity_degree, normalised_margin
 from datarecon.kernel.losses import LOSSES, accuracy, margins, squared_norm
@@ -155,8 +155,10 @@ class _Stepper:
     """One full-batch epoch; remembers whether an update is in progress (for safe checkpoints)."""
 
     def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight_decay: float,
-                 optimizer: str, lr: float, momentum: float, schedule: str, max_lr_factor: float | None) -> None:
+                 optimizer: str, lr: float, momentum: float, schedule: str, max_lr_factor: float | None,
+                 batches: tuple[int, int] | None = None) -> None:
         self.model, self.x, self.y = model, x, y
+        self.batches = batches  # (batch size, seed of the order): mini-batch SGD; None: full batch
         self.loss, self.weight_decay = loss, weight_decay
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in self.named]
@@ -181,7 +183,35 @@ class _Stepper:
         log_l = log_mean_loss(out, self.y, loss=self.loss)
         return out, log_l, log_l
 
+    def _minibatch_epoch(self, epoch: int) -> dict[str, float]:
+        """One epoch of SGD: a step per mini-batch of :func:`datarecon.kernel.step.batch_order`, each the
+        pure step's energy and update; the metrics are those of the full training set after the epoch."""
+        size, seed = self.batches  # type: ignore[misc]
+        backup = [p.detach().clone() for p in self.params]
+        self.in_update = True
+        for idx in batch_order(self.x.shape[0], size, seed=seed, epoch=epoch):
+            for p in self.params:
+                p.grad = None
+            _, _, e = energy(self.model, dict(self.named), self.x[idx], self.y[idx], loss=self.loss,
+                             weight_decay=self.weight_decay)
+            e.backward()
+            self.opt.step(True, self.lr, lambda: e)
+        with torch.no_grad():
+            out, dl, e = self.energy_terms()
+        metrics, _ = _metrics(self.model, out, self.y, dict(self.named), loss=self.loss,
+                              weight_decay=self.weight_decay, data_loss=dl)
+        metrics.update({"energy": float(e), "lr": self.lr})
+        if not (math.isfinite(metrics["energy"]) and all(bool(torch.isfinite(p).all()) for p in self.params)):
+            with torch.no_grad():
+                for p, b in zip(self.params, backup):
+                    p.copy_(b)
+            metrics["energy"] = float("nan")
+        self.in_update = False
+        return metrics
+
     def __call__(self, epoch: int) -> dict[str, float]:
+        if self.batches is not None:
+            return self._minibatch_epoch(epoch)
         for p in self.params:
             p.grad = None
         if self.log_domain:
@@ -303,8 +333,8 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight
         schedule: str = "constant", max_lr_factor: float | None = 1e6, stop: StopRule | None = None,
         log_every: int = 1, progress: bool = False, checkpoint_dir: str | Path | None = None,
         checkpoint_every: int = 0, resume: bool = False, tag: str = "",
-        hooks: Sequence[Hook] = ()) -> FitResult:
-    """Train ``model`` full-batch on (x, y) by minimising E(θ) = mean L + (wd/2)‖θ‖².
+        hooks: Sequence[Hook] = (), batch_size: int | None = None, batch_seed: int = 0) -> FitResult:
+    """Train ``model`` on (x, y) by minimising E(θ) = mean L + (wd/2)‖θ‖², full batch or by mini-batch SGD.
 
     Args:
         model: the network, trained in place (its dtype/device must match ``x``).
@@ -328,6 +358,9 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight
         resume: continue from the checkpoint in ``checkpoint_dir`` if there is one.
         tag: configuration identifier stored in checkpoints; a resume with another tag is refused.
         hooks: extra engine hooks, run after the built-in ones.
+        batch_size: mini-batch SGD with batches of this size (``gd`` with a constant schedule; an
+            epoch is ⌈n/b⌉ steps over :func:`datarecon.kernel.step.batch_order`); None: full batch.
+        batch_seed: the seed of the batch order (the training seed).
 
     Returns:
         :class:`FitResult`.
@@ -358,10 +391,16 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight
     if entry.label_kind == "binary" and not y.dtype.is_floating_point:
         raise DataReconError(f"loss {loss!r} needs +-1 labels (a binary task); use --loss cross-entropy "
                              "for multiclass tasks")
+    if batch_size is not None and not 1 <= batch_size <= x.shape[0]:
+        raise DataReconError(f"batch size {batch_size} is not between 1 and the {x.shape[0]} training images; "
+                             f"pass --batch-size between 1 and {x.shape[0]}")
+    if batch_size is not None and (optimizer != "gd" or schedule != "constant"):
+        raise DataReconError("mini-batches (--batch-size) need --optimizer gd and --schedule constant")
     stop = stop or StopRule()
     model.train()
     stepper = _Stepper(model, x, y, loss=loss, weight_decay=weight_decay, optimizer=optimizer, lr=lr,
-                       momentum=momentum, schedule=schedule, max_lr_factor=max_lr_factor)
+                       momentum=momentum, schedule=schedule, max_lr_factor=max_lr_factor,
+                       batches=None if batch_size is None else (int(batch_size), int(batch_seed)))
     history = History(every=log_every)
     stop_hook = StopHook(stop)
     nan_stop = NaNStop(keys=["energy", "grad_norm"])

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from datarecon.kernel.status import Status
 from datarecon.utils.dtypes import torch_dtype
@@ -156,6 +156,10 @@ class TrainConfig(BaseModel):
         dp: DP-SGD instead of full-batch training (:class:`datarecon.training.dp.DPConfig`; needs
             ``pip install 'datarecon[dp]'``): ``epochs`` then counts epochs of round(n / batch_size)
             Poisson-sampled steps, and ε at δ from Opacus's accountant enters the model card.
+        batch_size: mini-batch SGD (optimizer ``gd``, schedule ``constant``): each epoch takes
+            ⌈n/b⌉ steps over batches drawn from ``seed`` and the epoch
+            (:func:`datarecon.kernel.step.batch_order`, so the order is recorded by the seed);
+            None: full batch.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -179,6 +183,7 @@ class TrainConfig(BaseModel):
     log_every: int = Field(default=100, ge=1)
     kkt_score: bool = False
     dp: DPConfig | None = None
+    batch_size: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
@@ -200,6 +205,10 @@ class TrainConfig(BaseModel):
             raise DataReconError("dp (DP-SGD) needs optimizer gd, schedule constant, no margin ascent and no stop "
                                  f"rules (its length is epochs); got optimizer {self.optimizer}, schedule "
                                  f"{self.schedule}, margin_ascent steps {self.margin_ascent.steps}, stop {self.stop}")
+        if self.batch_size is not None and (self.optimizer != "gd" or self.schedule != "constant" or self.dp
+                                            is not None or self.margin_ascent.steps):
+            raise DataReconError("batch_size (mini-batch SGD) needs optimizer gd, schedule constant, no dp and no "
+                                 f"margin ascent; got optimizer {self.optimizer}, schedule {self.schedule}")
         kind = self.data.resolved_task().label_kind
         need = LOSSES.get(self.loss).label_kind
         if need not in ("any", kind):
@@ -208,6 +217,15 @@ class TrainConfig(BaseModel):
                 f"loss {self.loss!r} does not fit the {kind} task {self.data.task!r}; use one of: {', '.join(fits)}"
             )
         return self
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_batch_size(self, handler):  # type: ignore[no-untyped-def]
+        # full batch (the default) is left out of dumps, so model.json files and the hashes of
+        # every folder written before mini-batches existed stay what they were
+        data = handler(self)
+        if isinstance(data, dict) and self.batch_size is None:
+            data.pop("batch_size", None)
+        return data
 
     def arch_spec(self) -> ArchSpec:
         """The architecture with input shape and output count derived from the data spec."""
@@ -225,6 +243,7 @@ class TrainConfig(BaseModel):
             data.pop("margin_ascent")  # off: hashes stay those of configs written before the field existed
         if self.dp is None:
             data.pop("dp")  # likewise
+
         return config_hash(data)
 
 
@@ -373,7 +392,8 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
                      lr=config.lr, momentum=config.momentum, epochs=config.epochs, schedule=config.schedule,
                      max_lr_factor=config.max_lr_factor, stop=config.stop.rule(), log_every=config.log_every,
                      progress=progress, checkpoint_dir=out / CHECKPOINT_DIR,
-                     checkpoint_every=config.checkpoint_every, resume=resume, tag=tag)
+                     checkpoint_every=config.checkpoint_every, resume=resume, tag=tag,
+                     batch_size=config.batch_size, batch_seed=config.seed)
     if result.status == "diverged":
         raise DivergenceError(
             f"training diverged after {result.epochs_done} epochs ({result.stop_reason}); "
@@ -476,6 +496,7 @@ def model_card(bundle: ModelBundle) -> str:
             f"training    {tr.get('optimizer')} lr {tr.get('lr')} momentum {tr.get('momentum')} "
             f"schedule {tr.get('schedule')}, epochs {m.get('epochs_done', '?')}/{tr.get('epochs')}, "
             f"seed {meta.get('seed')}"
+            + (f", mini-batches of {tr['batch_size']} (order drawn from the seed)" if tr.get("batch_size") else "")
         )
         if m.get("margin_ascent_status") == "skipped":
             lines.append(f"            margin ascent skipped ({m.get('margin_ascent_stop_reason')})")

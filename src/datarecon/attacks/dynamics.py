@@ -1,0 +1,327 @@
+"""Dynamics matching (SimuDy, Tian et al., ICLR 2025): reconstruct the training set by replaying its training.
+
+Dummy data x (m = n candidates with the prior's labels) are trained from the known θ_init with the
+known recipe, by the very step that trained the target (:func:`datarecon.kernel.step.train_step`,
+differentiable with ``create_graph=True``), and optimised so that the simulated parameter change
+points where the real one does:
+
+    L(x, η) = 1 − cos(θ_T(x, η) − θ_init, θ* − θ_init) + w_TV·TV(x)/|x| + w_box·box(x),
+
+θ_T(x, η) = T steps of gradient descent (mini-batch SGD in the recipe's batch order) from θ_init on
+(x, y). The learning rate η is the recorded one, or, when the attacker does not know it
+(``knowledge.recipe.unknown: [lr]``), learned: log η is part of the state and stepped with x. The
+batch order is the recorded one (it is drawn from the training seed,
+:func:`datarecon.kernel.step.batch_order`) or, unknown, the attack's own seeded order.
+
+Memory: backpropagating through T unrolled steps keeps T double-backward graphs. With
+``segment`` k > 0 the unroll is cut into segments of k steps whose graphs are recomputed in the
+backward pass (:func:`torch.utils.checkpoint.checkpoint`, non-reentrant): only the parameters at
+segment boundaries stay in memory. The two give the same gradient (tested). The memory of a run
+is estimated before any work and refused when it would not fit (:func:`memory_estimate`).
+
+References:
+    Tian et al. (2025), "Simulating Training Dynamics to Reconstruct Training Data from Deep Neural
+    Networks", ICLR (eq. 3: cosine on the parameter change + TV; learnable learning rate).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from datarecon.attacks import kkt_math
+from datarecon.attacks.base import AttackerPrior, Reconstruction, Target
+from datarecon.attacks.knowledge import KnownRecipe
+from datarecon.attacks.optim import OptimizerSettings, init_optimizer_state, optimizer_step
+from datarecon.config import MAX_STEPS
+from datarecon.errors import DataReconError
+from datarecon.kernel.losses import loss_name
+from datarecon.kernel.step import Recipe, batch_order, train_step
+from datarecon.utils.dtypes import torch_dtype
+from datarecon.utils.memory import refuse_if_too_large
+
+__all__ = ["DynamicsAttack", "DynamicsConfig", "Schedule", "memory_estimate", "simulate"]
+
+
+class DynamicsConfig(BaseModel):
+    """Dynamics matching (every weight a named field).
+
+    Attributes:
+        steps: outer optimisation steps (each one simulated training and its backward).
+        lr_x: Adam step of the candidates; lr_lr: Adam step of log η when η is learned.
+        lr_init: the starting η when the attacker does not know it.
+        epochs: epochs simulated (None: the recorded epochs, the whole training; fewer: a
+            truncated simulation, cheaper, matched by direction only).
+        segment: simulated steps per recomputed segment (0: keep the whole unrolled graph).
+        tv_weight: weight of the mean total variation (a natural-image prior).
+        box_weight: weight of the pixel-box prior.
+        dtype: float32 | float64 (the recipe replays bit for bit in the dtype the target trained in).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    steps: int = Field(default=500, ge=0, le=MAX_STEPS, description="optimisation steps")
+    lr_x: float = Field(default=0.01, gt=0, description="Adam step of the candidates x")
+    lr_lr: float = Field(default=0.01, gt=0, description="Adam step of log lr when the lr is learned")
+    lr_init: float = Field(default=0.01, gt=0, description="starting lr when the recipe's lr is unknown")
+    epochs: int | None = Field(default=None, ge=1, description="epochs simulated (default: the recorded ones)")
+    segment: int = Field(default=1, ge=0, description="simulated steps per recomputed segment (0: no recompute)")
+    tv_weight: float = Field(default=0.0, ge=0, description="weight of the mean total variation")
+    box_weight: float = Field(default=1.0, ge=0, description="weight of the pixel-box prior")
+    dtype: Literal["float32", "float64"] = Field(default="float32", description="float32 | float64")
+
+
+def _flat(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    return torch.cat([v.reshape(-1) for v in params.values()])
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The simulated training: the step's recipe, the learning rate and the batches of every step.
+
+    Attributes:
+        recipe: loss, weight decay, momentum of :func:`datarecon.kernel.step.train_step`.
+        lr: η (a tensor keeps θ_T differentiable in it).
+        batches: the index tensors of every step, in order (:func:`datarecon.kernel.step.batch_order`).
+    """
+
+    recipe: Recipe
+    lr: float | torch.Tensor
+    batches: list[torch.Tensor]
+
+    @classmethod
+    def replay(cls, recipe: Recipe, lr: float | torch.Tensor, *, n: int, batch_size: int, epochs: int,
+               order_seed: int) -> Schedule:
+        """``epochs`` epochs of ⌈n/b⌉ steps in the order the seed draws (as ``datarecon train`` does)."""
+        return cls(recipe, lr, [idx for e in range(epochs)
+                                for idx in batch_order(n, batch_size, seed=order_seed, epoch=e)])
+
+
+def _segment(model: nn.Module, names: list[str], part: Schedule, x: torch.Tensor, y: torch.Tensor,
+             differentiable: bool, *flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The steps of ``part`` from the parameters (and momentum buffers) ``flat``; returns the new ones
+    (with the graph of every step when ``differentiable``, else detached leaves)."""
+    k, momentum = len(names), bool(part.recipe.momentum)
+    params = dict(zip(names, flat[:k]))
+    buffers = dict(zip(names, flat[k:])) if momentum else None
+    for idx in part.batches:
+        params, new_buffers = train_step(model, params, (x[idx], y[idx]), part.recipe, lr=part.lr, buffers=buffers,
+                                         create_graph=differentiable)
+        buffers = new_buffers if momentum else None
+        if not differentiable:
+            params = {n: v.detach().requires_grad_(True) for n, v in params.items()}
+            buffers = {n: v.detach() for n, v in buffers.items()} if buffers is not None else None
+    return tuple(params[n] for n in names) + (tuple(buffers[n] for n in names) if momentum else ())
+
+
+def simulate(model: nn.Module, theta_init: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+             schedule: Schedule, *, segment: int = 0, differentiable: bool = True) -> dict[str, torch.Tensor]:
+    """θ_T: the training of ``model`` from ``theta_init`` on (x, y), step by step as ``datarecon train`` does.
+
+    Args:
+        model: the architecture (its own parameters are not read).
+        theta_init: name → θ_init.
+        x: (n, *input_shape) inputs (model input space); y: (n,) labels.
+        schedule: the recipe, learning rate and batches (:meth:`Schedule.replay`).
+        segment: recompute every ``segment`` steps in the backward (0: keep the whole graph).
+        differentiable: keep the graph (θ_T differentiable in x and a tensor lr); False: values only.
+
+    Returns:
+        name → θ_T.
+    """
+    names = list(theta_init)
+    steps = schedule.batches
+    size = segment if (segment and differentiable) else len(steps)
+    with torch.enable_grad():  # the inner gradients need autograd even when θ_T's graph is not kept
+        flat = tuple(v.detach().requires_grad_(True) for v in theta_init.values())
+        if schedule.recipe.momentum:
+            flat = flat + tuple(torch.zeros_like(v) for v in theta_init.values())
+        for start in range(0, len(steps), max(size, 1)):
+            part = dataclasses.replace(schedule, batches=steps[start:start + size])
+            if segment and differentiable:
+                flat = checkpoint(_segment, model, names, part, x, y, True, *flat, use_reentrant=False)
+            else:
+                flat = _segment(model, names, part, x, y, differentiable, *flat)
+    out = dict(zip(names, flat[:len(names)]))
+    return out if differentiable else {n: v.detach() for n, v in out.items()}
+
+
+def memory_estimate(target: Target, *, m: int, batch_size: int, steps: int, segment: int, dtype: torch.dtype) -> float:
+    """An estimate of the bytes one outer step holds: per kept simulated step ~4 copies of the P
+    parameters (the step and its double-backward graph) and ~4 per layer output of a batch; kept are
+    all T steps without recomputation, else the ⌈T/k⌉ segment boundaries (2P each) and one segment
+    of k steps being recomputed. Plus the candidates and their gradient."""
+    size = torch.finfo(dtype).bits // 8
+    p = sum(v.numel() for v in target.params.values())
+    with torch.no_grad():
+        probe = torch.zeros((1, *target.input_shape), dtype=next(iter(target.params.values())).dtype)
+        acts = sum(int(o.numel()) for o in _layer_outputs(target, probe))
+    per_step = 4 * p + 4 * batch_size * acts
+    if segment:  # the boundaries (parameters and buffers), and one segment recomputed in the backward
+        elements = -(-steps // segment) * 2 * p + min(segment, steps) * per_step
+    else:
+        elements = steps * per_step
+    return float(size * (elements + 2 * m * math.prod(target.input_shape)))
+
+
+def _layer_outputs(target: Target, x: torch.Tensor) -> list[torch.Tensor]:
+    outs: list[torch.Tensor] = []
+    hooks = [mod.register_forward_hook(lambda _m, _i, o: outs.append(o)) for mod in target.model.modules()
+             if not list(mod.children())]
+    try:
+        target.forward(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return [o for o in outs if isinstance(o, torch.Tensor)]
+
+
+class DynamicsAttack:
+    """Dynamics matching; needs the initialisation and the training recipe (``knowledge.known_init``,
+    ``knowledge.recipe``)."""
+
+    name = "dynamics"
+    config_cls = DynamicsConfig
+    uses = ("weights", "known_init", "recipe")
+    requires = ("known_init", "recipe")
+    divergence_hint = "lower lr_x (and lr_lr when the lr is learned)"
+    resume_ignore = ("steps",)
+
+    def __init__(self, config: DynamicsConfig | None = None) -> None:
+        self.config = config if config is not None else DynamicsConfig()
+        if not isinstance(self.config, DynamicsConfig):
+            raise TypeError("DynamicsAttack needs a DynamicsConfig")
+
+    @classmethod
+    def from_config(cls, config: DynamicsConfig) -> DynamicsAttack:
+        return cls(config)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch_dtype(self.config.dtype)
+
+    # -- what the attack replays -----------------------------------------------------------------
+
+    def _recipe(self, prior: AttackerPrior) -> KnownRecipe:
+        recipe = getattr(prior, "recipe", None)
+        if recipe is None or getattr(prior, "known_init", None) is None:
+            raise DataReconError("dynamics matching replays the training: it needs --known-init and --known-recipe")
+        return recipe
+
+    def check(self, target: Target, prior: AttackerPrior) -> None:
+        """Refuse, before any work, what cannot be replayed or would not fit in memory."""
+        recipe = self._recipe(prior)
+        if not isinstance(target.loss, str):
+            raise DataReconError("dynamics matching replays a named training loss; a callable loss cannot be recorded")
+        if prior.m != recipe.n:
+            raise DataReconError(f"the simulated training trains on the n = {recipe.n} training images it replays; "
+                                 f"pass --candidates {recipe.n} (got {prior.m})")
+        steps = self.epochs(recipe) * recipe.steps_per_epoch
+        need = memory_estimate(target, m=prior.m, batch_size=recipe.batch_size, steps=steps,
+                               segment=self.config.segment, dtype=self.dtype)
+        refuse_if_too_large(need, what=f"{steps} simulated steps of batch {recipe.batch_size}",
+                            fix="lower the simulated epochs (epochs) or set segment to recompute the unroll")
+
+    def epochs(self, recipe: KnownRecipe) -> int:
+        return self.config.epochs or recipe.epochs
+
+    def init_state(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
+                   generator: torch.Generator) -> dict[str, torch.Tensor]:
+        self.check(target, prior)
+        recipe = self._recipe(prior)
+        device = next(iter(target.params.values())).device
+        state = {"x": x0.detach().to(device=device, dtype=self.dtype).clone()}
+        if recipe.lr is None:
+            state["log_lr"] = torch.tensor(math.log(self.config.lr_init), dtype=self.dtype, device=device)
+        order = recipe.order_seed
+        if order is None:  # unknown order: the attack's own, drawn once from its generator
+            order = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+        state["order_seed"] = torch.tensor(order, dtype=torch.int64)
+        state.update({k: v.to(device) for k, v in init_optimizer_state("adam", {
+            k: v for k, v in state.items() if k in ("x", "log_lr")}).items()})
+        return state
+
+    def _settings(self) -> OptimizerSettings:
+        return OptimizerSettings()
+
+    def labels(self, prior: AttackerPrior, device: torch.device) -> torch.Tensor:
+        y = prior.labels.to(device)
+        return y.to(self.dtype) if y.is_floating_point() else y.long()
+
+    def objective(self, target: Target, prior: AttackerPrior, x: torch.Tensor, lr: float | torch.Tensor,
+                  order_seed: int, *, differentiable: bool = True) -> dict[str, torch.Tensor]:
+        """1 − cos(θ_T − θ_init, θ* − θ_init) and its parts, differentiable in x (and a tensor lr)."""
+        recipe = self._recipe(prior)
+        init = {k: v.to(self.dtype) for k, v in prior.known_init.params.items()}
+        theta = {k: v.to(self.dtype) for k, v in target.params.items()}
+        schedule = Schedule.replay(Recipe(loss=loss_name(target.loss), weight_decay=float(target.weight_decay),
+                                          momentum=recipe.momentum), lr, n=x.shape[0],
+                                   batch_size=recipe.batch_size, epochs=self.epochs(recipe), order_seed=order_seed)
+        sim = simulate(target.model, init, x, self.labels(prior, x.device), schedule, segment=self.config.segment,
+                       differentiable=differentiable)
+        moved = _flat(sim) - _flat(init)
+        goal = _flat(theta) - _flat(init)
+        cosine = torch.dot(moved, goal) / (moved.norm() * goal.norm()).clamp_min(1e-300)
+        return {"loss": 1.0 - cosine, "cosine": cosine, "update_norm_ratio": moved.norm() / goal.norm()}
+
+    def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
+             index: int) -> dict[str, float]:
+        recipe = self._recipe(prior)
+        c = self.config
+        x = state["x"].detach().requires_grad_(True)
+        learned = "log_lr" in state
+        log_lr = state["log_lr"].detach().requires_grad_(True) if learned else None
+        lr = log_lr.exp() if learned else float(recipe.lr)
+        terms = self.objective(target, prior, x, lr, int(state["order_seed"]))
+        grads = torch.autograd.grad(terms["loss"], [x] + ([log_lr] if learned else []))
+        gx = grads[0]
+        metrics = {k: float(v.detach()) for k, v in terms.items()}
+        metrics["lr"] = float(lr.detach()) if learned else float(lr)
+        lo = torch.as_tensor(prior.lower, dtype=self.dtype, device=x.device)
+        hi = torch.as_tensor(prior.upper, dtype=self.dtype, device=x.device)
+        box, box_grad = kkt_math.box_value_and_grad(x.detach(), lo, hi)
+        metrics["box"] = float(box)
+        metrics["loss"] += c.box_weight * metrics["box"]
+        gx = gx.add(box_grad, alpha=c.box_weight)
+        if c.tv_weight > 0:
+            tv, tv_grad = kkt_math.tv_value_and_grad(x)
+            metrics["tv"] = float(tv) / x.numel()
+            metrics["loss"] += c.tv_weight * metrics["tv"]
+            gx = gx.add(tv_grad, alpha=c.tv_weight / x.numel())
+        if not math.isfinite(metrics["loss"]):
+            return metrics
+        new = optimizer_step("adam", state, {"x": gx, **({"log_lr": grads[1]} if learned else {})},
+                             lrs={"x": c.lr_x, "log_lr": c.lr_lr}, settings=self._settings())
+        if not all(bool(torch.isfinite((v * 0).sum())) for v in new.values() if v.is_floating_point()):
+            metrics["update"] = float("nan")
+            return metrics
+        metrics["grad_norm_x"] = float(gx.norm())
+        state.update(new)
+        return metrics
+
+    def finish(self, target: Target, prior: AttackerPrior,
+               state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """No per-candidate score (the objective is a property of the whole set); the run's final
+        cosine and learning rate as its selection criteria."""
+        recipe = self._recipe(prior)
+        lr = float(state["log_lr"].exp()) if "log_lr" in state else float(recipe.lr)
+        terms = self.objective(target, prior, state["x"].detach(), lr, int(state["order_seed"]), differentiable=False)
+        return {}, {"formulation": "dynamics", "notes": [],
+                    "selection": {"cosine": {"value": float(terms["cosine"])}},
+                    "extra": {"lr": lr, "simulated_epochs": self.epochs(recipe),
+                              "simulated_steps": self.epochs(recipe) * recipe.steps_per_epoch,
+                              "order": "recorded" if recipe.order_seed is not None else "own"}}
+
+    def run(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
+            generator: torch.Generator) -> Reconstruction:
+        from datarecon.attacks.runner import run_attack
+
+        return run_attack(self, target, prior, x0=x0, generator=generator, progress=False)
