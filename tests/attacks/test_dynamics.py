@@ -62,7 +62,7 @@ def test_the_simulation_with_the_true_data_is_the_training_bit_for_bit(batch_siz
 
 def test_the_gradient_through_a_short_unroll_matches_finite_differences_float64() -> None:
     target, prior, x, y, init = _trained(torch.float64, batch_size=4, momentum=0.5, epochs=2)
-    attack = DynamicsAttack(DynamicsConfig(dtype="float64"))  # the default segment: recomputed
+    attack = DynamicsAttack(DynamicsConfig(dtype="float64", segment=1))  # recomputed, step by step
 
     def loss(xs: torch.Tensor, log_lr: torch.Tensor) -> torch.Tensor:
         return attack.objective(target, prior, xs, log_lr.exp(), 5)["loss"]
@@ -155,3 +155,14 @@ def test_the_recorded_recipe_hides_what_the_attacker_does_not_know() -> None:
     assert (full.n, full.batch_size, full.epochs, full.lr, full.order_seed, full.steps) == (20, 10, 20, 0.05, 4, 40)
     hidden = resolve_recipe(RecipeSettings(unknown=("lr", "order")), meta)
     assert hidden.lr is None and hidden.order_seed is None and "lr" not in hidden.known
+
+
+def test_the_segment_is_chosen_from_the_memory_when_unset(monkeypatch) -> None:
+    import datarecon.attacks.dynamics as dynamics
+
+    target, prior, *_ = _trained(epochs=9)  # 9 epochs of 2 batches: T = 18
+    attack = DynamicsAttack()
+    assert attack.segment(target, prior) == 0  # the whole unroll fits
+    monkeypatch.setattr(dynamics, "physical_memory_bytes", lambda: 2048)
+    assert attack.segment(target, prior) == 5  # ⌈√18⌉
+    assert DynamicsAttack(DynamicsConfig(segment=2)).segment(target, prior) == 2

@@ -46,7 +46,7 @@ from datarecon.errors import DataReconError
 from datarecon.kernel.losses import loss_name
 from datarecon.kernel.step import Recipe, batch_order, train_step
 from datarecon.utils.dtypes import torch_dtype
-from datarecon.utils.memory import refuse_if_too_large
+from datarecon.utils.memory import physical_memory_bytes, refuse_if_too_large
 
 __all__ = ["DynamicsAttack", "DynamicsConfig", "Schedule", "memory_estimate", "simulate"]
 
@@ -60,7 +60,8 @@ class DynamicsConfig(BaseModel):
         lr_init: the starting η when the attacker does not know it.
         epochs: epochs simulated (None: the recorded epochs, the whole training; fewer: a
             truncated simulation, cheaper, matched by direction only).
-        segment: simulated steps per recomputed segment (0: keep the whole unrolled graph).
+        segment: simulated steps per recomputed segment (0: keep the whole unrolled graph; None:
+            0 when the estimate of the whole unroll fits in half the machine's memory, else ⌈√T⌉).
         tv_weight: weight of the mean total variation (a natural-image prior).
         box_weight: weight of the pixel-box prior.
         dtype: float32 | float64 (the recipe replays bit for bit in the dtype the target trained in).
@@ -73,7 +74,8 @@ class DynamicsConfig(BaseModel):
     lr_lr: float = Field(default=0.01, gt=0, description="Adam step of log lr when the lr is learned")
     lr_init: float = Field(default=0.01, gt=0, description="starting lr when the recipe's lr is unknown")
     epochs: int | None = Field(default=None, ge=1, description="epochs simulated (default: the recorded ones)")
-    segment: int = Field(default=1, ge=0, description="simulated steps per recomputed segment (0: no recompute)")
+    segment: int | None = Field(default=None, ge=0, description="simulated steps per recomputed segment (0: no "
+                                "recompute; default: none when the whole unroll fits in half the memory, else √T)")
     tv_weight: float = Field(default=0.0, ge=0, description="weight of the mean total variation")
     box_weight: float = Field(default=1.0, ge=0, description="weight of the pixel-box prior")
     dtype: Literal["float32", "float64"] = Field(default="float32", description="float32 | float64")
@@ -226,12 +228,24 @@ class DynamicsAttack:
                                  f"pass --candidates {recipe.n} (got {prior.m})")
         steps = self.epochs(recipe) * recipe.steps_per_epoch
         need = memory_estimate(target, m=prior.m, batch_size=recipe.batch_size, steps=steps,
-                               segment=self.config.segment, dtype=self.dtype)
+                               segment=self.segment(target, prior), dtype=self.dtype)
         refuse_if_too_large(need, what=f"{steps} simulated steps of batch {recipe.batch_size}",
                             fix="lower the simulated epochs (epochs) or set segment to recompute the unroll")
 
     def epochs(self, recipe: KnownRecipe) -> int:
         return self.config.epochs or recipe.epochs
+
+    def segment(self, target: Target, prior: AttackerPrior) -> int:
+        """The recomputed segment length: the config's, or (unset) 0 when the whole unroll's estimate
+        fits in half the machine's memory, else ⌈√T⌉ (memory ~√T parameter copies, ~2 forward passes)."""
+        if self.config.segment is not None:
+            return self.config.segment
+        recipe = self._recipe(prior)
+        steps = self.epochs(recipe) * recipe.steps_per_epoch
+        whole = memory_estimate(target, m=prior.m, batch_size=recipe.batch_size, steps=steps, segment=0,
+                                dtype=self.dtype)
+        total = physical_memory_bytes()
+        return 0 if total is None or whole <= total / 2 else math.isqrt(steps - 1) + 1
 
     def init_state(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
                    generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -265,8 +279,8 @@ class DynamicsAttack:
         schedule = Schedule.replay(Recipe(loss=loss_name(target.loss), weight_decay=float(target.weight_decay),
                                           momentum=recipe.momentum), lr, n=x.shape[0],
                                    batch_size=recipe.batch_size, epochs=self.epochs(recipe), order_seed=order_seed)
-        sim = simulate(target.model, init, x, self.labels(prior, x.device), schedule, segment=self.config.segment,
-                       differentiable=differentiable)
+        sim = simulate(target.model, init, x, self.labels(prior, x.device), schedule,
+                       segment=self.segment(target, prior), differentiable=differentiable)
         moved = _flat(sim) - _flat(init)
         goal = _flat(theta) - _flat(init)
         cosine = torch.dot(moved, goal) / (moved.norm() * goal.norm()).clamp_min(1e-300)
@@ -316,7 +330,7 @@ class DynamicsAttack:
         terms = self.objective(target, prior, state["x"].detach(), lr, int(state["order_seed"]), differentiable=False)
         return {}, {"formulation": "dynamics", "notes": [],
                     "selection": {"cosine": {"value": float(terms["cosine"])}},
-                    "extra": {"lr": lr, "simulated_epochs": self.epochs(recipe),
+                    "extra": {"lr": lr, "simulated_epochs": self.epochs(recipe), "segment": self.segment(target, prior),
                               "simulated_steps": self.epochs(recipe) * recipe.steps_per_epoch,
                               "order": "recorded" if recipe.order_seed is not None else "own"}}
 
