@@ -22,6 +22,7 @@ from torch.func import functional_call
 
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
+from datarecon.kernel.status import Status
 
 
 @dataclass(frozen=True)
@@ -279,7 +280,7 @@ class Reconstruction:
     history: list[dict[str, float]] = field(default_factory=list)
     scores: dict[str, torch.Tensor] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
-    status: str = "complete"
+    status: str = Status.COMPLETE
     steps_done: int = 0
 
 

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from datarecon.kernel.status import EVALUABLE
+from datarecon.kernel.status import EVALUABLE, Status
 from datarecon.utils.io import as_float
 
 __all__ = ["RESIDUAL_TOL", "PLATEAU_TOL", "PLATEAU_WINDOW", "REDUCTION_TOL", "MIN_ROWS", "Convergence",
@@ -69,7 +69,7 @@ class Convergence:
     values: list[float]
 
 
-def assess_convergence(history: Sequence[Mapping[str, Any]], *, status: str = "complete",
+def assess_convergence(history: Sequence[Mapping[str, Any]], *, status: str = Status.COMPLETE,
                        residual_tol: float = RESIDUAL_TOL, plateau_tol: float = PLATEAU_TOL,
                        window: float = PLATEAU_WINDOW, relative_residual: float | None = None,
                        reduction_tol: float = REDUCTION_TOL, initial_loss: float | None = None) -> Convergence:
@@ -98,7 +98,7 @@ def assess_convergence(history: Sequence[Mapping[str, Any]], *, status: str = "c
     values = [as_float(r.get(key)) for r in rows] if key else []
     finite = [v for v in values if math.isfinite(v)]
     final = finite[-1] if finite else None
-    if status == "diverged" or (values and not math.isfinite(values[-1])):
+    if status == Status.DIVERGED or (values and not math.isfinite(values[-1])):
         return Convergence(False, key, final, f"diverged ({key} not finite)", steps, values)
     if status not in EVALUABLE:
         return Convergence(False, key, final, f"run not finished (status {status})", steps, values)

@@ -13,6 +13,7 @@ import contextlib
 import sys
 import warnings
 from collections.abc import Iterator
+from datarecon.kernel.status import Status
 
 __all__ = ["TOPICS", "REPORTED", "cli_warnings", "warning_line"]
 
@@ -20,7 +21,7 @@ __all__ = ["TOPICS", "REPORTED", "cli_warnings", "warning_line"]
 TOPICS: tuple[str, ...] = ("homogeneous",)
 #: Runtime warnings the command reports in its own output (a diverged run ends in its error line or
 #: its summary line), so they are not shown twice.
-REPORTED: tuple[str, ...] = ("diverged",)
+REPORTED: tuple[str, ...] = (Status.DIVERGED,)
 
 
 def warning_line(message: object) -> str:

@@ -58,7 +58,7 @@ from datarecon.evaluation.reports import (
     real_floor,
 )
 from datarecon.evaluation.similarity import check_images, effective_window_size
-from datarecon.kernel.status import EVALUABLE as STATUS_EVALUABLE
+from datarecon.kernel.status import EVALUABLE as STATUS_EVALUABLE, Status
 from datarecon.kernel.losses import margins
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
 from datarecon.kernel.files import CANDIDATES, CANDIDATES_CSV, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RUN_JSON, TASK_FILE
@@ -389,7 +389,7 @@ def _incomplete(run_dir: Path, missing: str) -> str:
         except DataReconError:
             metas.append((p, {}))
     if metas:
-        unfinished = [p.name for p, m in metas if m.get("status") in (None, "running")]
+        unfinished = [p.name for p, m in metas if m.get("status") in (None, Status.RUNNING)]
         command = next((m.get("resume_command") for _, m in metas if m.get("resume_command")), None)
         how = f"`{command}`" if command else "the same `datarecon reconstruct ... --runs` command with --resume"
         state = (f"{len(unfinished)} of its {len(metas)} runs are unfinished ({', '.join(unfinished)})" if unfinished
@@ -457,7 +457,7 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
         if not (run_dir / name).is_file():
             raise CheckpointError(f"{run_dir} is incomplete: {_incomplete(run_dir, name)}")
     meta = read_json(run_dir / RUN_JSON)
-    status = meta.get("status", "complete")
+    status = meta.get("status", Status.COMPLETE)
     if status not in EVALUABLE and not allow_incomplete:
         raise DataReconError(f"run {run_dir} has status {status!r}; {how_to_finish(run_dir, meta)}, or pass "
                              "--allow-incomplete (allow_incomplete=True in Python)")

@@ -41,6 +41,7 @@ from datarecon.errors import DataReconError, DivergenceError
 from datarecon.utils.dtypes import torch_dtype
 from datarecon.config import MAX_SEED
 from datarecon.kernel.files import RUN_JSON
+from datarecon.kernel.status import Status
 DATA_INITS_NOTE = ("initialisation (experimenter's choice): loading {init} images through the model's data spec; "
                    "the attack itself never sees them")
 
@@ -540,7 +541,7 @@ def _execute(run: ReconstructionRun, out: str | Path, *, setup: AttackSetup, att
                      log_every=run.checkpoint.log_every, seed=run.seed, early_stop=early, hooks=list(hooks),
                      record=rec_meta)
     save_subspace(out, setup.prior)
-    if raise_on_divergence and rec.status == "diverged":
+    if raise_on_divergence and rec.status == Status.DIVERGED:
         raise DivergenceError(rec.summary.get("message", f"{run.method} diverged") + f" (last finite state in {out})")
     return rec
 

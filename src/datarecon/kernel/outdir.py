@@ -39,6 +39,7 @@ from datarecon.registry import Registry
 from datarecon.utils import manifest
 from datarecon.utils.lock import LOCK_FILE, check_free, hold
 from datarecon.kernel.files import DONE_MARKER, CANDIDATES, CANDIDATES_CSV, EXPERIMENT_JSON, EXTRAS, HISTORY, INIT_FILE, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG, REPORT_HTML, REPRODUCTION_JSON, RUN_JSON, SUBSPACE_FILE, TASK_FILE, WEIGHTS
+from datarecon.kernel.status import Status
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,7 @@ def _unfinished(out: Path, kind: str) -> str | None:
     try:
         if kind == "run":
             run = read_json(out / RUN_JSON) if (out / RUN_JSON).is_file() else {}
-            if run.get("status") not in (None, "running"):
+            if run.get("status") not in (None, Status.RUNNING):
                 return None
             meta = read_json(out / checkpoint.FOLDER / checkpoint.PROGRESS_FILE) \
                 if (out / checkpoint.FOLDER / checkpoint.PROGRESS_FILE).is_file() else {}

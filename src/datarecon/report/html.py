@@ -25,6 +25,7 @@ from datarecon.report import figures as F
 from datarecon.report.style import column_label, series
 from datarecon.utils.io import atomic_write_text, load_tensors, read_json, read_json_lines
 from datarecon.kernel.files import HISTORY, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RUN_JSON, SUBSPACE_FILE
+from datarecon.kernel.status import Status
 
 __all__ = ["Table", "FigureItem", "Card", "Section", "render_html", "write_report", "render_report", "landscape_results"]
 
@@ -530,7 +531,7 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
     from datarecon.evaluation.privacy import NEGATIVE, POSITIVE
     from datarecon.report.text import fraction
 
-    conv = assess_convergence(history, status=str(run.get("status", "complete")),
+    conv = assess_convergence(history, status=str(run.get("status", Status.COMPLETE)),
                               relative_residual=_selection_value(run, "relative_residual"),
                               initial_loss=_num((run.get("extra") or {}).get("param_distance_x0")))
     cards = [_threat_card(run), _target_card(m, where or Path(".")), _attack_card(run, conv, m), _headline_card(m),

@@ -394,7 +394,7 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
                      progress=progress, checkpoint_dir=out / CHECKPOINT_DIR,
                      checkpoint_every=config.checkpoint_every, resume=resume, tag=tag,
                      batch_size=config.batch_size, batch_seed=config.seed)
-    if result.status == "diverged":
+    if result.status == Status.DIVERGED:
         raise DivergenceError(
             f"training diverged after {result.epochs_done} epochs ({result.stop_reason}); "
             f"lower --lr (now {config.lr:g}) and rerun with --overwrite"

@@ -26,6 +26,7 @@ from datarecon.experiments.sweep.worker import CLAIM_FILE, execute_task
 from datarecon.kernel.engine import LoopState, ProgressBar
 from datarecon.utils.io import atomic_write_json, config_hash, read_json
 from datarecon.kernel.files import RUN_JSON
+from datarecon.kernel.status import Status
 
 FAULTS_ENV = "DATARECON_SWEEP_FAULTS"
 
@@ -144,7 +145,7 @@ def next_attempt(task: dict[str, Any] | None) -> int:
         started = int(task.get("attempts") or 0)
     except (TypeError, ValueError):
         return 0
-    return max(0, started - 1) if task.get("status") == "running" else max(0, started)
+    return max(0, started - 1) if task.get("status") == Status.RUNNING else max(0, started)
 
 
 def is_finished(run_dir: Path) -> bool:
@@ -216,7 +217,7 @@ def _run_sweep(config: SweepConfig, out: Path, *, sweep_id: str, runs: list[Plan
         task = read_task(r.run_dir)
         if is_finished(r.run_dir):
             result.skipped += 1
-            if task is not None and task.get("status") == "running":  # finished, never booked
+            if task is not None and task.get("status") == Status.RUNNING:  # finished, never booked
                 atomic_write_json(r.run_dir / TASK_FILE, {**task, "status": "done"})
             row = row_from_dir(r.run_dir, root=out)
             if row is not None:
@@ -265,7 +266,7 @@ def _run_sweep(config: SweepConfig, out: Path, *, sweep_id: str, runs: list[Plan
             if r.spec.index in faults:
                 payload["fault"] = faults[r.spec.index]
             r.run_dir.mkdir(parents=True, exist_ok=True)
-            record(r, status="running", attempt=attempt)
+            record(r, status=Status.RUNNING, attempt=attempt)
             be.submit(Task(key=r.key, payload=payload, attempt=attempt, num_cpus=config.resources.num_cpus,
                            num_gpus=config.resources.num_gpus))
 

@@ -1,0 +1,166 @@
+"""Dynamics matching: SimuDy's quality metric on finished runs, and the attack's cost.
+
+Two modes:
+
+``table RUN [RUN ...]`` — for each finished run directory (any method) of a model directory: the
+mean best SSIM of SimuDy's evaluation (training images and candidates paired greedily, one to
+one, by decreasing SSIM; the mean over the n training images), the headline count of
+``datarecon evaluate`` (its ``metrics.json``; evaluate the run first), and the same SimuDy metric
+for the nulls: m held-out images (a seeded draw) and m uniform-noise images used as candidates.
+SSIM is datarecon's (scikit-image's Gaussian-window SSIM, data range 1, on display images in
+[0, 1]); SimuDy's own script takes the data range of each normalised image instead.
+
+    python benchmarks/bench_dynamics.py table RUN1 RUN2 --out results.json
+
+``cost`` — seconds and peak memory (the process's max RSS, one subprocess per point) of one
+outer step of the dynamics attack on an MLP with CIFAR-sized inputs, against n (= m, full batch)
+and the number of simulated steps T, with the whole unroll kept (segment 0) and recomputed in
+segments of ⌈√T⌉:
+
+    python benchmarks/bench_dynamics.py cost --threads 1 --out cost.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import resource
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import torch
+
+
+def greedy_mean_best_ssim(cands: torch.Tensor, train: torch.Tensor) -> float:
+    """SimuDy's metric: pairs (training image, candidate) taken by decreasing SSIM, each used once;
+    the mean SSIM of the min(n, m) pairs over the n training images."""
+    from datarecon.evaluation.similarity import ssim_matrix
+
+    sim = ssim_matrix(cands.clamp(0, 1).double(), train.double()).clone()  # (m, n)
+    total, pairs = 0.0, 0
+    for _ in range(min(sim.shape)):
+        flat = int(torch.argmax(sim))
+        i, j = divmod(flat, sim.shape[1])
+        total += float(sim[i, j])
+        pairs += 1
+        sim[i, :] = -math.inf
+        sim[:, j] = -math.inf
+    return total / train.shape[0]
+
+
+def _images(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+    from datarecon.data import DataSpec, Normalisation, load_task
+    from datarecon.models.checkpoint import load_model_dir
+    from datarecon.utils.io import load_tensors, read_json
+
+    meta = read_json(run_dir / "run.json")
+    bundle = load_model_dir(meta["model_dir"])
+    task = load_task(DataSpec.model_validate(bundle.data))
+    norm = Normalisation.from_mean(bundle.normalisation, bundle.input_mean)
+    cands = norm.to_display(load_tensors(run_dir / "candidates.safetensors")["x"].float())
+    return cands, task.train.x, task.heldout.x, meta
+
+
+def table(runs: list[Path]) -> list[dict]:
+    rows = []
+    for run in runs:
+        cands, train, heldout, meta = _images(run)
+        m = cands.shape[0]
+        g = torch.Generator().manual_seed(0)
+        null = heldout[torch.randperm(heldout.shape[0], generator=g)[:m]]
+        noise = torch.rand((m, *train.shape[1:]), generator=g)
+        metrics = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").is_file() else {}
+        head = metrics.get("headline", {})
+        rows.append({
+            "run": str(run), "method": meta.get("method"), "steps": meta.get("steps_done"),
+            "wall_time_s": meta.get("wall_time_s"), "knowledge": (meta.get("knowledge") or {}).get("summary"),
+            "m": m, "n": int(train.shape[0]),
+            "mean_best_ssim": greedy_mean_best_ssim(cands, train),
+            "mean_best_ssim_heldout_null": greedy_mean_best_ssim(null, train),
+            "mean_best_ssim_noise_null": greedy_mean_best_ssim(noise, train),
+            "headline": {k: head.get(k) for k in ("count", "heldout", "noise", "threshold", "n_train")},
+        })
+        r = rows[-1]
+        print(f"{run.name:12s} {r['method']:9s} mean best SSIM {r['mean_best_ssim']:.3f} (held-out null "
+              f"{r['mean_best_ssim_heldout_null']:.3f}, noise {r['mean_best_ssim_noise_null']:.3f}); headline "
+              f"{r['headline']['count']}/{r['n']} vs held-out {r['headline']['heldout']}", flush=True)
+    return rows
+
+
+def _one_cost(n: int, steps: int, segment: int, width: int, threads: int) -> dict:
+    """Time two outer steps (the second measured) of a full-batch replay of ``steps`` steps."""
+    torch.set_num_threads(threads)
+    from torch import nn
+
+    from datarecon.attacks.base import AttackerPrior, Target
+    from datarecon.attacks.dynamics import DynamicsAttack, DynamicsConfig
+    from datarecon.attacks.knowledge import KnownInit, KnownRecipe
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3072, width, bias=False), nn.ReLU(),
+                          nn.Linear(width, width, bias=False), nn.ReLU(), nn.Linear(width, 10, bias=False))
+    init = {k: v.detach().clone() for k, v in model.named_parameters()}
+    params = {k: v + 0.01 * torch.randn_like(v) for k, v in init.items()}
+    target = Target(model=model, params=params, loss="cross-entropy", weight_decay=0.0, input_shape=(3, 32, 32),
+                    num_outputs=10)
+    recipe = KnownRecipe(n=n, batch_size=n, epochs=steps, lr=0.01, momentum=0.0, order_seed=0,
+                         known=("lr", "momentum", "batch_size", "epochs", "order"))
+    prior = AttackerPrior(labels=torch.arange(n) % 10, input_shape=(3, 32, 32), lower=-0.5, upper=0.5,
+                          known_init=KnownInit(params=init, sha256="bench", source="bench"), recipe=recipe)
+    attack = DynamicsAttack(DynamicsConfig(segment=segment))
+    state = attack.init_state(target, prior, x0=torch.rand(n, 3, 32, 32) - 0.5, generator=torch.Generator())
+    attack.step(target, prior, state, 0)
+    t0 = time.perf_counter()
+    attack.step(target, prior, state, 1)
+    wall = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return {"n": n, "steps": steps, "segment": segment, "width": width, "s_per_outer_step": wall,
+            "peak_rss_bytes": rss}
+
+
+def cost(threads: int, width: int) -> list[dict]:
+    rows = []
+    for n in (10, 20, 40):
+        for steps in (4, 16, 64):
+            for segment in (0, math.isqrt(steps - 1) + 1):
+                res = subprocess.run([sys.executable, __file__, "_one", str(n), str(steps), str(segment), str(width),
+                                      str(threads)], capture_output=True, text=True, check=True)
+                row = json.loads(res.stdout.strip().splitlines()[-1])
+                rows.append(row)
+                print(f"n {n:3d} T {steps:3d} segment {segment:2d}: {row['s_per_outer_step']:.3f} s/step, peak "
+                      f"{row['peak_rss_bytes'] / 2**20:.0f} MiB", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="mode", required=True)
+    t = sub.add_parser("table")
+    t.add_argument("runs", nargs="+", type=Path)
+    t.add_argument("--out", type=Path)
+    c = sub.add_parser("cost")
+    c.add_argument("--threads", type=int, default=1)
+    c.add_argument("--width", type=int, default=1000)
+    c.add_argument("--out", type=Path)
+    one = sub.add_parser("_one")
+    for name in ("n", "steps", "segment", "width", "threads"):
+        one.add_argument(name, type=int)
+    args = ap.parse_args(argv)
+    if args.mode == "_one":
+        print(json.dumps(_one_cost(args.n, args.steps, args.segment, args.width, args.threads)))
+        return 0
+    rows = table(args.runs) if args.mode == "table" else cost(args.threads, args.width)
+    if args.out:
+        args.out.write_text(json.dumps({"date": str(date.today()), "machine": platform.platform(),
+                                        "cpus": torch.get_num_threads(), "torch": torch.__version__,
+                                        "mode": args.mode, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
