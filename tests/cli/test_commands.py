@@ -66,10 +66,23 @@ def test_help_is_readable_at_80_columns(monkeypatch) -> None:
     """Plain click help: every line fits 80 columns and every option name is shown whole (the rich
     panels cut names to '--n-heldout-per-c…' and dropped '[dp]' as markup)."""
     monkeypatch.setenv("COLUMNS", "80")
-    for path, cmd in _commands(build_command()):
-        res = subprocess.run([sys.executable, "-m", "datarecon.cli.main", *path, "--help"], capture_output=True,
-                             text=True, env={**__import__("os").environ, "COLUMNS": "80"}, timeout=120)
-        assert res.returncode == 0, res.stderr
+    commands = list(_commands(build_command()))
+    # one process prints every command's help (a process per command cost ~2.5 s of imports each)
+    marker = "=====DATARECON-HELP====="
+    script = ("import sys\nfrom datarecon.cli.main import main\n"
+              f"for path in {[list(p) for p, _ in commands]!r}:\n"
+              f"    print({marker!r}, flush=True)\n"
+              "    code = main([*path, '--help'])\n"
+              "    sys.stdout.flush()\n"
+              "    assert code == 0, (path, code)\n")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env={**__import__("os").environ, "COLUMNS": "80"}, timeout=300)
+    assert res.returncode == 0, res.stderr
+    outputs = res.stdout.split(marker + "\n")[1:]
+    assert len(outputs) == len(commands)
+    for (path, cmd), text in zip(commands, outputs):
+        res = subprocess.CompletedProcess(path, 0, stdout=text, stderr="")
+        assert text.strip(), path
         assert all(len(line) <= 80 for line in res.stdout.splitlines()), (path, res.stdout)
         assert "…" not in res.stdout, path
         for param in getattr(cmd, "params", []):

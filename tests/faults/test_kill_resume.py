@@ -63,13 +63,14 @@ def affine(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("batches", [[], ["--batch-size", "7"]], ids=["full-batch", "mini-batch"])
-def test_train(batches: list[str], tmp_path: Path, rng) -> None:
+@pytest.mark.parametrize("batches, epochs", [([], 1000), (["--batch-size", "7", "--epochs", "300"], 300)],
+                         ids=["full-batch", "mini-batch"])
+def test_train(batches: list[str], epochs: int, tmp_path: Path, rng) -> None:
     out = tmp_path / "m"
     args = [*TRAIN, *batches, "--out", str(out)]
     run_ok(*args)
     ref = set_aside(out)
-    epoch = rng.randrange(10, 990)
+    epoch = rng.randrange(10, epochs - 10)
     proc = run_faulted(*args, step=epoch)
     assert proc.returncode == -9 and not (out / "model.json").exists()
     assert json.loads((out / "checkpoint" / "progress.json").read_text())["epoch"] == epoch // 10 * 10
