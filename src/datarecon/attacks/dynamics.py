@@ -14,10 +14,11 @@ batch order is the recorded one (it is drawn from the training seed,
 :func:`datarecon.kernel.step.batch_order`) or, unknown, the attack's own seeded order.
 
 Memory: backpropagating through T unrolled steps keeps T double-backward graphs. With
-``segment`` k > 0 the unroll is cut into segments of k steps whose graphs are recomputed in the
-backward pass (:func:`torch.utils.checkpoint.checkpoint`, non-reentrant): only the parameters at
-segment boundaries stay in memory. The two give the same gradient (tested). The memory of a run
-is estimated before any work and refused when it would not fit (:func:`memory_estimate`).
+``segment`` k > 0 only the states at every k-th step are kept and the backward pass recomputes
+the segments one at a time, last first, passing the adjoint back through each (a reverse sweep,
+:class:`_RecomputedUnroll`): one segment's graph is alive at a time. The two give the same
+gradient (tested). The memory of a run is estimated before any work and refused when it would
+not fit (:func:`memory_estimate`).
 
 References:
     Tian et al. (2025), "Simulating Training Dynamics to Reconstruct Training Data from Deep Neural
@@ -35,7 +36,6 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from datarecon.attacks import kkt_math
 from datarecon.attacks.base import AttackerPrior, Reconstruction, Target
@@ -124,6 +124,54 @@ def _segment(model: nn.Module, names: list[str], part: Schedule, x: torch.Tensor
     return tuple(params[n] for n in names) + (tuple(buffers[n] for n in names) if momentum else ())
 
 
+class _RecomputedUnroll(torch.autograd.Function):
+    """θ_T keeping only the states at segment boundaries; the backward pass recomputes one segment at a
+    time, last first, and backpropagates the adjoint through it (a reverse sweep), so at most one
+    segment's double-backward graph is alive at any moment.
+
+    Inputs: (model, names, schedule, y, segment, x, lr or None, *state₀); outputs: the state at T
+    (parameters, then momentum buffers). Differentiable once, in x, the lr tensor and state₀.
+    """
+
+    @staticmethod
+    def forward(ctx, model, names, schedule, y, segment, x, lr, *state):  # type: ignore[override]
+        k = len(names)
+        step_lr = schedule.lr if lr is None else lr.detach()
+        steps = schedule.batches
+        bounds = []
+        current = tuple(v.detach() for v in state)
+        with torch.enable_grad():
+            for start in range(0, len(steps), segment):
+                bounds.append((start, current))
+                part = dataclasses.replace(schedule, batches=steps[start:start + segment], lr=step_lr)
+                leaves = tuple(v.requires_grad_(True) if i < k else v for i, v in enumerate(current))
+                current = tuple(v.detach() for v in _segment(model, names, part, x.detach(), y, False, *leaves))
+        ctx.model, ctx.names, ctx.schedule, ctx.y, ctx.segment, ctx.bounds = model, names, schedule, y, segment, bounds
+        ctx.x, ctx.lr = x.detach(), None if lr is None else lr.detach()
+        return current
+
+    @staticmethod
+    def backward(ctx, *adjoint):  # type: ignore[override]
+        gx = torch.zeros_like(ctx.x)
+        glr = None if ctx.lr is None else torch.zeros_like(ctx.lr)
+        steps = ctx.schedule.batches
+        for start, state in reversed(ctx.bounds):
+            with torch.enable_grad():
+                leaves = tuple(v.detach().requires_grad_(True) for v in state)
+                xs = ctx.x.detach().requires_grad_(True)
+                lr = ctx.schedule.lr if ctx.lr is None else ctx.lr.detach().requires_grad_(True)
+                part = dataclasses.replace(ctx.schedule, batches=steps[start:start + ctx.segment], lr=lr)
+                out = _segment(ctx.model, ctx.names, part, xs, ctx.y, True, *leaves)
+                inputs = [*leaves, xs] + ([lr] if ctx.lr is not None else [])
+                grads = torch.autograd.grad(out, inputs, grad_outputs=adjoint, allow_unused=True)
+            adjoint = tuple(torch.zeros_like(v) if g is None else g for g, v in zip(grads[:len(leaves)], leaves))
+            if grads[len(leaves)] is not None:
+                gx += grads[len(leaves)]
+            if glr is not None and grads[-1] is not None:
+                glr += grads[-1]
+        return (None, None, None, None, None, gx, glr, *adjoint)
+
+
 def simulate(model: nn.Module, theta_init: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
              schedule: Schedule, *, segment: int = 0, differentiable: bool = True) -> dict[str, torch.Tensor]:
     """θ_T: the training of ``model`` from ``theta_init`` on (x, y), step by step as ``datarecon train`` does.
@@ -133,26 +181,27 @@ def simulate(model: nn.Module, theta_init: Mapping[str, torch.Tensor], x: torch.
         theta_init: name → θ_init.
         x: (n, *input_shape) inputs (model input space); y: (n,) labels.
         schedule: the recipe, learning rate and batches (:meth:`Schedule.replay`).
-        segment: recompute every ``segment`` steps in the backward (0: keep the whole graph).
+        segment: with ``differentiable``, keep only every ``segment``-th state and recompute the
+            segments one at a time in the backward pass (:class:`_RecomputedUnroll`); 0: keep the
+            whole unrolled graph.
         differentiable: keep the graph (θ_T differentiable in x and a tensor lr); False: values only.
 
     Returns:
         name → θ_T.
     """
     names = list(theta_init)
-    steps = schedule.batches
-    size = segment if (segment and differentiable) else len(steps)
+    k = len(names)
+    state = tuple(v.detach() for v in theta_init.values())
+    if schedule.recipe.momentum:
+        state = state + tuple(torch.zeros_like(v) for v in theta_init.values())
+    if segment and differentiable:
+        lr = schedule.lr if isinstance(schedule.lr, torch.Tensor) else None
+        final = _RecomputedUnroll.apply(model, names, schedule, y, segment, x, lr, *state)
+        return dict(zip(names, final[:k]))
     with torch.enable_grad():  # the inner gradients need autograd even when θ_T's graph is not kept
-        flat = tuple(v.detach().requires_grad_(True) for v in theta_init.values())
-        if schedule.recipe.momentum:
-            flat = flat + tuple(torch.zeros_like(v) for v in theta_init.values())
-        for start in range(0, len(steps), max(size, 1)):
-            part = dataclasses.replace(schedule, batches=steps[start:start + size])
-            if segment and differentiable:
-                flat = checkpoint(_segment, model, names, part, x, y, True, *flat, use_reentrant=False)
-            else:
-                flat = _segment(model, names, part, x, y, differentiable, *flat)
-    out = dict(zip(names, flat[:len(names)]))
+        flat = tuple(v.requires_grad_(True) if i < k else v for i, v in enumerate(state))
+        flat = _segment(model, names, schedule, x, y, differentiable, *flat)
+    out = dict(zip(names, flat[:k]))
     return out if differentiable else {n: v.detach() for n, v in out.items()}
 
 
