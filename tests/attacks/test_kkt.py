@@ -133,7 +133,7 @@ def test_misuse_errors(make_target, prior):
         build_config(KKTConfig, {"optimizer": "rmsprop"})
     with pytest.raises(DataReconError, match="lr_x"):
         build_config(KKTConfig, {"lr_x": -1})
-    with pytest.raises(DataReconError, match="unknown attack method 'foo'; valid names: .*decoreco, gradnorm, kkt"):
+    with pytest.raises(DataReconError, match="unknown attack method 'foo'; valid names: .*decoreco, dynamics, gradnorm, kkt"):
         ATTACKS.get("foo")
 
 

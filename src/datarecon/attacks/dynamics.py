@@ -129,12 +129,13 @@ class _RecomputedUnroll(torch.autograd.Function):
     time, last first, and backpropagates the adjoint through it (a reverse sweep), so at most one
     segment's double-backward graph is alive at any moment.
 
-    Inputs: (model, names, schedule, y, segment, x, lr or None, *state₀); outputs: the state at T
-    (parameters, then momentum buffers). Differentiable once, in x, the lr tensor and state₀.
+    Inputs: (replay = (model, names, schedule, y, segment), x, lr or None, *state₀); outputs: the
+    state at T (parameters, then momentum buffers). Differentiable once, in x, the lr tensor and state₀.
     """
 
     @staticmethod
-    def forward(ctx, model, names, schedule, y, segment, x, lr, *state):  # type: ignore[override]
+    def forward(ctx, replay, x, lr, *state):  # type: ignore[override]
+        model, names, schedule, y, segment = replay
         k = len(names)
         step_lr = schedule.lr if lr is None else lr.detach()
         steps = schedule.batches
@@ -169,7 +170,7 @@ class _RecomputedUnroll(torch.autograd.Function):
                 gx += grads[len(leaves)]
             if glr is not None and grads[-1] is not None:
                 glr += grads[-1]
-        return (None, None, None, None, None, gx, glr, *adjoint)
+        return (None, gx, glr, *adjoint)
 
 
 def simulate(model: nn.Module, theta_init: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
@@ -196,7 +197,7 @@ def simulate(model: nn.Module, theta_init: Mapping[str, torch.Tensor], x: torch.
         state = state + tuple(torch.zeros_like(v) for v in theta_init.values())
     if segment and differentiable:
         lr = schedule.lr if isinstance(schedule.lr, torch.Tensor) else None
-        final = _RecomputedUnroll.apply(model, names, schedule, y, segment, x, lr, *state)
+        final = _RecomputedUnroll.apply((model, names, schedule, y, segment), x, lr, *state)
         return dict(zip(names, final[:k]))
     with torch.enable_grad():  # the inner gradients need autograd even when θ_T's graph is not kept
         flat = tuple(v.requires_grad_(True) if i < k else v for i, v in enumerate(state))
