@@ -101,6 +101,20 @@ def validation_message(exc: ValidationError, *, where: str, model: type[BaseMode
     return f"invalid {where}: " + "; ".join(parts)
 
 
+def drop_defaults(model: BaseModel, data: Any, names: tuple[str, ...]) -> Any:
+    """``data`` (a model's dump) without the fields ``names`` that hold their default.
+
+    Fields added to a config after folders were written with it are left out of its dumps while at
+    their default, so the config hashes of those folders (resume keys, model.json, reproduction
+    pieces, sweeps) stay what they were. Used in each such model's ``model_serializer``.
+    """
+    if isinstance(data, dict):
+        for name in names:
+            if name in data and getattr(model, name) == type(model).model_fields[name].default:
+                data.pop(name)
+    return data
+
+
 def build_config(model: type[M], fields: dict[str, Any], *, where: str = "config") -> M:
     """Validate ``fields`` into ``model`` with a one-line error on failure."""
     try:

@@ -294,6 +294,30 @@ class Attack(Protocol):
 ATTACKS: Registry[Any] = Registry("attack method")
 
 
+class ConfiguredAttack:
+    """What every attack class shares: its frozen config (of ``config_cls``, default when omitted),
+    construction from that config (the ATTACKS registry's ``from_config``) and the config's dtype."""
+
+    config_cls: type[Any] = object
+
+    def __init__(self, config: Any = None) -> None:
+        self.config = config if config is not None else self.config_cls()
+        if not isinstance(self.config, self.config_cls):
+            raise TypeError(f"{type(self).__name__} needs a {self.config_cls.__name__}, "
+                            f"got {type(self.config).__name__}")
+
+    @classmethod
+    def from_config(cls, config: Any) -> Any:
+        """Build the attack from its config (used by the CLI through the ATTACKS registry)."""
+        return cls(config)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        from datarecon.utils.dtypes import torch_dtype
+
+        return torch_dtype(self.config.dtype)
+
+
 class IterativeAttack(Protocol):
     """The stepping form every attack implements, so one runner can checkpoint and resume any attack.
 

@@ -38,14 +38,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from datarecon.attacks import kkt_math
-from datarecon.attacks.base import AttackerPrior, Reconstruction, Target
+from datarecon.attacks.base import AttackerPrior, ConfiguredAttack, Reconstruction, Target
 from datarecon.attacks.knowledge import KnownRecipe
 from datarecon.attacks.optim import OptimizerSettings, init_optimizer_state, optimizer_step
 from datarecon.config import MAX_STEPS
 from datarecon.errors import DataReconError
 from datarecon.kernel.losses import loss_name
 from datarecon.kernel.step import Recipe, batch_order, train_step
-from datarecon.utils.dtypes import torch_dtype
 from datarecon.utils.memory import physical_memory_bytes, refuse_if_too_large
 
 __all__ = ["DynamicsAttack", "DynamicsConfig", "Schedule", "memory_estimate", "simulate"]
@@ -64,6 +63,7 @@ class DynamicsConfig(BaseModel):
             0 when the estimate of the whole unroll fits in half the machine's memory, else ⌈√T⌉).
         tv_weight: weight of the mean total variation (a natural-image prior).
         box_weight: weight of the pixel-box prior.
+        adam_beta1, adam_beta2, adam_eps: Adam's constants (SimuDy's reference uses β = (0.8, 0.9)).
         dtype: float32 | float64 (the recipe replays bit for bit in the dtype the target trained in).
     """
 
@@ -78,6 +78,9 @@ class DynamicsConfig(BaseModel):
                                 "recompute; default: none when the whole unroll fits in half the memory, else √T)")
     tv_weight: float = Field(default=0.0, ge=0, description="weight of the mean total variation")
     box_weight: float = Field(default=1.0, ge=0, description="weight of the pixel-box prior")
+    adam_beta1: float = Field(default=0.9, ge=0, lt=1, description="Adam β₁ (x and log lr)")
+    adam_beta2: float = Field(default=0.999, ge=0, lt=1, description="Adam β₂")
+    adam_eps: float = Field(default=1e-8, gt=0, description="Adam ε")
     dtype: Literal["float32", "float64"] = Field(default="float32", description="float32 | float64")
 
 
@@ -206,19 +209,35 @@ def simulate(model: nn.Module, theta_init: Mapping[str, torch.Tensor], x: torch.
     return out if differentiable else {n: v.detach() for n, v in out.items()}
 
 
-def memory_estimate(target: Target, *, m: int, batch_size: int, steps: int, segment: int, dtype: torch.dtype) -> float:
-    """An estimate of the bytes one outer step holds: per kept simulated step ~4 copies of the P
-    parameters (the step and its double-backward graph) and ~4 per layer output of a batch; kept are
-    all T steps without recomputation, else the ⌈T/k⌉ segment boundaries (2P each) and one segment
-    of k steps being recomputed. Plus the candidates and their gradient."""
+#: parameter-sized tensors one kept simulated step holds (the new parameters and what its
+#: double-backward graph saves): 1.35 measured on D-1000-1000-10 (~21 MiB per step at 4.07 M
+#: float32 parameters, docs/PERFORMANCE.md §8.4), rounded up
+PARAM_COPIES_PER_STEP = 1.5
+#: activation-sized tensors one kept step holds per layer output of a batch (forward and backward)
+ACTIVATION_COPIES_PER_STEP = 4
+#: the whole unroll is kept (no recomputation) while its estimate stays within this share of the memory
+KEEP_FRACTION = 0.5
+#: exclusive upper end of the attack's own batch-order seed, drawn when the order is unknown
+ORDER_SEED_RANGE = 2**31 - 1
+
+
+def memory_estimate(target: Target, *, m: int, batch_size: int, steps: int, segment: int, dtype: torch.dtype,
+                    momentum: bool = False) -> float:
+    """An estimate of the bytes one outer step holds beyond the model itself.
+
+    Per kept simulated step :data:`PARAM_COPIES_PER_STEP` copies of the P parameters and
+    :data:`ACTIVATION_COPIES_PER_STEP` per layer output of a batch; kept are all T steps without
+    recomputation, else the ⌈T/k⌉ boundary states (P, 2P with momentum buffers) and one segment of
+    k steps being recomputed. Plus the candidates and their gradient.
+    """
     size = torch.finfo(dtype).bits // 8
     p = sum(v.numel() for v in target.params.values())
     with torch.no_grad():
         probe = torch.zeros((1, *target.input_shape), dtype=next(iter(target.params.values())).dtype)
         acts = sum(int(o.numel()) for o in _layer_outputs(target, probe))
-    per_step = 4 * p + 4 * batch_size * acts
-    if segment:  # the boundaries (parameters and buffers), and one segment recomputed in the backward
-        elements = -(-steps // segment) * 2 * p + min(segment, steps) * per_step
+    per_step = PARAM_COPIES_PER_STEP * p + ACTIVATION_COPIES_PER_STEP * batch_size * acts
+    if segment:
+        elements = -(-steps // segment) * (2 if momentum else 1) * p + min(segment, steps) * per_step
     else:
         elements = steps * per_step
     return float(size * (elements + 2 * m * math.prod(target.input_shape)))
@@ -236,7 +255,7 @@ def _layer_outputs(target: Target, x: torch.Tensor) -> list[torch.Tensor]:
     return [o for o in outs if isinstance(o, torch.Tensor)]
 
 
-class DynamicsAttack:
+class DynamicsAttack(ConfiguredAttack):
     """Dynamics matching; needs the initialisation and the training recipe (``knowledge.known_init``,
     ``knowledge.recipe``)."""
 
@@ -246,19 +265,6 @@ class DynamicsAttack:
     requires = ("known_init", "recipe")
     divergence_hint = "lower lr_x (and lr_lr when the lr is learned)"
     resume_ignore = ("steps",)
-
-    def __init__(self, config: DynamicsConfig | None = None) -> None:
-        self.config = config if config is not None else DynamicsConfig()
-        if not isinstance(self.config, DynamicsConfig):
-            raise TypeError("DynamicsAttack needs a DynamicsConfig")
-
-    @classmethod
-    def from_config(cls, config: DynamicsConfig) -> DynamicsAttack:
-        return cls(config)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return torch_dtype(self.config.dtype)
 
     # -- what the attack replays -----------------------------------------------------------------
 
@@ -278,7 +284,7 @@ class DynamicsAttack:
                                  f"pass --candidates {recipe.n} (got {prior.m})")
         steps = self.epochs(recipe) * recipe.steps_per_epoch
         need = memory_estimate(target, m=prior.m, batch_size=recipe.batch_size, steps=steps,
-                               segment=self.segment(target, prior), dtype=self.dtype)
+                               segment=self.segment(target, prior), dtype=self.dtype, momentum=bool(recipe.momentum))
         refuse_if_too_large(need, what=f"{steps} simulated steps of batch {recipe.batch_size}",
                             fix="lower the simulated epochs (epochs) or set segment to recompute the unroll")
 
@@ -293,9 +299,9 @@ class DynamicsAttack:
         recipe = self._recipe(prior)
         steps = self.epochs(recipe) * recipe.steps_per_epoch
         whole = memory_estimate(target, m=prior.m, batch_size=recipe.batch_size, steps=steps, segment=0,
-                                dtype=self.dtype)
+                                dtype=self.dtype, momentum=bool(recipe.momentum))
         total = physical_memory_bytes()
-        return 0 if total is None or whole <= total / 2 else math.isqrt(steps - 1) + 1
+        return 0 if total is None or whole <= total * KEEP_FRACTION else math.isqrt(steps - 1) + 1
 
     def init_state(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
                    generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -307,14 +313,15 @@ class DynamicsAttack:
             state["log_lr"] = torch.tensor(math.log(self.config.lr_init), dtype=self.dtype, device=device)
         order = recipe.order_seed
         if order is None:  # unknown order: the attack's own, drawn once from its generator
-            order = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+            order = int(torch.randint(0, ORDER_SEED_RANGE, (1,), generator=generator))
         state["order_seed"] = torch.tensor(order, dtype=torch.int64)
         state.update({k: v.to(device) for k, v in init_optimizer_state("adam", {
             k: v for k, v in state.items() if k in ("x", "log_lr")}).items()})
         return state
 
     def _settings(self) -> OptimizerSettings:
-        return OptimizerSettings()
+        c = self.config
+        return OptimizerSettings(beta1=c.adam_beta1, beta2=c.adam_beta2, eps=c.adam_eps)
 
     def labels(self, prior: AttackerPrior, device: torch.device) -> torch.Tensor:
         y = prior.labels.to(device)

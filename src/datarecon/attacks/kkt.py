@@ -32,16 +32,15 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
-from datarecon.utils.dtypes import torch_dtype
 from datarecon.registry import registered
 from datarecon.attacks import kkt_math
-from datarecon.attacks.base import AttackerPrior, Reconstruction, Target
+from datarecon.attacks.base import AttackerPrior, ConfiguredAttack, Reconstruction, Target
 from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, init_optimizer_state, optimizer_step
 from datarecon.attacks.selection import SelectionContext, select
 from datarecon.attacks.surrogate import SURROGATES, make_surrogate
 from datarecon.errors import DataReconError
 from datarecon.kernel.losses import LOSSES, loss_name
-from datarecon.config import MAX_STEPS
+from datarecon.config import MAX_STEPS, drop_defaults
 
 LAMBDA_INITS = ("uniform", "uniform-signed", "ones")
 
@@ -117,12 +116,7 @@ class KKTConfig(_AttackConfigBase):
     def _drop_defaults(self, handler):  # type: ignore[no-untyped-def]
         # fields added after the first release are left out of dumps while at their default, so
         # config hashes (resume keys, reproduction pieces, sweeps) of existing folders stay valid
-        data = handler(self)
-        if isinstance(data, dict):
-            for name in _OPTIONAL_FIELDS:
-                if name in data and getattr(self, name) == type(self).model_fields[name].default:
-                    data.pop(name)
-        return data
+        return drop_defaults(self, handler(self), _OPTIONAL_FIELDS)
 
     @property
     def extended(self) -> bool:
@@ -231,7 +225,7 @@ class _Prepared:
         return {"theta": self.params, "init": self.init, "coefficient": self.coefficient}
 
 
-class _XAttack:
+class _XAttack(ConfiguredAttack):
     """Shared machinery: config, dtype, prepared-target cache, committing finite updates."""
 
     name = ""
@@ -240,19 +234,8 @@ class _XAttack:
     resume_ignore = ("steps",)
 
     def __init__(self, config: _AttackConfigBase | None = None) -> None:
-        self.config = config if config is not None else self.config_cls()
-        if not isinstance(self.config, self.config_cls):
-            raise TypeError(f"{type(self).__name__} needs a {self.config_cls.__name__}")
+        super().__init__(config)
         self._cache: dict[tuple[int, str | None], _Prepared] = {}
-
-    @classmethod
-    def from_config(cls, config: _AttackConfigBase) -> _XAttack:
-        """Build the attack from its config (used by the CLI through the ATTACKS registry)."""
-        return cls(config)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return torch_dtype(self.config.dtype)
 
     def prepared(self, target: Target, prior: AttackerPrior | None = None) -> _Prepared:
         known = getattr(prior, "known_init", None) if prior is not None else None

@@ -36,6 +36,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
+from datarecon.config import drop_defaults
 from datarecon.errors import DataReconError
 
 __all__ = ["KNOWLEDGE_ITEMS", "KnowledgeSettings", "KnownInit", "KnownRecipe", "RecipeSettings", "attack_uses",
@@ -122,7 +123,8 @@ def resolve_recipe(settings: RecipeSettings, model_meta: Mapping[str, Any] | Non
         raise DataReconError("the model directory records no training-set size (metrics n_train); retrain it")
     b = int(tr.get("batch_size") or n)
     hidden = set(settings.unknown)
-    known = tuple(f for f in ("lr", "momentum", "batch_size", "epochs", "order") if f not in hidden)
+    # n is part of the recipe: the number of steps per epoch and the candidates the replay trains on
+    known = tuple(f for f in ("n", "lr", "momentum", "batch_size", "epochs", "order") if f not in hidden)
     return KnownRecipe(n=n, batch_size=b, epochs=int(metrics.get("epochs_done", tr.get("epochs", 0))),
                        lr=None if "lr" in hidden else float(tr["lr"]), momentum=float(tr.get("momentum", 0.0)),
                        order_seed=None if "order" in hidden else int(model_meta.get("seed", tr.get("seed", 0))),
@@ -153,11 +155,7 @@ class KnowledgeSettings(BaseModel):
 
     @model_serializer(mode="wrap")
     def _drop_unset_recipe(self, handler):  # type: ignore[no-untyped-def]
-        # left out while unset, so the records and hashes of runs written before it existed stay valid
-        data = handler(self)
-        if isinstance(data, dict) and self.recipe is None:
-            data.pop("recipe", None)
-        return data
+        return drop_defaults(self, handler(self), ("recipe",))  # records of earlier runs stay valid
 
     @field_validator("known_init")
     @classmethod

@@ -201,11 +201,10 @@ class _Stepper:
         metrics, _ = _metrics(self.model, out, self.y, dict(self.named), loss=self.loss,
                               weight_decay=self.weight_decay, data_loss=dl)
         metrics.update({"energy": float(e), "lr": self.lr})
-        if not (math.isfinite(metrics["energy"]) and all(bool(torch.isfinite(p).all()) for p in self.params)):
-            with torch.no_grad():
-                for p, b in zip(self.params, backup):
-                    p.copy_(b)
-            metrics["energy"] = float("nan")
+        if not math.isfinite(metrics["energy"]):
+            self._restore(backup, metrics)
+        else:
+            self._keep_finite(backup, metrics)
         self.in_update = False
         return metrics
 
@@ -246,13 +245,21 @@ class _Stepper:
         self.in_update = True
         backup = None if self.precomputed else [p.detach().clone() for p in self.params]
         self.opt.step(True, lr_t, lambda: self.energy_terms()[2])
-        if backup is not None and not all(bool(torch.isfinite(p).all()) for p in self.params):
-            with torch.no_grad():
-                for p, b in zip(self.params, backup):
-                    p.copy_(b)
-            metrics["energy"] = float("nan")
+        if backup is not None:
+            self._keep_finite(backup, metrics)
         self.in_update = False
         return metrics
+
+    def _keep_finite(self, backup: list[torch.Tensor], metrics: dict[str, float]) -> None:
+        """Put the parameters back to ``backup`` (and mark the energy NaN) when an update left them non-finite."""
+        if not all(bool(torch.isfinite(p).all()) for p in self.params):
+            self._restore(backup, metrics)
+
+    def _restore(self, backup: list[torch.Tensor], metrics: dict[str, float]) -> None:
+        with torch.no_grad():
+            for p, b in zip(self.params, backup):
+                p.copy_(b)
+        metrics["energy"] = float("nan")
 
 
 class TrainingCheckpoint:

@@ -31,7 +31,7 @@ from datarecon.kernel.status import Status
 from datarecon.utils.dtypes import torch_dtype
 from datarecon.registry import registered
 from datarecon.kernel import checkpoint
-from datarecon.config import build_config
+from datarecon.config import build_config, drop_defaults
 from datarecon.data import DATASETS, DataSpec, load_task
 from datarecon.errors import DataReconError, DivergenceError
 from datarecon.models.checkpoint import ModelBundle, save_model_dir
@@ -220,12 +220,7 @@ class TrainConfig(BaseModel):
 
     @model_serializer(mode="wrap")
     def _drop_unset_batch_size(self, handler):  # type: ignore[no-untyped-def]
-        # full batch (the default) is left out of dumps, so model.json files and the hashes of
-        # every folder written before mini-batches existed stay what they were
-        data = handler(self)
-        if isinstance(data, dict) and self.batch_size is None:
-            data.pop("batch_size", None)
-        return data
+        return drop_defaults(self, handler(self), ("batch_size",))  # full batch: model.json as before
 
     def arch_spec(self) -> ArchSpec:
         """The architecture with input shape and output count derived from the data spec."""

@@ -56,8 +56,7 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from datarecon.utils.dtypes import torch_dtype
-from datarecon.attacks.base import AttackerPrior, Target
+from datarecon.attacks.base import AttackerPrior, ConfiguredAttack, Target
 from datarecon.attacks.bilevel.hypergrad import hypergradient
 from datarecon.attacks.bilevel.lbfgs import LINE_SEARCHES, LBFGSMemory, lbfgs_minimize
 from datarecon.attacks.bilevel.linear_solve import LINEAR_SOLVERS, SolveOptions
@@ -284,7 +283,7 @@ class _Problem:
     kinks: bool
 
 
-class BilevelAttack:
+class BilevelAttack(ConfiguredAttack):
     """Runkel et al. (2024) bilevel reconstruction, stepping form for the shared runner.
 
     Args:
@@ -298,19 +297,8 @@ class BilevelAttack:
     resume_ignore = ("steps",)
 
     def __init__(self, config: BilevelConfig | None = None) -> None:
-        self.config = config if config is not None else BilevelConfig()
-        if not isinstance(self.config, BilevelConfig):
-            raise TypeError(f"BilevelAttack needs a BilevelConfig, got {type(self.config).__name__}")
+        super().__init__(config)
         self._cache: tuple | None = None  # (target, prior, _Problem) of the last call
-
-    @classmethod
-    def from_config(cls, config: BilevelConfig) -> BilevelAttack:
-        """Build the attack from its config (used by the CLI through the ATTACKS registry)."""
-        return cls(config)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return torch_dtype(self.config.dtype)
 
     # ------------------------------------------------------------------ helpers
 
