@@ -54,7 +54,7 @@ def test_resume_option(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--arch", "resnet"], "error: unknown architecture 'resnet'; valid names: affine, cnn, mlp, one-hidden"),
+    (["--arch", "resnet"], "error: unknown architecture 'resnet'; valid names: affine, cnn, mlp, one-hidden, resnet18, resnet8"),
     (["--loss", "hinge"], "error: unknown loss 'hinge'; valid names: cross-entropy, huber, logistic, mse"),
     (["--n-per-class", "0"], "error: invalid training config: data.n_per_class: Input should be greater than 0"),
     (["--n-per-class", "-3"], "error: invalid training config: data.n_per_class: Input should be greater than 0; "

@@ -70,7 +70,7 @@ def test_same_seed_same_weights_and_init_scale() -> None:
 
 
 def test_unknown_architecture_lists_valid_names() -> None:
-    with pytest.raises(DataReconError, match=r"unknown architecture 'foo'; valid names: affine, cnn, mlp, one-hidden"):
+    with pytest.raises(DataReconError, match=r"unknown architecture 'foo'; valid names: affine, cnn, mlp, one-hidden, resnet18, resnet8"):
         ArchSpec(name="foo")
 
 

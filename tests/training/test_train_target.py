@@ -131,7 +131,7 @@ def test_config_file_maps_one_to_one(tmp_path: Path) -> None:
     ({"optimizer": "adam"}, "unknown optimizer 'adam'; valid names: gd, lbfgs"),
     ({"schedule": "cosine"}, "unknown schedule 'cosine'; valid names: constant, increasing, loss-normalised"),
     ({"optimizer": "lbfgs", "momentum": 0.5}, "momentum applies to optimizer gd only"),
-    ({"arch": {"name": "resnet"}}, "unknown architecture 'resnet'; valid names: affine, cnn, mlp, one-hidden"),
+    ({"arch": {"name": "resnet"}}, "unknown architecture 'resnet'; valid names: affine, cnn, mlp, one-hidden, resnet18, resnet8"),
     ({"arch": {"hidden": [0]}}, "hidden widths must be positive"),
     ({"dtype": "float16"}, "dtype: Input should be 'float32' or 'float64'"),
 ], ids=["lr", "n", "epochs", "momentum", "loss-task", "loss-name", "optimizer", "schedule", "lbfgs-momentum",

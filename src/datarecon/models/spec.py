@@ -12,6 +12,16 @@ its files alone. Architectures (Runkel et al. 2024 eq. 8 and 9; Haim et al. 2022
   spatial size, rounding up), then one linear read-out. Without biases it is positively
   homogeneous of degree L = #conv + 1 (Φ(x; c·θ) = c^L Φ(x; θ)), the setting of the KKT attack
   (Buzaglo et al. 2023 reconstruct from such CNNs).
+* ``resnet8`` / ``resnet18``: residual networks for CIFAR-sized images (He et al. 2016): a 3×3
+  stem convolution, stages of basic blocks relu(conv(relu(conv(h))) + shortcut(h)) whose widths are
+  ``hidden`` (defaults (16, 32, 64), one block per stage, 8 weight layers; and (64, 128, 256, 512),
+  two blocks per stage, 18 weight layers, the CIFAR ResNet-18 of SimuDy's reference code), the first
+  block of every later stage striding 2 with a 1×1 projection shortcut, then global average pooling
+  and a linear read-out. **No normalisation layer**: batch norm is left out (SimuDy's reference
+  keeps it in eval mode, where it is a fixed per-channel affine map; here training from scratch has
+  no pretrained statistics to freeze), so a model has parameters and no buffers, and every attack's
+  ``functional_call`` and the training replay need nothing else. Residual sums of branches of
+  different degree make it not homogeneous, with or without biases.
 
 All models take images (N, C, H, W) in model input space; the MLPs start with ``nn.Flatten``.
 """
@@ -38,7 +48,7 @@ class ArchSpec(BaseModel):
         hidden: hidden widths; ``None`` means the architecture's default.
         bias: whether linear layers have biases.
         init_scale: std of the first layer's N(0, 1) weights; ``None``: PyTorch's default init.
-        kernel: side of the square convolution kernel (``cnn`` only; ``None``: 3).
+        kernel: side of the square convolution kernel (``cnn`` only; ``None``: 3; the ResNets use 3).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -93,14 +103,19 @@ CNN_STRIDE = 2
 
 
 class ArchEntry:
-    """A registered architecture: its default hidden widths and whether widths may change."""
+    """A registered architecture: its default hidden widths and whether widths may change.
+
+    ``convolutional``: ``hidden`` lists channels (of stride-2 convolutions, or of residual stages);
+    ``blocks``: residual basic blocks per stage (``None``: not a ResNet).
+    """
 
     def __init__(self, *, default_hidden: tuple[int, ...], n_hidden: int | None, doc: str,
-                 convolutional: bool = False) -> None:
+                 convolutional: bool = False, blocks: int | None = None) -> None:
         self.default_hidden = default_hidden
         self.n_hidden = n_hidden  # None: any number of hidden layers
         self.doc = doc
-        self.convolutional = convolutional  # hidden = channels of stride-2 convolutions
+        self.convolutional = convolutional or blocks is not None
+        self.blocks = blocks
 
 
 ARCHITECTURES: Registry[ArchEntry] = Registry("architecture")
@@ -109,6 +124,62 @@ ARCHITECTURES.register("one-hidden", ArchEntry(default_hidden=(6144,), n_hidden=
 ARCHITECTURES.register("mlp", ArchEntry(default_hidden=(1000, 1000), n_hidden=None, doc="Haim D-1000-1000-C"))
 ARCHITECTURES.register("cnn", ArchEntry(default_hidden=(32, 64), n_hidden=None, convolutional=True,
                                         doc="ReLU CNN, stride-2 convolutions then a linear read-out"))
+ARCHITECTURES.register("resnet8", ArchEntry(default_hidden=(16, 32, 64), n_hidden=None, blocks=1,
+                                            doc="ResNet-8-like: 3 stages of 1 basic block, no batch norm"))
+ARCHITECTURES.register("resnet18", ArchEntry(default_hidden=(64, 128, 256, 512), n_hidden=None, blocks=2,
+                                             doc="CIFAR ResNet-18: 4 stages of 2 basic blocks, no batch norm"))
+
+#: the kernel side of every ResNet convolution but the 1×1 projection shortcuts
+RESNET_KERNEL = 3
+
+
+class _BasicBlock(nn.Module):
+    """relu(conv2(relu(conv1(h))) + shortcut(h)); conv1 strides ``stride``, the shortcut is the identity or,
+    when the stride or the width changes, a 1×1 convolution with that stride."""
+
+    def __init__(self, cin: int, cout: int, stride: int, *, bias: bool, dtype: torch.dtype,
+                 device: torch.device | str | None) -> None:
+        super().__init__()
+        k = RESNET_KERNEL
+        self.conv1 = nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, bias=bias, dtype=dtype, device=device)
+        self.conv2 = nn.Conv2d(cout, cout, k, stride=1, padding=k // 2, bias=bias, dtype=dtype, device=device)
+        self.shortcut = (nn.Conv2d(cin, cout, 1, stride=stride, bias=bias, dtype=dtype, device=device)
+                         if stride != 1 or cin != cout else nn.Identity())
+        self.relu1, self.relu2 = nn.ReLU(), nn.ReLU()  # modules, so the KKT surrogate can replace them
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.relu2(self.conv2(self.relu1(self.conv1(h))) + self.shortcut(h))
+
+
+class ResNet(nn.Module):
+    """A ResNet of ``resnet8`` / ``resnet18`` (see the module docstring); input (N, C, H, W), output (N, k).
+
+    Modules: ``stem`` (3×3 conv), ``stages.i.j`` (basic blocks), ``head`` (linear read-out after the
+    global average pool). Built uninitialised; :func:`build_model` draws the weights.
+    """
+
+    def __init__(self, spec: ArchSpec, *, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__()
+        entry = ARCHITECTURES.get(spec.name)
+        widths, k = spec.resolved_hidden(), RESNET_KERNEL
+        self.stem = nn.Conv2d(spec.input_shape[0], widths[0], k, padding=k // 2, bias=spec.bias, dtype=dtype,
+                              device=device)
+        stages, cin = [], widths[0]
+        for i, width in enumerate(widths):
+            blocks = []
+            for j in range(entry.blocks or 1):
+                stride = 2 if i > 0 and j == 0 else 1
+                blocks.append(_BasicBlock(cin, width, stride, bias=spec.bias, dtype=dtype, device=device))
+                cin = width
+            stages.append(nn.Sequential(*blocks))
+        self.stages = nn.Sequential(*stages)
+        self.head = nn.Linear(cin, spec.num_outputs, bias=spec.bias, dtype=dtype, device=device)
+        self.relu = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stages(self.relu(self.stem(x)))
+        return self.head(h.mean(dim=(2, 3)))
 
 
 def conv_output_size(size: int, kernel: int) -> int:
@@ -133,7 +204,7 @@ def _cnn_layers(spec: ArchSpec) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def build_model(spec: ArchSpec, *, generator: torch.Generator | None = None,
-                dtype: torch.dtype = torch.float32) -> nn.Sequential:
+                dtype: torch.dtype = torch.float32) -> nn.Module:
     """Build the network of ``spec`` with freshly initialised weights.
 
     Args:
@@ -142,12 +213,14 @@ def build_model(spec: ArchSpec, *, generator: torch.Generator | None = None,
         dtype: parameter dtype.
 
     Returns:
-        ``nn.Sequential(Flatten, Linear, ReLU, ..., Linear)``; input (N, *input_shape),
-        output (N, num_outputs).
+        ``nn.Sequential(Flatten, Linear, ReLU, ..., Linear)`` (a ``cnn``: convolutions first; a ResNet:
+        :class:`ResNet`); input (N, *input_shape), output (N, num_outputs).
     """
     from datarecon.errors import DataReconError
 
     entry = ARCHITECTURES.get(spec.name)
+    if entry.blocks is not None:
+        return _build_resnet(spec, generator=generator, dtype=dtype)
     if entry.convolutional:
         return _build_cnn(spec, generator=generator, dtype=dtype)
     if spec.kernel is not None:
@@ -192,6 +265,34 @@ def _build_cnn(spec: ArchSpec, *, generator: torch.Generator | None, dtype: torc
     return nn.Sequential(*layers)
 
 
+def _build_resnet(spec: ArchSpec, *, generator: torch.Generator | None, dtype: torch.dtype) -> ResNet:
+    """A :class:`ResNet` initialised in module order as torchvision's ResNets are: every convolution's weights
+    N(0, 2/fan_out) (He et al. 2015, ``kaiming_normal_(mode="fan_out", nonlinearity="relu")``), biases and
+    the read-out PyTorch's default (:func:`_init_linear`); ``init_scale``: the stem's weights
+    N(0, 1)·init_scale instead. (PyTorch's default U(±1/√fan_in) for the convolutions too shrinks the
+    signal by about 1/6 per convolution without batch norm: a ResNet-8 trained 30 epochs at lr 0.1 then
+    stays at chance on 20 CIFAR images.)"""
+    from datarecon.errors import DataReconError
+
+    if len(spec.input_shape) != 3:
+        raise DataReconError(f"architecture {spec.name} needs image inputs (C, H, W), "
+                             f"got input_shape {list(spec.input_shape)}")
+    if spec.kernel is not None:
+        raise DataReconError(f"the ResNets use {RESNET_KERNEL}x{RESNET_KERNEL} kernels; drop kernel for {spec.name}")
+    model = ResNet(spec, dtype=dtype)
+    for mod in model.modules():
+        if isinstance(mod, (nn.Conv2d, nn.Linear)):
+            _init_linear(mod, generator=generator)
+        if isinstance(mod, nn.Conv2d):
+            fan_out = mod.weight.shape[0] * math.prod(mod.weight.shape[2:])
+            with torch.no_grad():
+                mod.weight.normal_(0.0, math.sqrt(2.0 / fan_out), generator=generator)
+    if spec.init_scale is not None:
+        with torch.no_grad():
+            model.stem.weight.normal_(0.0, 1.0, generator=generator).mul_(spec.init_scale)
+    return model
+
+
 def _init_linear(lin: nn.Linear | nn.Conv2d, *, generator: torch.Generator | None) -> None:
     """PyTorch's default Linear / Conv2d init (Kaiming-uniform a=√5: bound 1/√fan_in), drawn from ``generator``."""
     fan_in = math.prod(lin.weight.shape[1:])
@@ -205,6 +306,8 @@ def _init_linear(lin: nn.Linear | nn.Conv2d, *, generator: torch.Generator | Non
 def parameter_shapes(spec: ArchSpec) -> dict[str, tuple[int, ...]]:
     """The state-dict names and shapes :func:`build_model` gives ``spec``, computed without building it
     (so a spec can be checked against a weights file before any memory is allocated)."""
+    if ARCHITECTURES.get(spec.name).blocks is not None:  # built on the meta device: shapes, no storage
+        return {name: tuple(p.shape) for name, p in ResNet(spec, device="meta").named_parameters()}
     if ARCHITECTURES.get(spec.name).convolutional:
         shapes: dict[str, tuple[int, ...]] = {}
         layer = 0  # Sequential(Conv2d, ReLU, ..., Conv2d, ReLU, Flatten, Linear)
@@ -243,6 +346,8 @@ def first_layer_init_std(spec: ArchSpec) -> float:
     first dense layer is the read-out after the convolutions).
     """
     entry = ARCHITECTURES.get(spec.name)
+    if entry.blocks is not None:
+        return 1.0 / math.sqrt(3.0 * spec.resolved_hidden()[-1])  # the read-out after the average pool
     if entry.convolutional:
         fan_in = _cnn_layers(spec)[-1][1][0]
         return 1.0 / math.sqrt(3.0 * fan_in)
@@ -256,8 +361,11 @@ def is_homogeneous(spec: ArchSpec) -> bool:
     (Lyu & Li 2020; the property the KKT conditions of Haim et al. 2022 rest on).
 
     Bias-free ReLU MLPs and CNNs are (L = their number of layers); with biases they are not, except a
-    model without hidden layers: Wx + b is homogeneous of degree 1 in θ = (W, b).
+    model without hidden layers: Wx + b is homogeneous of degree 1 in θ = (W, b). ResNets are not
+    (a block adds a degree-2 branch to a degree-1 or degree-0 shortcut).
     """
+    if ARCHITECTURES.get(spec.name).blocks is not None:
+        return False
     hidden = spec.hidden if spec.hidden is not None else ARCHITECTURES.get(spec.name).default_hidden
     return not spec.bias or len(hidden) == 0
 

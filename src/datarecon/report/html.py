@@ -301,6 +301,8 @@ def arch_text(arch: Mapping[str, Any]) -> str:
     bias = "with biases" if arch.get("bias") else "no biases"
     if name == "affine":
         return f"affine {d}→{k}, {'bias' if arch.get('bias') else 'no bias'}"
+    if name.startswith("resnet"):
+        return f"{name.replace('resnet', 'ResNet-')}, stage widths {'-'.join(map(str, hidden))}, {k} output(s), {bias}"
     if name == "cnn":
         return f"CNN, channels {'-'.join(map(str, hidden))}, kernel {arch.get('kernel') or 3}, {k} output(s), {bias}"
     widths = [v for v in (d, *hidden, k) if v is not None]
