@@ -12,12 +12,13 @@ SSIM is datarecon's (scikit-image's Gaussian-window SSIM, data range 1, on displ
 
     python benchmarks/bench_dynamics.py table RUN1 RUN2 --out results.json
 
-``cost`` — seconds and peak memory (the process's max RSS, one subprocess per point) of one
-outer step of the dynamics attack on an MLP with CIFAR-sized inputs, against n (= m, full batch)
-and the number of simulated steps T, with the whole unroll kept (segment 0) and recomputed in
-segments of ⌈√T⌉:
+``cost`` — seconds and peak memory (the process's max RSS on the CPU, the CUDA allocator's peak
+on a GPU; one subprocess per point) of one outer step of the dynamics attack on CIFAR-sized inputs,
+against n (= m, full batch) and the number of simulated steps T, with the whole unroll kept
+(segment 0) and recomputed in segments of ⌈√T⌉, beside the attack's own memory estimate:
 
-    python benchmarks/bench_dynamics.py cost --threads 1 --out cost.json
+    python benchmarks/bench_dynamics.py cost --threads 1 --out cost.json            # the MLP
+    python benchmarks/bench_dynamics.py cost --arch resnet18 --device cuda --n 20,50 --T 4,16
 """
 
 from __future__ import annotations
@@ -92,49 +93,75 @@ def table(runs: list[Path]) -> list[dict]:
     return rows
 
 
-def _one_cost(n: int, steps: int, segment: int, width: int, threads: int) -> dict:
-    """Time two outer steps (the second measured) of a full-batch replay of ``steps`` steps."""
+def _one_cost(n: int, steps: int, segment: int, width: int, threads: int, arch: str = "mlp",
+              device: str = "cpu") -> dict:
+    """Time two outer steps (the second measured) of a full-batch replay of ``steps`` steps; the peak
+    memory (the process's max RSS on the CPU, ``torch.cuda.max_memory_allocated`` on CUDA) beside the
+    attack's own estimate (:func:`datarecon.attacks.dynamics.memory_estimate`, what it refuses on)."""
     torch.set_num_threads(threads)
-    from torch import nn
-
     from datarecon.attacks.base import AttackerPrior, Target
-    from datarecon.attacks.dynamics import DynamicsAttack, DynamicsConfig
+    from datarecon.attacks.dynamics import DynamicsAttack, DynamicsConfig, memory_estimate
     from datarecon.attacks.knowledge import KnownInit, KnownRecipe
+    from datarecon.models.spec import ArchSpec, build_model
 
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(3072, width, bias=False), nn.ReLU(),
-                          nn.Linear(width, width, bias=False), nn.ReLU(), nn.Linear(width, 10, bias=False))
+    dev = torch.device(device)
+    spec = ArchSpec(name=arch, input_shape=(3, 32, 32), num_outputs=10, bias=False,
+                    hidden=(width, width) if arch == "mlp" else None)
+    model = build_model(spec, generator=torch.Generator().manual_seed(0)).to(dev)
     init = {k: v.detach().clone() for k, v in model.named_parameters()}
     params = {k: v + 0.01 * torch.randn_like(v) for k, v in init.items()}
     target = Target(model=model, params=params, loss="cross-entropy", weight_decay=0.0, input_shape=(3, 32, 32),
                     num_outputs=10)
     recipe = KnownRecipe(n=n, batch_size=n, epochs=steps, lr=0.01, momentum=0.0, order_seed=0,
                          known=("lr", "momentum", "batch_size", "epochs", "order"))
-    prior = AttackerPrior(labels=torch.arange(n) % 10, input_shape=(3, 32, 32), lower=-0.5, upper=0.5,
+    prior = AttackerPrior(labels=(torch.arange(n) % 10).to(dev), input_shape=(3, 32, 32), lower=-0.5, upper=0.5,
                           known_init=KnownInit(params=init, sha256="bench", source="bench"), recipe=recipe)
     attack = DynamicsAttack(DynamicsConfig(segment=segment))
-    state = attack.init_state(target, prior, x0=torch.rand(n, 3, 32, 32) - 0.5, generator=torch.Generator())
+    estimate = memory_estimate(target, m=n, batch_size=n, steps=steps, segment=segment, dtype=torch.float32)
+    state = attack.init_state(target, prior, x0=torch.rand(n, 3, 32, 32, device=dev) - 0.5,
+                              generator=torch.Generator())
     attack.step(target, prior, state, 0)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     attack.step(target, prior, state, 1)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     wall = time.perf_counter() - t0
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    return {"n": n, "steps": steps, "segment": segment, "width": width, "s_per_outer_step": wall,
-            "peak_rss_bytes": rss}
+    return {"arch": arch, "device": device, "n": n, "steps": steps, "segment": segment, "width": width,
+            "s_per_outer_step": wall, "peak_bytes": peak, "peak_kind": "cuda allocated" if dev.type == "cuda"
+            else "max RSS", "estimate_bytes": estimate,
+            "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else None}
 
 
-def cost(threads: int, width: int) -> list[dict]:
+def cost(threads: int, width: int, *, arch: str = "mlp", device: str = "cpu", ns: tuple[int, ...] = (10, 20, 40),
+         ts: tuple[int, ...] = (4, 16, 64)) -> list[dict]:
     rows = []
-    for n in (10, 20, 40):
-        for steps in (4, 16, 64):
+    for n in ns:
+        for steps in ts:
             for segment in (0, math.isqrt(steps - 1) + 1):
                 res = subprocess.run([sys.executable, __file__, "_one", str(n), str(steps), str(segment), str(width),
-                                      str(threads)], capture_output=True, text=True, check=True)
-                row = json.loads(res.stdout.strip().splitlines()[-1])
+                                      str(threads), "--arch", arch, "--device", device],
+                                     capture_output=True, text=True)
+                if res.returncode != 0:  # out of memory, say: recorded, the sweep goes on
+                    row = {"arch": arch, "device": device, "n": n, "steps": steps, "segment": segment,
+                           "error": (res.stderr.strip().splitlines() or ["?"])[-1][:300]}
+                    print(f"n {n:3d} T {steps:3d} segment {segment:2d}: {row['error']}", flush=True)
+                else:
+                    row = json.loads(res.stdout.strip().splitlines()[-1])
+                    print(f"n {n:3d} T {steps:3d} segment {segment:2d}: {row['s_per_outer_step']:.3f} s/step, peak "
+                          f"{row['peak_bytes'] / 2**20:.0f} MiB ({row['peak_kind']}), estimate "
+                          f"{row['estimate_bytes'] / 2**20:.0f} MiB", flush=True)
                 rows.append(row)
-                print(f"n {n:3d} T {steps:3d} segment {segment:2d}: {row['s_per_outer_step']:.3f} s/step, peak "
-                      f"{row['peak_rss_bytes'] / 2**20:.0f} MiB", flush=True)
     return rows
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(","))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,16 +172,24 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--out", type=Path)
     c = sub.add_parser("cost")
     c.add_argument("--threads", type=int, default=1)
-    c.add_argument("--width", type=int, default=1000)
+    c.add_argument("--width", type=int, default=1000, help="the MLP's hidden width")
+    c.add_argument("--arch", default="mlp", help="mlp | cnn | resnet8 | resnet18 (CIFAR-10 inputs, 10 classes)")
+    c.add_argument("--device", default="cpu")
+    c.add_argument("--n", type=_ints, default=(10, 20, 40), help="comma-separated n (= m, full batch)")
+    c.add_argument("--T", type=_ints, default=(4, 16, 64), help="comma-separated simulated steps")
     c.add_argument("--out", type=Path)
     one = sub.add_parser("_one")
     for name in ("n", "steps", "segment", "width", "threads"):
         one.add_argument(name, type=int)
+    one.add_argument("--arch", default="mlp")
+    one.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
     if args.mode == "_one":
-        print(json.dumps(_one_cost(args.n, args.steps, args.segment, args.width, args.threads)))
+        print(json.dumps(_one_cost(args.n, args.steps, args.segment, args.width, args.threads, args.arch,
+                                   args.device)))
         return 0
-    rows = table(args.runs) if args.mode == "table" else cost(args.threads, args.width)
+    rows = (table(args.runs) if args.mode == "table" else
+            cost(args.threads, args.width, arch=args.arch, device=args.device, ns=args.n, ts=args.T))
     if args.out:
         args.out.write_text(json.dumps({"date": str(date.today()), "machine": platform.platform(),
                                         "cpus": torch.get_num_threads(), "torch": torch.__version__,

@@ -233,7 +233,8 @@ def memory_estimate(target: Target, *, m: int, batch_size: int, steps: int, segm
     size = torch.finfo(dtype).bits // 8
     p = sum(v.numel() for v in target.params.values())
     with torch.no_grad():
-        probe = torch.zeros((1, *target.input_shape), dtype=next(iter(target.params.values())).dtype)
+        first = next(iter(target.params.values()))
+        probe = torch.zeros((1, *target.input_shape), dtype=first.dtype, device=first.device)
         acts = sum(int(o.numel()) for o in _layer_outputs(target, probe))
     per_step = PARAM_COPIES_PER_STEP * p + ACTIVATION_COPIES_PER_STEP * batch_size * acts
     if segment:

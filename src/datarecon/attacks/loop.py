@@ -158,7 +158,7 @@ class AttackLoop:
         extra = summary.pop("extra", {})
         final = {k: v for k, v in (loop.metrics or {}).items()}
         final.update({k: v for k, v in summary.items() if isinstance(v, (int, float))})
-        multipliers = state.get("lambda", torch.ones(prior.m, dtype=state["x"].dtype))
+        multipliers = state.get("lambda", torch.ones(prior.m, dtype=state["x"].dtype, device=state["x"].device))
         return Reconstruction(
             x=state["x"].detach().clone(), labels=prior.labels.clone(), multipliers=multipliers.detach().clone(),
             history=list(self.history.rows), scores={k: v.detach().clone() for k, v in scores.items()},

@@ -186,7 +186,7 @@ def contribution_scores(ctx: SelectionContext) -> torch.Tensor:
     """2⟨goal − g, (1/m)∇_θ out_i⟩ for every i, (m,) (see module docstring; goal θ* or θ* − a·θ_init,
     gradients at θ_ref). Zeros for gradnorm."""
     if ctx.formulation is None:
-        return torch.zeros(ctx.x.shape[0], dtype=ctx.x.dtype)
+        return torch.zeros(ctx.x.shape[0], dtype=ctx.x.dtype, device=ctx.x.device)
     g = _gradient(ctx)
     goal = _goal(ctx, g)
     ref = ctx.params if ctx.reference is None else ctx.reference
@@ -209,7 +209,7 @@ def candidate_scores(ctx: SelectionContext) -> dict[str, torch.Tensor]:
         c.fill_diagonal_(-float("inf"))
         uniq = 1.0 - c.max(dim=1).values
     else:
-        uniq = torch.ones(1, dtype=c.dtype)
+        uniq = torch.ones(1, dtype=c.dtype, device=c.device)
     return {
         "lambda": lam.abs() if ctx.lambda_min is None else lam.clone(),
         "margin": candidate_margins(ctx).detach(),

@@ -256,7 +256,7 @@ def profile_likelihood(values: torch.Tensor) -> torch.Tensor:
     Returns:
         (q − 1,) log-likelihoods, entry k−1 for an elbow after the k-th value.
     """
-    s = values.double().clamp_min(1e-300).log()
+    s = values.detach().double().cpu().clamp_min(1e-300).log()  # q numbers: on the CPU, whatever the device
     q = s.numel()
     if q < 2:
         return torch.zeros(0, dtype=torch.float64)
@@ -277,7 +277,7 @@ def estimate_rank(spectrum: Spectrum, *, noise_std: float | None = None) -> Rank
         noise_std: standard deviation of the i.i.d. initialisation still in the matrix (weights
             only), for the count above :func:`noise_edge`; None to skip it.
     """
-    values = spectrum.values
+    values = spectrum.values.detach().cpu()
     q = int(values.numel())
     if q < 2:
         return RankEstimate(n_hat=q, low=q, high=q, above_noise=None, searched=q)
