@@ -131,6 +131,8 @@ def test_what_cannot_be_replayed_is_refused_in_one_line(monkeypatch) -> None:
     monkeypatch.setattr(memory, "physical_memory_bytes", lambda: 1024)
     with pytest.raises(DataReconError, match="not enough memory.*simulated steps"):
         attack.check(target, prior)
+    with pytest.raises(DataReconError, match=r"trained 5 epochs; simulate at most that many \(--set epochs=5"):
+        DynamicsAttack(DynamicsConfig(epochs=6)).check(target, prior)
     meta = {"training": {"optimizer": "lbfgs", "schedule": "constant", "lr": 1.0}, "metrics": {"n_train": 6}}
     with pytest.raises(DataReconError, match="cannot be replayed"):
         resolve_recipe(RecipeSettings(), meta)
@@ -163,6 +165,17 @@ def test_the_segment_is_chosen_from_the_memory_when_unset(monkeypatch) -> None:
     target, prior, *_ = _trained(epochs=9)  # 9 epochs of 2 batches: T = 18
     attack = DynamicsAttack()
     assert attack.segment(target, prior) == 0  # the whole unroll fits
-    monkeypatch.setattr(dynamics, "physical_memory_bytes", lambda: 2048)
+    monkeypatch.setattr(dynamics, "device_memory_bytes", lambda _device: 2048)
     assert attack.segment(target, prior) == 5  # ⌈√18⌉
     assert DynamicsAttack(DynamicsConfig(segment=2)).segment(target, prior) == 2
+
+
+def test_the_memory_of_a_cuda_target_is_the_gpus(monkeypatch) -> None:
+    import types
+
+    import datarecon.utils.memory as memory
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _d: types.SimpleNamespace(total_memory=12345))
+    monkeypatch.setattr(memory, "physical_memory_bytes", lambda: 999)
+    assert memory.device_memory_bytes("cuda:0") == 12345
+    assert memory.device_memory_bytes("cpu") == memory.device_memory_bytes(None) == 999

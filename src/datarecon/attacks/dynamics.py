@@ -45,7 +45,7 @@ from datarecon.config import MAX_STEPS
 from datarecon.errors import DataReconError
 from datarecon.kernel.losses import loss_name
 from datarecon.kernel.step import Recipe, batch_order, train_step
-from datarecon.utils.memory import physical_memory_bytes, refuse_if_too_large
+from datarecon.utils.memory import device_memory_bytes, refuse_if_too_large
 
 __all__ = ["DynamicsAttack", "DynamicsConfig", "Schedule", "memory_estimate", "simulate"]
 
@@ -244,6 +244,10 @@ def memory_estimate(target: Target, *, m: int, batch_size: int, steps: int, segm
     return float(size * (elements + 2 * m * math.prod(target.input_shape)))
 
 
+def _device(target: Target) -> torch.device:
+    return next(iter(target.params.values())).device
+
+
 def _layer_outputs(target: Target, x: torch.Tensor) -> list[torch.Tensor]:
     outs: list[torch.Tensor] = []
     hooks = [mod.register_forward_hook(lambda _m, _i, o: outs.append(o)) for mod in target.model.modules()
@@ -283,11 +287,15 @@ class DynamicsAttack(ConfiguredAttack):
         if prior.m != recipe.n:
             raise DataReconError(f"the simulated training trains on the n = {recipe.n} training images it replays; "
                                  f"pass --candidates {recipe.n} (got {prior.m})")
+        if self.config.epochs is not None and self.config.epochs > recipe.epochs:
+            raise DataReconError(f"the model trained {recipe.epochs} epochs; simulate at most that many "
+                                 f"(--set epochs={recipe.epochs}, or leave epochs unset)")
         steps = self.epochs(recipe) * recipe.steps_per_epoch
         need = memory_estimate(target, m=prior.m, batch_size=recipe.batch_size, steps=steps,
                                segment=self.segment(target, prior), dtype=self.dtype, momentum=bool(recipe.momentum))
         refuse_if_too_large(need, what=f"{steps} simulated steps of batch {recipe.batch_size}",
-                            fix="lower the simulated epochs (epochs) or set segment to recompute the unroll")
+                            fix="lower the simulated epochs (epochs) or set segment to recompute the unroll",
+                            total=device_memory_bytes(_device(target)))
 
     def epochs(self, recipe: KnownRecipe) -> int:
         return self.config.epochs or recipe.epochs
@@ -301,7 +309,7 @@ class DynamicsAttack(ConfiguredAttack):
         steps = self.epochs(recipe) * recipe.steps_per_epoch
         whole = memory_estimate(target, m=prior.m, batch_size=recipe.batch_size, steps=steps, segment=0,
                                 dtype=self.dtype, momentum=bool(recipe.momentum))
-        total = physical_memory_bytes()
+        total = device_memory_bytes(_device(target))
         return 0 if total is None or whole <= total * KEEP_FRACTION else math.isqrt(steps - 1) + 1
 
     def init_state(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,

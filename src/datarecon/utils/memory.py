@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from datarecon.errors import DataReconError
 
 
@@ -18,6 +20,14 @@ def physical_memory_bytes() -> int | None:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
         return None
+
+
+def device_memory_bytes(device: torch.device | str | None = None) -> int | None:
+    """Memory of the device work runs on: a CUDA device's total memory, else :func:`physical_memory_bytes`."""
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type == "cuda":
+        return int(torch.cuda.get_device_properties(dev).total_memory)
+    return physical_memory_bytes()
 
 
 def refuse_if_too_large(need_bytes: float, *, what: str, fix: str, total: int | None = None) -> None:
