@@ -2,10 +2,11 @@
 # One row of RESULTS.md "Dynamics matching — CNN and ResNets at n = 20": train the target (CIFAR-10, 2 images
 # per class of 10, seed 0), run dynamics matching, Loo et al., Haim KKT at the reference settings and KKT at
 # the new default (theta_init known), evaluate each, and write SimuDy's mean best SSIM with the nulls.
+# (cnn20-binary: vehicles against animals, 10 images per side, logistic loss.)
 #
 #   benchmarks/dynamics_rows.sh ROW WORK [reconstruct flags for every attack, e.g. --device cuda --threads 2]
 #
-# ROW: cnn20 | resnet8-20 | resnet18-20 | resnet8-simudy | resnet18-simudy. WORK: a folder for the model and the runs (WORK/ROW/...).
+# ROW: cnn20 | cnn20-binary | resnet8-20 | resnet18-20 | resnet8-simudy | resnet18-simudy. WORK: a folder for the model and the runs (WORK/ROW/...).
 # Budgets (outer steps) can be lowered for a trial: DYN_STEPS, LOO_STEPS, KKT_REF_STEPS, KKT_STEPS.
 # The table goes to WORK/ROW/table.json, the log of every command to WORK/ROW/log.txt.
 # DATARECON (default: datarecon; e.g. "python3 -m datarecon.cli.main" without an install) is the command,
@@ -22,6 +23,10 @@ case $row in
   cnn20)  # fits in 60 steps; the attack replays all of them
     target=(--arch cnn --channels 32,64 --lr 0.1 --batch-size 10 --epochs 30)
     dyn=(--known-recipe model --steps "${DYN_STEPS:-1000}");;
+  cnn20-binary)  # the same CNN and recipe on a binary task
+    data=(--dataset cifar10 --task vehicles-animals --n-per-class 10 --n-heldout-per-class 20 --loss logistic --no-bias)
+    target=(--arch cnn --channels 32,64 --lr 0.1 --batch-size 10 --epochs 30)
+    dyn=(--known-recipe model --steps "${DYN_STEPS:-1000}");;
   resnet8-20)  # 300 steps to fit; the attack simulates the first 10 epochs (20 steps), its lr learned
     target=(--arch resnet8 --lr 0.03 --momentum 0.9 --batch-size 10 --epochs 150)
     dyn=(--known-recipe model:-lr --steps "${DYN_STEPS:-600}" --set epochs=10);;
@@ -31,7 +36,7 @@ case $row in
   resnet8-simudy | resnet18-simudy)  # SimuDy's recipe (lr 0.01, batch 20, 20 epochs), replayed whole
     target=(--arch "${row%-simudy}" --lr 0.01 --batch-size 20 --epochs 20)
     dyn=(--known-recipe model --steps "${DYN_STEPS:-500}");;
-  *) echo "error: unknown row '$row'; valid rows: cnn20, resnet8-20, resnet18-20, resnet8-simudy, resnet18-simudy" >&2
+  *) echo "error: unknown row '$row'; valid rows: cnn20, cnn20-binary, resnet8-20, resnet18-20, resnet8-simudy, resnet18-simudy" >&2
      exit 2;;
 esac
 dir=$work/$row
