@@ -40,6 +40,7 @@ def test_dynamics_matching_runs_from_the_command_line_and_is_evaluated(resnet_di
     meta = json.loads((run / "run.json").read_text())
     assert meta["method"] == "dynamics" and meta["status"] == "complete" and meta["steps_done"] == 3
     assert summary in meta["knowledge"]["summary"] and "recipe" in meta["knowledge"]["used"]
+    assert json.dumps(meta).count('"augmentation": "none"') >= 1
     assert main(["evaluate", str(run)]) == 0
     assert "training images reconstructed" in capsys.readouterr().out
 

@@ -94,9 +94,14 @@ class KnownRecipe:
         return self.epochs * self.steps_per_epoch
 
     def record(self) -> dict[str, Any]:
-        """run.json / report form: every field, with the unknown ones as None, and ``known``."""
+        """run.json / report form: every field, with the unknown ones as None, and ``known``.
+
+        The optimiser, schedule and augmentation are fixed by what can be replayed (SGD with heavy-ball
+        momentum at a constant lr; ``datarecon train`` has no data augmentation), so they are recorded
+        as constants, known to the attacker with the model's loss."""
         return {"n": self.n, "batch_size": self.batch_size, "epochs": self.epochs, "lr": self.lr,
-                "momentum": self.momentum, "order_seed": self.order_seed, "known": list(self.known)}
+                "momentum": self.momentum, "order_seed": self.order_seed, "optimizer": "sgd",
+                "schedule": "constant", "augmentation": "none", "known": list(self.known)}
 
 
 def resolve_recipe(settings: RecipeSettings, model_meta: Mapping[str, Any] | None) -> KnownRecipe:
