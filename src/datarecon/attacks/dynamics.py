@@ -316,7 +316,7 @@ class DynamicsAttack(ConfiguredAttack):
                    generator: torch.Generator) -> dict[str, torch.Tensor]:
         self.check(target, prior)
         recipe = self._recipe(prior)
-        device = next(iter(target.params.values())).device
+        device = _device(target)
         state = {"x": x0.detach().to(device=device, dtype=self.dtype).clone()}
         if recipe.lr is None:
             state["log_lr"] = torch.tensor(math.log(self.config.lr_init), dtype=self.dtype, device=device)
