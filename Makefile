@@ -6,7 +6,14 @@ BIN := $(VENV)/bin
 DATARECON_DATA ?= $(abspath ../shared/data)
 export DATARECON_DATA
 
-.PHONY: venv demo test test-torch clean
+.PHONY: venv demo test test-slow test-all test-torch clean
+
+# The suite runs on every core (pytest-xdist; tests of one session fixture share a worker, --dist
+# loadgroup). `make test` leaves out the long end-to-end and science tests marked `slow`
+# (reproductions, audits, README examples, fault trials, browser checks); `make test-slow` runs
+# exactly those and `make test-all` both (CI: .ci/run). Each prints its 15 slowest tests.
+WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup --durations=15
 
 # The test suite also exercises the optional Ray backend (extra `ray`) and DP-SGD targets (extra `dp`).
 $(VENV)/.ray-extra: $(BIN)/datarecon
@@ -26,8 +33,13 @@ demo: venv
 	$(BIN)/datarecon demo --out demo-out --overwrite
 
 test: venv $(VENV)/.ray-extra
+	$(PYTEST) -m "not slow"
+
+test-slow: venv $(VENV)/.ray-extra
 	@command -v chromium >/dev/null 2>&1 || echo "note: no chromium on PATH: the browser tests of the reports are skipped (apt-get install chromium)"
-	$(BIN)/python -m pytest -q
+	$(PYTEST) -m slow
+
+test-all: test test-slow
 
 # A second venv beside the checkout (not in it: a CUDA build of torch is ~6 GB), built once per
 # release; pip must keep the requested torch, else the target fails. Not part of `make test` / CI.
@@ -43,7 +55,7 @@ $(TORCH_VENV)/.installed-$(TORCH): pyproject.toml
 test-torch: $(TORCH_VENV)/.installed-$(TORCH)
 	$(TORCH_VENV)/bin/python -c "import sys, torch; v = torch.__version__.split('+')[0]; \
 	    sys.exit(0 if v == '$(TORCH)' else f'error: {v} installed in $(TORCH_VENV), not torch $(TORCH)')"
-	PYTHONPATH=$(abspath src) $(TORCH_VENV)/bin/python -m pytest -q
+	PYTHONPATH=$(abspath src) $(TORCH_VENV)/bin/python -m pytest -q -n $(WORKERS) --dist loadgroup
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache

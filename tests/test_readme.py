@@ -5,6 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+# long end-to-end/science tests: `make test-slow` (CI) runs them, `make test` does not
+pytestmark = [pytest.mark.slow]
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 

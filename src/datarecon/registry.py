@@ -83,4 +83,5 @@ def registered(registry: Registry) -> object:
         registry.get(value)
         return value
 
+    check.registry = registry  # type: ignore[attr-defined]  (the CLI lists the choices in --help)
     return AfterValidator(check)

@@ -208,6 +208,7 @@ def test_a_killed_run_names_resume(model: Path, tmp_path: Path, capsys) -> None:
 
 # -- audit (items 8 and 12) ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_audit_shows_progress_skips_a_no_op_and_keeps_user_files(tmp_path: Path, capsys) -> None:
     pytest.importorskip("opacus", reason="the audit's DP-SGD targets need opacus (pip install 'datarecon[dp]')")
     out = tmp_path / "audit"
@@ -230,6 +231,7 @@ def test_audit_shows_progress_skips_a_no_op_and_keeps_user_files(tmp_path: Path,
     assert nested.read_text() == "mine" and (out / "report.html").is_file()
 
 
+@pytest.mark.slow
 def test_audit_ctrl_c_says_how_to_continue(tmp_path: Path) -> None:
     """Issue 25 item 20: audit's Ctrl-C said only 'interrupted'."""
     pytest.importorskip("opacus", reason="the audit's DP-SGD targets need opacus (pip install 'datarecon[dp]')")

@@ -14,6 +14,9 @@ from datarecon.errors import DataReconError  # noqa: E402
 from datarecon.experiments.audit import load_audit_config, run_audit, settings  # noqa: E402
 from datarecon.utils.io import read_json  # noqa: E402
 
+# long end-to-end/science tests: `make test-slow` (CI) runs them, `make test` does not
+pytestmark = [pytest.mark.slow]
+
 
 def _rows(out: Path) -> list[dict[str, str]]:
     with open(out / "tables" / "audit.csv", encoding="utf-8") as fh:

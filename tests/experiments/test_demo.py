@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from datarecon.experiments.demo import DemoConfig, run_demo
 
 
+@pytest.mark.slow
 def test_demo_reconstructs_more_than_noise_does(tmp_path: Path) -> None:
     cfg = DemoConfig(n_per_class=10, hidden=100, train_epochs=1500, attack_steps=600)
     result = run_demo(cfg, out=tmp_path, progress=False)

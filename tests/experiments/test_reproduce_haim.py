@@ -11,6 +11,9 @@ from datarecon.errors import DataReconError
 from datarecon.experiments.reproduce import available_scales, load_config, reproduce
 from datarecon.utils.io import read_json
 
+# long end-to-end/science tests: `make test-slow` (CI) runs them, `make test` does not
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("haim2022-smoke")]
+
 
 @pytest.fixture(scope="module")
 def haim(haim_smoke):

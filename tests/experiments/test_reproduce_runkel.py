@@ -18,6 +18,9 @@ from datarecon.experiments.reproduce import available_scales, load_config, repro
 from datarecon.kernel.files import DONE_MARKER as MARKER
 from datarecon.utils.io import read_json
 
+# long end-to-end/science tests: `make test-slow` (CI) runs them, `make test` does not
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("runkel2024-smoke")]
+
 
 @pytest.fixture(scope="module")
 def runkel(tmp_path_factory, data_dir):

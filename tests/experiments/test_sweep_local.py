@@ -89,6 +89,7 @@ def test_resume_reruns_only_unfinished(reference, model_dir, tmp_path):
     assert finals(out) == finals(ref)
 
 
+@pytest.mark.slow
 def test_killed_worker_is_retried_and_store_stays_consistent(reference, model_dir, tmp_path, monkeypatch):
     ref, _ = reference
     out = tmp_path / "store"
@@ -111,6 +112,7 @@ def _strip(rows):
     return [{k: v for k, v in r.items() if k != "updated"} for r in rows]
 
 
+@pytest.mark.slow
 def test_run_failing_every_attempt_is_recorded_and_sweep_finishes(model_dir, tmp_path, monkeypatch):
     out = tmp_path / "store"
     monkeypatch.setenv(FAULTS_ENV, json.dumps({"0": {"attempts": 9, "at_step": 1}}))

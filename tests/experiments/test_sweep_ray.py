@@ -15,6 +15,9 @@ from datarecon.experiments.sweep.driver import FAULTS_ENV  # noqa: E402
 
 from test_sweep_local import finals, tiny_config, train_tiny  # noqa: E402
 
+# long end-to-end/science tests: `make test-slow` (CI) runs them, `make test` does not
+pytestmark = [pytest.mark.slow]
+
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):

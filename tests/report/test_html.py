@@ -99,6 +99,7 @@ def test_write_report_sections(tmp_path):
         write_report([Section("x", figures=[FigureItem("bad", b"GIF89a")])], out=tmp_path / "bad.html")
 
 
+@pytest.mark.slow
 def test_render_report_from_runs(tmp_path):
     runs = [_fake_run(tmp_path, f"r{i}", lam, i) for i, lam in enumerate([(0.0, 1.0), (1.0, 1.0), (1.0, 0.0), (0.5, 0.5)])]
     runs.append(_fake_run(tmp_path, "plain", None, 9))

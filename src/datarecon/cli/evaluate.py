@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from datarecon.cli._common import ThreadsOption, set_threads
+from datarecon.cli.options import Common, common_options
 from datarecon.errors import DataReconError
 from datarecon.evaluation.neighbours import EXACT_UP_TO
 
@@ -48,6 +48,7 @@ def register(app: typer.Typer) -> None:
     """Add ``evaluate`` to ``app``."""
 
     @app.command("evaluate")
+    @common_options()
     def evaluate_cmd(
         runs: Annotated[list[Path] | None, typer.Argument(help="Run directories to evaluate.")] = None,
         sweep: Annotated[Path | None, typer.Option(help="Evaluate the pooled candidates of a sweep directory.")] = None,
@@ -67,13 +68,10 @@ def register(app: typer.Typer) -> None:
                                                        "its training inputs, safetensors tensor 'x'.")] = None,
         heldout: Annotated[Path | None, typer.Option(help="Runs of your own model: held-out inputs (the null), "
                                                          "safetensors tensor 'x'.")] = None,
-        progress: Annotated[bool, typer.Option("--progress/--no-progress",
-                                               help="Show progress (a bar on a terminal, plain lines in a log).")] = True,
-        quiet: Annotated[bool, typer.Option("--quiet", hidden=True, help="Deprecated: --no-progress.")] = False,
-        threads: ThreadsOption = 0,
+        *,
+        common: Common,
     ) -> None:
         """Write RUN/metrics.json and RUN/candidates.csv (nearest neighbours, Haim protocol, baselines, privacy ROC)."""
-        set_threads(threads)
         targets = list(runs or [])
         if sweep is not None:
             from datarecon.experiments.sweep import pool_candidates
@@ -84,7 +82,7 @@ def register(app: typer.Typer) -> None:
         for run in targets:
             summary = _evaluate(Path(run), against=against, data_dir=data_dir, metric=metric, window=window,
                                 assignment=assignment, top_k=top_k, exact_up_to=exact_up_to, seed=seed,
-                                allow_incomplete=allow_incomplete, progress=progress and not quiet,
+                                allow_incomplete=allow_incomplete, progress=common.progress,
                                 train=train, heldout=heldout)
             typer.echo(f"{run}: wrote metrics.json and candidates.csv")
             for line in _headline(summary):

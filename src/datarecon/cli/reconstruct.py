@@ -24,6 +24,7 @@ import typer
 import yaml
 
 from datarecon.config import merge
+from datarecon.cli.options import Common, common_options
 from datarecon.errors import DataReconError
 
 DATA_INITS = ("ground-truth", "partition", "mix")
@@ -43,6 +44,7 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
+@common_options()
 def reconstruct(
     model: str | None = typer.Option(None, "--model", help="model directory (from `datarecon train`; run.model), or "
                               "package.module:factory returning your nn.Module (with --weights)"),
@@ -87,8 +89,6 @@ def reconstruct(
     log_every: int | None = typer.Option(None, "--log-every", help="steps between rows of history.jsonl (default 10)"),
     early_stop_patience: int | None = typer.Option(None, "--early-stop-patience", help="stop after N steps without relative-residual improvement (default 0: off)"),
     early_stop_tol: float | None = typer.Option(None, "--early-stop-tol", help="relative improvement of the residual that counts for --early-stop-patience (default 1e-3)"),
-    progress: bool = typer.Option(True, "--progress/--no-progress",
-                                  help="show progress (a bar on a terminal, plain lines in a log)"),
     runs: int = typer.Option(1, "--runs", help="K independent runs (seeds SEED..SEED+K-1) into OUT/run0..run<K-1>, "
                              "stepped together (kkt/decoreco: one batched gradient per step) and pooled into OUT "
                              "(evaluate OUT)"),
@@ -103,12 +103,12 @@ def reconstruct(
                                             "model (the one the model directory records), or model:-lr,-order "
                                             "with the learning rate and/or the batch order unknown "
                                             "(knowledge.recipe); --method dynamics needs it"),
-    threads: int = typer.Option(0, "--threads", min=0, help="CPU threads for PyTorch (0: its default, all cores)"),
+    *,
+    common: Common,
 ) -> None:
     """Reconstruct training-data candidates from a trained model's weights."""
-    from datarecon.cli._common import parse_device, resume_command, set_threads
+    from datarecon.cli._common import parse_device, resume_command
 
-    set_threads(threads)
     from datarecon.config import read_config_mapping
     from datarecon.experiments.reconstruct import DATA_INITS_NOTE, OWN_MODEL, build_run, execute, method_config
     from datarecon.kernel.outdir import check_out_dir
@@ -191,7 +191,7 @@ def reconstruct(
         _reconstruct_runs(Path(run.model), out=out, runs=runs, batch_mode=batch_mode, method=run.method,
                           config=run.method_config(), init=run.init.name, init_params=run.init_params(),
                           candidates=run.candidates, seed=run.seed, device=parse_device(run.device),
-                          data_dir=data_dir, resume=resume, overwrite=overwrite, progress=progress,
+                          data_dir=data_dir, resume=resume, overwrite=overwrite, progress=common.progress,
                           checkpoint_every=run.checkpoint.every, log_every=run.checkpoint.log_every,
                           early_stop_patience=run.early_stop.patience, early_stop_tol=run.early_stop.rel_tol,
                           knowledge=run.knowledge, record={"resume_command": resume_command()})
@@ -200,7 +200,7 @@ def reconstruct(
     if init_name in DATA_INITS:
         typer.echo(DATA_INITS_NOTE.format(init=init_name), err=True)
     record["resume_command"] = resume_command()
-    rec = execute(run, out, data_dir=data_dir, resume=resume, overwrite=overwrite, progress=progress,
+    rec = execute(run, out, data_dir=data_dir, resume=resume, overwrite=overwrite, progress=common.progress,
                   raise_on_divergence=True, record=record, target=target)
     final = rec.summary.get("final", {})
     rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")

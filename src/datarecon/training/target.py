@@ -54,7 +54,7 @@ class ArchConfig(BaseModel):
     """The architecture fields a user chooses; input shape and output count come from the data.
 
     Attributes:
-        name: ``ARCHITECTURES`` key (``affine``, ``one-hidden``, ``mlp``, ``cnn``).
+        name: ``ARCHITECTURES`` key.
         hidden: hidden widths, for ``cnn`` the channels of each convolution (None: the architecture's default).
         bias: linear layers with biases (False gives a homogeneous network for the KKT attack).
         init_scale: std of the first layer's N(0,1) weights (Haim: 1e-4); None: PyTorch default.
@@ -84,7 +84,14 @@ class ArchConfig(BaseModel):
 
 
 class StopConfig(BaseModel):
-    """Early stops (see :class:`datarecon.training.fit.StopRule`); all off by default."""
+    """Early stops of the epochs (see :class:`datarecon.training.fit.StopRule`); all off by default.
+
+    Attributes:
+        loss_threshold: stop once the training loss falls below this (None: off).
+        zero_error: stop at zero training error.
+        margin_patience: stop once the normalised margin has been stable over this many epochs (0: off).
+        margin_rtol: relative change of the normalised margin counted as stable (``margin_patience``).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
@@ -138,11 +145,11 @@ class TrainConfig(BaseModel):
         loss: ``LOSSES`` key; must fit the task (binary losses for binary tasks,
             ``cross-entropy`` for multiclass).
         weight_decay: wd ≥ 0 in E = mean L + (wd/2)‖θ‖².
-        optimizer: ``OPTIMIZERS`` key (``gd`` | ``lbfgs``).
+        optimizer: ``OPTIMIZERS`` key.
         lr: learning rate > 0 (initial step of the L-BFGS line search).
         momentum: heavy-ball momentum in [0, 1) (``gd`` only).
         epochs: maximum number of full-batch epochs (≥ 1).
-        schedule: ``SCHEDULES`` key (``constant`` | ``loss-normalised`` | ``increasing``; gd only).
+        schedule: ``SCHEDULES`` key (gd only).
         max_lr_factor: cap of the learning rate of growing schedules, relative to ``lr``; None: no
             cap (``loss-normalised`` on logistic / cross-entropy then steps lr·∇log L, in the log domain).
         margin_ascent: optional second stage after the epochs (:class:`MarginAscentConfig`).

@@ -1,0 +1,311 @@
+"""Command-line options generated from a typed config: one flag per field, help from its docs.
+
+A command lists how each field of its config model is spelled on the command line (a
+:class:`Flag` per field path; names follow the path unless a flag says otherwise) and decorates its
+hand-written body with :func:`config_options`. The decorator adds one typer option per field (type
+from the field's annotation; help from the field's description, else the ``Attributes:`` entry of
+the model's docstring; choices from a ``Literal`` or a registry), and hands the body a nested
+``overrides`` mapping with only the fields the user gave. Validation stays in one place, the
+pydantic model the mapping is built into, so a bad value gets the same one-line error from a flag,
+a config file or the Python API.
+
+    TRAIN_FLAGS = flags(TrainConfig, rename={"arch.name": "--arch"}, prefix={"data": "", ...})
+
+    @config_options(TRAIN_FLAGS)
+    def train_cmd(out: ..., *, overrides: dict) -> None: ...
+
+:func:`flags` refuses a table that leaves a field of the model without a flag, so a field added to
+the config cannot be forgotten on the command line.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import typer
+from pydantic import BaseModel
+
+from datarecon.errors import DataReconError
+
+_SCALARS = (bool, int, float, str)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One config field on the command line.
+
+    Attributes:
+        path: dotted field path in the config (``"data.seed"``).
+        decls: the option's names (``("--data-seed",)``); a boolean gets ``--x/--no-x``.
+        kind: the scalar type typer parses the text into (bool, int, float or str).
+        help: the option's help (the field's description).
+        parse: text → value for fields whose type is not a scalar (tuples, "none"); None: as typed.
+        hidden: hidden from ``--help`` (still accepted).
+    """
+
+    path: str
+    decls: tuple[str, ...]
+    kind: type
+    help: str
+    parse: Callable[[Any], Any] | None = None
+    hidden: bool = False
+
+    @property
+    def param(self) -> str:
+        """The python name of the option's parameter (``data__seed``)."""
+        return self.path.replace(".", "__")
+
+
+def _unwrap(annotation: Any) -> tuple[Any, list[Any]]:
+    """``Annotated[X | None, m...]`` → (X, [m...]) with ``None`` dropped from a union."""
+    meta: list[Any] = []
+    while typing.get_origin(annotation) is Annotated:
+        annotation, *more = typing.get_args(annotation)
+        meta += more
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return _unwrap(args[0])[0], meta + _unwrap(args[0])[1]
+    return annotation, meta
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    inner, _ = _unwrap(annotation)
+    return inner if isinstance(inner, type) and issubclass(inner, BaseModel) else None
+
+
+_ATTR = re.compile(r"^(\s+)(\w+): (.*)$")
+
+
+def field_docs(model: type[BaseModel]) -> dict[str, str]:
+    """``{field: text}`` from the ``Attributes:`` sections of the docstrings of ``model`` and its bases
+    (Google style; a subclass's entry wins), continuation lines joined, reST markup (````x````,
+    ``:class:`x```) reduced to plain text."""
+    out: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if isinstance(cls, type) and issubclass(cls, BaseModel) and cls is not BaseModel and "__doc__" in vars(cls):
+            out.update(_attributes(cls.__doc__ or ""))
+    return out
+
+
+def _attributes(doc: str) -> dict[str, str]:
+    doc = inspect.cleandoc(doc)
+    out: dict[str, str] = {}
+    lines = doc.split("Attributes:", 1)[1].splitlines() if "Attributes:" in doc else []
+    indent, name = None, None
+    for line in lines:
+        m = _ATTR.match(line)
+        if m and (indent is None or len(m.group(1)) == indent):
+            indent, name = len(m.group(1)), m.group(2)
+            out[name] = m.group(3).strip()
+        elif name and line.strip() and len(line) - len(line.lstrip()) > (indent or 0):
+            out[name] += " " + line.strip()
+        elif line.strip() and indent is not None and len(line) - len(line.lstrip()) < indent:
+            break
+    return {k: _plain(v) for k, v in out.items()}
+
+
+def _plain(text: str) -> str:
+    text = re.sub(r":\w+:`~?([^`]+)`", lambda m: m.group(1).rsplit(".", 1)[-1], text)
+    return text.replace("``", "")
+
+
+def _choices(inner: Any, meta: list[Any]) -> tuple[str, ...]:
+    if typing.get_origin(inner) is Literal:
+        return tuple(str(a) for a in typing.get_args(inner))
+    for m in meta:
+        registry = getattr(getattr(m, "func", None), "registry", None)
+        if registry is not None:
+            return tuple(registry.names())
+    return ()
+
+
+def leaf_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any, type[BaseModel]]]:
+    """``(path, annotation, owning model)`` of every scalar field of ``model``, nested models walked."""
+    for name, info in model.model_fields.items():
+        sub = _submodel(info.annotation)
+        if sub is not None:
+            yield from leaf_fields(sub, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", info.rebuild_annotation(), model
+
+
+def _help(model: type[BaseModel], name: str, choices: tuple[str, ...]) -> str:
+    info = model.model_fields[name]
+    text = info.description or field_docs(model).get(name, "")
+    if not text:
+        raise TypeError(f"{model.__name__}.{name} has no description (docstring Attributes: entry)")
+    if choices and not all(c in text for c in choices):
+        text += f" One of: {', '.join(choices)}."
+    return text
+
+
+def flags(model: type[BaseModel], *, prefix: dict[str, str] | None = None, rename: dict[str, Any] | None = None,
+          parse: dict[str, Callable[[Any], Any]] | None = None, skip: tuple[str, ...] = (),
+          hidden: tuple[str, ...] = ()) -> tuple[Flag, ...]:
+    """The command-line flags of every leaf field of ``model``.
+
+    Args:
+        model: the config model.
+        prefix: option-name prefix per nested model (default: its field name, ``dp`` → ``--dp-x``;
+            ``""`` drops it, ``data.task`` → ``--task``).
+        rename: path → option name (or tuple of names) where the path rule does not apply.
+        parse: path → function of the option's text for fields of non-scalar type (given as str).
+        skip: paths the command sets itself (no flag).
+        hidden: paths whose flags ``--help`` does not show.
+
+    Raises:
+        TypeError: a field of non-scalar type without a ``parse``, a name in ``rename`` / ``parse``
+            that is no field, or a field without a description (a programming error, not user input).
+    """
+    prefix, rename, parse = prefix or {}, rename or {}, parse or {}
+    out = []
+    for path, annotation, owner in leaf_fields(model):
+        if path in skip:
+            continue
+        inner, meta = _unwrap(annotation)
+        head, _, last = path.rpartition(".")
+        pre = prefix.get(head, head.replace(".", "-") + "-" if head else "")
+        decls = rename.get(path, f"--{pre}{last}".replace("_", "-"))
+        decls = (decls,) if isinstance(decls, str) else tuple(decls)
+        kind = str if path in parse else (str if typing.get_origin(inner) is Literal else inner)
+        if kind not in _SCALARS:
+            raise TypeError(f"{path}: type {annotation!r} needs a parse function")
+        if kind is bool:
+            decls = tuple(f"{d}/--no-{d[2:]}" for d in decls)
+        out.append(Flag(path, decls, kind, _help(owner, last, _choices(inner, meta)), parse.get(path),
+                        hidden=path in hidden))
+    unknown = (set(rename) | set(parse) | set(skip) | set(hidden)) - {p for p, _, _ in leaf_fields(model)}
+    if unknown:
+        raise TypeError(f"no such field in {model.__name__}: {sorted(unknown)}")
+    return tuple(out)
+
+
+def _put(tree: dict[str, Any], path: str, value: Any) -> None:
+    *heads, last = path.split(".")
+    for h in heads:
+        tree = tree.setdefault(h, {})
+    tree[last] = value
+
+
+def overrides_from(table: tuple[Flag, ...], values: dict[str, Any]) -> dict[str, Any]:
+    """The nested mapping of the fields given on the command line (``None``: not given)."""
+    tree: dict[str, Any] = {}
+    for flag in table:
+        value = values.get(flag.param)
+        if value is not None:
+            _put(tree, flag.path, flag.parse(value) if flag.parse else value)
+    return tree
+
+
+def _extend(body: Callable[..., Any], name: str, params: list[inspect.Parameter],
+            build: Callable[[dict[str, Any]], Any]) -> Callable[..., Any]:
+    """``body`` with its keyword ``name`` replaced by the options ``params``: the command passes
+    ``build({param: value})`` of those options as ``name``. typer reads the generated signature."""
+    sig = inspect.signature(body, eval_str=True)
+    own = [p for p in sig.parameters.values() if p.name != name]
+    clash = sorted({p.name for p in own} & {p.name for p in params})
+    if name not in sig.parameters or clash:
+        raise TypeError(f"{body.__name__}: needs a keyword {name!r}; parameters {clash} clash with generated options")
+    mine = {p.name for p in params}
+
+    @functools.wraps(body)
+    def command(**kwargs: Any) -> Any:
+        given = {k: kwargs.pop(k) for k in list(kwargs) if k in mine}
+        return body(**kwargs, **{name: build(given)})
+
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + params
+    command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    del command.__wrapped__  # typer must read the generated signature, not the body's
+    return command
+
+
+def config_options(table: tuple[Flag, ...]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command body taking ``overrides`` (keyword) with one typer option per flag of ``table``.
+
+    The command's signature is the body's (``overrides`` removed) followed by the generated options;
+    a flag's option defaults to None (not given), and the body gets :func:`overrides_from` of them.
+    """
+    params = [
+        inspect.Parameter(f.param, inspect.Parameter.KEYWORD_ONLY, default=None,
+                          annotation=Annotated[f.kind | None, typer.Option(*f.decls, help=f.help, hidden=f.hidden,
+                                                                           show_default=False)])
+        for f in table
+    ]
+    return lambda body: _extend(body, "overrides", params, lambda given: overrides_from(table, given))
+
+
+@dataclass(frozen=True)
+class Common:
+    """The options every computing command shares, defined once (:func:`common_options`).
+
+    Attributes:
+        progress: show progress (``--progress/--no-progress``; off under the deprecated ``--quiet``).
+        quiet: the deprecated ``--quiet`` was given (commands may also drop their summary).
+        threads: CPU threads for PyTorch (``--threads``; 0: its default, all cores), already applied.
+    """
+
+    progress: bool
+    quiet: bool
+    threads: int
+
+
+def common_options(*, progress: str = "Show progress (a bar on a terminal, plain lines in a log).",
+                   quiet: str = "Deprecated: --no-progress.") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command body taking ``common`` (keyword, a :class:`Common`) with ``--progress/--no-progress``,
+    the hidden deprecated ``--quiet`` and ``--threads`` (applied before the body runs); the helps may differ."""
+    from datarecon.cli._common import ThreadsOption, set_threads
+
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [
+        inspect.Parameter("progress", kw, default=True,
+                          annotation=Annotated[bool, typer.Option("--progress/--no-progress", help=progress)]),
+        inspect.Parameter("quiet", kw, default=False,
+                          annotation=Annotated[bool, typer.Option("--quiet", hidden=True, help=quiet)]),
+        inspect.Parameter("threads", kw, default=0, annotation=ThreadsOption),
+    ]
+
+    def build(given: dict[str, Any]) -> Common:
+        set_threads(given["threads"])
+        return Common(progress=given["progress"] and not given["quiet"], quiet=given["quiet"],
+                      threads=given["threads"])
+
+    return lambda body: _extend(body, "common", params, build)
+
+
+def comma_ints(option: str, what: str = "integers") -> Callable[[str], list[int]]:
+    """A parse for tuple-of-int fields: ``"1000,1000"`` → ``[1000, 1000]``; ``""`` / ``none`` → ``[]``."""
+
+    def parse(text: str) -> list[int]:
+        text = text.strip()
+        if text in ("", "none"):
+            return []
+        try:
+            return [int(s) for s in text.split(",")]
+        except ValueError:
+            raise DataReconError(f"{option} must be a comma-separated list of {what} like 1000,1000; "
+                                 f"got {text!r}") from None
+
+    return parse
+
+
+def number_or_none(option: str, what: str) -> Callable[[str], float | None]:
+    """A parse for optional numbers: ``"2.5"`` → 2.5; ``none`` / ``inf`` / ``off`` → None (explicitly unset)."""
+
+    def parse(text: str) -> float | None:
+        if text.strip().lower() in ("none", "inf", "off"):
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            raise DataReconError(f"{option} must be {what} or 'none'; got {text!r}") from None
+
+    return parse

@@ -1,0 +1,144 @@
+"""The CLI generated from typed configs (datarecon.cli.options): one flag per field, help from its docs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+import typer
+from pydantic import BaseModel, ConfigDict, Field
+from typer.testing import CliRunner
+
+from datarecon.cli.options import (Common, comma_ints, common_options, config_options, field_docs, flags, leaf_fields,
+                                   overrides_from)
+from datarecon.config import merge
+from datarecon.errors import DataReconError
+
+
+class _Inner(BaseModel):
+    """An inner model.
+
+    Attributes:
+        width: a width,
+            over two lines.
+        kind: ``a`` or ``b``; see :class:`datarecon.Thing`.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    width: int = Field(default=1, ge=1)
+    kind: Literal["a", "b"] = "a"
+
+
+class _Outer(BaseModel):
+    """An outer model.
+
+    Attributes:
+        inner: the inner part.
+        rate: a rate > 0.
+        on: a switch.
+        sizes: sizes.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    inner: _Inner = _Inner()
+    rate: float = Field(default=0.5, gt=0)
+    on: bool = False
+    sizes: tuple[int, ...] | None = None
+
+
+def test_field_docs_joins_continuation_lines_and_drops_markup():
+    assert field_docs(_Inner) == {"width": "a width, over two lines.", "kind": "a or b; see Thing."}
+
+
+def test_flags_cover_every_leaf_field_and_follow_the_path():
+    table = flags(_Outer, parse={"sizes": comma_ints("--sizes")})
+    assert [f.path for f in table] == ["inner.width", "inner.kind", "rate", "on", "sizes"]
+    by = {f.path: f for f in table}
+    assert by["inner.width"].decls == ("--inner-width",)
+    assert by["on"].decls == ("--on/--no-on",)
+    assert by["inner.kind"].help == "a or b; see Thing."  # every choice named: nothing appended
+    assert by["rate"].kind is float and by["sizes"].kind is str
+
+
+def test_flags_refuse_what_would_leave_a_field_off_or_unparsed():
+    with pytest.raises(TypeError, match="needs a parse"):
+        flags(_Outer)  # sizes is a tuple: no scalar option without a parse
+    with pytest.raises(TypeError, match="no such field"):
+        flags(_Outer, parse={"sizes": comma_ints("--sizes")}, rename={"nope": "--nope"})
+
+    class Undocumented(BaseModel):
+        """No attributes section."""
+
+        x: int = 0
+
+    with pytest.raises(TypeError, match="no description"):
+        flags(Undocumented)
+
+
+def _app():
+    table = flags(_Outer, prefix={"inner": ""}, rename={"rate": "--lr"}, parse={"sizes": comma_ints("--sizes")})
+    seen = {}
+
+    @config_options(table)
+    @common_options()
+    def cmd(name: str = typer.Option("x", "--name"), *, common: Common, overrides: dict) -> None:
+        seen.update(name=name, common=common, overrides=overrides, config=_Outer.model_validate(overrides))
+
+    app = typer.Typer()
+    app.command()(cmd)
+    app.command("other")(lambda: None)
+    return app, seen
+
+
+def test_the_generated_command_parses_into_the_nested_config_and_passes_only_given_fields():
+    app, seen = _app()
+    r = CliRunner().invoke(app, ["cmd", "--width", "3", "--kind", "b", "--lr", "2", "--on", "--sizes", "4,5",
+                                 "--name", "y", "--no-progress", "--threads", "1"])
+    assert r.exit_code == 0, r.output
+    assert seen["overrides"] == {"inner": {"width": 3, "kind": "b"}, "rate": 2.0, "on": True, "sizes": [4, 5]}
+    assert seen["config"] == _Outer(inner=_Inner(width=3, kind="b"), rate=2.0, on=True, sizes=(4, 5))
+    assert seen["name"] == "y" and seen["common"] == Common(progress=False, quiet=False, threads=1)
+    r = CliRunner().invoke(app, ["cmd", "--quiet"])
+    assert r.exit_code == 0 and seen["overrides"] == {} and seen["common"].progress is False
+
+
+def test_help_comes_from_the_field_docs():
+    app, _ = _app()
+    out = CliRunner().invoke(app, ["cmd", "--help"], env={"COLUMNS": "200"}).output
+    assert "a width, over two lines." in out and "a rate > 0." in out and "--quiet" not in out
+
+
+def test_every_train_config_field_has_its_flag_and_reaches_the_config():
+    """A value on every generated flag of `train` lands in its own field of TrainConfig (and nowhere else)."""
+    from datarecon.cli.train import _flags
+    from datarecon.training.target import TrainConfig, build_train_config
+
+    table = _flags()
+    assert sorted(f.path for f in table) == sorted(p for p, _, _ in leaf_fields(TrainConfig))
+    decls = [d for f in table for d in f.decls]
+    assert len(decls) == len(set(decls))
+    base = {"data": {"dataset": "mnist", "task": "odd-even", "n_per_class": 2}}
+    samples = {int: "3", float: "0.05", bool: True}
+    texts = {"arch.name": "cnn", "arch.hidden": "4,5", "max_lr_factor": "2", "data.selection": "random",
+             "data.normalisation": "unit", "loss": "mse", "optimizer": "gd", "schedule": "increasing",
+             "dtype": "float64", "device": "cpu", "data.dataset": "mnist", "data.task": "odd-even",
+             "dp.accountant": "prv", "momentum": "0.5", "margin_ascent.growth": "1.5"}
+    for flag in table:
+        value = texts.get(flag.path, samples.get(flag.kind))
+        merged = merge(base, overrides_from(table, {flag.param: value}))
+        if flag.path.startswith("dp."):
+            merged.setdefault("dp", {}).setdefault("noise_multiplier" if flag.path != "dp.noise_multiplier"
+                                                    else "max_grad_norm", 1.0)
+            if flag.path == "dp.target_epsilon":
+                del merged["dp"]["noise_multiplier"]
+        cfg = build_train_config(merged)
+        got = cfg
+        for part in flag.path.split("."):
+            got = getattr(got, part)
+        parsed = flag.parse(value) if flag.parse else flag.kind(value)
+        assert got == (tuple(parsed) if isinstance(parsed, list) else parsed), flag.path
+
+
+def test_bad_list_text_is_a_one_line_error():
+    with pytest.raises(DataReconError, match="--hidden must be a comma-separated list of widths"):
+        comma_ints("--hidden", "widths")("a,b")
