@@ -142,3 +142,76 @@ def test_every_train_config_field_has_its_flag_and_reaches_the_config():
 def test_bad_list_text_is_a_one_line_error():
     with pytest.raises(DataReconError, match="--hidden must be a comma-separated list of widths"):
         comma_ints("--hidden", "widths")("a,b")
+
+
+def _another(flag, model, name):
+    """A valid value of ``name`` other than its default (as the command line would give it)."""
+    from datarecon.cli.options import _choices, _unwrap
+
+    info = model.model_fields[name]
+    default = info.get_default(call_default_factory=True)
+    inner, meta = _unwrap(info.rebuild_annotation())
+    choices = [c for c in _choices(inner, meta) if c != default]
+    if choices:
+        return choices[0]
+    if flag.kind is bool:
+        return not default
+    if flag.kind is int:
+        return (default or 0) + 1
+    if flag.kind is float:
+        return default * 0.5 if isinstance(default, float) and default > 0 else 0.5
+    return {"attack.init_coefficient": "0.5", "attack.formulation": "binary", "attack.curvature": "hessian",
+            "attack.inner_activation": "softplus",
+            "knowledge.known_init": "seed:3", "device": "cuda:1", "knowledge.recipe": "model:-lr"}[flag.path]
+
+
+def test_every_reconstruct_flag_reaches_its_field_and_a_foreign_one_is_refused():
+    """Each generated flag of `reconstruct` (run settings, every method's attack fields, every init's
+    parameters) lands in its own field of the run; an attack or init field is refused for an
+    alternative that lacks it."""
+    from datarecon.attacks import ATTACKS
+    from datarecon.attacks.init import INITS
+    from datarecon.cli.reconstruct import FLAGS, _attack_fields, _init_fields
+    from datarecon.experiments.reconstruct import ReconstructionRun, build_run
+
+    heads = {f.path.split(".")[0] for f in FLAGS}
+    assert {"attack", "init", "candidates", "seed", "device", "early_stop", "checkpoint", "knowledge"} <= heads
+    names = {ATTACKS.get(m).config_cls: m for m in ATTACKS.names()}
+    attack_fields = {f for cls in names for f in cls.model_fields}
+    assert {f.path for f in FLAGS if f.path.startswith("attack.")} == {f"attack.{f}" for f in attack_fields}
+    for flag in FLAGS:
+        head, _, name = flag.path.partition(".")
+        if head == "attack":
+            method = flag.owners[0]
+            value = _another(flag, ATTACKS.get(method).config_cls, name)
+            given = overrides_from(FLAGS, {flag.param: value})["attack"]
+            _, config = _attack_fields(method, {}, given, {})
+            assert config[name] == given[name], flag.path
+            foreign = [m for m in ATTACKS.names() if m not in flag.owners]
+            if foreign:
+                with pytest.raises(DataReconError, match=f"does not apply to method {foreign[0]!r}"):
+                    _attack_fields(foreign[0], {}, given, {})
+        elif head == "init":
+            init = flag.owners[0]
+            value = _another(flag, INITS.get(init).params_cls, name)
+            given = overrides_from(FLAGS, {flag.param: value})["init"]
+            assert _init_fields(init, {}, given) == (init, given)
+            foreign = [i for i in INITS.names() if i not in flag.owners]
+            if foreign:
+                with pytest.raises(DataReconError, match=f"{flag.decls[0]} applies to .* inits, not {foreign[0]!r}"):
+                    _init_fields(foreign[0], {}, given)
+        else:
+            owner = ReconstructionRun
+            for part in flag.path.split(".")[:-1]:
+                owner = owner.model_fields[part].annotation
+                owner = [a for a in getattr(owner, "__args__", (owner,)) if a is not type(None)][0]
+            last = flag.path.split(".")[-1]
+            value = _another(flag, owner, last)
+            run = build_run(merge({"model": "m"}, overrides_from(FLAGS, {flag.param: value})))
+            got = run
+            for part in flag.path.split("."):
+                got = getattr(got, part)
+            expected = flag.parse(value) if flag.parse else value
+            if isinstance(got, BaseModel):
+                expected = type(got).model_validate(expected)
+            assert got == expected, flag.path

@@ -68,7 +68,12 @@ class _Params(BaseModel):
 
 
 class UniformInit(_Params):
-    """U(low, high) per pixel in display space, minus the training mean (low < high)."""
+    """U(low, high) per pixel in display space, minus the training mean (low < high).
+
+    Attributes:
+        low: lower end of the uniform draw (display space).
+        high: upper end of the uniform draw (display space), above low.
+    """
 
     low: float = 0.0
     high: float = 1.0
@@ -81,19 +86,31 @@ class UniformInit(_Params):
 
 
 class GaussianInit(_Params):
-    """N(0, 1)·scale in model input space (reference KKT initialisation)."""
+    """N(0, 1)·scale in model input space (reference KKT initialisation).
+
+    Attributes:
+        scale: std s > 0 of the Gaussian draw.
+    """
 
     scale: float = Field(default=1.0, gt=0)
 
 
 class GroundTruthInit(_Params):
-    """The training images (sources.ground_truth)."""
+    """The training images (sources.ground_truth).
+
+    Attributes:
+        count: exact (m must equal the number of images) or cycle (repeat them up to m).
+    """
 
     count: CountPolicy = "exact"
 
 
 class PartitionInit(_Params):
-    """Disjoint images of the same classes (sources.partition)."""
+    """Disjoint images of the same classes (sources.partition).
+
+    Attributes:
+        count: exact (m must equal the number of images) or cycle (repeat them up to m).
+    """
 
     count: CountPolicy = "exact"
 
@@ -103,7 +120,15 @@ class UnmixInit(_Params):
 
 
 class MixInit(_Params):
-    """x₀ = l2·(l1·x_GT + (1 − l1)·x_part) + (1 − l2)·x_rnd; x_rnd from ``noise``."""
+    """x₀ = l2·(l1·x_GT + (1 − l1)·x_part) + (1 − l2)·x_rnd; x_rnd from ``noise``.
+
+    Attributes:
+        l1: weight l1 in [0, 1] of the ground truth against the partition.
+        l2: weight l2 in [0, 1] of the images against the noise.
+        noise: the noise x_rnd: uniform or gaussian.
+        scale: std of gaussian noise, > 0.
+        count: exact (m must equal the number of images) or cycle (repeat them up to m).
+    """
 
     l1: float = Field(default=0.5, ge=0.0, le=1.0)
     l2: float = Field(default=0.5, ge=0.0, le=1.0)

@@ -54,10 +54,10 @@ class _AttackConfigBase(BaseModel):
     lr_x: float = Field(default=0.1, gt=0, description="learning rate of the candidates x")
     optimizer: Annotated[str, registered(OPTIMIZERS)] = Field(default="sgd", description="key of attacks.optim.OPTIMIZERS")
     momentum: float = Field(default=0.9, ge=0, lt=1, description="SGD momentum")
-    nesterov: bool = False
-    adam_beta1: float = Field(default=0.9, ge=0, lt=1)
-    adam_beta2: float = Field(default=0.999, ge=0, lt=1)
-    adam_eps: float = Field(default=1e-8, gt=0)
+    nesterov: bool = Field(default=False, description="Nesterov momentum (optimizer sgd)")
+    adam_beta1: float = Field(default=0.9, ge=0, lt=1, description="Adam's β1 (optimizer adam)")
+    adam_beta2: float = Field(default=0.999, ge=0, lt=1, description="Adam's β2 (optimizer adam)")
+    adam_eps: float = Field(default=1e-8, gt=0, description="Adam's ε (optimizer adam)")
     box_weight: float = Field(default=1.0, ge=0, description="weight of the pixel-box prior")
     surrogate: Annotated[str, registered(SURROGATES)] = Field(default="sigmoid-surrogate", description="key of attacks.surrogate.SURROGATES")
     alpha: float = Field(default=20.0, gt=0, description="surrogate sharpness: ReLU' := sigmoid(alpha z)")
@@ -86,7 +86,8 @@ class KKTConfig(_AttackConfigBase):
         default="uniform", description="U(0,1), U(-1,1) or all ones")
     lambda_min: float = Field(default=0.45, ge=0, description="floor of lambda (hinge)")
     lambda_min_weight: float = Field(default=5.0, ge=0, description="weight of relu(lambda_min - lambda)^2")
-    formulation: str = "auto"
+    formulation: str = Field(default="auto", description="auto (from the target) or a kkt_math.MARGINS key: "
+                             "binary, multiclass, regression")
     compile: bool = Field(default=False, description="torch.compile the step's objective and gradient "
                           "(same maths; pays a one-off compile, see benchmarks/bench_compile.py)")
     reference: Literal["theta-star", "theta-init"] = Field(

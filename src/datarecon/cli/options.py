@@ -48,6 +48,7 @@ class Flag:
         help: the option's help (the field's description).
         parse: text → value for fields whose type is not a scalar (tuples, "none"); None: as typed.
         hidden: hidden from ``--help`` (still accepted).
+        owners: for a field of alternative models (:func:`union_flags`): the alternatives that have it.
     """
 
     path: str
@@ -56,6 +57,7 @@ class Flag:
     help: str
     parse: Callable[[Any], Any] | None = None
     hidden: bool = False
+    owners: tuple[str, ...] = ()
 
     @property
     def param(self) -> str:
@@ -81,13 +83,13 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
     return inner if isinstance(inner, type) and issubclass(inner, BaseModel) else None
 
 
-_ATTR = re.compile(r"^(\s+)(\w+): (.*)$")
+_ATTR = re.compile(r"^(\s+)(\w+(?:, \w+)*): (.*)$")
 
 
 def field_docs(model: type[BaseModel]) -> dict[str, str]:
     """``{field: text}`` from the ``Attributes:`` sections of the docstrings of ``model`` and its bases
-    (Google style; a subclass's entry wins), continuation lines joined, reST markup (````x````,
-    ``:class:`x```) reduced to plain text."""
+    (Google style; a subclass's entry wins; ``a, b: text`` documents both), continuation lines
+    joined, reST markup (````x````, ``:class:`x```) reduced to plain text."""
     out: dict[str, str] = {}
     for cls in reversed(model.__mro__):
         if isinstance(cls, type) and issubclass(cls, BaseModel) and cls is not BaseModel and "__doc__" in vars(cls):
@@ -97,19 +99,29 @@ def field_docs(model: type[BaseModel]) -> dict[str, str]:
 
 def _attributes(doc: str) -> dict[str, str]:
     doc = inspect.cleandoc(doc)
-    out: dict[str, str] = {}
+    entries: list[tuple[list[str], str]] = []
     lines = doc.split("Attributes:", 1)[1].splitlines() if "Attributes:" in doc else []
-    indent, name = None, None
+    indent = None
     for line in lines:
         m = _ATTR.match(line)
+        depth = len(line) - len(line.lstrip())
         if m and (indent is None or len(m.group(1)) == indent):
-            indent, name = len(m.group(1)), m.group(2)
-            out[name] = m.group(3).strip()
-        elif name and line.strip() and len(line) - len(line.lstrip()) > (indent or 0):
-            out[name] += " " + line.strip()
-        elif line.strip() and indent is not None and len(line) - len(line.lstrip()) < indent:
+            indent = len(m.group(1))
+            entries.append((m.group(2).split(", "), m.group(3).strip()))
+        elif entries and line.strip() and depth > (indent or 0):
+            entries[-1] = (entries[-1][0], entries[-1][1] + " " + line.strip())
+        elif line.strip() and indent is not None and depth < indent:
             break
-    return {k: _plain(v) for k, v in out.items()}
+    return {name: _plain(text) for names, text in entries for name in names}
+
+
+def field_description(model: type[BaseModel], name: str) -> str:
+    """The field's ``description``, from ``model`` or the nearest base declaring one, else its docstring entry."""
+    for cls in model.__mro__:
+        info = getattr(cls, "model_fields", {}).get(name) if isinstance(cls, type) else None
+        if info is not None and info.description:
+            return info.description
+    return field_docs(model).get(name, "")
 
 
 def _plain(text: str) -> str:
@@ -127,23 +139,24 @@ def _choices(inner: Any, meta: list[Any]) -> tuple[str, ...]:
     return ()
 
 
-def leaf_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any, type[BaseModel]]]:
-    """``(path, annotation, owning model)`` of every scalar field of ``model``, nested models walked."""
+def leaf_fields(model: type[BaseModel], prefix: str = "",
+                atoms: tuple[str, ...] = ()) -> Iterator[tuple[str, Any, type[BaseModel]]]:
+    """``(path, annotation, owning model)`` of every scalar field of ``model``, nested models walked
+    (but for the paths in ``atoms``, taken whole)."""
     for name, info in model.model_fields.items():
         sub = _submodel(info.annotation)
-        if sub is not None:
-            yield from leaf_fields(sub, f"{prefix}{name}.")
+        if sub is not None and f"{prefix}{name}" not in atoms:
+            yield from leaf_fields(sub, f"{prefix}{name}.", atoms)
         else:
             yield f"{prefix}{name}", info.rebuild_annotation(), model
 
 
 def _help(model: type[BaseModel], name: str, choices: tuple[str, ...]) -> str:
-    info = model.model_fields[name]
-    text = info.description or field_docs(model).get(name, "")
+    text = field_description(model, name)
     if not text:
         raise TypeError(f"{model.__name__}.{name} has no description (docstring Attributes: entry)")
     if choices and not all(c in text for c in choices):
-        text += f" One of: {', '.join(choices)}."
+        text = text.rstrip(".") + f". One of: {', '.join(choices)}."
     return text
 
 
@@ -167,7 +180,8 @@ def flags(model: type[BaseModel], *, prefix: dict[str, str] | None = None, renam
     """
     prefix, rename, parse = prefix or {}, rename or {}, parse or {}
     out = []
-    for path, annotation, owner in leaf_fields(model):
+    leaves = list(leaf_fields(model, atoms=tuple(parse)))
+    for path, annotation, owner in leaves:
         if path in skip:
             continue
         inner, meta = _unwrap(annotation)
@@ -182,9 +196,51 @@ def flags(model: type[BaseModel], *, prefix: dict[str, str] | None = None, renam
             decls = tuple(f"{d}/--no-{d[2:]}" for d in decls)
         out.append(Flag(path, decls, kind, _help(owner, last, _choices(inner, meta)), parse.get(path),
                         hidden=path in hidden))
-    unknown = (set(rename) | set(parse) | set(skip) | set(hidden)) - {p for p, _, _ in leaf_fields(model)}
+    unknown = (set(rename) | set(parse) | set(skip) | set(hidden)) - {p for p, _, _ in leaves}
     if unknown:
         raise TypeError(f"no such field in {model.__name__}: {sorted(unknown)}")
+    return tuple(out)
+
+
+def union_flags(models: dict[str, type[BaseModel]], *, head: str, what: str, prefix: str = "",
+                rename: dict[str, Any] | None = None,
+                parse: dict[str, Callable[[Any], Any]] | None = None) -> tuple[Flag, ...]:
+    """One flag per field name of alternative models (the attack methods, the initialisations),
+    at the path ``head.field``; a field some alternatives lack says which have it in its help and
+    records them in :attr:`Flag.owners` (the command refuses it for another).
+
+    Args:
+        models: alternative name → its config model (a registry's configs).
+        head: the path the fields sit under (``"attack"``).
+        what: the alternatives' plural for the help (``"methods"``).
+        prefix: option-name prefix (``"init-"`` → ``--init-scale``).
+        rename, parse: as for :func:`flags`, keyed by field name.
+
+    Raises:
+        TypeError: a field typed differently by two alternatives, or not scalar without a parse.
+    """
+    rename, parse = rename or {}, parse or {}
+    kinds: dict[str, type] = {}
+    owners: dict[str, list[str]] = {}
+    for alt, model in models.items():
+        for name, info in model.model_fields.items():
+            inner, _ = _unwrap(info.rebuild_annotation())
+            kind = str if name in parse or typing.get_origin(inner) is Literal else inner
+            if kinds.setdefault(name, kind) is not kind or kind not in _SCALARS:
+                raise TypeError(f"{head}.{name}: {alt} types it {info.annotation!r}; give a parse or one scalar type")
+            owners.setdefault(name, []).append(alt)
+    out = []
+    for name, alts in owners.items():
+        model = models[alts[0]]
+        inner, meta = _unwrap(model.model_fields[name].rebuild_annotation())
+        text = _help(model, name, _choices(inner, meta))
+        if len(alts) < len(models):
+            text = text.rstrip(".") + f". [{what}: {', '.join(alts)}]"
+        decls = rename.get(name, f"--{prefix}{name}".replace("_", "-"))
+        decls = (decls,) if isinstance(decls, str) else tuple(decls)
+        if kinds[name] is bool:
+            decls = tuple(f"{d}/--no-{d[2:]}" for d in decls)
+        out.append(Flag(f"{head}.{name}", decls, kinds[name], text, parse.get(name), owners=tuple(alts)))
     return tuple(out)
 
 
@@ -228,10 +284,10 @@ def _extend(body: Callable[..., Any], name: str, params: list[inspect.Parameter]
     return command
 
 
-def config_options(table: tuple[Flag, ...]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorate a command body taking ``overrides`` (keyword) with one typer option per flag of ``table``.
+def config_options(table: tuple[Flag, ...], into: str = "overrides") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command body taking the keyword ``into`` with one typer option per flag of ``table``.
 
-    The command's signature is the body's (``overrides`` removed) followed by the generated options;
+    The command's signature is the body's (``into`` removed) followed by the generated options;
     a flag's option defaults to None (not given), and the body gets :func:`overrides_from` of them.
     """
     params = [
@@ -240,7 +296,7 @@ def config_options(table: tuple[Flag, ...]) -> Callable[[Callable[..., Any]], Ca
                                                                            show_default=False)])
         for f in table
     ]
-    return lambda body: _extend(body, "overrides", params, lambda given: overrides_from(table, given))
+    return lambda body: _extend(body, into, params, lambda given: overrides_from(table, given))
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,6 @@ class ReconstructionRun(RunSettings):
     Attributes:
         model: the target's model directory (``datarecon train``); a relative path is relative to
             the current directory.
-        attack, init, candidates, seed, device, early_stop, checkpoint: see :class:`RunSettings`.
     """
 
     model: str
@@ -600,20 +599,55 @@ def run_name(index: int) -> str:
     return f"run{index}"
 
 
-def reconstruct_runs(model_dir: str | Path, *, out: str | Path, runs: int, method: str = "kkt",
-                     config: Mapping[str, Any] | BaseModel | None = None, steps: int | None = None,
-                     init: str = "gaussian", init_params: Mapping[str, Any] | None = None,
-                     candidates: int | None = None, seed: int = 0, device: str | torch.device = "cpu",
-                     data_dir: str | Path | None = None, resume: bool = False, overwrite: bool = False,
-                     progress: bool = True, checkpoint_every: int = 100, log_every: int = 10,
-                     early_stop_patience: int = 0, early_stop_tol: float = 1e-3, mode: str = "batched",
-                     sources: Any = None, knowledge: KnowledgeSettings | None = None,
-                     record: Mapping[str, Any] | None = None,
+def execute_batch(runs: Sequence[ReconstructionRun], outs: Sequence[str | Path], *, setups: Sequence[AttackSetup],
+                  records: Sequence[Mapping[str, Any]], mode: str = "batched", resume: bool = False,
+                  progress: bool = True) -> list[Reconstruction]:
+    """Execute K runs on one target stepped together (:func:`~datarecon.attacks.batched.run_batched`);
+    the one way runs execute as a batch (``--runs K`` and the reproductions' batched pieces).
+
+    Run j is written to ``outs[j]`` exactly as a single run of ``runs[j]`` is (its own attack,
+    x₀, generator, seed, early stop, checkpoints and history); the runs share one target and,
+    in ``mode="batched"``, one vmapped gradient per step for runs of one objective.
+
+    Args:
+        runs: the K typed runs (one model; one dtype, checkpoint and log period; steps may differ).
+        outs: their run directories (claimed by the caller).
+        setups: :func:`prepare` of each run (target, prior, x₀, generator).
+        records: extra ``run.json`` fields of each run.
+        mode: ``batched`` | ``looped`` (:data:`datarecon.attacks.batched.MODES`).
+        resume: each run continues from its own checkpoint where it has one.
+        progress: progress of the first run.
+
+    Returns:
+        One :class:`~datarecon.attacks.base.Reconstruction` per run, in order.
+    """
+    from datarecon.attacks.batched import BatchMember, run_batched
+    from datarecon.attacks.selection import ResidualPlateau
+
+    shared = {(run.checkpoint.every, run.checkpoint.log_every) for run in runs}
+    if len(shared) != 1:
+        raise DataReconError(f"the runs of a batch checkpoint and log at {sorted(shared)} steps; give them one period")
+    members = []
+    for run, out, setup, record in zip(runs, outs, setups, records, strict=True):
+        stop = run.early_stop
+        early = ResidualPlateau(key="rel_residual", patience=stop.patience, rel_tol=stop.rel_tol) if stop.patience else None
+        members.append(BatchMember(attack=make_attack(run.method, run.method_config()), prior=setup.prior,
+                                   x0=setup.x0, generator=setup.generator, out=Path(out), seed=run.seed,
+                                   early_stop=early, record={**setup.record, **record}))
+    steps = {run.steps for run in runs}
+    every, log_every = shared.pop()
+    return run_batched(members, setups[0].target, mode=mode, steps=steps.pop() if len(steps) == 1 else None,
+                       checkpoint_every=every, resume=resume, progress=progress, log_every=log_every)
+
+
+def reconstruct_runs(run: ReconstructionRun, out: str | Path, *, runs: int, mode: str = "batched",
+                     resume: bool = False, overwrite: bool = False, progress: bool = True,
+                     data_dir: str | Path | None = None, sources: Any = None, record: Mapping[str, Any] | None = None,
                      criterion: str = "relative_residual") -> list[Reconstruction]:
-    """``runs`` independent runs of ``method`` on ``model_dir``, stepped together (attacks/batched.py),
+    """``runs`` copies of ``run`` with seeds ``run.seed + j``, executed as one batch (:func:`execute_batch`),
     and their pool.
 
-    Run j is exactly the run :func:`reconstruct` makes with ``seed + j`` (its own x₀, λ₀ and
+    Run j is exactly the run :func:`execute` makes of ``run`` with ``seed + j`` (its own x₀, λ₀ and
     generator), written to the run directory ``out/run<j>`` (:func:`run_name`); KKT / DecoReco runs
     share one vmapped gradient per step in ``mode="batched"``, other methods are stepped in turn.
     ``out`` itself then becomes a run directory of method ``pool``: the candidates of every run that
@@ -622,23 +656,22 @@ def reconstruct_runs(model_dir: str | Path, *, out: str | Path, runs: int, metho
     the K runs as one result.
 
     Args:
+        run: the typed run of run 0 (a model directory).
         runs: K ≥ 1.
         mode: ``batched`` | ``looped`` (:data:`datarecon.attacks.batched.MODES`).
-        knowledge: the attacker's knowledge beyond θ* (the same for every run).
         record: extra ``run.json`` fields of every run and of the pool (e.g. ``resume_command``).
         criterion: the attacker-side criterion whose best value the pool records.
-        Others: as in :func:`reconstruct`; ``overwrite``/``resume`` apply to ``out`` as a whole
-            (``overwrite`` deletes only what datarecon wrote there).
+        resume, overwrite, progress, data_dir, sources: as in :func:`execute`; ``overwrite``/``resume``
+            apply to ``out`` as a whole (``overwrite`` deletes only what datarecon wrote there).
 
     Returns:
         One :class:`~datarecon.attacks.base.Reconstruction` per run, in run order.
 
     Raises:
         DataReconError: runs < 1, an unknown mode, bad settings, or an ``out`` that may not be
-            written (see :func:`reconstruct`).
+            written (see :func:`execute`).
     """
-    from datarecon.attacks.batched import MODES, BatchMember, run_batched
-    from datarecon.attacks.selection import ResidualPlateau
+    from datarecon.attacks.batched import MODES
     from datarecon.kernel.outdir import claim_out_dir
 
     if runs < 1:
@@ -649,34 +682,18 @@ def reconstruct_runs(model_dir: str | Path, *, out: str | Path, runs: int, metho
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     out = Path(out)
     with claim_out_dir(out, kind="run", overwrite=overwrite, resume=resume) as claim:
-        dirs = [out / run_name(j) for j in range(runs)]
-        cfg = method_config(method, config, steps=steps)
-        dtype = torch_dtype(getattr(cfg, "dtype", None) or "float64")
-        from datarecon.attacks.knowledge import attack_uses
-
-        entry = ATTACKS.get(method)
-        members = []
-        target = None
-        for j, d in enumerate(dirs):
-            setup = prepare_attack(model_dir, init=init, init_params=init_params, candidates=candidates,
-                                   seed=seed + j, dtype=dtype, device=device, data_dir=data_dir, sources=sources,
-                                   knowledge=knowledge, uses=attack_uses(entry),
-                                   requires=tuple(getattr(entry, "requires", ())))
-            target = target or setup.target  # one model directory: the same target for every run
-            early = (ResidualPlateau(key="rel_residual", patience=early_stop_patience, rel_tol=early_stop_tol)
-                     if early_stop_patience > 0 else None)
-            rec_meta = {**setup.record, "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol},
-                        "batch": {"runs": runs, "index": j, "mode": mode}, **dict(record or {})}
-            members.append(BatchMember(attack=make_attack(method, cfg), prior=setup.prior, x0=setup.x0,
-                                       generator=setup.generator, out=d, seed=seed + j, early_stop=early,
-                                       record=rec_meta))
+        members = [run.model_copy(update={"seed": run.seed + j}) for j in range(runs)]
+        setups = [prepare(r, data_dir=data_dir, sources=sources) for r in members]
+        stop = {"patience": run.early_stop.patience, "rel_tol": run.early_stop.rel_tol}
+        records = [{"early_stop": stop, "batch": {"runs": runs, "index": j, "mode": mode}, **dict(record or {})}
+                   for j in range(runs)]
         claim.prepare()  # only now: a bad model or setting leaves the old runs untouched
-        recs = run_batched(members, target, mode=mode, steps=getattr(cfg, "steps", None),
-                           checkpoint_every=checkpoint_every, resume=resume, progress=progress, log_every=log_every)
-        for member in members:
-            save_subspace(member.out, member.prior)
-        pool_runs(out, recs, model_dir=str(model_dir), criterion=criterion,
-                  record={"batch": {"runs": runs, "mode": mode, "method": method}, **dict(record or {})})
+        recs = execute_batch(members, [out / run_name(j) for j in range(runs)], setups=setups, records=records,
+                             mode=mode, resume=resume, progress=progress)
+        for j, setup in enumerate(setups):
+            save_subspace(out / run_name(j), setup.prior)
+        pool_runs(out, recs, model_dir=str(run.model), criterion=criterion,
+                  record={"batch": {"runs": runs, "mode": mode, "method": run.method}, **dict(record or {})})
         return recs
 
 

@@ -200,25 +200,24 @@ def load_model_and_task(path: Path, *, data_dir, dtype: torch.dtype = torch.floa
 # attacks
 
 
-def _prepare_run(ctx: Context, *, model_key: str, init: Mapping[str, Any], candidates_factor: int, seed: int,
-                 dtype: torch.dtype):
-    """(setup, m) of one attack run on the target of ``model_key`` (experimenter side: n, and for data
-    inits the chosen images, paired by label so mixtures never mix classes; the attacker side (target,
-    prior, x0) is the CLI's)."""
+def _typed_run(ctx: Context, *, model_key: str, method: str, config: BaseModel, init: Mapping[str, Any],
+               candidates_factor: int, seed: int, every: int) -> tuple[Any, int, Any]:
+    """(ReconstructionRun, m, sources) of one attack run on the target of ``model_key``: the
+    experimenter side picks n and, for data inits only, the images, paired by label so mixtures never
+    mix classes; the attacker side (target, prior, x0) is :func:`~datarecon.experiments.reconstruct.prepare`'s."""
     from datarecon.attacks.init import INITS
-    from datarecon.experiments.reconstruct import prepare_attack
+    from datarecon.experiments.reconstruct import build_run
 
     mdir = model_dir(ctx, model_key)
     _, task, norm = load_model_and_task(mdir, data_dir=ctx.data_dir)
     m = candidates_factor * len(task.train)
-    params = {k: v for k, v in init.items() if k != "name"}
     sources = None
     if INITS.get(init["name"]).data:
         sources, _ = paired_sources(norm.to_model(task.train.x).double(), task.train.y,
                                     norm.to_model(task.partition.x).double(), task.partition.y, m)
-    setup = prepare_attack(mdir, init=init["name"], init_params=params, candidates=m, seed=seed, dtype=dtype,
-                           device=ctx.device, data_dir=ctx.data_dir, sources=sources)
-    return setup, m
+    spec = build_run({"model": str(mdir), "attack": {"method": method, **config.model_dump()}, "init": dict(init),
+                      "candidates": m, "seed": seed, "device": str(ctx.device), "checkpoint": {"every": every}})
+    return spec, m, sources
 
 
 def _run_summary(rec: Any, x0: torch.Tensor, run_dir: Path, m: int) -> dict[str, Any]:
@@ -254,22 +253,11 @@ def attack_piece(key: str, *, model_key: str, method: str, attack_config: BaseMo
     """
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        from datarecon.attacks.init import INITS
-        from datarecon.experiments.reconstruct import build_run, execute, prepare
+        from datarecon.experiments.reconstruct import execute, prepare
 
-        mdir = model_dir(ctx, model_key)
-        # experimenter side: n, and (only for data inits) the chosen images, paired by label so that
-        # mixtures never mix classes; the attacker side (target, prior, x0) is the CLI's
-        _, task, norm = load_model_and_task(mdir, data_dir=ctx.data_dir)
-        m = candidates_factor * len(task.train)
-        sources = None
-        if INITS.get(init["name"]).data:
-            sources, _ = paired_sources(norm.to_model(task.train.x).double(), task.train.y,
-                                        norm.to_model(task.partition.x).double(), task.partition.y, m)
         steps = int(getattr(attack_config, "steps", 100))
-        spec = build_run({"model": str(mdir), "attack": {"method": method, **attack_config.model_dump()},
-                          "init": dict(init), "candidates": m, "seed": seed, "device": str(ctx.device),
-                          "checkpoint": {"every": checkpoint_period(steps)}})
+        spec, m, sources = _typed_run(ctx, model_key=model_key, method=method, config=attack_config, init=init,
+                                      candidates_factor=candidates_factor, seed=seed, every=checkpoint_period(steps))
         setup = prepare(spec, data_dir=ctx.data_dir, sources=sources)
         rec = execute(spec, d / RUN_SUBDIR, resume=ctx.resume, overwrite=not ctx.resume, progress=ctx.progress,
                       setup=setup, record=record)
@@ -334,29 +322,25 @@ def attack_batch_piece(key: str, *, model_key: str, method: str,
     """
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        from datarecon.attacks.batched import BatchMember, run_batched
-        from datarecon.experiments.reconstruct import make_attack
-        from datarecon.utils.dtypes import torch_dtype
+        from datarecon.experiments.reconstruct import execute_batch, prepare
 
         dtypes = {getattr(r.config, "dtype", "float64") for r in runs.values()}
         if len(dtypes) != 1:
             raise DataReconError(f"the runs of batch {key} use several dtypes {sorted(dtypes)}; a batch shares "
                                  "one target, so give them one dtype")
-        dtype = torch_dtype(dtypes.pop())
-        members, setups = [], []
-        for name, r in runs.items():
-            setup, m = _prepare_run(ctx, model_key=model_key, init=r.init, candidates_factor=candidates_factor,
-                                    seed=r.seed, dtype=dtype)
-            setups.append((name, setup, m))
-            members.append(BatchMember(attack=make_attack(method, r.config), prior=setup.prior, x0=setup.x0,
-                                       generator=setup.generator, out=d / name / RUN_SUBDIR, seed=r.seed,
-                                       record={**setup.record, **r.record}))
         steps = max(getattr(r.config, "steps", 100) for r in runs.values())
-        target = setups[0][1].target  # the same model directory for every run
-        recs = run_batched(members, target, mode=resolve_mode(mode, ctx.device), resume=ctx.resume, progress=ctx.progress,
-                           checkpoint_every=checkpoint_period(steps))
+        specs, setups, ms = [], [], []
+        for r in runs.values():
+            spec, m, sources = _typed_run(ctx, model_key=model_key, method=method, config=r.config, init=r.init,
+                                          candidates_factor=candidates_factor, seed=r.seed, every=checkpoint_period(steps))
+            specs.append(spec)
+            setups.append(prepare(spec, data_dir=ctx.data_dir, sources=sources))
+            ms.append(m)
+        recs = execute_batch(specs, [d / name / RUN_SUBDIR for name in runs], setups=setups,
+                             records=[dict(r.record) for r in runs.values()], mode=resolve_mode(mode, ctx.device),
+                             resume=ctx.resume, progress=ctx.progress)
         out: dict[str, Any] = {}
-        for (name, setup, m), rec in zip(setups, recs, strict=True):
+        for name, setup, m, rec in zip(runs, setups, ms, recs, strict=True):
             save_tensors(d / name / "x0.safetensors", {"x0": setup.x0.detach().cpu()})
             out[name] = _run_summary(rec, setup.x0, d / name / RUN_SUBDIR, m)
         return {"runs": out, "mode": resolve_mode(mode, ctx.device)}
