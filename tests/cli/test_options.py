@@ -9,8 +9,8 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field
 from typer.testing import CliRunner
 
-from datarecon.cli.options import (Common, comma_ints, common_options, config_options, field_docs, flags, leaf_fields,
-                                   overrides_from)
+from datarecon.cli.options import (Common, Output, comma_ints, common_options, config_options, field_docs, flags,
+                                   leaf_fields, output_options, overrides_from)
 from datarecon.config import merge
 from datarecon.errors import DataReconError
 
@@ -215,3 +215,21 @@ def test_every_reconstruct_flag_reaches_its_field_and_a_foreign_one_is_refused()
             if isinstance(got, BaseModel):
                 expected = type(got).model_validate(expected)
             assert got == expected, flag.path
+
+
+def test_output_options_come_first_and_refuse_resume_with_overwrite(tmp_path):
+    seen = {}
+
+    @output_options(out="Where.", resume="Go on.", overwrite="Replace.")
+    def cmd(name: str = typer.Option("x", "--name"), *, output: Output) -> None:
+        seen["output"] = output
+
+    app = typer.Typer()
+    app.command()(cmd)
+    app.command("other")(lambda: None)
+    r = CliRunner().invoke(app, ["cmd", "--out", str(tmp_path), "--resume"])
+    assert r.exit_code == 0 and seen["output"] == Output(out=tmp_path, resume=True, overwrite=False)
+    help_text = CliRunner().invoke(app, ["cmd", "--help"], env={"COLUMNS": "200"}).output
+    assert help_text.index("--out") < help_text.index("--resume") < help_text.index("--overwrite") < help_text.index("--name")
+    r = CliRunner().invoke(app, ["cmd", "--out", str(tmp_path), "--resume", "--overwrite"])
+    assert isinstance(r.exception, DataReconError) and "not both" in str(r.exception)

@@ -13,7 +13,8 @@ from datarecon.errors import DataReconError
 from datarecon.utils.device import parse_device  # noqa: F401  (the commands import it from here)
 
 #: ``--threads`` of every command that computes (0: PyTorch's default, all cores)
-ThreadsOption = Annotated[int, typer.Option("--threads", min=0, help="CPU threads for PyTorch (0: its default, "
+#: (a negative count is refused by :func:`set_threads`, in the same words for every command)
+ThreadsOption = Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch (0: its default, "
                                             "all cores).")]
 
 #: the arguments of the running ``datarecon`` invocation (set by :func:`datarecon.cli.main.main`)

@@ -27,6 +27,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
@@ -262,9 +263,10 @@ def overrides_from(table: tuple[Flag, ...], values: dict[str, Any]) -> dict[str,
 
 
 def _extend(body: Callable[..., Any], name: str, params: list[inspect.Parameter],
-            build: Callable[[dict[str, Any]], Any]) -> Callable[..., Any]:
-    """``body`` with its keyword ``name`` replaced by the options ``params``: the command passes
-    ``build({param: value})`` of those options as ``name``. typer reads the generated signature."""
+            build: Callable[[dict[str, Any]], Any], *, first: bool = False) -> Callable[..., Any]:
+    """``body`` with its keyword ``name`` replaced by the options ``params`` (after the body's own, or
+    before them with ``first``): the command passes ``build({param: value})`` of those options as
+    ``name``. typer reads the generated signature."""
     sig = inspect.signature(body, eval_str=True)
     own = [p for p in sig.parameters.values() if p.name != name]
     clash = sorted({p.name for p in own} & {p.name for p in params})
@@ -277,7 +279,8 @@ def _extend(body: Callable[..., Any], name: str, params: list[inspect.Parameter]
         given = {k: kwargs.pop(k) for k in list(kwargs) if k in mine}
         return body(**kwargs, **{name: build(given)})
 
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + params
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+    params = params + own if first else own + params
     command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params}
     del command.__wrapped__  # typer must read the generated signature, not the body's
@@ -335,6 +338,41 @@ def common_options(*, progress: str = "Show progress (a bar on a terminal, plain
                       threads=given["threads"])
 
     return lambda body: _extend(body, "common", params, build)
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where a command writes and how it treats what is there, defined once (:func:`output_options`).
+
+    Attributes:
+        out: the output folder.
+        resume: continue the work in ``out``.
+        overwrite: replace an ``out`` of another configuration (only what datarecon wrote there).
+    """
+
+    out: Path
+    resume: bool
+    overwrite: bool
+
+
+def output_options(*, out: str, resume: str, overwrite: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command body taking ``output`` (keyword, an :class:`Output`) with ``--out`` (required),
+    ``--resume`` and ``--overwrite`` (helps given per command); both flags together are refused."""
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [
+        inspect.Parameter("out", kw, annotation=Annotated[Path, typer.Option("--out", help=out)]),
+        inspect.Parameter("resume", kw, default=False, annotation=Annotated[bool, typer.Option("--resume", help=resume)]),
+        inspect.Parameter("overwrite", kw, default=False,
+                          annotation=Annotated[bool, typer.Option("--overwrite", help=overwrite)]),
+    ]
+
+    def build(given: dict[str, Any]) -> Output:
+        if given["resume"] and given["overwrite"]:
+            raise DataReconError("pass either --resume (continue the work in --out) or --overwrite (start afresh), "
+                                 "not both")
+        return Output(**given)
+
+    return lambda body: _extend(body, "output", params, build, first=True)
 
 
 def comma_ints(option: str, what: str = "integers") -> Callable[[str], list[int]]:

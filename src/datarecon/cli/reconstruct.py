@@ -23,7 +23,7 @@ from typing import Any
 import typer
 import yaml
 
-from datarecon.cli.options import Common, Flag, common_options, config_options, flags, union_flags
+from datarecon.cli.options import Common, Flag, Output, common_options, config_options, flags, output_options, union_flags
 from datarecon.config import merge
 from datarecon.errors import DataReconError
 
@@ -87,6 +87,7 @@ def _flags() -> tuple[Flag, ...]:
 FLAGS = _flags()
 
 
+@output_options(out="run directory to write", resume="continue from OUT/checkpoint", overwrite="replace an existing OUT")
 @config_options(FLAGS)
 @common_options()
 def reconstruct(
@@ -99,15 +100,12 @@ def reconstruct(
     loss: str | None = typer.Option(None, "--loss", help="your model: training loss (default logistic for one "
                                     "output, cross-entropy for several)"),
     weight_decay: float = typer.Option(0.0, "--weight-decay", help="your model: training weight decay"),
-    out: Path = typer.Option(..., "--out", help="run directory to write"),
     method: str | None = typer.Option(None, "--method", help="attack method (kkt, decoreco, gradnorm, bilevel, loo, "
                                       "dynamics; default kkt)"),
     init: str | None = typer.Option(None, "--init", help="initialisation (uniform, gaussian, ground-truth, partition, "
                                     "mix, unmix; default gaussian)"),
     config_file: Path | None = typer.Option(None, "--config", help="run file (YAML/TOML, one-to-one with "
                                             "ReconstructionRun; docs/RUNS.md); the options override it"),
-    resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing OUT"),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="data folder (data-dependent inits only)"),
     set_: list[str] | None = typer.Option(None, "--set", help="field=value override of any config field (repeatable)"),
     runs: int = typer.Option(1, "--runs", help="K independent runs (seeds SEED..SEED+K-1) into OUT/run0..run<K-1>, "
@@ -115,6 +113,7 @@ def reconstruct(
                              "(evaluate OUT)"),
     batch_mode: str = typer.Option("batched", "--batch-mode", help="with --runs: batched | looped"),
     *,
+    output: Output,
     common: Common,
     overrides: dict[str, Any],
 ) -> None:
@@ -147,8 +146,7 @@ def reconstruct(
             set_dotted(data, key, value)
     run = build_run(data, where=where)
     parse_device(run.device)
-    if overwrite and resume:
-        raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
+    out, resume, overwrite = output.out, output.resume, output.overwrite
     if runs != 1:
         if target is not None:
             raise DataReconError("--runs K applies to a model directory; run a model given as "

@@ -12,73 +12,66 @@ from typing import Annotated
 
 import typer
 
+from datarecon.cli.options import Common, Output, common_options, output_options
+
 app = typer.Typer(rich_markup_mode=None, help="Reproduce a paper's experiments (runkel2024, haim2022) and write an HTML report.",
                   no_args_is_help=True)
 
 
-def _run(name: str, *, scale: str, out: Path, data_dir: str | None, device: str, resume: bool,
-         overwrite: bool, config: Path | None, threads: int, dry_run: bool = False, progress: bool = True) -> None:
-    import torch
-
+def _run(name: str, *, scale: str, output: Output, data_dir: str | None, device: str, config: Path | None,
+         dry_run: bool = False, progress: bool = True) -> None:
     from datarecon.cli._common import parse_device
-    from datarecon.errors import DataReconError
     from datarecon.config import read_config_mapping
     from datarecon.experiments.reproduce import plan_reproduction, reproduce
     from datarecon.experiments.reproduce.cost import device_note
     from datarecon.experiments.reproduce.pieces import format_plan
 
     parse_device(device, require_available=not dry_run)  # refuses cuda without a GPU (a dry run only estimates)
-    if threads < 0:
-        raise DataReconError(f"--threads must be >= 0 (0 = PyTorch's default), got {threads}")
-    if threads:
-        torch.set_num_threads(threads)
     overrides = read_config_mapping(config) if config is not None else None
     if dry_run:
-        planned = plan_reproduction(name, out=out, scale=scale, data_dir=data_dir, device=device,
+        planned = plan_reproduction(name, out=output.out, scale=scale, data_dir=data_dir, device=device,
                                     overrides=overrides)
         for line in format_plan(planned, device=device):
             typer.echo(line)
         typer.echo(device_note(device))
         return
-    report = reproduce(name, out=out, scale=scale, data_dir=data_dir, device=device, resume=resume,
-                       overwrite=overwrite, overrides=overrides, log=typer.echo, progress=progress)
+    report = reproduce(name, out=output.out, scale=scale, data_dir=data_dir, device=device, resume=output.resume,
+                       overwrite=output.overwrite, overrides=overrides, log=typer.echo, progress=progress)
     typer.echo(f"report: {report}")
 
 
 _Scale = Annotated[str, typer.Option("--scale", help="smoke (CI, minutes on CPU) | small (CPU, minutes) | "
                                      "medium (CPU, <= 1 h; runkel2024: one-hidden width 1024, n = 100) | paper (GPU); "
                                      "see --dry-run.")]
-_Out = Annotated[Path, typer.Option("--out", help="Output folder (rerun into it to resume).")]
+_OUTPUT = output_options(out="Output folder (rerun into it to resume).",
+                         resume="Continue unfinished trainings and attacks from their checkpoints.",
+                         overwrite="Replace an --out folder of another configuration.")
 _Data = Annotated[str | None, typer.Option("--data-dir", envvar="DATARECON_DATA", help="Data folder.")]
 _Device = Annotated[str, typer.Option("--device", help="cpu | cuda[:N].")]
-_Resume = Annotated[bool, typer.Option("--resume", help="Continue unfinished trainings and attacks from their checkpoints.")]
-_Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an --out folder of another configuration.")]
 _Config = Annotated[Path | None, typer.Option("--config", help="YAML/TOML overrides over the scale preset.")]
-_Threads = Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch (0: its default, all cores).")]
 _DryRun = Annotated[bool, typer.Option("--dry-run", help="List the pieces, which are done in --out, and the "
                                         "estimated time and memory of each on --device; run nothing.")]
-_Progress = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress inside long pieces "
-                                         "(a bar on a terminal, plain lines with rate and ETA in a log).")]
+_PROGRESS = "Progress inside long pieces (a bar on a terminal, plain lines with rate and ETA in a log)."
 
 
 @app.command("runkel2024")
-def runkel2024_cmd(out: _Out, scale: _Scale = "smoke", data_dir: _Data = None, device: _Device = "cpu",
-                   resume: _Resume = False, overwrite: _Overwrite = False, config: _Config = None,
-                   threads: _Threads = 0, dry_run: _DryRun = False,
-                 progress: _Progress = True) -> None:
+@_OUTPUT
+@common_options(progress=_PROGRESS)
+def runkel2024_cmd(scale: _Scale = "smoke", data_dir: _Data = None, device: _Device = "cpu", config: _Config = None,
+                   dry_run: _DryRun = False, *, output: Output, common: Common) -> None:
     """Runkel et al. 2024: Table 1, Figures 1-12 and the privacy measurement."""
-    _run("runkel2024", scale=scale, out=out, data_dir=data_dir, device=device, resume=resume,
-         overwrite=overwrite, config=config, threads=threads, dry_run=dry_run, progress=progress)
+    _run("runkel2024", scale=scale, output=output, data_dir=data_dir, device=device, config=config, dry_run=dry_run,
+         progress=common.progress)
 
 
 @app.command("haim2022")
-def haim2022_cmd(out: _Out, scale: _Scale = "smoke", data_dir: _Data = None, device: _Device = "cpu",
-                 resume: _Resume = False, overwrite: _Overwrite = False, config: _Config = None,
-                 threads: _Threads = 0, dry_run: _DryRun = False,
-                 progress: _Progress = True) -> None:
+@_OUTPUT
+@common_options(progress=_PROGRESS)
+def haim2022_cmd(scale: _Scale = "smoke", data_dir: _Data = None, device: _Device = "cpu", config: _Config = None,
+                 dry_run: _DryRun = False, *, output: Output, common: Common) -> None:
     """Haim et al. 2022: KKT attack on MNIST odd/even and CIFAR-10 vehicles/animals."""
-    _run("haim2022", scale=scale, out=out, data_dir=data_dir, device=device, resume=resume,
-         overwrite=overwrite, config=config, threads=threads, dry_run=dry_run, progress=progress)
+    _run("haim2022", scale=scale, output=output, data_dir=data_dir, device=device, config=config, dry_run=dry_run,
+         progress=common.progress)
 
 
 def register(root: typer.Typer) -> None:

@@ -13,7 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
-from datarecon.cli.options import Common, Flag, comma_ints, common_options, config_options, flags, number_or_none
+from datarecon.cli.options import (Common, Flag, Output, comma_ints, common_options, config_options, flags,
+                                   number_or_none, output_options)
 from datarecon.errors import DataReconError
 
 
@@ -32,16 +33,16 @@ def _flags() -> tuple[Flag, ...]:
     )
 
 
+@output_options(out="Model directory to write.", resume="Continue from OUT/checkpoint.",
+                overwrite="Replace an existing --out directory.")
 @config_options(_flags())
 @common_options(quiet="Deprecated: --no-progress, and no model card.")
 def train_cmd(
-    out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
     config: Annotated[Path | None, typer.Option("--config", help="YAML/TOML training config; options override it.")] = None,
     data_dir: Annotated[str | None, typer.Option("--data-dir", envvar="DATARECON_DATA",
                                                  help="Data folder (default $DATARECON_DATA).")] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing --out directory.")] = False,
-    resume: Annotated[bool, typer.Option(help="Continue from OUT/checkpoint.")] = False,
     *,
+    output: Output,
     common: Common,
     overrides: dict[str, Any],
 ) -> None:
@@ -53,8 +54,6 @@ def train_cmd(
     from datarecon.config import load_config_file
     from datarecon.training.target import TrainConfig, build_train_config, train_target
 
-    if overwrite and resume:
-        raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     if config is not None:
         cfg = load_config_file(config, TrainConfig, overrides=overrides)
     else:
@@ -63,7 +62,7 @@ def train_cmd(
         if missing:
             raise DataReconError(f"missing {', '.join(missing)}; pass them or a --config FILE")
         cfg = build_train_config(overrides)
-    result = train_target(cfg, data_dir=data_dir, out=out, resume=resume, overwrite=overwrite,
+    result = train_target(cfg, data_dir=data_dir, out=output.out, resume=output.resume, overwrite=output.overwrite,
                           progress=common.progress)
     if not common.quiet:
         from datarecon.models.checkpoint import load_model_dir
