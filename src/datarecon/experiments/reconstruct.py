@@ -648,7 +648,8 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, *, runs: int, mode
     and their pool.
 
     Run j is exactly the run :func:`execute` makes of ``run`` with ``seed + j`` (its own x₀, λ₀ and
-    generator), written to the run directory ``out/run<j>`` (:func:`run_name`); KKT / DecoReco runs
+    generator; its run.json holds that run under ``run``, so ``execute`` of it reproduces run j, bit
+    for bit in ``looped`` mode), written to the run directory ``out/run<j>`` (:func:`run_name`); KKT / DecoReco runs
     share one vmapped gradient per step in ``mode="batched"``, other methods are stepped in turn.
     ``out`` itself then becomes a run directory of method ``pool``: the candidates of every run that
     finished (complete or stopped early), in run order, as ``datarecon sweep pool`` writes them
@@ -685,8 +686,8 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, *, runs: int, mode
         members = [run.model_copy(update={"seed": run.seed + j}) for j in range(runs)]
         setups = [prepare(r, data_dir=data_dir, sources=sources) for r in members]
         stop = {"patience": run.early_stop.patience, "rel_tol": run.early_stop.rel_tol}
-        records = [{"early_stop": stop, "batch": {"runs": runs, "index": j, "mode": mode}, **dict(record or {})}
-                   for j in range(runs)]
+        records = [{"early_stop": stop, "batch": {"runs": runs, "index": j, "mode": mode},
+                    "run": member.model_dump(mode="json"), **dict(record or {})} for j, member in enumerate(members)]
         claim.prepare()  # only now: a bad model or setting leaves the old runs untouched
         recs = execute_batch(members, [out / run_name(j) for j in range(runs)], setups=setups, records=records,
                              mode=mode, resume=resume, progress=progress)
