@@ -9,8 +9,8 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field
 from typer.testing import CliRunner
 
-from datarecon.cli.options import (Common, Output, comma_ints, common_options, config_options, field_docs, flags,
-                                   leaf_fields, output_options, overrides_from)
+from datarecon.cli.options import (Backend, Common, Output, backend_options, comma_ints, common_options, config_options,
+                                   field_docs, flags, leaf_fields, output_options, overrides_from)
 from datarecon.config import merge
 from datarecon.errors import DataReconError
 
@@ -233,3 +233,20 @@ def test_output_options_come_first_and_refuse_resume_with_overwrite(tmp_path):
     assert help_text.index("--out") < help_text.index("--resume") < help_text.index("--overwrite") < help_text.index("--name")
     r = CliRunner().invoke(app, ["cmd", "--out", str(tmp_path), "--resume", "--overwrite"])
     assert isinstance(r.exception, DataReconError) and "not both" in str(r.exception)
+
+
+def test_backend_options_build_the_backend_and_refuse_an_unknown_one():
+    seen = {}
+
+    @backend_options(workers="Units.", default_workers=1)
+    def cmd(*, backend: Backend) -> None:
+        seen["backend"] = backend
+
+    app = typer.Typer()
+    app.command()(cmd)
+    app.command("other")(lambda: None)
+    r = CliRunner().invoke(app, ["cmd", "-j", "3", "--ray-address", "auto"])
+    assert r.exit_code == 0 and seen["backend"] == Backend(name="local", workers=3, address="auto")
+    assert seen["backend"].options == {"address": "auto"}
+    r = CliRunner().invoke(app, ["cmd", "--backend", "slurm"])
+    assert isinstance(r.exception, DataReconError) and "valid names: local, ray" in str(r.exception)

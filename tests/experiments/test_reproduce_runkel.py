@@ -1,6 +1,8 @@
 """End-to-end smoke run of ``datarecon reproduce runkel2024`` on the real CIFAR-10 data.
 
-The reproduction runs once per module (module-scoped fixture) into a temporary folder; the tests
+The reproduction runs once per test session (a session-scoped fixture: under pytest-xdist the
+module's tests share one worker, xdist_group below, and a module-scoped fixture would be rebuilt
+whenever that worker's tests interleave with another module's) into a temporary folder; the tests
 check its artefacts with comparisons between settings, never hard-coded numbers.
 """
 
@@ -22,7 +24,7 @@ from datarecon.utils.io import read_json
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("runkel2024-smoke")]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runkel(tmp_path_factory, data_dir):
     out = tmp_path_factory.mktemp("runkel2024")
     lines: list[str] = []

@@ -375,6 +375,51 @@ def output_options(*, out: str, resume: str, overwrite: str) -> Callable[[Callab
     return lambda body: _extend(body, "output", params, build, first=True)
 
 
+@dataclass(frozen=True)
+class Backend:
+    """Where the work of a sweep or an audit runs, defined once (:func:`backend_options`).
+
+    Attributes:
+        name: ``BACKENDS`` key (``local``: a process pool or in-process; ``ray``).
+        workers: units in flight (None: the backend's default).
+        address: Ray cluster address (``auto`` or HOST:PORT; None: an embedded Ray).
+    """
+
+    name: str
+    workers: int | None
+    address: str | None
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The backend's own options (the Ray address when given)."""
+        return {"address": self.address} if self.address else {}
+
+
+def backend_options(*, workers: str, default_workers: int | None,
+                    backend: str = "Execution backend: local (a process pool; in-process with one worker) | ray.",
+                    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command body taking ``backend`` (keyword, a :class:`Backend`) with ``--backend``,
+    ``--workers/-j`` (at least 1) and ``--ray-address``; an unknown backend is refused, naming the
+    registered ones."""
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [
+        inspect.Parameter("backend", kw, default="local",
+                          annotation=Annotated[str, typer.Option("--backend", help=backend)]),
+        inspect.Parameter("workers", kw, default=default_workers,
+                          annotation=Annotated[int | None, typer.Option("--workers", "-j", min=1, help=workers)]),
+        inspect.Parameter("ray_address", kw, default=None, annotation=Annotated[str | None, typer.Option(
+            "--ray-address", help="Ray cluster address (auto or HOST:PORT); default: embedded Ray.")]),
+    ]
+
+    def build(given: dict[str, Any]) -> Backend:
+        from datarecon.experiments.backends import BACKENDS
+
+        BACKENDS.get(given["backend"])
+        return Backend(name=given["backend"], workers=given["workers"], address=given["ray_address"])
+
+    return lambda body: _extend(body, "backend", params, build)
+
+
 def comma_ints(option: str, what: str = "integers") -> Callable[[str], list[int]]:
     """A parse for tuple-of-int fields: ``"1000,1000"`` → ``[1000, 1000]``; ``""`` / ``none`` → ``[]``."""
 

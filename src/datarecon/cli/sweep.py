@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from datarecon.cli.options import Backend, backend_options
 from datarecon.errors import DataReconError
 
 sweep_app = typer.Typer(rich_markup_mode=None, 
@@ -21,21 +22,19 @@ store_app = typer.Typer(rich_markup_mode=None, name="store", no_args_is_help=Tru
 
 
 @sweep_app.callback()
+@backend_options(workers="Runs in flight (local default 1 = in-process; ray: cluster CPUs).", default_workers=None)
 def sweep_cmd(
     ctx: typer.Context,
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="sweep file (YAML/TOML), see docs/SWEEPS.md"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="store directory (rerun the same command to resume)"),
-    workers: Optional[int] = typer.Option(None, "--workers", "-j", min=1,
-                                          help="runs in flight (local default 1 = in-process; ray: cluster CPUs)"),
-    backend: str = typer.Option("local", "--backend", help="execution backend: local | ray"),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address",
-                                              help="Ray cluster address (auto or HOST:PORT); default: embedded Ray"),
     budget: Optional[int] = typer.Option(None, "--budget", min=1, help="override the sweep's run budget"),
     checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1,
                                          help="steps between run checkpoints (work lost by a crash)"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar over runs"),
     threads: int = typer.Option(0, "--threads", min=0, help="CPU threads for PyTorch per run (0: the sweep's "
                                 "resources.num_cpus in worker processes, PyTorch's default in-process)"),
+    *,
+    backend: Backend,
 ) -> None:
     """Run (or resume) the sweep in --config into the store --out."""
     if ctx.invoked_subcommand is not None:
@@ -46,12 +45,11 @@ def sweep_cmd(
     if config is None or out is None:
         raise DataReconError("datarecon sweep needs --config SWEEP.yaml and --out DIR (or a subcommand: pool)")
     from datarecon.config import load_config_file
-    from datarecon.experiments.backends import BACKENDS
     from datarecon.experiments.sweep import SweepConfig, run_sweep
 
-    BACKENDS.get(backend)
     cfg = load_config_file(config, SweepConfig, overrides={"budget": budget})
-    result = run_sweep(cfg, out, backend=backend, workers=workers, ray_address=ray_address, progress=progress,
+    result = run_sweep(cfg, out, backend=backend.name, workers=backend.workers, ray_address=backend.address,
+                       progress=progress,
                        checkpoint_every=checkpoint_every, threads=threads or None)
     best = f"{result.best_score:.6g} ({result.best_key})" if result.best_score is not None else "-"
     typer.echo(f"sweep {result.sweep_id}: {result.total} runs: {result.completed} done now, {result.skipped} "
