@@ -382,20 +382,7 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
     y = task.train.y.to(device)
     if y.dtype.is_floating_point:
         y = y.to(dtype)
-    if config.dp is not None:
-        from datarecon.training.dp import fit_dp
-
-        result = fit_dp(model, x, y, loss=config.loss, dp=config.dp, epochs=config.epochs, lr=config.lr,
-                        momentum=config.momentum, weight_decay=config.weight_decay, seed=config.seed,
-                        log_every=config.log_every, progress=progress, checkpoint_dir=out / CHECKPOINT_DIR,
-                        checkpoint_every=config.checkpoint_every, resume=resume, tag=tag)
-    else:
-        result = fit(model, x, y, loss=config.loss, weight_decay=config.weight_decay, optimizer=config.optimizer,
-                     lr=config.lr, momentum=config.momentum, epochs=config.epochs, schedule=config.schedule,
-                     max_lr_factor=config.max_lr_factor, stop=config.stop.rule(), log_every=config.log_every,
-                     progress=progress, checkpoint_dir=out / CHECKPOINT_DIR,
-                     checkpoint_every=config.checkpoint_every, resume=resume, tag=tag,
-                     batch_size=config.batch_size, batch_seed=config.seed)
+    result = _fit_epochs(config, model, x, y, out=out, resume=resume, progress=progress, tag=tag)
     if result.status == Status.DIVERGED:
         raise DivergenceError(
             f"training diverged after {result.epochs_done} epochs ({result.stop_reason}); "
@@ -434,13 +421,7 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
     }
     metrics.update({f"dp_{k}": v for k, v in result.extra.get("dp", {}).items()})
     if len(task.heldout):
-        xh = norm.to_model(task.heldout.x).to(device=device, dtype=dtype)
-        yh = task.heldout.y.to(device)
-        if yh.dtype.is_floating_point:
-            yh = yh.to(dtype)
-        held, _ = evaluate(model, xh, yh, loss=config.loss)
-        metrics.update({"heldout_loss": held["loss"], "heldout_accuracy": held["train_acc"],
-                        "n_heldout": int(xh.shape[0])})
+        metrics.update(_heldout_metrics(model, task, loss=config.loss, device=device, dtype=dtype))
     if kkt_score or config.kkt_score:
         score = kkt_regime_score(model, x, y)
         metrics.update({"kkt_regime_score": score.score, "kkt_num_active": score.num_active})
@@ -456,6 +437,36 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
     )
     atomic_write_text(out / HISTORY, "".join(json.dumps(_finite(r), sort_keys=True) + "\n" for r in history))
     return TrainResult(out=out, model=model, arch=arch, metrics=metrics, fit=result, config=config)
+
+
+def _fit_epochs(config: TrainConfig, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, out: Path,
+                resume: bool, progress: bool, tag: Any) -> FitResult:
+    """The epochs of ``config``: full-batch / mini-batch GD or L-BFGS (:func:`fit`), or DP-SGD
+    (:func:`datarecon.training.dp.fit_dp`) when ``config.dp`` is set; checkpoints in ``out``."""
+    if config.dp is not None:
+        from datarecon.training.dp import fit_dp
+
+        return fit_dp(model, x, y, loss=config.loss, dp=config.dp, epochs=config.epochs, lr=config.lr,
+                      momentum=config.momentum, weight_decay=config.weight_decay, seed=config.seed,
+                      log_every=config.log_every, progress=progress, checkpoint_dir=out / CHECKPOINT_DIR,
+                      checkpoint_every=config.checkpoint_every, resume=resume, tag=tag)
+    return fit(model, x, y, loss=config.loss, weight_decay=config.weight_decay, optimizer=config.optimizer,
+               lr=config.lr, momentum=config.momentum, epochs=config.epochs, schedule=config.schedule,
+               max_lr_factor=config.max_lr_factor, stop=config.stop.rule(), log_every=config.log_every,
+               progress=progress, checkpoint_dir=out / CHECKPOINT_DIR,
+               checkpoint_every=config.checkpoint_every, resume=resume, tag=tag,
+               batch_size=config.batch_size, batch_seed=config.seed)
+
+
+def _heldout_metrics(model: torch.nn.Module, task: Any, *, loss: str, device: torch.device,
+                     dtype: torch.dtype) -> dict[str, Any]:
+    """Loss and accuracy of the trained model on the task's held-out images (model input space)."""
+    xh = task.normalisation.to_model(task.heldout.x).to(device=device, dtype=dtype)
+    yh = task.heldout.y.to(device)
+    if yh.dtype.is_floating_point:
+        yh = yh.to(dtype)
+    held, _ = evaluate(model, xh, yh, loss=loss)
+    return {"heldout_loss": held["loss"], "heldout_accuracy": held["train_acc"], "n_heldout": int(xh.shape[0])}
 
 
 def _finite(row: dict[str, Any]) -> dict[str, Any]:

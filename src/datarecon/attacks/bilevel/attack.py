@@ -283,6 +283,41 @@ class _Problem:
     kinks: bool
 
 
+def _warn_unreliable(hessian: str, treatment: Any, *, negative: bool, index: int) -> None:
+    """Warn that the linear solve of step ``index`` met negative curvature (or diverged): the
+    hypergradient is unreliable there."""
+    what = "met negative curvature" if negative else "diverged"
+    warnings.warn(
+        f"bilevel: the {hessian} solve {what} at step {index} (curvature {treatment.curvature}, damping "
+        f"{treatment.damping:g}; the lower-level energy is not convex there, e.g. a ReLU target's kinks); the "
+        "hypergradient is unreliable: use curvature gauss-newton (--set curvature=gauss-newton) or damping "
+        "(--set damping=1.0)", RuntimeWarning, stacklevel=3)
+
+
+def _step_metrics(hg: Any, *, f0: float, distance: float, inner_res: float, tol: float, grad_x: torch.Tensor,
+                  box: float) -> dict[str, float]:
+    """The history row of one outer step: upper loss f0 (box included), ‖θ − θ*‖², energy, inner
+    residual and tolerance, the linear solve's counts and residuals (only the finite ones: NaN/inf
+    would trip the runner's divergence stop), ‖∇_x‖ and the box term."""
+    metrics = {
+        "loss": f0,
+        "param_distance": distance,
+        "energy": float(hg.energy),
+        "residual": inner_res,
+        "inner_tol": tol,
+        "hvps": float(hg.solve.hvps),
+        "negative_curvature": float(hg.solve.negative_curvature),
+        "solve_converged": float(hg.solve.converged),
+        "grad_x_norm": float(torch.linalg.vector_norm(grad_x)),
+        "box": box,
+    }
+    for key, value in (("solve_residual", hg.solve.residual), ("solve_residual_undamped", hg.solve.residual_undamped),
+                       ("neumann_lambda_max", hg.solve.lambda_max), ("neumann_alpha", hg.solve.alpha)):
+        if math.isfinite(value):
+            metrics[key] = value
+    return metrics
+
+
 class BilevelAttack(ConfiguredAttack):
     """Runkel et al. (2024) bilevel reconstruction, stepping form for the shared runner.
 
@@ -432,29 +467,9 @@ class BilevelAttack(ConfiguredAttack):
         grad_x = hg.grad_x if box_grad is None else hg.grad_x + cfg.box_weight * box_grad
         f0 = float(hg.upper) + cfg.box_weight * float(box)
         if hg.solve.negative_curvature or hg.solve.diverged:
-            what = "met negative curvature" if hg.solve.negative_curvature else "diverged"
-            warnings.warn(
-                f"bilevel: the {cfg.hessian} solve {what} at step {index} (curvature {pr.treatment.curvature}, damping "
-                f"{pr.treatment.damping:g}; the lower-level energy is not convex there, e.g. a ReLU target's kinks); the "
-                "hypergradient is unreliable: use curvature gauss-newton (--set curvature=gauss-newton) or damping "
-                "(--set damping=1.0)", RuntimeWarning, stacklevel=2)
-        metrics = {
-            "loss": f0,
-            "param_distance": float(((theta - theta_star) ** 2).sum()),
-            "energy": float(hg.energy),
-            "residual": inner_res,
-            "inner_tol": tol,
-            "hvps": float(hg.solve.hvps),
-            "negative_curvature": float(hg.solve.negative_curvature),
-            "solve_converged": float(hg.solve.converged),
-            "grad_x_norm": float(torch.linalg.vector_norm(grad_x)),
-            "box": float(box),
-        }
-        for key, value in (("solve_residual", hg.solve.residual), ("solve_residual_undamped",
-                                                                   hg.solve.residual_undamped),
-                           ("neumann_lambda_max", hg.solve.lambda_max), ("neumann_alpha", hg.solve.alpha)):
-            if math.isfinite(value):  # NaN/inf would trip the runner's divergence stop
-                metrics[key] = value
+            _warn_unreliable(cfg.hessian, pr.treatment, negative=hg.solve.negative_curvature, index=index)
+        metrics = _step_metrics(hg, f0=f0, distance=float(((theta - theta_star) ** 2).sum()), inner_res=inner_res,
+                                tol=tol, grad_x=grad_x, box=float(box))
         if not (math.isfinite(f0) and math.isfinite(metrics["grad_x_norm"]) and math.isfinite(inner_res)
                 and bool(torch.isfinite(hg.p).all())):
             metrics["loss"] = float("nan")
@@ -471,10 +486,9 @@ class BilevelAttack(ConfiguredAttack):
         else:
             ls = self._line_search(pr, prior, x=x, theta=theta, grad_x=grad_x, f0=f0, tol=tol,
                                    pairs=pairs, last_step=float(state[STEP]))
-            add["inner_iterations"] += ls.inner_iterations
-            add["inner_evaluations"] += ls.inner_evaluations
-            add["ls_trials"] += ls.trials
-            add["rejected_steps"] += int(not ls.accepted)
+            for key, n in (("inner_iterations", ls.inner_iterations), ("inner_evaluations", ls.inner_evaluations),
+                           ("ls_trials", ls.trials), ("rejected_steps", int(not ls.accepted))):
+                add[key] += n
             metrics["ls_trials"] = float(ls.trials)
             if ls.accepted:
                 state["x"], state["theta"], last_res = ls.x, ls.theta, ls.inner_residual
@@ -495,9 +509,8 @@ class BilevelAttack(ConfiguredAttack):
         state[SOLVED] = torch.tensor(solved, dtype=torch.int64)
         if first:
             state[DIST_X0] = torch.tensor(metrics["param_distance"], dtype=torch.float64)
-        add["steps"] = 1
-        add["nonconverged_solves"] = int(not hg.solve.converged)
-        add["negative_curvature_solves"] = int(hg.solve.negative_curvature or hg.solve.diverged)
+        add.update(steps=1, nonconverged_solves=int(not hg.solve.converged),
+                   negative_curvature_solves=int(hg.solve.negative_curvature or hg.solve.diverged))
         counts += torch.tensor([add[k] for k in _COUNT_NAMES], dtype=torch.int64)
         _accumulate(state[RESIDUALS], last_res)
         _accumulate(state[SOLVE], hg.solve.residual)
