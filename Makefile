@@ -8,12 +8,14 @@ export DATARECON_DATA
 
 .PHONY: venv demo test test-slow test-all test-torch clean
 
-# The suite runs on every core (pytest-xdist; tests of one session fixture share a worker, --dist
-# loadgroup). `make test` leaves out the long end-to-end and science tests marked `slow`
-# (reproductions, audits, README examples, fault trials, browser checks); `make test-slow` runs
-# exactly those and `make test-all` both (CI: .ci/run). Each prints its 15 slowest tests.
+# The suite runs on every core (pytest-xdist). `make test` leaves out the long end-to-end and
+# science tests marked `slow` (reproductions, audits, README examples, fault trials, browser checks)
+# and spreads the rest test by test (--dist load); `make test-slow` runs exactly those, a file per
+# worker (--dist loadfile: a file's expensive fixture, e.g. one smoke reproduction, is built once),
+# and `make test-all` both (CI: .ci/run). Each prints its 15 slowest tests. (--dist loadgroup would
+# group by xdist_group marks, but with pytest 9.2 and pytest-xdist 3.8 it did not group at all.)
 WORKERS ?= auto
-PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup --durations=15
+PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS) --durations=15
 
 # The test suite also exercises the optional Ray backend (extra `ray`) and DP-SGD targets (extra `dp`).
 $(VENV)/.ray-extra: $(BIN)/datarecon
@@ -33,11 +35,11 @@ demo: venv
 	$(BIN)/datarecon demo --out demo-out --overwrite
 
 test: venv $(VENV)/.ray-extra
-	$(PYTEST) -m "not slow"
+	$(PYTEST) --dist load -m "not slow"
 
 test-slow: venv $(VENV)/.ray-extra
 	@command -v chromium >/dev/null 2>&1 || echo "note: no chromium on PATH: the browser tests of the reports are skipped (apt-get install chromium)"
-	$(PYTEST) -m slow
+	$(PYTEST) --dist loadfile -m slow
 
 test-all: test test-slow
 
@@ -55,7 +57,7 @@ $(TORCH_VENV)/.installed-$(TORCH): pyproject.toml
 test-torch: $(TORCH_VENV)/.installed-$(TORCH)
 	$(TORCH_VENV)/bin/python -c "import sys, torch; v = torch.__version__.split('+')[0]; \
 	    sys.exit(0 if v == '$(TORCH)' else f'error: {v} installed in $(TORCH_VENV), not torch $(TORCH)')"
-	PYTHONPATH=$(abspath src) $(TORCH_VENV)/bin/python -m pytest -q -n $(WORKERS) --dist loadgroup
+	PYTHONPATH=$(abspath src) $(TORCH_VENV)/bin/python -m pytest -q -n $(WORKERS) --dist loadfile
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache

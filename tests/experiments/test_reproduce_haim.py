@@ -12,7 +12,7 @@ from datarecon.experiments.reproduce import available_scales, load_config, repro
 from datarecon.utils.io import read_json
 
 # long end-to-end/science tests: `make test-slow` (CI) runs them, `make test` does not
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("haim2022-smoke")]
+pytestmark = [pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,7 @@
 """End-to-end smoke run of ``datarecon reproduce runkel2024`` on the real CIFAR-10 data.
 
-The reproduction runs once per test session (a session-scoped fixture: under pytest-xdist the
-module's tests share one worker, xdist_group below, and a module-scoped fixture would be rebuilt
-whenever that worker's tests interleave with another module's) into a temporary folder; the tests
+The reproduction runs once per test session (a session-scoped fixture; `make test-slow` gives the
+module's tests one worker, --dist loadfile) into a temporary folder; the tests
 check its artefacts with comparisons between settings, never hard-coded numbers.
 """
 
@@ -21,7 +20,7 @@ from datarecon.kernel.files import DONE_MARKER as MARKER
 from datarecon.utils.io import read_json
 
 # long end-to-end/science tests: `make test-slow` (CI) runs them, `make test` does not
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("runkel2024-smoke")]
+pytestmark = [pytest.mark.slow]
 
 
 @pytest.fixture(scope="session")

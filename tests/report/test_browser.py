@@ -18,7 +18,7 @@ import pytest
 
 from cdp import Rendered, find_chromium, render
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("haim2022-smoke")]
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 CHROMIUM = find_chromium()
 
