@@ -193,9 +193,6 @@ def _check_counts(overrides: dict[str, Any]) -> None:
     candidates = overrides.get("candidates")
     if candidates is not None and candidates < 1:
         raise DataReconError(f"candidate count must be at least 1, got {candidates}; pass --candidates M with M >= 1")
-    steps = overrides.get("attack", {}).get("steps")
-    if steps is not None and steps < 1:
-        raise DataReconError(f"steps must be at least 1, got {steps}; pass --steps N with N >= 1")
     if any(v is not None and v < 1 for v in overrides.get("checkpoint", {}).values()):
         raise DataReconError("--checkpoint-every and --log-every must be >= 1")
 

@@ -54,24 +54,22 @@ _DryRun = Annotated[bool, typer.Option("--dry-run", help="List the pieces, which
 _PROGRESS = "Progress inside long pieces (a bar on a terminal, plain lines with rate and ETA in a log)."
 
 
-@app.command("runkel2024")
-@_OUTPUT
-@common_options(progress=_PROGRESS)
-def runkel2024_cmd(scale: _Scale = "smoke", data_dir: _Data = None, device: _Device = "cpu", config: _Config = None,
-                   dry_run: _DryRun = False, *, output: Output, common: Common) -> None:
-    """Runkel et al. 2024: Table 1, Figures 1-12 and the privacy measurement."""
-    _run("runkel2024", scale=scale, output=output, data_dir=data_dir, device=device, config=config, dry_run=dry_run,
-         progress=common.progress)
+def _paper_command(name: str, doc: str) -> None:
+    """Register ``datarecon reproduce NAME``: the same options for every paper, its own docstring."""
+
+    @_OUTPUT
+    @common_options(progress=_PROGRESS)
+    def command(scale: _Scale = "smoke", data_dir: _Data = None, device: _Device = "cpu", config: _Config = None,
+                dry_run: _DryRun = False, *, output: Output, common: Common) -> None:
+        _run(name, scale=scale, output=output, data_dir=data_dir, device=device, config=config, dry_run=dry_run,
+             progress=common.progress)
+
+    command.__doc__ = doc
+    app.command(name, short_help=doc.split(":")[0])(command)
 
 
-@app.command("haim2022")
-@_OUTPUT
-@common_options(progress=_PROGRESS)
-def haim2022_cmd(scale: _Scale = "smoke", data_dir: _Data = None, device: _Device = "cpu", config: _Config = None,
-                 dry_run: _DryRun = False, *, output: Output, common: Common) -> None:
-    """Haim et al. 2022: KKT attack on MNIST odd/even and CIFAR-10 vehicles/animals."""
-    _run("haim2022", scale=scale, output=output, data_dir=data_dir, device=device, config=config, dry_run=dry_run,
-         progress=common.progress)
+_paper_command("runkel2024", "Runkel et al. 2024: Table 1, Figures 1-12 and the privacy measurement.")
+_paper_command("haim2022", "Haim et al. 2022: KKT attack on MNIST odd/even and CIFAR-10 vehicles/animals.")
 
 
 def register(root: typer.Typer) -> None:
