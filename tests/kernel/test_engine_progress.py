@@ -10,6 +10,7 @@ import pytest
 from datarecon.errors import DataReconError
 from datarecon.kernel.engine import (
     Engine,
+    LineRate,
     ProgressBar,
     ProgressLines,
     resolve_progress_mode,
@@ -50,7 +51,7 @@ def test_lines_are_rate_limited_by_time_and_fraction() -> None:
     out = io.StringIO()
     # 1 s per step, lines at most every 5 s and 1%: 1000 steps -> one line per 5 steps at most
     lines = ProgressLines(1000, desc="kkt", keys=("loss",), stream=out, clock=FakeClock(1.0),
-                          interval_s=5.0, min_fraction=0.01)
+                          rate=LineRate(interval_s=5.0, min_fraction=0.01))
     for step in range(1, 1001):
         lines.update(step, {"loss": 1.0 / step, "other": 3.0})
     lines.close(1000, {"loss": 0.001})
@@ -76,7 +77,7 @@ def test_short_runs_write_few_lines() -> None:
 
 def test_engine_progress_lines_report_steps_rate_eta_metrics_and_stop_reason() -> None:
     out = io.StringIO()
-    bar = ProgressBar(keys=("loss",), desc="attack", mode="auto", stream=out, interval_s=0.0, min_fraction=0.25)
+    bar = ProgressBar(keys=("loss",), desc="attack", mode="auto", stream=out, rate=LineRate(interval_s=0.0, min_fraction=0.25))
     state = Engine(lambda i: {"loss": 10.0 - i}, hooks=[bar]).run(start=2, total=10)
     assert state.step == 10
     rows = out.getvalue().splitlines()
@@ -91,7 +92,7 @@ def test_engine_progress_lines_report_steps_rate_eta_metrics_and_stop_reason() -
 
 
 def test_engine_progress_off_and_disabled_write_nothing() -> None:
-    for bar in (ProgressBar(mode="off", stream=Tty()), ProgressBar(enabled=False, stream=io.StringIO())):
+    for bar in (ProgressBar(mode="off", stream=Tty()), ProgressBar(mode=False, stream=io.StringIO())):
         Engine(lambda i: {"loss": 1.0}, hooks=[bar]).run(start=0, total=3)
         assert bar.stream.getvalue() == ""
 

@@ -117,7 +117,7 @@ class AttackLoop:
             return attack.step(target, prior, state, i)
 
         engine_hooks: list[Any] = [
-            ProgressBar(keys=PROGRESS_KEYS, desc=attack.name, enabled=self.progress), self.history, self.nan_stop,
+            ProgressBar(keys=PROGRESS_KEYS, desc=attack.name, mode=self.progress), self.history, self.nan_stop,
         ]
         if self.early_stop is not None:
             engine_hooks.append(self.early_stop)

@@ -69,6 +69,27 @@ class Hook(Protocol):
     def after_run(self, state: LoopState) -> None: ...
 
 
+@dataclass(frozen=True)
+class LoopOptions:
+    """How a resumable loop reports and persists itself: the settings that target training, margin
+    ascent, DP-SGD and every attack share (one definition, so each loop takes one argument for them).
+
+    Attributes:
+        log_every: A history row every this many steps (and after the last), ≥ 1.
+        progress: Progress display: a name in :data:`PROGRESS_MODES` or a bool (True = ``auto``,
+            False = ``off``).
+        checkpoint_every: Checkpoint period in steps (0: only at the end of the run).
+        resume: Continue from the loop's checkpoint when there is one (else start fresh).
+        hooks: Extra engine hooks, run after the built-in ones.
+    """
+
+    log_every: int = 1
+    progress: bool | str = False
+    checkpoint_every: int = 0
+    resume: bool = False
+    hooks: tuple[Hook, ...] = ()
+
+
 class BaseHook:
     """No-op hook to subclass."""
 
@@ -165,6 +186,19 @@ def format_metrics(metrics: Mapping[str, float], keys: Sequence[str]) -> str:
     return " ".join(f"{k} {metrics[k]:.3g}" for k in keys if isinstance(metrics.get(k), (int, float)))
 
 
+@dataclass(frozen=True)
+class LineRate:
+    """How often plain progress lines are written: at most one per ``interval_s`` seconds *and* ``min_fraction``.
+
+    Attributes:
+        interval_s: Minimum seconds between lines (≥ 0).
+        min_fraction: Minimum fraction of the total between lines, in [0, 1].
+    """
+
+    interval_s: float = 5.0
+    min_fraction: float = 0.01
+
+
 class ProgressLines:
     """Plain progress lines (no carriage returns), at most one per ``interval_s`` and ``min_fraction``.
 
@@ -179,17 +213,17 @@ class ProgressLines:
         desc: Prefix of every line.
         unit: What a step is called ("step", "epoch", "run").
         keys: Metrics shown, in order.
-        interval_s: Minimum seconds between lines.
-        min_fraction: Minimum fraction of ``total`` between lines.
+        rate: The rate limit (:class:`LineRate`: minimum seconds and fraction of ``total`` between lines).
         stream: Output (default ``sys.stderr`` at construction time).
         clock: Time source (``time.monotonic``; tests pass a fake).
     """
 
     def __init__(self, total: int, *, start: int = 0, desc: str = "", unit: str = "step",
-                 keys: Sequence[str] = (), interval_s: float = 5.0, min_fraction: float = 0.01,
+                 keys: Sequence[str] = (), rate: LineRate | None = None,
                  stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        rate = rate or LineRate()
         self.total, self.start, self.desc, self.unit = int(total), int(start), desc or "progress", unit
-        self.keys, self.interval_s, self.min_fraction = list(keys), float(interval_s), float(min_fraction)
+        self.keys, self.interval_s, self.min_fraction = list(keys), float(rate.interval_s), float(rate.min_fraction)
         self.stream = sys.stderr if stream is None else stream
         self.clock = clock
         self.t0 = self.last_t = clock()
@@ -235,21 +269,21 @@ class ProgressBar(BaseHook):
     Args:
         keys: Metrics shown beside the step count.
         desc: Label.
-        mode: One of :data:`PROGRESS_MODES`; ``auto`` (default) shows a bar on a terminal and
+        mode: One of :data:`PROGRESS_MODES`, or a bool (the ``progress=`` of the callers: True is
+            ``auto``, False is ``off``); ``auto`` (default) shows a bar on a terminal and
             :class:`ProgressLines` when stderr is a file or pipe.
-        enabled: False forces ``off`` (the ``progress=False`` of the callers).
         every: Steps between updates of the bar's metrics.
         unit: What a step is called in ``lines`` ("step", "epoch").
-        interval_s, min_fraction: Rate limit of ``lines`` (see :class:`ProgressLines`).
+        rate: Rate limit of ``lines`` (:class:`LineRate`).
         stream: Output of ``lines`` and of the ``auto`` terminal check (default ``sys.stderr``).
     """
 
-    def __init__(self, *, keys: Sequence[str] = (), desc: str = "", mode: str = "auto", enabled: bool = True,
-                 every: int = 1, unit: str = "step", interval_s: float = 5.0, min_fraction: float = 0.01,
+    def __init__(self, *, keys: Sequence[str] = (), desc: str = "", mode: str | bool = "auto",
+                 every: int = 1, unit: str = "step", rate: LineRate | None = None,
                  stream: TextIO | None = None) -> None:
         self.keys, self.desc, self.every, self.unit = list(keys), desc, max(1, every), unit
-        self.mode = resolve_progress_mode(mode if enabled else "off", stream)
-        self.interval_s, self.min_fraction, self.stream = interval_s, min_fraction, stream
+        self.mode = resolve_progress_mode(mode, stream)
+        self.rate, self.stream = rate or LineRate(), stream
         self.bar: tqdm | None = None
         self.lines: ProgressLines | None = None
 
@@ -259,8 +293,7 @@ class ProgressBar(BaseHook):
                             dynamic_ncols=True, file=self.stream, unit=self.unit)
         elif self.mode == "lines":
             self.lines = ProgressLines(state.total, start=state.step, desc=self.desc, unit=self.unit, keys=self.keys,
-                                       interval_s=self.interval_s, min_fraction=self.min_fraction,
-                                       stream=self.stream)
+                                       rate=self.rate, stream=self.stream)
 
     def after_step(self, state: LoopState) -> None:
         if self.bar is not None:
@@ -299,7 +332,7 @@ def track(items: Iterable[T], *, total: int | None = None, desc: str = "", unit:
     if concrete == "bar":
         yield from tqdm(items, total=n, desc=desc, unit=unit, leave=False, file=stream)
         return
-    lines = ProgressLines(n, desc=desc, unit=unit, interval_s=interval_s, stream=stream)
+    lines = ProgressLines(n, desc=desc, unit=unit, rate=LineRate(interval_s=interval_s), stream=stream)
     done = 0
     for item in items:
         yield item

@@ -342,7 +342,7 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, dp:
             "stop_reason": state.stop_reason})
 
     all_hooks: list[Hook] = [nan_stop, history, ProgressBar(keys=["batch_loss", "train_acc"], desc="dp-sgd",
-                                                            enabled=progress, every=log_steps)]
+                                                            mode=progress, every=log_steps)]
     if ckpt is not None:
         all_hooks.append(_CheckpointHook(_save, every=(checkpoint_every or epochs) * per_epoch, stepper=stepper))
     all_hooks.extend(hooks)

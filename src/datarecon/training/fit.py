@@ -440,7 +440,7 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight
     else:
         all_hooks: list[Hook] = [nan_stop, history, stop_hook,
                                  ProgressBar(keys=["loss", "train_acc", "normalised_margin"],
-                                             desc="train", unit="epoch", enabled=progress,
+                                             desc="train", unit="epoch", mode=progress,
                                              every=max(1, log_every))]
         if ckpt is not None:
             all_hooks.append(_CheckpointHook(_save, every=checkpoint_every or max(epochs, 1), stepper=stepper))
@@ -541,7 +541,7 @@ def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: s
     else:
         all_hooks: list[Hook] = [_Converged(), nan_stop, history,
                                  ProgressBar(keys=["normalised_margin", "step_size"], desc="margin ascent",
-                                             enabled=progress, every=max(1, log_every))]
+                                             mode=progress, every=max(1, log_every))]
         if ckpt is not None:
             all_hooks.append(_AscentCheckpoint(_save, every=checkpoint_every or max(steps, 1)))
         all_hooks.extend(hooks)

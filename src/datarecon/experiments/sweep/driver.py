@@ -243,7 +243,7 @@ def _run_sweep(config: SweepConfig, out: Path, *, sweep_id: str, runs: list[Plan
             "spec": r.spec.model_dump(mode="json"), "updated": time.time()})
 
     # the one progress mechanism of every loop (a bar on a terminal, plain lines in a log), one step per run
-    bar = ProgressBar(keys=(f"best {criterion}", "failed"), desc="sweep", unit="run", enabled=progress)
+    bar = ProgressBar(keys=(f"best {criterion}", "failed"), desc="sweep", unit="run", mode=progress)
     state = LoopState(step=result.skipped, total=len(runs))
     bar.before_run(state)
 
