@@ -28,9 +28,13 @@ import statistics
 import sys
 import time
 import warnings
+from dataclasses import replace
 
 import torch
 from _common import base_parser, results_path, write_results
+
+from datarecon.attacks.base import AttackSetup
+from datarecon.attacks.loop import ATTACK_LOOP
 
 SIZES = {"small": (256, 40), "medium": (1000, 100), "tiny": (32, 8)}
 
@@ -51,13 +55,13 @@ def make_target(width: int, *, dtype: torch.dtype, seed: int = 0):
 def members(target, *, k: int, m: int, steps: int, dtype: str):
     from datarecon.attacks.base import AttackerPrior
     from datarecon.attacks.batched import BatchMember
-    from datarecon.attacks.init import make_init
+    from datarecon.attacks.init import CandidateSpec, make_init
     from datarecon.attacks.kkt import DecoRecoAttack, DecoRecoConfig
 
     prior = AttackerPrior.balanced(m=m, num_outputs=1, input_shape=(3, 32, 32), lower=-0.5, upper=0.5)
     cfg = DecoRecoConfig(steps=steps, dtype=dtype, lr_x=0.555, alpha=19.1, lambda_min=0.498)
     return [BatchMember(attack=DecoRecoAttack(cfg), prior=prior,
-                        x0=make_init("gaussian", m=m, input_shape=(3, 32, 32),
+                        x0=make_init("gaussian", CandidateSpec(m=m, input_shape=(3, 32, 32)),
                                      generator=torch.Generator().manual_seed(j), scale=8.86e-4),
                         generator=torch.Generator().manual_seed(j), seed=j) for j in range(k)]
 
@@ -68,9 +72,10 @@ def run(way: str, target, mem) -> tuple[float, list[torch.Tensor]]:
 
     t0 = time.perf_counter()
     if way == "alone":
-        recs = [run_attack(b.attack, target, b.prior, x0=b.x0, generator=b.generator, progress=False) for b in mem]
+        recs = [run_attack(b.attack, AttackSetup(target, b.prior, b.x0, b.generator),
+                           loop=replace(ATTACK_LOOP, progress=False)) for b in mem]
     else:
-        recs = run_batched(mem, target, mode=way, progress=False)
+        recs = run_batched(mem, target, mode=way, loop=replace(ATTACK_LOOP, progress=False))
     return time.perf_counter() - t0, [r.x for r in recs]
 
 

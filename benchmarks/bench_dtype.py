@@ -27,10 +27,14 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from _common import results_path, write_results
+
+from datarecon.attacks.base import AttackSetup
+from datarecon.attacks.loop import ATTACK_LOOP
 
 
 def train(args, out: Path):
@@ -77,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             args.train_epochs = min(args.train_epochs, 1000)
         out = results_path("dtype", quick=args.quick, out=args.out)
         from datarecon.attacks.base import AttackerPrior, Target
-        from datarecon.attacks.init import make_init
+        from datarecon.attacks.init import CandidateSpec, make_init
         from datarecon.attacks.kkt import KKTAttack, KKTConfig
         from datarecon.attacks.runner import run_attack
         from datarecon.data.selection import load_task
@@ -101,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         m = 2 * n
         lo, hi = norm.model_range()
         prior = AttackerPrior.balanced(m=m, num_outputs=1, input_shape=tuple(target.input_shape), lower=lo, upper=hi)
-        x0 = make_init("gaussian", m=m, input_shape=tuple(target.input_shape), mean=norm.mean.double(),
-                       generator=torch.Generator().manual_seed(args.seed), scale=args.init_scale,
-                       dtype=torch.float64, device=torch.device("cpu"))
+        x0 = make_init("gaussian", CandidateSpec(m=m, input_shape=tuple(target.input_shape), mean=norm.mean.double(),
+                                                 dtype=torch.float64, device=torch.device("cpu")),
+                       generator=torch.Generator().manual_seed(args.seed), scale=args.init_scale)
         print(f"target: {args.dataset} odd-even n={n}, hidden {args.hidden}, train acc "
               f"{tr.metrics.get('train_accuracy', tr.metrics.get('train_acc'))}, trained in {train_s:.1f} s; "
               f"attack m={m}, {steps} steps", flush=True)
@@ -118,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                rec = run_attack(attack, target, prior, x0=x0, generator=torch.Generator().manual_seed(args.seed),
-                                 progress=False, log_every=max(1, steps // 20))
+                rec = run_attack(attack, AttackSetup(target, prior, x0, torch.Generator().manual_seed(args.seed)),
+                                 loop=replace(ATTACK_LOOP, log_every=max(1, steps // 20), progress=False))
             wall = time.perf_counter() - t0
             cand_display = norm.to_display(rec.x.double())
             haim = haim_protocol(cand_display, train_display)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from datarecon.attacks.base import AttackSetup
+from datarecon.attacks.loop import ATTACK_LOOP
+from datarecon.training.fit import FitRecipe
+
 #: fit() settings of the training problem; the tests kill it after epoch 7 of 12 with a checkpoint
 #: every 5 epochs, so the checkpoint holds epoch 5
-FIT = dict(loss="logistic", lr=0.5, momentum=0.5, epochs=12, checkpoint_every=5, tag="legacy-fixture")
+FIT = dict(recipe=FitRecipe(loss="logistic", lr=0.5, momentum=0.5, epochs=12))
+FIT_EVERY, FIT_TAG = 5, "legacy-fixture"
 ATTACK_STEPS, ATTACK_EVERY, ATTACK_KILL = 12, 4, 6
 SHAPE = (1, 4, 4)
 
@@ -29,7 +35,7 @@ def fit_problem() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
 def attack_problem():
     """(attack, target, prior, x0, generator factory) of a 6-candidate KKT run against a fixed MLP."""
     from datarecon.attacks.base import AttackerPrior, Target
-    from datarecon.attacks.init import make_init
+    from datarecon.attacks.init import CandidateSpec, make_init
     from datarecon.attacks.kkt import KKTAttack, KKTConfig
 
     model, _, _ = fit_problem()
@@ -38,7 +44,8 @@ def attack_problem():
                     num_outputs=1, homogeneous=True)
     prior = AttackerPrior.balanced(m=6, num_outputs=1, input_shape=SHAPE, lower=-1.0, upper=1.0)
     attack = KKTAttack(KKTConfig(steps=ATTACK_STEPS, lr_x=0.5, lr_lambda=0.01))
-    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=torch.Generator().manual_seed(0), scale=0.1)
+    x0 = make_init("gaussian", CandidateSpec(m=6, input_shape=SHAPE),
+                   generator=torch.Generator().manual_seed(0), scale=0.1)
     return attack, target, prior, x0
 
 
@@ -47,6 +54,6 @@ def run_attack_problem(out: Path, *, resume: bool = False, hooks=()):
     from datarecon.attacks.runner import run_attack
 
     attack, target, prior, x0 = attack_problem()
-    return run_attack(attack, target, prior, x0=x0, generator=torch.Generator().manual_seed(0),
-                      steps=ATTACK_STEPS, out=out, checkpoint_every=ATTACK_EVERY, resume=resume, progress=False,
-                      log_every=2, seed=0, hooks=hooks)
+    return run_attack(attack, AttackSetup(target, prior, x0, torch.Generator().manual_seed(0), {"seed": 0}),
+                      steps=ATTACK_STEPS, out=out,
+                      loop=replace(ATTACK_LOOP, log_every=2, progress=False, checkpoint_every=ATTACK_EVERY, resume=resume, hooks=hooks))

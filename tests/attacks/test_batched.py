@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 
 from datarecon.attacks import kkt_math
-from datarecon.attacks.base import AttackerPrior
+from datarecon.attacks.base import AttackerPrior, AttackSetup
 from datarecon.attacks.batched import BatchMember, kkt_batched_residual_and_grads, run_batched
-from datarecon.attacks.init import make_init
+from datarecon.attacks.init import CandidateSpec, make_init
 from datarecon.attacks.kkt import DecoRecoAttack, DecoRecoConfig, GradNormAttack, GradNormConfig, KKTAttack, KKTConfig
+from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import load_checkpoint, run_attack
 from datarecon.attacks.selection import ResidualPlateau
 from datarecon.errors import DataReconError
@@ -20,14 +22,16 @@ SHAPE = (1, 4, 4)
 
 
 def _x0(seed: int, m: int = 6, scale: float = 0.1) -> torch.Tensor:
-    return make_init("gaussian", m=m, input_shape=SHAPE, generator=torch.Generator().manual_seed(seed), scale=scale)
+    return make_init("gaussian", CandidateSpec(m=m, input_shape=SHAPE),
+                     generator=torch.Generator().manual_seed(seed), scale=scale)
 
 
 @pytest.mark.parametrize("margin,k", [("binary", 1), ("multiclass", 3), ("regression", 1)])
 def test_batched_gradients_equal_the_single_run_form(make_target, margin, k):
     """Per run: the same residual, hinge and gradients as kkt_math's single-run function (float64)."""
-    from datarecon.attacks.surrogate import make_surrogate
     from torch.func import functional_call
+
+    from datarecon.attacks.surrogate import make_surrogate
 
     target = make_target(k=k, seed=1)
     model = make_surrogate("sigmoid-surrogate", target.model, alpha=20.0)
@@ -41,12 +45,12 @@ def test_batched_gradients_equal_the_single_run_form(make_target, margin, k):
     lam = torch.rand(K, m, generator=g, dtype=torch.float64)
     labels = (torch.randint(0, k, (K, m), generator=g) if margin == "multiclass"
               else torch.randint(0, 2, (K, m), generator=g).double() * 2 - 1)
-    terms, gx, gl = kkt_batched_residual_and_grads(fwd, target.params, x, labels, lam, margin=margin,
-                                                   lambda_min=0.45, lambda_min_weight=5.0)
+    objective = kkt_math.KKTObjective(margin=margin, lambda_min=0.45, lambda_min_weight=5.0, box_weight=0.0)
+    terms, gx, gl = kkt_batched_residual_and_grads(fwd, target.params, x, labels, lam, objective=objective)
     box, box_grad = kkt_math.box_value_and_grad(x.clone(), -0.5, 0.5, run_axis=True)
     for j in range(K):
-        ref, rx, rl = kkt_math.kkt_residual_and_grads(fwd, target.params, x[j], labels[j], lam[j], margin=margin,
-                                                      lambda_min=0.45, lambda_min_weight=5.0)
+        ref, rx, rl = kkt_math.kkt_residual_and_grads(
+            fwd, target.params, x[j], labels[j], lam[j], objective=objective)
         for name in ("loss", "residual", "lambda_hinge"):
             torch.testing.assert_close(terms[name][j], ref[name], rtol=1e-13, atol=1e-15)
         torch.testing.assert_close(gx[j], rx, rtol=1e-12, atol=1e-14)
@@ -64,9 +68,10 @@ def _members(target, prior, out, *, configs, seeds, early=None, cls=DecoRecoAtta
 
 
 def _alone(target, prior, member, out, *, steps=None, resume=False, log_every=10, checkpoint_every=100):
-    return run_attack(member.attack, target, prior, x0=member.x0, generator=member.generator, steps=steps, out=out,
-                      progress=False, seed=member.seed, early_stop=member.early_stop, resume=resume,
-                      log_every=log_every, checkpoint_every=checkpoint_every)
+    return run_attack(member.attack, AttackSetup(target, prior, member.x0, member.generator, {"seed": member.seed}),
+                      steps=steps, out=out,
+                      loop=replace(ATTACK_LOOP, log_every=log_every, progress=False, checkpoint_every=checkpoint_every, resume=resume),
+                      early_stop=member.early_stop)
 
 
 def _history(path):
@@ -86,7 +91,7 @@ def test_batch_equals_the_runs_alone_at_default_settings(target, prior, tmp_path
 
     with pytest.warns(RuntimeWarning, match="diverged"):
         batch = run_batched(_members(target, prior, tmp_path / "batch", configs=configs, seeds=seeds, early=early),
-                            target, mode=mode, progress=False)
+                            target, mode=mode, loop=replace(ATTACK_LOOP, progress=False))
     alone = []
     with pytest.warns(RuntimeWarning, match="diverged"):
         for j, mem in enumerate(_members(target, prior, None, configs=configs, seeds=seeds, early=early)):
@@ -124,7 +129,7 @@ def test_runs_with_other_objectives_share_the_barrier(target, prior, tmp_path):
     members = _members(target, prior, None, configs=cfgs, seeds=[0, 1, 2])
     grad = GradNormAttack(GradNormConfig(dtype="float64", steps=40, lr_x=0.05))
     members.append(BatchMember(attack=grad, prior=prior, x0=_x0(3), generator=torch.Generator().manual_seed(3)))
-    batch = run_batched(members, target, progress=False)
+    batch = run_batched(members, target, loop=replace(ATTACK_LOOP, progress=False))
     fresh = _members(target, prior, None, configs=cfgs, seeds=[0, 1, 2])
     fresh.append(BatchMember(attack=GradNormAttack(grad.config), prior=prior, x0=_x0(3),
                              generator=torch.Generator().manual_seed(3)))
@@ -140,7 +145,7 @@ def test_killed_batch_resumes_bit_identically(target, prior, tmp_path):
 
     def batch(out, *, steps, resume=False):
         return run_batched(_members(target, prior, out, configs=[cfg] * 3, seeds=[0, 1, 2]), target, steps=steps,
-                           resume=resume, checkpoint_every=8, log_every=4, progress=False)
+                           loop=replace(ATTACK_LOOP, log_every=4, progress=False, checkpoint_every=8, resume=resume))
 
     full = batch(tmp_path / "full", steps=60)
     batch(tmp_path / "part", steps=24)  # the state a kill after step 24 leaves (periodic checkpoint)
@@ -164,7 +169,7 @@ def test_a_failed_step_leaves_consistent_checkpoints_and_the_batch_resumes(targe
 
     cfg = DecoRecoConfig(dtype="float64", steps=30)
     full = run_batched(_members(target, prior, tmp_path / "full", configs=[cfg] * 3, seeds=[0, 1, 2]), target,
-                       checkpoint_every=7, progress=False)
+                       loop=replace(ATTACK_LOOP, progress=False, checkpoint_every=7))
     members = _members(target, prior, tmp_path / "part", configs=[cfg] * 3, seeds=[0, 1, 2])
     calls = {"n": 0}
 
@@ -182,12 +187,12 @@ def test_a_failed_step_leaves_consistent_checkpoints_and_the_batch_resumes(targe
     else:
         monkeypatch.setattr(members[1].attack, "apply_gradients", crashing(members[1].attack.apply_gradients))
     with pytest.raises(RuntimeError, match="simulated crash"):
-        run_batched(members, target, checkpoint_every=7, progress=False)
+        run_batched(members, target, loop=replace(ATTACK_LOOP, progress=False, checkpoint_every=7))
     monkeypatch.undo()
     done = [load_checkpoint(tmp_path / "part" / f"run{j}")[1]["steps_done"] for j in range(3)]
     assert done == ([10, 10, 10] if where == "gradients" else [11, 10, 10])
     resumed = run_batched(_members(target, prior, tmp_path / "part", configs=[cfg] * 3, seeds=[0, 1, 2]), target,
-                          checkpoint_every=7, resume=True, progress=False)
+                          loop=replace(ATTACK_LOOP, progress=False, checkpoint_every=7, resume=True))
     for r, f in zip(resumed, full, strict=True):
         assert r.steps_done == 30
         if where == "gradients":
@@ -200,7 +205,7 @@ def test_a_batch_run_directory_resumes_alone(target, prior, tmp_path):
     """The run directories of a batch are ordinary run directories: one resumes with run_attack."""
     cfg = KKTConfig(dtype="float64", steps=40, lr_x=0.5, lr_lambda=0.01)
     members = _members(target, prior, tmp_path / "batch", configs=[cfg] * 2, seeds=[0, 1], cls=KKTAttack)
-    run_batched(members, target, steps=16, progress=False, checkpoint_every=8)
+    run_batched(members, target, steps=16, loop=replace(ATTACK_LOOP, progress=False, checkpoint_every=8))
     mem = _members(target, prior, None, configs=[cfg] * 2, seeds=[0, 1], cls=KKTAttack)[1]
     resumed = _alone(target, prior, mem, tmp_path / "batch" / "run1", resume=True, checkpoint_every=8)
     straight = _alone(target, prior, _members(target, prior, None, configs=[cfg] * 2, seeds=[0, 1],
@@ -219,4 +224,4 @@ def test_misuse(target, prior):
     members = _members(target, prior, None, configs=[KKTConfig(steps=3)] * 2, seeds=[0, 1], cls=KKTAttack)
     members[1] = BatchMember(attack=members[1].attack, prior=bad, x0=_x0(1, m=2), generator=torch.Generator())
     with pytest.raises(DataReconError, match="float labels"):
-        run_batched(members, target, progress=False)
+        run_batched(members, target, loop=replace(ATTACK_LOOP, progress=False))

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 from torch import nn
 
-from datarecon.attacks.base import AttackerPrior, Target
+from datarecon.attacks.base import AttackerPrior, AttackSetup, Target
 from datarecon.attacks.dynamics import DynamicsAttack, DynamicsConfig, Schedule, memory_estimate, simulate
 from datarecon.attacks.knowledge import KnownInit, KnownRecipe, RecipeSettings, init_digest, resolve_recipe
+from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import run_attack
 from datarecon.errors import DataReconError
 from datarecon.kernel.step import Recipe
-from datarecon.training.fit import fit
+from datarecon.training.fit import FitRecipe, fit
 
 N, SHAPE = 6, (1, 3, 4)
 
@@ -35,8 +37,8 @@ def _trained(dtype: torch.dtype = torch.float32, *, batch_size: int = 4, momentu
     model = _net(dtype)
     init = {k: v.detach().clone() for k, v in model.named_parameters()}
     x, y = _data(dtype)
-    fit(model, x, y, loss="logistic", weight_decay=1e-3, lr=0.2, momentum=momentum, epochs=epochs,
-        batch_size=batch_size, batch_seed=5)
+    fit(model, x, y, recipe=FitRecipe(loss="logistic", weight_decay=1e-3, lr=0.2, momentum=momentum, epochs=epochs,
+                                      batch_size=batch_size, seed=5))
     target = Target(model=copy.deepcopy(model), params={k: v.detach().clone() for k, v in model.named_parameters()},
                     loss="logistic", weight_decay=1e-3, input_shape=SHAPE, num_outputs=1, homogeneous=False)
     recipe = KnownRecipe(n=N, batch_size=batch_size, epochs=epochs, lr=0.2, momentum=momentum, order_seed=5,
@@ -98,12 +100,12 @@ def test_a_resumed_attack_is_bit_identical(tmp_path, unknown: tuple[str, ...]) -
                                                                       known=("momentum", "batch_size", "epochs")))
     x0 = torch.rand(x.shape, generator=torch.Generator().manual_seed(9))
     attack = DynamicsAttack(DynamicsConfig(steps=6, lr_x=0.05))
-    whole = run_attack(attack, target, prior, x0=x0, generator=torch.Generator().manual_seed(3), out=tmp_path / "a",
-                       checkpoint_every=2, progress=False)
-    run_attack(attack, target, prior, x0=x0, generator=torch.Generator().manual_seed(3), out=tmp_path / "b",
-               steps=3, checkpoint_every=2, progress=False)
-    resumed = run_attack(attack, target, prior, x0=x0, generator=torch.Generator().manual_seed(3),
-                         out=tmp_path / "b", steps=6, checkpoint_every=2, progress=False, resume=True)
+    whole = run_attack(attack, AttackSetup(target, prior, x0, torch.Generator().manual_seed(3)), out=tmp_path / "a",
+                       loop=replace(ATTACK_LOOP, progress=False, checkpoint_every=2))
+    run_attack(attack, AttackSetup(target, prior, x0, torch.Generator().manual_seed(3)), steps=3, out=tmp_path / "b",
+               loop=replace(ATTACK_LOOP, progress=False, checkpoint_every=2))
+    resumed = run_attack(attack, AttackSetup(target, prior, x0, torch.Generator().manual_seed(3)), steps=6,
+                         out=tmp_path / "b", loop=replace(ATTACK_LOOP, progress=False, checkpoint_every=2, resume=True))
     assert torch.equal(whole.x, resumed.x) and whole.steps_done == resumed.steps_done == 6
     assert whole.history[-1]["cosine"] == resumed.history[-1]["cosine"]
     if unknown:
@@ -113,8 +115,9 @@ def test_a_resumed_attack_is_bit_identical(tmp_path, unknown: tuple[str, ...]) -
 def test_the_attack_descends_on_its_objective() -> None:
     target, prior, x, y, init = _trained()
     x0 = torch.rand(x.shape, generator=torch.Generator().manual_seed(9))
-    rec = run_attack(DynamicsAttack(DynamicsConfig(steps=30, lr_x=0.05, box_weight=0.0)), target, prior, x0=x0,
-                     generator=torch.Generator().manual_seed(3), progress=False, log_every=1)
+    rec = run_attack(DynamicsAttack(DynamicsConfig(steps=30, lr_x=0.05, box_weight=0.0)),
+                     AttackSetup(target, prior, x0, torch.Generator().manual_seed(3)),
+                     loop=replace(ATTACK_LOOP, log_every=1, progress=False))
     assert rec.history[-1]["cosine"] > rec.history[0]["cosine"] + 0.05
 
 

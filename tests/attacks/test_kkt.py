@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import pytest
 import torch
 from torch import nn
 
-from datarecon.attacks.base import ATTACKS, AttackerPrior, Target
-from datarecon.attacks.init import make_init
+from datarecon.attacks.base import ATTACKS, AttackerPrior, AttackSetup, Target
+from datarecon.attacks.init import CandidateSpec, make_init
 from datarecon.attacks.kkt import (
     DecoRecoAttack,
     DecoRecoConfig,
@@ -19,6 +20,7 @@ from datarecon.attacks.kkt import (
     KKTConfig,
     resolve_formulation,
 )
+from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import run_attack
 from datarecon.config import build_config
 from datarecon.errors import DataReconError
@@ -45,7 +47,8 @@ def test_planted_linear_recovery(m):
     x0 = x_true + 0.05 * torch.randn(x_true.shape, generator=g, dtype=torch.float64)
     cfg = KKTConfig(steps=300, lr_x=1.0, lr_lambda=0.0, lambda_init="ones", lambda_min=0.5, momentum=0.5,
                     dtype="float64")  # a 1e-12 planted-solution test needs float64
-    rec = run_attack(KKTAttack(cfg), target, prior, x0=x0, generator=g, progress=False, log_every=300)
+    rec = run_attack(KKTAttack(cfg), AttackSetup(target, prior, x0, g),
+                     loop=replace(ATTACK_LOOP, log_every=300, progress=False))
     assert rec.history[-1]["residual"] < 1e-12 * max(rec.history[0]["residual"], 1e-30) + 1e-20
     err0, err = (x0 - x_true).norm(), (rec.x - x_true).norm()
     if m == 1:
@@ -59,8 +62,9 @@ def test_deterministic_by_seed(make_target, prior):
 
     def once(seed):
         g = torch.Generator().manual_seed(seed)
-        x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=g, scale=0.1)
-        return run_attack(KKTAttack(KKTConfig(steps=5, lr_x=0.5)), target, prior, x0=x0, generator=g, progress=False)
+        x0 = make_init("gaussian", CandidateSpec(m=6, input_shape=SHAPE), generator=g, scale=0.1)
+        return run_attack(KKTAttack(KKTConfig(steps=5, lr_x=0.5)), AttackSetup(target, prior, x0, g),
+                          loop=replace(ATTACK_LOOP, progress=False))
 
     a, b, c = once(1), once(1), once(2)
     assert torch.equal(a.x, b.x) and torch.equal(a.multipliers, b.multipliers)
@@ -70,9 +74,9 @@ def test_deterministic_by_seed(make_target, prior):
 def test_kkt_lowers_the_objective(make_target, prior):
     target = make_target()
     g = torch.Generator().manual_seed(0)
-    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=g, scale=0.1)
-    rec = run_attack(KKTAttack(KKTConfig(steps=60, lr_x=0.5, lr_lambda=0.01)), target, prior, x0=x0, generator=g,
-                     progress=False, log_every=1)
+    x0 = make_init("gaussian", CandidateSpec(m=6, input_shape=SHAPE), generator=g, scale=0.1)
+    rec = run_attack(KKTAttack(KKTConfig(steps=60, lr_x=0.5, lr_lambda=0.01)), AttackSetup(target, prior, x0, g),
+                     loop=replace(ATTACK_LOOP, log_every=1, progress=False))
     assert rec.history[-1]["loss"] < 0.9 * rec.history[0]["loss"]
 
 
@@ -80,14 +84,15 @@ def test_decoreco_multiclass_and_regression(make_target):
     tgt = make_target(k=3, loss="cross-entropy")
     prior = AttackerPrior.balanced(m=6, num_outputs=3, input_shape=SHAPE, lower=-1.0, upper=1.0)
     g = torch.Generator().manual_seed(0)
-    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=g, scale=0.1)
+    x0 = make_init("gaussian", CandidateSpec(m=6, input_shape=SHAPE), generator=g, scale=0.1)
     attack = DecoRecoAttack(DecoRecoConfig(steps=30, lr_x=0.1, lr_lambda=0.05))
-    rec = run_attack(attack, tgt, prior, x0=x0, generator=g, progress=False, log_every=1)
+    rec = run_attack(attack, AttackSetup(tgt, prior, x0, g), loop=replace(ATTACK_LOOP, log_every=1, progress=False))
     assert rec.summary["formulation"] == "multiclass" and rec.history[-1]["loss"] < rec.history[0]["loss"]
     reg = make_target(loss="mse", weight_decay=7.5e-4)
     prior1 = AttackerPrior.balanced(m=6, num_outputs=1, input_shape=SHAPE, lower=-1.0, upper=1.0)
     cfg = DecoRecoConfig(steps=30, lr_x=0.5, lambda_init="uniform-signed", lr_lambda=0.01)
-    rec = run_attack(DecoRecoAttack(cfg), reg, prior1, x0=x0, generator=g, progress=False, log_every=1)
+    rec = run_attack(DecoRecoAttack(cfg), AttackSetup(reg, prior1, x0, g),
+                     loop=replace(ATTACK_LOOP, log_every=1, progress=False))
     assert rec.summary["formulation"] == "regression"
     assert rec.history[-1]["lambda_hinge"] == 0.0 and rec.history[-1]["loss"] < rec.history[0]["loss"]
     assert rec.summary["selection"]["lambda_at_min"]["value"] <= 1.0
@@ -96,9 +101,9 @@ def test_decoreco_multiclass_and_regression(make_target):
 def test_gradnorm_lowers_gradient_norm(make_target, prior):
     target = make_target(weight_decay=1e-2)
     g = torch.Generator().manual_seed(0)
-    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=g, scale=0.1)
-    rec = run_attack(GradNormAttack(GradNormConfig(steps=30, lr_x=0.5)), target, prior, x0=x0, generator=g,
-                     progress=False, log_every=1)
+    x0 = make_init("gaussian", CandidateSpec(m=6, input_shape=SHAPE), generator=g, scale=0.1)
+    rec = run_attack(GradNormAttack(GradNormConfig(steps=30, lr_x=0.5)), AttackSetup(target, prior, x0, g),
+                     loop=replace(ATTACK_LOOP, log_every=1, progress=False))
     assert rec.history[-1]["residual"] < rec.history[0]["residual"]
     assert torch.equal(rec.multipliers, torch.ones(6, dtype=torch.float64))
 
@@ -106,13 +111,15 @@ def test_gradnorm_lowers_gradient_norm(make_target, prior):
 def test_warns_on_non_homogeneous_target(make_target, prior):
     target = make_target(bias=True)
     g = torch.Generator().manual_seed(0)
-    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=g, scale=0.1)
+    x0 = make_init("gaussian", CandidateSpec(m=6, input_shape=SHAPE), generator=g, scale=0.1)
     with pytest.warns(UserWarning, match="not homogeneous"):
-        rec = run_attack(KKTAttack(KKTConfig(steps=1)), target, prior, x0=x0, generator=g, progress=False)
+        rec = run_attack(KKTAttack(KKTConfig(steps=1)), AttackSetup(target, prior, x0, g),
+                         loop=replace(ATTACK_LOOP, progress=False))
     assert any("homogeneous" in n for n in rec.summary["notes"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        run_attack(KKTAttack(KKTConfig(steps=1)), make_target(), prior, x0=x0, generator=g, progress=False)
+        run_attack(KKTAttack(KKTConfig(steps=1)), AttackSetup(make_target(), prior, x0, g),
+                   loop=replace(ATTACK_LOOP, progress=False))
 
 
 def test_auto_formulation(make_target):
@@ -123,10 +130,10 @@ def test_auto_formulation(make_target):
 
 def test_misuse_errors(make_target, prior):
     g = torch.Generator().manual_seed(0)
-    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=g, scale=0.1)
+    x0 = make_init("gaussian", CandidateSpec(m=6, input_shape=SHAPE), generator=g, scale=0.1)
     with pytest.raises(DataReconError, match="needs a multi-output model"):
-        run_attack(KKTAttack(KKTConfig(steps=1, formulation="multiclass")), make_target(), prior, x0=x0,
-                   generator=g, progress=False)
+        run_attack(KKTAttack(KKTConfig(steps=1, formulation="multiclass")), AttackSetup(make_target(), prior, x0, g),
+                   loop=replace(ATTACK_LOOP, progress=False))
     with pytest.raises(DataReconError, match="unknown formulation 'hinge'; valid names: binary, multiclass, regression"):
         build_config(KKTConfig, {"formulation": "hinge"})
     with pytest.raises(DataReconError, match="unknown optimizer 'rmsprop'; valid names: adam, sgd"):
@@ -150,7 +157,7 @@ def test_step_gradient_equals_full_autograd_objective(make_target, prior, box_we
     objective L = R + w_box·box + w_λ·hinge would (SGD without momentum, float64)."""
     target = make_target()
     g = torch.Generator().manual_seed(4)
-    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=g, scale=2.0, dtype=torch.float64)
+    x0 = make_init("gaussian", CandidateSpec(m=6, input_shape=SHAPE, dtype=torch.float64), generator=g, scale=2.0)
     cfg = KKTConfig(steps=1, lr_x=0.1, lr_lambda=0.05, momentum=0.0, box_weight=box_weight, dtype="float64")
     attack = KKTAttack(cfg)
     with warnings.catch_warnings():
@@ -187,7 +194,8 @@ def test_functional_relu_is_reported_when_a_surrogate_is_asked_for(prior):
     assert count_functional_relus(nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU())) == 0
     target = Target(model=model, params={k: v.detach() for k, v in model.named_parameters()}, loss="logistic",
                     weight_decay=0.0, input_shape=SHAPE, num_outputs=1, homogeneous=True)
-    x0 = make_init("gaussian", m=6, input_shape=SHAPE, generator=torch.Generator().manual_seed(0), scale=0.1)
+    x0 = make_init("gaussian", CandidateSpec(m=6, input_shape=SHAPE),
+                   generator=torch.Generator().manual_seed(0), scale=0.1)
     with pytest.warns(UserWarning, match="applies ReLU as a function.*nn.ReLU modules"):
         KKTAttack(KKTConfig(steps=1)).init_state(target, prior, x0=x0, generator=torch.Generator())
     with warnings.catch_warnings():
@@ -200,10 +208,12 @@ def test_formulation_auto_is_the_default_of_the_kkt_family(make_target):
     assert KKTConfig().formulation == "auto" and DecoRecoConfig().formulation == "auto"
     target = make_target(k=3)
     prior = AttackerPrior.balanced(m=6, num_outputs=3, input_shape=(1, 4, 4), lower=-1.0, upper=1.0)
-    x0 = make_init("gaussian", m=6, input_shape=(1, 4, 4), generator=torch.Generator().manual_seed(0), scale=0.1)
+    x0 = make_init("gaussian", CandidateSpec(m=6, input_shape=(1, 4, 4)),
+                   generator=torch.Generator().manual_seed(0), scale=0.1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        rec = run_attack(KKTAttack(KKTConfig(steps=3, lr_x=0.1)), target, prior, x0=x0,
-                         generator=torch.Generator().manual_seed(0), progress=False)
+        rec = run_attack(KKTAttack(KKTConfig(steps=3, lr_x=0.1)),
+                         AttackSetup(target, prior, x0, torch.Generator().manual_seed(0)),
+                         loop=replace(ATTACK_LOOP, progress=False))
     assert rec.summary["formulation"] == "multiclass" and rec.steps_done == 3
     assert KKTAttack(KKTConfig()).formulation(make_target()) == "binary"  # Haim's setting stays binary

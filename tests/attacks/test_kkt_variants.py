@@ -4,13 +4,16 @@ independent references, and bit-identical resume of every new attack and option.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 
 import pytest
 import torch
 from torch import nn
 
 from datarecon.attacks import kkt_math
+from datarecon.attacks.base import AttackSetup
 from datarecon.attacks.kkt import KKTAttack, KKTConfig
+from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import run_attack
 from datarecon.attacks.subspace import DenseLayer, RankEstimate, Spectrum, SubspaceAnalysis, analyse
 
@@ -27,8 +30,8 @@ def _identity_analysis(d: int = 16) -> SubspaceAnalysis:
 def _run(target, prior, config, *, steps=12, x0=None):
     x0 = x0 if x0 is not None else torch.randn(prior.m, *SHAPE, generator=torch.Generator().manual_seed(1),
                                                dtype=torch.float64) * 0.3
-    return run_attack(KKTAttack(config), target, prior, x0=x0, generator=torch.Generator().manual_seed(0),
-                      steps=steps, progress=False)
+    return run_attack(KKTAttack(config), AttackSetup(target, prior, x0, torch.Generator().manual_seed(0)), steps=steps,
+                      loop=replace(ATTACK_LOOP, progress=False))
 
 
 def test_subspace_with_the_identity_basis_is_the_plain_attack_bit_for_bit(target, prior):
@@ -144,7 +147,7 @@ VARIANTS = {
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_new_attacks_resume_bit_identically(kill_after, digits_model, tmp_path, variant):
     from datarecon.attacks.runner import load_checkpoint
-    from datarecon.experiments.reconstruct import build_run, execute
+    from datarecon.experiments.reconstruct import RunOptions, build_run, execute
     from datarecon.utils.io import load_tensors
 
     attack, knowledge, init = VARIANTS[variant]
@@ -154,11 +157,11 @@ def test_new_attacks_resume_bit_identically(kill_after, digits_model, tmp_path, 
     if knowledge:
         fields["knowledge"] = knowledge
     run = build_run(fields)
-    full = execute(run, tmp_path / "full", progress=False)
+    full = execute(run, tmp_path / "full", RunOptions(progress=False))
     with pytest.raises(KeyboardInterrupt):
-        execute(run, tmp_path / "part", progress=False, hooks=[kill_after(7)])
+        execute(run, tmp_path / "part", RunOptions(progress=False, hooks=[kill_after(7)]))
     assert load_checkpoint(tmp_path / "part")[1]["steps_done"] == 7  # Ctrl-C saves where it stopped
-    resumed = execute(run, tmp_path / "part", progress=False, resume=True)
+    resumed = execute(run, tmp_path / "part", RunOptions(progress=False, resume=True))
     assert torch.equal(resumed.x, full.x) and torch.equal(resumed.multipliers, full.multipliers)
     read = lambda p: (p / "history.jsonl").read_text()  # noqa: E731
     assert read(tmp_path / "part") == read(tmp_path / "full")
@@ -180,7 +183,7 @@ def test_subspace_default_follows_the_attackers_knowledge(digits_model, tmp_path
     import json
 
     from datarecon.attacks.subspace import load_analysis
-    from datarecon.experiments.reconstruct import build_run, execute
+    from datarecon.experiments.reconstruct import RunOptions, build_run, execute
 
     attack = {"method": "kkt", "steps": 6, "lr_x": 0.05, "lambda_min": 0.2, "dtype": "float64"}
     if subspace is not None:
@@ -189,7 +192,7 @@ def test_subspace_default_follows_the_attackers_knowledge(digits_model, tmp_path
     if knowledge:
         fields["knowledge"] = knowledge
     out = tmp_path / "run"
-    rec = execute(build_run(fields), out, progress=False)
+    rec = execute(build_run(fields), out, RunOptions(progress=False))
     record = json.loads((out / "run.json").read_text())
     assert record["knowledge"]["subspace_candidates"] is expected
     basis = load_analysis(out / "subspace.safetensors")["basis"].to(torch.float64)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 
-from datarecon.attacks.init import make_init
+from datarecon.attacks.base import AttackSetup
+from datarecon.attacks.init import CandidateSpec, make_init
 from datarecon.attacks.kkt import KKTAttack, KKTConfig
-from datarecon.attacks.loop import AttackLoop
+from datarecon.attacks.loop import ATTACK_LOOP, AttackLoop
 from datarecon.attacks.run_directory import HISTORY, RUN_JSON, RunDirectory, read_run
 from datarecon.attacks.runner import run_attack
 from datarecon.attacks.selection import ResidualPlateau
@@ -20,7 +22,8 @@ SHAPE = (1, 4, 4)
 
 
 def _x0():
-    return make_init("gaussian", m=6, input_shape=SHAPE, generator=torch.Generator().manual_seed(0), scale=0.1)
+    return make_init("gaussian", CandidateSpec(m=6, input_shape=SHAPE),
+                     generator=torch.Generator().manual_seed(0), scale=0.1)
 
 
 def _attack(steps=12):
@@ -32,12 +35,12 @@ def test_loop_alone_writes_nothing_and_equals_run_attack(target, prior, tmp_path
     attack = _attack()
     state = attack.init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0))
     rows = []
-    loop = AttackLoop(attack, target, prior, state, sink=rows.append, log_every=3, progress=False)
+    loop = AttackLoop(attack, target, prior, state, sink=rows.append, loop=replace(ATTACK_LOOP, log_every=3, progress=False))
     rec = loop.result(loop.run(start=0, total=12, elapsed_s=0.0))
     assert list(tmp_path.iterdir()) == []
     assert rec.status == Status.COMPLETE and rec.steps_done == 12 and rows == rec.history
-    ref = run_attack(_attack(), target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0), steps=12,
-                     out=tmp_path / "run", progress=False, log_every=3)
+    ref = run_attack(_attack(), AttackSetup(target, prior, _x0(), torch.Generator().manual_seed(0)), steps=12,
+                     out=tmp_path / "run", loop=replace(ATTACK_LOOP, log_every=3, progress=False))
     assert torch.equal(rec.x, ref.x) and torch.equal(rec.multipliers, ref.multipliers)
     assert rec.history == ref.history and rec.summary["final"] == ref.summary["final"]
     history = [json.loads(line) for line in (tmp_path / "run" / HISTORY).read_text().splitlines()]
@@ -48,22 +51,22 @@ def test_loop_reports_early_stop_and_divergence_without_files(target, prior):
     attack = _attack(200)
     state = attack.init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0))
     loop = AttackLoop(attack, target, prior, state, early_stop=ResidualPlateau(patience=5, rel_tol=0.5),
-                      progress=False)
+                      loop=replace(ATTACK_LOOP, progress=False))
     assert loop.checkpoint_status() == Status.RUNNING
     rec = loop.result(loop.run(start=0, total=200, elapsed_s=0.0))
     assert rec.status == Status.STOPPED_EARLY and rec.steps_done < 200
     assert loop.checkpoint_status() == Status.STOPPED_EARLY and loop.early_stop_state()
     bad = KKTAttack(KKTConfig(steps=30, lr_x=1e30, lr_lambda=1e30))
     state = bad.init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0))
-    loop = AttackLoop(bad, target, prior, state, progress=False)
+    loop = AttackLoop(bad, target, prior, state, loop=replace(ATTACK_LOOP, progress=False))
     rec = loop.result(loop.run(start=0, total=30, elapsed_s=0.0))
     assert rec.status == Status.DIVERGED and "diverged" in rec.summary["message"]
     assert all(bool(torch.isfinite(v).all()) for v in state.values() if v.is_floating_point())
 
 
 def test_run_directory_round_trip_and_refusal(target, prior, tmp_path):
-    run_attack(_attack(), target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0), steps=12,
-               out=tmp_path / "run", progress=False, log_every=3, checkpoint_every=4)
+    run_attack(_attack(), AttackSetup(target, prior, _x0(), torch.Generator().manual_seed(0)), steps=12,
+               out=tmp_path / "run", loop=replace(ATTACK_LOOP, log_every=3, progress=False, checkpoint_every=4))
     _, meta = read_run(tmp_path / "run")
     d = RunDirectory(tmp_path / "run", {"model_dir": meta["model_dir"]})
     ckpt = d.resume(key=meta["resume_key"], chash=meta["config_hash"])

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from datarecon.attacks.base import AttackerPrior, Target
-from datarecon.attacks.init import make_init
+from datarecon.attacks.base import AttackerPrior, AttackSetup, Target
+from datarecon.attacks.init import CandidateSpec, make_init
 from datarecon.attacks.kkt import KKTAttack, KKTConfig
+from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import load_checkpoint, resume_key, run_attack, save_checkpoint
 from datarecon.attacks.selection import ResidualPlateau
 from datarecon.errors import DataReconError
@@ -19,15 +21,18 @@ SHAPE = (1, 4, 4)
 
 
 def _x0(seed: int = 0) -> torch.Tensor:
-    return make_init("gaussian", m=6, input_shape=SHAPE, generator=torch.Generator().manual_seed(seed), scale=0.1)
+    return make_init("gaussian", CandidateSpec(m=6, input_shape=SHAPE),
+                     generator=torch.Generator().manual_seed(seed), scale=0.1)
 
 
 def _run(target, prior, out: Path, *, steps: int = 12, x0=None, seed: int = 0, resume: bool = False,
          early_stop=None):
     attack = KKTAttack(KKTConfig(steps=steps, lr_x=0.5, lr_lambda=0.01))
-    return run_attack(attack, target, prior, x0=_x0() if x0 is None else x0,
-                      generator=torch.Generator().manual_seed(seed), out=out, checkpoint_every=4, resume=resume,
-                      progress=False, log_every=3, early_stop=early_stop)
+    return run_attack(attack,
+                      AttackSetup(target, prior, _x0() if x0 is None else x0, torch.Generator().manual_seed(seed)),
+                      out=out,
+                      loop=replace(ATTACK_LOOP, log_every=3, progress=False, checkpoint_every=4, resume=resume),
+                      early_stop=early_stop)
 
 
 def _nudged(target: Target) -> Target:
@@ -115,9 +120,9 @@ def test_finished_bilevel_run_keeps_its_final_losses(tmp_path) -> None:
     x0 = torch.rand(4, 1, 3, 3, generator=g, dtype=torch.float64) - 0.5
 
     def run(resume: bool):
-        return run_attack(BilevelAttack(BilevelConfig(steps=3)), target, prior, x0=x0,
-                          generator=torch.Generator().manual_seed(0), out=tmp_path / "b", resume=resume,
-                          progress=False)
+        return run_attack(BilevelAttack(BilevelConfig(steps=3)),
+                          AttackSetup(target, prior, x0, torch.Generator().manual_seed(0)), out=tmp_path / "b",
+                          loop=replace(ATTACK_LOOP, progress=False, resume=resume))
 
     first = run(False)
     before = (tmp_path / "b" / "run.json").read_bytes()

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 
-from datarecon.attacks.init import make_init
+from datarecon.attacks.base import AttackSetup
+from datarecon.attacks.init import CandidateSpec, make_init
 from datarecon.attacks.kkt import GradNormAttack, GradNormConfig, KKTAttack, KKTConfig
+from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import load_checkpoint, read_run, run_attack
 from datarecon.attacks.selection import ResidualPlateau
 from datarecon.errors import DataReconError
@@ -17,14 +20,17 @@ SHAPE = (1, 4, 4)
 
 
 def _x0(seed=0, m=6):
-    return make_init("gaussian", m=m, input_shape=SHAPE, generator=torch.Generator().manual_seed(seed), scale=0.1)
+    return make_init("gaussian", CandidateSpec(m=m, input_shape=SHAPE),
+                     generator=torch.Generator().manual_seed(seed), scale=0.1)
 
 
 def _run(target, prior, out, *, steps=20, seed=0, hooks=(), resume=False, config=None, early_stop=None):
     attack = KKTAttack(config or KKTConfig(steps=steps, lr_x=0.5, lr_lambda=0.01))
-    return run_attack(attack, target, prior, x0=_x0(seed), generator=torch.Generator().manual_seed(seed),
-                      steps=steps, out=out, checkpoint_every=4, resume=resume, progress=False, log_every=3,
-                      seed=seed, hooks=hooks, early_stop=early_stop)
+    return run_attack(attack,
+                      AttackSetup(target, prior, _x0(seed), torch.Generator().manual_seed(seed), {"seed": seed}),
+                      steps=steps, out=out,
+                      loop=replace(ATTACK_LOOP, log_every=3, progress=False, checkpoint_every=4, resume=resume, hooks=hooks),
+                      early_stop=early_stop)
 
 
 def test_run_directory_contract(target, prior, tmp_path):
@@ -93,8 +99,8 @@ def test_resume_with_other_config_is_refused(target, prior, tmp_path):
 def test_divergence_keeps_last_finite_state(target, prior, tmp_path):
     attack = KKTAttack(KKTConfig(steps=30, lr_x=1e150, lr_lambda=0.0))
     with pytest.warns(RuntimeWarning, match="diverged at step .* lower lr_x, lr_lambda or the surrogate sharpness alpha"):
-        rec = run_attack(attack, target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0),
-                         out=tmp_path / "run", progress=False)
+        rec = run_attack(attack, AttackSetup(target, prior, _x0(), torch.Generator().manual_seed(0)),
+                         out=tmp_path / "run", loop=replace(ATTACK_LOOP, progress=False))
     assert rec.status == "diverged" and rec.steps_done < 30
     assert torch.isfinite(rec.x).all()
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
@@ -111,12 +117,13 @@ def test_misuse(target, prior):
     attack = GradNormAttack(GradNormConfig(steps=1))
     g = torch.Generator().manual_seed(0)
     with pytest.raises(DataReconError, match=r"x0 has shape \(6, 1, 2, 2\)"):
-        run_attack(attack, target, prior, x0=torch.zeros(6, 1, 2, 2), generator=g, progress=False)
+        run_attack(attack, AttackSetup(target, prior, torch.zeros(6, 1, 2, 2), g),
+                   loop=replace(ATTACK_LOOP, progress=False))
     from datarecon.attacks.base import AttackerPrior
 
     bad = AttackerPrior(labels=torch.tensor([0, 1]), input_shape=SHAPE)
     with pytest.raises(DataReconError, match="single-output model needs float labels"):
-        run_attack(attack, target, bad, x0=_x0(m=2), generator=g, progress=False)
+        run_attack(attack, AttackSetup(target, bad, _x0(m=2), g), loop=replace(ATTACK_LOOP, progress=False))
 
 
 def test_resuming_a_finished_run_keeps_its_checkpoint_metrics(target, prior, tmp_path):

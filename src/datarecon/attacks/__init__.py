@@ -16,11 +16,12 @@ feeds the CLI's ``--method`` errors, the run file's attack union
 
 from __future__ import annotations
 
-from datarecon.attacks.base import ATTACKS, AttackerPrior, IterativeAttack, Reconstruction, Target
+from datarecon.attacks.base import ATTACKS, AttackerPrior, AttackSetup, IterativeAttack, Reconstruction, Target
 from datarecon.attacks.bilevel import BilevelAttack
 from datarecon.attacks.dynamics import DynamicsAttack
-from datarecon.attacks.init import INITS, InitSources, init_labels, make_init
+from datarecon.attacks.init import INITS, CandidateSpec, InitSources, init_labels, make_init
 from datarecon.attacks.kkt import DecoRecoAttack, GradNormAttack, KKTAttack, LooAttack
+from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import run_attack
 
 # the one place attacks are registered (a new attack adds its line here)
@@ -31,5 +32,5 @@ ATTACKS.register("bilevel", BilevelAttack)
 ATTACKS.register("loo", LooAttack)
 ATTACKS.register("dynamics", DynamicsAttack)
 
-__all__ = ["ATTACKS", "INITS", "AttackerPrior", "InitSources", "IterativeAttack", "Reconstruction", "Target",
-           "init_labels", "make_init", "run_attack"]
+__all__ = ["ATTACKS", "ATTACK_LOOP", "INITS", "AttackSetup", "AttackerPrior", "CandidateSpec", "InitSources",
+           "IterativeAttack", "Reconstruction", "Target", "init_labels", "make_init", "run_attack"]

@@ -151,11 +151,11 @@ class Target:
 
         Raises:
             DataReconError: the target has no value range (model directories: use
-                :func:`datarecon.experiments.reconstruct.prepare_attack`), or m < 1.
+                :func:`datarecon.experiments.reconstruct.prepare`), or m < 1.
         """
         if self.value_range is None:
             raise DataReconError("this target has no value_range; build it with Target.from_module(..., value_range=...) "
-                                 "or use prepare_attack for a model directory")
+                                 "or use experiments.reconstruct.prepare for a model directory")
         lo, hi = self.value_range
         return AttackerPrior.balanced(m=m, num_outputs=self.num_outputs, input_shape=self.input_shape,
                                       lower=lo, upper=hi, proportions=proportions)
@@ -282,6 +282,27 @@ class Reconstruction:
     summary: dict[str, Any] = field(default_factory=dict)
     status: str = Status.COMPLETE
     steps_done: int = 0
+
+
+@dataclass(frozen=True)
+class AttackSetup:
+    """What one attack run starts from: the attacker's view of the target, its prior, x₀ and its randomness.
+
+    Attributes:
+        target: the attacked model (θ*, architecture, loss, weight decay).
+        prior: labels (m,), input shape and pixel box (model input space).
+        x0: (m, C, H, W) initial candidates in model input space (:func:`datarecon.attacks.init.make_init`).
+        generator: the run's seeded generator (the attack's own initial state, e.g. λ₀); its state
+            is checkpointed with the run.
+        record: what run.json records about the set-up besides the attack (e.g. the seed, the init
+            name and parameters, m, the device).
+    """
+
+    target: Target
+    prior: AttackerPrior
+    x0: torch.Tensor
+    generator: torch.Generator
+    record: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Attack(Protocol):

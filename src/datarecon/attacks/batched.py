@@ -2,11 +2,12 @@
 
 Each run keeps everything a run executed alone has: its own x₀, λ₀ and generator, its own
 optimiser buffers, its own early stop, NaN stop, checkpoint, ``history.jsonl`` and ``run.json``.
-Each run is driven by the ordinary :func:`datarecon.attacks.runner.run_attack` (one thread per run,
-so every run directory, checkpoint and resume rule is the single-run one: a batch killed and
-resumed continues each run from its own checkpoint, and a run directory written in a batch can be
-resumed alone). The only shared thing is the step: a barrier waits until every run that is still
-going has asked for its next step, then computes those steps together:
+Each run is opened as :func:`datarecon.attacks.runner.run_attack` opens a single run, and the K
+runs go through the one attack loop (:func:`datarecon.attacks.runner.drive`, no threads), so every
+run directory, checkpoint and resume rule is the single-run one: a batch killed and resumed
+continues each run from its own checkpoint, and a run directory written in a batch can be resumed
+alone. The only shared thing is the step: every round, the loop asks for one step of every run
+still going and computes those steps together:
 
 * ``batched`` (:data:`MODES`): runs whose objective is the same (an attack's ``batch_key``: the
   KKT / DecoReco formulation, surrogate, α, λ_min, prior weights, dtype) get their gradients from
@@ -16,7 +17,7 @@ going has asked for its next step, then computes those steps together:
   by one.
 * ``looped``: every run takes its own ``attack.step`` in turn (exactly the single-run arithmetic).
 
-A run that stops (early stop, divergence, its last step) leaves the barrier; the others go on
+A run that stops (early stop, divergence, its last step) leaves the loop; the others go on
 with a smaller batch. The batch at every step is therefore the set of runs still going, sorted by
 run index, so a resumed batch recomputes the same batches as an uninterrupted one.
 
@@ -27,17 +28,19 @@ References:
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from datarecon.attacks import kkt_math
-from datarecon.attacks.base import AttackerPrior, Reconstruction, Target
+from datarecon.attacks.base import AttackerPrior, AttackSetup, Reconstruction, Target
+from datarecon.attacks.loop import ATTACK_LOOP
+from datarecon.attacks.runner import Compute, OpenRun, StepRequest, drive, open_run, step_each
 from datarecon.errors import DataReconError
+from datarecon.kernel.engine import LoopOptions
 
 #: How the steps of a batch are computed (see the module docstring).
 MODES: tuple[str, ...] = ("batched", "looped")
@@ -50,8 +53,8 @@ __all__ = ["MODES", "BatchMember", "kkt_batched_residual_and_grads", "run_batche
 
 
 def kkt_batched_residual_and_grads(forward: kkt_math.ForwardFn, params: Mapping[str, torch.Tensor],
-                                   x: torch.Tensor, labels: torch.Tensor, lam: torch.Tensor, *, margin: str,
-                                   lambda_min: float, lambda_min_weight: float
+                                   x: torch.Tensor, labels: torch.Tensor, lam: torch.Tensor, *,
+                                   objective: kkt_math.KKTObjective
                                    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """:func:`kkt_math.kkt_residual_and_grads` for K runs at once (one vmap over the run axis).
 
@@ -65,8 +68,8 @@ def kkt_batched_residual_and_grads(forward: kkt_math.ForwardFn, params: Mapping[
             (plain ops or autograd.Functions with a vmap rule, e.g. ``attacks.surrogate``).
         params: θ* (name → tensor), shared by the runs.
         x: (K, m, C, H, W) candidates; labels: (K, m); lam: (K, m) multipliers.
-        margin: a key of :data:`kkt_math.MARGINS`.
-        lambda_min, lambda_min_weight: the hinge on λ (unused for signed-λ formulations).
+        objective: the margin (a key of :data:`kkt_math.MARGINS`) and the hinge on λ (λ_min, w_λ;
+            unused for signed-λ formulations); its w_box is not read (the caller adds the box prior).
 
     Returns:
         (``{"loss", "residual", "box" (zeros), "lambda_hinge"}`` as (K,) detached tensors,
@@ -77,7 +80,7 @@ def kkt_batched_residual_and_grads(forward: kkt_math.ForwardFn, params: Mapping[
     """
     from torch.func import grad, vmap
 
-    entry = kkt_math.MARGINS.get(margin)
+    entry = kkt_math.MARGINS.get(objective.margin)
     m = x.shape[1]
 
     def total(p: dict[str, torch.Tensor], xk: torch.Tensor, lk: torch.Tensor, yk: torch.Tensor) -> torch.Tensor:
@@ -87,8 +90,7 @@ def kkt_batched_residual_and_grads(forward: kkt_math.ForwardFn, params: Mapping[
     lam = lam.detach().requires_grad_(True)
     theta = {k: v.detach() for k, v in params.items()}
     g = vmap(grad(total), in_dims=(None, 0, 0, 0))(theta, x, lam, labels)
-    terms, gx, gl = kkt_math.seeded_gradients(g, theta, x, lam, margin=margin, lambda_min=lambda_min,
-                                               lambda_min_weight=lambda_min_weight, run_axis=True)
+    terms, gx, gl = kkt_math.seeded_gradients(g, theta, x, lam, objective=objective, run_axis=True)
     terms["box"] = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
     return terms, gx, gl
 
@@ -122,96 +124,6 @@ class BatchMember:
     record: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class _Request:
-    index: int
-    member: BatchMember
-    state: dict[str, torch.Tensor]
-    step: int
-    metrics: dict[str, float] | None = None
-    done: bool = False
-    failed: bool = False
-
-
-class _Aborted(RuntimeError):
-    """Raised in every run of a batch whose shared step failed (the cause is re-raised by run_batched)."""
-
-
-class _StepBarrier:
-    """Collects one step request from every run still going, then computes them together.
-
-    Its lock is also the right to run: a run's thread holds it (:meth:`turn`) all the time except
-    while it waits for a step, so the runs never execute at the same time (a model called with
-    ``functional_call`` from two threads at once would see the other thread's parameters).
-    """
-
-    def __init__(self, live: int, compute: Callable[[list[_Request]], None]) -> None:
-        self._cond = threading.Condition(threading.RLock())
-        self._live = live
-        self._pending: list[_Request] = []
-        self._compute = compute
-        self.error: BaseException | None = None
-
-    def turn(self) -> threading.Condition:
-        """``with barrier.turn():`` runs the block holding the right to run (released while waiting)."""
-        return self._cond
-
-    def submit(self, request: _Request) -> dict[str, float]:
-        with self._cond:
-            self._pending.append(request)
-            self._flush()
-            while not request.done:
-                self._cond.wait()
-        if request.failed or request.metrics is None:
-            raise _Aborted("the batched step failed")
-        return request.metrics
-
-    def abort(self, exc: BaseException) -> None:
-        """Fail every later step (the caller was interrupted): the runs save their checkpoints and end."""
-        with self._cond:
-            if self.error is None:
-                self.error = exc
-            self._cond.notify_all()
-
-    def leave(self) -> None:
-        with self._cond:
-            self._live -= 1
-            self._flush()
-
-    def _flush(self) -> None:  # lock held
-        if not self._pending or len(self._pending) < self._live:
-            return
-        batch = sorted(self._pending, key=lambda r: r.index)
-        self._pending = []
-        try:
-            if self.error is not None:
-                raise _Aborted("an earlier batched step failed")
-            self._compute(batch)
-        except BaseException as exc:  # noqa: BLE001 - handed to run_batched, which re-raises it
-            if self.error is None:
-                self.error = exc
-            for r in batch:
-                r.failed = r.metrics is None  # a run whose update was committed keeps its step
-        for r in batch:
-            r.done = True
-        self._cond.notify_all()
-
-
-class _MemberAttack:
-    """The run's attack as run_attack sees it: everything delegated except ``step``, which waits
-    for the batch (so name, config, resume hash and key, init and finish are the single run's)."""
-
-    def __init__(self, index: int, member: BatchMember, barrier: _StepBarrier) -> None:
-        self._index, self._member, self._barrier = index, member, barrier
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._member.attack, name)
-
-    def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
-             index: int) -> dict[str, float]:
-        return self._barrier.submit(_Request(self._index, self._member, state, index))
-
-
 def _group_key(member: BatchMember, target: Target, state: Mapping[str, torch.Tensor]) -> tuple[Any, ...] | None:
     key_fn = getattr(member.attack, "batch_key", None)
     key = key_fn(target) if key_fn is not None else None
@@ -224,8 +136,8 @@ def _group_key(member: BatchMember, target: Target, state: Mapping[str, torch.Te
     return (type(member.attack), key, tuple(state["x"].shape), bounds)
 
 
-def _batched_kkt_gradients(target: Target, requests: Sequence[_Request], slots: Mapping[int, int] | None = None
-                           ) -> list[tuple[_Request, dict[str, float], torch.Tensor, torch.Tensor]]:
+def _batched_kkt_gradients(target: Target, requests: Sequence[StepRequest], slots: Mapping[int, int] | None = None
+                           ) -> list[tuple[StepRequest, dict[str, float], torch.Tensor, torch.Tensor]]:
     """Gradients of a group of KKT-family runs from one vmapped call (no state is changed here).
 
     ``slots`` (run index → position) fixes the batch layout: every run of the group always takes its
@@ -235,20 +147,19 @@ def _batched_kkt_gradients(target: Target, requests: Sequence[_Request], slots: 
     kernels differ in the last bits between batch sizes), so a batch resumed from checkpoints taken
     at different steps continues bit for bit as the uninterrupted one.
     """
-    first = requests[0].member.attack
+    first = requests[0].run.attack
     prep = first.prepared(target)
     c = first.config
     positions = [slots[r.index] for r in requests] if slots is not None else list(range(len(requests)))
-    layout: list[_Request] = [requests[0]] * (max(len(slots), len(requests)) if slots is not None else len(requests))
+    layout: list[StepRequest] = [requests[0]] * (max(len(slots), len(requests)) if slots is not None else len(requests))
     for pos, r in zip(positions, requests, strict=True):
         layout[pos] = r
-    x = torch.stack([r.state["x"].detach() for r in layout])
-    lam = torch.stack([r.state["lambda"].detach() for r in layout])
-    labels = torch.stack([r.member.attack.labels(r.member.prior, x.device) for r in layout])
-    terms, gx, gl = kkt_batched_residual_and_grads(
-        prep.forward, prep.params, x, labels, lam, margin=first.formulation(target), lambda_min=c.lambda_min,
-        lambda_min_weight=c.lambda_min_weight)
-    lo, hi = first.bounds(requests[0].member.prior, x.device)
+    x = torch.stack([r.run.state["x"].detach() for r in layout])
+    lam = torch.stack([r.run.state["lambda"].detach() for r in layout])
+    labels = torch.stack([r.run.attack.labels(r.run.setup.prior, x.device) for r in layout])
+    terms, gx, gl = kkt_batched_residual_and_grads(prep.forward, prep.params, x, labels, lam,
+                                                   objective=first.objective(target))
+    lo, hi = first.bounds(requests[0].run.setup.prior, x.device)
     box, box_grad = kkt_math.box_value_and_grad(x.detach(), lo, hi, run_axis=True)
     terms["box"], terms["loss"] = box, terms["loss"] + c.box_weight * box
     if c.box_weight:
@@ -270,54 +181,40 @@ def _slots(members: Sequence[BatchMember], target: Target, mode: str
     return keys, slots
 
 
-def _compute(target: Target, mode: str, members: Sequence[BatchMember]) -> Callable[[list[_Request]], None]:
-    """The barrier's step: every request gets its metrics once its run's state has been updated.
+def _compute(target: Target, mode: str, members: Sequence[BatchMember]) -> Compute:
+    """A round's step (:func:`~datarecon.attacks.runner.drive`): every request gets its metrics once
+    its run's state has been updated.
 
     Batched groups compute all their gradients before any run commits, so a failure there changes
-    no state; a run whose step was committed before a failure keeps it (its request succeeds), so
-    every run's checkpoint stays consistent with its step count. A group is always computed at its
-    full size, each run at its own position (:func:`_batched_kkt_gradients`).
+    no state; a run whose step was committed before a failure keeps it (its request has metrics),
+    so every run's checkpoint stays consistent with its step count. A group is always computed at
+    its full size, each run at its own position (:func:`_batched_kkt_gradients`).
     """
 
     keys, slots = _slots(members, target, mode)  # per run: fixed for its whole life
 
-    def compute(batch: list[_Request]) -> None:
-        groups: dict[tuple[Any, ...], list[_Request]] = {}
-        single: list[_Request] = []
+    def compute(batch: list[StepRequest]) -> None:
+        groups: dict[tuple[Any, ...], list[StepRequest]] = {}
+        single: list[StepRequest] = []
         for r in batch:
             key = keys[r.index]
             (single if key is None else groups.setdefault(key, [])).append(r)
         updates = [u for key, requests in groups.items() for u in _batched_kkt_gradients(target, requests, slots[key])]
         for r, metrics, gx, gl in sorted(updates, key=lambda u: u[0].index):
-            r.metrics = r.member.attack.apply_gradients(target, r.state, metrics, gx, gl, prior=r.member.prior)
-        for r in single:
-            r.metrics = r.member.attack.step(target, r.member.prior, r.state, r.step)
+            r.metrics = r.run.attack.apply_gradients(target, r.run.state, metrics, gx, gl, prior=r.run.setup.prior)
+        step_each(single)
 
     return compute
 
 
-def _stop(barrier: _StepBarrier, threads: Sequence[threading.Thread], exc: BaseException) -> None:
-    """Abort the batch and wait for every started run to checkpoint and end (a second Ctrl-C waits too)."""
-    barrier.abort(exc)
-    for t in threads:  # runs that never started (the interrupt came while starting them) leave the barrier
-        if t.ident is None:
-            barrier.leave()
-    for t in threads:
-        while t.is_alive():
-            try:
-                t.join()
-            except KeyboardInterrupt:  # the runs are already stopping; leaving now would lose their checkpoints
-                continue
-
-
 def run_batched(members: Sequence[BatchMember], target: Target, *, mode: str = "batched", steps: int | None = None,
-                checkpoint_every: int = 100, resume: bool = False, progress: bool = True,
-                log_every: int = 10) -> list[Reconstruction]:
+                loop: LoopOptions = ATTACK_LOOP) -> list[Reconstruction]:
     """Run K attacks against one target with their steps computed together; one result per run.
 
-    Every run is :func:`~datarecon.attacks.runner.run_attack` with the member's own attack, prior,
-    x₀, generator, run directory, seed, early stop and record, so each run's directory, history,
-    checkpoint and resume are those of a single run (module docstring).
+    Every run is opened as :func:`~datarecon.attacks.runner.run_attack` opens one (the member's own
+    attack, prior, x₀, generator, run directory, seed, early stop and record) and the K runs go
+    through the single-run loop (:func:`~datarecon.attacks.runner.drive`) together, so each run's
+    directory, history, checkpoint and resume are those of a single run (module docstring).
 
     Args:
         members: the K runs (K ≥ 1).
@@ -325,9 +222,9 @@ def run_batched(members: Sequence[BatchMember], target: Target, *, mode: str = "
         mode: ``batched`` (one vmapped gradient per group of runs with the same objective) or
             ``looped`` (each run's own step in turn); see :data:`MODES`.
         steps: total steps of every run (default: each attack's ``config.steps``).
-        checkpoint_every, log_every: as in run_attack, for every run.
-        resume: every run continues from its own checkpoint where it has one.
-        progress: progress of the first run (the others run in step with it).
+        loop: as in run_attack, for every run (``resume``: every run continues from its own
+            checkpoint where it has one); the progress display is the first run's (the others run
+            in step with it).
 
     Returns:
         The :class:`Reconstruction` of each run, in the order of ``members``.
@@ -336,47 +233,23 @@ def run_batched(members: Sequence[BatchMember], target: Target, *, mode: str = "
         DataReconError: an unknown mode or no runs; any error of a run (the first one is re-raised
             after the other runs have finished or stopped).
     """
-    from datarecon.attacks.runner import run_attack
+    from contextlib import ExitStack
+
+    from datarecon.utils.lock import hold
 
     if mode not in MODES:
         raise DataReconError(f"unknown batch mode {mode!r}; valid modes: {', '.join(MODES)}")
     if not members:
         raise DataReconError("a batch needs at least one run")
-    barrier = _StepBarrier(len(members), _compute(target, mode, members))
-    results: list[Reconstruction | None] = [None] * len(members)
-    errors: list[BaseException | None] = [None] * len(members)
-
-    threads_per_op = torch.get_num_threads()  # intra-op threads are per OS thread: use the caller's
-
-    def work(k: int) -> None:
-        m = members[k]
-        torch.set_num_threads(threads_per_op)
-        with barrier.turn():
+    with ExitStack() as locks:
+        runs: list[OpenRun | BaseException] = []
+        for k, m in enumerate(members):
+            setup = AttackSetup(target, m.prior, m.x0, m.generator, {"seed": m.seed, **m.record})
             try:
-                results[k] = run_attack(_MemberAttack(k, m, barrier), target, m.prior, x0=m.x0,
-                                        generator=m.generator, steps=steps, out=m.out,
-                                        checkpoint_every=checkpoint_every, resume=resume,
-                                        progress=progress and k == 0, log_every=log_every, seed=m.seed,
-                                        early_stop=m.early_stop, record=dict(m.record))
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread below
-                errors[k] = exc
-            finally:
-                barrier.leave()
-
-    # not daemon threads: the interpreter never shuts down under a run that is still writing (a
-    # daemon thread writing its progress or checkpoint during finalisation aborts the process)
-    threads = [threading.Thread(target=work, args=(k,), name=f"datarecon-run-{k}") for k in range(len(members))]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    except BaseException as exc:  # e.g. Ctrl-C: let the runs checkpoint and stop instead of running on
-        _stop(barrier, threads, exc)
-        raise
-    if barrier.error is not None:
-        raise barrier.error
-    for exc in errors:
-        if exc is not None:
-            raise exc
-    return [r for r in results if r is not None]
+                if m.out is not None:
+                    locks.enter_context(hold(m.out))
+                runs.append(open_run(m.attack, setup, steps=steps, out=m.out, early_stop=m.early_stop,
+                                     loop=loop if k == 0 else replace(loop, progress=False)))
+            except Exception as exc:  # noqa: BLE001 - raised after the other runs (drive)
+                runs.append(exc)
+        return drive(runs, _compute(target, mode, members))

@@ -402,6 +402,10 @@ class DynamicsAttack(ConfiguredAttack):
 
     def run(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
             generator: torch.Generator) -> Reconstruction:
+        from dataclasses import replace
+
+        from datarecon.attacks.base import AttackSetup
+        from datarecon.attacks.loop import ATTACK_LOOP
         from datarecon.attacks.runner import run_attack
 
-        return run_attack(self, target, prior, x0=x0, generator=generator, progress=False)
+        return run_attack(self, AttackSetup(target, prior, x0, generator), loop=replace(ATTACK_LOOP, progress=False))

@@ -11,18 +11,47 @@ passes to :meth:`AttackLoop.run`. :func:`datarecon.attacks.runner.run_attack` wi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from datarecon.attacks.base import AttackerPrior, Reconstruction, Target
 from datarecon.kernel.status import Status
-from datarecon.kernel.engine import BaseHook, EarlyStop, Engine, History, LoopState, NaNStop, ProgressBar
+from datarecon.kernel.engine import (
+    BaseHook,
+    EarlyStop,
+    Engine,
+    History,
+    LoopOptions,
+    LoopState,
+    NaNStop,
+    ProgressBar,
+    Stepping,
+)
 
 DEFAULT_DIVERGENCE_HINT = "lower the step sizes (lr_x, lr_lambda) or the surrogate sharpness alpha"
 EARLY_STOP_REASON = "stopped early: residual plateau"
 PROGRESS_KEYS = ("loss", "rel_residual", "residual", "box", "lambda_hinge")
+#: An attack run's loop settings by default: a history row every 10 steps, a checkpoint every 100
+#: (and at the end), a progress display.
+ATTACK_LOOP = LoopOptions(log_every=10, progress=True, checkpoint_every=100)
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What a resumed run brings back from its checkpoint (the defaults: a fresh run).
+
+    Attributes:
+        history_rows: history rows of the steps already done.
+        early_stop_state: the early-stop criterion's memory (``{}``: fresh).
+        stopped_early: the run had already been stopped by its criterion.
+    """
+
+    history_rows: Sequence[dict[str, float]] = ()
+    early_stop_state: Mapping[str, Any] = field(default_factory=dict)
+    stopped_early: bool = False
 
 
 def all_finite(state: dict[str, torch.Tensor]) -> bool:
@@ -61,31 +90,26 @@ class AttackLoop:
         target: the attacked model.
         prior: labels (m,), input shape and pixel bounds.
         state: the attack state (``attack.init_state`` or a restored checkpoint), updated in place.
+        loop: history period, progress display and extra hooks (:class:`LoopOptions`; its
+            checkpoint settings belong to the caller, which passes the checkpoint hook to :meth:`run`).
         early_stop: ``criterion(metrics) -> bool`` or None; its ``state_dict`` / ``load_state_dict``
             (when present) carry its memory across a resume.
-        early_stop_state: the criterion's memory to restore (``{}``: fresh).
-        stopped_early: the restored run had already been stopped by the criterion.
-        history_rows: history rows of the steps already done (kept in :attr:`history`).
+        restored: what a resumed run brings back (:class:`Restored`).
         sink: called with every new history row (e.g. to append it to a file), or None.
-        log_every: a history row every this many steps (and the last step).
-        progress: show a progress bar with the loss terms.
     """
 
     def __init__(self, attack: Any, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor], *,
-                 early_stop: Callable[[dict[str, float]], bool] | None = None,
-                 early_stop_state: dict[str, Any] | None = None, stopped_early: bool = False,
-                 history_rows: Sequence[dict[str, float]] = (),
-                 sink: Callable[[dict[str, float]], None] | None = None, log_every: int = 10,
-                 progress: bool = True) -> None:
+                 loop: LoopOptions = ATTACK_LOOP, early_stop: Callable[[dict[str, float]], bool] | None = None,
+                 restored: Restored = Restored(), sink: Callable[[dict[str, float]], None] | None = None) -> None:
         self.attack, self.target, self.prior, self.state = attack, target, prior, state
-        self.history = History(every=log_every, sink=sink)
-        self.history.rows = list(history_rows)
+        self.history = History(every=loop.log_every, sink=sink)
+        self.history.rows = list(restored.history_rows)
         self.nan_stop = NaNStop()
         self.early_stop = _EarlyStopState(early_stop, EARLY_STOP_REASON) if early_stop is not None else None
         if self.early_stop is not None:
-            self.early_stop.load_state_dict(early_stop_state or {})
-            self.early_stop.tripped = stopped_early
-        self.progress = progress
+            self.early_stop.load_state_dict(dict(restored.early_stop_state))
+            self.early_stop.tripped = restored.stopped_early
+        self.progress, self.extra_hooks = loop.progress, tuple(loop.hooks)
 
     def checkpoint_status(self) -> Status:
         """The status a checkpoint taken now records: diverged, stopped early or running."""
@@ -106,23 +130,32 @@ class AttackLoop:
             start: steps already done.
             total: the step count to reach.
             elapsed_s: wall time already spent (restored runs).
-            hooks: further engine hooks, called after the built-in ones (e.g. checkpointing).
+            hooks: further engine hooks, called after the built-in ones and before the options'
+                extra hooks (e.g. checkpointing).
 
         Returns:
             The engine's final :class:`LoopState`.
         """
-        attack, target, prior, state = self.attack, self.target, self.prior, self.state
+        return self._engine(hooks).run(start=start, total=total, elapsed_s=elapsed_s)
 
-        def step_fn(i: int) -> dict[str, float]:
-            return attack.step(target, prior, state, i)
+    def begin(self, *, start: int, total: int, elapsed_s: float, hooks: Sequence[Any] = ()) -> Stepping:
+        """The loop of :meth:`run`, one step at a time: a driver computes each step (e.g. with the
+        steps of other runs) and hands its metrics to :meth:`Stepping.advance`."""
+        return self._engine(hooks).begin(start=start, total=total, elapsed_s=elapsed_s)
 
+    def step(self, index: int) -> dict[str, float]:
+        """The attack's step ``index`` on this run's state (updated in place); its metrics."""
+        return self.attack.step(self.target, self.prior, self.state, index)
+
+    def _engine(self, hooks: Sequence[Any]) -> Engine:
         engine_hooks: list[Any] = [
-            ProgressBar(keys=PROGRESS_KEYS, desc=attack.name, mode=self.progress), self.history, self.nan_stop,
+            ProgressBar(keys=PROGRESS_KEYS, desc=self.attack.name, mode=self.progress), self.history, self.nan_stop,
         ]
         if self.early_stop is not None:
             engine_hooks.append(self.early_stop)
         engine_hooks.extend(hooks)
-        return Engine(step_fn, hooks=engine_hooks).run(start=start, total=total, elapsed_s=elapsed_s)
+        engine_hooks.extend(self.extra_hooks)
+        return Engine(self.step, hooks=engine_hooks)
 
     def result(self, loop: LoopState) -> Reconstruction:
         """The :class:`Reconstruction` of the state after ``loop`` (calls ``attack.finish``).
@@ -168,4 +201,4 @@ class AttackLoop:
         )
 
 
-__all__ = ["DEFAULT_DIVERGENCE_HINT", "AttackLoop", "all_finite"]
+__all__ = ["ATTACK_LOOP", "DEFAULT_DIVERGENCE_HINT", "AttackLoop", "Restored", "all_finite"]

@@ -36,13 +36,14 @@ from __future__ import annotations
 import hashlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from datarecon.attacks.base import AttackerPrior, Reconstruction, Target
-from datarecon.attacks.loop import DEFAULT_DIVERGENCE_HINT, AttackLoop
+from datarecon.attacks.base import AttackerPrior, AttackSetup, Reconstruction, Target
+from datarecon.attacks.loop import ATTACK_LOOP, DEFAULT_DIVERGENCE_HINT, AttackLoop, Restored
 from datarecon.attacks.run_directory import (
     CANDIDATES,
     CHECKPOINT_DIR,
@@ -61,7 +62,7 @@ from datarecon.attacks.run_directory import (
 )
 from datarecon.errors import DataReconError
 from datarecon.kernel.status import Status
-from datarecon.kernel.engine import Checkpoint, LoopState
+from datarecon.kernel.engine import Checkpoint, LoopOptions, LoopState, Stepping
 from datarecon.kernel.losses import loss_name
 from datarecon.utils.io import config_hash, to_jsonable, versions
 
@@ -132,32 +133,25 @@ def resume_key(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
     })
 
 
-def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
-               generator: torch.Generator, steps: int | None = None, out: str | Path | None = None,
-               checkpoint_every: int = 100, resume: bool = False, progress: bool = True,
-               log_every: int = 10, seed: int | None = None,
-               early_stop: Callable[[dict[str, float]], bool] | None = None,
-               hooks: Sequence[Any] = (), record: dict[str, Any] | None = None) -> Reconstruction:
+def run_attack(attack: Any, setup: AttackSetup, *, steps: int | None = None, out: str | Path | None = None,
+               loop: LoopOptions = ATTACK_LOOP, early_stop: Callable[[dict[str, float]], bool] | None = None
+               ) -> Reconstruction:
     """Run ``attack`` for ``steps`` steps (default ``attack.config.steps``) and write the run directory.
 
     Args:
         attack: an IterativeAttack (see the module docstring for the contract).
-        target: the attacked model (θ*, loss, weight decay); the attack never sees training data.
-        prior: labels (m,), input shape and pixel bounds.
-        x0: (m, C, H, W) initial candidates in model input space (from :func:`datarecon.attacks.init.make_init`).
-        generator: randomness for the attack's own initial state (e.g. λ₀); its state is checkpointed.
+        setup: the target (θ*, loss, weight decay; the attack never sees training data), the prior
+            (labels (m,), input shape, pixel bounds), x₀ (m, C, H, W) in model input space, the
+            generator (the attack's own initial state, e.g. λ₀; its state is checkpointed) and the
+            run.json record of the set-up (e.g. ``seed``, ``init``, a ``model_dir`` override, ``data``).
         steps: total number of steps (including steps already done when resuming).
         out: run directory, or None to write nothing (no checkpoint, no resume).
-        checkpoint_every: save state every this many steps (and at the end).
-        resume: continue from ``out/checkpoint`` when present (else start fresh).
-        progress: show a tqdm bar with the loss terms.
-        log_every: history row every this many steps (and the last step).
-        seed: recorded in run.json.
+        loop: history period, checkpoint period (and at the end), resume (continue from
+            ``out/checkpoint`` when present, else start fresh), progress display and extra engine
+            hooks (called after the built-in ones); :data:`~datarecon.attacks.loop.ATTACK_LOOP` by default.
         early_stop: ``criterion(metrics) -> bool`` on attacker-side metrics (e.g.
             :class:`datarecon.attacks.selection.ResidualPlateau`); with ``state_dict`` /
             ``load_state_dict`` its memory is checkpointed so resume stays exact.
-        hooks: extra engine hooks (called after the built-in ones).
-        record: extra fields for run.json (e.g. ``init``, ``model_dir`` override, ``data``).
 
     Returns:
         The :class:`Reconstruction`; status "complete", "stopped-early" or "diverged" (then
@@ -172,94 +166,212 @@ def run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
 
     # one process per run directory (re-entrant: execute() holds it already)
     with hold(out) if out is not None else nullcontext():
-        return _run_attack(attack, target, prior, x0=x0, generator=generator, steps=steps, out=out,
-                           checkpoint_every=checkpoint_every, resume=resume, progress=progress, log_every=log_every,
-                           seed=seed, early_stop=early_stop, hooks=hooks, record=record)
+        run = open_run(attack, setup, steps=steps, out=out, loop=loop, early_stop=early_stop)
+        (rec,) = drive([run], step_each)
+        return rec
 
 
-def _run_attack(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
-                generator: torch.Generator, steps: int | None, out: str | Path | None, checkpoint_every: int,
-                resume: bool, progress: bool, log_every: int, seed: int | None,
-                early_stop: Callable[[dict[str, float]], bool] | None, hooks: Sequence[Any],
-                record: dict[str, Any] | None) -> Reconstruction:
-    """The body of :func:`run_attack` (``out`` locked by the caller)."""
-    prior.check(target)
+class OpenRun:
+    """One attack run, opened: its state is ready (fresh or restored), its run directory begun.
+
+    A driver (:func:`drive`) steps it through :meth:`begin`'s :class:`Stepping` and ends it with
+    :meth:`finish`. Built by :func:`open_run`.
+    """
+
+    def __init__(self, attack: Any, setup: AttackSetup, *, steps: int, out: str | Path | None,
+                 loop: LoopOptions, early_stop: Callable[[dict[str, float]], bool] | None) -> None:
+        target, prior, x0, generator = setup.target, setup.prior, setup.x0, setup.generator
+        self.attack, self.setup, self.steps, self.loop_options = attack, setup, steps, loop
+        self.chash = resume_hash(attack, target)
+        self.key = resume_key(attack, target, prior, x0=x0, generator=generator, early_stop=early_stop)
+        record = dict(setup.record)
+        base_record: dict[str, Any] = {
+            "model_dir": target.model_dir, "method": attack.name, "config": config_dict(attack.config),
+            "config_hash": self.chash, "resume_key": self.key, "seed": record.get("seed"), "versions": versions(),
+            "m": prior.m, **record,
+        }
+        self.run_dir = RunDirectory(out, base_record) if out is not None else None
+        self.ckpt = self.run_dir.resume(key=self.key, chash=self.chash) if (
+            self.run_dir is not None and loop.resume) else None
+        self.start, self.elapsed, self.meta = 0, 0.0, {}
+        state = self._restore() if self.ckpt is not None else self._fresh()
+        history_rows = self.run_dir.history(upto=self.start) if (self.run_dir is not None and self.ckpt) else []
+        if self.run_dir is not None:
+            self.run_dir.begin(history_rows, steps_done=self.start, wall_time_s=self.elapsed)
+            if (record.get("init") or {}).get("experimenter_choice"):  # a data start: kept for the evaluation
+                self.run_dir.write_init(x0)
+        self.loop = AttackLoop(
+            attack, target, prior, state, loop=loop, early_stop=early_stop,
+            restored=Restored(history_rows, self.meta.get("early_stop", {}) or {},
+                              self.meta.get("status") == Status.STOPPED_EARLY),
+            sink=self.run_dir.append_history if self.run_dir is not None else None)
+
+    def _fresh(self) -> dict[str, torch.Tensor]:
+        s = self.setup
+        state = self.attack.init_state(s.target, s.prior, x0=s.x0, generator=s.generator)
+        if "x" not in state:
+            raise TypeError(f"attack {self.attack.name!r} init_state must return a state with key 'x'")
+        return state
+
+    def _restore(self) -> dict[str, torch.Tensor]:
+        tensors, self.meta = self.ckpt
+        gen_state = tensors.pop(GENERATOR_KEY, None)
+        if gen_state is not None:
+            self.setup.generator.set_state(gen_state)
+        meta, path = self.meta, self.run_dir.path
+        self.start, self.elapsed = int(meta["steps_done"]), float(meta.get("wall_time_s", 0.0))
+        if self.start > self.steps and meta.get("status") != Status.STOPPED_EARLY:
+            raise DataReconError(f"{path} has already done {self.start} steps, more than the {self.steps} asked for; "
+                                 f"resume with steps (--steps) of at least {self.start}, or start afresh with --overwrite")
+        if meta.get("status") == Status.DIVERGED:
+            raise DataReconError(f"{path} diverged at step {self.start}; start a new run with lower step sizes")
+        if meta.get("status") == Status.STOPPED_EARLY:
+            self.steps = self.start  # its own early stop ended it: nothing left to run
+        return tensors
+
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        """The run's attack state (updated in place by its steps)."""
+        return self.loop.state
+
+    def _progress_meta(self, ls: LoopState, status: Status) -> dict[str, Any]:
+        restored = restored_metrics(self.meta) if self.ckpt is not None and ls.step == self.start else {}
+        return {"method": self.attack.name, "config_hash": self.chash, "resume_key": self.key, "steps_done": ls.step,
+                "total": ls.total, "wall_time_s": ls.wall_time_s, "status": status, "stop_reason": ls.stop_reason,
+                # a resumed run that takes no step keeps the metrics its checkpoint recorded
+                "metrics": dict(ls.metrics or restored), "early_stop": self.loop.early_stop_state()}
+
+    def _save(self, ls: LoopState) -> None:
+        self.run_dir.save_checkpoint(self.state, self._progress_meta(ls, self.loop.checkpoint_status()),
+                                     generator=self.setup.generator)
+
+    def begin(self) -> Stepping:
+        """Start the run's loop at its restored step (the checkpoint hook included when it has a directory)."""
+        every = self.loop_options.checkpoint_every
+        file_hooks = [Checkpoint(self._save, every=every)] if self.run_dir is not None else []
+        return self.loop.begin(start=self.start, total=self.steps, elapsed_s=self.elapsed, hooks=file_hooks)
+
+    def finish(self, loop: LoopState) -> Reconstruction:
+        """The run's :class:`Reconstruction` after its loop ended; written to its directory."""
+        if self.ckpt is not None and loop.step == self.start:  # resumed a finished run: report it as it was
+            loop.metrics = loop.metrics or restored_metrics(self.meta)
+            loop.stop_reason = self.meta.get("stop_reason") or loop.stop_reason
+            loop.wall_time_s = self.elapsed
+        rec = self.loop.result(loop)
+        if rec.status == Status.DIVERGED:
+            warnings.warn(rec.summary["message"], RuntimeWarning, stacklevel=3)
+        if self.run_dir is not None:
+            self.run_dir.finish(rec)
+            if rec.status == Status.DIVERGED:
+                meta = {**self._progress_meta(loop, Status.DIVERGED), "steps_done": rec.steps_done}
+                self.run_dir.save_checkpoint(self.state, meta, generator=self.setup.generator)
+        return rec
+
+
+def open_run(attack: Any, setup: AttackSetup, *, steps: int | None = None, out: str | Path | None = None,
+             loop: LoopOptions = ATTACK_LOOP, early_stop: Callable[[dict[str, float]], bool] | None = None) -> OpenRun:
+    """Check a run's inputs and open it (arguments as in :func:`run_attack`; ``out`` locked by the caller).
+
+    Raises:
+        DataReconError: bad shapes, labels or steps; a checkpoint of another run, of a diverged run,
+            or with more steps done than asked for.
+    """
+    setup.prior.check(setup.target)
     steps = int(steps if steps is not None else getattr(attack.config, "steps"))
     if steps < 1:
         raise DataReconError(f"steps must be at least 1, got {steps}; set steps (--steps N) to N >= 1")
-    if tuple(x0.shape) != (prior.m, *tuple(target.input_shape)):
-        raise DataReconError(
-            f"x0 has shape {tuple(x0.shape)}, expected (m, *input_shape) = {(prior.m, *target.input_shape)}"
-        )
-    chash = resume_hash(attack, target)
-    key = resume_key(attack, target, prior, x0=x0, generator=generator, early_stop=early_stop)
-    base_record: dict[str, Any] = {
-        "model_dir": target.model_dir, "method": attack.name, "config": config_dict(attack.config),
-        "config_hash": chash, "resume_key": key, "seed": seed, "versions": versions(), "m": prior.m, **(record or {}),
-    }
-    run_dir = RunDirectory(out, base_record) if out is not None else None
+    expected = (setup.prior.m, *tuple(setup.target.input_shape))
+    if tuple(setup.x0.shape) != expected:
+        raise DataReconError(f"x0 has shape {tuple(setup.x0.shape)}, expected (m, *input_shape) = {expected}")
+    return OpenRun(attack, setup, steps=steps, out=out, loop=loop, early_stop=early_stop)
 
-    ckpt = run_dir.resume(key=key, chash=chash) if (run_dir is not None and resume) else None
-    start, elapsed, meta = 0, 0.0, {}
-    if ckpt is not None:
-        tensors, meta = ckpt
-        gen_state = tensors.pop(GENERATOR_KEY, None)
-        if gen_state is not None:
-            generator.set_state(gen_state)
-        state = tensors
-        start, elapsed = int(meta["steps_done"]), float(meta.get("wall_time_s", 0.0))
-        if start > steps and meta.get("status") != Status.STOPPED_EARLY:
-            raise DataReconError(f"{run_dir.path} has already done {start} steps, more than the {steps} asked for; "
-                                 f"resume with steps (--steps) of at least {start}, or start afresh with --overwrite")
-        if meta.get("status") == Status.DIVERGED:
-            raise DataReconError(f"{run_dir.path} diverged at step {start}; start a new run with lower step sizes")
-        if meta.get("status") == Status.STOPPED_EARLY:
-            steps = start  # its own early stop ended it: nothing left to run
-    else:
-        state = attack.init_state(target, prior, x0=x0, generator=generator)
-        if "x" not in state:
-            raise TypeError(f"attack {attack.name!r} init_state must return a state with key 'x'")
 
-    history_rows = run_dir.history(upto=start) if (run_dir is not None and ckpt) else []
-    if run_dir is not None:
-        run_dir.begin(history_rows, steps_done=start, wall_time_s=elapsed)
-        if ((record or {}).get("init") or {}).get("experimenter_choice"):  # a data start: kept for the evaluation
-            run_dir.write_init(x0)
+@dataclass
+class StepRequest:
+    """One run's next step in a round of :func:`drive` (its metrics are set once its state is updated).
 
-    opt = AttackLoop(attack, target, prior, state, early_stop=early_stop,
-                     early_stop_state=meta.get("early_stop", {}) or {},
-                     stopped_early=meta.get("status") == Status.STOPPED_EARLY, history_rows=history_rows,
-                     sink=run_dir.append_history if run_dir is not None else None, log_every=log_every,
-                     progress=progress)
+    Attributes:
+        index: the run's position in the driven runs.
+        run: the run.
+        step: the 0-based index of the step to take.
+        metrics: the step's metrics, set by the round's compute (None: not taken).
+    """
 
-    def progress_meta(ls: LoopState, status: Status) -> dict[str, Any]:
-        return {"method": attack.name, "config_hash": chash, "resume_key": key, "steps_done": ls.step,
-                "total": ls.total, "wall_time_s": ls.wall_time_s, "status": status, "stop_reason": ls.stop_reason,
-                # a resumed run that takes no step keeps the metrics its checkpoint recorded
-                "metrics": dict(ls.metrics or (restored_metrics(meta) if ckpt is not None and ls.step == start else {})),
-                "early_stop": opt.early_stop_state()}
+    index: int
+    run: OpenRun
+    step: int
+    metrics: dict[str, float] | None = None
 
-    def save(ls: LoopState) -> None:
-        run_dir.save_checkpoint(state, progress_meta(ls, opt.checkpoint_status()), generator=generator)
 
-    file_hooks = [Checkpoint(save, every=checkpoint_every)] if run_dir is not None else []
-    loop = opt.run(start=start, total=steps, elapsed_s=elapsed, hooks=[*file_hooks, *hooks])
-    if ckpt is not None and loop.step == start:  # resumed a finished run: report it as it was
-        loop.metrics = loop.metrics or restored_metrics(meta)
-        loop.stop_reason = meta.get("stop_reason") or loop.stop_reason
-        loop.wall_time_s = elapsed
+#: A round's step computation: updates every request's run state and sets its metrics.
+Compute = Callable[[list[StepRequest]], None]
 
-    rec = opt.result(loop)
-    if rec.status == Status.DIVERGED:
-        warnings.warn(rec.summary["message"], RuntimeWarning, stacklevel=2)
-    if run_dir is not None:
-        run_dir.finish(rec)
-        if rec.status == Status.DIVERGED:
-            run_dir.save_checkpoint(state, {**progress_meta(loop, Status.DIVERGED), "steps_done": rec.steps_done},
-                                    generator=generator)
-    return rec
+
+def step_each(requests: list[StepRequest]) -> None:
+    """Each run's own ``attack.step`` in turn (the single-run arithmetic)."""
+    for r in requests:
+        r.metrics = r.run.loop.step(r.step)
+
+
+def _advance(loops: Mapping[int, Stepping], requests: Sequence[StepRequest]) -> None:
+    """Hand every run whose step was taken its metrics (all of them, even if one's hooks fail)."""
+    error: BaseException | None = None
+    for r in requests:
+        if r.metrics is not None:
+            try:
+                loops[r.index].advance(r.metrics)
+            except BaseException as exc:  # noqa: BLE001 - raised once every taken step is recorded
+                error = error or exc
+    if error is not None:
+        raise error
+
+
+def drive(runs: Sequence[OpenRun | BaseException], compute: Compute) -> list[Reconstruction]:
+    """Step opened runs in rounds until each has stopped; one :class:`Reconstruction` per run.
+
+    Every round asks ``compute`` for one step of every run still going (in run order), then hands
+    each run its metrics (its hooks: history, NaN stop, early stop, checkpoint, progress). A run
+    that stops (early stop, divergence, its last step) is finished and leaves; the others go on.
+    One run alone (:func:`run_attack`) and K runs against one target (:func:`datarecon.attacks.batched.run_batched`)
+    go through this same loop, without threads.
+
+    An entry that is an exception (a run that could not be opened) takes no step. If ``compute``
+    fails, the runs whose step it committed keep it, every run still going ends (its checkpoint
+    saved) and the error is raised; an error of one run's finish is raised after the others finished.
+
+    Args:
+        runs: opened runs (:func:`open_run`), or the error that kept one from opening.
+        compute: the round's step computation (:func:`step_each` or a batched one).
+
+    Returns:
+        The runs' results in order (the entries that were errors are re-raised instead: the first one).
+    """
+    loops = {k: r.begin() for k, r in enumerate(runs) if isinstance(r, OpenRun)}
+    results: dict[int, Reconstruction] = {}
+    errors = {k: r for k, r in enumerate(runs) if isinstance(r, BaseException)}
+    live = list(loops)
+    try:
+        while live:
+            requests = [StepRequest(k, runs[k], loops[k].state.step) for k in live if loops[k].going]
+            try:
+                if requests:
+                    compute(requests)
+            finally:
+                _advance(loops, requests)
+            for k in [k for k in live if not loops[k].going]:
+                live.remove(k)
+                try:
+                    results[k] = runs[k].finish(loops[k].end(finished=True))
+                except Exception as exc:  # noqa: BLE001 - raised once the other runs are done
+                    errors[k] = exc
+    finally:
+        for k in live:
+            loops[k].end(finished=False)
+    if errors:
+        raise errors[min(errors)]
+    return [results[k] for k in sorted(results)]
 
 
 __all__ = ["CANDIDATES", "CHECKPOINT_DIR", "DEFAULT_DIVERGENCE_HINT", "HISTORY", "INIT_FILE", "PROGRESS_FILE", "RUN_JSON",
-           "STATE_FILE", "config_dict", "load_checkpoint", "read_run", "resume_hash", "resume_key", "run_attack",
+           "STATE_FILE", "AttackSetup", "OpenRun", "StepRequest", "config_dict", "drive", "open_run", "step_each", "load_checkpoint", "read_run", "resume_hash", "resume_key", "run_attack",
            "save_checkpoint", "tensor_digest", "write_candidates"]

@@ -106,6 +106,11 @@ class BaseHook:
 class Engine:
     """Runs ``step`` from ``state.step`` to ``total`` with hooks.
 
+    :meth:`run` is the whole loop. :meth:`begin` gives the same loop one step at a time (a
+    :class:`Stepping`): a driver that computes the steps of several loops together (K attack runs
+    against one target, :mod:`datarecon.attacks.batched`) advances each loop with its metrics, so
+    every loop's hooks, stop rules and fault point are the ones :meth:`run` would use.
+
     Args:
         step: one optimisation step; receives the 0-based step index, returns scalar metrics.
         hooks: called in order after every step.
@@ -115,31 +120,66 @@ class Engine:
         self.step = step
         self.hooks = list(hooks)
 
+    def begin(self, *, start: int, total: int, elapsed_s: float = 0.0) -> Stepping:
+        """Start the loop at ``start`` (the hooks' ``before_run`` are called); step it with :meth:`Stepping.advance`."""
+        return Stepping(self.hooks, LoopState(step=start, total=total, wall_time_s=elapsed_s))
+
     def run(self, *, start: int, total: int, elapsed_s: float = 0.0) -> LoopState:
         """Run steps ``start .. total-1``; returns the final state."""
-        state = LoopState(step=start, total=total, wall_time_s=elapsed_s)
-        fault = _fault_step()
+        loop = self.begin(start=start, total=total, elapsed_s=elapsed_s)
+        finished = False
+        try:
+            while loop.going:
+                loop.advance(self.step(loop.state.step))
+            finished = True
+        finally:
+            loop.end(finished=finished)
+        return loop.state
+
+
+class Stepping:
+    """One running loop of an :class:`Engine`, advanced by its driver one step at a time.
+
+    Args:
+        hooks: the engine's hooks (``before_run`` is called here).
+        state: the loop's state at its start (``step`` = steps already done, ``total``).
+    """
+
+    def __init__(self, hooks: Sequence[Hook], state: LoopState) -> None:
+        self.hooks, self.state, self.stopped = hooks, state, False
+        self.elapsed_s = state.wall_time_s
+        self.fault = _fault_step()
         for h in self.hooks:
             h.before_run(state)
-        t0 = time.perf_counter()
-        try:
-            while state.step < total:
-                state.metrics = self.step(state.step)
-                state.step += 1
-                state.wall_time_s = elapsed_s + time.perf_counter() - t0
-                stop = False
-                for h in self.hooks:
-                    stop = bool(h.after_step(state)) or stop
-                if fault is not None and state.step == fault[0]:
-                    os.kill(os.getpid(), fault[1])
-                if stop:
-                    break
-            else:
-                state.stop_reason = state.stop_reason or "completed"
-        finally:
-            state.wall_time_s = elapsed_s + time.perf_counter() - t0
-            for h in self.hooks:
-                h.after_run(state)
+        self.t0 = time.perf_counter()
+
+    @property
+    def going(self) -> bool:
+        """True while no hook has stopped the loop and steps remain."""
+        return not self.stopped and self.state.step < self.state.total
+
+    def advance(self, metrics: dict[str, float]) -> None:
+        """Record the step just taken (its ``metrics``) and run the hooks' ``after_step``."""
+        state = self.state
+        state.metrics = metrics
+        state.step += 1
+        state.wall_time_s = self.elapsed_s + time.perf_counter() - self.t0
+        stop = False
+        for h in self.hooks:
+            stop = bool(h.after_step(state)) or stop
+        if self.fault is not None and state.step == self.fault[0]:
+            os.kill(os.getpid(), self.fault[1])
+        self.stopped = stop
+
+    def end(self, *, finished: bool) -> LoopState:
+        """Close the loop: ``completed`` unless a hook stopped it or it did not finish (an error), then
+        the hooks' ``after_run`` (e.g. the last checkpoint)."""
+        state = self.state
+        if finished and not self.stopped:
+            state.stop_reason = state.stop_reason or "completed"
+        state.wall_time_s = self.elapsed_s + time.perf_counter() - self.t0
+        for h in self.hooks:
+            h.after_run(state)
         return state
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
 
 from datarecon.attacks import ATTACKS, run_attack
-from datarecon.attacks.base import AttackerPrior, Target
+from datarecon.attacks.base import AttackerPrior, AttackSetup, Target
 from datarecon.attacks.bilevel import BilevelAttack, BilevelConfig, FlatLayout, lbfgs_minimize, make_energy
 from datarecon.attacks.bilevel.problem import THETA0, value_and_grad
+from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import load_checkpoint, read_run
 from datarecon.errors import DataReconError
 
@@ -37,8 +40,8 @@ def planted():
 
 def _run(target, prior, x0, *, steps, out=None, resume=False, **cfg):
     attack = BilevelAttack(BilevelConfig(steps=steps, **cfg))
-    return run_attack(attack, target, prior, x0=x0, generator=torch.Generator().manual_seed(0), out=out,
-                      resume=resume, progress=False, log_every=1, checkpoint_every=2)
+    return run_attack(attack, AttackSetup(target, prior, x0, torch.Generator().manual_seed(0)), out=out,
+                      loop=replace(ATTACK_LOOP, log_every=1, progress=False, checkpoint_every=2, resume=resume))
 
 
 @pytest.mark.parametrize("hessian", ["cg", "qn", "neumann"])
@@ -300,6 +303,8 @@ def test_failed_first_trial_makes_the_re_solve_at_x_the_reference(planted, monke
     0.2 is accepted; 0.9 is not, and then θ at x becomes the re-solved one (x stays)."""
     from types import SimpleNamespace
 
+    from datarecon.attacks.bilevel.attack import _LineSearchStart
+
     target, prior, x_gt = planted
     attack = BilevelAttack(BilevelConfig(max_step=1e-3))
     pr = attack.problem(target, prior)
@@ -320,8 +325,8 @@ def test_failed_first_trial_makes_the_re_solve_at_x_the_reference(planted, monke
 
     monkeypatch.setattr(attack, "_inner", fake_inner)
     grad = torch.full_like(x_gt, 1e-3)
-    ls = attack._line_search(pr, prior, x=x_gt, theta=theta_with(f0), grad_x=grad, f0=f0, tol=1e-6, pairs=[],
-                             last_step=0.0)
+    start = _LineSearchStart(x=x_gt, theta=theta_with(f0), grad_x=grad, f0=f0, tol=1e-6, pairs=[])
+    ls = attack._line_search(pr, prior, start, last_step=0.0)
     assert torch.equal(calls[1], x_gt)  # the second solve is at x itself
     assert ls.drift == pytest.approx(0.5)
     if after_resolve < 0.5:
