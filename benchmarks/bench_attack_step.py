@@ -39,7 +39,7 @@ def bench_case(case: dict, *, dtype: torch.dtype, device: torch.device, repeats:
     import warnings
 
     from datarecon.attacks.base import AttackerPrior, Target
-    from datarecon.attacks.init import make_init
+    from datarecon.attacks.init import CandidateSpec, make_init
     from datarecon.attacks.kkt import KKTAttack, KKTConfig
     from datarecon.models.spec import ArchSpec, build_model, is_homogeneous
     from datarecon.kernel.losses import energy
@@ -52,8 +52,8 @@ def bench_case(case: dict, *, dtype: torch.dtype, device: torch.device, repeats:
                     num_outputs=1, homogeneous=is_homogeneous(arch))
     m = case["m"]
     prior = AttackerPrior.balanced(m=m, num_outputs=1, input_shape=arch.input_shape, lower=-1.0, upper=1.0)
-    x0 = make_init("gaussian", m=m, input_shape=arch.input_shape, generator=gen, scale=1e-3, dtype=dtype,
-                   device=device)
+    x0 = make_init("gaussian", CandidateSpec(m=m, input_shape=arch.input_shape, dtype=dtype, device=device),
+                   generator=gen, scale=1e-3)
     attack = KKTAttack(KKTConfig(steps=1, dtype="float64" if dtype == torch.float64 else "float32", lr_x=1e-6,
                                  lr_lambda=0.0))
     with warnings.catch_warnings():

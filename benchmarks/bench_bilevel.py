@@ -27,7 +27,7 @@ from torch import nn
 
 from datarecon.attacks.base import AttackerPrior, Target
 from datarecon.attacks.bilevel import BilevelAttack, BilevelConfig, FlatLayout, lbfgs_minimize, make_energy
-from datarecon.attacks.bilevel.hypergrad import hypergradient
+from datarecon.attacks.bilevel.hypergrad import HypergradientSettings, hypergradient
 from datarecon.attacks.bilevel.lbfgs import LBFGSMemory
 from datarecon.attacks.bilevel.linear_solve import SolveOptions, estimate_lambda_max
 from datarecon.attacks.bilevel.problem import HessianOperator, value_and_grad
@@ -87,8 +87,9 @@ def bench(kind: str, args) -> dict:
     op = HessianOperator(energy, state["x"], tight.theta, need_x=False)
     lam_max, power_hvps = estimate_lambda_max(op, torch.ones_like(tight.theta), iters=30)
     alpha = 1.0 / (lam_max + mu)
-    ref = hypergradient(energy, state["x"], tight.theta, theta_star, strategy="cg",
-                        options=SolveOptions(tol=1e-10, max_iter=5000, warm_start=False, damping=mu))
+    ref = hypergradient(energy, state["x"], tight.theta, theta_star,
+                        settings=HypergradientSettings(strategy="cg", options=SolveOptions(
+                            tol=1e-10, max_iter=5000, warm_start=False, damping=mu)))
     if ref.solve.negative_curvature or not ref.solve.converged:
         raise RuntimeError(f"{kind}: reference CG did not converge (negative curvature "
                            f"{ref.solve.negative_curvature}); raise --damping-one-hidden")
@@ -99,8 +100,8 @@ def bench(kind: str, args) -> dict:
     }
     rows = []
     for strat in STRATEGIES:
-        hg = hypergradient(energy, state["x"], tight.theta, theta_star, strategy=strat,
-                           options=strat_opts[strat], pairs=pairs)
+        hg = hypergradient(energy, state["x"], tight.theta, theta_star,
+                           settings=HypergradientSettings(strategy=strat, options=strat_opts[strat]), pairs=pairs)
         diff = hg.grad_x - ref.grad_x
         rel = float(diff.norm() / ref.grad_x.norm())
         cos = float((hg.grad_x * ref.grad_x).sum() / (hg.grad_x.norm() * ref.grad_x.norm()))

@@ -78,8 +78,7 @@ def func_grads(attack, target, prior, x, lam, *, compiled: bool):
     else:
         c = attack.config
         fn = kkt_math.kkt_value_and_grad(functional_surrogate(c.surrogate, target.model, alpha=c.alpha),
-                                         margin=attack.formulation(target), lambda_min=c.lambda_min,
-                                         box_weight=c.box_weight, lambda_min_weight=c.lambda_min_weight)
+                                         objective=attack.objective(target))
     lo, hi = attack.bounds(prior, x.device)
     return fn(x, lam, attack.prepared(target).params, attack.labels(prior, x.device), lo, hi)
 
@@ -97,7 +96,7 @@ def eager_grads(attack, target, prior, x, lam):
 
 def build(case: dict, dtype: torch.dtype, *, lr_x: float = 1e-6):
     from datarecon.attacks.base import AttackerPrior, Target
-    from datarecon.attacks.init import make_init
+    from datarecon.attacks.init import CandidateSpec, make_init
     from datarecon.attacks.kkt import KKTAttack, KKTConfig
     from datarecon.models.spec import ArchSpec, build_model, is_homogeneous
 
@@ -112,8 +111,9 @@ def build(case: dict, dtype: torch.dtype, *, lr_x: float = 1e-6):
     m = case["m"]
     prior = AttackerPrior.balanced(m=m, num_outputs=k, input_shape=arch.input_shape, lower=-1.0, upper=1.0)
     # scale 0.5 so the surrogate's second derivative and the box prior both matter in the check
-    x0 = make_init("gaussian", m=m, input_shape=arch.input_shape, generator=gen, scale=case.get("init_scale", 1e-3),
-                   dtype=dtype, device=torch.device("cpu"))
+    x0 = make_init("gaussian", CandidateSpec(m=m, input_shape=arch.input_shape,
+                                             dtype=dtype, device=torch.device("cpu")),
+                   generator=gen, scale=case.get("init_scale", 1e-3))
     attack = KKTAttack(KKTConfig(steps=1, dtype="float64" if dtype == torch.float64 else "float32", lr_x=lr_x,
                                  lr_lambda=1e-4, formulation="auto"))
     with warnings.catch_warnings():

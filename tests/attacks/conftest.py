@@ -46,6 +46,7 @@ def train_digits_target(*, n_per_class: int = 10, hidden: int = 100, epochs: int
     from datarecon.data import DataSpec, load_task
     from datarecon.models.spec import ArchSpec, build_model
     from datarecon.training import fit
+    from datarecon.training.fit import FitRecipe
 
     spec = DataSpec(dataset="digits", task="odd-even", n_per_class=n_per_class,
                     n_partition_per_class=n_per_class, n_heldout_per_class=0)
@@ -54,7 +55,8 @@ def train_digits_target(*, n_per_class: int = 10, hidden: int = 100, epochs: int
     y = task.train.y.double()
     arch = ArchSpec(name="mlp", input_shape=(1, 8, 8), hidden=(hidden,), bias=False, init_scale=1e-3)
     model = build_model(arch, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    res = fit(model, x, y, loss="logistic", lr=0.5, epochs=epochs, schedule="loss-normalised", max_lr_factor=1e4)
+    res = fit(model, x, y, recipe=FitRecipe(loss="logistic", lr=0.5, epochs=epochs, schedule="loss-normalised",
+                                           max_lr_factor=1e4))
     assert res.metrics["train_acc"] == 1.0
     params = {k: v.detach() for k, v in model.named_parameters()}
     target = Target(model=model, params=params, loss="logistic", weight_decay=0.0, input_shape=(1, 8, 8),
@@ -88,8 +90,9 @@ def kkt_gradcheck():
 
         def f(x_, lam_):
             return kkt_math.kkt_terms(lambda xx, p: functional_call(model, p, (xx,)), params, x_, y, lam_,
-                                      margin=margin, lower=-0.5, upper=0.5, lambda_min=0.5, box_weight=1.0,
-                                      lambda_min_weight=5.0)["loss"]
+                                      objective=kkt_math.KKTObjective(margin=margin, lambda_min=0.5,
+                                                                      lambda_min_weight=5.0, box_weight=1.0),
+                                      box=(-0.5, 0.5))["loss"]
 
         assert torch.autograd.gradcheck(f, (x, lam), eps=1e-6, atol=1e-5, rtol=1e-4)
         return x, y, lam

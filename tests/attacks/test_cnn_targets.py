@@ -37,11 +37,10 @@ def test_kkt_objective_gradients_match_finite_differences(margin, k, smooth, kkt
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
     x, y, lam = kkt_gradcheck(model, params, input_shape=(1, 6, 6), margin=margin, k=k)
     # the attack's seeded-backward path gives the same gradient (box prior left out there)
-    terms = kkt_math.kkt_terms(_fwd(model), params, x, y, lam, margin=margin, lower=-0.5, upper=0.5, lambda_min=0.5,
-                               box_weight=1.0, lambda_min_weight=5.0, include_box=False)
+    objective = kkt_math.KKTObjective(margin=margin, lambda_min=0.5, lambda_min_weight=5.0, box_weight=1.0)
+    terms = kkt_math.kkt_terms(_fwd(model), params, x, y, lam, objective=objective, box=None)
     gx_ref, gl_ref = torch.autograd.grad(terms["loss"], [x, lam])
-    _, gx, gl = kkt_math.kkt_residual_and_grads(_fwd(model), params, x, y, lam, margin=margin, lambda_min=0.5,
-                                                lambda_min_weight=5.0)
+    _, gx, gl = kkt_math.kkt_residual_and_grads(_fwd(model), params, x, y, lam, objective=objective)
     assert torch.allclose(gx, gx_ref, rtol=1e-10, atol=1e-12) and torch.allclose(gl, gl_ref, rtol=1e-10, atol=1e-12)
 
 
@@ -52,8 +51,9 @@ def test_gradnorm_objective_gradient_matches_finite_differences():
     y = torch.tensor([1.0, -1, 1]).double()
 
     def f(x_):
-        return kkt_math.gradnorm_terms(_fwd(model), params, x_, y, loss="logistic", weight_decay=0.0, lower=-0.5,
-                                       upper=0.5, box_weight=1.0)["loss"]
+        return kkt_math.gradnorm_terms(_fwd(model), params, x_, y, box=(-0.5, 0.5),
+                                       objective=kkt_math.GradNormObjective(loss="logistic", weight_decay=0.0,
+                                                                            box_weight=1.0))["loss"]
 
     assert torch.autograd.gradcheck(f, (x,), eps=1e-6, atol=1e-6, rtol=1e-4)
 

@@ -91,8 +91,8 @@ def test_regression_has_no_hinge():
     x = torch.randn(3, 1, 2, 2, dtype=torch.float64)
     lam = torch.tensor([-5.0, 0.0, 1.0], dtype=torch.float64)
     t = kkt_math.kkt_terms(_fwd(model), _params(model), x, torch.ones(3, dtype=torch.float64), lam,
-                           margin="regression", lower=-1, upper=1, lambda_min=0.5, box_weight=1.0,
-                           lambda_min_weight=5.0)
+                           objective=kkt_math.KKTObjective(margin="regression", lambda_min=0.5, lambda_min_weight=5.0,
+                                                           box_weight=1.0), box=(-1, 1))
     assert t["lambda_hinge"].item() == 0.0
 
 
@@ -112,8 +112,8 @@ def test_gradnorm_matches_explicit_gradient():
     params = _params(model)
     x = torch.randn(5, 1, 2, 2, dtype=torch.float64)
     y = torch.tensor([1.0, -1, 1, 1, -1]).double()
-    t = kkt_math.gradnorm_terms(_fwd(model), params, x, y, loss="logistic", weight_decay=0.1, lower=-10, upper=10,
-                                box_weight=1.0)
+    t = kkt_math.gradnorm_terms(_fwd(model), params, x, y, box=(-10, 10),
+                                objective=kkt_math.GradNormObjective(loss="logistic", weight_decay=0.1, box_weight=1.0))
     leaves = {n: p.clone().requires_grad_(True) for n, p in params.items()}
     e = energy(_fwd(model)(x, leaves), y, leaves, loss="logistic", weight_decay=0.1)
     ref = sum((gr ** 2).sum() for gr in torch.autograd.grad(e, list(leaves.values())))
@@ -160,11 +160,10 @@ def test_seeded_backward_equals_autograd_of_the_objective(margin, k):
     x = torch.randn(m, 1, 2, 3, generator=g, dtype=torch.float64, requires_grad=True)
     y = torch.randint(0, k, (m,), generator=g) if margin == "multiclass" else torch.tensor([1.0, -1, 1, -1]).double()
     lam = (torch.rand(m, generator=g, dtype=torch.float64) - 0.2).requires_grad_(True)  # some below λ_min
-    ref = kkt_math.kkt_terms(_fwd(model), params, x, y, lam, margin=margin, lower=-0.5, upper=0.5, lambda_min=0.5,
-                             box_weight=1.0, lambda_min_weight=5.0, include_box=False)
+    objective = kkt_math.KKTObjective(margin=margin, lambda_min=0.5, lambda_min_weight=5.0, box_weight=1.0)
+    ref = kkt_math.kkt_terms(_fwd(model), params, x, y, lam, objective=objective, box=None)
     rx, rl = torch.autograd.grad(ref["loss"], [x, lam])
-    terms, gx, gl = kkt_math.kkt_residual_and_grads(_fwd(model), params, x, y, lam, margin=margin, lambda_min=0.5,
-                                                    lambda_min_weight=5.0)
+    terms, gx, gl = kkt_math.kkt_residual_and_grads(_fwd(model), params, x, y, lam, objective=objective)
     for key in ("loss", "residual", "lambda_hinge"):
         torch.testing.assert_close(terms[key], ref[key].detach(), rtol=1e-13, atol=1e-15)
     torch.testing.assert_close(gx, rx, rtol=1e-12, atol=1e-14)

@@ -45,8 +45,10 @@ def test_objective_equals_a_naive_loop(make_target, reference):
     ref = target.params if reference == "theta-star" else init
     naive, _ = _naive_residual(target, ref, target.params, init, x, y, lam, a=0.8)
     terms = kkt_math.kkt_terms(lambda z, p: functional_call(target.model, dict(p), (z,)), ref, x, y, lam,
-                               margin="binary", lower=-10.0, upper=10.0, lambda_min=0.0, box_weight=0.0,
-                               lambda_min_weight=0.0, theta=target.params, init=init, coefficient=0.8)
+                               objective=kkt_math.KKTObjective(margin="binary", lambda_min=0.0, lambda_min_weight=0.0,
+                                                               box_weight=0.0),
+                               box=(-10.0, 10.0), matching=kkt_math.Matching(theta=target.params, init=init,
+                                                                             coefficient=0.8))
     assert float(terms["residual"].detach()) == pytest.approx(float(naive), rel=1e-12)
 
 
@@ -64,8 +66,8 @@ def test_gradients_match_finite_differences(make_target, coefficient):
     """The step's closed-form seed (a held fixed at its fit) against central differences, float64."""
     target, init, x, y, lam = _setup(make_target)
     fwd = lambda z, p: functional_call(target.model, dict(p), (z,))  # noqa: E731
-    kw = dict(margin="binary", lambda_min=0.7, lambda_min_weight=5.0, theta=target.params, init=init,
-              coefficient=coefficient)
+    kw = dict(objective=kkt_math.KKTObjective(margin="binary", lambda_min=0.7, lambda_min_weight=5.0, box_weight=0.0),
+              matching=kkt_math.Matching(theta=target.params, init=init, coefficient=coefficient))
     terms, gx, gl = kkt_math.kkt_residual_and_grads(fwd, target.params, x, y, lam, **kw)
 
     def value(xx, ll):

@@ -25,8 +25,8 @@ pick the source labels (:func:`init_labels`).
 
 Typical use::
 
-    x0 = make_init("gaussian", m=100, input_shape=(3, 32, 32), mean=mean, generator=g, scale=1e-3)
-    x0 = make_init("mix", m=500, input_shape=shape, mean=mean, generator=g,
+    x0 = make_init("gaussian", CandidateSpec(m=100, input_shape=(3, 32, 32), mean=mean), generator=g, scale=1e-3)
+    x0 = make_init("mix", CandidateSpec(m=500, input_shape=shape, mean=mean), generator=g,
                    sources=InitSources(ground_truth=x_gt, partition=x_part), l1=0.5, l2=0.75)
 """
 
@@ -61,6 +61,25 @@ class InitSources:
     ground_truth_labels: torch.Tensor | None = None
     partition: torch.Tensor | None = None
     partition_labels: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class CandidateSpec:
+    """What x₀ holds: ``m`` candidates of one input shape, in model input space.
+
+    Attributes:
+        m: number of candidates (>= 1; checked by :func:`make_init`).
+        input_shape: (C, H, W) of one candidate.
+        mean: per-pixel training mean (C, H, W) or a scalar; model input = display − mean.
+        dtype: of the returned tensor (the draws happen on CPU in float64, then are cast).
+        device: of the returned tensor.
+    """
+
+    m: int
+    input_shape: tuple[int, ...]
+    mean: torch.Tensor | float = 0.0
+    dtype: torch.dtype = torch.float64
+    device: str | torch.device = "cpu"
 
 
 class _Params(BaseModel):
@@ -306,20 +325,15 @@ def init_params(name: str, **params: Any) -> _Params:
     return build_config(entry.params_cls, params, where=f"parameters of init {name!r}")
 
 
-def make_init(name: str, *, m: int, input_shape: tuple[int, ...], mean: torch.Tensor | float = 0.0,
-              generator: torch.Generator, sources: InitSources | None = None,
-              dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu",
+def make_init(name: str, spec: CandidateSpec, *, generator: torch.Generator, sources: InitSources | None = None,
               attacker: Any = None, **params: Any) -> torch.Tensor:
-    """Build x₀ for ``m`` candidates.
+    """Build x₀ for ``spec.m`` candidates.
 
     Args:
         name: a key of :data:`INITS`.
-        m: number of candidates (>= 1).
-        input_shape: (C, H, W).
-        mean: per-pixel training mean (C, H, W) or a scalar; model input = display − mean.
+        spec: how many candidates, their shape, the training mean, the returned dtype and device.
         generator: the randomness (CPU generator; draws happen on CPU in float64, then cast).
         sources: images for data-dependent inits (model input space), chosen by the experimenter.
-        dtype, device: of the returned tensor.
         attacker: the attacker's view for inits that need ``weights`` (an object with ``model``,
             ``params``, ``subspace``, ``known_init``, ``lower``, ``upper``).
         **params: the init's parameters (see the ``*Init`` models, e.g. ``scale``, ``l1``, ``l2``).
@@ -331,14 +345,15 @@ def make_init(name: str, *, m: int, input_shape: tuple[int, ...], mean: torch.Te
         DataReconError: unknown name (lists valid ones), bad parameters, m < 1, missing sources,
             or an image count that does not match m under ``count="exact"``.
     """
+    m = spec.m
     if m < 1:
         raise DataReconError(f"candidate count must be at least 1, got {m}; pass --candidates M with M >= 1")
     entry = INITS.get(name)
     p = init_params(name, **params)
     extra = {"attacker": attacker} if "weights" in entry.needs else {}
-    x0 = entry.fn(m=m, input_shape=tuple(input_shape), mean=mean, generator=generator, params=p, sources=sources,
-                  **extra)
-    return x0.to(device=device, dtype=dtype)
+    x0 = entry.fn(m=m, input_shape=tuple(spec.input_shape), mean=spec.mean, generator=generator, params=p,
+                  sources=sources, **extra)
+    return x0.to(device=spec.device, dtype=spec.dtype)
 
 
 def init_labels(name: str, *, m: int, sources: InitSources | None, **params: Any) -> torch.Tensor | None:

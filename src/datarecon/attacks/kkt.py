@@ -19,7 +19,7 @@ buffers ``opt.*``. ``step`` computes the update and commits it only when it is f
 Example::
 
     attack = KKTAttack(KKTConfig(steps=1000, lr_x=0.1, alpha=20))
-    rec = run_attack(attack, target, prior, x0=x0, generator=g, out="runs/kkt")
+    rec = run_attack(attack, AttackSetup(target, prior, x0, g), out="runs/kkt")
 """
 
 from __future__ import annotations
@@ -219,11 +219,11 @@ class _Prepared:
             return self.theta_sq
         return self.theta_sq - 2.0 * a * self.cross + a * a * self.init_sq
 
-    def matching(self) -> dict[str, Any]:
-        """Keyword arguments of the kkt_math objective functions for this target (θ*, θ_init, a)."""
+    def matching(self) -> kkt_math.Matching:
+        """What the kkt_math objective functions match for this target (θ*, or θ* − a·θ_init)."""
         if self.init is None:
-            return {}
-        return {"theta": self.params, "init": self.init, "coefficient": self.coefficient}
+            return kkt_math.Matching()
+        return kkt_math.Matching(theta=self.params, init=self.init, coefficient=self.coefficient)
 
 
 class _XAttack(ConfiguredAttack):
@@ -330,8 +330,7 @@ class KKTAttack(_XAttack):
 
             c = self.config
             model = functional_surrogate(c.surrogate, target.model, alpha=c.alpha)
-            fn = kkt_math.kkt_value_and_grad(model, margin=self.formulation(target), lambda_min=c.lambda_min,
-                                             box_weight=c.box_weight, lambda_min_weight=c.lambda_min_weight)
+            fn = kkt_math.kkt_value_and_grad(model, objective=self.objective(target))
             self._compiled[key] = compile_function(fn)
         return self._compiled[key]
 
@@ -350,6 +349,13 @@ class KKTAttack(_XAttack):
 
     def formulation(self, target: Target) -> str:
         return resolve_formulation(self.config.formulation, target)
+
+    def objective(self, target: Target) -> kkt_math.KKTObjective:
+        """The settings of this attack's KKT / DecoReco objective on ``target`` (the one definition the
+        single-run, batched and autograd-reference paths use)."""
+        c = self.config
+        return kkt_math.KKTObjective(margin=self.formulation(target), lambda_min=c.lambda_min,
+                                     lambda_min_weight=c.lambda_min_weight, box_weight=c.box_weight)
 
     def check_knowledge(self, target: Target, prior: AttackerPrior) -> None:
         """Refuse settings that need knowledge the prior does not hold, or that do not combine.
@@ -426,11 +432,9 @@ class KKTAttack(_XAttack):
         TV prior)."""
         prep = self.prepared(target, prior)
         lo, hi = self.bounds(prior, x.device)
-        c = self.config
         return kkt_math.kkt_terms(prep.forward, prep.ref, x, self.labels(prior, x.device), lam,
-                                  margin=self.formulation(target), lower=lo, upper=hi, lambda_min=c.lambda_min,
-                                  box_weight=c.box_weight, lambda_min_weight=c.lambda_min_weight,
-                                  include_box=include_box, **prep.matching())
+                                  objective=self.objective(target), box=(lo, hi) if include_box else None,
+                                  matching=prep.matching())
 
     def objective_and_grads(self, target: Target, prior: AttackerPrior, x: torch.Tensor,
                             lam: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
@@ -439,8 +443,8 @@ class KKTAttack(_XAttack):
         # the objective of terms(), differentiated cheaply: g's backward seeded by ∂R/∂g and the
         # box prior in closed form (same values and gradients; tests compare with autograd)
         terms, gx, gl = kkt_math.kkt_residual_and_grads(
-            prep.forward, prep.ref, x, self.labels(prior, x.device), lam, margin=self.formulation(target),
-            lambda_min=c.lambda_min, lambda_min_weight=c.lambda_min_weight, **prep.matching())
+            prep.forward, prep.ref, x, self.labels(prior, x.device), lam, objective=self.objective(target),
+            matching=prep.matching())
         lo, hi = self.bounds(prior, x.device)
         box, box_grad = kkt_math.box_value_and_grad(x.detach(), lo, hi)
         terms["box"], terms["loss"] = box, terms["loss"] + c.box_weight * box
@@ -635,9 +639,13 @@ class KKTAttack(_XAttack):
     def run(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
             generator: torch.Generator) -> Reconstruction:
         """Convenience: :func:`run_attack` without a run directory or progress bar."""
+        from dataclasses import replace
+
+        from datarecon.attacks.base import AttackSetup
+        from datarecon.attacks.loop import ATTACK_LOOP
         from datarecon.attacks.runner import run_attack
 
-        return run_attack(self, target, prior, x0=x0, generator=generator, progress=False)
+        return run_attack(self, AttackSetup(target, prior, x0, generator), loop=replace(ATTACK_LOOP, progress=False))
 
 
 class DecoRecoAttack(KKTAttack):
@@ -678,8 +686,10 @@ class GradNormAttack(_XAttack):
         prep = self.prepared(target)
         lo, hi = self.bounds(prior, x.device)
         return kkt_math.gradnorm_terms(prep.forward, prep.params, x, self.labels(prior, x.device),
-                                       loss=target.loss, weight_decay=target.weight_decay, lower=lo, upper=hi,
-                                       box_weight=self.config.box_weight)
+                                       objective=kkt_math.GradNormObjective(loss=target.loss,
+                                                                            weight_decay=target.weight_decay,
+                                                                            box_weight=self.config.box_weight),
+                                       box=(lo, hi))
 
     def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
              index: int) -> dict[str, float]:
@@ -705,8 +715,12 @@ class GradNormAttack(_XAttack):
 
     def run(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
             generator: torch.Generator) -> Reconstruction:
+        from dataclasses import replace
+
+        from datarecon.attacks.base import AttackSetup
+        from datarecon.attacks.loop import ATTACK_LOOP
         from datarecon.attacks.runner import run_attack
 
-        return run_attack(self, target, prior, x0=x0, generator=generator, progress=False)
+        return run_attack(self, AttackSetup(target, prior, x0, generator), loop=replace(ATTACK_LOOP, progress=False))
 
 

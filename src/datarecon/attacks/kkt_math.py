@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from datarecon.registry import Registry
-from datarecon.kernel.losses import energy, margins
+from datarecon.kernel.losses import LossFn, energy, margins
 
 ForwardFn = Callable[[torch.Tensor, Mapping[str, torch.Tensor]], torch.Tensor]
 """Φ(x; params): x (m, C, H, W), params name → tensor, returns (m, k)."""
@@ -73,6 +73,60 @@ MARGINS.register("multiclass", MarginEntry(multiclass_margin, False, "multiclass
                                            "lambda_i (Phi_y - max_{j!=y} Phi_j) (Buzaglo 2023)"))
 MARGINS.register("regression", MarginEntry(regression_margin, True, "any",
                                            "lambda_i Phi(x_i), signed lambda (Buzaglo 2023)"))
+
+
+Bounds = tuple[torch.Tensor | float, torch.Tensor | float]
+"""(lower, upper): per-pixel bounds of valid inputs in model input space, scalars or (C, H, W)."""
+
+
+@dataclass(frozen=True)
+class KKTObjective:
+    """The settings of the KKT / DecoReco objective L = R + w_box·box + w_λ·hinge (:func:`kkt_objective`).
+
+    Attributes:
+        margin: the formulation, a key of :data:`MARGINS`.
+        lambda_min: λ_min of the hinge Σ relu(λ_min − λ_i)² (unused by signed-λ formulations).
+        lambda_min_weight: w_λ ≥ 0, the hinge's weight (reference 5).
+        box_weight: w_box ≥ 0, the pixel-box prior's weight (reference 1; not read by
+            :func:`kkt_residual_and_grads`, whose callers add the box prior themselves).
+    """
+
+    margin: str
+    lambda_min: float
+    lambda_min_weight: float
+    box_weight: float
+
+
+@dataclass(frozen=True)
+class Matching:
+    """What the combination gradient g must match (:func:`matching_goal`): θ*, or θ* − a·θ_init with a
+    known initialisation (Loo et al. 2023).
+
+    Attributes:
+        theta: θ* (name → tensor); None: the parameters g is taken at.
+        init: θ_init (name → tensor, shaped like θ*); None: no known initialisation, the goal is θ*.
+        coefficient: a; None (with ``init``): fitted at every call by :func:`init_factor`.
+    """
+
+    theta: Mapping[str, torch.Tensor] | None = None
+    init: Mapping[str, torch.Tensor] | None = None
+    coefficient: float | None = None
+
+
+@dataclass(frozen=True)
+class GradNormObjective:
+    """The settings of the gradient-norm objective G(x) + w_box·box (Runkel et al. 2024, eq. 3).
+
+    Attributes:
+        loss: the target's training loss, a key of :data:`datarecon.kernel.losses.LOSSES` or a loss
+            function (see :func:`datarecon.kernel.losses.resolve_loss`).
+        weight_decay: wd ≥ 0 of the training energy E = mean loss + (wd/2)‖θ‖².
+        box_weight: w_box ≥ 0, the pixel-box prior's weight.
+    """
+
+    loss: str | LossFn
+    weight_decay: float
+    box_weight: float
 
 
 def _leaves(params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -217,12 +271,14 @@ def kkt_objective(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Tensor
 
 
 def seeded_gradients(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Tensor], x: torch.Tensor,
-                      lam: torch.Tensor, *, margin: str, lambda_min: float, lambda_min_weight: float,
+                      lam: torch.Tensor, *, objective: KKTObjective,
                       run_axis: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """:func:`kkt_objective`'s value (detached) and its gradient w.r.t. (x, λ) through g's graph,
     seeded by ∂R/∂g = −2(goal − g) and ∂/∂hinge = w_λ: the θ-sized square and sum of R stay out of
     the graph. With ``run_axis`` one backward of Σ_k L_k gives every run its own gradient (the runs
-    share θ* and nothing else, so ∂L_j/∂x_k = 0 for j ≠ k)."""
+    share θ* and nothing else, so ∂L_j/∂x_k = 0 for j ≠ k). ``objective``: margin, λ_min, w_λ (w_box
+    is not read)."""
+    margin, lambda_min, lambda_min_weight = objective.margin, objective.lambda_min, objective.lambda_min_weight
     names = [k for k in goal if g[k].requires_grad]
     with torch.no_grad():
         terms = kkt_objective({k: v.detach() for k, v in g.items()}, goal, lam.detach(), margin=margin,
@@ -239,44 +295,46 @@ def seeded_gradients(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Ten
 
 
 def kkt_terms(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor, labels: torch.Tensor,
-              lam: torch.Tensor, *, margin: str, lower: torch.Tensor | float, upper: torch.Tensor | float,
-              lambda_min: float, box_weight: float, lambda_min_weight: float,
-              include_box: bool = True, theta: Mapping[str, torch.Tensor] | None = None,
-              init: Mapping[str, torch.Tensor] | None = None,
-              coefficient: float | None = None) -> dict[str, torch.Tensor]:
+              lam: torch.Tensor, *, objective: KKTObjective, box: Bounds | None,
+              matching: Matching = Matching()) -> dict[str, torch.Tensor]:
     """:func:`kkt_objective` at (x, λ) plus the box prior, differentiable in x and λ (the autograd reference).
 
-    ``include_box=False`` leaves the box prior out (``box`` = 0, not in ``loss``), for callers that
-    add it with :func:`box_value_and_grad`.
-
-    Known initialisation (Loo et al. 2023; ``init`` given): g is taken at ``params`` (θ_ref: θ* for
-    the KKT attack with a known initialisation, θ_init for ``loo``) and must match
-    θ* − a·θ_init (``theta`` = θ*, default ``params``; a fitted when ``coefficient`` is None):
-    R = ‖θ* − a·θ_init − g(θ_ref)‖².
+    Args:
+        forward: Φ(x; params).
+        params: θ_ref (name → tensor), where g is taken.
+        x: (m, C, H, W); labels (m,); lam (m,).
+        objective: margin, λ_min, w_λ, w_box.
+        box: (lower, upper) of the box prior; None leaves the box prior out (``box`` = 0, not in
+            ``loss``), for callers that add it with :func:`box_value_and_grad`.
+        matching: known initialisation (Loo et al. 2023; ``matching.init`` given): g is taken at
+            ``params`` (θ_ref: θ* for the KKT attack with a known initialisation, θ_init for ``loo``)
+            and must match θ* − a·θ_init (``matching.theta`` = θ*, default ``params``; a fitted when
+            ``matching.coefficient`` is None): R = ‖θ* − a·θ_init − g(θ_ref)‖².
 
     Returns:
         ``{"loss": R + w_box·box + w_λ·hinge, "residual": R, "box": box, "lambda_hinge": hinge}``;
         the hinge is 0 for signed-λ formulations (``regression``).
     """
-    g = combination_gradient(forward, params, x, labels, lam, margin=margin, create_graph=True)
-    goal, _ = matching_goal(params if theta is None else theta, g, init=init, coefficient=coefficient)
-    terms = kkt_objective(g, goal, lam, margin=margin, lambda_min=lambda_min, lambda_min_weight=lambda_min_weight)
-    box = box_penalty(x, lower, upper) if include_box else torch.zeros((), dtype=x.dtype, device=x.device)
-    return {"loss": terms["loss"] + box_weight * box, "residual": terms["residual"], "box": box,
+    g = combination_gradient(forward, params, x, labels, lam, margin=objective.margin, create_graph=True)
+    goal, _ = matching_goal(params if matching.theta is None else matching.theta, g, init=matching.init,
+                            coefficient=matching.coefficient)
+    terms = kkt_objective(g, goal, lam, margin=objective.margin, lambda_min=objective.lambda_min,
+                          lambda_min_weight=objective.lambda_min_weight)
+    prior = box_penalty(x, *box) if box is not None else torch.zeros((), dtype=x.dtype, device=x.device)
+    return {"loss": terms["loss"] + objective.box_weight * prior, "residual": terms["residual"], "box": prior,
             "lambda_hinge": terms["lambda_hinge"]}
 
 
 def kkt_residual_and_grads(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor,
-                           labels: torch.Tensor, lam: torch.Tensor, *, margin: str, lambda_min: float,
-                           lambda_min_weight: float, theta: Mapping[str, torch.Tensor] | None = None,
-                           init: Mapping[str, torch.Tensor] | None = None, coefficient: float | None = None
+                           labels: torch.Tensor, lam: torch.Tensor, *, objective: KKTObjective,
+                           matching: Matching = Matching()
                            ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """:func:`kkt_objective` and its gradient w.r.t. (x, λ), without the box prior (see :func:`box_value_and_grad`).
 
-    The same numbers as autograd of :func:`kkt_terms` (``include_box=False``), computed with one
-    backward of g seeded by ∂R/∂g (:func:`seeded_gradients`). ``theta``, ``init``, ``coefficient``:
-    the known initialisation as in :func:`kkt_terms` (with a fitted a the seed is the same: ∂R/∂a = 0
-    at the fitted a, so a is held fixed in the backward).
+    The same numbers as autograd of :func:`kkt_terms` (``box=None``), computed with one backward
+    of g seeded by ∂R/∂g (:func:`seeded_gradients`). ``objective``: margin, λ_min, w_λ (w_box is not
+    read); ``matching``: the known initialisation as in :func:`kkt_terms` (with a fitted a the seed
+    is the same: ∂R/∂a = 0 at the fitted a, so a is held fixed in the backward).
 
     Returns:
         (``{"loss", "residual", "box" (0), "lambda_hinge"}`` detached scalars, plus ``init_coefficient``
@@ -284,12 +342,12 @@ def kkt_residual_and_grads(forward: ForwardFn, params: Mapping[str, torch.Tensor
     """
     x = x.detach().requires_grad_(True)
     lam = lam.detach().requires_grad_(True)
-    g = combination_gradient(forward, params, x, labels, lam, margin=margin, create_graph=True)
+    g = combination_gradient(forward, params, x, labels, lam, margin=objective.margin, create_graph=True)
     with torch.no_grad():
-        goal, a = matching_goal(params if theta is None else theta, {k: v.detach() for k, v in g.items()},
-                                init=init, coefficient=coefficient)
-    terms, gx, gl = seeded_gradients(g, goal, x, lam, margin=margin, lambda_min=lambda_min,
-                                      lambda_min_weight=lambda_min_weight, run_axis=False)
+        goal, a = matching_goal(params if matching.theta is None else matching.theta,
+                                {k: v.detach() for k, v in g.items()}, init=matching.init,
+                                coefficient=matching.coefficient)
+    terms, gx, gl = seeded_gradients(g, goal, x, lam, objective=objective, run_axis=False)
     terms["box"] = torch.zeros((), dtype=x.dtype, device=x.device)
     if a is not None:
         terms["init_coefficient"] = a.detach()
@@ -320,8 +378,7 @@ def tv_value_and_grad(x: torch.Tensor, *, eps: float = 1e-3) -> tuple[torch.Tens
     return total, grad
 
 
-def kkt_value_and_grad(model: torch.nn.Module, *, margin: str, lambda_min: float, box_weight: float,
-                       lambda_min_weight: float) -> Callable[..., tuple]:
+def kkt_value_and_grad(model: torch.nn.Module, *, objective: KKTObjective) -> Callable[..., tuple]:
     """:func:`kkt_terms` and its gradient w.r.t. (x, λ) as ONE pure torch.func function.
 
     For ``torch.compile`` (double backward through a compiled module is unsupported, so the inner
@@ -330,13 +387,15 @@ def kkt_value_and_grad(model: torch.nn.Module, *, margin: str, lambda_min: float
 
     Returns:
         f(x, λ, params, labels, lower, upper) → ((∂L/∂x, ∂L/∂λ), (L, (R, box, hinge))), the same
-        maths as :func:`kkt_terms` + autograd (L = R + w_box·box + w_λ·hinge).
+        maths as :func:`kkt_terms` + autograd (L = R + w_box·box + w_λ·hinge) for ``objective``.
     """
     from torch.func import functional_call, grad, grad_and_value
 
+    margin, lambda_min, lambda_min_weight = objective.margin, objective.lambda_min, objective.lambda_min_weight
+    box_weight = objective.box_weight
     entry = MARGINS.get(margin)
 
-    def objective(x, lam, params, labels, lower, upper):
+    def value(x, lam, params, labels, lower, upper):
         def total(p):
             return entry.fn(functional_call(model, p, (x,)), labels, lam).sum() / x.shape[0]
 
@@ -345,7 +404,7 @@ def kkt_value_and_grad(model: torch.nn.Module, *, margin: str, lambda_min: float
         box = box_penalty(x, lower, upper)
         return terms["loss"] + box_weight * box, (terms["residual"], box, terms["lambda_hinge"])
 
-    return grad_and_value(objective, argnums=(0, 1), has_aux=True)
+    return grad_and_value(value, argnums=(0, 1), has_aux=True)
 
 
 def energy_gradient(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor, labels: torch.Tensor,
@@ -358,13 +417,16 @@ def energy_gradient(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: t
 
 
 def gradnorm_terms(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor, labels: torch.Tensor,
-                   *, loss: str, weight_decay: float, lower: torch.Tensor | float, upper: torch.Tensor | float,
-                   box_weight: float) -> dict[str, torch.Tensor]:
-    """Runkel eq. 3: ``{"loss": ‖∇_θE‖² + w_box·box, "residual": ‖∇_θE‖², "box": box}``."""
-    g = energy_gradient(forward, params, x, labels, loss=loss, weight_decay=weight_decay, create_graph=True)
+                   *, objective: GradNormObjective, box: Bounds) -> dict[str, torch.Tensor]:
+    """Runkel eq. 3: ``{"loss": ‖∇_θE‖² + w_box·box, "residual": ‖∇_θE‖², "box": box}``.
+
+    ``objective``: E's loss and weight decay, w_box; ``box``: (lower, upper) of the box prior.
+    """
+    g = energy_gradient(forward, params, x, labels, loss=objective.loss, weight_decay=objective.weight_decay,
+                        create_graph=True)
     residual = squared_norm(g)
-    box = box_penalty(x, lower, upper)
-    return {"loss": residual + box_weight * box, "residual": residual, "box": box}
+    prior = box_penalty(x, *box)
+    return {"loss": residual + objective.box_weight * prior, "residual": residual, "box": prior}
 
 
 def per_candidate_directional(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.Tensor,

@@ -18,7 +18,15 @@ import pytest
 import torch
 from torch import nn
 
-from datarecon.attacks.bilevel import NONSMOOTH, FlatLayout, SolveOptions, hypergradient, lbfgs_minimize, make_energy
+from datarecon.attacks.bilevel import (
+    NONSMOOTH,
+    FlatLayout,
+    HypergradientSettings,
+    SolveOptions,
+    hypergradient,
+    lbfgs_minimize,
+    make_energy,
+)
 from datarecon.attacks.bilevel.diagnostics import descent_rate, unit_descent_direction
 from datarecon.attacks.bilevel.problem import value_and_grad
 
@@ -30,7 +38,8 @@ def test_rate_tends_to_the_gradient_norm_on_a_smooth_target(problem_factory, fd)
     theta0 = torch.rand(p.layout.size, generator=torch.Generator().manual_seed(0), dtype=DT)
     inner = p.solve(p.x, theta0)
     g_fd = fd(lambda z: p.outer(z, inner.theta), p.x, 1e-4)
-    hg = hypergradient(p.energy, p.x, inner.theta, p.theta_star, options=SolveOptions(tol=1e-12))
+    hg = hypergradient(p.energy, p.x, inner.theta, p.theta_star,
+                       settings=HypergradientSettings(options=SolveOptions(tol=1e-12)))
 
     def resolve(xx, th):
         return p.solve(xx, th).theta
@@ -77,8 +86,9 @@ def test_default_kink_treatment_descends_on_a_tiny_relu_target(seed):
     def upper(th):
         return float(((th - theta_star) ** 2).sum())
 
-    hg = hypergradient(energy, x, inner.theta, theta_star, strategy="cg", curvature=NONSMOOTH.curvature,
-                       options=SolveOptions(damping=NONSMOOTH.damping))
+    hg = hypergradient(energy, x, inner.theta, theta_star,
+                       settings=HypergradientSettings(strategy="cg", curvature=NONSMOOTH.curvature,
+                                                      options=SolveOptions(damping=NONSMOOTH.damping)))
     rate = descent_rate(resolve, upper, x, inner.theta, unit_descent_direction(hg.grad_x), steps=[0.03]).rates[0]
     controls = [descent_rate(resolve, upper, x, inner.theta,
                              unit_descent_direction(torch.randn(x.shape, generator=g, dtype=DT)), steps=[0.03]).rates[0]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from datarecon.attacks.bilevel.hypergrad import hypergradient
+from datarecon.attacks.bilevel.hypergrad import HypergradientSettings, hypergradient
 from datarecon.attacks.bilevel.linear_solve import LINEAR_SOLVERS, SolveOptions
 
 DT = torch.float64
@@ -59,7 +59,8 @@ def affine_defaults(problem_factory, fd):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_every_strategy_at_its_defaults_matches_finite_differences(affine_defaults, strategy, seed):
     p, inner, fd = affine_defaults[seed]
-    hg = hypergradient(p.energy, p.x, inner.theta, p.theta_star, strategy=strategy, options=SolveOptions(),
+    hg = hypergradient(p.energy, p.x, inner.theta, p.theta_star,
+                       settings=HypergradientSettings(strategy=strategy, options=SolveOptions()),
                        pairs=inner.new_pairs[-10:])
     rel, cos = _rel_cos(hg.grad_x, fd)
     tol = SolveOptions().tol
@@ -80,7 +81,8 @@ def test_reported_residual_bounds_the_error_of_p(affine_defaults):
     b = 2 * (inner.theta - p.theta_star)
     exact = torch.linalg.solve(h, b)
     for strategy in LINEAR_SOLVERS.names():
-        hg = hypergradient(p.energy, p.x, inner.theta, p.theta_star, strategy=strategy, pairs=inner.new_pairs[-10:])
+        hg = hypergradient(p.energy, p.x, inner.theta, p.theta_star, settings=HypergradientSettings(strategy=strategy),
+                           pairs=inner.new_pairs[-10:])
         dense_res = float((h @ hg.p - b).norm() / b.norm())
         assert hg.solve.residual == pytest.approx(dense_res, rel=1e-6, abs=1e-14), strategy
         assert float((hg.p - exact).norm()) <= hg.solve.residual * float(b.norm()) / lam_min * (1 + 1e-9) + 1e-14
@@ -118,8 +120,8 @@ BOUNDS = {
 def test_tight_solves_match_finite_differences(solved, kind, strategy, seed):
     p, inner, fd = solved[(kind, seed)]
     opts = SolveOptions(tol=1e-12, max_iter=200, neumann_max_terms=20000)
-    hg = hypergradient(p.energy, p.x, inner.theta, p.theta_star, strategy=strategy, options=opts,
-                       pairs=inner.new_pairs[-10:])
+    hg = hypergradient(p.energy, p.x, inner.theta, p.theta_star,
+                       settings=HypergradientSettings(strategy=strategy, options=opts), pairs=inner.new_pairs[-10:])
     rel, cos = _rel_cos(hg.grad_x, fd)
     max_rel, min_cos = BOUNDS[(kind, strategy)]
     assert rel < max_rel, f"{kind}/{strategy}: relative error {rel:.3g}"
@@ -151,7 +153,8 @@ def test_ridge_hypergradient_matches_closed_form():
     ((closed(xr) - theta_star) ** 2).sum().backward()
     inner = lbfgs_minimize(value_and_grad(energy, x), torch.zeros(d, dtype=DT), tol=1e-13, max_iter=200)
     torch.testing.assert_close(inner.theta, closed(x), rtol=1e-10, atol=1e-11)
-    hg = hypergradient(energy, x, inner.theta, theta_star, strategy="cg", options=SolveOptions(tol=1e-13))
+    hg = hypergradient(energy, x, inner.theta, theta_star,
+                       settings=HypergradientSettings(strategy="cg", options=SolveOptions(tol=1e-13)))
     torch.testing.assert_close(hg.grad_x, xr.grad, rtol=1e-9, atol=1e-11)
     # the dense Hessian inverse gives the same p
     h = torch.autograd.functional.hessian(lambda t: energy(x, t), inner.theta)
@@ -161,7 +164,9 @@ def test_ridge_hypergradient_matches_closed_form():
 def test_normalised_upper_loss_scales_gradient(solved):
     p, inner, _ = solved[("affine", 0)]
     opts = SolveOptions(tol=1e-12)
-    sq = hypergradient(p.energy, p.x, inner.theta, p.theta_star, strategy="cg", options=opts)
-    nrm = hypergradient(p.energy, p.x, inner.theta, p.theta_star, upper="normalised", strategy="cg", options=opts)
+    sq = hypergradient(p.energy, p.x, inner.theta, p.theta_star,
+                       settings=HypergradientSettings(strategy="cg", options=opts))
+    nrm = hypergradient(p.energy, p.x, inner.theta, p.theta_star,
+                        settings=HypergradientSettings(upper="normalised", strategy="cg", options=opts))
     scale = float((p.theta_star ** 2).sum())
     torch.testing.assert_close(nrm.grad_x * scale, sq.grad_x, rtol=1e-9, atol=1e-12)

@@ -7,6 +7,7 @@ import torch
 
 from datarecon.attacks.bilevel.lbfgs import (
     LBFGSMemory,
+    LBFGSSettings,
     armijo_backtracking,
     lbfgs_minimize,
     strong_wolfe,
@@ -35,7 +36,7 @@ def test_lbfgs_converges_on_quadratic(line_search):
     a = _spd(20, 0)
     b = torch.randn(20, generator=torch.Generator().manual_seed(1), dtype=DT)
     res = lbfgs_minimize(_quadratic(a, b), torch.zeros(20, dtype=DT), tol=1e-10, max_iter=500,
-                         history=10, line_search=line_search)
+                         history=10, settings=LBFGSSettings(line_search=line_search))
     assert res.converged and res.stop_reason == "converged"
     torch.testing.assert_close(res.theta, torch.linalg.solve(a, b), rtol=0, atol=1e-8)
     # every kept pair has positive curvature and satisfies y = A s
@@ -123,4 +124,4 @@ def test_line_search_conditions(search):
 def test_unknown_line_search_lists_names():
     with pytest.raises(DataReconError, match="armijo, strong-wolfe"):
         lbfgs_minimize(_quadratic(_spd(3, 0), torch.ones(3, dtype=DT)), torch.zeros(3, dtype=DT),
-                       line_search="newton")
+                       settings=LBFGSSettings(line_search="newton"))

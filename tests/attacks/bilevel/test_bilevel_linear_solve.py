@@ -140,7 +140,7 @@ def test_cg_detects_negative_curvature():
 def test_neumann_sets_alpha_from_power_iteration_and_converges():
     a, b = _spd(10, 4), torch.ones(10, dtype=DT)
     lmax = float(torch.linalg.eigvalsh(a).max())
-    res = solve_neumann(Counting(a), b, tol=1e-8, max_terms=20000, power_iters=50)
+    res = solve_neumann(Counting(a), b, options=SolveOptions(tol=1e-8, neumann_max_terms=20000, power_iters=50))
     assert res.converged and res.stop_reason == "converged"
     assert res.lambda_max == pytest.approx(lmax, rel=1e-2) and res.alpha == pytest.approx(1 / res.lambda_max)
     torch.testing.assert_close(res.p, torch.linalg.solve(a, b), rtol=1e-6, atol=1e-7)
@@ -149,7 +149,7 @@ def test_neumann_sets_alpha_from_power_iteration_and_converges():
 
 def test_neumann_short_series_does_not_claim_convergence():
     a, b = _spd(30, 3, cond=1e3), _b(30)
-    res = solve_neumann(Counting(a), b, tol=1e-8, max_terms=50)
+    res = solve_neumann(Counting(a), b, options=SolveOptions(tol=1e-8, neumann_max_terms=50))
     assert not res.converged and res.stop_reason == "max_iter"
     assert res.residual == pytest.approx(_dense_residual(a, res.p, b), rel=1e-9)
     assert res.residual > 1e-8
@@ -159,7 +159,8 @@ def test_neumann_detects_divergence_of_a_too_large_step():
     """α = 3/λ_max: the top eigencomponent grows by |1 − 3| = 2 per term."""
     a, b = _spd(10, 4), _b(10)
     lmax = float(torch.linalg.eigvalsh(a).max())
-    res = solve_neumann(Counting(a), b, alpha=3.0 / lmax, tol=1e-8, max_terms=5000, restarts=0)
+    res = solve_neumann(Counting(a), b, options=SolveOptions(neumann_alpha=3.0 / lmax, tol=1e-8, neumann_max_terms=5000,
+                                                           neumann_restarts=0))
     assert res.diverged and not res.converged and res.stop_reason == "diverged"
     assert res.hvps < 200  # stopped once the residual grew, not after 5000 terms
     assert torch.isfinite(res.p).all() and float(res.p.norm()) < 10 * float(torch.linalg.solve(a, b).norm())
@@ -171,7 +172,8 @@ def test_neumann_restarts_after_an_underestimated_lambda_max():
     residual is detected, λ_max re-estimated from it, and the series restarted."""
     a, b = _spd(10, 4), _b(10)
     evals, vecs = torch.linalg.eigh(a)
-    res = solve_neumann(Counting(a), b, eigvec=vecs[:, 0].clone(), tol=1e-8, max_terms=20000, power_iters=5)
+    res = solve_neumann(Counting(a), b, eigvec=vecs[:, 0].clone(),
+                        options=SolveOptions(tol=1e-8, neumann_max_terms=20000, power_iters=5))
     assert res.restarts >= 1 and res.converged and not res.diverged
     assert res.lambda_max == pytest.approx(float(evals.max()), rel=1e-2)
     torch.testing.assert_close(res.p, torch.linalg.solve(a, b), rtol=1e-6, atol=1e-7)
@@ -184,12 +186,12 @@ def test_neumann_reports_negative_curvature_instead_of_blowing_up():
     q, _ = torch.linalg.qr(torch.randn(4, 4, generator=torch.Generator().manual_seed(0), dtype=DT))
     a = q @ torch.diag(d) @ q.T
     b = torch.ones(4, dtype=DT)
-    res = solve_neumann(Counting(a), b, alpha=0.5, tol=1e-10, max_terms=5000)
+    res = solve_neumann(Counting(a), b, options=SolveOptions(neumann_alpha=0.5, tol=1e-10, neumann_max_terms=5000))
     assert res.negative_curvature and not res.converged and res.stop_reason == "negative-curvature"
     assert float(res.p.norm()) < 1e3 and res.hvps < 5000
     assert res.residual == pytest.approx(_dense_residual(a, res.p, b), rel=1e-9)
     # a dominant negative eigenvalue is caught by the power iteration itself
-    res2 = solve_neumann(Counting(-a), b, tol=1e-10, max_terms=5000)
+    res2 = solve_neumann(Counting(-a), b, options=SolveOptions(tol=1e-10, neumann_max_terms=5000))
     assert res2.negative_curvature and not res2.converged
 
 

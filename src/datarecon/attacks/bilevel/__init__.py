@@ -11,8 +11,15 @@
 """
 
 from datarecon.attacks.bilevel.attack import NONSMOOTH, SMOOTH, BilevelAttack, BilevelConfig, KinkTreatment
-from datarecon.attacks.bilevel.hypergrad import Hypergradient, hypergradient, implicit_gradient
-from datarecon.attacks.bilevel.lbfgs import LBFGSMemory, LBFGSResult, lbfgs_minimize, two_loop
+from datarecon.attacks.bilevel.hypergrad import Hypergradient, HypergradientSettings, hypergradient, implicit_gradient
+from datarecon.attacks.bilevel.lbfgs import (
+    LBFGSMemory,
+    LBFGSResult,
+    LBFGSSettings,
+    LineSearchSettings,
+    lbfgs_minimize,
+    two_loop,
+)
 from datarecon.attacks.bilevel.linear_solve import (
     LINEAR_SOLVERS,
     SolveOptions,
@@ -40,7 +47,8 @@ from datarecon.attacks.bilevel.problem import (
 
 __all__ = ["CURVATURES", "INNER_ACTIVATIONS", "LINEAR_SOLVERS", "NONSMOOTH", "SMOOTH", "THETA0", "UPPER_LOSSES",
            "BilevelAttack", "BilevelConfig", "Energy", "FlatLayout", "GaussNewtonOperator", "HessianOperator",
-           "Hypergradient", "KinkTreatment", "LBFGSMemory", "LBFGSResult", "SolveOptions", "SolveResult",
+           "Hypergradient", "HypergradientSettings", "KinkTreatment", "LBFGSMemory", "LBFGSResult", "LBFGSSettings",
+           "LineSearchSettings", "SolveOptions", "SolveResult",
            "estimate_lambda_max", "has_kinks", "hypergradient", "implicit_gradient", "lbfgs_minimize",
            "lbfgs_preconditioner", "make_energy", "relative_residuals", "resolve_weight_decay", "solve_cg",
            "solve_neumann", "solve_qn", "two_loop"]

@@ -57,8 +57,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from datarecon.attacks.base import AttackerPrior, ConfiguredAttack, Target
-from datarecon.attacks.bilevel.hypergrad import hypergradient
-from datarecon.attacks.bilevel.lbfgs import LINE_SEARCHES, LBFGSMemory, lbfgs_minimize
+from datarecon.attacks.bilevel.hypergrad import HypergradientSettings, hypergradient
+from datarecon.attacks.bilevel.lbfgs import LINE_SEARCHES, LBFGSMemory, LBFGSSettings, lbfgs_minimize
 from datarecon.attacks.bilevel.linear_solve import LINEAR_SOLVERS, SolveOptions
 from datarecon.attacks.bilevel.problem import (
     CURVATURES,
@@ -260,6 +260,15 @@ class BilevelConfig(BaseModel):
                             neumann_max_terms=self.neumann_max_terms, neumann_alpha=self.neumann_alpha,
                             power_iters=self.power_iters, warm_start=self.warm_start_p)
 
+    def hypergradient_settings(self, treatment: KinkTreatment) -> HypergradientSettings:
+        """The hypergradient's upper loss, strategy, solve options and curvature for a resolved treatment."""
+        return HypergradientSettings(upper=self.upper_loss, strategy=self.hessian,
+                                     options=self.solve_options(treatment.damping), curvature=treatment.curvature)
+
+    def lbfgs_settings(self) -> LBFGSSettings:
+        """The inner L-BFGS's line search (its constants at their defaults)."""
+        return LBFGSSettings(line_search=self.line_search)
+
     def optimizer_settings(self) -> OptimizerSettings:
         return OptimizerSettings(momentum=self.momentum)
 
@@ -388,7 +397,7 @@ class BilevelAttack(ConfiguredAttack):
         return lbfgs_minimize(value_and_grad(energy_fn, x), theta, pairs=pairs,
                               history=cfg.lbfgs_history, tol=cfg.inner_tol if tol is None else tol,
                               max_iter=cfg.inner_max_iter_first if first else cfg.inner_max_iter,
-                              line_search=cfg.line_search)
+                              settings=cfg.lbfgs_settings())
 
     # ------------------------------------------------------------------ protocol
 
@@ -458,9 +467,8 @@ class BilevelAttack(ConfiguredAttack):
             add["inner_evaluations"] += inner.evaluations
         pairs = (memory.pairs() + new_pairs)[-cfg.lbfgs_history:] if cfg.lbfgs_history else []
         eig = state.get(EIGVEC)
-        hg = hypergradient(energy_fn, x, theta, theta_star, upper=cfg.upper_loss, strategy=cfg.hessian,
-                           options=cfg.solve_options(pr.treatment.damping), pairs=pairs, previous_p=state["p"],
-                           curvature=pr.treatment.curvature,
+        hg = hypergradient(energy_fn, x, theta, theta_star, settings=cfg.hypergradient_settings(pr.treatment),
+                           pairs=pairs, previous_p=state["p"],
                            eigvec=eig if eig is not None and bool(torch.any(eig != 0)) else None)
         add["hvps"] += hg.solve.hvps
         box, box_grad = self._box(x, prior)
@@ -484,8 +492,8 @@ class BilevelAttack(ConfiguredAttack):
             state["theta"], solved, step_taken, last_res = theta, 0, cfg.lr_x, inner_res
             trial_pairs: list = []
         else:
-            ls = self._line_search(pr, prior, x=x, theta=theta, grad_x=grad_x, f0=f0, tol=tol,
-                                   pairs=pairs, last_step=float(state[STEP]))
+            ls = self._line_search(pr, prior, _LineSearchStart(x=x, theta=theta, grad_x=grad_x, f0=f0, tol=tol,
+                                                               pairs=pairs), last_step=float(state[STEP]))
             for key, n in (("inner_iterations", ls.inner_iterations), ("inner_evaluations", ls.inner_evaluations),
                            ("ls_trials", ls.trials), ("rejected_steps", int(not ls.accepted))):
                 add[key] += n
@@ -516,11 +524,13 @@ class BilevelAttack(ConfiguredAttack):
         _accumulate(state[SOLVE], hg.solve.residual)
         return metrics
 
-    def _line_search(self, pr: _Problem, prior: AttackerPrior, *, x: torch.Tensor, theta: torch.Tensor,
-                     grad_x: torch.Tensor, f0: float, tol: float, pairs: list, last_step: float) -> _StepResult:
+    def _line_search(self, pr: _Problem, prior: AttackerPrior, start: _LineSearchStart, *,
+                     last_step: float) -> _StepResult:
         """The problem-derived step on x (see ``BilevelConfig.lr_x``): Polyak trial, Armijo backtracking
-        on l(θ*, θ(x)) + box, with the inner problem re-solved (warm) at every trial point."""
+        on l(θ*, θ(x)) + box, with the inner problem re-solved (warm) at every trial point.
+        ``last_step``: the last accepted step η (0: none yet)."""
         cfg = self.config
+        x, theta, grad_x, f0, tol, pairs = start.x, start.theta, start.grad_x, start.f0, start.tol, start.pairs
         gg = float(torch.dot(grad_x.reshape(-1), grad_x.reshape(-1)))
         if not gg > 0.0 or not f0 > 0.0:
             return _StepResult(False, 0.0, x, theta, float("nan"), [], 0, 0, 0)
@@ -602,7 +612,7 @@ class BilevelAttack(ConfiguredAttack):
         if surrogate:  # Table 1 is about the target's own energy: re-solve on it from θ_β(x)
             true = lbfgs_minimize(value_and_grad(pr.target_energy, state["x"]), inner.theta,
                                   history=self.config.lbfgs_history, tol=self.config.inner_tol,
-                                  max_iter=self.config.inner_max_iter_first, line_search=self.config.line_search)
+                                  max_iter=self.config.inner_max_iter_first, settings=self.config.lbfgs_settings())
             dist = float(((true.theta - theta_star) ** 2).sum())
         else:
             dist = dist_inner
@@ -649,6 +659,27 @@ class BilevelAttack(ConfiguredAttack):
             extra["param_distance_inner_energy"] = dist_inner
         summary = {"param_distance": dist, "selection": {"param_distance": dist}, "extra": extra}
         return {"margin": score}, summary
+
+
+@dataclass(frozen=True)
+class _LineSearchStart:
+    """Where the problem-derived step on x starts (:meth:`BilevelAttack._line_search`).
+
+    Attributes:
+        x: (m, C, H, W) the outer iterate x^k, model input space.
+        theta: (P,) θ^{k+1}, the inner solution at x (every trial's inner solve starts from it).
+        grad_x: like x, ∇_x of the upper loss plus box_weight × the box prior's gradient.
+        f0: the upper loss plus box_weight·box at x (the value a trial must beat).
+        tol: the inner tolerance of this outer step.
+        pairs: curvature pairs, oldest first (warm start of the trial solves).
+    """
+
+    x: torch.Tensor
+    theta: torch.Tensor
+    grad_x: torch.Tensor
+    f0: float
+    tol: float
+    pairs: list
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ function theorem's p that exists also where E has kinks (ReLU targets).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -58,10 +58,28 @@ def implicit_gradient(op, p: torch.Tensor) -> torch.Tensor:
     return -op.mixed(p)
 
 
+@dataclass(frozen=True)
+class HypergradientSettings:
+    """How :func:`hypergradient` forms p = M⁻¹∇_θ l: the method's fixed choices (the warm starts are per call).
+
+    Attributes:
+        upper: ``UPPER_LOSSES`` name of l(θ*, θ̂) ("sq" = ‖θ* − θ̂‖², "normalised").
+        strategy: ``LINEAR_SOLVERS`` name ("qn", "cg", "pcg", "neumann").
+        options: the linear solve's parameters (tolerance, caps, damping μ, ...).
+        curvature: ``CURVATURES`` name of M: "hessian" (∇²_θE, the implicit function theorem's
+            matrix) or "gauss-newton" (its positive-definite Gauss–Newton part; needs an
+            ``Energy`` from ``make_energy``).
+    """
+
+    upper: str = "sq"
+    strategy: str = "cg"
+    options: SolveOptions = field(default_factory=SolveOptions)
+    curvature: str = "hessian"
+
+
 def hypergradient(energy_fn: EnergyFn, x: torch.Tensor, theta: torch.Tensor, theta_star: torch.Tensor, *,
-                  upper: str = "sq", strategy: str = "cg", options: SolveOptions | None = None,
-                  pairs: Sequence[Pair] = (), previous_p: torch.Tensor | None = None,
-                  curvature: str = "hessian", eigvec: torch.Tensor | None = None) -> Hypergradient:
+                  settings: HypergradientSettings | None = None, pairs: Sequence[Pair] = (),
+                  previous_p: torch.Tensor | None = None, eigvec: torch.Tensor | None = None) -> Hypergradient:
     """Hypergradient of x ↦ l(θ*, θ̂(x)) at a solved lower level θ̂ ≈ θ(x).
 
     Args:
@@ -69,14 +87,10 @@ def hypergradient(energy_fn: EnergyFn, x: torch.Tensor, theta: torch.Tensor, the
         x: (m, *input_shape) candidates.
         theta: (P,) θ̂, a (near-)minimiser of E(x, ·); the formula assumes ∇_θE(x, θ̂) ≈ 0.
         theta_star: (P,) the target's parameters θ*.
-        upper: ``UPPER_LOSSES`` name.
-        strategy: ``LINEAR_SOLVERS`` name ("qn", "cg", "pcg", "neumann").
-        options: the linear solve's parameters (defaults: ``SolveOptions()``).
+        settings: upper loss, strategy, its options and curvature (default ``HypergradientSettings()``:
+            "sq", "cg", ``SolveOptions()``, "hessian").
         pairs: inner L-BFGS curvature pairs ("qn": the answer; "pcg": the preconditioner).
         previous_p: the previous outer step's p (warm start for "cg", "pcg", "neumann").
-        curvature: ``CURVATURES`` name: "hessian" (∇²_θE, the implicit function theorem's
-            matrix) or "gauss-newton" (its positive-definite Gauss–Newton part; needs an
-            ``Energy`` from ``make_energy``).
         eigvec: the previous power-iteration vector (warm start of "neumann"'s λ_max estimate).
 
     Returns:
@@ -85,10 +99,11 @@ def hypergradient(energy_fn: EnergyFn, x: torch.Tensor, theta: torch.Tensor, the
     Raises:
         DataReconError: unknown upper loss, strategy or curvature (the message lists the valid names).
     """
-    loss = UPPER_LOSSES.get(upper)
-    solver = LINEAR_SOLVERS.get(strategy)
-    options = options or SolveOptions()
-    op = CURVATURES.get(curvature)(energy_fn, x, theta)
+    settings = settings or HypergradientSettings()
+    loss = UPPER_LOSSES.get(settings.upper)
+    solver = LINEAR_SOLVERS.get(settings.strategy)
+    options = settings.options
+    op = CURVATURES.get(settings.curvature)(energy_fn, x, theta)
     th = theta.detach()
     b = loss.grad(th, theta_star)
     solve = solver(LinearSystem(hvp=op, b=b, previous=previous_p, pairs=list(pairs), eigvec=eigvec), options)

@@ -9,7 +9,8 @@ H ≈ [∇²_θE]⁻¹ of the paper's update 7 (strategy "qn", no extra Hessian 
 * :func:`two_loop`: H·v by the two-loop recursion (Nocedal & Wright, Alg. 7.4), H₀ = γI with
   γ = sᵀy / yᵀy of the newest pair.
 * :func:`lbfgs_minimize`: L-BFGS with a strong-Wolfe (default) or Armijo backtracking line
-  search. A line search is required: undamped (quasi-)Newton steps from θ⁰ ~ U(0,1) oscillate
+  search (:class:`LBFGSSettings`; the searches' constants: :class:`LineSearchSettings`). A line
+  search is required: undamped (quasi-)Newton steps from θ⁰ ~ U(0,1) oscillate
   on saturated logistic losses (METHODS §7). Pure-ish: it does not mutate the memory it is
   given; it returns the new pairs, and the caller commits them (so a non-finite step can be
   discarded without touching the state).
@@ -143,15 +144,39 @@ def _finite(v: torch.Tensor) -> bool:
     return bool(torch.isfinite(v).all())
 
 
+@dataclass(frozen=True)
+class LineSearchSettings:
+    """Tolerances and limits of a line search (:data:`LINE_SEARCHES`); each search reads the ones it needs.
+
+    Attributes:
+        c1: sufficient-decrease constant of E(θ+td) ≤ E(θ) + c1·t·∇Eᵀd, in (0, c2).
+        c2: curvature constant of the strong Wolfe condition |∇E(θ+td)ᵀd| ≤ c2·|∇Eᵀd|, in (c1, 1)
+            (strong Wolfe only).
+        max_evals: cap on the E+∇E evaluations of one search (≥ 1).
+        shrink: backtracking factor t ← shrink·t, in (0, 1) (Armijo only).
+        expand: bracketing growth factor t ← expand·t, > 1 (strong Wolfe only).
+    """
+
+    c1: float = 1e-4
+    c2: float = 0.9
+    max_evals: int = 30
+    shrink: float = 0.5
+    expand: float = 4.0
+
+
+DEFAULT_LINE_SEARCH = LineSearchSettings()
+
+
 def armijo_backtracking(fun: ValueGrad, theta: torch.Tensor, d: torch.Tensor, f0: torch.Tensor, g0: torch.Tensor,
-                        *, t: float = 1.0, c1: float = 1e-4, c2: float = 0.9, shrink: float = 0.5,
-                        max_evals: int = 30, f_eps: float = 0.0) -> LineSearchResult:
+                        *, t: float = 1.0, f_eps: float = 0.0,
+                        settings: LineSearchSettings = DEFAULT_LINE_SEARCH) -> LineSearchResult:
     """Backtracking: the first t = t₀·shrinkᵏ with E(θ+td) ≤ E(θ) + c1·t·∇Eᵀd + f_eps (c2 unused).
 
     ``f_eps`` (≥ 0) is the rounding noise of E: within it, a step counts as decreasing when
     the slope along d has not turned positive (otherwise a line search stalls near the
-    minimiser, where E no longer resolves the decrease).
+    minimiser, where E no longer resolves the decrease). ``settings``: c1, shrink, max_evals.
     """
+    c1, shrink, max_evals = settings.c1, settings.shrink, settings.max_evals
     gtd0 = float(torch.dot(g0, d))
     f0v = float(f0)
     for k in range(max_evals):
@@ -180,8 +205,8 @@ def _cubic_min(t1: float, f1: float, d1: float, t2: float, f2: float, d2: float)
 
 
 def strong_wolfe(fun: ValueGrad, theta: torch.Tensor, d: torch.Tensor, f0: torch.Tensor, g0: torch.Tensor,
-                 *, t: float = 1.0, c1: float = 1e-4, c2: float = 0.9, max_evals: int = 30,
-                 expand: float = 4.0, f_eps: float = 0.0) -> LineSearchResult:
+                 *, t: float = 1.0, f_eps: float = 0.0,
+                 settings: LineSearchSettings = DEFAULT_LINE_SEARCH) -> LineSearchResult:
     """Step satisfying the strong Wolfe conditions (Nocedal & Wright Alg. 3.5 with zoom, Alg. 3.6).
 
     E(θ+td) ≤ E(θ) + c1·t·∇Eᵀd and |∇E(θ+td)ᵀd| ≤ c2·|∇Eᵀd|; guarantees sᵀy > 0 for the new pair.
@@ -189,8 +214,9 @@ def strong_wolfe(fun: ValueGrad, theta: torch.Tensor, d: torch.Tensor, f0: torch
     out, the best point with sufficient decrease found so far is returned. ``f_eps`` ≥ 0 is the
     rounding noise of E: the decrease tests are relaxed by it (Hager & Zhang's "approximate
     Wolfe" idea), so near the minimiser, where E no longer resolves the decrease, the search
-    is steered by the slope.
+    is steered by the slope. ``settings``: c1, c2, max_evals, expand.
     """
+    c1, c2, max_evals, expand = settings.c1, settings.c2, settings.max_evals, settings.expand
     f0v, gtd0 = float(f0), float(torch.dot(g0, d))
     evals = 0
     # (t, f, gtd, value tensor, grad tensor) of the bracket ends
@@ -290,10 +316,29 @@ class LBFGSResult:
     stop_reason: str = ""
 
 
+@dataclass(frozen=True)
+class LBFGSSettings:
+    """How :func:`lbfgs_minimize` steps (its stopping rule and memory size are per call).
+
+    Attributes:
+        line_search: :data:`LINE_SEARCHES` name ("strong-wolfe", "armijo").
+        search: the line search's constants (c1, c2, evaluations per search, ...).
+        curvature_eps: a pair is kept only when sᵀy > eps·‖s‖·‖y‖ (skips non-convex steps), ≥ 0.
+        f_rtol: relative rounding noise of E passed to the line search as f_eps = f_rtol·|E|;
+            None (default): 16·(machine epsilon of θ's dtype).
+    """
+
+    line_search: str = "strong-wolfe"
+    search: LineSearchSettings = DEFAULT_LINE_SEARCH
+    curvature_eps: float = 1e-10
+    f_rtol: float | None = None
+
+
+DEFAULT_LBFGS = LBFGSSettings()
+
+
 def lbfgs_minimize(fun: ValueGrad, theta0: torch.Tensor, *, pairs: Sequence[Pair] = (), history: int = 10,
-                   tol: float = 1e-6, max_iter: int = 100, line_search: str = "strong-wolfe",
-                   c1: float = 1e-4, c2: float = 0.9, max_ls_evals: int = 30,
-                   curvature_eps: float = 1e-10, f_rtol: float | None = None) -> LBFGSResult:
+                   tol: float = 1e-6, max_iter: int = 100, settings: LBFGSSettings = DEFAULT_LBFGS) -> LBFGSResult:
     """Minimise a smooth function by L-BFGS with a line search.
 
     Args:
@@ -304,17 +349,16 @@ def lbfgs_minimize(fun: ValueGrad, theta0: torch.Tensor, *, pairs: Sequence[Pair
         history: number of pairs the quasi-Newton model keeps.
         tol: stop when ‖∇E‖₂ ≤ tol.
         max_iter: cap on accepted steps.
-        line_search: ``LINE_SEARCHES`` name ("strong-wolfe", "armijo").
-        c1, c2: Wolfe constants (sufficient decrease, curvature).
-        max_ls_evals: evaluations per line search.
-        curvature_eps: a pair is kept only when sᵀy > eps·‖s‖·‖y‖ (skips non-convex steps).
-        f_rtol: relative rounding noise of E passed to the line search as f_eps = f_rtol·|E|;
-            default 16·(machine epsilon of θ's dtype).
+        settings: the line search (name and constants), the pair filter and E's rounding noise.
 
     Returns:
         :class:`LBFGSResult`.
+
+    Raises:
+        DataReconError: unknown ``settings.line_search`` (the message lists the valid names).
     """
-    search = LINE_SEARCHES.get(line_search)
+    search = LINE_SEARCHES.get(settings.line_search)
+    curvature_eps, f_rtol = settings.curvature_eps, settings.f_rtol
     theta = theta0.detach().clone()
     f, g = fun(theta)
     evals, it = 1, 0
@@ -340,8 +384,7 @@ def lbfgs_minimize(fun: ValueGrad, theta0: torch.Tensor, *, pairs: Sequence[Pair
         if float(torch.dot(g, d)) >= 0:  # quasi-Newton model lost positive definiteness: restart
             model = []
             d, t0 = -g, min(1.0, 1.0 / gnorm)
-        ls = search(fun, theta, d, f, g, t=t0, c1=c1, c2=c2, max_evals=max_ls_evals,
-                    f_eps=f_rtol * abs(float(f)))
+        ls = search(fun, theta, d, f, g, t=t0, f_eps=f_rtol * abs(float(f)), settings=settings.search)
         evals += ls.evaluations
         if not ls.ok:
             if model:  # retry once along steepest descent before giving up

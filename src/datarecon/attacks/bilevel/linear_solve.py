@@ -254,9 +254,8 @@ def estimate_lambda_max(hvp: HVP, v0: torch.Tensor, *, iters: int = 20) -> tuple
     return lam, rq, v, used
 
 
-def solve_neumann(hvp: HVP, b: torch.Tensor, *, x0: torch.Tensor | None = None, tol: float = 1e-6,
-                  max_terms: int = 5000, damping: float = 0.0, alpha: float | None = None,
-                  eigvec: torch.Tensor | None = None, power_iters: int = 10, restarts: int = 2) -> SolveResult:
+def solve_neumann(hvp: HVP, b: torch.Tensor, *, x0: torch.Tensor | None = None, eigvec: torch.Tensor | None = None,
+                  options: SolveOptions | None = None) -> SolveResult:
     """Neumann series p = p₀ + α Σ_{k<K} (I − αA)ᵏ r₀, A = H + μI, r₀ = b − A p₀.
 
     The residual after K terms is exactly the next term (I − αA)ᴷ r₀, so the series stops once
@@ -265,34 +264,35 @@ def solve_neumann(hvp: HVP, b: torch.Tensor, *, x0: torch.Tensor | None = None, 
     either λ < 0 (negative curvature: proved by a negative Rayleigh quotient of the growing
     term, or inferred when a power iteration from it finds no λ > 2/α; stop, report) or
     λ > 2/α (λ_max was underestimated: with α from the power iteration, restart with the new
-    estimate, at most ``restarts`` times; then, or with a fixed α, report divergence). The term
-    that started to grow is not added to p.
+    estimate, at most ``neumann_restarts`` times; then, or with a fixed α, report divergence). The
+    term that started to grow is not added to p.
 
     Args:
         hvp: v ↦ H v (H symmetric).
         b: (P,) right-hand side.
         x0: warm start (e.g. the previous outer step's p).
-        tol: relative-residual tolerance.
-        max_terms: cap on the terms (one HVP each).
-        damping: μ ≥ 0.
-        alpha: fixed step α; None (default) sets α = 1/λ̂_max(A) by power iteration.
         eigvec: warm start of the power iteration (default: b).
-        power_iters: power-iteration products.
-        restarts: re-estimates of λ_max after a detected divergence.
+        options: ``tol`` (relative-residual tolerance), ``neumann_max_terms`` (cap on the terms, one
+            HVP each), ``damping`` μ ≥ 0, ``neumann_alpha`` (fixed step α; None: α = 1/λ̂_max(A) by
+            power iteration), ``power_iters`` (power-iteration products), ``neumann_restarts``
+            (re-estimates of λ_max after a detected divergence); default ``SolveOptions()``.
+            ``max_iter`` and ``warm_start`` are not read (``x0`` is the warm start).
 
     Returns:
         :class:`SolveResult` with ``lambda_max``, ``alpha``, ``eigvec`` and ``restarts``.
 
     References: Lorraine, Vicol & Duvenaud (AISTATS 2020), Alg. 3.
     """
-    op = _Counted(hvp, damping)
+    options = options or SolveOptions()
+    tol, max_terms, alpha = options.tol, options.neumann_max_terms, options.neumann_alpha
+    op = _Counted(hvp, options.damping)
     bnorm = float(torch.linalg.vector_norm(b))
     if bnorm == 0.0:
         return SolveResult(torch.zeros_like(b), 0, 0, 0.0, 0.0, True, stop_reason="converged")
     lam, vec = NAN, eigvec
     fixed_alpha = alpha is not None
     if alpha is None:
-        lam, rq, vec, _ = estimate_lambda_max(op, eigvec if eigvec is not None else b, iters=power_iters)
+        lam, rq, vec, _ = estimate_lambda_max(op, eigvec if eigvec is not None else b, iters=options.power_iters)
         if rq <= 0.0:  # the dominant eigenvalue of A is negative: the series cannot converge
             return _finish(op, alpha_safe(lam) * b, b, tol, iterations=0, reason="negative-curvature",
                            negative_curvature=True, lambda_max=lam, alpha=alpha_safe(lam), eigvec=vec)
@@ -303,46 +303,64 @@ def solve_neumann(hvp: HVP, b: torch.Tensor, *, x0: torch.Tensor | None = None, 
     floor = 1e3 * torch.finfo(b.dtype).eps * bnorm
     done_restarts, terms = 0, 0
     while True:
-        p, v = p0.clone(), r0.clone()
-        vnorm = float(torch.linalg.vector_norm(v))
-        grew = None
-        reason = "max_iter"
-        while True:
-            if vnorm <= tol * bnorm:
-                reason = "converged"
-                break
-            if terms >= max_terms:
-                break
-            p.add_(v, alpha=alpha)  # p now has the residual (I − αA) v
-            av = op(v)
-            terms += 1
-            v_next = v - alpha * av
-            n_next = float(torch.linalg.vector_norm(v_next))
-            if n_next > vnorm * (1.0 + 1e-6) and n_next > floor:
-                grew = (float(torch.dot(v, av)) / (vnorm * vnorm), v_next)
-                p.sub_(v, alpha=alpha)  # drop the term that started to grow
-                break
-            v, vnorm = v_next, n_next
-        if grew is None:
-            return _finish(op, p, b, tol, iterations=terms, reason=reason, lambda_max=lam, alpha=alpha,
-                           eigvec=vec, restarts=done_restarts)
-        rayleigh, direction = grew
-        # Growth needs an eigenvalue with |1 − αλ| > 1: λ < 0, or λ > 2/α. A negative Rayleigh
-        # quotient proves λ < 0; otherwise a power iteration from the growing term (dominated by
-        # the offending eigenvectors) tells whether some λ > 2/α exists.
-        if rayleigh < 0.0:
-            return _finish(op, p, b, tol, iterations=terms, reason="negative-curvature", negative_curvature=True,
+        p, terms, reason, grew = _neumann_terms(op, p0, r0, alpha=alpha, stop=tol * bnorm, floor=floor, terms=terms,
+                                                max_terms=max_terms)
+        if grew is not None:
+            reason, new_lam, new_vec = _neumann_growth(op, grew, alpha=alpha, power_iters=options.power_iters)
+        if (grew is None or reason == "negative-curvature" or fixed_alpha
+                or done_restarts >= options.neumann_restarts or terms >= max_terms):
+            return _finish(op, p, b, tol, iterations=terms, reason=reason,
+                           negative_curvature=reason == "negative-curvature", diverged=reason == "diverged",
                            lambda_max=lam, alpha=alpha, eigvec=vec, restarts=done_restarts)
-        new_lam, rq, new_vec, _ = estimate_lambda_max(op, direction, iters=power_iters)
-        if rq < 0.0 or alpha * new_lam <= 2.0 * (1.0 + 1e-3):
-            return _finish(op, p, b, tol, iterations=terms, reason="negative-curvature", negative_curvature=True,
-                           lambda_max=lam, alpha=alpha, eigvec=vec, restarts=done_restarts)
-        if fixed_alpha or done_restarts >= restarts or terms >= max_terms:
-            return _finish(op, p, b, tol, iterations=terms, reason="diverged", diverged=True, lambda_max=lam,
-                           alpha=alpha, eigvec=vec, restarts=done_restarts)
         lam, vec = max(new_lam, lam), new_vec
         alpha = 1.0 / lam
         done_restarts += 1
+
+
+def _neumann_terms(op: _Counted, p0: torch.Tensor, r0: torch.Tensor, *, alpha: float, stop: float, floor: float,
+                   terms: int, max_terms: int) -> tuple[torch.Tensor, int, str, tuple[float, torch.Tensor] | None]:
+    """Adds the terms α(I − αA)ᵏ r₀ to p₀ until the next term's norm is ≤ ``stop`` ("converged"),
+    ``terms`` (counted over restarts) reaches ``max_terms`` ("max_iter"), or a term grows by more than
+    a relative 1e-6 and is above ``floor`` (that term is not added).
+
+    Returns:
+        (p, terms, reason, grew): grew is None, or (vᵀAv / ‖v‖² of the last term v that was not
+        added, the grown term (I − αA)v).
+    """
+    p, v = p0.clone(), r0.clone()
+    vnorm = float(torch.linalg.vector_norm(v))
+    while True:
+        if vnorm <= stop:
+            return p, terms, "converged", None
+        if terms >= max_terms:
+            return p, terms, "max_iter", None
+        p.add_(v, alpha=alpha)  # p now has the residual (I − αA) v
+        av = op(v)
+        terms += 1
+        v_next = v - alpha * av
+        n_next = float(torch.linalg.vector_norm(v_next))
+        if n_next > vnorm * (1.0 + 1e-6) and n_next > floor:
+            p.sub_(v, alpha=alpha)  # drop the term that started to grow
+            return p, terms, "max_iter", (float(torch.dot(v, av)) / (vnorm * vnorm), v_next)
+        v, vnorm = v_next, n_next
+
+
+def _neumann_growth(op: _Counted, grew: tuple[float, torch.Tensor], *, alpha: float,
+                    power_iters: int) -> tuple[str, float, torch.Tensor | None]:
+    """Why a Neumann term grew: "negative-curvature" or "diverged" (an eigenvalue λ > 2/α), with the
+    power iteration's new λ_max estimate and vector (NaN, None when the Rayleigh quotient decided).
+
+    Growth needs an eigenvalue with |1 − αλ| > 1: λ < 0, or λ > 2/α. A negative Rayleigh quotient
+    proves λ < 0; otherwise a power iteration from the growing term (dominated by the offending
+    eigenvectors) tells whether some λ > 2/α exists.
+    """
+    rayleigh, direction = grew
+    if rayleigh < 0.0:
+        return "negative-curvature", NAN, None
+    new_lam, rq, new_vec, _ = estimate_lambda_max(op, direction, iters=power_iters)
+    if rq < 0.0 or alpha * new_lam <= 2.0 * (1.0 + 1e-3):
+        return "negative-curvature", new_lam, new_vec
+    return "diverged", new_lam, new_vec
 
 
 def alpha_safe(lam: float) -> float:
@@ -420,6 +438,4 @@ def _pcg(system: LinearSystem, options: SolveOptions) -> SolveResult:
 
 @LINEAR_SOLVERS.register("neumann")
 def _neumann(system: LinearSystem, options: SolveOptions) -> SolveResult:
-    return solve_neumann(system.hvp, system.b, x0=_warm(system, options), tol=options.tol,
-                         max_terms=options.neumann_max_terms, damping=options.damping, alpha=options.neumann_alpha,
-                         eigvec=system.eigvec, power_iters=options.power_iters, restarts=options.neumann_restarts)
+    return solve_neumann(system.hvp, system.b, x0=_warm(system, options), eigvec=system.eigvec, options=options)
