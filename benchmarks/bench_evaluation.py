@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from datarecon.evaluation import l2_matrix, nearest_neighbours, ncc_matrix, ssim_matrix
+from datarecon.evaluation import NeighbourSearch, l2_matrix, nearest_neighbours, ncc_matrix, ssim_matrix
 from datarecon.utils.io import atomic_write_json, versions
 
 
@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     top_exh = full.argmax(1)
 
     t0 = time.perf_counter()
-    nb = nearest_neighbours(cands, train, metric="ssim", prefilter=args.prefilter, top_k=args.top_k, exact_up_to=0)
+    nb = nearest_neighbours(cands, train, metric="ssim",
+                            search=NeighbourSearch(prefilter=args.prefilter, top_k=args.top_k, exact_up_to=0))
     t_pre = time.perf_counter() - t0
 
     t0 = time.perf_counter()

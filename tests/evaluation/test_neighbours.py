@@ -8,6 +8,7 @@ import torch
 from datarecon.errors import DataReconError
 from datarecon.evaluation import (
     METRICS,
+    NeighbourSearch,
     match_rank,
     nearest_neighbours,
     reference_rank,
@@ -35,7 +36,7 @@ def _brute(cands, refs, metric):
 def test_exhaustive_matches_brute_force(smooth, metric):
     c = smooth(9, seed=1)
     r = smooth(11, seed=2)
-    nb = nearest_neighbours(c, r, metric=metric, exhaustive=True, return_topk=3)
+    nb = nearest_neighbours(c, r, metric=metric, search=NeighbourSearch(exhaustive=True), return_topk=3)
     vals = _brute(c, r, metric)
     higher = METRICS.get(metric).higher_is_better
     best = vals.argmax(1) if higher else vals.argmin(1)
@@ -49,12 +50,13 @@ def test_exhaustive_matches_brute_force(smooth, metric):
 def test_prefilter_topk_equals_exhaustive(smooth, prefilter):
     c = smooth(30, seed=3)
     r = smooth(40, seed=4)
-    ex = nearest_neighbours(c, r, metric="ssim", exhaustive=True)
-    pf = nearest_neighbours(c, r, metric="ssim", prefilter=prefilter, top_k=40, exact_up_to=0)
+    ex = nearest_neighbours(c, r, metric="ssim", search=NeighbourSearch(exhaustive=True))
+    pf = nearest_neighbours(c, r, metric="ssim", search=NeighbourSearch(prefilter=prefilter, top_k=40, exact_up_to=0))
     assert torch.equal(ex.index, pf.index)
     torch.testing.assert_close(ex.score, pf.score)
     assert pf.prefilter == prefilter and pf.top_k == 40 and pf.exact
-    small = nearest_neighbours(c, r, metric="ssim", prefilter=prefilter, top_k=5, return_topk=5, exact_up_to=0)
+    small = nearest_neighbours(c, r, metric="ssim", search=NeighbourSearch(prefilter=prefilter, top_k=5, exact_up_to=0),
+                               return_topk=5)
     assert not small.exact
     assert small.topk_index.shape == (30, 5)
     assert bool((small.topk_score[:, :-1] >= small.topk_score[:, 1:]).all())
@@ -66,7 +68,7 @@ def test_identical_references_found_and_inputs_untouched(smooth):
     c = r[perm].clone()
     r0, c0 = r.clone(), c.clone()
     for metric in ("ssim", "l2", "ncc"):
-        nb = nearest_neighbours(c, r, metric=metric, top_k=4)
+        nb = nearest_neighbours(c, r, metric=metric, search=NeighbourSearch(top_k=4))
         assert torch.equal(nb.index, perm)
     assert torch.equal(r, r0) and torch.equal(c, c0)
     ranks = reference_rank(c, r, perm)
@@ -96,7 +98,7 @@ def test_errors(smooth):
     with pytest.raises(DataReconError, match="valid names: l2, lncc, ncc, ssim"):
         nearest_neighbours(c, c, metric="cosine")
     with pytest.raises(DataReconError, match="not a cheap metric"):
-        nearest_neighbours(c, c, prefilter="ssim")
+        nearest_neighbours(c, c, search=NeighbourSearch(prefilter="ssim"))
     with pytest.raises(DataReconError, match="empty"):
         nearest_neighbours(c, c[:0])
 
@@ -106,11 +108,11 @@ def test_exact_by_default_when_cheap_and_labelled_when_approximate(smooth):
     from datarecon.evaluation.neighbours import EXACT_UP_TO
 
     c, r = smooth(40, seed=11), smooth(60, seed=12)
-    ex = nearest_neighbours(c, r, metric="ssim", exhaustive=True)
-    short = nearest_neighbours(c, r, metric="ssim", top_k=1, exact_up_to=0)
+    ex = nearest_neighbours(c, r, metric="ssim", search=NeighbourSearch(exhaustive=True))
+    short = nearest_neighbours(c, r, metric="ssim", search=NeighbourSearch(top_k=1, exact_up_to=0))
     assert not short.exact and not torch.equal(short.index, ex.index)  # the case this test is about
     assert 40 * 60 <= EXACT_UP_TO
-    default = nearest_neighbours(c, r, metric="ssim", top_k=1)
+    default = nearest_neighbours(c, r, metric="ssim", search=NeighbourSearch(top_k=1))
     assert default.exact and torch.equal(default.index, ex.index) and torch.equal(default.score, ex.score)
     with pytest.raises(DataReconError, match="exact_up_to must be >= 0"):
-        nearest_neighbours(c, r, exact_up_to=-1)
+        nearest_neighbours(c, r, search=NeighbourSearch(exact_up_to=-1))

@@ -10,6 +10,7 @@ import torch
 
 from datarecon.errors import DataReconError
 from datarecon.evaluation import (
+    NeighbourSearch,
     best_similarity_to,
     label_candidates,
     noise_images,
@@ -127,9 +128,9 @@ def test_training_copies_are_real_and_noise_is_fake(smooth):
     train = smooth(12, 3, 16, 16, seed=1)
     held = smooth(12, 3, 16, 16, seed=2)
     cands = torch.cat([train[[4, 7, 1]], noise_images(3, (3, 16, 16), generator=torch.Generator().manual_seed(3))])
-    noise_floor = float(best_similarity_to(train, top_k=12)(
+    noise_floor = float(best_similarity_to(train, search=NeighbourSearch(top_k=12))(
         noise_images(20, (3, 16, 16), generator=torch.Generator().manual_seed(9))).max())
-    lab = label_candidates(cands, train, held, top_k=12, floor=noise_floor)
+    lab = label_candidates(cands, train, held, search=NeighbourSearch(top_k=12), floor=noise_floor)
     assert lab.real.tolist() == [True, True, True, False, False, False]
     assert lab.floor == noise_floor
     assert lab.train.index[:3].tolist() == [4, 7, 1]
@@ -139,7 +140,7 @@ def test_training_copies_are_real_and_noise_is_fake(smooth):
 def test_null_baselines(smooth):
     train = smooth(10, 1, 16, 16, seed=4)
     held = smooth(8, 1, 16, 16, seed=5)
-    stat = best_similarity_to(train, top_k=10)
+    stat = best_similarity_to(train, search=NeighbourSearch(top_k=10))
     b = null_baselines(stat, train[:5], heldout=held, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(b.real, torch.ones(5), atol=1e-5, rtol=0)
     assert b.heldout.shape == (8,) and b.noise.shape == (5,)

@@ -11,6 +11,7 @@ import torch
 
 from datarecon.errors import DataReconError
 from datarecon.evaluation import (
+    HaimSettings,
     assign,
     collapse,
     counts_at,
@@ -66,13 +67,13 @@ def test_haim_duplicates_policy(smooth):
     train = smooth(4, 1, 16, 16, seed=2)
     cands = train[:1].repeat(3, 1, 1, 1)  # a collapsed attack: the same image three times
     cands = torch.cat([cands, smooth(1, 1, 16, 16, seed=9)])
-    dup = haim_protocol(cands, train, allow_duplicates=True)
+    dup = haim_protocol(cands, train, HaimSettings(allow_duplicates=True))
     one = haim_protocol(cands, train)  # greedy: each candidate counts once
     assert dup.assignment == "independent" and one.assignment == "greedy"
     assert one.counts[0.9] <= 1 + 0  # only train[0] is matched exactly once
     assert dup.counts[0.9] >= one.counts[0.9]
     assert len(set(one.candidate_index[one.candidate_index >= 0].tolist())) == int((one.candidate_index >= 0).sum())
-    few = haim_protocol(cands[:2], train, assignment="hungarian")
+    few = haim_protocol(cands[:2], train, HaimSettings(assignment="hungarian"))
     assert int((few.candidate_index >= 0).sum()) == 2 and int(torch.isnan(few.ssim).sum()) == 2
     assert math.isnan(float(few.sorted_ssim[-1]))
 

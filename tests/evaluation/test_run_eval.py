@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from datarecon.errors import CheckpointError, DataReconError
-from datarecon.evaluation import evaluate_candidates, evaluate_run, noise_images
+from datarecon.evaluation import RunEvaluationSettings, RunRecord, evaluate_candidates, evaluate_run, noise_images
 from datarecon.utils.io import atomic_write_json, load_tensors, save_tensors
 
 
@@ -27,11 +27,11 @@ def test_evaluate_candidates_copies_real_noise_fake(smooth):
     train, held, part, cands = _case(smooth)
     before = cands.clone()
     scores = {"oracle": torch.tensor([1.0, 1, 1, 0, 0, 0, 0]), "rand": torch.arange(7.0)}
-    ev = evaluate_candidates(cands, torch.ones(7), scores,
-                             references={"train": train, "heldout": held, "partition": part,
-                                         "noise": noise_images(16, (3, 16, 16))},
-                             top_k=16, multipliers=torch.linspace(0, 1, 7), margins=torch.rand(16),
-                             min_class_size=1)
+    ev = evaluate_candidates(cands, references={"train": train, "heldout": held, "partition": part,
+                                                "noise": noise_images(16, (3, 16, 16))},
+                             record=RunRecord(labels=torch.ones(7), scores=scores, multipliers=torch.linspace(0, 1, 7),
+                                              margins=torch.rand(16)),
+                             config={"top_k": 16, "min_class_size": 1})
     assert torch.equal(cands, before)
     assert ev.real.tolist() == [True] * 3 + [False] * 4
     s = ev.summary
@@ -55,17 +55,17 @@ def test_evaluate_candidates_copies_real_noise_fake(smooth):
 
 def test_evaluate_candidates_without_heldout(smooth):
     train, _, _, cands = _case(smooth)
-    ev = evaluate_candidates(cands, references={"train": train}, baselines=False, top_k=4)
+    ev = evaluate_candidates(cands, references={"train": train}, config={"baselines": False, "top_k": 4})
     assert ev.real is None and "note" in ev.summary["privacy"]
     with pytest.raises(DataReconError, match="2 values for 7"):
-        evaluate_candidates(cands, scores={"x": torch.ones(2)}, references={"train": train})
+        evaluate_candidates(cands, record=RunRecord(scores={"x": torch.ones(2)}), references={"train": train})
     with pytest.raises(DataReconError, match="reference set 'train' has images"):
         evaluate_candidates(cands, references={"train": train[:, :1]})
 
 
 def _make_model_dir(path):
     from datarecon.data import DataSpec, load_task
-    from datarecon.models.checkpoint import save_model_dir
+    from datarecon.models.checkpoint import ModelDescription, TrainingRecord, save_model_dir
     from datarecon.models.spec import ArchSpec, build_model
 
     spec = DataSpec(dataset="digits", task="odd-even", n_per_class=10, n_partition_per_class=10,
@@ -75,10 +75,11 @@ def _make_model_dir(path):
     torch.manual_seed(0)
     model = build_model(arch)
     idx = task.index_tensors()
-    save_model_dir(path, model=model, arch=arch, loss="logistic", weight_decay=0.0,
-                   data=spec.model_dump(mode="json"), normalisation=spec.normalisation,
-                   input_mean=task.normalisation.mean,
-                   indices={k[: -len("_indices")]: v for k, v in idx.items()}, training={}, seed=0)
+    save_model_dir(path, model=model, description=ModelDescription(
+        arch=arch, loss="logistic", weight_decay=0.0, data=spec.model_dump(mode="json"),
+        normalisation=spec.normalisation, training={}, seed=0,
+    ), record=TrainingRecord(input_mean=task.normalisation.mean,
+                             indices={k[: -len("_indices")]: v for k, v in idx.items()}))
     return task
 
 
@@ -127,17 +128,18 @@ def test_evaluate_run_errors(tmp_path):
     with pytest.raises(DataReconError, match="status 'running'"):
         evaluate_run(run)
     with pytest.raises(CheckpointError, match="model directory .* not found"):
-        evaluate_run(run, allow_incomplete=True)
+        evaluate_run(run, {"allow_incomplete": True})
     with pytest.raises(DataReconError, match="valid names: train, partition, heldout, noise"):
-        evaluate_run(run, against=("test",))
+        evaluate_run(run, RunEvaluationSettings(against=("test",)))
 
 
 def test_approximate_searches_are_labelled(smooth):
     train, held, _, cands = _case(smooth)
-    exact = evaluate_candidates(cands, references={"train": train, "heldout": held}, top_k=4, n_floor_noise=20)
+    exact = evaluate_candidates(cands, references={"train": train, "heldout": held},
+                                config={"top_k": 4, "n_floor_noise": 20})
     assert exact.summary["approximate"] == [] and exact.summary["nearest"]["train"]["ssim"]["exact"] is True
-    approx = evaluate_candidates(cands, references={"train": train, "heldout": held}, top_k=4, exact_up_to=0,
-                                 n_floor_noise=20)
+    approx = evaluate_candidates(cands, references={"train": train, "heldout": held},
+                                 config={"top_k": 4, "exact_up_to": 0, "n_floor_noise": 20})
     s = approx.summary
     assert s["nearest"]["train"]["ssim"]["exact"] is False and s["nearest"]["train"]["l2"]["exact"] is True
     assert any(a.startswith("nearest.train.ssim: best of a top-4 lncc shortlist") for a in s["approximate"])
@@ -198,15 +200,15 @@ def test_evaluate_tensors_equals_the_mapping_form_and_names_its_seeds(smooth):
 
     train, held, part, cands = _case(smooth)
     scores = {"s": torch.arange(7.0)}
-    a = evaluate(cands, train=train, heldout=held, partition=part, noise=16, scores=scores,
+    a = evaluate(cands, train=train, heldout=held, partition=part, noise=16, record=RunRecord(scores=scores),
                  config={"top_k": 16, "n_floor_noise": 20, "noise_seed": 3})
-    b = evaluate_candidates(cands, None, scores, top_k=16, n_floor_noise=20,
+    b = evaluate_candidates(cands, record=RunRecord(scores=scores), config={"top_k": 16, "n_floor_noise": 20},
                             references={"train": train, "partition": part, "heldout": held,
                                         "noise": noise_images(16, (3, 16, 16), generator=torch.Generator().manual_seed(3))})
     assert json.dumps(a.summary, sort_keys=True) == json.dumps(b.summary, sort_keys=True)
     assert a.rows == b.rows and set(a.grid) == {"order", "candidates", "n_candidates", "train", "train_index", "train_score",
                                                 "partition", "partition_index", "partition_score"}
-    c = evaluate(cands, train=train, heldout=held, partition=part, noise=16, scores=scores,
+    c = evaluate(cands, train=train, heldout=held, partition=part, noise=16, record=RunRecord(scores=scores),
                  config=EvaluationConfig(top_k=16, n_floor_noise=20, noise_seed=3, baseline_seed=7))
     assert c.summary["haim"] == a.summary["haim"] and c.summary["nearest"] == a.summary["nearest"]
     assert c.summary["baselines"]["haim_ssim"]["noise"] != a.summary["baselines"]["haim_ssim"]["noise"]
@@ -217,7 +219,7 @@ def test_evaluate_tensors_equals_the_mapping_form_and_names_its_seeds(smooth):
     with pytest.raises(DataReconError, match="evaluation settings"):
         evaluate(cands, train=train, config={"top_k": 0})
     with pytest.raises(DataReconError, match="labels has 2 values for 7"):
-        evaluate(cands, train=train, labels=torch.ones(2))
+        evaluate(cands, train=train, record=RunRecord(labels=torch.ones(2)))
 
 
 @pytest.mark.parametrize("k", [1, 3], ids=["binary", "multiclass"])

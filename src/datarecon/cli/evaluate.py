@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from datarecon.cli.options import Common, common_options
+from datarecon.cli.options import Common, Flag, common_options, config_options, flags
 from datarecon.errors import DataReconError
-from datarecon.evaluation.neighbours import EXACT_UP_TO
+
+if TYPE_CHECKING:
+    from datarecon.evaluation.run_eval import RunEvaluationSettings
 
 
 def _images(path: Path | None, option: str):
@@ -27,20 +29,38 @@ def _images(path: Path | None, option: str):
     return tensors["x"]
 
 
-def _evaluate(run: Path, *, against: str, data_dir: Path | None, metric: str, window: str,
-              assignment: str, top_k: int, exact_up_to: int, seed: int, allow_incomplete: bool,
-              progress: bool, train: Path | None = None, heldout: Path | None = None) -> dict:
+#: the reference sets ``--against`` may name
+REFERENCE_SETS = ("train", "partition", "noise", "heldout")
+
+
+def _reference_sets(text: str) -> tuple[str, ...]:
+    """``--against train,noise`` → ``("train", "noise")``.
+
+    Raises:
+        DataReconError: an unknown name, or none at all.
+    """
+    sets = tuple(s.strip() for s in text.split(",") if s.strip())
+    bad = [s for s in sets if s not in REFERENCE_SETS]
+    if bad or not sets:
+        raise DataReconError(f"unknown reference set(s) {bad or text!r} in --against; valid names: "
+                             f"{', '.join(sorted(REFERENCE_SETS))}")
+    return sets
+
+
+def _flags() -> tuple[Flag, ...]:
+    """One flag per option of :class:`~datarecon.evaluation.run_eval.RunEvaluationSettings` the command
+    has always had (``prefilter``, ``thresholds`` and ``grid_max`` keep their defaults)."""
+    from datarecon.evaluation.run_eval import RunEvaluationSettings
+
+    return flags(RunEvaluationSettings, skip=("prefilter", "thresholds", "grid_max"),
+                 parse={"against": _reference_sets})
+
+
+def _evaluate(run: Path, settings: RunEvaluationSettings, *, data_dir: Path | None, progress: bool,
+              train: Path | None = None, heldout: Path | None = None) -> dict:
     from datarecon.evaluation import evaluate_run
 
-    sets = tuple(s.strip() for s in against.split(",") if s.strip())
-    valid = {"train", "partition", "noise", "heldout"}
-    bad = [s for s in sets if s not in valid]
-    if bad or not sets:
-        raise DataReconError(f"unknown reference set(s) {bad or against!r} in --against; valid names: "
-                             f"{', '.join(sorted(valid))}")
-    return evaluate_run(run, against=sets, data_dir=data_dir, metric=metric, window=window,
-                        assignment=assignment, top_k=top_k, exact_up_to=exact_up_to, seed=seed,
-                        allow_incomplete=allow_incomplete, progress=progress,
+    return evaluate_run(run, settings, data_dir=data_dir, progress=progress,
                         train=_images(train, "--train"), heldout=_images(heldout, "--heldout"))
 
 
@@ -48,30 +68,26 @@ def register(app: typer.Typer) -> None:
     """Add ``evaluate`` to ``app``."""
 
     @app.command("evaluate")
+    @config_options(_flags())
     @common_options()
     def evaluate_cmd(
         runs: Annotated[list[Path] | None, typer.Argument(help="Run directories to evaluate.")] = None,
         sweep: Annotated[Path | None, typer.Option(help="Evaluate the pooled candidates of a sweep directory.")] = None,
         top: Annotated[int, typer.Option(help="With --sweep: pool the K best runs (attacker-side criterion).")] = 5,
-        against: Annotated[str, typer.Option(help="Reference sets, comma-separated.")] = "train,partition,noise,heldout",
         data_dir: Annotated[Path | None, typer.Option(envvar="DATARECON_DATA", help="Data folder.")] = None,
-        metric: Annotated[str, typer.Option(help="Nearest-neighbour metric: ssim, l2, ncc, lncc.")] = "ssim",
-        window: Annotated[str, typer.Option(help="SSIM window: gaussian (sigma 1.5, like scikit-image) or box3.")] = "gaussian",
-        assignment: Annotated[str, typer.Option(help="Haim protocol matching: greedy, hungarian, independent.")] = "greedy",
-        top_k: Annotated[int, typer.Option(help="Prefilter shortlist size before exact SSIM (searches of more "
-                                                "than --exact-up-to pairs only; labelled approximate).")] = 32,
-        exact_up_to: Annotated[int, typer.Option(help="Compare every candidate with every reference (exact) up to "
-                                                      "this many pairs per search.")] = EXACT_UP_TO,
-        seed: Annotated[int, typer.Option(help="Seed of the noise reference set and baselines.")] = 0,
-        allow_incomplete: Annotated[bool, typer.Option(help="Evaluate runs that did not finish.")] = False,
         train: Annotated[Path | None, typer.Option(help="Runs of your own model (--model package.module:factory): "
                                                        "its training inputs, safetensors tensor 'x'.")] = None,
         heldout: Annotated[Path | None, typer.Option(help="Runs of your own model: held-out inputs (the null), "
                                                          "safetensors tensor 'x'.")] = None,
         *,
         common: Common,
+        overrides: dict[str, Any],
     ) -> None:
         """Write RUN/metrics.json and RUN/candidates.csv (nearest neighbours, Haim protocol, baselines, privacy ROC)."""
+        from datarecon.config import build_config
+        from datarecon.evaluation.run_eval import RunEvaluationSettings
+
+        settings = build_config(RunEvaluationSettings, overrides, where="evaluation settings")
         targets = list(runs or [])
         if sweep is not None:
             from datarecon.experiments.sweep import pool_candidates
@@ -80,10 +96,8 @@ def register(app: typer.Typer) -> None:
         if not targets:
             raise DataReconError("nothing to evaluate; pass RUN directories or --sweep DIR")
         for run in targets:
-            summary = _evaluate(Path(run), against=against, data_dir=data_dir, metric=metric, window=window,
-                                assignment=assignment, top_k=top_k, exact_up_to=exact_up_to, seed=seed,
-                                allow_incomplete=allow_incomplete, progress=common.progress,
-                                train=train, heldout=heldout)
+            summary = _evaluate(Path(run), settings, data_dir=data_dir, progress=common.progress, train=train,
+                                heldout=heldout)
             typer.echo(f"{run}: wrote metrics.json and candidates.csv")
             for line in _headline(summary):
                 typer.echo(line)

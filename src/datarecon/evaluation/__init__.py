@@ -31,6 +31,7 @@ from datarecon.evaluation.baselines import (
 from datarecon.evaluation.neighbours import (
     METRICS,
     Metric,
+    NeighbourSearch,
     Neighbours,
     match_rank,
     nearest_neighbours,
@@ -54,6 +55,7 @@ from datarecon.evaluation.protocol import (
     DEFAULT_THRESHOLDS,
     Collapse,
     HaimResult,
+    HaimSettings,
     assign,
     collapse,
     counts_at,
@@ -66,6 +68,8 @@ from datarecon.evaluation.run_eval import (
     NEIGHBOURS_FILE,
     REAL_RULE,
     Evaluation,
+    RunEvaluationSettings,
+    RunRecord,
     evaluate,
     evaluate_candidates,
     evaluate_run,
@@ -97,8 +101,8 @@ from datarecon.evaluation.similarity import (
 
 __all__ = [
     "ASSIGNMENTS", "Baselines", "CANDIDATES_CSV", "Collapse", "DEFAULT_THRESHOLDS", "Evaluation",
-    "HaimResult", "LOW_FPRS", "METRICS", "METRICS_FILE", "Metric", "NEIGHBOURS_FILE", "Neighbours",
-    "PrivacyScore", "REAL_RULE", "RealLabels", "WINDOWS", "Window", "assign", "best_similarity_to",
+    "HaimResult", "HaimSettings", "LOW_FPRS", "METRICS", "METRICS_FILE", "Metric", "NEIGHBOURS_FILE", "NeighbourSearch", "Neighbours",
+    "PrivacyScore", "REAL_RULE", "RealLabels", "RunEvaluationSettings", "RunRecord", "WINDOWS", "Window", "assign", "best_similarity_to",
     "collapse", "counts_at", "downsample2x", "effective_window_size", "evaluate", "evaluate_candidates",
     "EvaluationConfig", "baseline_report", "collapse_report", "neighbour_report", "privacy_section", "protocol_report",
     "evaluate_run", "write_evaluation", "haim_protocol", "haim_ssim_against", "l2_matrix", "label_candidates", "local_ncc_matrix", "local_standardise",

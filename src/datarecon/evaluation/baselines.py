@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 
 from datarecon.errors import DataReconError
-from datarecon.evaluation.neighbours import EXACT_UP_TO, nearest_neighbours
-from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, counts_at, haim_protocol
+from datarecon.evaluation.neighbours import NeighbourSearch, nearest_neighbours
+from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimSettings, counts_at, haim_protocol
 from datarecon.evaluation.similarity import Window, check_images
 
 __all__ = [
@@ -274,25 +274,21 @@ class Baselines:
         return out
 
 
-def best_similarity_to(refs: Tensor, *, metric: str = "ssim", prefilter: str | None = "lncc",
-                       top_k: int = 32, window: str | Window = "gaussian",
-                       exact_up_to: int = EXACT_UP_TO) -> Callable[[Tensor], Tensor]:
+def best_similarity_to(refs: Tensor, *, metric: str = "ssim", search: NeighbourSearch = NeighbourSearch(),
+                       window: str | Window = "gaussian") -> Callable[[Tensor], Tensor]:
     """Statistic: each candidate's best similarity to ``refs`` ((M, C, H, W) -> (M,)); exact up to
-    ``exact_up_to`` pairs (see :func:`~datarecon.evaluation.neighbours.nearest_neighbours`)."""
+    ``search.exact_up_to`` pairs (see :func:`~datarecon.evaluation.neighbours.nearest_neighbours`)."""
     def stat(cands: Tensor) -> Tensor:
-        return nearest_neighbours(cands, refs, metric=metric, prefilter=prefilter, top_k=top_k,
-                                  window=window, exact_up_to=exact_up_to).score
+        return nearest_neighbours(cands, refs, metric=metric, search=search, window=window).score
     stat.__name__ = f"best_{metric}_to_references"
     return stat
 
 
-def haim_ssim_against(train: Tensor, **kwargs) -> Callable[[Tensor], Tensor]:
-    """Statistic: the Haim-protocol SSIM per training image ((M, C, H, W) -> (N,)).
-
-    ``kwargs`` go to :func:`~datarecon.evaluation.protocol.haim_protocol`.
-    """
+def haim_ssim_against(train: Tensor, settings: HaimSettings = HaimSettings()) -> Callable[[Tensor], Tensor]:
+    """Statistic: the Haim-protocol SSIM per training image ((M, C, H, W) -> (N,)) under ``settings``
+    (:class:`~datarecon.evaluation.protocol.HaimSettings`)."""
     def stat(cands: Tensor) -> Tensor:
-        return haim_protocol(cands, train, **kwargs).ssim
+        return haim_protocol(cands, train, settings).ssim
     stat.__name__ = "haim_ssim_per_training_image"
     return stat
 

@@ -6,8 +6,8 @@ hence exact; beyond that it shortlists ``top_k`` references per candidate with a
 cheap matrix product metric (local NCC by default, or L2 via ``torch.cdist``, or
 global NCC) and computes the exact metric on the shortlist only, so a best match
 outside the shortlist is missed: such results carry ``exact=False`` and are
-labelled approximate in ``metrics.json``. ``exhaustive=True`` computes all pairs
-at any size. With ``top_k`` large enough the two agree (tested);
+labelled approximate in ``metrics.json``. ``NeighbourSearch(exhaustive=True)``
+computes all pairs at any size. With ``top_k`` large enough the two agree (tested);
 ``benchmarks/bench_evaluation.py`` measures the agreement and the speed-up on
 structured images.
 
@@ -44,6 +44,7 @@ __all__ = [
     "EXACT_UP_TO",
     "METRICS",
     "Metric",
+    "NeighbourSearch",
     "Neighbours",
     "is_exact",
     "nearest_neighbours",
@@ -83,11 +84,30 @@ METRICS.register("lncc", Metric("lncc", local_ncc_matrix, True, True))
 EXACT_UP_TO = 50_000
 
 
-def is_exact(n_cands: int, n_refs: int, *, metric: str = "ssim", prefilter: str | None = "lncc",
-             top_k: int = 32, exhaustive: bool = False, exact_up_to: int = EXACT_UP_TO) -> bool:
+@dataclass(frozen=True)
+class NeighbourSearch:
+    """How :func:`nearest_neighbours` searches: exhaustively up to ``exact_up_to`` candidate-reference
+    pairs, else the best of a ``top_k`` shortlist per candidate by a cheap ``prefilter`` metric.
+
+    Attributes:
+        prefilter: cheap metric of the shortlist (``"lncc"``, ``"l2"``, ``"ncc"``; see :data:`METRICS`)
+            or None for an exhaustive search.
+        top_k: shortlist length per candidate (>= 1; clipped to the reference count ``R``).
+        exhaustive: compute the exact metric on all pairs, whatever their number.
+        exact_up_to: compute all pairs when ``M * R`` is at most this (>= 0; 0: prefilter whenever
+            ``top_k < R``).
+    """
+
+    prefilter: str | None = "lncc"
+    top_k: int = 32
+    exhaustive: bool = False
+    exact_up_to: int = EXACT_UP_TO
+
+
+def is_exact(n_cands: int, n_refs: int, *, metric: str = "ssim", search: NeighbourSearch = NeighbourSearch()) -> bool:
     """Whether :func:`nearest_neighbours` with these settings computes every pair (an exact result)."""
-    return (METRICS.get(metric).cheap or exhaustive or prefilter is None or top_k >= n_refs
-            or n_cands * n_refs <= exact_up_to)
+    return (METRICS.get(metric).cheap or search.exhaustive or search.prefilter is None or search.top_k >= n_refs
+            or n_cands * n_refs <= search.exact_up_to)
 
 
 @dataclass(frozen=True)
@@ -138,29 +158,23 @@ def _best_first(values: Tensor, k: int, higher: bool) -> tuple[Tensor, Tensor]:
 
 
 def nearest_neighbours(cands: Tensor, refs: Tensor, *, metric: str = "ssim",
-                       prefilter: str | None = "lncc", top_k: int = 32, exhaustive: bool = False,
-                       exact_up_to: int = EXACT_UP_TO, return_topk: int | None = None,
+                       search: NeighbourSearch = NeighbourSearch(), return_topk: int | None = None,
                        window: str | Window = "gaussian", chunk: int = DEFAULT_CHUNK,
                        progress: bool = False) -> Neighbours:
     """Best reference for each candidate under ``metric``.
 
-    For an expensive metric (SSIM) with more than ``exact_up_to`` pairs and
-    ``exhaustive=False``, references are shortlisted by ``prefilter`` (top
-    ``top_k`` per candidate from a matrix product), then ranked by the exact
-    metric; the result is exact whenever the true best match is in the
-    shortlist and is marked ``exact=False``. Cheap metrics (L2, NCC) and
-    searches of at most ``exact_up_to`` pairs are always exhaustive.
+    For an expensive metric (SSIM) with more than ``search.exact_up_to`` pairs and not
+    ``search.exhaustive``, references are shortlisted by ``search.prefilter`` (top ``search.top_k``
+    per candidate from a matrix product), then ranked by the exact metric; the result is exact
+    whenever the true best match is in the shortlist and is marked ``exact=False``. Cheap metrics
+    (L2, NCC) and searches of at most ``search.exact_up_to`` pairs are always exhaustive.
 
     Args:
         cands: ``(M, C, H, W)`` display-space candidates in ``[0, 1]``.
         refs: ``(R, C, H, W)`` display-space references in ``[0, 1]``.
         metric: ``"ssim"``, ``"l2"``, ``"ncc"`` or ``"lncc"`` (see :data:`METRICS`).
-        prefilter: Cheap metric for the shortlist (``"lncc"``, ``"l2"``, ``"ncc"``) or
-            None for an exhaustive search.
-        top_k: Shortlist length per candidate (clipped to ``R``).
-        exhaustive: Compute the exact metric on all pairs, whatever their number.
-        exact_up_to: Compute all pairs when ``M * R`` is at most this (default
-            :data:`EXACT_UP_TO`; 0: prefilter whenever ``top_k < R``).
+        search: :class:`NeighbourSearch` (prefilter, shortlist length, when to compute all pairs;
+            default: exhaustive up to :data:`EXACT_UP_TO` pairs, else a top-32 local-NCC shortlist).
         return_topk: Also return this many best references per candidate
             (clipped to the shortlist length when prefiltering).
         window: SSIM window (see :data:`~datarecon.evaluation.similarity.WINDOWS`).
@@ -177,30 +191,13 @@ def nearest_neighbours(cands: Tensor, refs: Tensor, *, metric: str = "ssim",
     m = METRICS.get(metric)
     cands, refs = _common(cands, refs, ("candidates", "references"))
     n_c, n_r = cands.shape[0], refs.shape[0]
-    if n_r == 0:
-        raise DataReconError("the reference set is empty; pass at least one reference image")
-    if top_k < 1:
-        raise DataReconError(f"top_k must be >= 1, got {top_k}")
-    if exact_up_to < 0:
-        raise DataReconError(f"exact_up_to must be >= 0, got {exact_up_to}")
-    if prefilter is not None and not METRICS.get(prefilter).cheap:  # checked whether or not it is used
-        cheap = [n for n in METRICS.names() if METRICS.get(n).cheap]
-        raise DataReconError(f"prefilter {prefilter!r} is not a cheap metric; use one of: {', '.join(cheap)}")
-    use_prefilter = (not m.cheap) and (not exhaustive) and prefilter is not None and n_c * n_r > exact_up_to
+    _check_search(search, n_r)
+    use_prefilter = ((not m.cheap) and (not search.exhaustive) and search.prefilter is not None
+                     and n_c * n_r > search.exact_up_to)
     if use_prefilter:
-        pf = METRICS.get(prefilter)
-        k = min(top_k, n_r)
-        pre = pf.matrix(cands, refs)
-        _, shortlist = _best_first(pre, k, pf.higher_is_better)  # (M, k)
-        ia = torch.arange(n_c, device=cands.device).repeat_interleave(k)
-        ib = shortlist.reshape(-1)
-        exact = _ssim_index_pairs(cands, refs, ia, ib, window=window, data_range=1.0, chunk=chunk,
-                                  progress=progress, desc="top-k SSIM").view(n_c, k)
-        # order the shortlist by the exact metric; ties -> lower reference index
-        key_idx = torch.sort(shortlist, dim=1, stable=True)
-        exact_sorted_by_idx = exact.gather(1, key_idx.indices)
-        vals, pos = _best_first(exact_sorted_by_idx, k, True)
-        order = key_idx.values.gather(1, pos)
+        pf = METRICS.get(search.prefilter)
+        k = min(search.top_k, n_r)
+        vals, order = _shortlist_ranked(cands, refs, pf, k, window=window, chunk=chunk, progress=progress)
         kk = k if return_topk is None else min(return_topk, k)
         return Neighbours(
             index=order[:, 0].clone(), score=vals[:, 0].clone(), metric=m.name,
@@ -219,6 +216,40 @@ def nearest_neighbours(cands: Tensor, refs: Tensor, *, metric: str = "ssim",
         topk_score=vals if return_topk else None,
         prefilter=None, top_k=0,
     )
+
+
+def _check_search(search: NeighbourSearch, n_refs: int) -> None:
+    """Refuse an empty reference set and bad search settings (a prefilter is checked whether or not it is used)."""
+    if n_refs == 0:
+        raise DataReconError("the reference set is empty; pass at least one reference image")
+    if search.top_k < 1:
+        raise DataReconError(f"top_k must be >= 1, got {search.top_k}")
+    if search.exact_up_to < 0:
+        raise DataReconError(f"exact_up_to must be >= 0, got {search.exact_up_to}")
+    if search.prefilter is not None and not METRICS.get(search.prefilter).cheap:
+        cheap = [n for n in METRICS.names() if METRICS.get(n).cheap]
+        raise DataReconError(f"prefilter {search.prefilter!r} is not a cheap metric; use one of: {', '.join(cheap)}")
+
+
+def _shortlist_ranked(cands: Tensor, refs: Tensor, pf: Metric, k: int, *, window: str | Window, chunk: int,
+                      progress: bool) -> tuple[Tensor, Tensor]:
+    """The ``k`` references of each candidate's ``pf`` shortlist ranked by exact SSIM, best first.
+
+    Returns:
+        ``(values, indices)``, each ``(M, k)``; ties go to the lower reference index.
+    """
+    n_c = cands.shape[0]
+    pre = pf.matrix(cands, refs)
+    _, shortlist = _best_first(pre, k, pf.higher_is_better)  # (M, k)
+    ia = torch.arange(n_c, device=cands.device).repeat_interleave(k)
+    ib = shortlist.reshape(-1)
+    exact = _ssim_index_pairs(cands, refs, (ia, ib), window=window, data_range=1.0, chunk=chunk,
+                              progress=progress, desc="top-k SSIM").view(n_c, k)
+    # order the shortlist by the exact metric; ties -> lower reference index
+    key_idx = torch.sort(shortlist, dim=1, stable=True)
+    exact_sorted_by_idx = exact.gather(1, key_idx.indices)
+    vals, pos = _best_first(exact_sorted_by_idx, k, True)
+    return vals, key_idx.values.gather(1, pos)
 
 
 def _rank_in_rows(values: Tensor, target: Tensor, higher: bool) -> Tensor:

@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from datarecon.errors import DataReconError
-from datarecon.evaluation.neighbours import METRICS, Neighbours, nearest_neighbours
+from datarecon.evaluation.neighbours import METRICS, NeighbourSearch, Neighbours, nearest_neighbours
 from datarecon.evaluation.similarity import Window
 
 __all__ = [
@@ -134,24 +134,22 @@ class RealLabels:
 
 
 def label_candidates(cands: Tensor, train: Tensor, heldout: Tensor, *, metric: str = "ssim",
-                     prefilter: str | None = "lncc", top_k: int = 32,
-                     window: str | Window = "gaussian", floor: float | None = None,
-                     progress: bool = False) -> RealLabels:
+                     search: NeighbourSearch = NeighbourSearch(), window: str | Window = "gaussian",
+                     floor: float | None = None, progress: bool = False) -> RealLabels:
     """Nearest neighbours in the training and held-out sets, then :func:`real_labels`.
 
     Args:
         cands: ``(M, C, H, W)`` display-space candidates in ``[0, 1]``.
         train: ``(N, C, H, W)`` training images; heldout: ``(K, C, H, W)``.
-        metric, prefilter, top_k, window: See :func:`nearest_neighbours`.
+        metric, search, window: See :func:`nearest_neighbours`.
         floor: See :func:`real_labels`.
 
     Returns:
         :class:`RealLabels`.
     """
     m = METRICS.get(metric)
-    kw = dict(metric=metric, prefilter=prefilter, top_k=top_k, window=window, progress=progress)
-    nt = nearest_neighbours(cands, train, **kw)
-    nh = nearest_neighbours(cands, heldout, **kw)
+    nt = nearest_neighbours(cands, train, metric=metric, search=search, window=window, progress=progress)
+    nh = nearest_neighbours(cands, heldout, metric=metric, search=search, window=window, progress=progress)
     real = real_labels(nt.score, nh.score, higher_is_better=m.higher_is_better, floor=floor)
     return RealLabels(real, nt, nh, m.name, floor)
 

@@ -15,8 +15,8 @@ training images, inflating counts when attacks collapse. Here the default is
 ``assignment="greedy"``: pairs are taken in decreasing NCC and a candidate is
 used at most once; ``assignment="hungarian"`` maximises the total NCC of a
 one-to-one matching (``scipy.optimize.linear_sum_assignment``);
-``allow_duplicates=True`` (or ``assignment="independent"``) reproduces the
-reference. Training images left without a candidate (fewer candidates than
+``HaimSettings(allow_duplicates=True)`` (or ``assignment="independent"``)
+reproduces the reference. Training images left without a candidate (fewer candidates than
 training images) get index -1 and SSIM NaN, which counts as not good.
 
 References:
@@ -52,6 +52,7 @@ __all__ = [
     "DEFAULT_THRESHOLDS",
     "ASSIGNMENTS",
     "HaimResult",
+    "HaimSettings",
     "haim_protocol",
     "init_similarity",
     "assign",
@@ -168,28 +169,40 @@ class HaimResult:
     thresholds: tuple[float, ...] = field(default=DEFAULT_THRESHOLDS)
 
 
-def haim_protocol(candidates: Tensor, train: Tensor, *, assignment: str = "greedy",
-                  allow_duplicates: bool = False, downsample: bool = True,
-                  rescale: bool = True, window: str = "gaussian",
-                  thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-                  chunk: int = DEFAULT_CHUNK) -> HaimResult:
+@dataclass(frozen=True)
+class HaimSettings:
+    """Settings of :func:`haim_protocol` (Haim et al. 2022, section 5); the data arrive at call time.
+
+    Attributes:
+        assignment: ``"greedy"`` (default; a candidate counts once), ``"hungarian"`` (one-to-one,
+            max total NCC) or ``"independent"`` (see :data:`ASSIGNMENTS`).
+        allow_duplicates: Shortcut for ``assignment="independent"`` (the reference behaviour).
+        downsample: Match on 2x-downsampled images (the protocol); False matches at full resolution.
+        rescale: Min-max rescale candidates per image before SSIM.
+        window: SSIM window name (state it when reporting).
+        thresholds: SSIM thresholds for the counts.
+        chunk: Pairs per SSIM chunk.
+    """
+
+    assignment: str = "greedy"
+    allow_duplicates: bool = False
+    downsample: bool = True
+    rescale: bool = True
+    window: str = "gaussian"
+    thresholds: Sequence[float] = DEFAULT_THRESHOLDS
+    chunk: int = DEFAULT_CHUNK
+
+
+def haim_protocol(candidates: Tensor, train: Tensor, settings: HaimSettings = HaimSettings()) -> HaimResult:
     """Best candidate per training image (NCC), then SSIM after min-max rescale.
 
     Args:
         candidates: ``(M, C, H, W)`` reconstructions in display space (the
             caller adds the training mean back); any range, they are
-            min-max rescaled per image when ``rescale``.
+            min-max rescaled per image when ``settings.rescale``.
         train: ``(N, C, H, W)`` training images in display space ``[0, 1]``.
-        assignment: ``"greedy"`` (default; a candidate counts once),
-            ``"hungarian"`` (one-to-one, max total NCC) or ``"independent"``.
-        allow_duplicates: Shortcut for ``assignment="independent"`` (the
-            reference behaviour).
-        downsample: Match on 2x-downsampled images (the protocol); False
-            matches at full resolution.
-        rescale: Min-max rescale candidates per image before SSIM.
-        window: SSIM window name (state it when reporting).
-        thresholds: SSIM thresholds for the counts.
-        chunk: Pairs per SSIM chunk.
+        settings: :class:`HaimSettings` (duplicate policy, downsampling, rescaling, SSIM window,
+            thresholds, chunk size; default: the protocol with greedy matching and a Gaussian window).
 
     Returns:
         :class:`HaimResult`.
@@ -198,10 +211,9 @@ def haim_protocol(candidates: Tensor, train: Tensor, *, assignment: str = "greed
         Haim et al. (2022), section 5; follow-ups count SSIM > 0.4 as good.
     """
     candidates, train = _common(candidates, train, ("candidates", "training images"))
-    if allow_duplicates:
-        assignment = "independent"
+    assignment = "independent" if settings.allow_duplicates else settings.assignment
     ASSIGNMENTS.get(assignment)
-    if downsample:
+    if settings.downsample:
         sim = ncc_matrix(downsample2x(candidates), downsample2x(train))
     else:
         sim = ncc_matrix(candidates, train)
@@ -211,15 +223,16 @@ def haim_protocol(candidates: Tensor, train: Tensor, *, assignment: str = "greed
     ssim = torch.full((n,), float("nan"), dtype=torch.float64)
     ok = idx >= 0
     if bool(ok.any()):
-        cand = minmax_rescale(candidates) if rescale else candidates
+        cand = minmax_rescale(candidates) if settings.rescale else candidates
         jj = torch.nonzero(ok).view(-1)
         ii = idx[ok]
         ncc[jj] = sim[ii, jj].double()
-        ssim[jj] = _ssim_index_pairs(cand, train, ii, jj, window=window, data_range=1.0,
-                                     chunk=chunk).double()
+        ssim[jj] = _ssim_index_pairs(cand, train, (ii, jj), window=settings.window, data_range=1.0,
+                                     chunk=settings.chunk).double()
     sorted_ssim = torch.sort(torch.nan_to_num(ssim, nan=-np.inf), descending=True).values
     sorted_ssim = torch.where(torch.isinf(sorted_ssim), torch.nan, sorted_ssim)
     h, w = train.shape[-2:]
+    window, thresholds = settings.window, settings.thresholds
     return HaimResult(
         candidate_index=idx, ncc=ncc, ssim=ssim, sorted_ssim=sorted_ssim,
         counts=counts_at(ssim, thresholds), assignment=assignment,
@@ -252,7 +265,7 @@ def init_similarity(candidates: Tensor, init: Tensor, *, rescale: bool = True, w
         raise DataReconError(f"{candidates.shape[0]} candidates but {init.shape[0]} initial images")
     cand = minmax_rescale(candidates) if rescale else candidates
     idx = torch.arange(cand.shape[0])
-    return _ssim_index_pairs(cand, init.clamp(0.0, 1.0), idx, idx, window=window, data_range=1.0,
+    return _ssim_index_pairs(cand, init.clamp(0.0, 1.0), (idx, idx), window=window, data_range=1.0,
                              chunk=chunk).double()
 
 

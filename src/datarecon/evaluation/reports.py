@@ -49,7 +49,7 @@ from datarecon.evaluation.baselines import (
     retention,
     summarise,
 )
-from datarecon.evaluation.neighbours import EXACT_UP_TO, METRICS, Neighbours, is_exact, nearest_neighbours
+from datarecon.evaluation.neighbours import EXACT_UP_TO, METRICS, NeighbourSearch, Neighbours, is_exact, nearest_neighbours
 from datarecon.evaluation.privacy import (
     LOW_FPRS,
     MIN_CLASS_SIZE,
@@ -60,7 +60,7 @@ from datarecon.evaluation.privacy import (
     privacy_report,
     real_labels,
 )
-from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimResult, collapse, haim_protocol
+from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimResult, HaimSettings, collapse, haim_protocol
 from datarecon.kernel.engine import track
 from datarecon.config import MAX_SEED
 
@@ -115,10 +115,9 @@ class EvaluationConfig(BaseModel):
     floor_seed: int = Field(default=12345, ge=0, le=MAX_SEED)
     bootstrap_seed: int = Field(default=0, ge=0, le=MAX_SEED)
 
-    def search(self) -> dict[str, Any]:
-        """Keyword arguments of the nearest-neighbour search."""
-        return {"prefilter": self.prefilter, "top_k": self.top_k, "window": self.window,
-                "exact_up_to": self.exact_up_to}
+    def search(self) -> NeighbourSearch:
+        """The nearest-neighbour search these settings describe (the SSIM window is :attr:`window`)."""
+        return NeighbourSearch(prefilter=self.prefilter, top_k=self.top_k, exact_up_to=self.exact_up_to)
 
 
 def finite_or_none(x: float | None) -> float | None:
@@ -171,7 +170,7 @@ def neighbour_report(cands: Tensor, refs: Mapping[str, Tensor], config: Evaluati
     approximate: list[str] = []
     jobs = [(s, mm) for s in refs for mm in metrics]
     for s, mm in track(jobs, desc="nearest neighbours", unit="search", mode=progress):
-        nb = nearest_neighbours(cands, refs[s], metric=mm, **config.search())
+        nb = nearest_neighbours(cands, refs[s], metric=mm, search=config.search(), window=config.window)
         nbrs[(s, mm)] = nb
         nearest.setdefault(s, {})[mm] = {**summarise(nb.score, config.thresholds if mm == "ssim" else ()),
                                          "exact": nb.exact}
@@ -207,9 +206,11 @@ def protocol_report(raw: Tensor, train: Tensor, config: EvaluationConfig, *,
     Raises:
         DataReconError: ``margins`` of the wrong length.
     """
-    kw = {"window": config.window, "thresholds": config.thresholds}
-    variants = {a: haim_protocol(raw, train, assignment=a, **kw) for a in HAIM_ASSIGNMENTS}
-    haim = variants.get(config.assignment) or haim_protocol(raw, train, assignment=config.assignment, **kw)
+    def settings(assignment: str) -> HaimSettings:
+        return HaimSettings(assignment=assignment, window=config.window, thresholds=config.thresholds)
+
+    variants = {a: haim_protocol(raw, train, settings(a)) for a in HAIM_ASSIGNMENTS}
+    haim = variants.get(config.assignment) or haim_protocol(raw, train, settings(config.assignment))
     assigned = torch.full((raw.shape[0],), -1, dtype=torch.int64)
     ok = haim.candidate_index >= 0
     assigned[haim.candidate_index[ok]] = torch.nonzero(ok).view(-1)
@@ -258,17 +259,17 @@ def baseline_report(raw: Tensor, cands: Tensor, train: Tensor, heldout: Tensor |
     if heldout is not None and n_available > m:  # the null attacks with as many candidates as the attack
         pick = torch.randperm(n_available, generator=torch.Generator().manual_seed(config.baseline_seed + 2))[:m]
         heldout = heldout[pick.sort().values]
-    b1 = null_baselines(haim_ssim_against(train, assignment=config.assignment, window=config.window),
+    b1 = null_baselines(haim_ssim_against(train, HaimSettings(assignment=config.assignment, window=config.window)),
                         raw, heldout=heldout, generator=torch.Generator().manual_seed(config.baseline_seed),
                         name="haim_ssim")
-    b2 = null_baselines(best_similarity_to(train, metric=primary.name, **config.search()), cands, heldout=heldout,
+    b2 = null_baselines(best_similarity_to(train, metric=primary.name, search=config.search(), window=config.window),
+                        cands, heldout=heldout,
                         generator=torch.Generator().manual_seed(config.baseline_seed + 1),
                         name=f"best_{primary.name}_to_train")
     approximate = []
     n_held = 0 if heldout is None else int(heldout.shape[0])
     for who, n in (("candidates", m), ("heldout", n_held), ("noise", m)):
-        if n and not is_exact(n, train.shape[0], metric=primary.name, prefilter=config.prefilter, top_k=config.top_k,
-                              exact_up_to=config.exact_up_to):
+        if n and not is_exact(n, train.shape[0], metric=primary.name, search=config.search()):
             approximate.append(f"baselines.best_{primary.name}_to_train ({who}): best of a top-{config.top_k} "
                                f"{config.prefilter} shortlist")
     summary = {
@@ -277,8 +278,9 @@ def baseline_report(raw: Tensor, cands: Tensor, train: Tensor, heldout: Tensor |
                                  "noise": sorted_curve(b1.noise)}},
         f"best_{primary.name}_to_train": b2.summary(config.thresholds),
     }
-    head = headline(b1, n_candidates=m, n_heldout=n_held, paper_threshold=PAPER_THRESHOLD, rule=rule,
-                    init_ssim=init_ssim, candidate_index=None if haim is None else haim.candidate_index)
+    head = headline(b1, n_candidates=m, n_heldout=n_held, rule=rule, init_ssim=init_ssim,
+                    candidate_index=None if haim is None else haim.candidate_index,
+                    settings=HeadlineSettings(paper_threshold=PAPER_THRESHOLD))
     head["n_heldout_available"] = n_available
     if n_available > m:
         head.setdefault("notes", []).append(f"the held-out null uses {m} of the {n_available} held-out images "
@@ -286,9 +288,26 @@ def baseline_report(raw: Tensor, cands: Tensor, train: Tensor, heldout: Tensor |
     return summary, head, approximate
 
 
-def headline(b: Baselines, *, n_candidates: int, n_heldout: int, paper_threshold: float = PAPER_THRESHOLD,
-             rate: float = NULL_RATE, rule: str = "standard", init_ssim: Tensor | None = None,
-             candidate_index: Tensor | None = None, margin: float = INIT_MARGIN) -> dict[str, Any]:
+@dataclass(frozen=True)
+class HeadlineSettings:
+    """The numbers of the headline rule (:func:`headline`).
+
+    Attributes:
+        paper_threshold: The papers' fixed SSIM threshold, the floor of the headline threshold.
+        rate: Fraction of the training images the held-out null may pass (see
+            :func:`~datarecon.evaluation.baselines.null_calibrated`), in ``[0, 1)``.
+        margin: SSIM margin of the ``init-shift`` rule (see
+            :data:`~datarecon.evaluation.baselines.INIT_MARGIN`).
+    """
+
+    paper_threshold: float = PAPER_THRESHOLD
+    rate: float = NULL_RATE
+    margin: float = INIT_MARGIN
+
+
+def headline(b: Baselines, *, n_candidates: int, n_heldout: int, rule: str = "standard",
+             init_ssim: Tensor | None = None, candidate_index: Tensor | None = None,
+             settings: HeadlineSettings = HeadlineSettings()) -> dict[str, Any]:
     """The run's headline: training images reconstructed, beside the null baselines (one rule for every report).
 
     A training image counts when the Haim-protocol SSIM of its matched candidate exceeds
@@ -309,13 +328,11 @@ def headline(b: Baselines, *, n_candidates: int, n_heldout: int, paper_threshold
         b: The Haim-SSIM baselines (``real``, ``heldout``, ``noise`` per training image).
         n_candidates: The attack's candidate count ``m``.
         n_heldout: Held-out images used as null candidates (0: none).
-        paper_threshold: The papers' fixed SSIM threshold, the floor of the headline threshold.
-        rate: See :func:`~datarecon.evaluation.baselines.null_calibrated`.
         rule: ``standard``, ``init-shift`` or ``retention`` (:data:`~datarecon.evaluation.baselines.HEADLINE_RULES`).
         init_ssim: ``(M,)`` each candidate's SSIM to its own initial image (needed by ``init-shift``
             and ``retention``; without it those rules give no count and say why).
         candidate_index: ``(N,)`` the matched candidate of each training image (``init-shift``).
-        margin: See :data:`~datarecon.evaluation.baselines.INIT_MARGIN`.
+        settings: :class:`HeadlineSettings` (``paper_threshold``, ``rate``, ``margin``).
 
     Returns:
         JSON-ready dict: ``rule``, ``rule_text``, ``threshold`` (applied), ``count`` (None: no count
@@ -330,37 +347,26 @@ def headline(b: Baselines, *, n_candidates: int, n_heldout: int, paper_threshold
     """
     if rule not in HEADLINE_RULES:
         raise DataReconError(f"unknown headline rule {rule!r}; valid rules: {', '.join(HEADLINE_RULES)}")
+    paper_threshold = settings.paper_threshold
     others = {"noise": b.noise} if b.noise is not None else {}
-    notes: list[str] = []
-    eligible = None
-    if rule == "init-shift":
-        if init_ssim is None or candidate_index is None:
-            notes.append("the initial images of this data-initialised run were not recorded: its candidates cannot "
-                         "be told apart from their starting images, so no count is given; rerun the attack")
-        else:
-            eligible = init_rule_mask(b.real, init_ssim, candidate_index, margin=margin)
+    eligible, notes = _init_shift_eligible(b.real, rule, init_ssim, candidate_index, margin=settings.margin)
     unmeasurable = rule == "init-shift" and eligible is None
-
-    def fixed(v: Tensor | None, ok: Tensor | None = None) -> int | None:
-        if v is None:
-            return None
-        s = torch.nan_to_num(torch.as_tensor(v, dtype=torch.float64), nan=-math.inf) > paper_threshold
-        return int((s & ok).sum()) if ok is not None else int(s.sum())
-
     out: dict[str, Any] = {
         "statistic": "Haim-protocol SSIM per training image", "rule": rule,
-        "rule_text": HEADLINE_RULES[rule].format(margin=margin), "n_train": int(b.real.numel()),
+        "rule_text": HEADLINE_RULES[rule].format(margin=settings.margin), "n_train": int(b.real.numel()),
         "n_candidates": int(n_candidates), "n_heldout_candidates": int(n_heldout),
         "threshold": None, "count": None, "heldout": None, "noise": None, "retention": None,
-        "paper": {"threshold": float(paper_threshold), "count": None if unmeasurable else fixed(b.real, eligible),
-                  "heldout": fixed(b.heldout), "noise": fixed(b.noise)},
+        "paper": {"threshold": float(paper_threshold),
+                  "count": None if unmeasurable else _fixed_count(b.real, paper_threshold, eligible),
+                  "heldout": _fixed_count(b.heldout, paper_threshold), "noise": _fixed_count(b.noise, paper_threshold)},
         "calibrated": None, "notes": notes,
     }
     if b.heldout is None:
         notes.append("no held-out images: no null beside the count, so no count is given (the papers' fixed "
                      f"SSIM > {paper_threshold:g} count is shown without its null)")
     else:
-        c = null_calibrated(b.real, b.heldout, others=others, rate=rate, floor=paper_threshold, eligible=eligible)
+        c = null_calibrated(b.real, b.heldout, others=others, rate=settings.rate, floor=paper_threshold,
+                            eligible=eligible)
         out["calibrated"] = {"threshold": c.threshold, "null_threshold": c.null_threshold, "floor": c.floor,
                              "rate": c.rate, "allowed": c.allowed, "count": None if unmeasurable else c.count,
                              "heldout": c.null, "noise": c.others.get("noise"), "excluded": c.excluded}
@@ -372,13 +378,38 @@ def headline(b: Baselines, *, n_candidates: int, n_heldout: int, paper_threshold
                          "fewer null candidates lower the threshold and flatter the attack")
     if rule == "retention":
         thr = out["threshold"] if out["threshold"] is not None else float(paper_threshold)
-        if init_ssim is None:
-            notes.append("the initial images of this ground-truth-initialised run were not recorded: retention "
-                         "cannot be measured; rerun the attack")
-        else:
-            out["retention"] = {"count": retention(init_ssim, thr), "of": int(torch.as_tensor(init_ssim).numel()),
-                                "threshold": thr}
+        out["retention"], more = _retention_summary(init_ssim, thr)
+        notes.extend(more)
     return out
+
+
+def _init_shift_eligible(real: Tensor, rule: str, init_ssim: Tensor | None, candidate_index: Tensor | None, *,
+                         margin: float) -> tuple[Tensor | None, list[str]]:
+    """The training images the ``init-shift`` rule lets count (``(N,)`` bool; None under another rule or
+    without the initial images) and the notes on why no count can be given."""
+    if rule != "init-shift":
+        return None, []
+    if init_ssim is None or candidate_index is None:
+        return None, ["the initial images of this data-initialised run were not recorded: its candidates cannot "
+                      "be told apart from their starting images, so no count is given; rerun the attack"]
+    return init_rule_mask(real, init_ssim, candidate_index, margin=margin), []
+
+
+def _fixed_count(v: Tensor | None, threshold: float, ok: Tensor | None = None) -> int | None:
+    """How many of ``v`` exceed the fixed ``threshold`` (NaN: not), only among ``ok`` when given; None without ``v``."""
+    if v is None:
+        return None
+    s = torch.nan_to_num(torch.as_tensor(v, dtype=torch.float64), nan=-math.inf) > threshold
+    return int((s & ok).sum()) if ok is not None else int(s.sum())
+
+
+def _retention_summary(init_ssim: Tensor | None, threshold: float) -> tuple[dict[str, Any] | None, list[str]]:
+    """The ``retention`` entry of a ground-truth-initialised run (None without its initial images) and notes."""
+    if init_ssim is None:
+        return None, ["the initial images of this ground-truth-initialised run were not recorded: retention "
+                      "cannot be measured; rerun the attack"]
+    return {"count": retention(init_ssim, threshold), "of": int(torch.as_tensor(init_ssim).numel()),
+            "threshold": threshold}, []
 
 
 def real_floor(train: Tensor | None, config: EvaluationConfig, *, image_shape: Sequence[int],
@@ -393,10 +424,9 @@ def real_floor(train: Tensor | None, config: EvaluationConfig, *, image_shape: S
     if train is None or config.n_floor_noise <= 0:
         return None, []
     primary = METRICS.get(config.metric)
-    stat = best_similarity_to(train, metric=primary.name, **config.search())
+    stat = best_similarity_to(train, metric=primary.name, search=config.search(), window=config.window)
     notes = []
-    if not is_exact(config.n_floor_noise, train.shape[0], metric=primary.name, prefilter=config.prefilter,
-                    top_k=config.top_k, exact_up_to=config.exact_up_to):
+    if not is_exact(config.n_floor_noise, train.shape[0], metric=primary.name, search=config.search()):
         notes.append(f"privacy.floor: best of a top-{config.top_k} {config.prefilter} shortlist")
     nz = stat(noise_images(config.n_floor_noise, tuple(image_shape), dtype=dtype,
                            generator=torch.Generator().manual_seed(config.floor_seed)))

@@ -4,11 +4,12 @@
 held-out and noise images in, an :class:`Evaluation` out (nothing written, no model directory
 needed; a user's own model evaluates this way). It assembles the pure reports of
 :mod:`datarecon.evaluation.reports` (neighbours, Haim protocol, null baselines, privacy,
-collapse) under one :class:`~datarecon.evaluation.reports.EvaluationConfig`.
+collapse) under one :class:`~datarecon.evaluation.reports.EvaluationConfig`; what the attack
+recorded beside the candidates (labels, scores, λ, initial images) travels in a :class:`RunRecord`.
 :func:`evaluate_candidates` is the same with the reference sets in one mapping.
-:func:`evaluate_run` is a thin wrapper for a run directory (``docs/dev/CONTRACTS.md``): it reads
-``candidates.safetensors`` and ``run.json``, loads the model directory and the task data it
-names, calls :func:`evaluate`, and writes
+:func:`evaluate_run` is a thin wrapper for a run directory (``docs/dev/CONTRACTS.md``) under
+:class:`RunEvaluationSettings`: it reads ``candidates.safetensors`` and ``run.json``, loads the
+model directory and the task data it names, calls :func:`evaluate`, and writes
 
 * ``RUN/metrics.json``: summary (Haim counts at thresholds for greedy /
   Hungarian / independent matching, sorted SSIM curves with held-out and
@@ -30,19 +31,20 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import BaseModel, ConfigDict
 from torch import Tensor
 
 from datarecon.config import build_config
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.evaluation.baselines import headline_rule, noise_images
 from datarecon.evaluation.neighbours import EXACT_UP_TO, Neighbours
-from datarecon.evaluation.privacy import MIN_CLASS_SIZE, PrivacyScore
+from datarecon.evaluation.privacy import PrivacyScore
 from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimResult, init_similarity
 from datarecon.evaluation.reports import (
     PAPER_THRESHOLD,
@@ -66,6 +68,8 @@ from datarecon.kernel.files import CANDIDATES, CANDIDATES_CSV, METRICS_FILE, MOD
 __all__ = [
     "Evaluation",
     "EvaluationConfig",
+    "RunEvaluationSettings",
+    "RunRecord",
     "evaluate",
     "evaluate_candidates",
     "evaluate_run",
@@ -109,12 +113,36 @@ class Evaluation:
     grid: dict[str, Tensor] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RunRecord:
+    """What is known beside the candidates, all optional: what the attack recorded per candidate and the
+    target's margin on each training image. Recorded in the rows and the summary; the scores also give
+    the privacy ROC, the initial images and their name pick the headline rule.
+
+    Attributes:
+        labels: ``(M,)`` per-candidate labels, recorded in the rows.
+        scores: ``{name: (M,)}`` attacker-side scores, higher = more likely real.
+        multipliers: ``(M,)`` per-candidate λ, recorded in the rows.
+        margins: ``(N,)`` output margin of each training image (for the SSIM-vs-margin plot).
+        init: ``(M, C, H, W)`` each candidate's initial image x₀ in display space, or None. Needed
+            for data-initialised runs: their headline rule compares each candidate's SSIM to its
+            training match with its SSIM to its own start.
+        init_name: the initialisation's name (``datarecon.attacks.init.INITS``); it picks the
+            headline rule (:func:`~datarecon.evaluation.baselines.headline_rule`: ``ground-truth``
+            reports retention instead of a count, ``partition`` and ``mix`` the init rule).
+    """
+
+    labels: Tensor | None = None
+    scores: Mapping[str, Tensor] | None = None
+    multipliers: Tensor | None = None
+    margins: Tensor | None = None
+    init: Tensor | None = None
+    init_name: str | None = None
+
+
 def evaluate(candidates: Tensor, *, train: Tensor | None, heldout: Tensor | None = None,
-             noise: Tensor | int | None = None, partition: Tensor | None = None,
-             labels: Tensor | None = None, scores: Mapping[str, Tensor] | None = None,
-             multipliers: Tensor | None = None, margins: Tensor | None = None,
-             config: EvaluationConfig | Mapping[str, Any] | None = None, progress: bool = False,
-             init: Tensor | None = None, init_name: str | None = None) -> Evaluation:
+             noise: Tensor | int | None = None, partition: Tensor | None = None, record: RunRecord | None = None,
+             config: EvaluationConfig | Mapping[str, Any] | None = None, progress: bool = False) -> Evaluation:
     """Evaluate display-space candidates against the training set and the nulls, without a model directory.
 
     Computes what ``datarecon evaluate`` writes for a run directory: nearest neighbours in each set,
@@ -131,17 +159,10 @@ def evaluate(candidates: Tensor, *, train: Tensor | None, heldout: Tensor | None
         noise: a uniform-noise reference set: images, a count (drawn with ``config.noise_seed``),
             or None.
         partition: ``(P, C, H, W)`` the attacker's partition images, or None.
-        labels, multipliers: ``(M,)`` per-candidate labels and λ, recorded in the rows.
-        scores: ``{name: (M,)}`` attacker-side scores, higher = more likely real.
-        margins: ``(N,)`` output margin of each training image (for the SSIM-vs-margin plot).
+        record: :class:`RunRecord`: per-candidate labels, scores, λ and initial images (with the
+            initialisation's name), and the training margins; None: nothing recorded.
         config: :class:`~datarecon.evaluation.reports.EvaluationConfig` or its fields.
         progress: show progress bars.
-        init: ``(M, C, H, W)`` each candidate's initial image x₀ in display space, or None. Needed
-            for data-initialised runs: their headline rule compares each candidate's SSIM to its
-            training match with its SSIM to its own start.
-        init_name: the initialisation's name (``datarecon.attacks.init.INITS``); it picks the
-            headline rule (:func:`~datarecon.evaluation.baselines.headline_rule`: ``ground-truth``
-            reports retention instead of a count, ``partition`` and ``mix`` the init rule).
 
     Returns:
         :class:`Evaluation` (``datarecon.report.render_report`` accepts it).
@@ -159,32 +180,21 @@ def evaluate(candidates: Tensor, *, train: Tensor | None, heldout: Tensor | None
         noise = noise_images(noise, tuple(raw.shape[1:]), generator=torch.Generator().manual_seed(cfg.noise_seed))
     refs = {k: v for k, v in (("train", train), ("partition", partition), ("heldout", heldout), ("noise", noise))
             if v is not None}
-    return _evaluate(raw, refs, labels=labels, scores=scores, multipliers=multipliers, margins=margins,
-                     config=cfg, progress=progress, init=init, init_name=init_name)
+    return _evaluate(raw, refs, record=record or RunRecord(), config=cfg, progress=progress)
 
 
-def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
-                        scores: Mapping[str, Tensor] | None = None, *,
-                        references: Mapping[str, Tensor], train_key: str = "train",
-                        heldout_key: str = "heldout", metric: str = "ssim", prefilter: str | None = "lncc",
-                        top_k: int = 32, exact_up_to: int = EXACT_UP_TO, window: str = "gaussian",
-                        thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-                        assignment: str = "greedy", multipliers: Tensor | None = None,
-                        margins: Tensor | None = None, collapse_metric: str = "l2",
-                        real_floor: float | str | None = "noise", n_floor_noise: int = 1000,
-                        min_class_size: int = MIN_CLASS_SIZE, baselines: bool = True,
-                        seed: int = 0, progress: bool = False, init: Tensor | None = None,
-                        init_name: str | None = None) -> Evaluation:
-    """:func:`evaluate` with the reference sets in one mapping and the settings as keywords.
+def evaluate_candidates(candidates: Tensor, *, references: Mapping[str, Tensor], train_key: str = "train",
+                        heldout_key: str = "heldout", record: RunRecord | None = None,
+                        config: EvaluationConfig | Mapping[str, Any] | None = None,
+                        progress: bool = False) -> Evaluation:
+    """:func:`evaluate` with the reference sets in one mapping.
 
     Args:
-        candidates, labels, scores, multipliers, margins, progress, init, init_name: see :func:`evaluate`.
+        candidates, record, config, progress: see :func:`evaluate` (the noise null candidates are
+            drawn with ``config.baseline_seed``).
         references: ``{name: (R, C, H, W)}`` display-space images in ``[0, 1]``, e.g. ``train``,
             ``partition``, ``heldout``, ``noise``. Empty sets are skipped.
         train_key, heldout_key: which references are the training and held-out sets.
-        seed: ``baseline_seed`` of the noise null candidates (see :class:`EvaluationConfig`).
-        metric, prefilter, top_k, exact_up_to, window, thresholds, assignment, collapse_metric,
-        real_floor, n_floor_noise, min_class_size, baselines: see :class:`EvaluationConfig`.
 
     Returns:
         :class:`Evaluation`.
@@ -192,66 +202,27 @@ def evaluate_candidates(candidates: Tensor, labels: Tensor | None = None,
     Raises:
         DataReconError: mismatched shapes or lengths, bad settings.
     """
-    if isinstance(real_floor, str) and real_floor != "noise":
-        raise DataReconError(f"real_floor must be 'noise', a number or None, got {real_floor!r}")
-    cfg = build_config(EvaluationConfig, {
-        "metric": metric, "prefilter": prefilter, "top_k": top_k, "exact_up_to": exact_up_to, "window": window,
-        "thresholds": tuple(float(t) for t in thresholds), "assignment": assignment,
-        "collapse_metric": collapse_metric, "real_floor": real_floor, "n_floor_noise": n_floor_noise,
-        "min_class_size": min_class_size, "baselines": baselines, "baseline_seed": seed,
-    }, where="evaluation settings")
+    cfg = config if isinstance(config, EvaluationConfig) else build_config(
+        EvaluationConfig, dict(config or {}), where="evaluation settings")
     raw = check_images(candidates, "candidates").detach()
-    return _evaluate(raw, references, labels=labels, scores=scores, multipliers=multipliers, margins=margins,
-                     config=cfg, progress=progress, train_key=train_key, heldout_key=heldout_key, init=init,
-                     init_name=init_name)
+    return _evaluate(raw, references, record=record or RunRecord(), config=cfg, progress=progress,
+                     train_key=train_key, heldout_key=heldout_key)
 
 
-def _evaluate(raw: Tensor, references: Mapping[str, Tensor], *, labels: Tensor | None,
-              scores: Mapping[str, Tensor] | None, multipliers: Tensor | None, margins: Tensor | None,
-              config: EvaluationConfig, progress: bool, train_key: str = "train",
-              heldout_key: str = "heldout", init: Tensor | None = None,
-              init_name: str | None = None) -> Evaluation:
+def _evaluate(raw: Tensor, references: Mapping[str, Tensor], *, record: RunRecord, config: EvaluationConfig,
+              progress: bool, train_key: str = "train", heldout_key: str = "heldout") -> Evaluation:
     """Check the inputs, run the reports, assemble summary and rows."""
     m = raw.shape[0]
     cands = raw.clamp(0.0, 1.0)
-    init_ssim = None
-    if init is not None:
-        init = check_images(init, "initial images").detach()
-        if tuple(init.shape) != tuple(raw.shape):
-            raise DataReconError(f"initial images have shape {tuple(init.shape)}, the candidates {tuple(raw.shape)}")
-        init_ssim = init_similarity(raw, init.to(raw.dtype), window=config.window)
-    rule = headline_rule(init_name)
-    scores = dict(scores or {})
-    for k, v in (("labels", labels), ("multipliers", multipliers)):
-        if v is not None and torch.as_tensor(v).reshape(-1).shape[0] != m:
-            raise DataReconError(f"{k} has {torch.as_tensor(v).numel()} values for {m} candidates")
-    for k, v in scores.items():
-        if torch.as_tensor(v).reshape(-1).shape[0] != m:
-            raise DataReconError(f"score {k!r} has {torch.as_tensor(v).numel()} values for {m} candidates")
-    refs = {}
-    for k, v in references.items():
-        v = check_images(v, f"reference set {k!r}")
-        if v.shape[1:] != raw.shape[1:]:
-            raise DataReconError(f"reference set {k!r} has images {tuple(v.shape[1:])}, candidates {tuple(raw.shape[1:])}")
-        if v.shape[0]:
-            refs[k] = v.to(cands.dtype)
-    h, w = raw.shape[-2:]
-    summary: dict[str, Any] = {
-        "n_candidates": m, "image_shape": list(raw.shape[1:]), "metric": config.metric,
-        "window": config.window, "window_size": effective_window_size(config.window, h, w),
-        "prefilter": config.prefilter, "top_k": config.top_k, "exact_up_to": config.exact_up_to,
-        "thresholds": [float(t) for t in config.thresholds],
-        "reference_sizes": {k: int(v.shape[0]) for k, v in refs.items()},
-    }
-    summary["init"] = {"name": init_name, "rule": rule, "recorded": init is not None,
+    init, init_ssim = _initial_images(raw, record.init, window=config.window)
+    rule = headline_rule(record.init_name)
+    scores = dict(record.scores or {})
+    _check_lengths(m, record, scores)
+    refs = _checked_references(references, raw, dtype=cands.dtype)
+    summary = _settings_summary(raw, refs, config)
+    summary["init"] = {"name": record.init_name, "rule": rule, "recorded": init is not None,
                        "mean_ssim_to_init": None if init_ssim is None else finite_or_none(float(torch.nanmean(init_ssim)))}
-    columns: dict[str, list[Any]] = {}
-    if labels is not None:
-        columns["label"] = torch.as_tensor(labels).reshape(-1).tolist()
-    if init_ssim is not None:
-        columns["init_ssim"] = init_ssim.tolist()
-    if multipliers is not None:
-        columns["multiplier"] = torch.as_tensor(multipliers).reshape(-1).tolist()
+    columns = _record_columns(record, init_ssim)
 
     nb = neighbour_report(cands, refs, config, train_key=train_key, progress=progress)
     summary.update(nb.summary)
@@ -261,28 +232,20 @@ def _evaluate(raw: Tensor, references: Mapping[str, Tensor], *, labels: Tensor |
     haim = None
     train = refs.get(train_key)
     if train is not None:
-        haim, summary["haim"], columns["haim_train_index"] = protocol_report(raw, train, config, margins=margins)
+        haim, summary["haim"], columns["haim_train_index"] = protocol_report(raw, train, config, margins=record.margins)
         if config.baselines:
             summary["baselines"], summary["headline"], notes = baseline_report(
                 raw, cands, train, refs.get(heldout_key), config, haim=haim, rule=rule, init_ssim=init_ssim)
             approximate += notes
 
-    real, priv = None, {}
     floor, notes = real_floor(train, config, image_shape=raw.shape[1:], dtype=cands.dtype)
     approximate += notes
     primary = nb.neighbours.get((train_key, config.metric)), nb.neighbours.get((heldout_key, config.metric))
-    if primary[0] is not None and primary[1] is not None:
-        real, priv, summary["privacy"] = privacy_section(primary[0], primary[1], scores, config, floor=floor)
+    real, priv, summary["privacy"] = _privacy(primary, scores, config, floor=floor, keys=(train_key, heldout_key))
+    if real is not None:
         columns["real"] = [int(v) for v in real.tolist()]
-    else:
-        summary["privacy"] = {"note": f"no {heldout_key!r} or {train_key!r} reference set: real/fake labels not computed"}
     if primary[0] is not None and scores and config.metric == "ssim" and summary.get("headline"):
-        from datarecon.evaluation.membership import candidate_roc
-
-        h = summary["headline"]
-        threshold = float(h["threshold"] if h.get("threshold") is not None else h["paper"]["threshold"])
-        summary["candidate_roc"] = candidate_roc(primary[0].score, threshold,
-                                                 {k: torch.as_tensor(v).reshape(-1) for k, v in scores.items()})
+        summary["candidate_roc"] = _candidate_roc(primary[0], summary["headline"], scores)
     for k, v in scores.items():
         columns[f"score_{k}"] = torch.as_tensor(v).reshape(-1).tolist()
     summary["approximate"] = approximate
@@ -292,6 +255,86 @@ def _evaluate(raw: Tensor, references: Mapping[str, Tensor], *, labels: Tensor |
                            init=None if init is None else init.clamp(0.0, 1.0), init_ssim=init_ssim)
     return Evaluation(summary=summary, rows=rows, neighbours=nb.neighbours, haim=haim, privacy=priv, real=real,
                       grid=grid)
+
+
+def _initial_images(raw: Tensor, init: Tensor | None, *, window: str) -> tuple[Tensor | None, Tensor | None]:
+    """The checked initial images ``(M, C, H, W)`` and each candidate's SSIM ``(M,)`` to its own (Haim
+    protocol's rescaling), or ``(None, None)`` without them.
+
+    Raises:
+        DataReconError: non-finite initial images, or a shape other than the candidates'.
+    """
+    if init is None:
+        return None, None
+    init = check_images(init, "initial images").detach()
+    if tuple(init.shape) != tuple(raw.shape):
+        raise DataReconError(f"initial images have shape {tuple(init.shape)}, the candidates {tuple(raw.shape)}")
+    return init, init_similarity(raw, init.to(raw.dtype), window=window)
+
+
+def _check_lengths(m: int, record: RunRecord, scores: Mapping[str, Tensor]) -> None:
+    """Refuse per-candidate labels, multipliers or scores with other than ``m`` values."""
+    for k, v in (("labels", record.labels), ("multipliers", record.multipliers)):
+        if v is not None and torch.as_tensor(v).reshape(-1).shape[0] != m:
+            raise DataReconError(f"{k} has {torch.as_tensor(v).numel()} values for {m} candidates")
+    for k, v in scores.items():
+        if torch.as_tensor(v).reshape(-1).shape[0] != m:
+            raise DataReconError(f"score {k!r} has {torch.as_tensor(v).numel()} values for {m} candidates")
+
+
+def _checked_references(references: Mapping[str, Tensor], raw: Tensor, *, dtype: torch.dtype) -> dict[str, Tensor]:
+    """The non-empty reference sets in ``dtype``, each checked to hold images of the candidates' shape."""
+    refs = {}
+    for k, v in references.items():
+        v = check_images(v, f"reference set {k!r}")
+        if v.shape[1:] != raw.shape[1:]:
+            raise DataReconError(f"reference set {k!r} has images {tuple(v.shape[1:])}, candidates {tuple(raw.shape[1:])}")
+        if v.shape[0]:
+            refs[k] = v.to(dtype)
+    return refs
+
+
+def _settings_summary(raw: Tensor, refs: Mapping[str, Tensor], config: EvaluationConfig) -> dict[str, Any]:
+    """The head of the summary: what was evaluated, against what, under which search settings."""
+    h, w = raw.shape[-2:]
+    return {
+        "n_candidates": raw.shape[0], "image_shape": list(raw.shape[1:]), "metric": config.metric,
+        "window": config.window, "window_size": effective_window_size(config.window, h, w),
+        "prefilter": config.prefilter, "top_k": config.top_k, "exact_up_to": config.exact_up_to,
+        "thresholds": [float(t) for t in config.thresholds],
+        "reference_sizes": {k: int(v.shape[0]) for k, v in refs.items()},
+    }
+
+
+def _record_columns(record: RunRecord, init_ssim: Tensor | None) -> dict[str, list[Any]]:
+    """The per-candidate columns of what the attack recorded (``label``, ``init_ssim``, ``multiplier``)."""
+    columns: dict[str, list[Any]] = {}
+    if record.labels is not None:
+        columns["label"] = torch.as_tensor(record.labels).reshape(-1).tolist()
+    if init_ssim is not None:
+        columns["init_ssim"] = init_ssim.tolist()
+    if record.multipliers is not None:
+        columns["multiplier"] = torch.as_tensor(record.multipliers).reshape(-1).tolist()
+    return columns
+
+
+def _privacy(primary: tuple[Neighbours | None, Neighbours | None], scores: Mapping[str, Tensor],
+             config: EvaluationConfig, *, floor: float | None,
+             keys: tuple[str, str]) -> tuple[Tensor | None, dict[str, PrivacyScore], dict[str, Any]]:
+    """Real/fake labels and the privacy section from the nearest training and held-out images (primary
+    metric), or a note saying which set (``keys``: training, held-out name) is missing."""
+    if primary[0] is not None and primary[1] is not None:
+        return privacy_section(primary[0], primary[1], scores, config, floor=floor)
+    train_key, heldout_key = keys
+    return None, {}, {"note": f"no {heldout_key!r} or {train_key!r} reference set: real/fake labels not computed"}
+
+
+def _candidate_roc(train_nb: Neighbours, head: Mapping[str, Any], scores: Mapping[str, Tensor]) -> dict[str, Any]:
+    """:func:`~datarecon.evaluation.membership.candidate_roc` of the scores at the headline's threshold."""
+    from datarecon.evaluation.membership import candidate_roc
+
+    threshold = float(head["threshold"] if head.get("threshold") is not None else head["paper"]["threshold"])
+    return candidate_roc(train_nb.score, threshold, {k: torch.as_tensor(v).reshape(-1) for k, v in scores.items()})
 
 
 def _neighbour_grid(neighbours: Mapping[tuple[str, str], Neighbours], cands: Tensor, refs: Mapping[str, Tensor], *,
@@ -404,28 +447,87 @@ def _incomplete(run_dir: Path, missing: str) -> str:
     return f"{missing} is missing; {how_to_finish(run_dir, meta)}, or evaluate another run directory"
 
 
-def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "partition", "noise", "heldout"),
-                 data_dir: str | Path | None = None, metric: str = "ssim", prefilter: str | None = "lncc",
-                 top_k: int = 32, exact_up_to: int = EXACT_UP_TO, window: str = "gaussian",
-                 thresholds: Sequence[float] = DEFAULT_THRESHOLDS, assignment: str = "greedy",
-                 seed: int = 0, allow_incomplete: bool = False, write: bool = True,
-                 grid_max: int = 64, progress: bool = True, train: Tensor | None = None,
-                 heldout: Tensor | None = None) -> dict[str, Any]:
+class RunEvaluationSettings(BaseModel):
+    """How :func:`evaluate_run` evaluates a run directory (one-to-one with the options of
+    ``datarecon evaluate``); :meth:`evaluation` gives the :class:`EvaluationConfig` it runs under.
+
+    Attributes:
+        against: Reference sets (comma-separated on the command line): any of ``train``,
+            ``partition``, ``heldout`` (from the model's data spec) and ``noise`` (uniform images in
+            ``[0, 1]``, as many as training images, seeded by ``seed``).
+        metric: Nearest-neighbour metric: ssim, l2, ncc, lncc.
+        prefilter: Cheap metric of the nearest-neighbour shortlist (lncc, l2, ncc), or None: exhaustive.
+        top_k: Prefilter shortlist size before exact SSIM (searches of more than ``exact_up_to`` pairs
+            only; labelled approximate).
+        exact_up_to: Compare every candidate with every reference (exact) up to this many pairs per search.
+        window: SSIM window: gaussian (sigma 1.5, like scikit-image) or box3.
+        thresholds: SSIM thresholds of the Haim counts.
+        assignment: Haim protocol matching: greedy, hungarian, independent.
+        seed: Seed of the noise reference set and baselines.
+        allow_incomplete: Evaluate runs that did not finish (status other than ``complete`` or
+            ``stopped-early``: ``running``, ``diverged``).
+        grid_max: Candidates stored for the report's neighbour grids.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    against: tuple[str, ...] = ("train", "partition", "noise", "heldout")
+    metric: str = "ssim"
+    prefilter: str | None = "lncc"
+    top_k: int = 32
+    exact_up_to: int = EXACT_UP_TO
+    window: str = "gaussian"
+    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
+    assignment: str = "greedy"
+    seed: int = 0
+    allow_incomplete: bool = False
+    grid_max: int = GRID_MAX
+
+    def evaluation(self) -> EvaluationConfig:
+        """The evaluation settings (``seed`` seeds both the noise reference set and the noise baselines).
+
+        Raises:
+            DataReconError: a setting :class:`EvaluationConfig` refuses.
+        """
+        return build_config(EvaluationConfig, {
+            "metric": self.metric, "prefilter": self.prefilter, "top_k": self.top_k, "exact_up_to": self.exact_up_to,
+            "window": self.window, "thresholds": tuple(float(t) for t in self.thresholds),
+            "assignment": self.assignment, "noise_seed": self.seed, "baseline_seed": self.seed,
+        }, where="evaluation settings")
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A run directory's files as :func:`evaluate_run` reads them.
+
+    Attributes:
+        dir: the run directory.
+        meta: its ``run.json``.
+        status: its status (``complete`` when not recorded).
+        tensors: its ``candidates.safetensors``: ``x`` ``(M, C, H, W)`` in model input space, and
+            ``labels``, ``multipliers`` ``(M,)`` when recorded.
+        scores: ``{name: (M,)}`` the attacker-side scores (tensors ``score_<name>``).
+    """
+
+    dir: Path
+    meta: Mapping[str, Any]
+    status: str
+    tensors: Mapping[str, Tensor]
+    scores: Mapping[str, Tensor]
+
+
+def evaluate_run(run_dir: str | Path, settings: RunEvaluationSettings | Mapping[str, Any] | None = None, *,
+                 data_dir: str | Path | None = None, write: bool = True, progress: bool = True,
+                 train: Tensor | None = None, heldout: Tensor | None = None) -> dict[str, Any]:
     """Evaluate a run directory against the ground truth; write metrics and a table.
 
     Args:
         run_dir: Run directory (``candidates.safetensors``, ``run.json``).
-        against: Reference sets: any of ``train``, ``partition``, ``heldout``
-            (from the model's data spec) and ``noise`` (uniform images in
-            ``[0, 1]``, as many as training images, seeded by ``seed``).
+        settings: :class:`RunEvaluationSettings` or its fields: reference sets (``against``), search
+            and protocol settings, ``seed`` of the noise reference set and baselines,
+            ``allow_incomplete`` (evaluate runs that did not finish) and ``grid_max``; None: defaults.
         data_dir: Data folder for :func:`datarecon.data.load_task`.
-        metric, prefilter, top_k, exact_up_to, window, thresholds, assignment: See
-            :func:`evaluate_candidates`.
-        seed: Seed of the noise reference set and the noise baselines.
-        allow_incomplete: Evaluate runs that did not finish (status other than ``complete`` or
-            ``stopped-early``: ``running``, ``diverged``).
         write: Write ``metrics.json``, ``candidates.csv`` and ``neighbours.safetensors``.
-        grid_max: Candidates stored for the report's neighbour grids.
         progress: Show progress bars.
         train, heldout: For a run of a user's own model (``run.json`` has ``own_model``, no model
             directory): its training and held-out inputs ``(N, C, H, W)`` in the model's input space;
@@ -437,15 +539,28 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
 
     Raises:
         CheckpointError: missing run files or model directory.
-        DataReconError: unknown reference set name, shape mismatch, run not complete.
+        DataReconError: unknown reference set name, shape mismatch, run not complete, bad settings.
     """
-    from datarecon.data import DataSpec, Normalisation, load_task
-    from datarecon.data.selection import check_fingerprint
-    from datarecon.models.checkpoint import load_model_dir
+    s = settings if isinstance(settings, RunEvaluationSettings) else build_config(
+        RunEvaluationSettings, dict(settings or {}), where="evaluation settings")
+    run = _read_run(Path(run_dir), s)
+    if run.meta.get("own_model") and not run.meta.get("model_dir"):
+        return _evaluate_own_run(run, s, train=train, heldout=heldout, write=write, progress=progress)
+    if train is not None or heldout is not None:
+        raise DataReconError(f"{run.dir} attacked a model directory; its training and held-out images come from "
+                             "there: drop train/heldout (--train/--heldout)")
+    return _evaluate_model_run(run, s, data_dir=data_dir, write=write, progress=progress)
 
-    run_dir = Path(run_dir)
+
+def _read_run(run_dir: Path, s: RunEvaluationSettings) -> _Run:
+    """Check the reference set names and the run directory, and read its record and candidates.
+
+    Raises:
+        CheckpointError: missing run files (saying how to finish the run), a model directory, bad tensors.
+        DataReconError: unknown reference set name, run not complete (without ``allow_incomplete``).
+    """
     valid = ("train", "partition", "heldout", "noise")
-    bad = [a for a in against if a not in valid]
+    bad = [a for a in s.against if a not in valid]
     if bad:
         raise DataReconError(f"unknown reference set(s) {bad}; valid names: {', '.join(valid)}")
     if not run_dir.is_dir():
@@ -458,30 +573,31 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
             raise CheckpointError(f"{run_dir} is incomplete: {_incomplete(run_dir, name)}")
     meta = read_json(run_dir / RUN_JSON)
     status = meta.get("status", Status.COMPLETE)
-    if status not in EVALUABLE and not allow_incomplete:
+    if status not in EVALUABLE and not s.allow_incomplete:
         raise DataReconError(f"run {run_dir} has status {status!r}; {how_to_finish(run_dir, meta)}, or pass "
                              "--allow-incomplete (allow_incomplete=True in Python)")
     tensors = load_tensors(run_dir / CANDIDATES)
     if "x" not in tensors:
         raise CheckpointError(f"{run_dir / 'candidates.safetensors'} has no 'x' tensor; re-create the run")
-    x = tensors["x"].detach()
-    m = x.shape[0]
+    m = tensors["x"].shape[0]
     for k in ("labels", "multipliers"):
         if k in tensors and tensors[k].reshape(-1).shape[0] != m:
             raise CheckpointError(f"{run_dir / 'candidates.safetensors'}: {k} has {tensors[k].numel()} values for {m} candidates")
     scores = {k[len("score_"):]: v.reshape(-1) for k, v in tensors.items() if k.startswith("score_")}
+    return _Run(dir=run_dir, meta=meta, status=status, tensors=tensors, scores=scores)
 
-    if meta.get("own_model") and not meta.get("model_dir"):
-        return _evaluate_own_run(run_dir, meta, tensors, scores, against=against, train=train, heldout=heldout,
-                                 config={"metric": metric, "prefilter": prefilter, "top_k": top_k,
-                                         "exact_up_to": exact_up_to, "window": window,
-                                         "thresholds": tuple(float(t) for t in thresholds), "assignment": assignment,
-                                         "noise_seed": seed, "baseline_seed": seed},
-                                 write=write, grid_max=grid_max, progress=progress, status=status)
-    if train is not None or heldout is not None:
-        raise DataReconError(f"{run_dir} attacked a model directory; its training and held-out images come from "
-                             "there: drop train/heldout (--train/--heldout)")
-    model_dir = _resolve_model_dir(run_dir, meta.get("model_dir"))
+
+def _load_target(run: _Run, data_dir: str | Path | None):
+    """The model directory a run attacked, its bundle, the task its data spec names and its normalisation.
+
+    Raises:
+        CheckpointError: the model directory is missing, or its training indices are stale.
+    """
+    from datarecon.data import DataSpec, Normalisation, load_task
+    from datarecon.data.selection import check_fingerprint
+    from datarecon.models.checkpoint import load_model_dir
+
+    model_dir = _resolve_model_dir(run.dir, run.meta.get("model_dir"))
     bundle = load_model_dir(model_dir)
     spec = DataSpec.model_validate(bundle.data)
     task = load_task(spec, data_dir=data_dir)
@@ -489,50 +605,52 @@ def evaluate_run(run_dir: str | Path, *, against: Sequence[str] = ("train", "par
     norm = Normalisation.from_mean(bundle.normalisation, bundle.input_mean)
     if "train" in bundle.indices and not torch.equal(bundle.indices["train"].long(), task.train.indices.long()):
         raise CheckpointError(f"training indices of {model_dir} differ from the data spec's selection; stale model or data")
+    return model_dir, bundle, task, norm
+
+
+def _evaluate_model_run(run: _Run, s: RunEvaluationSettings, *, data_dir: str | Path | None, write: bool,
+                        progress: bool) -> dict[str, Any]:
+    """:func:`evaluate_run` for a run of a model directory: references from the model's data spec."""
+    model_dir, bundle, task, norm = _load_target(run, data_dir)
+    x = run.tensors["x"].detach()
     if tuple(x.shape[1:]) != tuple(task.input_shape):
         raise DataReconError(f"candidates have shape {tuple(x.shape[1:])}, the model expects {tuple(task.input_shape)}")
     display = norm.to_display(x.float())
 
-    sets = {a: getattr(task, a).x for a in ("train", "partition", "heldout") if a in against}
+    sets = {a: getattr(task, a).x for a in ("train", "partition", "heldout") if a in s.against}
     margins = _margins(bundle, norm.to_model(task.train.x), task.train.y) if "train" in sets else None
-    config = {"metric": metric, "prefilter": prefilter, "top_k": top_k, "exact_up_to": exact_up_to, "window": window,
-              "thresholds": tuple(float(t) for t in thresholds), "assignment": assignment, "noise_seed": seed,
-              "baseline_seed": seed}
-    x0 = read_init(run_dir, m=m)
+    x0 = read_init(run.dir, m=x.shape[0])
+    init = None if x0 is None else norm.to_display(x0.float())
+    record = RunRecord(labels=run.tensors.get("labels"), scores=run.scores, multipliers=run.tensors.get("multipliers"),
+                       margins=margins, init=init, init_name=init_name_of(run.meta))
     ev = evaluate(display, train=sets.get("train"), heldout=sets.get("heldout"), partition=sets.get("partition"),
-                  noise=len(task.train) if "noise" in against else None, labels=tensors.get("labels"),
-                  scores=scores, multipliers=tensors.get("multipliers"), margins=margins, config=config,
-                  progress=progress, init=None if x0 is None else norm.to_display(x0.float()),
-                  init_name=init_name_of(meta))
+                  noise=len(task.train) if "noise" in s.against else None, record=record, config=s.evaluation(),
+                  progress=progress)
     summary = dict(ev.summary)
-    extra = meta.get("extra") or {}
+    extra = run.meta.get("extra") or {}
     summary["param_distance"] = extra.get("param_distance")
-    summary["run"] = {"run_dir": str(run_dir), "model_dir": str(model_dir), "method": meta.get("method"),
-                      "status": status, "steps_done": meta.get("steps_done"), "seed": meta.get("seed"),
-                      "config": meta.get("config"), "data": bundle.data, "arch": bundle.arch.model_dump(mode="json")}
+    summary["run"] = {"run_dir": str(run.dir), "model_dir": str(model_dir), "method": run.meta.get("method"),
+                      "status": run.status, "steps_done": run.meta.get("steps_done"), "seed": run.meta.get("seed"),
+                      "config": run.meta.get("config"), "data": bundle.data, "arch": bundle.arch.model_dump(mode="json")}
     if write:
         init_ssim = torch.tensor([r["init_ssim"] for r in ev.rows]) if x0 is not None else None
-        grid = ev.grid if grid_max == GRID_MAX else _neighbour_grid(
-            ev.neighbours, display.clamp(0, 1), sets, metric=metric, train_key="train", grid_max=grid_max,
-            init=None if x0 is None else norm.to_display(x0.float()).clamp(0, 1), init_ssim=init_ssim)
-        write_evaluation(run_dir, Evaluation(summary=summary, rows=ev.rows, neighbours=ev.neighbours, haim=ev.haim,
-                                             privacy=ev.privacy, real=ev.real, grid=grid))
+        grid = ev.grid if s.grid_max == GRID_MAX else _neighbour_grid(
+            ev.neighbours, display.clamp(0, 1), sets, metric=s.metric, train_key="train", grid_max=s.grid_max,
+            init=None if init is None else init.clamp(0, 1), init_ssim=init_ssim)
+        write_evaluation(run.dir, replace(ev, summary=summary, grid=grid))
     return summary
 
 
-def _evaluate_own_run(run_dir: Path, meta: Mapping[str, Any], tensors: Mapping[str, Tensor],
-                      scores: Mapping[str, Tensor], *, against: Sequence[str], train: Tensor | None,
-                      heldout: Tensor | None, config: Mapping[str, Any], write: bool, grid_max: int, progress: bool,
-                      status: str) -> dict[str, Any]:
+def _evaluate_own_run(run: _Run, s: RunEvaluationSettings, *, train: Tensor | None, heldout: Tensor | None,
+                      write: bool, progress: bool) -> dict[str, Any]:
     """:func:`evaluate_run` for a run of a user's own model: references given as tensors."""
-    own = meta["own_model"]
+    own = run.meta["own_model"]
     if train is None:
-        raise DataReconError(f"{run_dir} attacked your own model ({own.get('factory', 'from Python')}); pass its "
+        raise DataReconError(f"{run.dir} attacked your own model ({own.get('factory', 'from Python')}); pass its "
                              "training inputs: --train FILE.safetensors (tensor 'x', model input space)")
-    if "partition" in against:
-        against = [a for a in against if a != "partition"]  # no partition without a data spec
+    against = [a for a in s.against if a != "partition"]  # no partition without a data spec
     lo, hi = (float(v) for v in own.get("value_range", (0.0, 1.0)))
-    x = tensors["x"].detach().double()
+    x = run.tensors["x"].detach().double()
     for name, t in (("train", train), ("heldout", heldout)):
         if t is not None and tuple(t.shape[1:]) != tuple(x.shape[1:]):
             raise DataReconError(f"{name} images have shape {tuple(t.shape[1:])}, the candidates {tuple(x.shape[1:])}")
@@ -540,21 +658,21 @@ def _evaluate_own_run(run_dir: Path, meta: Mapping[str, Any], tensors: Mapping[s
     def display(t: Tensor) -> Tensor:
         return ((t.double() - lo) / (hi - lo)).float()
 
+    record = RunRecord(labels=run.tensors.get("labels"), scores=run.scores, multipliers=run.tensors.get("multipliers"))
     ev = evaluate(display(x), train=display(train) if "train" in against else None,
                   heldout=display(heldout) if heldout is not None and "heldout" in against else None,
-                  noise=int(train.shape[0]) if "noise" in against else None, labels=tensors.get("labels"),
-                  scores=scores, multipliers=tensors.get("multipliers"), config=dict(config), progress=progress)
+                  noise=int(train.shape[0]) if "noise" in against else None, record=record, config=s.evaluation(),
+                  progress=progress)
     summary = dict(ev.summary)
-    summary["param_distance"] = (meta.get("extra") or {}).get("param_distance")
-    summary["run"] = {"run_dir": str(run_dir), "model_dir": None, "own_model": dict(own), "method": meta.get("method"),
-                      "status": status, "steps_done": meta.get("steps_done"), "seed": meta.get("seed"),
-                      "config": meta.get("config")}
+    summary["param_distance"] = (run.meta.get("extra") or {}).get("param_distance")
+    summary["run"] = {"run_dir": str(run.dir), "model_dir": None, "own_model": dict(own),
+                      "method": run.meta.get("method"), "status": run.status, "steps_done": run.meta.get("steps_done"),
+                      "seed": run.meta.get("seed"), "config": run.meta.get("config")}
     if write:
-        grid = ev.grid if grid_max == GRID_MAX else _neighbour_grid(
-            ev.neighbours, display(x).clamp(0, 1), {"train": display(train)}, metric=str(config["metric"]),
-            train_key="train", grid_max=grid_max)
-        write_evaluation(run_dir, Evaluation(summary=summary, rows=ev.rows, neighbours=ev.neighbours, haim=ev.haim,
-                                             privacy=ev.privacy, real=ev.real, grid=grid))
+        grid = ev.grid if s.grid_max == GRID_MAX else _neighbour_grid(
+            ev.neighbours, display(x).clamp(0, 1), {"train": display(train)}, metric=s.metric,
+            train_key="train", grid_max=s.grid_max)
+        write_evaluation(run.dir, replace(ev, summary=summary, grid=grid))
     return summary
 
 

@@ -205,10 +205,12 @@ def _stats(x: Tensor, filt: _Filter) -> tuple[Tensor, Tensor]:
     return filt(x), filt(x * x)
 
 
-def _ssim_index_pairs(a: Tensor, b: Tensor, ia: Tensor, ib: Tensor, *, window: str | Window,
+def _ssim_index_pairs(a: Tensor, b: Tensor, pairs: tuple[Tensor, Tensor], *, window: str | Window,
                       data_range: float, chunk: int, progress: bool = False,
                       desc: str = "SSIM") -> Tensor:
-    """SSIM of pairs ``(a[ia[t]], b[ib[t]])`` for t in range(len(ia)), in chunks."""
+    """SSIM of pairs ``(a[ia[t]], b[ib[t]])`` for t in range(len(ia)), in chunks; ``pairs = (ia, ib)``, two
+    ``(T,)`` int64 index tensors into ``a`` and ``b``."""
+    ia, ib = pairs
     _, _, h, w = a.shape
     filt = _Filter(window, h, w, a.dtype, a.device)
     mu_a, e_a = _stats(a, filt)
@@ -244,7 +246,7 @@ def ssim_pairs(a: Tensor, b: Tensor, *, window: str | Window = "gaussian", data_
     if a.shape[0] != b.shape[0]:
         raise DataReconError(f"ssim_pairs needs equal batch sizes, got {a.shape[0]} and {b.shape[0]}")
     idx = torch.arange(a.shape[0], device=a.device)
-    return _ssim_index_pairs(a, b, idx, idx, window=window, data_range=data_range, chunk=chunk)
+    return _ssim_index_pairs(a, b, (idx, idx), window=window, data_range=data_range, chunk=chunk)
 
 
 def ssim_matrix(cands: Tensor, refs: Tensor, *, window: str | Window = "gaussian",
@@ -273,7 +275,7 @@ def ssim_matrix(cands: Tensor, refs: Tensor, *, window: str | Window = "gaussian
     flat = torch.arange(m * r, device=cands.device)
     ia = torch.div(flat, r, rounding_mode="floor")
     ib = flat - ia * r
-    out = _ssim_index_pairs(cands, refs, ia, ib, window=window, data_range=data_range,
+    out = _ssim_index_pairs(cands, refs, (ia, ib), window=window, data_range=data_range,
                             chunk=chunk, progress=progress, desc="all-pairs SSIM")
     return out.view(m, r)
 
