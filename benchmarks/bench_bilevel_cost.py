@@ -65,7 +65,7 @@ def step_model(unit: dict[str, float], *, iterations: int, evaluations: int, hvp
 def train_epoch_ratios(width: int, n: int, *, repeats: int, dtype: torch.dtype, epochs: int = 10) -> dict[str, float]:
     """Epoch time of full-batch training (``datarecon.training.fit``) ÷ one plain forward+backward, per
     optimiser, interleaved (pass, epochs, pass, epochs, ...): the cost model's passes per epoch."""
-    from datarecon.training.fit import fit
+    from datarecon.training.fit import FitRecipe, fit
     from datarecon.kernel.losses import LOSSES
 
     g = torch.Generator().manual_seed(1)
@@ -81,7 +81,7 @@ def train_epoch_ratios(width: int, n: int, *, repeats: int, dtype: torch.dtype, 
             LOSSES.get("logistic")(model(x), y).backward()
             one_pass = time.perf_counter() - t
             t = time.perf_counter()
-            fit(model, x, y, loss="logistic", weight_decay=1e-2, optimizer=opt, lr=lr, epochs=epochs)
+            fit(model, x, y, recipe=FitRecipe(loss="logistic", weight_decay=1e-2, optimizer=opt, lr=lr, epochs=epochs))
             ratios.append((time.perf_counter() - t) / epochs / one_pass)
         out[opt] = statistics.median(ratios)
     return out

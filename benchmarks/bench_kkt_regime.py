@@ -109,14 +109,16 @@ def load_data(dataset: str, n_per_side: int, data_dir: str | None):
 def train_one(schedule: str, *, x, y, input_shape, hidden: int, epochs: int, lr: float, seed: int,
               per_decade: int, max_lr_factor: float) -> dict:
     from datarecon.models.spec import ArchSpec, build_model
-    from datarecon.training.fit import fit
+    from datarecon.kernel.engine import LoopOptions
+    from datarecon.training.fit import FitRecipe, fit
 
     arch = ArchSpec(name="mlp", input_shape=tuple(input_shape), hidden=(hidden, hidden), bias=False, init_scale=1e-4)
     model = build_model(arch, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     rec = _Recorder(model, x, y, log_epochs(epochs, per_decade))
     t0 = time.perf_counter()
-    res = fit(model, x, y, loss="logistic", lr=lr, epochs=epochs, schedule=schedule, max_lr_factor=max_lr_factor,
-              log_every=max(1, epochs), hooks=[rec])
+    res = fit(model, x, y, recipe=FitRecipe(loss="logistic", lr=lr, epochs=epochs, schedule=schedule,
+                                           max_lr_factor=max_lr_factor),
+              loop=LoopOptions(log_every=max(1, epochs), hooks=(rec,)))
     wall = time.perf_counter() - t0
     return {"schedule": schedule, "status": res.status, "epochs_done": res.epochs_done, "wall_s": wall,
             "scoring_s": rec.score_time_s, "curve": rec.rows}

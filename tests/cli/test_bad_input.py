@@ -31,17 +31,19 @@ TRAIN = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", 
 
 def _model(out: Path, seed: int) -> Path:
     from datarecon.data import DataSpec, load_task
-    from datarecon.models.checkpoint import save_model_dir
+    from datarecon.models.checkpoint import ModelDescription, TrainingRecord, save_model_dir
     from datarecon.models.spec import ArchSpec, build_model
 
     spec = DataSpec(dataset="digits", task="odd-even", n_per_class=5, n_partition_per_class=5, n_heldout_per_class=5)
     task = load_task(spec)
     arch = ArchSpec(name="mlp", input_shape=(1, 8, 8), hidden=(8,), bias=False, init_scale=1e-2)
     model = build_model(arch, generator=torch.Generator().manual_seed(seed))
-    save_model_dir(out, model=model, arch=arch, loss="logistic", weight_decay=0.0, data=spec.model_dump(mode="json"),
-                   normalisation=spec.normalisation, input_mean=task.normalisation.mean,
-                   indices={"train": task.train.indices, "partition": task.partition.indices,
-                            "heldout": task.heldout.indices}, training={}, seed=seed)
+    save_model_dir(out, model=model, description=ModelDescription(
+        arch=arch, loss="logistic", weight_decay=0.0, data=spec.model_dump(mode="json"),
+        normalisation=spec.normalisation, training={}, seed=seed,
+    ), record=TrainingRecord(input_mean=task.normalisation.mean,
+                             indices={"train": task.train.indices, "partition": task.partition.indices,
+                                      "heldout": task.heldout.indices}))
     return out
 
 

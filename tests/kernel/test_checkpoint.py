@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from checkpoint_problem import ATTACK_KILL, FIT, fit_problem, run_attack_problem
+from checkpoint_problem import ATTACK_KILL, FIT, FIT_EVERY, FIT_TAG, fit_problem, run_attack_problem
 
 from datarecon.kernel import checkpoint
 from datarecon.errors import CheckpointError
-from datarecon.training.fit import fit
+from datarecon.kernel.engine import LoopOptions
+from datarecon.training.fit import TrainingCheckpoint, fit
 from datarecon.utils.io import save_tensors, sha256_file, to_jsonable
 from datarecon.kernel.outdir import identify
 
@@ -90,11 +91,13 @@ def _same_weights(a, b) -> bool:
 
 
 def test_an_old_training_checkpoint_resumes_bit_identically(tmp_path: Path, hard_kill) -> None:
-    full = fit(*fit_problem(), **{k: v for k, v in FIT.items() if k not in ("checkpoint_every", "tag")})
-    hard_kill(lambda hooks: fit(*fit_problem(), checkpoint_dir=tmp_path / "ck", hooks=hooks, **FIT), 7)
+    full = fit(*fit_problem(), **FIT)
+    hard_kill(lambda hooks: fit(*fit_problem(), checkpoint=TrainingCheckpoint(tmp_path / "ck", tag=FIT_TAG),
+                                loop=LoopOptions(checkpoint_every=FIT_EVERY, hooks=tuple(hooks)), **FIT), 7)
     _as_legacy_train(tmp_path / "ck")
     assert checkpoint.kind_of(tmp_path / "ck") == TRAIN
-    resumed = fit(*fit_problem(), checkpoint_dir=tmp_path / "ck", resume=True, **FIT)
+    resumed = fit(*fit_problem(), checkpoint=TrainingCheckpoint(tmp_path / "ck", tag=FIT_TAG),
+                  loop=LoopOptions(checkpoint_every=FIT_EVERY, resume=True), **FIT)
     assert resumed.resumed_from == 5 and resumed.epochs_done == 12
     assert _same_weights(resumed, full) and resumed.history == full.history
     # the next save replaced the old files by the one format
@@ -102,12 +105,14 @@ def test_an_old_training_checkpoint_resumes_bit_identically(tmp_path: Path, hard
 
 
 def test_a_changed_old_training_checkpoint_is_refused(tmp_path: Path, hard_kill) -> None:
-    hard_kill(lambda hooks: fit(*fit_problem(), checkpoint_dir=tmp_path / "ck", hooks=hooks, **FIT), 7)
+    hard_kill(lambda hooks: fit(*fit_problem(), checkpoint=TrainingCheckpoint(tmp_path / "ck", tag=FIT_TAG),
+                                loop=LoopOptions(checkpoint_every=FIT_EVERY, hooks=tuple(hooks)), **FIT), 7)
     _as_legacy_train(tmp_path / "ck")
     (tensors,) = (tmp_path / "ck").glob("state-*.safetensors")
     tensors.write_bytes(tensors.read_bytes()[:-4] + b"\0\0\0\0")
     with pytest.raises(CheckpointError, match="does not match state.json"):
-        fit(*fit_problem(), checkpoint_dir=tmp_path / "ck", resume=True, **FIT)
+        fit(*fit_problem(), checkpoint=TrainingCheckpoint(tmp_path / "ck", tag=FIT_TAG),
+            loop=LoopOptions(checkpoint_every=FIT_EVERY, resume=True), **FIT)
 
 def test_an_old_attack_checkpoint_resumes_bit_identically(tmp_path: Path, kill_after) -> None:
     full = run_attack_problem(tmp_path / "full")

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from datarecon.kernel.step import Recipe, energy, train_step, update
-from datarecon.training.fit import fit
+from datarecon.training.fit import FitRecipe, fit
 from datarecon.training.optim import SCHEDULES
 
 
@@ -34,8 +34,8 @@ def test_replaying_the_pure_step_from_theta_init_reproduces_theta_star_bit_for_b
     x, y = _data()
     model = _net()
     init = copy.deepcopy(model)
-    fit(model, x, y, loss="logistic", weight_decay=weight_decay, lr=0.05, momentum=momentum, epochs=40,
-        schedule=schedule, max_lr_factor=1e3)
+    fit(model, x, y, recipe=FitRecipe(loss="logistic", weight_decay=weight_decay, lr=0.05, momentum=momentum,
+                                      epochs=40, schedule=schedule, max_lr_factor=1e3))
     recipe = Recipe(loss="logistic", weight_decay=weight_decay, momentum=momentum)
     params = {k: v.detach().clone().requires_grad_(True) for k, v in init.named_parameters()}
     buffers = {k: torch.zeros_like(v) for k, v in params.items()} if momentum else None
@@ -91,8 +91,8 @@ def test_minibatch_training_is_replayed_bit_for_bit_from_the_seed(batch_size: in
     x, y = _data(n=10)
     model = _net(seed=2)
     init = copy.deepcopy(model)
-    fit(model, x, y, loss="logistic", weight_decay=1e-3, lr=0.1, momentum=momentum, epochs=6,
-        batch_size=batch_size, batch_seed=7)
+    fit(model, x, y, recipe=FitRecipe(loss="logistic", weight_decay=1e-3, lr=0.1, momentum=momentum, epochs=6,
+                                      batch_size=batch_size, seed=7))
     recipe = Recipe(loss="logistic", weight_decay=1e-3, momentum=momentum)
     params = {k: v.detach().clone().requires_grad_(True) for k, v in init.named_parameters()}
     buffers = {k: torch.zeros_like(v) for k, v in params.items()} if momentum else None
@@ -121,4 +121,4 @@ def test_a_batch_larger_than_the_training_set_is_refused_in_one_line() -> None:
 
     x, y = _data(n=10)
     with pytest.raises(DataReconError, match="batch size 11 is not between 1 and the 10 training images"):
-        fit(_net(), x, y, loss="logistic", epochs=1, batch_size=11)
+        fit(_net(), x, y, recipe=FitRecipe(loss="logistic", epochs=1, batch_size=11))

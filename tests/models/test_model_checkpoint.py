@@ -10,20 +10,23 @@ import pytest
 import torch
 
 from datarecon.errors import CheckpointError
-from datarecon.models.checkpoint import EXTRAS, META, WEIGHTS, load_model_dir, read_model_meta, save_model_dir
+from datarecon.models.checkpoint import (EXTRAS, META, WEIGHTS, ModelDescription, TrainingRecord, load_model_dir,
+                                         read_model_meta, save_model_dir)
 from datarecon.models.spec import ArchSpec, build_model
 
 
 def _save(out: Path, *, dtype: torch.dtype = torch.float32, hidden=(6,)) -> tuple[torch.nn.Module, ArchSpec]:
     spec = ArchSpec(name="mlp", input_shape=(1, 3, 3), hidden=hidden, bias=False)
     model = build_model(spec, generator=torch.Generator().manual_seed(0), dtype=dtype)
-    save_model_dir(out, model=model, arch=spec, loss="logistic", weight_decay=1e-3,
-                   data={"dataset": "digits", "task": "odd-even", "n_per_class": 2},
-                   normalisation="unit-minus-mean", input_mean=torch.rand(1, 3, 3),
-                   indices={"train": torch.tensor([0, 3, 5, 9]), "partition": torch.tensor([1]),
-                            "heldout": torch.tensor([2])},
-                   training={"lr": 0.1}, seed=0, metrics={"train_accuracy": 1.0},
-                   extra_tensors={"train_margins": torch.tensor([1.0, 2.0, 3.0, 4.0])})
+    description = ModelDescription(arch=spec, loss="logistic", weight_decay=1e-3,
+                                   data={"dataset": "digits", "task": "odd-even", "n_per_class": 2},
+                                   normalisation="unit-minus-mean", training={"lr": 0.1}, seed=0)
+    record = TrainingRecord(input_mean=torch.rand(1, 3, 3),
+                            indices={"train": torch.tensor([0, 3, 5, 9]), "partition": torch.tensor([1]),
+                                     "heldout": torch.tensor([2])},
+                            metrics={"train_accuracy": 1.0},
+                            extra_tensors={"train_margins": torch.tensor([1.0, 2.0, 3.0, 4.0])})
+    save_model_dir(out, model=model, description=description, record=record)
     return model, spec
 
 

@@ -18,7 +18,7 @@ from datarecon.kernel.step import Recipe
 from datarecon.models.byom import measure_homogeneity
 from datarecon.models.spec import (ARCHITECTURES, ArchSpec, build_model, count_parameters, first_layer_init_std,
                                    is_homogeneous, parameter_shapes)
-from datarecon.training.fit import fit
+from datarecon.training.fit import FitRecipe, fit
 
 CIFAR = (3, 32, 32)
 
@@ -82,8 +82,8 @@ def _tiny_resnet_target(dtype: torch.dtype, *, batch_size: int, momentum: float,
     init = {k: v.detach().clone() for k, v in model.named_parameters()}
     g = torch.Generator().manual_seed(1)
     x, y = torch.rand(n, *shape, generator=g, dtype=dtype), torch.arange(n) % 3
-    fit(model, x, y, loss="cross-entropy", weight_decay=0.0, lr=0.1, momentum=momentum, epochs=epochs,
-        batch_size=batch_size, batch_seed=7)
+    fit(model, x, y, recipe=FitRecipe(loss="cross-entropy", weight_decay=0.0, lr=0.1, momentum=momentum, epochs=epochs,
+                                      batch_size=batch_size, seed=7))
     target = Target(model=copy.deepcopy(model), params={k: v.detach().clone() for k, v in model.named_parameters()},
                     loss="cross-entropy", weight_decay=0.0, input_shape=shape, num_outputs=3, homogeneous=False)
     recipe = KnownRecipe(n=n, batch_size=batch_size, epochs=epochs, lr=0.1, momentum=momentum, order_seed=7,

@@ -13,7 +13,9 @@ pytest.importorskip("opacus", reason="the dp extra (pip install 'datarecon[dp]')
 
 from datarecon.errors import DataReconError  # noqa: E402
 from datarecon.training import dp as dpm  # noqa: E402
+from datarecon.kernel.engine import LoopOptions  # noqa: E402
 from datarecon.training.dp import DPConfig, fit_dp  # noqa: E402
+from datarecon.training.fit import FitRecipe, TrainingCheckpoint  # noqa: E402
 from datarecon.kernel.losses import LOSSES  # noqa: E402
 
 
@@ -57,9 +59,8 @@ def test_noise_free_dp_sgd_equals_naive_clipped_sgd(clip):
     model, x, y = _problem()
     ref_model, _, _ = _problem()
     steps_epochs, batch, lr, wd = 3, 4, 0.1, 0.01
-    res = fit_dp(model, x, y, loss="logistic", dp=DPConfig(noise_multiplier=0.0, max_grad_norm=clip, batch_size=batch,
-                                                          delta=1e-3),
-                 epochs=steps_epochs, lr=lr, weight_decay=wd, seed=7)
+    res = fit_dp(model, x, y, dp=DPConfig(noise_multiplier=0.0, max_grad_norm=clip, batch_size=batch, delta=1e-3),
+                 recipe=FitRecipe(loss="logistic", epochs=steps_epochs, lr=lr, weight_decay=wd, seed=7))
     steps = res.extra["dp"]["steps"]
     assert steps == steps_epochs * round(x.shape[0] / batch)
     ref, norms = _reference_clipped_sgd(ref_model, x, y, clip=clip, q=batch / x.shape[0], steps=steps, lr=lr, seed=7,
@@ -77,8 +78,8 @@ def test_noise_has_the_dp_sgd_scale():
     model, x, y = _problem(n=8, d=40, hidden=100)
     ref_model, _, _ = _problem(n=8, d=40, hidden=100)
     sigma, clip, lr = 2.0, 0.5, 1.0
-    fit_dp(model, x, y, loss="logistic", dp=DPConfig(noise_multiplier=sigma, max_grad_norm=clip, batch_size=8,
-                                                    delta=1e-3), epochs=1, lr=lr, seed=3)
+    fit_dp(model, x, y, dp=DPConfig(noise_multiplier=sigma, max_grad_norm=clip, batch_size=8, delta=1e-3),
+           recipe=FitRecipe(loss="logistic", epochs=1, lr=lr, seed=3))
     ref, _ = _reference_clipped_sgd(ref_model, x, y, clip=clip, q=1.0, steps=1, lr=lr, seed=3)
     diff = torch.cat([(r - p.detach()).reshape(-1) for p, r in zip(model.parameters(), ref)]) / lr
     expected = sigma * clip / 8
@@ -110,8 +111,8 @@ def test_recorded_epsilon_matches_opacus_accountant(tmp_path):
 
 def test_target_epsilon_is_reached():
     model, x, y = _problem(n=20)
-    res = fit_dp(model, x, y, loss="logistic", dp=DPConfig(target_epsilon=4.0, batch_size=5, delta=1e-3),
-                 epochs=2, lr=0.1)
+    res = fit_dp(model, x, y, dp=DPConfig(target_epsilon=4.0, batch_size=5, delta=1e-3),
+                 recipe=FitRecipe(loss="logistic", epochs=2, lr=0.1))
     a = res.extra["dp"]
     assert a["epsilon"] <= 4.0 and a["epsilon"] == pytest.approx(4.0, rel=0.02)
     assert a["epsilon"] == pytest.approx(dpm.epsilon_spent(a["noise_multiplier"], q=0.25, steps=8, delta=1e-3))
@@ -120,13 +121,16 @@ def test_target_epsilon_is_reached():
 def test_bad_input_gives_one_line_errors():
     model, x, y = _problem(n=10)
     with pytest.raises(DataReconError, match=r"delta 0.2 is >= 1/n = 0.1"):
-        fit_dp(model, x, y, loss="logistic", dp=DPConfig(noise_multiplier=1.0, delta=0.2), epochs=1, lr=0.1)
+        fit_dp(model, x, y, dp=DPConfig(noise_multiplier=1.0, delta=0.2),
+               recipe=FitRecipe(loss="logistic", epochs=1, lr=0.1))
     with pytest.raises(DataReconError, match=r"target_epsilon 1e-06 cannot be reached"):
-        fit_dp(model, x, y, loss="logistic", dp=DPConfig(target_epsilon=1e-6, delta=1e-3), epochs=5, lr=0.1)
+        fit_dp(model, x, y, dp=DPConfig(target_epsilon=1e-6, delta=1e-3),
+               recipe=FitRecipe(loss="logistic", epochs=5, lr=0.1))
     bn = nn.Sequential(nn.Linear(6, 4, dtype=torch.float64), nn.BatchNorm1d(4, dtype=torch.float64),
                        nn.Linear(4, 1, dtype=torch.float64))
     with pytest.raises(DataReconError, match=r"Opacus cannot wrap layer '1' \(BatchNorm1d"):
-        fit_dp(bn, x, y, loss="logistic", dp=DPConfig(noise_multiplier=1.0, delta=1e-3), epochs=1, lr=0.1)
+        fit_dp(bn, x, y, dp=DPConfig(noise_multiplier=1.0, delta=1e-3),
+               recipe=FitRecipe(loss="logistic", epochs=1, lr=0.1))
     with pytest.raises(DataReconError, match="exactly one of noise_multiplier and target_epsilon"):
         DPConfig(noise_multiplier=1.0, target_epsilon=2.0)
 
@@ -155,22 +159,25 @@ def test_a_killed_dp_run_resumes_bit_identically(tmp_path, hard_kill, kill_at):
     """Noise and momentum on: the resumed run needs the weights, the momentum buffers, the generator of
     batches and noise, the history and the realised batch sizes of the checkpoint, all of them."""
     dp = DPConfig(noise_multiplier=0.8, max_grad_norm=0.5, batch_size=4, delta=1e-3)
-    kw = dict(loss="logistic", dp=dp, epochs=6, lr=0.1, momentum=0.9, seed=3, log_every=2)
-    full = fit_dp(*_problem(), **kw)
-    hard_kill(lambda hooks: fit_dp(*_problem(), checkpoint_dir=tmp_path, checkpoint_every=3, tag="t", hooks=hooks,
-                                   **kw), kill_at)
-    res = fit_dp(*_problem(), checkpoint_dir=tmp_path, checkpoint_every=3, tag="t", resume=True, **kw)
+    kw = dict(dp=dp, recipe=FitRecipe(loss="logistic", epochs=6, lr=0.1, momentum=0.9, seed=3))
+    ck = TrainingCheckpoint(tmp_path, tag="t")
+    full = fit_dp(*_problem(), loop=LoopOptions(log_every=2), **kw)
+    hard_kill(lambda hooks: fit_dp(*_problem(), checkpoint=ck, **kw,
+                                   loop=LoopOptions(log_every=2, checkpoint_every=3, hooks=tuple(hooks))), kill_at)
+    resume = LoopOptions(log_every=2, checkpoint_every=3, resume=True)
+    res = fit_dp(*_problem(), checkpoint=ck, loop=resume, **kw)
     assert res.resumed_from == 9  # 3 epochs of round(12/4) = 3 steps
     for a, b in zip(full.model.parameters(), res.model.parameters()):
         assert torch.equal(a, b)
     assert res.history == full.history and res.extra["dp"] == full.extra["dp"]
-    again = fit_dp(*_problem(seed=5), checkpoint_dir=tmp_path, checkpoint_every=3, tag="t", resume=True, **kw)
+    again = fit_dp(*_problem(seed=5), checkpoint=ck, loop=resume, **kw)
     assert all(torch.equal(a, b) for a, b in zip(full.model.parameters(), again.model.parameters()))  # finished
 
 
 def test_log_every_counts_epochs_as_for_fit():
     """TrainConfig.log_every is in epochs for every trainer: here 2 epochs of round(12/4) = 3 steps."""
     dp = DPConfig(noise_multiplier=0.5, max_grad_norm=1.0, batch_size=4, delta=1e-3)
-    res = fit_dp(*_problem(), loss="logistic", dp=dp, epochs=6, lr=0.1, seed=0, log_every=2)
+    res = fit_dp(*_problem(), dp=dp, recipe=FitRecipe(loss="logistic", epochs=6, lr=0.1, seed=0),
+                 loop=LoopOptions(log_every=2))
     assert [row["step"] for row in res.history] == [6, 12, 18]
     assert all("train_acc" in row for row in res.history)  # full-batch metrics at every logged epoch

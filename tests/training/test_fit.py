@@ -11,7 +11,9 @@ import torch
 from datarecon.data import DataSpec, load_task
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.models.spec import ArchSpec, build_model
-from datarecon.training import OPTIMIZERS, SCHEDULES, StopRule, fit
+from datarecon.kernel.engine import LoopOptions
+from datarecon.training import OPTIMIZERS, SCHEDULES, StopRule, TrainingCheckpoint, fit
+from datarecon.training.fit import FitRecipe
 
 
 def _toy(dtype=torch.float64, n=40):
@@ -32,7 +34,8 @@ def test_digits_odd_even_reaches_zero_training_error() -> None:
     x = data.normalisation.to_model(data.train.x)
     model = build_model(ArchSpec(name="mlp", input_shape=data.input_shape, hidden=(32,), bias=False),
                         generator=torch.Generator().manual_seed(0))
-    res = fit(model, x, data.train.y, loss="logistic", lr=0.5, epochs=2000, stop=StopRule(zero_error=True))
+    res = fit(model, x, data.train.y, recipe=FitRecipe(loss="logistic", lr=0.5, epochs=2000),
+              stop=StopRule(zero_error=True))
     assert res.status == "stopped-early" and res.stop_reason == "zero training error"
     assert res.metrics["train_acc"] == 1.0
     assert float(res.margins.min()) > 0 and res.margins.shape == (50,)
@@ -43,7 +46,7 @@ def test_digits_odd_even_reaches_zero_training_error() -> None:
 def test_gd_matches_torch_sgd_with_momentum_and_weight_decay() -> None:
     x, y = _toy()
     a, b = _model(), _model()
-    fit(a, x, y, loss="logistic", lr=0.3, momentum=0.9, weight_decay=1e-2, epochs=25)
+    fit(a, x, y, recipe=FitRecipe(loss="logistic", lr=0.3, momentum=0.9, weight_decay=1e-2, epochs=25))
     opt = torch.optim.SGD(b.parameters(), lr=0.3, momentum=0.9, weight_decay=1e-2)
     for _ in range(25):
         opt.zero_grad()
@@ -56,7 +59,8 @@ def test_gd_matches_torch_sgd_with_momentum_and_weight_decay() -> None:
 def test_history_and_metrics_describe_theta_before_each_step() -> None:
     x, y = _toy()
     model = _model()
-    res = fit(model, x, y, loss="logistic", weight_decay=0.1, lr=0.1, epochs=10, log_every=3)
+    res = fit(model, x, y, recipe=FitRecipe(loss="logistic", weight_decay=0.1, lr=0.1, epochs=10),
+              loop=LoopOptions(log_every=3))
     assert [r["step"] for r in res.history] == [3, 6, 9, 10]
     row = res.history[-1]
     assert row["energy"] == pytest.approx(row["loss"] + 0.05 * row["weight_norm"] ** 2, rel=1e-10)
@@ -66,18 +70,19 @@ def test_history_and_metrics_describe_theta_before_each_step() -> None:
 
 def test_loss_threshold_and_margin_stabilisation_stop() -> None:
     x, y = _toy()
-    res = fit(_model(), x, y, loss="logistic", lr=0.5, epochs=5000, stop=StopRule(loss_threshold=0.05))
+    res = fit(_model(), x, y, recipe=FitRecipe(loss="logistic", lr=0.5, epochs=5000),
+              stop=StopRule(loss_threshold=0.05))
     assert res.status == "stopped-early" and "threshold" in res.stop_reason
     assert res.history[-1]["loss"] <= 0.05 and res.epochs_done < 5000
-    res = fit(_model(), x, y, loss="logistic", lr=0.02, epochs=5000, schedule="loss-normalised",
+    res = fit(_model(), x, y, recipe=FitRecipe(loss="logistic", lr=0.02, epochs=5000, schedule="loss-normalised"),
               stop=StopRule(margin_patience=200, margin_rtol=1e-3))
     assert res.status == "stopped-early" and "stabilised" in res.stop_reason and res.metrics["train_acc"] == 1.0
 
 
 def test_loss_normalised_schedule_grows_normalised_margin_faster() -> None:
     x, y = _toy()
-    const = fit(_model(), x, y, loss="logistic", lr=0.2, epochs=1500)
-    norm = fit(_model(), x, y, loss="logistic", lr=0.02, epochs=1500, schedule="loss-normalised")
+    const = fit(_model(), x, y, recipe=FitRecipe(loss="logistic", lr=0.2, epochs=1500))
+    norm = fit(_model(), x, y, recipe=FitRecipe(loss="logistic", lr=0.02, epochs=1500, schedule="loss-normalised"))
     assert norm.metrics["train_acc"] == 1.0
     assert norm.metrics["normalised_margin"] > const.metrics["normalised_margin"]
     assert norm.metrics["loss"] < const.metrics["loss"]
@@ -94,7 +99,7 @@ def test_lbfgs_solves_convex_affine_problem_with_weight_decay() -> None:
     x, y = _toy()
     spec = ArchSpec(name="affine", input_shape=(1, 4, 4))
     model = build_model(spec, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    res = fit(model, x, y, loss="logistic", weight_decay=1e-2, optimizer="lbfgs", lr=1.0, epochs=60)
+    res = fit(model, x, y, recipe=FitRecipe(loss="logistic", weight_decay=1e-2, optimizer="lbfgs", lr=1.0, epochs=60))
     params = list(model.parameters())
     energy = torch.nn.functional.softplus(-y * model(x)[:, 0]).mean() + 0.005 * sum((p * p).sum() for p in params)
     grads = torch.autograd.grad(energy, params)
@@ -105,7 +110,7 @@ def test_lbfgs_solves_convex_affine_problem_with_weight_decay() -> None:
 def test_divergence_keeps_last_finite_state() -> None:
     x, y = _toy()
     model = _model()
-    res = fit(model, x, y, loss="mse", lr=1e6, epochs=50)
+    res = fit(model, x, y, recipe=FitRecipe(loss="mse", lr=1e6, epochs=50))
     assert res.status == "diverged"
     assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
     assert not math.isfinite(res.history[-1]["energy"]) or not math.isfinite(res.history[-1]["grad_norm"])
@@ -114,13 +119,13 @@ def test_divergence_keeps_last_finite_state() -> None:
 def test_argument_errors() -> None:
     x, y = _toy()
     with pytest.raises(DataReconError, match="learning rate must be positive"):
-        fit(_model(), x, y, loss="logistic", lr=0.0)
+        fit(_model(), x, y, recipe=FitRecipe(loss="logistic", lr=0.0))
     with pytest.raises(DataReconError, match="needs class-index labels"):
-        fit(_model(), x, y, loss="cross-entropy")
+        fit(_model(), x, y, recipe=FitRecipe(loss="cross-entropy"))
     with pytest.raises(DataReconError, match="momentum applies to --optimizer gd only"):
-        fit(_model(), x, y, loss="logistic", optimizer="lbfgs", momentum=0.5)
+        fit(_model(), x, y, recipe=FitRecipe(loss="logistic", optimizer="lbfgs", momentum=0.5))
     with pytest.raises(DataReconError, match="unknown optimizer 'adam'; valid names: gd, lbfgs"):
-        fit(_model(), x, y, loss="logistic", optimizer="adam")
+        fit(_model(), x, y, recipe=FitRecipe(loss="logistic", optimizer="adam"))
     assert OPTIMIZERS.names() == ["gd", "lbfgs"]
 
 
@@ -130,14 +135,16 @@ def test_argument_errors() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 def test_kill_and_resume_is_bit_identical(kill_after, tmp_path: Path, optimizer, momentum, schedule, dtype) -> None:
     x, y = _toy(dtype)
-    kw = dict(loss="logistic", weight_decay=1e-3, optimizer=optimizer, lr=0.5 if optimizer == "gd" else 1.0,
-              momentum=momentum, schedule=schedule, epochs=60, log_every=4,
-              stop=StopRule(margin_patience=10, margin_rtol=1e-12))
-    full = fit(_model(dtype), x, y, **kw)
-    ck = tmp_path / "ck"
+    recipe = FitRecipe(loss="logistic", weight_decay=1e-3, optimizer=optimizer, lr=0.5 if optimizer == "gd" else 1.0,
+                       momentum=momentum, schedule=schedule, epochs=60)
+    kw = dict(recipe=recipe, stop=StopRule(margin_patience=10, margin_rtol=1e-12))
+    full = fit(_model(dtype), x, y, loop=LoopOptions(log_every=4), **kw)
+    ck = TrainingCheckpoint(tmp_path / "ck", tag="t")
     with pytest.raises(KeyboardInterrupt):
-        fit(_model(dtype), x, y, checkpoint_dir=ck, checkpoint_every=7, tag="t", hooks=[kill_after(23)], **kw)
-    res = fit(_model(dtype, seed=5), x, y, checkpoint_dir=ck, checkpoint_every=7, tag="t", resume=True, **kw)
+        fit(_model(dtype), x, y, loop=LoopOptions(log_every=4, checkpoint_every=7, hooks=(kill_after(23),)),
+            checkpoint=ck, **kw)
+    res = fit(_model(dtype, seed=5), x, y, loop=LoopOptions(log_every=4, checkpoint_every=7, resume=True),
+              checkpoint=ck, **kw)
     assert res.resumed_from == 23  # final save at the interruption
     for a, b in zip(full.model.state_dict().values(), res.model.state_dict().values()):
         assert torch.equal(a, b)
@@ -147,12 +154,12 @@ def test_kill_and_resume_is_bit_identical(kill_after, tmp_path: Path, optimizer,
 def test_resume_from_periodic_checkpoint_after_hard_kill(tmp_path: Path, hard_kill) -> None:
     """A hard kill skips the final save: resume from the last periodic checkpoint."""
     x, y = _toy()
-    kw = dict(loss="logistic", lr=0.5, momentum=0.5, epochs=40)
-    full = fit(_model(), x, y, **kw)
-    ck = tmp_path / "ck"
-    hard_kill(lambda hooks: fit(_model(), x, y, checkpoint_dir=ck, checkpoint_every=5, tag="t", hooks=hooks, **kw),
-              17)
-    res = fit(_model(), x, y, checkpoint_dir=ck, checkpoint_every=5, tag="t", resume=True, **kw)
+    recipe = FitRecipe(loss="logistic", lr=0.5, momentum=0.5, epochs=40)
+    full = fit(_model(), x, y, recipe=recipe)
+    ck = TrainingCheckpoint(tmp_path / "ck", tag="t")
+    hard_kill(lambda hooks: fit(_model(), x, y, recipe=recipe, loop=LoopOptions(checkpoint_every=5, hooks=tuple(hooks)),
+                                checkpoint=ck), 17)
+    res = fit(_model(), x, y, recipe=recipe, loop=LoopOptions(checkpoint_every=5, resume=True), checkpoint=ck)
     assert res.resumed_from == 15
     for a, b in zip(full.model.state_dict().values(), res.model.state_dict().values()):
         assert torch.equal(a, b)
@@ -160,17 +167,19 @@ def test_resume_from_periodic_checkpoint_after_hard_kill(tmp_path: Path, hard_ki
 
 def test_resume_with_other_config_is_refused(tmp_path: Path) -> None:
     x, y = _toy()
-    fit(_model(), x, y, loss="logistic", epochs=5, checkpoint_dir=tmp_path, tag="aaa")
+    recipe = FitRecipe(loss="logistic", epochs=5)
+    fit(_model(), x, y, recipe=recipe, checkpoint=TrainingCheckpoint(tmp_path, tag="aaa"))
     with pytest.raises(CheckpointError, match=r"another configuration \(hash aaa != bbb\)"):
-        fit(_model(), x, y, loss="logistic", epochs=5, checkpoint_dir=tmp_path, tag="bbb", resume=True)
+        fit(_model(), x, y, recipe=recipe, loop=LoopOptions(resume=True),
+            checkpoint=TrainingCheckpoint(tmp_path, tag="bbb"))
 
 
 def test_resume_of_finished_run_does_not_train_further(tmp_path: Path) -> None:
     x, y = _toy()
-    first = fit(_model(), x, y, loss="logistic", lr=0.5, epochs=500, stop=StopRule(zero_error=True),
-                checkpoint_dir=tmp_path, tag="t")
-    again = fit(_model(seed=3), x, y, loss="logistic", lr=0.5, epochs=500, stop=StopRule(zero_error=True),
-                checkpoint_dir=tmp_path, tag="t", resume=True)
+    kw = dict(recipe=FitRecipe(loss="logistic", lr=0.5, epochs=500), stop=StopRule(zero_error=True),
+              checkpoint=TrainingCheckpoint(tmp_path, tag="t"))
+    first = fit(_model(), x, y, **kw)
+    again = fit(_model(seed=3), x, y, loop=LoopOptions(resume=True), **kw)
     assert again.epochs_done == first.epochs_done and again.status == "stopped-early"
     for a, b in zip(first.model.parameters(), again.model.parameters()):
         assert torch.equal(a, b)
@@ -178,11 +187,12 @@ def test_resume_of_finished_run_does_not_train_further(tmp_path: Path) -> None:
 
 def test_tampered_training_checkpoint_is_refused(tmp_path: Path) -> None:
     x, y = _toy()
-    fit(_model(), x, y, loss="logistic", epochs=5, checkpoint_dir=tmp_path, tag="t")
+    kw = dict(recipe=FitRecipe(loss="logistic", epochs=5), checkpoint=TrainingCheckpoint(tmp_path, tag="t"))
+    fit(_model(), x, y, **kw)
     tensors = tmp_path / "state.safetensors"
     tensors.write_bytes(tensors.read_bytes()[:-4] + b"\0\0\0\0")
     with pytest.raises(CheckpointError, match="does not match its checksum"):
-        fit(_model(), x, y, loss="logistic", epochs=5, checkpoint_dir=tmp_path, tag="t", resume=True)
+        fit(_model(), x, y, loop=LoopOptions(resume=True), **kw)
 
 
 def test_a_checkpoint_with_the_old_status_words_still_resumes(tmp_path: Path) -> None:
@@ -190,11 +200,11 @@ def test_a_checkpoint_with_the_old_status_words_still_resumes(tmp_path: Path) ->
     from datarecon.kernel import checkpoint
 
     x, y = _toy()
-    first = fit(_model(), x, y, loss="logistic", lr=0.5, epochs=500, stop=StopRule(zero_error=True),
-                checkpoint_dir=tmp_path, tag="t")
+    kw = dict(recipe=FitRecipe(loss="logistic", lr=0.5, epochs=500), stop=StopRule(zero_error=True),
+              checkpoint=TrainingCheckpoint(tmp_path, tag="t"))
+    first = fit(_model(), x, y, **kw)
     tensors, info = checkpoint.load(tmp_path, kind=checkpoint.Kind.TRAIN)
     assert info["status"] == "stopped-early"
     checkpoint.save(tmp_path, tensors, {**info, "status": "stopped"}, kind=checkpoint.Kind.TRAIN)
-    again = fit(_model(seed=3), x, y, loss="logistic", lr=0.5, epochs=500, stop=StopRule(zero_error=True),
-                checkpoint_dir=tmp_path, tag="t", resume=True)
+    again = fit(_model(seed=3), x, y, loop=LoopOptions(resume=True), **kw)
     assert again.status == "stopped-early" and again.epochs_done == first.epochs_done

@@ -11,7 +11,9 @@ import torch
 
 from datarecon.errors import DataReconError
 from datarecon.models.spec import ArchSpec, build_model
-from datarecon.training import ascend_margin, fit, kkt_regime_score
+from datarecon.kernel.engine import LoopOptions
+from datarecon.training import TrainingCheckpoint, ascend_margin, fit, kkt_regime_score
+from datarecon.training.fit import AscentRecipe, FitRecipe
 from datarecon.training.margin import log_mean_loss, log_softplus, negative_margins
 
 
@@ -66,7 +68,7 @@ def test_margin_ascent_on_a_linear_model_finds_the_brute_force_minimiser_on_the_
     with torch.no_grad():
         weight.copy_(torch.tensor([[4.0, 1.0]], dtype=torch.float64).view_as(weight))  # separates, off-optimum
     radius = float(weight.detach().norm())
-    res = ascend_margin(model, x, y, loss="logistic", steps=400, step_size=0.01, min_step=1e-10)
+    res = ascend_margin(model, x, y, loss="logistic", ascent=AscentRecipe(steps=400, step_size=0.01, min_step=1e-10))
     w = weight.detach().reshape(-1)
     assert float(w.norm()) == pytest.approx(radius, rel=1e-12)  # stays on the sphere
     phi = torch.linspace(-math.pi, math.pi, 400_001, dtype=torch.float64)
@@ -97,9 +99,10 @@ def test_margin_ascent_drives_a_stalled_mlp_into_the_kkt_regime() -> None:
     """After GD separates the data, ascent raises the normalised margin and lowers the KKT-regime score."""
     x, y = _toy()
     model = _mlp()
-    gd = fit(model, x, y, loss="logistic", lr=1.0, epochs=1500, schedule="loss-normalised", max_lr_factor=1e4)
+    gd = fit(model, x, y, recipe=FitRecipe(loss="logistic", lr=1.0, epochs=1500, schedule="loss-normalised",
+                                           max_lr_factor=1e4))
     before = kkt_regime_score(model, x, y)
-    res = ascend_margin(model, x, y, loss="logistic", steps=600, log_every=50)
+    res = ascend_margin(model, x, y, loss="logistic", ascent=AscentRecipe(steps=600), loop=LoopOptions(log_every=50))
     after = kkt_regime_score(model, x, y)
     nm = [r["normalised_margin"] for r in res.history]
     assert nm[-1] > 10 * gd.metrics["normalised_margin"] > 0  # measured: 0.0014 -> 0.061
@@ -110,15 +113,16 @@ def test_margin_ascent_drives_a_stalled_mlp_into_the_kkt_regime() -> None:
 def test_margin_ascent_refuses_unseparated_data_and_other_losses() -> None:
     x, y = _toy()
     with pytest.raises(DataReconError, match="zero training error"):
-        ascend_margin(_mlp(), x, y, loss="logistic", steps=3)
+        ascend_margin(_mlp(), x, y, loss="logistic", ascent=AscentRecipe(steps=3))
     with pytest.raises(DataReconError, match="exponentially tailed"):
-        ascend_margin(_mlp(), x, y, loss="mse", steps=3)
+        ascend_margin(_mlp(), x, y, loss="mse", ascent=AscentRecipe(steps=3))
 
 
 def test_margin_ascent_kill_and_resume_is_bit_identical(kill_after, tmp_path: Path) -> None:
     x, y = _toy()
     base = _mlp()
-    fit(base, x, y, loss="logistic", lr=1.0, epochs=800, schedule="loss-normalised", max_lr_factor=1e4)
+    fit(base, x, y, recipe=FitRecipe(loss="logistic", lr=1.0, epochs=800, schedule="loss-normalised",
+                                     max_lr_factor=1e4))
     state = {k: v.clone() for k, v in base.state_dict().items()}
 
     def fresh() -> torch.nn.Module:
@@ -126,13 +130,14 @@ def test_margin_ascent_kill_and_resume_is_bit_identical(kill_after, tmp_path: Pa
         m.load_state_dict(state)
         return m
 
-    full = ascend_margin(fresh(), x, y, loss="logistic", steps=40, log_every=3)
-    ck = tmp_path / "ck"
+    ascent = AscentRecipe(steps=40)
+    full = ascend_margin(fresh(), x, y, loss="logistic", ascent=ascent, loop=LoopOptions(log_every=3))
+    ck = TrainingCheckpoint(tmp_path / "ck", tag="t")
     with pytest.raises(KeyboardInterrupt):
-        ascend_margin(fresh(), x, y, loss="logistic", steps=40, log_every=3, checkpoint_dir=ck, checkpoint_every=5,
-                      tag="t", hooks=[kill_after(17)])
-    res = ascend_margin(_mlp(seed=4), x, y, loss="logistic", steps=40, log_every=3, checkpoint_dir=ck,
-                        checkpoint_every=5, tag="t", resume=True)
+        ascend_margin(fresh(), x, y, loss="logistic", ascent=ascent, checkpoint=ck,
+                      loop=LoopOptions(log_every=3, checkpoint_every=5, hooks=(kill_after(17),)))
+    res = ascend_margin(_mlp(seed=4), x, y, loss="logistic", ascent=ascent, checkpoint=ck,
+                        loop=LoopOptions(log_every=3, checkpoint_every=5, resume=True))
     assert res.resumed_from == 17
     for a, b in zip(full.model.state_dict().values(), res.model.state_dict().values()):
         assert torch.equal(a, b)
@@ -143,9 +148,9 @@ def test_log_domain_loss_normalised_step_equals_the_capped_step_while_the_cap_do
     """lr·∇log L (log domain) and (lr/L)·∇L (the schedule) are the same update: compare 110 epochs (the loss falls from 0.7 to 1e-3)."""
     x, y = _toy()
     a, b = _mlp(), _mlp()
-    kw = dict(loss="logistic", lr=0.05, epochs=110, schedule="loss-normalised", log_every=10)
-    ra = fit(a, x, y, max_lr_factor=None, **kw)  # log domain
-    rb = fit(b, x, y, max_lr_factor=1e12, **kw)  # direct (cap far away)
+    kw = dict(loss="logistic", lr=0.05, epochs=110, schedule="loss-normalised")
+    ra = fit(a, x, y, recipe=FitRecipe(max_lr_factor=None, **kw), loop=LoopOptions(log_every=10))  # log domain
+    rb = fit(b, x, y, recipe=FitRecipe(max_lr_factor=1e12, **kw), loop=LoopOptions(log_every=10))  # direct (cap far)
     assert all(r["lr"] < 1e12 * 0.1 for r in rb.history)
     for pa, pb in zip(a.parameters(), b.parameters()):
         assert torch.allclose(pa, pb, rtol=1e-9, atol=1e-12)

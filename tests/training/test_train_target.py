@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -72,7 +73,8 @@ def test_killed_run_resumes_bit_identically(kill_after, tmp_path: Path, monkeypa
     train_target(cfg, out=tmp_path / "full", progress=False)
     target_mod = sys.modules["datarecon.training.target"]
     real_fit = target_mod.fit
-    monkeypatch.setattr(target_mod, "fit", lambda *a, **k: real_fit(*a, hooks=[kill_after(61)], **k))
+    monkeypatch.setattr(target_mod, "fit", lambda *a, loop, **k: real_fit(
+        *a, loop=dataclasses.replace(loop, hooks=(kill_after(61),)), **k))
     with pytest.raises(KeyboardInterrupt):
         train_target(cfg, out=tmp_path / "part", progress=False)
     monkeypatch.setattr(target_mod, "fit", real_fit)

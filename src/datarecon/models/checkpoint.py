@@ -98,21 +98,60 @@ class ModelBundle:
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-def save_model_dir(out: str | Path, *, model: nn.Module, arch: ArchSpec, loss: str, weight_decay: float,
-                   data: dict[str, Any], normalisation: str, input_mean: torch.Tensor,
-                   indices: dict[str, torch.Tensor], training: dict[str, Any], seed: int,
-                   metrics: dict[str, Any] | None = None,
-                   extra_tensors: dict[str, torch.Tensor] | None = None,
-                   init_sha256: str | None = None, data_fingerprint: dict[str, str] | None = None) -> Path:
+@dataclass(frozen=True)
+class ModelDescription:
+    """What a saved model is: the fields of ``model.json`` that its ``config_hash`` covers.
+
+    Attributes:
+        arch: the architecture spec.
+        loss: training loss name (``datarecon.kernel.losses.LOSSES``).
+        weight_decay: training weight decay wd ≥ 0 (energy term (wd/2)‖θ‖²).
+        data: the data spec as a plain JSON mapping (``datarecon.data.DataSpec`` fields).
+        normalisation: ``unit`` or ``unit-minus-mean`` (the model input space).
+        training: the training config as a plain JSON mapping (with its ``config_hash``).
+        seed: seed of the initialisation generator.
+    """
+
+    arch: ArchSpec
+    loss: str
+    weight_decay: float
+    data: dict[str, Any]
+    normalisation: str
+    training: dict[str, Any]
+    seed: int
+
+
+@dataclass(frozen=True)
+class TrainingRecord:
+    """What a training produced beside the weights, saved with them but outside the config hash.
+
+    Attributes:
+        input_mean: (C, H, W) per-pixel mean subtracted from [0,1] images (zeros for ``unit``).
+        indices: ``train``/``partition``/``heldout`` -> 1-D integer indices into the dataset splits.
+        metrics: the training metrics recorded in ``model.json`` (None: none).
+        extra_tensors: other tensors for ``extras.safetensors`` (e.g. ``train_margins`` (n,)).
+        init_sha256: the :func:`~datarecon.utils.io.params_digest` of the initialisation the model was
+            trained from (recorded so that an attacker-supplied θ_init can be checked).
+        data_fingerprint: :meth:`datarecon.data.selection.TaskData.fingerprint` of the training data,
+            recorded so that evaluation refuses other data than the model's.
+    """
+
+    input_mean: torch.Tensor
+    indices: dict[str, torch.Tensor]
+    metrics: dict[str, Any] | None = None
+    extra_tensors: dict[str, torch.Tensor] | None = None
+    init_sha256: str | None = None
+    data_fingerprint: dict[str, str] | None = None
+
+
+def save_model_dir(out: str | Path, *, model: nn.Module, description: ModelDescription,
+                   record: TrainingRecord) -> Path:
     """Write a model directory atomically (each file is replaced in one rename).
 
-    ``extra_tensors`` (e.g. ``train_margins``) are stored in ``extras.safetensors`` beside the
-    input mean and the indices. Weights are saved in the model's dtype. ``init_sha256``: the
-    :func:`~datarecon.utils.io.params_digest` of the initialisation the model was trained from
-    (recorded so that an attacker-supplied θ_init can be checked; not part of the config hash).
-    ``data_fingerprint`` (:meth:`datarecon.data.selection.TaskData.fingerprint`) is recorded as
-    ``data_fingerprint`` so that evaluation refuses other data than the model's (not part of the
-    config hash).
+    ``model.json`` holds ``description`` and its ``config_hash``, the record's metrics, ``init_sha256``
+    and ``data_fingerprint`` (neither part of the config hash), the versions and the files' hashes.
+    The record's tensors (``extra_tensors``, e.g. ``train_margins``) are stored in ``extras.safetensors``
+    beside the input mean and the indices. Weights are saved in the model's dtype.
 
     Returns:
         The directory path.
@@ -121,25 +160,26 @@ def save_model_dir(out: str | Path, *, model: nn.Module, arch: ArchSpec, loss: s
     out.mkdir(parents=True, exist_ok=True)
     weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     save_tensors(out / WEIGHTS, weights)
-    extras = {"input_mean": input_mean.detach().cpu().float().contiguous()}
-    extras.update({f"{k}_indices": v.detach().cpu().long().contiguous() for k, v in indices.items()})
-    extras.update({k: v.detach().cpu().contiguous() for k, v in (extra_tensors or {}).items()})
+    extras = {"input_mean": record.input_mean.detach().cpu().float().contiguous()}
+    extras.update({f"{k}_indices": v.detach().cpu().long().contiguous() for k, v in record.indices.items()})
+    extras.update({k: v.detach().cpu().contiguous() for k, v in (record.extra_tensors or {}).items()})
     save_tensors(out / EXTRAS, extras)
-    config = {"arch": arch.model_dump(mode="json"), "loss": loss, "weight_decay": weight_decay,
-              "data": data, "normalisation": normalisation, "training": training, "seed": seed}
+    d = description
+    config = {"arch": d.arch.model_dump(mode="json"), "loss": d.loss, "weight_decay": d.weight_decay,
+              "data": d.data, "normalisation": d.normalisation, "training": d.training, "seed": d.seed}
     meta = {
         "format": FORMAT,
         **config,
         "config_hash": config_hash(config),
         "versions": versions(),
-        "metrics": metrics or {},
+        "metrics": record.metrics or {},
         "sha256": {WEIGHTS: sha256_file(out / WEIGHTS), EXTRAS: sha256_file(out / EXTRAS)},
         "num_parameters": sum(v.numel() for v in weights.values()),
     }
-    if init_sha256 is not None:
-        meta["init_sha256"] = init_sha256
-    if data_fingerprint:
-        meta["data_fingerprint"] = dict(data_fingerprint)
+    if record.init_sha256 is not None:
+        meta["init_sha256"] = record.init_sha256
+    if record.data_fingerprint:
+        meta["data_fingerprint"] = dict(record.data_fingerprint)
     atomic_write_json(out / META, meta)
     return out
 

@@ -1,7 +1,16 @@
 """Target training: losses/energy, the shared optimisation loop, full-batch ``fit``,
 ``train_target`` (config -> model directory) and the KKT-regime diagnostics."""
 
-from datarecon.training.fit import FitResult, StopRule, TrainingCheckpoint, ascend_margin, evaluate, fit
+from datarecon.training.fit import (
+    AscentRecipe,
+    FitRecipe,
+    FitResult,
+    StopRule,
+    TrainingCheckpoint,
+    ascend_margin,
+    evaluate,
+    fit,
+)
 from datarecon.training.kkt_regime import (
     KKTRegimeScore,
     homogeneity_degree,
@@ -13,7 +22,7 @@ from datarecon.kernel.losses import LOSSES, accuracy, energy, margins, weight_pe
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
 
 __all__ = [
-    "LOSSES", "OPTIMIZERS", "SCHEDULES", "FitResult", "KKTRegimeScore", "StopRule", "TrainingCheckpoint",
+    "LOSSES", "OPTIMIZERS", "SCHEDULES", "AscentRecipe", "FitRecipe", "FitResult", "KKTRegimeScore", "StopRule", "TrainingCheckpoint",
     "accuracy", "ascend_margin", "energy", "evaluate", "fit", "homogeneity_degree", "kkt_regime_score", "margins",
     "normalised_margin", "per_sample_gradients", "weight_penalty",
 ]

@@ -23,16 +23,19 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from datarecon.errors import DataReconError
-from datarecon.kernel.engine import Engine, History, Hook, LoopState, NaNStop, ProgressBar
+from datarecon.kernel.engine import Engine, History, Hook, LoopOptions, LoopState, NaNStop, ProgressBar
 from datarecon.kernel.losses import LOSSES
+
+if TYPE_CHECKING:
+    from datarecon.training.fit import FitRecipe, TrainingCheckpoint
 
 #: Opacus accountants offered (``opacus.accountants`` names); ``rdp`` is the default (see docs/DESIGN.md).
 ACCOUNTANTS = ("rdp", "prv", "gdp")
@@ -190,6 +193,21 @@ def resolve(dp: DPConfig, *, n: int, epochs: int) -> tuple[float, float, int, fl
     return q, delta, total, float(sigma)
 
 
+@dataclass(frozen=True)
+class DPMechanism:
+    """The resolved numbers of one DP-SGD step (Abadi et al. 2016, Algorithm 1), as :func:`resolve` finds them.
+
+    Attributes:
+        noise_multiplier: σ ≥ 0, the noise std relative to the clip norm (0: clipping only).
+        max_grad_norm: clip norm C > 0 of every per-sample gradient.
+        sample_rate: Poisson sampling rate q = B / n ∈ (0, 1].
+    """
+
+    noise_multiplier: float
+    max_grad_norm: float
+    sample_rate: float
+
+
 def poisson_mask(n: int, q: float, generator: torch.Generator) -> torch.Tensor:
     """(n,) bool: each example in the batch independently with probability q (Poisson sampling)."""
     return torch.rand(n, generator=generator, dtype=torch.float64) < q
@@ -201,8 +219,9 @@ class DPStepper:
     Args:
         model: the network (trained in place; the wrapper shares its parameters).
         x: (n, *input_shape) inputs in model input space; y: (n,) labels.
-        loss: ``LOSSES`` key (a mean over the batch).
-        noise_multiplier: σ ≥ 0; max_grad_norm: C; q: sampling rate; lr, momentum, weight_decay: SGD's.
+        recipe: ``loss`` (a ``LOSSES`` key, a mean over the batch), and SGD's ``lr``, ``momentum`` and
+            ``weight_decay`` (:class:`~datarecon.training.fit.FitRecipe`; its other fields are not used here).
+        mechanism: σ, the clip norm C and the sampling rate q (:class:`DPMechanism`).
         generator: draws the batches and the noise (same seed, same run).
         log_every: full-batch metrics every this many steps (others report the batch loss only).
 
@@ -210,20 +229,20 @@ class DPStepper:
     then would not be a state the run passes through, so none is written.
     """
 
-    def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, noise_multiplier: float,
-                 max_grad_norm: float, q: float, lr: float, momentum: float, weight_decay: float,
-                 generator: torch.Generator, log_every: int) -> None:
+    def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe,
+                 mechanism: DPMechanism, generator: torch.Generator, log_every: int) -> None:
         import_opacus()
         from opacus import GradSampleModule
         from opacus.optimizers import DPOptimizer
 
-        self.model, self.x, self.y, self.loss, self.q = model, x, y, loss, q
-        self.loss_fn = LOSSES.get(loss)
+        q, weight_decay = mechanism.sample_rate, recipe.weight_decay
+        self.model, self.x, self.y, self.loss, self.q = model, x, y, recipe.loss, q
+        self.loss_fn = LOSSES.get(recipe.loss)
         self.weight_decay, self.log_every, self.generator = weight_decay, log_every, generator
         self.wrapped = GradSampleModule(model, loss_reduction="mean")
         expected = max(1, round(q * x.shape[0]))
-        self.opt = DPOptimizer(torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay),
-                               noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
+        sgd = torch.optim.SGD(model.parameters(), lr=recipe.lr, momentum=recipe.momentum, weight_decay=weight_decay)
+        self.opt = DPOptimizer(sgd, noise_multiplier=mechanism.noise_multiplier, max_grad_norm=mechanism.max_grad_norm,
                                expected_batch_size=expected, loss_reduction="mean", generator=generator)
         self.batch_sizes: list[int] = []
         self.in_update = False
@@ -273,30 +292,51 @@ class DPStepper:
         self.wrapped._close()
 
 
-def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, dp: DPConfig, epochs: int,
-           lr: float, momentum: float = 0.0, weight_decay: float = 0.0, seed: int = 0, log_every: int = 1,
-           progress: bool = False, checkpoint_dir: str | Path | None = None, checkpoint_every: int = 0,
-           resume: bool = False, tag: str = "", hooks: Sequence[Hook] = ()):
-    """Train ``model`` with DP-SGD for ``epochs`` epochs and account the privacy spent.
+def _check_sgd(recipe: FitRecipe) -> None:
+    """Refuse a recipe that DP-SGD does not run (it steps plain SGD on Poisson batches).
+
+    Raises:
+        DataReconError: an optimiser other than ``gd``, a schedule other than ``constant`` or mini-batches.
+    """
+    if recipe.optimizer != "gd" or recipe.schedule != "constant" or recipe.batch_size is not None:
+        raise DataReconError("DP-SGD steps SGD on Poisson batches: its recipe needs optimizer gd, schedule constant "
+                             f"and no batch_size; got optimizer {recipe.optimizer}, schedule {recipe.schedule}, "
+                             f"batch_size {recipe.batch_size}")
+
+
+def _accounting(dp: DPConfig, mechanism: DPMechanism, *, delta: float, steps: int,
+                batch_sizes: Sequence[int]) -> dict[str, Any]:
+    """The privacy record of ``steps`` DP-SGD steps (``FitResult.extra["dp"]`` of :func:`fit_dp`)."""
+    sigma, q = mechanism.noise_multiplier, mechanism.sample_rate
+    return {"epsilon": epsilon_spent(sigma, q=q, steps=steps, delta=delta, accountant=dp.accountant),
+            "delta": delta, "noise_multiplier": sigma, "sample_rate": q, "steps": steps,
+            "max_grad_norm": dp.max_grad_norm, "batch_size": dp.batch_size, "accountant": dp.accountant,
+            "opacus": import_opacus().__version__,
+            "mean_batch_size": sum(batch_sizes) / max(1, len(batch_sizes))}
+
+
+def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe, dp: DPConfig,
+           loop: LoopOptions = LoopOptions(), checkpoint: TrainingCheckpoint | None = None):
+    """Train ``model`` with DP-SGD for ``recipe.epochs`` epochs and account the privacy spent.
 
     Args:
         model: the network (trained in place; float32 or float64, same device as ``x``).
         x: (n, *input_shape) model-input-space training inputs; y: (n,) labels (±1 floats or classes).
-        loss: ``LOSSES`` key.
+        recipe: ``loss`` (a ``LOSSES`` key), ``epochs`` (of round(1/q) steps each), SGD's ``lr``,
+            ``momentum`` and ``weight_decay`` (on the noised gradient), and ``seed``, the seed of the
+            generator of batches and noise (:class:`~datarecon.training.fit.FitRecipe`; optimizer
+            ``gd``, schedule ``constant``, no ``batch_size``).
         dp: the DP-SGD settings.
-        epochs: epochs of round(1/q) steps each.
-        lr, momentum, weight_decay: SGD's (weight decay on the noised gradient).
-        seed: seed of the generator of batches and noise.
-        log_every: full-batch history rows every ``log_every`` epochs (of round(1/q) steps each), as
-            :func:`~datarecon.training.fit.fit` and ``TrainConfig.log_every`` count them.
-        progress: progress bar/lines.
-        checkpoint_dir: folder for training checkpoints (None: none), in the one format of
+        loop: ``log_every``: full-batch history rows every this many epochs (of round(1/q) steps each), as
+            :func:`~datarecon.training.fit.fit` and ``TrainConfig.log_every`` count them; ``progress``:
+            progress bar/lines; ``checkpoint_every``: checkpoint period in epochs (0: only at the end of
+            the run); ``resume``: continue from ``checkpoint`` if it exists; ``hooks``: extra engine hooks
+            (e.g. stops on ``loss`` / ``train_acc``, computed at logged steps)
+            (:class:`~datarecon.kernel.engine.LoopOptions`).
+        checkpoint: training checkpoints and their configuration tag (None: none;
+            :class:`~datarecon.training.fit.TrainingCheckpoint`), in the one format of
             :mod:`datarecon.kernel.checkpoint`: weights, momentum buffers, the batch/noise generator's state,
             history and realised batch sizes, so a resumed run is bit-identical to an uninterrupted one.
-        checkpoint_every: checkpoint period in epochs (0: only at the end of the run).
-        resume: continue from the checkpoint in ``checkpoint_dir`` if there is one.
-        tag: configuration identifier stored in checkpoints; a resume with another tag is refused.
-        hooks: extra engine hooks (e.g. stops on ``loss`` / ``train_acc``, computed at logged steps).
 
     Returns:
         :class:`~datarecon.training.fit.FitResult`; ``extra["dp"]`` holds the accounting: ``epsilon``
@@ -305,61 +345,48 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, dp:
         ``mean_batch_size`` (realised). ``epochs_done`` counts whole epochs; ``steps`` the DP-SGD steps.
 
     Raises:
-        DataReconError: opacus missing, δ ≥ 1/n, an unreachable target ε, a layer Opacus cannot wrap;
-            CheckpointError: an unusable checkpoint on resume.
+        DataReconError: opacus missing, δ ≥ 1/n, an unreachable target ε, a layer Opacus cannot wrap, a
+            recipe that is not plain SGD; CheckpointError: an unusable checkpoint on resume.
 
     References:
         Abadi et al. 2016, Algorithm 1 (DP-SGD); Mironov 2017 (RDP accountant).
     """
-    from datarecon.training.fit import FitResult, TrainingCheckpoint, _CheckpointHook, _restore_model, _status, evaluate
+    from datarecon.training.fit import FitResult, _CheckpointHook, _loop_info, _start, _status, evaluate
 
-    opacus = import_opacus()
-    q, delta, total, sigma = resolve(dp, n=int(x.shape[0]), epochs=epochs)
+    _check_sgd(recipe)
+    import_opacus()
+    q, delta, total, sigma = resolve(dp, n=int(x.shape[0]), epochs=recipe.epochs)
     check_wrappable(model)
-    gen = torch.Generator(device=x.device).manual_seed(seed)
+    gen = torch.Generator(device=x.device).manual_seed(recipe.seed)
     model.train()
-    per_epoch = total // max(1, epochs)
-    log_steps = max(1, log_every) * per_epoch  # log_every counts epochs, as for fit(); the loop counts steps
-    stepper = DPStepper(model, x, y, loss=loss, noise_multiplier=sigma, max_grad_norm=dp.max_grad_norm, q=q, lr=lr,
-                        momentum=momentum, weight_decay=weight_decay, generator=gen, log_every=log_steps)
+    per_epoch = total // max(1, recipe.epochs)
+    log_steps = max(1, loop.log_every) * per_epoch  # log_every counts epochs, as for fit(); the loop counts steps
+    mechanism = DPMechanism(noise_multiplier=sigma, max_grad_norm=dp.max_grad_norm, sample_rate=q)
+    stepper = DPStepper(model, x, y, recipe=recipe, mechanism=mechanism, generator=gen, log_every=log_steps)
     history = History(every=log_steps)
     nan_stop = NaNStop(keys=["batch_loss", "energy"])
-
-    start, elapsed, reason, finished = 0, 0.0, "", False
-    ckpt = TrainingCheckpoint(checkpoint_dir, tag=tag) if checkpoint_dir is not None else None
-    if ckpt is not None and resume and ckpt.exists():
-        info, tensors = _restore_model(ckpt, model)
-        stepper.load_state(tensors, info.get("batch_sizes", []))
-        start, elapsed = int(info["epoch"]), float(info.get("wall_time_s", 0.0))
-        history.rows = list(info.get("history", []))
-        reason, finished = info.get("stop_reason", ""), bool(info.get("finished"))
+    start = _start(checkpoint, model, history, resume=loop.resume,
+                   load=lambda info, tensors: stepper.load_state(tensors, info.get("batch_sizes", [])))
 
     def _save(state: LoopState) -> None:
-        done = state.stop_reason != "" or state.step >= state.total
-        ckpt.save(epoch=state.step, model=model, opt_tensors=stepper.state_tensors(), info={
-            "wall_time_s": state.wall_time_s, "history": history.rows, "batch_sizes": stepper.batch_sizes,
-            "finished": done and not nan_stop.tripped, "status": _status(state, nan_stop),
-            "stop_reason": state.stop_reason})
+        checkpoint.save(epoch=state.step, model=model, opt_tensors=stepper.state_tensors(),
+                        info=_loop_info(state, history, nan_stop, {"batch_sizes": stepper.batch_sizes}))
 
-    all_hooks: list[Hook] = [nan_stop, history, ProgressBar(keys=["batch_loss", "train_acc"], desc="dp-sgd",
-                                                            mode=progress, every=log_steps)]
-    if ckpt is not None:
-        all_hooks.append(_CheckpointHook(_save, every=(checkpoint_every or epochs) * per_epoch, stepper=stepper))
-    all_hooks.extend(hooks)
+    hooks: list[Hook] = [nan_stop, history, ProgressBar(keys=["batch_loss", "train_acc"], desc="dp-sgd",
+                                                        mode=loop.progress, every=log_steps)]
+    if checkpoint is not None:
+        every = (loop.checkpoint_every or recipe.epochs) * per_epoch
+        hooks.append(_CheckpointHook(_save, every=every, stepper=stepper))
     try:
-        if finished:
-            state = LoopState(step=start, total=total, stop_reason=reason, wall_time_s=elapsed)
+        if start.finished:
+            state = start.finished_state(total)
         else:
-            state = Engine(stepper, hooks=all_hooks).run(start=start, total=total, elapsed_s=elapsed)
+            state = Engine(stepper, hooks=[*hooks, *loop.hooks]).run(start=start.step, total=total,
+                                                                     elapsed_s=start.elapsed)
     finally:
         stepper.unwrap()
-    final, m = evaluate(model, x, y, loss=loss, weight_decay=weight_decay)
-    done = state.step
-    accounting = {"epsilon": epsilon_spent(sigma, q=q, steps=done, delta=delta, accountant=dp.accountant),
-                  "delta": delta, "noise_multiplier": sigma, "sample_rate": q, "steps": done,
-                  "max_grad_norm": dp.max_grad_norm, "batch_size": dp.batch_size, "accountant": dp.accountant,
-                  "opacus": opacus.__version__,
-                  "mean_batch_size": sum(stepper.batch_sizes) / max(1, len(stepper.batch_sizes))}
+    final, m = evaluate(model, x, y, loss=recipe.loss, weight_decay=recipe.weight_decay)
+    accounting = _accounting(dp, mechanism, delta=delta, steps=state.step, batch_sizes=stepper.batch_sizes)
     return FitResult(model=model, status=_status(state, nan_stop), stop_reason=state.stop_reason,
-                     epochs_done=done // per_epoch, history=history.rows, metrics=final, margins=m.detach().cpu(),
-                     wall_time_s=state.wall_time_s, resumed_from=start, extra={"dp": accounting})
+                     epochs_done=state.step // per_epoch, history=history.rows, metrics=final, margins=m.detach().cpu(),
+                     wall_time_s=state.wall_time_s, resumed_from=start.step, extra={"dp": accounting})

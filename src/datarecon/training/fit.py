@@ -17,10 +17,10 @@ Every epoch's metrics describe θ_t *before* that epoch's update: ``loss`` (mean
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -29,7 +29,8 @@ from datarecon.kernel import checkpoint
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.kernel.status import Status
 from datarecon.kernel.step import batch_order, energy
-from datarecon.kernel.engine import BaseHook, Checkpoint, Engine, History, Hook, LoopState, NaNStop, ProgressBar
+from datarecon.kernel.engine import (BaseHook, Checkpoint, Engine, History, Hook, LoopOptions, LoopState, NaNStop,
+                                     ProgressBar)
 from datarecon.training.kkt_regime import homogeneity_degree, normalised_margin
 from datarecon.kernel.losses import LOSSES, accuracy, margins, squared_norm
 from datarecon.training.margin import EXP_TAILED, MarginAscentStepper, log_mean_loss
@@ -52,6 +53,58 @@ class StopRule:
     zero_error: bool = False
     margin_patience: int = 0
     margin_rtol: float = 1e-4
+
+
+@dataclass(frozen=True)
+class FitRecipe:
+    """The optimisation recipe of a training run: what :func:`fit` minimises and how (and the SGD
+    settings of :func:`datarecon.training.dp.fit_dp`). ``TrainConfig.recipe()`` builds it from a config.
+
+    Attributes:
+        loss: a name in :data:`datarecon.kernel.losses.LOSSES`.
+        weight_decay: wd ≥ 0 of the energy term (wd/2)‖θ‖².
+        optimizer: a name in :data:`datarecon.training.optim.OPTIMIZERS` (``gd``, ``lbfgs``).
+        lr: base learning rate η > 0 (initial step for ``lbfgs``).
+        momentum: heavy-ball momentum μ ∈ [0, 1) (``gd`` only).
+        epochs: maximum number of epochs (full-batch updates; for DP-SGD epochs of round(1/q) steps), ≥ 0.
+        schedule: a name in :data:`datarecon.training.optim.SCHEDULES`.
+        max_lr_factor: cap of the learning rate relative to ``lr`` for growing schedules (None: no cap).
+            ``loss-normalised`` on an exp-tailed loss without weight decay steps lr·min(1, cap·L)·∇log L,
+            computed in the log domain: (lr/L)·∇L without underflow, however small L gets.
+        batch_size: mini-batch SGD with batches of this size, 1 ≤ b ≤ n (``gd`` with a constant
+            schedule; an epoch is ⌈n/b⌉ steps over :func:`datarecon.kernel.step.batch_order`); None: full batch.
+        seed: the training seed: of the mini-batch order, and of DP-SGD's Poisson batches and noise.
+    """
+
+    loss: str
+    weight_decay: float = 0.0
+    optimizer: str = "gd"
+    lr: float = 0.01
+    momentum: float = 0.0
+    epochs: int = 1000
+    schedule: str = "constant"
+    max_lr_factor: float | None = 1e6
+    batch_size: int | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class AscentRecipe:
+    """The settings of :func:`ascend_margin` (``MarginAscentConfig.recipe()`` builds it from a config).
+
+    Attributes:
+        steps: number of steps (each one forward + backward), ≥ 0.
+        step_size: initial angle η₀ of a step on the sphere (radians), 0 < η₀ ≤ ``max_step``.
+        growth: η ← growth·η after an accepted step (η ← η/2 after a rejected one), ≥ 1.
+        max_step: upper bound of η.
+        min_step: stop once η < min_step (no step of that size lowers log L any more), > 0.
+    """
+
+    steps: int
+    step_size: float = 0.01
+    growth: float = 1.1
+    max_step: float = 0.1
+    min_step: float = 1e-6
 
 
 @dataclass(frozen=True)
@@ -154,19 +207,19 @@ class StopHook(BaseHook):
 class _Stepper:
     """One full-batch epoch; remembers whether an update is in progress (for safe checkpoints)."""
 
-    def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight_decay: float,
-                 optimizer: str, lr: float, momentum: float, schedule: str, max_lr_factor: float | None,
-                 batches: tuple[int, int] | None = None) -> None:
+    def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: FitRecipe) -> None:
         self.model, self.x, self.y = model, x, y
-        self.batches = batches  # (batch size, seed of the order): mini-batch SGD; None: full batch
+        # (batch size, seed of the order): mini-batch SGD; None: full batch
+        self.batches = None if recipe.batch_size is None else (int(recipe.batch_size), int(recipe.seed))
+        loss, weight_decay, optimizer, schedule = recipe.loss, recipe.weight_decay, recipe.optimizer, recipe.schedule
         self.loss, self.weight_decay = loss, weight_decay
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in self.named]
         self.optimizer_name = optimizer
-        self.opt = OPTIMIZERS.get(optimizer)(self.params, lr=lr, momentum=momentum)
+        self.opt = OPTIMIZERS.get(optimizer)(self.params, lr=recipe.lr, momentum=recipe.momentum)
         self.precomputed = optimizer in USES_PRECOMPUTED_GRAD
         self.schedule = SCHEDULES.get(schedule)
-        self.lr, self.max_lr_factor = lr, max_lr_factor
+        self.lr, self.max_lr_factor = recipe.lr, recipe.max_lr_factor
         self.in_update = False
         self.loss_fn = LOSSES.get(loss)
         # loss-normalised GD on an exp-tailed loss without weight decay: step lr·∇log L (= (lr/L)·∇L),
@@ -307,10 +360,16 @@ class TrainingCheckpoint:
         return info, model_sd, opt
 
 
+class _Updating(Protocol):
+    """A stepper that says whether it is in the middle of an update (a checkpoint then is no state of the run)."""
+
+    in_update: bool
+
+
 class _CheckpointHook(Checkpoint):
     """:class:`Checkpoint` that skips the final save when the loop was interrupted mid-update."""
 
-    def __init__(self, save: Callable[[LoopState], None], *, every: int, stepper: _Stepper) -> None:
+    def __init__(self, save: Callable[[LoopState], None], *, every: int, stepper: _Updating) -> None:
         super().__init__(save, every=every)
         self.stepper = stepper
 
@@ -318,6 +377,21 @@ class _CheckpointHook(Checkpoint):
         if not self.stepper.in_update:
             self.save(state)
 
+
+class _AscentConverged(BaseHook):
+    """Adds the normalised margin (min margin / R^L) to the ascent's metrics; stops once the step
+    angle of ``stepper`` fell below ``min_step``."""
+
+    def __init__(self, stepper: MarginAscentStepper, *, degree: int, min_step: float) -> None:
+        self.stepper, self.degree, self.min_step = stepper, degree, min_step
+
+    def after_step(self, state: LoopState) -> bool:
+        m = state.metrics
+        m["normalised_margin"] = normalised_margin(torch.tensor([m["min_margin"]]), self.stepper.radius, self.degree)
+        if self.stepper.converged():
+            state.stop_reason = f"converged (step size {self.stepper.step_size:.2g} < {self.min_step:g})"
+            return True
+        return False
 
 
 def _restore_model(ckpt: TrainingCheckpoint, model: nn.Module) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -335,39 +409,105 @@ def _restore_model(ckpt: TrainingCheckpoint, model: nn.Module) -> tuple[dict[str
     return info, opt_tensors
 
 
-def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight_decay: float = 0.0,
-        optimizer: str = "gd", lr: float = 0.01, momentum: float = 0.0, epochs: int = 1000,
-        schedule: str = "constant", max_lr_factor: float | None = 1e6, stop: StopRule | None = None,
-        log_every: int = 1, progress: bool = False, checkpoint_dir: str | Path | None = None,
-        checkpoint_every: int = 0, resume: bool = False, tag: str = "",
-        hooks: Sequence[Hook] = (), batch_size: int | None = None, batch_seed: int = 0) -> FitResult:
+@dataclass(frozen=True)
+class _Start:
+    """Where a training loop starts: afresh, or where its training checkpoint left it.
+
+    Attributes:
+        step: steps (epochs) completed before this call, ≥ 0.
+        elapsed: wall time of those steps in seconds.
+        stop_reason: the checkpointed run's stop reason ("" while it was running).
+        finished: the checkpointed run had ended: nothing is left to run.
+        info: the checkpoint's metadata; None for a fresh start.
+    """
+
+    step: int = 0
+    elapsed: float = 0.0
+    stop_reason: str = ""
+    finished: bool = False
+    info: dict[str, Any] | None = None
+
+    def finished_state(self, total: int) -> LoopState:
+        """The final loop state of a checkpointed run that had ended (of ``total`` steps)."""
+        return LoopState(step=self.step, total=total, stop_reason=self.stop_reason, wall_time_s=self.elapsed)
+
+
+def _start(ckpt: TrainingCheckpoint | None, model: nn.Module, history: History, *, resume: bool,
+           load: Callable[[dict[str, Any], dict[str, torch.Tensor]], None]) -> _Start:
+    """Resume from ``ckpt`` when asked to and there is one: restore ``model``, then the loop's own
+    state (``load(info, optimiser tensors)``), then ``history``; otherwise a fresh start.
+
+    Raises:
+        CheckpointError: an unusable checkpoint.
+    """
+    if ckpt is None or not resume or not ckpt.exists():
+        return _Start()
+    info, opt_tensors = _restore_model(ckpt, model)
+    load(info, opt_tensors)
+    start = _Start(step=int(info["epoch"]), elapsed=float(info.get("wall_time_s", 0.0)),
+                   stop_reason=info.get("stop_reason", ""), finished=bool(info.get("finished")), info=info)
+    history.rows = list(info.get("history", []))
+    return start
+
+
+def _loop_info(state: LoopState, history: History, nan_stop: NaNStop, own: dict[str, Any]) -> dict[str, Any]:
+    """A training checkpoint's metadata: the loop's progress (history, status, ...) and its own fields ``own``."""
+    done = state.stop_reason != "" or state.step >= state.total
+    return {"wall_time_s": state.wall_time_s, "history": history.rows, **own,
+            "finished": done and not nan_stop.tripped, "status": _status(state, nan_stop),
+            "stop_reason": state.stop_reason}
+
+
+def _check_fit(recipe: FitRecipe, x: torch.Tensor, y: torch.Tensor) -> None:
+    """Refuse a training problem :func:`fit` cannot run (the checks in the order :func:`fit` documents).
+
+    Raises:
+        DataReconError: mismatched or empty data, a recipe value out of range, or labels that do not fit the loss.
+    """
+    r = recipe
+    if x.shape[0] != y.shape[0]:
+        raise DataReconError(f"x has {x.shape[0]} samples but y has {y.shape[0]}; pass matching tensors")
+    if x.shape[0] == 0:
+        raise DataReconError("no training samples; increase n_per_class")
+    if not (r.lr > 0 and math.isfinite(r.lr)):
+        raise DataReconError(f"learning rate must be positive, got {r.lr}; pass --lr > 0")
+    if r.epochs < 0:
+        raise DataReconError(f"epochs must be >= 0, got {r.epochs}")
+    if r.weight_decay < 0:
+        raise DataReconError(f"weight decay must be >= 0, got {r.weight_decay}")
+    if not 0.0 <= r.momentum < 1.0:
+        raise DataReconError(f"momentum must lie in [0, 1), got {r.momentum}")
+    if r.optimizer != "gd" and r.schedule != "constant":
+        raise DataReconError(f"schedule {r.schedule!r} applies to --optimizer gd only; use --schedule constant")
+    entry = LOSSES.get(r.loss)
+    if entry.label_kind == "multiclass" and y.dtype.is_floating_point:
+        raise DataReconError(f"loss {r.loss!r} needs class-index labels (a multiclass task)")
+    if entry.label_kind == "binary" and not y.dtype.is_floating_point:
+        raise DataReconError(f"loss {r.loss!r} needs +-1 labels (a binary task); use --loss cross-entropy "
+                             "for multiclass tasks")
+    if r.batch_size is not None and not 1 <= r.batch_size <= x.shape[0]:
+        raise DataReconError(f"batch size {r.batch_size} is not between 1 and the {x.shape[0]} training images; "
+                             f"pass --batch-size between 1 and {x.shape[0]}")
+    if r.batch_size is not None and (r.optimizer != "gd" or r.schedule != "constant"):
+        raise DataReconError("mini-batches (--batch-size) need --optimizer gd and --schedule constant")
+
+
+def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe, stop: StopRule | None = None,
+        loop: LoopOptions = LoopOptions(), checkpoint: TrainingCheckpoint | None = None) -> FitResult:
     """Train ``model`` on (x, y) by minimising E(θ) = mean L + (wd/2)‖θ‖², full batch or by mini-batch SGD.
 
     Args:
         model: the network, trained in place (its dtype/device must match ``x``).
         x: (n, *input_shape) inputs in model input space.
         y: (n,) labels: float ±1 (binary/regression losses) or int64 classes (cross-entropy).
-        loss: a name in :data:`datarecon.kernel.losses.LOSSES`.
-        weight_decay: wd ≥ 0 of the energy term (wd/2)‖θ‖².
-        optimizer: a name in :data:`datarecon.training.optim.OPTIMIZERS` (``gd``, ``lbfgs``).
-        lr: base learning rate η > 0 (initial step for ``lbfgs``).
-        momentum: heavy-ball momentum μ ∈ [0, 1) (``gd`` only).
-        epochs: maximum number of epochs (full-batch updates).
-        schedule: a name in :data:`datarecon.training.optim.SCHEDULES`.
-        max_lr_factor: cap of the learning rate relative to ``lr`` for growing schedules (None: no cap).
-            ``loss-normalised`` on an exp-tailed loss without weight decay steps lr·min(1, cap·L)·∇log L,
-            computed in the log domain: (lr/L)·∇L without underflow, however small L gets.
+        recipe: the loss, weight decay, optimiser, learning rate and schedule, epochs, and the
+            mini-batches (:class:`FitRecipe`; ``recipe.seed`` orders the mini-batches).
         stop: early-stop rules (:class:`StopRule`); default none.
-        log_every: history row every ``log_every`` epochs (and the last).
-        progress: show a tqdm bar.
-        checkpoint_dir: folder for training checkpoints (None: no checkpoints).
-        checkpoint_every: checkpoint period in epochs (0: only at the end of the run).
-        resume: continue from the checkpoint in ``checkpoint_dir`` if there is one.
-        tag: configuration identifier stored in checkpoints; a resume with another tag is refused.
-        hooks: extra engine hooks, run after the built-in ones.
-        batch_size: mini-batch SGD with batches of this size (``gd`` with a constant schedule; an
-            epoch is ⌈n/b⌉ steps over :func:`datarecon.kernel.step.batch_order`); None: full batch.
-        batch_seed: the seed of the batch order (the training seed).
+        loop: history period (epochs), progress display, checkpoint period (epochs; 0: only at the end
+            of the run), resume (continue from ``checkpoint`` if it exists) and extra engine hooks, run
+            after the built-in ones (:class:`~datarecon.kernel.engine.LoopOptions`).
+        checkpoint: where training checkpoints go and the configuration tag a resume must match
+            (:class:`TrainingCheckpoint`); None: no checkpoints.
 
     Returns:
         :class:`FitResult`.
@@ -378,87 +518,56 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, weight
     References:
         Runkel et al. 2024 eq. 2 (lower level); Haim et al. 2022 §5 (full-batch GD on logistic loss).
     """
-    if x.shape[0] != y.shape[0]:
-        raise DataReconError(f"x has {x.shape[0]} samples but y has {y.shape[0]}; pass matching tensors")
-    if x.shape[0] == 0:
-        raise DataReconError("no training samples; increase n_per_class")
-    if not (lr > 0 and math.isfinite(lr)):
-        raise DataReconError(f"learning rate must be positive, got {lr}; pass --lr > 0")
-    if epochs < 0:
-        raise DataReconError(f"epochs must be >= 0, got {epochs}")
-    if weight_decay < 0:
-        raise DataReconError(f"weight decay must be >= 0, got {weight_decay}")
-    if not 0.0 <= momentum < 1.0:
-        raise DataReconError(f"momentum must lie in [0, 1), got {momentum}")
-    if optimizer != "gd" and schedule != "constant":
-        raise DataReconError(f"schedule {schedule!r} applies to --optimizer gd only; use --schedule constant")
-    entry = LOSSES.get(loss)
-    if entry.label_kind == "multiclass" and y.dtype.is_floating_point:
-        raise DataReconError(f"loss {loss!r} needs class-index labels (a multiclass task)")
-    if entry.label_kind == "binary" and not y.dtype.is_floating_point:
-        raise DataReconError(f"loss {loss!r} needs +-1 labels (a binary task); use --loss cross-entropy "
-                             "for multiclass tasks")
-    if batch_size is not None and not 1 <= batch_size <= x.shape[0]:
-        raise DataReconError(f"batch size {batch_size} is not between 1 and the {x.shape[0]} training images; "
-                             f"pass --batch-size between 1 and {x.shape[0]}")
-    if batch_size is not None and (optimizer != "gd" or schedule != "constant"):
-        raise DataReconError("mini-batches (--batch-size) need --optimizer gd and --schedule constant")
+    _check_fit(recipe, x, y)
     stop = stop or StopRule()
     model.train()
-    stepper = _Stepper(model, x, y, loss=loss, weight_decay=weight_decay, optimizer=optimizer, lr=lr,
-                       momentum=momentum, schedule=schedule, max_lr_factor=max_lr_factor,
-                       batches=None if batch_size is None else (int(batch_size), int(batch_seed)))
-    history = History(every=log_every)
+    stepper = _Stepper(model, x, y, recipe)
+    history = History(every=loop.log_every)
     stop_hook = StopHook(stop)
     nan_stop = NaNStop(keys=["energy", "grad_norm"])
-
-    start, elapsed, status, reason, finished = 0, 0.0, "", "", False
-    ckpt = TrainingCheckpoint(checkpoint_dir, tag=tag) if checkpoint_dir is not None else None
-    if ckpt is not None and resume and ckpt.exists():
-        info, opt_tensors = _restore_model(ckpt, model)
-        stepper.opt.load_state(opt_tensors, info.get("opt_scalars", {}))
-        start, elapsed = int(info["epoch"]), float(info.get("wall_time_s", 0.0))
-        history.rows = list(info.get("history", []))
-        stop_hook.last_margin = info.get("last_margin")
-        status = Status.parse(info["status"]) if info.get("status") else ""  # older checkpoints: "completed", ...
-        reason, finished = info.get("stop_reason", ""), bool(info.get("finished"))
-    resumed_from = start
+    start = _start(checkpoint, model, history, resume=loop.resume,
+                   load=lambda info, opt: stepper.opt.load_state(opt, info.get("opt_scalars", {})))
+    info = start.info or {}
+    stop_hook.last_margin = info.get("last_margin")
+    status = Status.parse(info["status"]) if info.get("status") else ""  # older checkpoints: "completed", ...
 
     def _save(state: LoopState) -> None:
-        if ckpt is None:
-            return
         opt_tensors, opt_scalars = stepper.opt.state_tensors()
-        done = state.stop_reason != "" or state.step >= state.total
-        ckpt.save(epoch=state.step, model=model, opt_tensors=opt_tensors, info={
-            "wall_time_s": state.wall_time_s, "history": history.rows, "last_margin": stop_hook.last_margin,
-            "opt_scalars": opt_scalars, "finished": done and not nan_stop.tripped,
-            "status": _status(state, nan_stop), "stop_reason": state.stop_reason,
-        })
+        checkpoint.save(epoch=state.step, model=model, opt_tensors=opt_tensors, info=_loop_info(
+            state, history, nan_stop, {"last_margin": stop_hook.last_margin, "opt_scalars": opt_scalars}))
 
-    if finished:
-        state = LoopState(step=start, total=epochs, stop_reason=reason, wall_time_s=elapsed)
+    if start.finished:
+        state = start.finished_state(recipe.epochs)
     else:
-        all_hooks: list[Hook] = [nan_stop, history, stop_hook,
-                                 ProgressBar(keys=["loss", "train_acc", "normalised_margin"],
-                                             desc="train", unit="epoch", mode=progress,
-                                             every=max(1, log_every))]
-        if ckpt is not None:
-            all_hooks.append(_CheckpointHook(_save, every=checkpoint_every or max(epochs, 1), stepper=stepper))
-        all_hooks.extend(hooks)
-        engine = Engine(stepper, hooks=all_hooks)
-        state = engine.run(start=start, total=epochs, elapsed_s=elapsed)
+        hooks: list[Hook] = [nan_stop, history, stop_hook,
+                             ProgressBar(keys=["loss", "train_acc", "normalised_margin"], desc="train", unit="epoch",
+                                         mode=loop.progress, every=max(1, loop.log_every))]
+        if checkpoint is not None:
+            hooks.append(_CheckpointHook(_save, every=loop.checkpoint_every or max(recipe.epochs, 1), stepper=stepper))
+        state = Engine(stepper, hooks=[*hooks, *loop.hooks]).run(start=start.step, total=recipe.epochs,
+                                                                 elapsed_s=start.elapsed)
         status = _status(state, nan_stop)
-    final, m = evaluate(model, x, y, loss=loss, weight_decay=weight_decay)
+    final, m = evaluate(model, x, y, loss=recipe.loss, weight_decay=recipe.weight_decay)
     return FitResult(model=model, status=status, stop_reason=state.stop_reason, epochs_done=state.step,
                      history=history.rows, metrics=final, margins=m.detach().cpu(),
-                     wall_time_s=state.wall_time_s, resumed_from=resumed_from)
+                     wall_time_s=state.wall_time_s, resumed_from=start.step)
 
 
-def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, steps: int,
-                  step_size: float = 0.01, growth: float = 1.1, max_step: float = 0.1, min_step: float = 1e-6,
-                  log_every: int = 1, progress: bool = False, checkpoint_dir: str | Path | None = None,
-                  checkpoint_every: int = 0, resume: bool = False, tag: str = "",
-                  hooks: Sequence[Hook] = ()) -> FitResult:
+def _check_separated(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+    """Refuse a margin ascent from weights that misclassify a training sample.
+
+    Raises:
+        DataReconError: some training sample has a margin ≤ 0.
+    """
+    with torch.no_grad():
+        separated = bool((margins(model(x), y) > 0).all())
+    if not separated:
+        raise DataReconError("margin ascent needs zero training error, but some training samples are "
+                             "misclassified; train longer (more --epochs) before the ascent")
+
+
+def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, ascent: AscentRecipe,
+                  loop: LoopOptions = LoopOptions(), checkpoint: TrainingCheckpoint | None = None) -> FitResult:
     """Margin ascent (:mod:`datarecon.training.margin`): minimise log L on the sphere ‖θ‖ = ‖θ₀‖.
 
     For a homogeneous network on separated data this keeps raising the normalised margin after the
@@ -468,12 +577,8 @@ def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: s
         model: the trained network (modified in place); its training data must be separated.
         x: (n, *input_shape) inputs in model input space; y: (n,) labels (±1 or classes).
         loss: ``logistic`` or ``cross-entropy`` (exponentially tailed).
-        steps: number of steps (each one forward + backward).
-        step_size: initial angle η₀ of a step on the sphere (radians).
-        growth: η ← growth·η after an accepted step (η ← η/2 after a rejected one).
-        max_step: upper bound of η.
-        min_step: stop once η < min_step (no step of that size lowers log L any more).
-        log_every, progress, checkpoint_dir, checkpoint_every, resume, tag, hooks: as in :func:`fit`.
+        ascent: the number of steps and the step-angle schedule (:class:`AscentRecipe`).
+        loop, checkpoint: as in :func:`fit` (periods count ascent steps).
 
     Returns:
         :class:`FitResult` (``epochs_done`` counts ascent steps; history rows carry ``step_size``,
@@ -486,70 +591,41 @@ def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: s
     References:
         Lyu & Li 2020 §4 (smoothed normalised margin); Haim et al. 2022 eq. 3–4.
     """
-    if steps < 0:
-        raise DataReconError(f"margin ascent steps must be >= 0, got {steps}")
-    if not (0 < step_size <= max_step and 0 < min_step and growth >= 1.0):
-        raise DataReconError("margin ascent needs 0 < step_size <= max_step, min_step > 0 and growth >= 1; "
-                             f"got step_size {step_size}, max_step {max_step}, min_step {min_step}, growth {growth}")
+    a = ascent
+    if a.steps < 0:
+        raise DataReconError(f"margin ascent steps must be >= 0, got {a.steps}")
+    if not (0 < a.step_size <= a.max_step and 0 < a.min_step and a.growth >= 1.0):
+        raise DataReconError("margin ascent needs 0 < step_size <= max_step, min_step > 0 and growth >= 1; got "
+                             f"step_size {a.step_size}, max_step {a.max_step}, min_step {a.min_step}, "
+                             f"growth {a.growth}")
     degree = homogeneity_degree(model)
-    stepper = MarginAscentStepper(model, x, y, loss=loss, step_size=step_size, growth=growth,
-                                  max_step=max_step, min_step=min_step)
-    history = History(every=log_every)
+    stepper = MarginAscentStepper(model, x, y, loss=loss, step_size=a.step_size, growth=a.growth,
+                                  max_step=a.max_step, min_step=a.min_step)
+    history = History(every=loop.log_every)
     nan_stop = NaNStop(keys=["log_loss"])
-
-    class _Converged(BaseHook):
-        def after_step(self, state: LoopState) -> bool:
-            m = state.metrics
-            m["normalised_margin"] = normalised_margin(torch.tensor([m["min_margin"]]), stepper.radius, degree)
-            if stepper.converged():
-                state.stop_reason = f"converged (step size {stepper.step_size:.2g} < {min_step:g})"
-                return True
-            return False
-
-    start, elapsed, reason, finished = 0, 0.0, "", False
-    ckpt = TrainingCheckpoint(checkpoint_dir, tag=tag) if checkpoint_dir is not None else None
-    if ckpt is not None and resume and ckpt.exists():
-        info, _ = _restore_model(ckpt, model)
-        stepper.load_state(info["ascent"])
-        start, elapsed = int(info["epoch"]), float(info.get("wall_time_s", 0.0))
-        history.rows = list(info.get("history", []))
-        reason, finished = info.get("stop_reason", ""), bool(info.get("finished"))
-    else:
-        with torch.no_grad():
-            separated = bool((margins(model(x), y) > 0).all())
-        if not separated:
-            raise DataReconError("margin ascent needs zero training error, but some training samples are "
-                                 "misclassified; train longer (more --epochs) before the ascent")
-    resumed_from = start
+    start = _start(checkpoint, model, history, resume=loop.resume,
+                   load=lambda info, _: stepper.load_state(info["ascent"]))
+    if start.info is None:
+        _check_separated(model, x, y)
 
     def _save(state: LoopState) -> None:
-        if ckpt is None:
-            return
-        done = state.stop_reason != "" or state.step >= state.total
-        ckpt.save(epoch=state.step, model=model, opt_tensors={}, info={
-            "wall_time_s": state.wall_time_s, "history": history.rows, "ascent": stepper.state(),
-            "finished": done and not nan_stop.tripped, "status": _status(state, nan_stop),
-            "stop_reason": state.stop_reason})
+        checkpoint.save(epoch=state.step, model=model, opt_tensors={},
+                        info=_loop_info(state, history, nan_stop, {"ascent": stepper.state()}))
 
-    class _AscentCheckpoint(Checkpoint):
-        def after_run(self, state: LoopState) -> None:
-            if not stepper.in_update:
-                self.save(state)
-
-    if finished:
-        state = LoopState(step=start, total=steps, stop_reason=reason, wall_time_s=elapsed)
+    if start.finished:
+        state = start.finished_state(a.steps)
     else:
-        all_hooks: list[Hook] = [_Converged(), nan_stop, history,
-                                 ProgressBar(keys=["normalised_margin", "step_size"], desc="margin ascent",
-                                             mode=progress, every=max(1, log_every))]
-        if ckpt is not None:
-            all_hooks.append(_AscentCheckpoint(_save, every=checkpoint_every or max(steps, 1)))
-        all_hooks.extend(hooks)
-        state = Engine(stepper, hooks=all_hooks).run(start=start, total=steps, elapsed_s=elapsed)
+        hooks: list[Hook] = [_AscentConverged(stepper, degree=degree, min_step=a.min_step), nan_stop, history,
+                             ProgressBar(keys=["normalised_margin", "step_size"], desc="margin ascent",
+                                         mode=loop.progress, every=max(1, loop.log_every))]
+        if checkpoint is not None:
+            hooks.append(_CheckpointHook(_save, every=loop.checkpoint_every or max(a.steps, 1), stepper=stepper))
+        state = Engine(stepper, hooks=[*hooks, *loop.hooks]).run(start=start.step, total=a.steps,
+                                                                 elapsed_s=start.elapsed)
     final, m = evaluate(model, x, y, loss=loss)
     return FitResult(model=model, status=_status(state, nan_stop), stop_reason=state.stop_reason,
                      epochs_done=state.step, history=history.rows, metrics=final, margins=m.detach().cpu(),
-                     wall_time_s=state.wall_time_s, resumed_from=resumed_from,
+                     wall_time_s=state.wall_time_s, resumed_from=start.step,
                      extra={"ascent": stepper.state()})
 
 

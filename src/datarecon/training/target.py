@@ -34,10 +34,12 @@ from datarecon.kernel import checkpoint
 from datarecon.config import build_config, drop_defaults
 from datarecon.data import DATASETS, DataSpec, load_task
 from datarecon.errors import DataReconError, DivergenceError
-from datarecon.models.checkpoint import ModelBundle, save_model_dir
+from datarecon.models.checkpoint import ModelBundle, ModelDescription, TrainingRecord, save_model_dir
 from datarecon.models.spec import ARCHITECTURES, ArchSpec, build_model, count_parameters, is_homogeneous
 from datarecon.training.dp import DPConfig
-from datarecon.training.fit import FitResult, StopRule, ascend_margin, evaluate, fit
+from datarecon.kernel.engine import LoopOptions
+from datarecon.training.fit import (AscentRecipe, FitRecipe, FitResult, StopRule, TrainingCheckpoint, ascend_margin,
+                                    evaluate, fit)
 from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
 from datarecon.kernel.losses import LOSSES
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
@@ -135,6 +137,11 @@ class MarginAscentConfig(BaseModel):
                                  "lower step_size or raise max_step")
         return self
 
+    def recipe(self) -> AscentRecipe:
+        """The settings of :func:`~datarecon.training.fit.ascend_margin`."""
+        return AscentRecipe(steps=self.steps, step_size=self.step_size, growth=self.growth, max_step=self.max_step,
+                            min_step=self.min_step)
+
 
 class TrainConfig(BaseModel):
     """Everything that determines a trained target (one-to-one with a YAML/TOML file).
@@ -228,6 +235,13 @@ class TrainConfig(BaseModel):
     @model_serializer(mode="wrap")
     def _drop_unset_batch_size(self, handler):  # type: ignore[no-untyped-def]
         return drop_defaults(self, handler(self), ("batch_size",))  # full batch: model.json as before
+
+    def recipe(self) -> FitRecipe:
+        """The optimisation recipe of the epochs (:func:`~datarecon.training.fit.fit`,
+        :func:`~datarecon.training.dp.fit_dp`); ``seed`` orders the mini-batches and DP-SGD's batches and noise."""
+        return FitRecipe(loss=self.loss, weight_decay=self.weight_decay, optimizer=self.optimizer, lr=self.lr,
+                         momentum=self.momentum, epochs=self.epochs, schedule=self.schedule,
+                         max_lr_factor=self.max_lr_factor, batch_size=self.batch_size, seed=self.seed)
 
     def arch_spec(self) -> ArchSpec:
         """The architecture with input shape and output count derived from the data spec."""
@@ -382,7 +396,9 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
     y = task.train.y.to(device)
     if y.dtype.is_floating_point:
         y = y.to(dtype)
-    result = _fit_epochs(config, model, x, y, out=out, resume=resume, progress=progress, tag=tag)
+    loop = LoopOptions(log_every=config.log_every, progress=progress, checkpoint_every=config.checkpoint_every,
+                       resume=resume)
+    result = _fit_epochs(config, model, x, y, checkpoint=TrainingCheckpoint(out / CHECKPOINT_DIR, tag=tag), loop=loop)
     if result.status == Status.DIVERGED:
         raise DivergenceError(
             f"training diverged after {result.epochs_done} epochs ({result.stop_reason}); "
@@ -397,12 +413,8 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
         ascent = {"margin_ascent_steps": 0, "margin_ascent_status": "skipped",
                   "margin_ascent_stop_reason": "training data not separated"}
     if config.margin_ascent.steps and result.status != Status.RUNNING and separated:
-        ma = config.margin_ascent
-        result = ascend_margin(model, x, y, loss=config.loss, steps=ma.steps, step_size=ma.step_size,
-                               growth=ma.growth, max_step=ma.max_step, min_step=ma.min_step,
-                               log_every=config.log_every, progress=progress,
-                               checkpoint_dir=out / ASCENT_CHECKPOINT_DIR, checkpoint_every=config.checkpoint_every,
-                               resume=resume, tag=tag)
+        result = ascend_margin(model, x, y, loss=config.loss, ascent=config.margin_ascent.recipe(), loop=loop,
+                               checkpoint=TrainingCheckpoint(out / ASCENT_CHECKPOINT_DIR, tag=tag))
         history += [{**row, "stage": "margin-ascent", "step": gd_result.epochs_done + row["step"]}
                     for row in result.history]
         ascent = {"margin_ascent_steps": result.epochs_done, "margin_ascent_status": result.status,
@@ -426,36 +438,29 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
         score = kkt_regime_score(model, x, y)
         metrics.update({"kkt_regime_score": score.score, "kkt_num_active": score.num_active})
     model_cpu = model.to("cpu")
-    save_model_dir(
-        out, model=model_cpu, arch=arch, loss=config.loss, weight_decay=config.weight_decay,
-        data=config.data.model_dump(mode="json"), normalisation=norm.kind, input_mean=norm.mean,
-        indices={"train": task.train.indices, "partition": task.partition.indices,
-                 "heldout": task.heldout.indices},
-        training={**config.model_dump(mode="json"), "config_hash": config.hash()}, seed=config.seed,
+    save_model_dir(out, model=model_cpu, description=ModelDescription(
+        arch=arch, loss=config.loss, weight_decay=config.weight_decay, data=config.data.model_dump(mode="json"),
+        normalisation=norm.kind, training={**config.model_dump(mode="json"), "config_hash": config.hash()},
+        seed=config.seed,
+    ), record=TrainingRecord(
+        input_mean=norm.mean, indices={"train": task.train.indices, "partition": task.partition.indices,
+                                       "heldout": task.heldout.indices},
         metrics=metrics, extra_tensors={"train_margins": result.margins}, init_sha256=init_sha256,
         data_fingerprint=task.fingerprint(),
-    )
+    ))
     atomic_write_text(out / HISTORY, "".join(json.dumps(_finite(r), sort_keys=True) + "\n" for r in history))
     return TrainResult(out=out, model=model, arch=arch, metrics=metrics, fit=result, config=config)
 
 
-def _fit_epochs(config: TrainConfig, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, out: Path,
-                resume: bool, progress: bool, tag: Any) -> FitResult:
+def _fit_epochs(config: TrainConfig, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,
+                checkpoint: TrainingCheckpoint, loop: LoopOptions) -> FitResult:
     """The epochs of ``config``: full-batch / mini-batch GD or L-BFGS (:func:`fit`), or DP-SGD
-    (:func:`datarecon.training.dp.fit_dp`) when ``config.dp`` is set; checkpoints in ``out``."""
+    (:func:`datarecon.training.dp.fit_dp`) when ``config.dp`` is set; checkpoints in ``checkpoint``."""
     if config.dp is not None:
         from datarecon.training.dp import fit_dp
 
-        return fit_dp(model, x, y, loss=config.loss, dp=config.dp, epochs=config.epochs, lr=config.lr,
-                      momentum=config.momentum, weight_decay=config.weight_decay, seed=config.seed,
-                      log_every=config.log_every, progress=progress, checkpoint_dir=out / CHECKPOINT_DIR,
-                      checkpoint_every=config.checkpoint_every, resume=resume, tag=tag)
-    return fit(model, x, y, loss=config.loss, weight_decay=config.weight_decay, optimizer=config.optimizer,
-               lr=config.lr, momentum=config.momentum, epochs=config.epochs, schedule=config.schedule,
-               max_lr_factor=config.max_lr_factor, stop=config.stop.rule(), log_every=config.log_every,
-               progress=progress, checkpoint_dir=out / CHECKPOINT_DIR,
-               checkpoint_every=config.checkpoint_every, resume=resume, tag=tag,
-               batch_size=config.batch_size, batch_seed=config.seed)
+        return fit_dp(model, x, y, recipe=config.recipe(), dp=config.dp, loop=loop, checkpoint=checkpoint)
+    return fit(model, x, y, recipe=config.recipe(), stop=config.stop.rule(), loop=loop, checkpoint=checkpoint)
 
 
 def _heldout_metrics(model: torch.nn.Module, task: Any, *, loss: str, device: torch.device,
