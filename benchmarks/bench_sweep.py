@@ -47,10 +47,11 @@ def sweep_config(model_dir: Path, *, runs: int, steps: int):
 
 def bench(name: str, cfg, out: Path, *, backend: str, workers: int, **opts) -> dict:
     from datarecon.experiments.store import Store
+    from datarecon.experiments.execution import Execution
     from datarecon.experiments.sweep import run_sweep
 
     t0 = time.perf_counter()
-    res = run_sweep(cfg, out, backend=backend, workers=workers, progress=False, backend_options=opts or None)
+    res = run_sweep(cfg, out, execution=Execution(backend=backend, workers=workers, options=opts), progress=False)
     wall = time.perf_counter() - t0
     if res.failed or res.completed != res.total:
         raise RuntimeError(f"{name}: {res.failed} failed, {res.completed}/{res.total} completed: {res.failures}")

@@ -29,10 +29,10 @@ def data_dir() -> Path:
 @pytest.fixture(scope="session")
 def haim_smoke(tmp_path_factory, data_dir):
     """``datarecon reproduce haim2022 --scale smoke`` once per session: (out folder, its config)."""
-    from datarecon.experiments.reproduce import load_config, reproduce
+    from datarecon.experiments.reproduce import Runtime, load_config, reproduce
 
     out = tmp_path_factory.mktemp("haim2022")
-    reproduce("haim2022", scale="smoke", out=out, data_dir=data_dir, log=lambda s: None)
+    reproduce("haim2022", scale="smoke", out=out, runtime=Runtime(data_dir=data_dir), log=lambda s: None)
     return out, load_config("haim2022", scale="smoke")
 
 

@@ -12,6 +12,8 @@ pytest.importorskip("opacus", reason="the dp extra (pip install 'datarecon[dp]')
 
 from datarecon.errors import DataReconError  # noqa: E402
 from datarecon.experiments.audit import load_audit_config, run_audit, settings  # noqa: E402
+from datarecon.experiments.execution import Execution  # noqa: E402
+from datarecon.experiments.reproduce import Runtime  # noqa: E402
 from datarecon.utils.io import read_json  # noqa: E402
 
 # long end-to-end/science tests: `make test-slow` (CI) runs them, `make test` does not
@@ -27,7 +29,7 @@ def test_smoke_audit_end_to_end_and_resume(tmp_path, data_dir):
     cfg = load_audit_config(scale="smoke")
     assert [s.axis for s in settings(cfg)] == ["baseline", "weight_decay", "epochs", "dp"]
     lines: list[str] = []
-    report = run_audit(cfg, out=tmp_path / "a", scale="smoke", data_dir=data_dir, log=lines.append)
+    report = run_audit(cfg, out=tmp_path / "a", scale="smoke", runtime=Runtime(data_dir=data_dir), log=lines.append)
     html = report.read_text(encoding="utf-8")
     assert "Defences" in html and "DP-SGD bound" in html
     rows = {r["setting"]: r for r in _rows(tmp_path / "a")}
@@ -47,14 +49,15 @@ def test_smoke_audit_end_to_end_and_resume(tmp_path, data_dir):
         ["dp.png", "epochs.png", "weight_decay.png"]
     # a rerun into the same folder runs nothing again
     lines.clear()
-    run_audit(cfg, out=tmp_path / "a", scale="smoke", data_dir=data_dir, log=lines.append)
+    run_audit(cfg, out=tmp_path / "a", scale="smoke", runtime=Runtime(data_dir=data_dir), log=lines.append)
     assert all(": 0 pieces ran" in line for line in lines if "/s0:" in line)
 
 
 def test_audit_on_a_process_pool(tmp_path, data_dir):
     cfg = load_audit_config(scale="smoke", overrides={"weight_decays": [], "epochs": [],
                                                        "dp": {"target_epsilons": []}, "seeds": [0, 1]})
-    run_audit(cfg, out=tmp_path / "p", scale="smoke", data_dir=data_dir, workers=2, log=lambda _: None)
+    run_audit(cfg, out=tmp_path / "p", scale="smoke", runtime=Runtime(data_dir=data_dir),
+              execution=Execution(workers=2, threads=1), log=lambda _: None)
     rows = _rows(tmp_path / "p")
     assert [(r["setting"], r["seed"]) for r in rows] == [("baseline", "0"), ("baseline", "1")]
 
@@ -64,7 +67,7 @@ def test_bad_audit_input_is_refused_before_anything_runs(tmp_path, data_dir):
         load_audit_config(scale="huge")
     cfg = load_audit_config(scale="smoke", overrides={"dp": {"delta": 0.5}})
     with pytest.raises(DataReconError, match=r"dp delta 0.5 is >= 1/n"):
-        run_audit(cfg, out=tmp_path / "d", data_dir=data_dir, log=lambda _: None)
+        run_audit(cfg, out=tmp_path / "d", runtime=Runtime(data_dir=data_dir), log=lambda _: None)
     assert not (tmp_path / "d").exists()
     with pytest.raises(DataReconError, match="keep 3 exceeds the 2 attack runs"):
         load_audit_config(scale="smoke", overrides={"keep": 3})
@@ -75,7 +78,7 @@ def test_audit_of_a_cnn_target_under_dp_sgd(tmp_path, data_dir):
     cfg = load_audit_config(scale="smoke", overrides={
         "target": {"arch": {"name": "cnn", "hidden": [4, 8], "kernel": 3, "bias": False}},
         "weight_decays": [], "epochs": []})
-    run_audit(cfg, out=tmp_path / "c", scale="smoke", data_dir=data_dir, log=lambda _: None)
+    run_audit(cfg, out=tmp_path / "c", scale="smoke", runtime=Runtime(data_dir=data_dir), log=lambda _: None)
     rows = {r["setting"]: r for r in _rows(tmp_path / "c")}
     assert set(rows) == {"baseline", "dp-eps10"}
     for key in ("baseline/s0", "dp-eps10/s0"):

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from datarecon.errors import DataReconError
-from datarecon.experiments.reproduce import available_scales, load_config, reproduce
+from datarecon.experiments.reproduce import Runtime, available_scales, load_config, reproduce
 from datarecon.utils.io import read_json
 
 # long end-to-end/science tests: `make test-slow` (CI) runs them, `make test` does not
@@ -87,7 +87,7 @@ def test_every_scale_preset_loads(scale):
 
 def test_unknown_selection_criterion_is_refused(tmp_path, data_dir):
     with pytest.raises(DataReconError, match="relative_residual"):
-        reproduce("haim2022", scale="smoke", out=tmp_path / "x", data_dir=data_dir, log=lambda s: None,
+        reproduce("haim2022", scale="smoke", out=tmp_path / "x", runtime=Runtime(data_dir=data_dir), log=lambda s: None,
                   overrides={"selection": "distance_to_training_set"})
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from datarecon.errors import DataReconError
-from datarecon.experiments.reproduce import available_scales, load_config, reproduce
+from datarecon.experiments.reproduce import Runtime, available_scales, load_config, reproduce
 from datarecon.kernel.files import DONE_MARKER as MARKER
 from datarecon.utils.io import read_json
 
@@ -28,7 +28,7 @@ def runkel(tmp_path_factory, data_dir):
     out = tmp_path_factory.mktemp("runkel2024")
     lines: list[str] = []
     t0 = time.perf_counter()
-    reproduce("runkel2024", scale="smoke", out=out, data_dir=data_dir, log=lines.append)
+    reproduce("runkel2024", scale="smoke", out=out, runtime=Runtime(data_dir=data_dir), log=lines.append)
     return out, lines, time.perf_counter() - t0
 
 
@@ -149,7 +149,7 @@ def test_rerun_skips_finished_pieces_and_reruns_a_killed_one(runkel, data_dir):
     before = {p: p.stat().st_mtime_ns for p in out.rglob(MARKER)}
     (victim / MARKER).unlink()  # as if killed before the marker was written
     lines: list[str] = []
-    reproduce("runkel2024", scale="smoke", out=out, data_dir=data_dir, log=lines.append)
+    reproduce("runkel2024", scale="smoke", out=out, runtime=Runtime(data_dir=data_dir), log=lines.append)
     after = {p: p.stat().st_mtime_ns for p in out.rglob(MARKER)}
     assert set(after) == set(before)
     changed = [p for p in after if after[p] != before[p]]
@@ -166,14 +166,14 @@ def test_tables_rebuilt_from_markers_are_byte_identical(runkel, data_dir):
     header = before["nearest.csv"].decode().splitlines()[0].split(",")
     assert header[:5] == ["setting", "mean_l2_train", "mean_l2_partition", "mean_l2_heldout", "mean_l2_noise"]
     (tables / MARKER).unlink()
-    reproduce("runkel2024", scale="smoke", out=out, data_dir=data_dir, log=lambda s: None)
+    reproduce("runkel2024", scale="smoke", out=out, runtime=Runtime(data_dir=data_dir), log=lambda s: None)
     assert {p.name: p.read_bytes() for p in tables.glob("*.csv")} == before
 
 
 def test_other_configuration_in_same_folder_is_refused(runkel, data_dir):
     out, _, _ = runkel
     with pytest.raises(DataReconError, match="--overwrite"):
-        reproduce("runkel2024", scale="smoke", out=out, data_dir=data_dir, log=lambda s: None,
+        reproduce("runkel2024", scale="smoke", out=out, runtime=Runtime(data_dir=data_dir), log=lambda s: None,
                   overrides={"seed": 1})
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from datarecon.cli.main import main
+from datarecon.experiments.execution import Execution
 from datarecon.experiments.store import Store
 from datarecon.experiments.sweep import SweepConfig, pool_candidates, run_sweep
 from datarecon.experiments.sweep.driver import FAULTS_ENV
@@ -55,7 +56,7 @@ def finals(store: Path) -> dict[str, dict]:
 def reference(model_dir, tmp_path_factory):
     """The tiny sweep run in-process (workers=1): the results every other backend must match."""
     out = tmp_path_factory.mktemp("ref") / "store"
-    result = run_sweep(tiny_config(model_dir), out, workers=1, progress=False)
+    result = run_sweep(tiny_config(model_dir), out, execution=Execution(workers=1), progress=False)
     return out, result
 
 
@@ -73,7 +74,7 @@ def test_local_sweep_runs_indexes_and_resumes(reference, model_dir):
         assert run["config"]["lr_x"] == r["params"]["attack.lr_x"]
         x = load_tensors(run_dir / "candidates.safetensors")["x"]
         assert tuple(x.shape) == (8, 1, 8, 8)
-    again = run_sweep(tiny_config(model_dir), out, workers=1, progress=False)
+    again = run_sweep(tiny_config(model_dir), out, execution=Execution(workers=1), progress=False)
     assert (again.skipped, again.completed) == (4, 0)
     assert again.best_key == result.best_key
 
@@ -84,7 +85,7 @@ def test_resume_reruns_only_unfinished(reference, model_dir, tmp_path):
     shutil.copytree(ref, out)
     victim = Store(out).rows()[0]
     shutil.rmtree(out / victim["run_dir"])
-    result = run_sweep(tiny_config(model_dir), out, workers=1, progress=False)
+    result = run_sweep(tiny_config(model_dir), out, execution=Execution(workers=1), progress=False)
     assert (result.skipped, result.completed) == (3, 1)
     assert finals(out) == finals(ref)
 
@@ -95,7 +96,7 @@ def test_killed_worker_is_retried_and_store_stays_consistent(reference, model_di
     out = tmp_path / "store"
     # run index 1 kills its worker process (os._exit) after step 5 on its first attempt
     monkeypatch.setenv(FAULTS_ENV, json.dumps({"1": {"attempts": 1, "at_step": 5}}))
-    result = run_sweep(tiny_config(model_dir), out, workers=2, progress=False, checkpoint_every=2)
+    result = run_sweep(tiny_config(model_dir), out, execution=Execution(workers=2), progress=False, checkpoint_every=2)
     assert (result.completed, result.failed, result.retries) == (4, 0, 1)
     rows = {r["key"]: r for r in Store(out).rows()}
     assert sorted(r["attempts"] for r in rows.values()) == [1, 1, 1, 2]
@@ -117,12 +118,12 @@ def test_run_failing_every_attempt_is_recorded_and_sweep_finishes(model_dir, tmp
     out = tmp_path / "store"
     monkeypatch.setenv(FAULTS_ENV, json.dumps({"0": {"attempts": 9, "at_step": 1}}))
     cfg = tiny_config(model_dir, max_retries=1, search={**SEARCH, "samples": 1})
-    result = run_sweep(cfg, out, workers=2, progress=False)
+    result = run_sweep(cfg, out, execution=Execution(workers=2), progress=False)
     assert (result.total, result.completed, result.failed, result.retries) == (2, 1, 1, 1)
     failed = Store(out).rows(status="failed")
     assert len(failed) == 1 and failed[0]["attempts"] == 2 and "worker process died" in failed[0]["error"]
     monkeypatch.delenv(FAULTS_ENV)
-    again = run_sweep(cfg, out, workers=1, progress=False)  # resume: only the failed run runs again
+    again = run_sweep(cfg, out, execution=Execution(workers=1), progress=False)  # resume: only the failed run runs again
     assert (again.skipped, again.completed, again.failed) == (1, 1, 0)
     assert not Store(out).rows(status="failed")
 
@@ -186,11 +187,11 @@ def test_sweep_progress_uses_the_loops_progress_lines(model_dir, tmp_path, capsy
     """In a log (stderr not a terminal) the sweep writes the same plain lines as every loop: runs done out
     of the total, the best attacker-side score so far and the failures; a rerun says where it resumed."""
     out = tmp_path / "store"
-    run_sweep(tiny_config(model_dir), out, workers=1, progress=True)
+    run_sweep(tiny_config(model_dir), out, execution=Execution(workers=1), progress=True)
     err = capsys.readouterr().err
     assert "\r" not in err
     last = [line for line in err.splitlines() if line.startswith("sweep: ")][-1]
     assert re.match(r"sweep: done run 4/4 in \d+:\d\d:\d\d \([\d.]+ run/s\), best relative_residual [\d.e-]+ "
                     r"failed 0$", last), last
-    run_sweep(tiny_config(model_dir), out, workers=1, progress=True)
+    run_sweep(tiny_config(model_dir), out, execution=Execution(workers=1), progress=True)
     assert "sweep: resumed at run 4/4" in capsys.readouterr().err

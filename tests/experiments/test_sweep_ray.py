@@ -9,6 +9,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'datarecon[ray]'); Ray backend untested")
 
 from datarecon.experiments.backends import RayBackend  # noqa: E402
+from datarecon.experiments.execution import Execution  # noqa: E402
 from datarecon.experiments.store import Store  # noqa: E402
 from datarecon.experiments.sweep import run_sweep  # noqa: E402
 from datarecon.experiments.sweep.driver import FAULTS_ENV  # noqa: E402
@@ -33,16 +34,16 @@ def embedded_ray():
 
 def test_ray_matches_local_and_retries_a_killed_worker(model_dir, embedded_ray, tmp_path, monkeypatch):
     local = tmp_path / "local"
-    run_sweep(tiny_config(model_dir), local, workers=1, progress=False)
+    run_sweep(tiny_config(model_dir), local, execution=Execution(workers=1), progress=False)
     out = tmp_path / "ray"
     monkeypatch.setenv(FAULTS_ENV, json.dumps({"2": {"attempts": 1, "at_step": 5}}))
-    result = run_sweep(tiny_config(model_dir), out, backend="ray", progress=False, checkpoint_every=2)
+    result = run_sweep(tiny_config(model_dir), out, execution=Execution(backend="ray"), progress=False, checkpoint_every=2)
     assert result.backend["backend"] == "ray" and result.backend["workers"] == 2
     assert (result.total, result.completed, result.failed, result.retries) == (4, 4, 0, 1)
     assert finals(out) == finals(local)  # same final metrics, bit for bit
     assert sorted(r["attempts"] for r in Store(out).rows()) == [1, 1, 1, 2]
     monkeypatch.delenv(FAULTS_ENV)
-    again = run_sweep(tiny_config(model_dir), out, backend="ray", progress=False)
+    again = run_sweep(tiny_config(model_dir), out, execution=Execution(backend="ray"), progress=False)
     assert (again.skipped, again.completed) == (4, 0)
 
 

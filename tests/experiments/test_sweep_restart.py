@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from datarecon.experiments.execution import Execution
 from datarecon.experiments.store import Store
 from datarecon.experiments.sweep import SweepConfig, run_sweep
 from datarecon.experiments.sweep.driver import next_attempt
@@ -31,7 +32,7 @@ def test_failures_count_across_restarts_and_name_sweep_fields(model_dir: Path, t
     cfg = SweepConfig(model_dir=str(model_dir), steps=2, candidates=8, init={"name": "ground-truth"}, max_retries=0)
     out = tmp_path / "store"
     for expected in (1, 2, 3):
-        result = run_sweep(cfg, out, workers=1, progress=False)
+        result = run_sweep(cfg, out, execution=Execution(workers=1), progress=False)
         assert result.failed == 1
         (row,) = Store(out).rows()
         assert row["status"] == "failed" and row["attempts"] == expected
@@ -42,12 +43,12 @@ def test_failures_count_across_restarts_and_name_sweep_fields(model_dir: Path, t
 def test_a_run_finished_but_never_booked_keeps_its_attempt(model_dir: Path, tmp_path: Path) -> None:
     cfg = SweepConfig(model_dir=str(model_dir), steps=2, candidates=4)
     out = tmp_path / "store"
-    run_sweep(cfg, out, workers=1, progress=False)
+    run_sweep(cfg, out, execution=Execution(workers=1), progress=False)
     (run_dir,) = (p for p in (out / "runs").iterdir() if p.is_dir())
     task = json.loads((run_dir / "task.json").read_text())
     # what a driver killed after the worker finished leaves behind: the task still marked running
     (run_dir / "task.json").write_text(json.dumps({**task, "status": "running", "attempts": 1}))
-    again = run_sweep(cfg, out, workers=1, progress=False)
+    again = run_sweep(cfg, out, execution=Execution(workers=1), progress=False)
     assert again.skipped == 1
     (row,) = Store(out).rows()
     assert row["status"] == "complete" and row["attempts"] == 1

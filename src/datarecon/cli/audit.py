@@ -38,13 +38,16 @@ def audit_cmd(
     from datarecon.cli._common import parse_device
     from datarecon.config import read_config_mapping
     from datarecon.experiments.audit import load_audit_config, run_audit
+    from datarecon.experiments.execution import Execution
+    from datarecon.experiments.reproduce import Runtime
 
     parse_device(device)
     overrides = read_config_mapping(config) if config is not None else None
     cfg = load_audit_config(scale=scale, overrides=overrides)
-    report = run_audit(cfg, out=output.out, scale=scale, data_dir=data_dir, device=device, backend=backend.name,
-                       workers=backend.workers, threads=threads, resume=output.resume, overwrite=output.overwrite,
-                       backend_options=backend.options, log=typer.echo, progress=progress)
+    runtime = Runtime(data_dir=data_dir, device=device, resume=output.resume, progress=progress)
+    execution = Execution(backend=backend.name, workers=backend.workers, options=backend.options, threads=threads)
+    report = run_audit(cfg, out=output.out, scale=scale, runtime=runtime, execution=execution,
+                       overwrite=output.overwrite, log=typer.echo)
     typer.echo(f"report: {report}")
 
 

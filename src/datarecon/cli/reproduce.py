@@ -22,7 +22,7 @@ def _run(name: str, *, scale: str, output: Output, data_dir: str | None, device:
          dry_run: bool = False, progress: bool = True) -> None:
     from datarecon.cli._common import parse_device
     from datarecon.config import read_config_mapping
-    from datarecon.experiments.reproduce import plan_reproduction, reproduce
+    from datarecon.experiments.reproduce import Runtime, plan_reproduction, reproduce
     from datarecon.experiments.reproduce.cost import device_note
     from datarecon.experiments.reproduce.pieces import format_plan
 
@@ -35,8 +35,9 @@ def _run(name: str, *, scale: str, output: Output, data_dir: str | None, device:
             typer.echo(line)
         typer.echo(device_note(device))
         return
-    report = reproduce(name, out=output.out, scale=scale, data_dir=data_dir, device=device, resume=output.resume,
-                       overwrite=output.overwrite, overrides=overrides, log=typer.echo, progress=progress)
+    runtime = Runtime(data_dir=data_dir, device=device, resume=output.resume, progress=progress)
+    report = reproduce(name, out=output.out, scale=scale, runtime=runtime, overwrite=output.overwrite,
+                       overrides=overrides, log=typer.echo)
     typer.echo(f"report: {report}")
 
 

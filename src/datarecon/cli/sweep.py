@@ -45,12 +45,13 @@ def sweep_cmd(
     if config is None or out is None:
         raise DataReconError("datarecon sweep needs --config SWEEP.yaml and --out DIR (or a subcommand: pool)")
     from datarecon.config import load_config_file
+    from datarecon.experiments.execution import Execution
     from datarecon.experiments.sweep import SweepConfig, run_sweep
 
     cfg = load_config_file(config, SweepConfig, overrides={"budget": budget})
-    result = run_sweep(cfg, out, backend=backend.name, workers=backend.workers, ray_address=backend.address,
-                       progress=progress,
-                       checkpoint_every=checkpoint_every, threads=threads or None)
+    execution = Execution(backend=backend.name, workers=backend.workers, ray_address=backend.address,
+                          threads=threads or None)
+    result = run_sweep(cfg, out, execution=execution, progress=progress, checkpoint_every=checkpoint_every)
     best = f"{result.best_score:.6g} ({result.best_key})" if result.best_score is not None else "-"
     typer.echo(f"sweep {result.sweep_id}: {result.total} runs: {result.completed} done now, {result.skipped} "
                f"already finished, {result.failed} failed, {result.retries} retries; best {result.criterion} {best}; "

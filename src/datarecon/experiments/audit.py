@@ -28,7 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from datarecon.attacks.kkt import KKTConfig
 from datarecon.errors import DataReconError
+from datarecon.experiments.execution import Execution
+from datarecon.experiments.reproduce import Runtime
 from datarecon.experiments.reproduce.common import (
+    BatchRun,
     EvalSettings,
     TargetTraining,
     attack_piece,
@@ -208,9 +211,10 @@ def group_plan(cfg: AuditConfig, setting: Setting, seed: int) -> list[Piece]:
     for j, r in enumerate(cfg.runs):
         acfg = cfg.attack.model_copy(update={"lr_x": r.lr_x, "lambda_min": r.lambda_min, "alpha": r.alpha})
         key = f"runs/{g}/run{j}"
-        pieces.append(attack_piece(key, model_key=mkey, method="kkt", attack_config=acfg,
-                                   init={"name": "gaussian", "scale": r.init_scale},
-                                   candidates_factor=cfg.candidates_factor, seed=r.seed))
+        pieces.append(attack_piece(key, model_key=mkey, method="kkt",
+                                   attack=BatchRun(config=acfg, init={"name": "gaussian", "scale": r.init_scale},
+                                                   seed=r.seed),
+                                   candidates_factor=cfg.candidates_factor))
         run_keys.append((key, None))
     pieces.append(pool_piece(f"pool/{g}", run_keys, keep=cfg.keep, criterion=cfg.selection))
     pieces.append(evaluate_piece(f"eval/{g}", model_key=mkey, run_key=f"pool/{g}", settings=cfg.evaluation))
@@ -383,26 +387,26 @@ def audit_worker(payload: dict[str, Any]) -> dict[str, Any]:
     return {"ran": sum(r.status == "ran" for r in records), "wall_time_s": time.perf_counter() - t0}
 
 
-def run_audit(cfg: AuditConfig, *, out: str | Path, scale: str = "custom", data_dir: str | Path | None = None,
-              device: str = "cpu", backend: str = "local", workers: int = 1, threads: int = 1,
-              resume: bool = False, overwrite: bool = False, backend_options: Mapping[str, Any] | None = None,
-              log: Callable[[str], None] = print, progress: bool = False) -> Path:
+def run_audit(cfg: AuditConfig, *, out: str | Path, scale: str = "custom", runtime: Runtime = Runtime(),
+              execution: Execution = Execution(workers=1, threads=1), overwrite: bool = False,
+              log: Callable[[str], None] = print) -> Path:
     """Run the audit of ``cfg`` into ``out`` and write ``out/report.html``.
 
     Args:
         cfg: the audit config (:func:`load_audit_config`).
         out: output folder; a rerun into it skips finished pieces (``DONE.json`` markers).
         scale: label for the report.
-        data_dir: data folder (default ``$DATARECON_DATA`` / cache).
-        device: ``cpu`` | ``cuda[:N]``.
-        backend: a ``datarecon.experiments.backends.BACKENDS`` key (``local`` process pool, ``ray``).
-        workers: tasks in flight (1: in the driver process).
-        threads: torch threads per task.
-        resume: let an unfinished attack continue from its checkpoint.
+        runtime: where each target computes (:class:`~datarecon.experiments.reproduce.Runtime`): the
+            data folder (default ``$DATARECON_DATA`` / cache); the device, ``cpu`` | ``cuda[:N]``;
+            ``resume``: let an unfinished attack continue from its checkpoint; ``progress``: progress
+            bars inside each target's training and attacks (in-process targets only).
+        execution: how the (setting, seed) groups fan out
+            (:class:`~datarecon.experiments.execution.Execution`): a
+            ``datarecon.experiments.backends.BACKENDS`` key (``local`` process pool, ``ray``), tasks in
+            flight (1: in the driver process), the Ray address or extra backend options, torch threads
+            per task (default 1; None or 0: PyTorch's default).
         overwrite: replace a folder holding another audit configuration.
-        backend_options: extra options of the backend (e.g. Ray ``address``).
         log: progress sink (a line when each target starts and ends, with the count done).
-        progress: progress bars inside each target's training and attacks (in-process targets only).
 
     Returns:
         Path of ``report.html``.
@@ -415,14 +419,14 @@ def run_audit(cfg: AuditConfig, *, out: str | Path, scale: str = "custom", data_
     out = Path(out)
     pieces = plan(cfg)
     piece_hashes(pieces)  # plan errors before anything is written
-    check_trainings(cfg, device=device)
+    check_trainings(cfg, device=runtime.device)
     check_dp_axis(cfg, skip=finished_groups(cfg, out))  # a no-op rerun does not search σ again
     chash = config_hash(cfg.model_dump(mode="json"))
-    with claim_reproduction(out, name=NAME, config_hash_=chash, overwrite=overwrite, resume=resume) as claim:
+    with claim_reproduction(out, name=NAME, config_hash_=chash, overwrite=overwrite,
+                            resume=runtime.resume) as claim:
         claim.prepare()
-        return _run_audit(cfg, pieces, out=out, chash=chash, scale=scale, data_dir=data_dir, device=device,
-                          backend=backend, workers=workers, threads=threads, resume=resume,
-                          backend_options=backend_options, log=log, progress=progress)
+        return _run_audit(cfg, pieces, out=out, chash=chash, scale=scale, runtime=runtime, execution=execution,
+                          log=log)
 
 
 def check_trainings(cfg: AuditConfig, *, device: str = "cpu") -> None:
@@ -441,9 +445,8 @@ def check_trainings(cfg: AuditConfig, *, device: str = "cpu") -> None:
             build_config(TrainConfig, fields, where=f"audit target {_group(s.name, seed)} training config")
 
 
-def _run_audit(cfg: AuditConfig, pieces: list[Piece], *, out: Path, chash: str, scale: str,
-               data_dir: str | Path | None, device: str, backend: str, workers: int, threads: int, resume: bool,
-               backend_options: Mapping[str, Any] | None, log: Callable[[str], None], progress: bool) -> Path:
+def _run_audit(cfg: AuditConfig, pieces: list[Piece], *, out: Path, chash: str, scale: str, runtime: Runtime,
+               execution: Execution, log: Callable[[str], None]) -> Path:
     """The body of :func:`run_audit` once ``out`` is claimed and prepared."""
     from datarecon.experiments.backends import Task, make_backend
     from datarecon.experiments.reproduce.pieces import entries, execute
@@ -455,19 +458,21 @@ def _run_audit(cfg: AuditConfig, pieces: list[Piece], *, out: Path, chash: str, 
                                        "entries": entries(pieces)})
     groups = [(s.name, seed) for s in settings(cfg) for seed in cfg.seeds]
     done = finished_groups(cfg, out)
+    backend, workers, data_dir = execution.backend, execution.workers, runtime.data_dir
     log(f"audit ({scale}): {len(groups)} targets x {len(cfg.runs)} attack runs on backend {backend} "
         f"({workers} worker{'s' if workers != 1 else ''}) -> {out}"
         + (f"; {len(done)} finished earlier" if done else ""))
     t0 = time.perf_counter()
     in_process = backend == "local" and workers == 1
     base = {"config": cfg.model_dump(mode="json"), "out": str(out), "data_dir": None if data_dir is None else str(data_dir),
-            "device": device, "resume": resume, "threads": threads, "progress": progress and in_process}
+            "device": runtime.device, "resume": runtime.resume, "threads": execution.threads,
+            "progress": runtime.progress and in_process}
     failures: list[str] = []
     todo = [Task(key=_group(n, s), payload={**base, "setting": n, "seed": s}) for n, s in groups
             if _group(n, s) not in done]
     count, width = len(done), len(str(len(groups)))
     if todo:
-        with make_backend(backend, audit_worker, workers=workers, **dict(backend_options or {})) as be:
+        with make_backend(backend, audit_worker, workers=workers, **execution.backend_options()) as be:
             while todo or be.in_flight:
                 while todo and be.in_flight < be.capacity:
                     task = todo.pop(0)
@@ -485,7 +490,7 @@ def _run_audit(cfg: AuditConfig, pieces: list[Piece], *, out: Path, chash: str, 
     if failures:
         raise DataReconError(f"{len(failures)} of {len(groups)} audit targets failed (first: {failures[0]}); "
                              "fix the cause and rerun into the same --out to resume")
-    ctx = Context(out=out, data_dir=data_dir, device=device, resume=resume)
+    ctx = Context(out=out, data_dir=data_dir, device=runtime.device, resume=runtime.resume)
     execute(pieces, ctx, log=lambda line: None if "skipped" in line else log(line))
     total = time.perf_counter() - t0
     report = write_report(report_sections(ctx, cfg, scale=scale, wall_s=total), out=out / REPORT_HTML,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import torch
 from datarecon.errors import DataReconError
 from datarecon.kernel.files import CANDIDATES, RUN_JSON
 from datarecon.kernel.status import Status
-from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, versions
+from datarecon.utils.io import atomic_write_json, config_hash, load_tensors, read_json, save_tensors, versions
 
 
 def criterion_mode(name: str, mode: str | None = None) -> str:
@@ -71,9 +72,34 @@ def same_pool(pool_dir: Path, key: str) -> bool:
 
 
 
-def write_pool(pool_dir: Path, sources: list[dict[str, Any]], *, root: Path, model_dir: str | None,
-               config: dict[str, Any], key: str, criterion: str, mode: str,
-               record: dict[str, Any] | None = None, merge: float | None = None) -> Path:
+@dataclass(frozen=True)
+class PoolSpec:
+    """What a pooled run is: the description of what was pooled, and how its sources were ranked.
+
+    Attributes:
+        config: JSON-able description of what was pooled (``run.json`` ``config``); its hash is
+            :attr:`key` (``run.json`` ``config_hash``, compared by :func:`same_pool`).
+        criterion: the attacker-side criterion the sources were ranked by (a
+            :data:`datarecon.attacks.selection.CRITERIA` name).
+        mode: its direction, ``min`` | ``max``.
+        merge: drop a candidate whose cosine to a kept candidate of an earlier source (or an earlier
+            one of the same source) exceeds this, in (-1, 1]
+            (:func:`datarecon.attacks.selection.merge_duplicates`); None: keep all.
+    """
+
+    config: dict[str, Any]
+    criterion: str
+    mode: str
+    merge: float | None = None
+
+    @property
+    def key(self) -> str:
+        """The hash of :attr:`config`."""
+        return config_hash(self.config)
+
+
+def write_pool(pool_dir: Path, sources: list[dict[str, Any]], *, root: Path, model_dir: str | None, spec: PoolSpec,
+               record: dict[str, Any] | None = None) -> Path:
     """Write the pooled run directory of ``sources`` (in their order) into ``pool_dir``.
 
     Args:
@@ -81,12 +107,9 @@ def write_pool(pool_dir: Path, sources: list[dict[str, Any]], *, root: Path, mod
         sources: one ``{"key", "run_dir" (relative to ``root``), "score", "params"}`` per run.
         root: the folder the sources' ``run_dir`` are relative to.
         model_dir: the model directory every source attacked.
-        config, key: what was pooled and its hash (``run.json`` ``config`` / ``config_hash``).
-        criterion, mode: the attacker-side criterion and its direction (``min``/``max``).
+        spec: what was pooled (``run.json`` ``config`` and ``config_hash``), the attacker-side
+            criterion and its direction, and the near-duplicate merge (:class:`PoolSpec`).
         record: further ``run.json`` fields.
-        merge: drop a candidate whose cosine to a kept candidate of an earlier source (or an earlier
-            one of the same source) exceeds this (:func:`datarecon.attacks.selection.merge_duplicates`);
-            None: keep all.
 
     Returns:
         ``pool_dir``: ``candidates.safetensors`` with ``x``, ``labels``, ``multipliers``, the
@@ -106,22 +129,22 @@ def write_pool(pool_dir: Path, sources: list[dict[str, Any]], *, root: Path, mod
               or k.startswith("score_")}
     pooled["source"] = torch.cat([torch.full((p["x"].shape[0],), i, dtype=torch.int64) for i, p in enumerate(parts)])
     merged = 0
-    if merge is not None:
+    if spec.merge is not None:
         from datarecon.attacks.selection import merge_duplicates
 
-        keep = merge_duplicates(pooled["x"], threshold=merge)
+        keep = merge_duplicates(pooled["x"], threshold=spec.merge)
         merged = int((~keep).sum())
         pooled = {k: v[keep] for k, v in pooled.items()}
         offset = int(keep.sum())
     save_tensors(pool_dir / CANDIDATES, pooled)
     scores = [s["score"] for s in sources if s["score"] is not None]
-    best = (min(scores) if mode == "min" else max(scores)) if scores else None
+    best = (min(scores) if spec.mode == "min" else max(scores)) if scores else None
     atomic_write_json(pool_dir / RUN_JSON, {
-        "model_dir": model_dir, "method": "pool", "config": config, "config_hash": key, "seed": None,
+        "model_dir": model_dir, "method": "pool", "config": spec.config, "config_hash": spec.key, "seed": None,
         "versions": versions(), "status": Status.COMPLETE, "steps_done": 0, "wall_time_s": 0.0, "m": offset,
-        "final": {}, "selection": {criterion: {"value": best, "better": "lower" if mode == "min" else "higher",
-                                               "doc": f"best source run's {criterion}"}},
+        "final": {}, "selection": {spec.criterion: {"value": best, "better": "lower" if spec.mode == "min" else "higher",
+                                               "doc": f"best source run's {spec.criterion}"}},
         "extra": {"sources": sources, "created": time.time(),
-                  **({"merged_duplicates": merged} if merge is not None else {})}, **dict(record or {}),
+                  **({"merged_duplicates": merged} if spec.merge is not None else {})}, **dict(record or {}),
     })
     return pool_dir

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -21,6 +21,9 @@ from datarecon.config import build_config, merge, read_config_mapping
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
 from datarecon.utils.io import atomic_write_json, config_hash, versions
+
+if TYPE_CHECKING:
+    from datarecon.experiments.reproduce.pieces import Context
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 #: The scale ladder, smallest first. ``paper`` is each config's defaults (its preset file only
@@ -100,24 +103,47 @@ def plan_reproduction(name: str, *, out: str | Path, scale: str = "smoke", data_
     return dry_run(entry.plan(cfg), Context(out=Path(out), data_dir=data_dir, device=device))
 
 
-def reproduce(name: str, *, out: str | Path, scale: str = "smoke", data_dir: str | Path | None = None,
-              device: str = "cpu", resume: bool = False, overwrite: bool = False,
-              overrides: dict[str, Any] | None = None, log: Callable[[str], None] = print,
-              progress: bool = False) -> Path:
+@dataclass(frozen=True)
+class Runtime:
+    """Where and how the pieces of a reproduction (or an audit) compute: a
+    :class:`~.pieces.Context` without its output folder.
+
+    Attributes:
+        data_dir: data folder (None: ``$DATARECON_DATA`` / cache).
+        device: torch device name, ``cpu`` or ``cuda[:N]``.
+        resume: inside an unfinished piece, continue a training or an attack from its checkpoint
+            (and reuse an output folder of the same configuration).
+        progress: progress inside long pieces (training epochs, attack steps) on stderr: a bar on a
+            terminal, plain rate-limited lines with rate and ETA otherwise.
+    """
+
+    data_dir: str | Path | None = None
+    device: str = "cpu"
+    resume: bool = False
+    progress: bool = False
+
+    def context(self, out: Path) -> Context:
+        """The :class:`~.pieces.Context` of the pieces writing into ``out``."""
+        from datarecon.experiments.reproduce.pieces import Context
+
+        return Context(out=out, data_dir=self.data_dir, device=self.device, resume=self.resume,
+                       progress=self.progress)
+
+
+def reproduce(name: str, *, out: str | Path, scale: str = "smoke", runtime: Runtime = Runtime(),
+              overwrite: bool = False, overrides: dict[str, Any] | None = None,
+              log: Callable[[str], None] = print) -> Path:
     """Run reproduction ``name`` into ``out`` and write ``out/report.html``.
 
     Args:
         name: a key of :data:`REPRODUCTIONS` (``runkel2024``, ``haim2022``).
         out: output folder; rerunning into the same folder skips finished pieces.
         scale: ``smoke`` (CI, minutes on 2 CPU cores), ``small`` (CPU, < 1 h), ``paper`` (GPU).
-        data_dir: data folder (default ``$DATARECON_DATA`` / cache).
-        device: ``cpu`` or ``cuda[:N]``.
-        resume: inside an unfinished piece, continue an attack from its checkpoint.
+        runtime: the data folder, the device (``cpu`` or ``cuda[:N]``), whether an unfinished piece
+            continues an attack from its checkpoint, and progress inside long pieces (:class:`Runtime`).
         overwrite: replace an output folder holding another reproduction/configuration.
         overrides: config fields over the preset (nested mapping).
         log: progress sink (one line per piece).
-        progress: progress inside long pieces (training epochs, attack steps) on stderr: a bar on a
-            terminal, plain rate-limited lines with rate and ETA otherwise.
 
     Returns:
         Path of ``report.html``.
@@ -129,24 +155,24 @@ def reproduce(name: str, *, out: str | Path, scale: str = "smoke", data_dir: str
     chash = config_hash(cfg.model_dump(mode="json"))
     out = Path(out)
     pieces = entry.plan(cfg)
-    with claim_reproduction(out, name=name, config_hash_=chash, overwrite=overwrite, resume=resume) as claim:
+    with claim_reproduction(out, name=name, config_hash_=chash, overwrite=overwrite,
+                            resume=runtime.resume) as claim:
         claim.prepare()
-        return _reproduce(entry, cfg, pieces, name=name, out=out, scale=scale, chash=chash, data_dir=data_dir,
-                          device=device, resume=resume, log=log, progress=progress)
+        return _reproduce(entry, cfg, pieces, name=name, ctx=runtime.context(out), scale=scale, chash=chash,
+                          log=log)
 
 
-def _reproduce(entry: Reproduction, cfg: BaseModel, pieces: list, *, name: str, out: Path, scale: str, chash: str,
-               data_dir: str | Path | None, device: str, resume: bool, log: Callable[[str], None],
-               progress: bool) -> Path:
-    """The body of :func:`reproduce` once ``out`` is claimed and prepared."""
-    from datarecon.experiments.reproduce.pieces import Context, entries, execute
+def _reproduce(entry: Reproduction, cfg: BaseModel, pieces: list, *, name: str, ctx: Context, scale: str, chash: str,
+               log: Callable[[str], None]) -> Path:
+    """The body of :func:`reproduce` once ``ctx.out`` is claimed and prepared."""
+    from datarecon.experiments.reproduce.pieces import entries, execute
     from datarecon.kernel.files import REPORT_HTML, REPRODUCTION_JSON, TIMINGS_JSON
     from datarecon.report.html import write_report
 
+    out = ctx.out
     atomic_write_json(out / REPRODUCTION_JSON, {"name": name, "scale": scale, "config_hash": chash,
                                        "config": cfg.model_dump(mode="json"), "versions": versions(),
                                        "entries": entries(pieces)})
-    ctx = Context(out=out, data_dir=data_dir, device=device, resume=resume, progress=progress)
     log(f"{name} ({scale}): {len(pieces)} pieces -> {out}")
     t0 = time.perf_counter()
     records = execute(pieces, ctx, log=log)
@@ -165,5 +191,5 @@ def _reproduce(entry: Reproduction, cfg: BaseModel, pieces: list, *, name: str, 
 
 _register()
 
-__all__ = ["PRESETS_DIR", "REPRODUCTIONS", "SCALES", "Reproduction", "available_scales", "load_config",
+__all__ = ["PRESETS_DIR", "REPRODUCTIONS", "SCALES", "Reproduction", "Runtime", "available_scales", "load_config",
            "plan_reproduction", "preset_path", "reproduce"]

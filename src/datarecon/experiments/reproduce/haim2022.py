@@ -170,8 +170,9 @@ def plan(cfg: HaimConfig) -> list[Piece]:
             init = {"name": "gaussian", "scale": r.init_scale}
             if cfg.run_grouping == "separate":
                 key = f"runs/{name}/run{j}"
-                pieces.append(attack_piece(key, model_key=mkey, method="kkt", attack_config=acfg,
-                                           init=init, candidates_factor=cfg.candidates_factor, seed=r.seed,
+                pieces.append(attack_piece(key, model_key=mkey, method="kkt",
+                                           attack=BatchRun(config=acfg, init=init, seed=r.seed),
+                                           candidates_factor=cfg.candidates_factor,
                                            estimate=cost.estimate_kkt(t.arch, m=cfg.candidates_factor * n,
                                                                       steps=acfg.steps, dtype=acfg.dtype,
                                                                       input_shape=shape)))

@@ -181,7 +181,7 @@ def plan(cfg: RunkelConfig) -> list[Piece]:
             run = f"runs/bilevel/{model}/{name}"
             acfg = _bilevel_cfg(cfg, model)
             pieces.append(attack_piece(run, model_key=f"models/{model}", method="bilevel",
-                                       attack_config=acfg, init=init, seed=cfg.seed,
+                                       attack=BatchRun(config=acfg, init=init, seed=cfg.seed),
                                        estimate=_bilevel_estimate(cfg, model, acfg, n)))
             pieces.append(evaluate_piece(f"eval/bilevel/{model}/{name}", model_key=f"models/{model}",
                                          run_key=run, settings=ev))
@@ -193,8 +193,8 @@ def plan(cfg: RunkelConfig) -> list[Piece]:
     for name, init in deco_inits.items():
         run = f"runs/decoreco/{name}"
         pieces.append(attack_piece(run, model_key="models/decoreco-mlp", method="decoreco",
-                                   attack_config=d.attack, init=init, candidates_factor=d.candidates_factor,
-                                   seed=cfg.seed, estimate=_kkt_estimate(cfg, d.attack, n)))
+                                   attack=BatchRun(config=d.attack, init=init, seed=cfg.seed),
+                                   candidates_factor=d.candidates_factor, estimate=_kkt_estimate(cfg, d.attack, n)))
         pieces.append(evaluate_piece(f"eval/decoreco/{name}", model_key="models/decoreco-mlp", run_key=run,
                                      settings=ev))
     # Figures 10-12: landscape
@@ -225,9 +225,10 @@ def plan(cfg: RunkelConfig) -> list[Piece]:
             run = f"{batch_key}/{_mix_key(l1, l2)}"
             if grouping[method] == "separate":
                 init = {"name": "mix", "l1": l1, "l2": l2, "noise": "uniform"}
-                pieces.append(attack_piece(run, model_key=mkey, method=method, attack_config=acfg,
-                                           init=init, candidates_factor=factor, seed=cfg.seed,
-                                           record={"lambda1": l1, "lambda2": l2}, estimate=est))
+                pieces.append(attack_piece(run, model_key=mkey, method=method,
+                                           attack=BatchRun(config=acfg, init=init, seed=cfg.seed,
+                                                           record={"lambda1": l1, "lambda2": l2}),
+                                           candidates_factor=factor, estimate=est))
                 ref: tuple[str, str | None] = (run, None)
             else:
                 ref = (batch_key, _mix_key(l1, l2))

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from datarecon.errors import DataReconError
-from datarecon.experiments.backends import Outcome, Task, make_backend
+from datarecon.experiments.backends import Backend, Outcome, Task, make_backend
+from datarecon.experiments.execution import Execution
 from datarecon.experiments.pool import criterion_mode, score_of
 from datarecon.experiments.runs import validate_spec
 from datarecon.experiments.store import FINISHED, TASK_FILE, Store, row_from_dir
@@ -158,26 +159,28 @@ def is_finished(run_dir: Path) -> bool:
         return False
 
 
-def run_sweep(config: SweepConfig, out: str | Path, *, backend: str = "local", workers: int | None = None,
-              ray_address: str | None = None, progress: bool = True, checkpoint_every: int = 100,
-              backend_options: dict[str, Any] | None = None, threads: int | None = None) -> SweepResult:
+def run_sweep(config: SweepConfig, out: str | Path, *, execution: Execution = Execution(), progress: bool = True,
+              checkpoint_every: int = 100) -> SweepResult:
     """Run (or resume) a sweep into the store ``out``.
 
     Args:
         config: the sweep.
         out: store directory (created); several sweeps may share one store, one at a time: a sweep
             holds the store's lock (:mod:`datarecon.utils.lock`), and a second one is refused naming it.
-        backend: a ``BACKENDS`` name (``local``, ``ray``).
-        workers: tasks in flight (local: processes, default 1 = in the driver process; ray: default
-            the cluster's CPU count).
-        ray_address: Ray cluster address (``auto``, ``HOST:PORT``); None = embedded instance.
+        execution: where the runs execute (:class:`~datarecon.experiments.execution.Execution`): the
+            backend (``local``, ``ray``); workers = runs in flight (local: processes, default 1 = in the
+            driver process; ray: default the cluster's CPU count); the Ray cluster address (None =
+            embedded instance); extra backend options (e.g. ``{"num_cpus": 2}`` for embedded Ray); torch
+            threads per run in worker processes (default: ``resources.num_cpus``).
         progress: show a bar over runs with the best-so-far selection score.
         checkpoint_every: steps between run checkpoints (bounds the work lost by a crash).
-        backend_options: extra options of the backend (e.g. ``{"num_cpus": 2}`` for embedded Ray).
-        threads: torch threads per run in worker processes (default: ``resources.num_cpus``).
 
     Returns:
         A :class:`SweepResult`; failed runs are counted there and recorded in the store, not raised.
+
+    Raises:
+        DataReconError: a bad sweep or model (nothing written), an unusable ``out``, or a Ray address
+            without the ``ray`` backend.
     """
     from datarecon.kernel.outdir import claim_out_dir
 
@@ -186,14 +189,123 @@ def run_sweep(config: SweepConfig, out: str | Path, *, backend: str = "local", w
     with claim_out_dir(out, kind="store", resume=True) as claim:
         sweep_id, runs = plan(config, out)  # a bad sweep file or model: nothing written
         claim.prepare()
-        return _run_sweep(config, out, sweep_id=sweep_id, runs=runs, backend=backend, workers=workers,
-                          ray_address=ray_address, progress=progress, checkpoint_every=checkpoint_every,
-                          backend_options=backend_options, threads=threads)
+        return _run_sweep(config, out, sweep_id=sweep_id, runs=runs, execution=execution, progress=progress,
+                          checkpoint_every=checkpoint_every)
 
 
-def _run_sweep(config: SweepConfig, out: Path, *, sweep_id: str, runs: list[PlannedRun], backend: str,
-               workers: int | None, ray_address: str | None, progress: bool, checkpoint_every: int,
-               backend_options: dict[str, Any] | None, threads: int | None) -> SweepResult:
+@dataclass
+class _Driver:
+    """The driver's state during one sweep invocation: it alone writes the index and the task records.
+
+    Attributes:
+        config: the sweep.
+        out: the store directory.
+        sweep_id: the sweep's id (:func:`plan`).
+        store: the store's index.
+        result: the summary being filled in.
+        mode: ``min`` | ``max``, the direction of the selection criterion ``result.criterion``.
+        execution: where the runs execute (its ``threads`` go into each task).
+        checkpoint_every: steps between run checkpoints.
+        attempts: run key → the attempt index to submit next (unfinished runs).
+        faults: test-only fault injection per run index (:func:`_faults`).
+    """
+
+    config: SweepConfig
+    out: Path
+    sweep_id: str
+    store: Store
+    result: SweepResult
+    mode: str
+    execution: Execution
+    checkpoint_every: int
+    attempts: dict[str, int] = field(default_factory=dict)
+    faults: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    def better(self, a: float, b: float | None) -> bool:
+        return b is None or (a < b if self.mode == "min" else a > b)
+
+    def note_best(self, key: str, res: dict[str, Any] | None) -> None:
+        s = score_of(res, self.result.criterion)
+        if s is not None and self.better(s, self.result.best_score):
+            self.result.best_score, self.result.best_key = s, key
+
+    def record(self, r: PlannedRun, *, status: str, attempt: int, error: str | None = None) -> None:
+        """Write the run's ``task.json``."""
+        # attempts = attempts started so far (this one included); cumulative over driver restarts
+        atomic_write_json(r.run_dir / TASK_FILE, {
+            "key": r.key, "sweep_id": self.sweep_id, "status": status, "attempts": attempt + 1, "error": error,
+            "spec": r.spec.model_dump(mode="json"), "updated": time.time()})
+
+    def skip_finished(self, runs: list[PlannedRun]) -> deque[PlannedRun]:
+        """Count and index the runs finished before this invocation; the others, with their next attempt."""
+        todo: deque[PlannedRun] = deque()
+        finished_rows = []
+        for r in runs:
+            task = read_task(r.run_dir)
+            if is_finished(r.run_dir):
+                self.result.skipped += 1
+                if task is not None and task.get("status") == Status.RUNNING:  # finished, never booked
+                    atomic_write_json(r.run_dir / TASK_FILE, {**task, "status": "done"})
+                row = row_from_dir(r.run_dir, root=self.out)
+                if row is not None:
+                    finished_rows.append(row)
+                    self.note_best(r.key, row)
+            else:
+                self.attempts[r.key] = next_attempt(task)
+                todo.append(r)
+        self.store.upsert_runs(finished_rows)
+        return todo
+
+    def submit(self, be: Backend, r: PlannedRun, attempt: int) -> None:
+        """Record attempt ``attempt`` of run ``r`` as running and hand it to the backend."""
+        config = self.config
+        payload = {"key": r.key, "spec": r.spec.model_dump(mode="json"), "run_dir": str(r.run_dir),
+                   "attempt": attempt, "claim_file": str(r.run_dir / CLAIM_FILE),
+                   "num_threads": None if getattr(be, "in_process", False) else (
+                       self.execution.threads or max(1, int(config.resources.num_cpus))),
+                   "checkpoint_every": self.checkpoint_every}
+        if r.spec.index in self.faults:
+            payload["fault"] = self.faults[r.spec.index]
+        r.run_dir.mkdir(parents=True, exist_ok=True)
+        self.record(r, status=Status.RUNNING, attempt=attempt)
+        be.submit(Task(key=r.key, payload=payload, attempt=attempt, num_cpus=config.resources.num_cpus,
+                       num_gpus=config.resources.num_gpus))
+
+    def handle(self, be: Backend, oc: Outcome, r: PlannedRun) -> None:
+        """Book an outcome: index a finished run, resubmit a crashed one, or record it as failed."""
+        attempt = oc.task.attempt
+        if oc.ok:
+            self.record(r, status="done", attempt=attempt)
+            self.result.completed += 1
+            self.note_best(r.key, oc.result)
+        elif not oc.charged:
+            self.submit(be, r, attempt)  # collateral interruption: same attempt again
+            return
+        elif oc.retryable and attempt < self.config.max_retries:
+            self.attempts[r.key] = attempt + 1
+            self.result.retries += 1
+            self.submit(be, r, attempt + 1)
+            return
+        else:
+            self.record(r, status="failed", attempt=attempt, error=oc.error)
+            self.result.failed += 1
+            self.result.failures[r.key] = oc.error or "failed"
+        row = row_from_dir(r.run_dir, root=self.out)
+        if row is not None:
+            self.store.upsert_runs([row])
+
+
+def _advance(bar: ProgressBar, state: LoopState, result: SweepResult) -> None:
+    """One more run booked: a step of the progress bar with the failures and the best score so far."""
+    state.step += 1
+    state.metrics = {"failed": float(result.failed)}
+    if result.best_score is not None:
+        state.metrics[f"best {result.criterion}"] = float(result.best_score)
+    bar.after_step(state)
+
+
+def _run_sweep(config: SweepConfig, out: Path, *, sweep_id: str, runs: list[PlannedRun], execution: Execution,
+               progress: bool, checkpoint_every: int) -> SweepResult:
     """The body of :func:`run_sweep` once the store is claimed (locked) and prepared."""
     t0 = time.perf_counter()
     store = Store(out)
@@ -201,109 +313,27 @@ def _run_sweep(config: SweepConfig, out: Path, *, sweep_id: str, runs: list[Plan
     mode = criterion_mode(criterion, config.selection.mode)
     store.add_sweep(sweep_id, name=config.name, config=config.model_dump(mode="json"), keys=[r.key for r in runs])
     result = SweepResult(sweep_id=sweep_id, out=out, total=len(runs), criterion=criterion)
-
-    def better(a: float, b: float | None) -> bool:
-        return b is None or (a < b if mode == "min" else a > b)
-
-    def note_best(key: str, res: dict[str, Any] | None) -> None:
-        s = score_of(res, criterion)
-        if s is not None and better(s, result.best_score):
-            result.best_score, result.best_key = s, key
-
-    todo: deque[PlannedRun] = deque()
-    finished_rows = []
-    attempts: dict[str, int] = {}
-    for r in runs:
-        task = read_task(r.run_dir)
-        if is_finished(r.run_dir):
-            result.skipped += 1
-            if task is not None and task.get("status") == Status.RUNNING:  # finished, never booked
-                atomic_write_json(r.run_dir / TASK_FILE, {**task, "status": "done"})
-            row = row_from_dir(r.run_dir, root=out)
-            if row is not None:
-                finished_rows.append(row)
-                note_best(r.key, row)
-        else:
-            attempts[r.key] = next_attempt(task)
-            todo.append(r)
-    store.upsert_runs(finished_rows)
-
-    faults = _faults()
-    opts = dict(backend_options or {})
-    if backend == "ray":
-        opts.setdefault("address", ray_address)
-    elif ray_address:
-        raise DataReconError("--ray-address needs --backend ray")
+    driver = _Driver(config=config, out=out, sweep_id=sweep_id, store=store, result=result, mode=mode,
+                     execution=execution, checkpoint_every=checkpoint_every)
+    todo = driver.skip_finished(runs)
+    driver.faults = _faults()
+    opts = execution.backend_options()
     by_key = {r.key: r for r in runs}
-
-    def record(r: PlannedRun, *, status: str, attempt: int, error: str | None = None) -> None:
-        # attempts = attempts started so far (this one included); cumulative over driver restarts
-        atomic_write_json(r.run_dir / TASK_FILE, {
-            "key": r.key, "sweep_id": sweep_id, "status": status, "attempts": attempt + 1, "error": error,
-            "spec": r.spec.model_dump(mode="json"), "updated": time.time()})
 
     # the one progress mechanism of every loop (a bar on a terminal, plain lines in a log), one step per run
     bar = ProgressBar(keys=(f"best {criterion}", "failed"), desc="sweep", unit="run", mode=progress)
     state = LoopState(step=result.skipped, total=len(runs))
     bar.before_run(state)
-
-    def advance() -> None:
-        state.step += 1
-        state.metrics = {"failed": float(result.failed)}
-        if result.best_score is not None:
-            state.metrics[f"best {criterion}"] = float(result.best_score)
-        bar.after_step(state)
-
-    with make_backend(backend, execute_task, workers=workers, **opts) as be:
+    with make_backend(execution.backend, execute_task, workers=execution.workers, **opts) as be:
         result.backend = be.describe()
-
-        def submit(r: PlannedRun, attempt: int) -> None:
-            payload = {"key": r.key, "spec": r.spec.model_dump(mode="json"), "run_dir": str(r.run_dir),
-                       "attempt": attempt, "claim_file": str(r.run_dir / CLAIM_FILE),
-                       "num_threads": None if getattr(be, "in_process", False) else (
-                           threads or max(1, int(config.resources.num_cpus))),
-                       "checkpoint_every": checkpoint_every}
-            if r.spec.index in faults:
-                payload["fault"] = faults[r.spec.index]
-            r.run_dir.mkdir(parents=True, exist_ok=True)
-            record(r, status=Status.RUNNING, attempt=attempt)
-            be.submit(Task(key=r.key, payload=payload, attempt=attempt, num_cpus=config.resources.num_cpus,
-                           num_gpus=config.resources.num_gpus))
-
         while todo or be.in_flight:
             while todo and be.in_flight < be.capacity:
                 r = todo.popleft()
-                submit(r, attempts.get(r.key, 0))
+                driver.submit(be, r, driver.attempts.get(r.key, 0))
             for oc in be.wait():
-                _handle(oc, by_key[oc.task.key], config=config, attempts=attempts, submit=submit, record=record,
-                        result=result, store=store, note_best=note_best, out=out)
+                driver.handle(be, oc, by_key[oc.task.key])
                 if oc.ok or result.failures.get(oc.task.key):
-                    advance()
+                    _advance(bar, state, result)
     bar.after_run(state)
     result.wall_time_s = time.perf_counter() - t0
     return result
-
-
-def _handle(oc: Outcome, r: PlannedRun, *, config: SweepConfig, attempts: dict[str, int], submit, record,
-            result: SweepResult, store: Store, note_best, out: Path) -> None:
-    """Book an outcome: index a finished run, resubmit a crashed one, or record it as failed."""
-    attempt = oc.task.attempt
-    if oc.ok:
-        record(r, status="done", attempt=attempt)
-        result.completed += 1
-        note_best(r.key, oc.result)
-    elif not oc.charged:
-        submit(r, attempt)  # collateral interruption: same attempt again
-        return
-    elif oc.retryable and attempt < config.max_retries:
-        attempts[r.key] = attempt + 1
-        result.retries += 1
-        submit(r, attempt + 1)
-        return
-    else:
-        record(r, status="failed", attempt=attempt, error=oc.error)
-        result.failed += 1
-        result.failures[r.key] = oc.error or "failed"
-    row = row_from_dir(r.run_dir, root=out)
-    if row is not None:
-        store.upsert_runs([row])

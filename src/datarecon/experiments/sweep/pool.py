@@ -14,9 +14,8 @@ from typing import Any
 
 from datarecon.errors import DataReconError
 from datarecon.experiments.store import Store
-from datarecon.experiments.pool import same_pool, criterion_mode, score_of, write_pool
+from datarecon.experiments.pool import PoolSpec, same_pool, criterion_mode, score_of, write_pool
 from datarecon.kernel.status import EVALUABLE
-from datarecon.utils.io import config_hash
 
 
 
@@ -86,7 +85,8 @@ def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relati
               "sources": [s["key"] for s in sources]}
     if merge is not None:
         config["merge"] = merge
-    key = config_hash(config)
+    spec = PoolSpec(config=config, criterion=criterion, mode=direction, merge=merge)
+    key = spec.key
     pool_dir = Path(out) if out is not None else store.pool_dir(key)
     from datarecon.kernel.outdir import claim_out_dir
 
@@ -94,8 +94,7 @@ def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relati
     with claim_out_dir(pool_dir, kind="run", resume=default or same_pool(pool_dir, key),
                        overwrite=overwrite and not default) as claim:
         claim.prepare()
-        write_pool(pool_dir, sources, root=store.root, model_dir=next(iter(models)), config=config, key=key,
-                   criterion=criterion, mode=direction, merge=merge)
+        write_pool(pool_dir, sources, root=store.root, model_dir=next(iter(models)), spec=spec)
     if pool_dir.parent == store.root / "pools":
         from datarecon.experiments.store import row_from_dir
 
