@@ -36,7 +36,7 @@ from _common import base_parser, results_path, write_results
 
 from datarecon.attacks.bilevel import BilevelAttack, BilevelConfig, lbfgs_minimize, make_energy
 from datarecon.attacks.bilevel.diagnostics import descent_rate, unit_descent_direction
-from datarecon.attacks.bilevel.hypergrad import hypergradient
+from datarecon.attacks.bilevel.hypergrad import HypergradientSettings, hypergradient
 from datarecon.attacks.bilevel.linear_solve import SolveOptions
 from datarecon.attacks.bilevel.problem import INNER_ACTIVATIONS, value_and_grad
 
@@ -67,7 +67,7 @@ def train(out: Path, *, width: int, n_per_class: int, epochs: int, data_dir) -> 
 
 
 def measure(args) -> dict:
-    from datarecon.experiments.reconstruct import prepare_attack
+    from datarecon.experiments.reconstruct import build_run, prepare
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -76,7 +76,7 @@ def measure(args) -> dict:
         train_s = time.perf_counter() - t0
         points = []
         for init in args.inits.split(","):
-            setup = prepare_attack(mdir, init=init, seed=args.seed, data_dir=args.data_dir)
+            setup = prepare(build_run({"model": str(mdir), "init": {"name": init}, "seed": args.seed}), data_dir=args.data_dir)
             points.append((init, setup))
         rows = []
         for init, setup in points:
@@ -125,8 +125,9 @@ def score_point(args, init, step, target, pr, state) -> dict:
                                  weight_decay=true_fun.weight_decay)
             th = lbfgs_minimize(value_and_grad(energy, x), theta, tol=1e-10, max_iter=args.inner_iters,
                                 history=10).theta
-        hg = hypergradient(energy, x, th, theta_star, strategy=strategy, curvature=curvature, pairs=pairs,
-                           options=SolveOptions(tol=1e-6, max_iter=args.cg_iters, damping=mu))
+        hg = hypergradient(energy, x, th, theta_star, pairs=pairs,
+                           settings=HypergradientSettings(strategy=strategy, curvature=curvature, options=SolveOptions(
+                               tol=1e-6, max_iter=args.cg_iters, damping=mu)))
         d = unit_descent_direction(hg.grad_x)
         r = descent_rate(resolve, upper, x, theta, d, steps=steps)
         out["treatments"][name] = {"rates": list(r.rates), "solve_residual": hg.solve.residual,

@@ -54,11 +54,12 @@ def train(out: Path, *, arch: str, width: int, n_per_class: int, epochs: int, da
 
 
 def bench_target(arch: str, args, tmp: Path) -> dict:
-    from datarecon.experiments.reconstruct import prepare_attack
+    from datarecon.experiments.reconstruct import build_run, prepare
 
     mdir = train(tmp / arch, arch=arch, width=args.width, n_per_class=args.n // 2, epochs=args.train_epochs,
                  data_dir=args.data_dir)
-    setup = prepare_attack(mdir, init="uniform", candidates=args.n, seed=args.seed, data_dir=args.data_dir)
+    setup = prepare(build_run({"model": str(mdir), "init": {"name": "uniform"}, "candidates": args.n, "seed": args.seed}),
+                    data_dir=args.data_dir)
     target, prior = setup.target, setup.prior
     walker = BilevelAttack(BilevelConfig(inner_max_iter=args.inner_iters, inner_max_iter_first=args.inner_first))
     state = walker.init_state(target, prior, x0=setup.x0, generator=torch.Generator().manual_seed(args.seed))

@@ -31,10 +31,14 @@ import math
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from _common import results_path, write_results
+
+from datarecon.attacks.base import AttackSetup
+from datarecon.attacks.loop import ATTACK_LOOP
 
 RECIPES = ("constant", "loss-normalised", "uncapped", "ascent", "ascent-unit")
 #: the reference's two best CIFAR runs (x0 scale, lr_x, λ_min, α), as in the haim2022 preset
@@ -61,15 +65,16 @@ def attack_and_count(model_dir: Path, *, unit_norm: bool, steps: int, runs: int,
     from datarecon.attacks.kkt import KKTAttack, KKTConfig
     from datarecon.attacks.runner import run_attack
     from datarecon.evaluation.protocol import haim_protocol
-    from datarecon.experiments.reconstruct import prepare_attack
+    from datarecon.experiments.reconstruct import build_run, prepare
     from datarecon.experiments.reproduce.common import load_model_and_task
 
     _, task, norm = load_model_and_task(model_dir, data_dir=data_dir)
     n = len(task.train)
     cands, per_run = [], []
     for j, (s, lr_x, lam_min, alpha) in enumerate(RUNS[:runs]):
-        setup = prepare_attack(model_dir, init="gaussian", init_params={"scale": s}, candidates=2 * n, seed=j,
-                               dtype=torch.float32, device="cpu", data_dir=data_dir)
+        run = build_run({"model": str(model_dir), "attack": {"method": "kkt", "dtype": "float32"},
+                         "init": {"name": "gaussian", "scale": s}, "candidates": 2 * n, "seed": j, "device": "cpu"})
+        setup = prepare(run, data_dir=data_dir)
         target = setup.target
         if unit_norm:
             r = math.sqrt(sum(float((p.double() ** 2).sum()) for p in target.params.values()))
@@ -77,7 +82,8 @@ def attack_and_count(model_dir: Path, *, unit_norm: bool, steps: int, runs: int,
                 target.params[k] = target.params[k] / r
         cfg = KKTConfig(steps=steps, lr_x=lr_x, lambda_min=lam_min, alpha=alpha, lr_lambda=1e-4, dtype="float32")
         t0 = time.perf_counter()
-        rec = run_attack(KKTAttack(cfg), target, setup.prior, x0=setup.x0, generator=setup.generator, progress=False)
+        rec = run_attack(KKTAttack(cfg), AttackSetup(target, setup.prior, setup.x0, setup.generator),
+                         loop=replace(ATTACK_LOOP, progress=False))
         hist = rec.history
         per_run.append({"run": j, "status": rec.status, "wall_s": time.perf_counter() - t0,
                         "rel_residual": [(h.get("step"), h.get("rel_residual")) for h in hist[:: max(1, len(hist) // 8)]]

@@ -70,7 +70,7 @@ SEARCH_SPACE = {
 
 def run_variant(args: argparse.Namespace) -> dict[str, Any]:
     from datarecon.evaluation import evaluate_run
-    from datarecon.experiments.reconstruct import build_run, execute
+    from datarecon.experiments.reconstruct import RunOptions, build_run, execute
     from datarecon.models.checkpoint import read_model_meta
 
     spec = VARIANTS[args.variant]
@@ -91,7 +91,7 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
         return run_search(args, spec, fields, out, n)
     run = build_run(fields)
     t0 = time.perf_counter()
-    rec = execute(run, out, overwrite=True, progress=False)
+    rec = execute(run, out, RunOptions(overwrite=True, progress=False))
     attack_s = time.perf_counter() - t0
     metrics = evaluate_run(out, progress=False)
     rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
@@ -121,6 +121,7 @@ def run_search(args: argparse.Namespace, spec: dict[str, Any], fields: dict[str,
     import shutil
 
     from datarecon.evaluation import evaluate_run
+    from datarecon.experiments.execution import Execution
     from datarecon.experiments.sweep import SweepConfig, pool_candidates, run_sweep
 
     search = spec["search"]
@@ -132,7 +133,7 @@ def run_search(args: argparse.Namespace, spec: dict[str, Any], fields: dict[str,
     if out.exists():
         shutil.rmtree(out)
     t0 = time.perf_counter()
-    result = run_sweep(config, out / "store", workers=1, progress=False, checkpoint_every=500)
+    result = run_sweep(config, out / "store", execution=Execution(workers=1), progress=False, checkpoint_every=500)
     attack_s = time.perf_counter() - t0
     pool = pool_candidates(out / "store", top=search["top"], merge=search["merge"], out=out / "pool")
     pooled = json.loads((pool / "run.json").read_text())

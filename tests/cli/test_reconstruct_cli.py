@@ -15,19 +15,23 @@ from datarecon.utils.io import load_tensors
 def model_dir(tmp_path_factory):
     """A digits odd/even bias-free MLP trained briefly and saved as a model directory."""
     from datarecon.data import DataSpec, load_task
-    from datarecon.models.checkpoint import save_model_dir
+    from datarecon.models.checkpoint import ModelDescription, TrainingRecord, save_model_dir
     from datarecon.models.spec import ArchSpec, build_model
     from datarecon.training import fit
+    from datarecon.training.fit import FitRecipe
 
     spec = DataSpec(dataset="digits", task="odd-even", n_per_class=5, n_partition_per_class=5, n_heldout_per_class=0)
     task = load_task(spec)
     arch = ArchSpec(name="mlp", input_shape=(1, 8, 8), hidden=(32,), bias=False, init_scale=1e-3)
     model = build_model(arch, generator=torch.Generator().manual_seed(0))
-    fit(model, task.normalisation.to_model(task.train.x), task.train.y, loss="logistic", lr=0.5, epochs=300)
+    fit(model, task.normalisation.to_model(task.train.x), task.train.y,
+        recipe=FitRecipe(loss="logistic", lr=0.5, epochs=300))
     out = tmp_path_factory.mktemp("model")
-    save_model_dir(out, model=model, arch=arch, loss="logistic", weight_decay=0.0, data=spec.model_dump(mode="json"),
-                   normalisation=spec.normalisation, input_mean=task.normalisation.mean,
-                   indices={"train": task.train.indices, "partition": task.partition.indices}, training={}, seed=0)
+    save_model_dir(out, model=model, description=ModelDescription(
+        arch=arch, loss="logistic", weight_decay=0.0, data=spec.model_dump(mode="json"),
+        normalisation=spec.normalisation, training={}, seed=0,
+    ), record=TrainingRecord(input_mean=task.normalisation.mean,
+                             indices={"train": task.train.indices, "partition": task.partition.indices}))
     return out
 
 

@@ -14,6 +14,7 @@ from datarecon.experiments.reconstruct import (
     ATTACK_SPECS,
     INIT_SPECS,
     ReconstructionRun,
+    RunOptions,
     build_run,
     execute,
     load_run,
@@ -75,9 +76,10 @@ def test_bad_run_fields_give_one_line_errors(fields, message):
 def test_execute_equals_the_keyword_api_bit_for_bit(model_dir, tmp_path):
     run = build_run({"model": str(model_dir), "attack": {"method": "kkt", "steps": 4, "lr_x": 0.01},
                      "init": {"name": "gaussian", "scale": 0.05}, "candidates": 6, "seed": 3})
-    a = execute(run, tmp_path / "a", progress=False)
-    b = reconstruct(model_dir, out=tmp_path / "b", method="kkt", config={"lr_x": 0.01}, steps=4,
-                    init_params={"scale": 0.05}, candidates=6, seed=3, progress=False)
+    a = execute(run, tmp_path / "a", RunOptions(progress=False))
+    b = reconstruct(model_dir, {"attack": {"method": "kkt", "steps": 4, "lr_x": 0.01},
+                                "init": {"name": "gaussian", "scale": 0.05}, "candidates": 6, "seed": 3},
+                    tmp_path / "b", RunOptions(progress=False))
     assert torch.equal(a.x, b.x) and torch.equal(a.multipliers, b.multipliers)
     recorded = json.loads((tmp_path / "a" / "run.json").read_text())["run"]
     assert ReconstructionRun.model_validate(recorded) == run  # run.json holds the run it executed
@@ -123,13 +125,13 @@ def test_executing_the_run_a_run_json_records_reproduces_it_bit_for_bit(model_di
 
     run = build_run({"model": str(model_dir), "attack": {"method": "kkt", "steps": 5, "lr_x": 0.01},
                      "init": {"name": "gaussian", "scale": 0.05}, "candidates": 6, "seed": 3})
-    first = execute(run, tmp_path / "a", progress=False)
-    again = execute(load_run_json(tmp_path / "a"), tmp_path / "a2", progress=False)
+    first = execute(run, tmp_path / "a", RunOptions(progress=False))
+    again = execute(load_run_json(tmp_path / "a"), tmp_path / "a2", RunOptions(progress=False))
     assert torch.equal(first.x, again.x) and torch.equal(first.multipliers, again.multipliers)
-    recs = reconstruct_runs(run, tmp_path / "k", runs=2, mode="looped", progress=False)
+    recs = reconstruct_runs(run, tmp_path / "k", RunOptions(progress=False), runs=2, mode="looped")
     member = load_run_json(tmp_path / "k" / run_name(1))
     assert member.seed == run.seed + 1
-    alone = execute(member, tmp_path / "k1", progress=False)
+    alone = execute(member, tmp_path / "k1", RunOptions(progress=False))
     assert torch.equal(recs[1].x, alone.x) and torch.equal(recs[1].multipliers, alone.multipliers)
 
 

@@ -116,8 +116,8 @@ def test_own_model_report(tmp_path, shots) -> None:
 
     from datarecon.attacks.base import Target
     from datarecon.data import DataSpec, load_task
-    from datarecon.evaluation import evaluate
-    from datarecon.experiments.reconstruct import reconstruct
+    from datarecon.evaluation import RunRecord, evaluate
+    from datarecon.experiments.reconstruct import RunOptions, reconstruct
     from datarecon.report import render_report
 
     task = load_task(DataSpec(dataset="digits", task="odd-even", n_per_class=5))
@@ -130,10 +130,10 @@ def test_own_model_report(tmp_path, shots) -> None:
         nn.functional.softplus(-y * net(x)[:, 0]).mean().backward()
         opt.step()
     target = Target.from_module(net, loss="logistic", input_shape=(1, 8, 8), value_range=(0.0, 1.0))
-    rec = reconstruct(target, out=tmp_path / "own", method="kkt", steps=100, candidates=20,
-                      config={"lr_x": 0.01, "lr_lambda": 0.01, "lambda_min": 0.2}, init="gaussian",
-                      init_params={"scale": 0.05}, progress=False)
-    ev = evaluate(rec.x, train=task.train.x, heldout=task.heldout.x, noise=10, scores=rec.scores)
+    run = {"attack": {"method": "kkt", "steps": 100, "lr_x": 0.01, "lr_lambda": 0.01, "lambda_min": 0.2},
+           "init": {"name": "gaussian", "scale": 0.05}, "candidates": 20}
+    rec = reconstruct(target, run, tmp_path / "own", RunOptions(progress=False))
+    ev = evaluate(rec.x, train=task.train.x, heldout=task.heldout.x, noise=10, record=RunRecord(scores=rec.scores))
     out = render_report([ev], out=tmp_path / "own.html")
     r = render(out)
     _check_page(r, "own-model", shots)

@@ -25,7 +25,7 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -300,6 +300,27 @@ def config_options(table: tuple[Flag, ...], into: str = "overrides") -> Callable
         for f in table
     ]
     return lambda body: _extend(body, into, params, lambda given: overrides_from(table, given))
+
+
+def option_group(name: str, cls: type, options: Mapping[str, tuple[Any, Any, Any]], *, first: bool = False
+                 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command body taking the keyword ``name`` with the typer options ``options`` of one
+    typed group: ``{field: (type, default, typer.Option(...))}``, one per field of the frozen
+    dataclass ``cls``; the body gets ``cls(**values)``. ``first``: the options come before the
+    body's own (in ``--help``).
+
+    Raises:
+        TypeError: (a programming error) ``options`` and the fields of ``cls`` differ.
+    """
+    import dataclasses
+
+    fields = [f.name for f in dataclasses.fields(cls)]
+    if sorted(fields) != sorted(options):
+        raise TypeError(f"{cls.__name__}: options {sorted(options)} do not match its fields {sorted(fields)}")
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [inspect.Parameter(field, kw, default=default, annotation=Annotated[kind, option])
+              for field, (kind, default, option) in options.items()]
+    return lambda body: _extend(body, name, params, lambda given: cls(**given), first=first)
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,24 @@ data spec and labelled as such in the output and in run.json.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 import yaml
 
-from datarecon.cli.options import Common, Flag, Output, common_options, config_options, flags, output_options, union_flags
+from datarecon.cli.options import (
+    Common,
+    Flag,
+    Output,
+    common_options,
+    config_options,
+    flags,
+    option_group,
+    output_options,
+    union_flags,
+)
 from datarecon.config import merge
 from datarecon.errors import DataReconError
 
@@ -87,32 +98,102 @@ def _flags() -> tuple[Flag, ...]:
 FLAGS = _flags()
 
 
+@dataclass(frozen=True)
+class ModelOptions:
+    """Which model is attacked: a model directory, or your own module and what a model directory would record.
+
+    Attributes:
+        model: the model directory, or package.module:factory.
+        weights: your model's weights (a safetensors state dict).
+        input_shape: your model: the shape of one input (``3,32,32``).
+        value_range: your model: ``lower,upper`` of valid inputs.
+        loss: your model: its training loss (None: logistic for one output, cross-entropy for several).
+        weight_decay: your model: its training weight decay.
+    """
+
+    model: str | None
+    weights: Path | None
+    input_shape: str | None
+    value_range: str
+    loss: str | None
+    weight_decay: float
+
+
+MODEL_OPTIONS = {
+    "model": (str | None, None, typer.Option("--model", help="model directory (from `datarecon train`; run.model), or "
+                                             "package.module:factory returning your nn.Module (with --weights)")),
+    "weights": (Path | None, None, typer.Option("--weights", help="your model's weights (safetensors state dict; "
+                                                "with --model package.module:factory)")),
+    "input_shape": (str | None, None, typer.Option("--input-shape", help="your model: shape of one input, e.g. 3,32,32")),
+    "value_range": (str, "0,1", typer.Option("--value-range", help="your model: lower,upper of valid inputs")),
+    "loss": (str | None, None, typer.Option("--loss", help="your model: training loss (default logistic for one "
+                                            "output, cross-entropy for several)")),
+    "weight_decay": (float, 0.0, typer.Option("--weight-decay", help="your model: training weight decay")),
+}
+
+
+@dataclass(frozen=True)
+class RunSource:
+    """Where the run's fields come from besides the generated flags.
+
+    Attributes:
+        method: the attack method (``attack.method``; None: the run file's, else kkt).
+        init: the initialisation (``init.name``; None: the run file's, else gaussian).
+        config_file: a run file (YAML/TOML) the options override.
+        sets: ``field=value`` overrides of any field (``--set``, repeatable).
+    """
+
+    method: str | None
+    init: str | None
+    config_file: Path | None
+    sets: list[str] | None
+
+
+SOURCE_OPTIONS = {
+    "method": (str | None, None, typer.Option("--method", help="attack method (kkt, decoreco, gradnorm, bilevel, loo, "
+                                              "dynamics; default kkt)")),
+    "init": (str | None, None, typer.Option("--init", help="initialisation (uniform, gaussian, ground-truth, partition, "
+                                            "mix, unmix; default gaussian)")),
+    "config_file": (Path | None, None, typer.Option("--config", help="run file (YAML/TOML, one-to-one with "
+                                                    "ReconstructionRun; docs/RUNS.md); the options override it")),
+    "sets": (list[str] | None, None, typer.Option("--set", help="field=value override of any config field "
+                                                  "(repeatable)")),
+}
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """``--runs K``: K runs of one run with consecutive seeds, stepped together and pooled.
+
+    Attributes:
+        runs: K ≥ 1 (1: a single run into OUT).
+        mode: ``batched`` (KKT/DecoReco: one vmapped gradient per step) or ``looped``.
+    """
+
+    runs: int
+    mode: str
+
+
+BATCH_OPTIONS = {
+    "runs": (int, 1, typer.Option("--runs", help="K independent runs (seeds SEED..SEED+K-1) into OUT/run0..run<K-1>, "
+                                  "stepped together (kkt/decoreco: one batched gradient per step) and pooled into OUT "
+                                  "(evaluate OUT)")),
+    "mode": (str, "batched", typer.Option("--batch-mode", help="with --runs: batched | looped")),
+}
+
+
 @output_options(out="run directory to write", resume="continue from OUT/checkpoint", overwrite="replace an existing OUT")
+@option_group("model", ModelOptions, MODEL_OPTIONS, first=True)
+@option_group("source", RunSource, SOURCE_OPTIONS, first=True)
 @config_options(FLAGS)
+@option_group("batch", BatchOptions, BATCH_OPTIONS)
 @common_options()
 def reconstruct(
-    model: str | None = typer.Option(None, "--model", help="model directory (from `datarecon train`; run.model), or "
-                              "package.module:factory returning your nn.Module (with --weights)"),
-    weights: Path | None = typer.Option(None, "--weights", help="your model's weights (safetensors state dict; "
-                                        "with --model package.module:factory)"),
-    input_shape: str | None = typer.Option(None, "--input-shape", help="your model: shape of one input, e.g. 3,32,32"),
-    value_range: str = typer.Option("0,1", "--value-range", help="your model: lower,upper of valid inputs"),
-    loss: str | None = typer.Option(None, "--loss", help="your model: training loss (default logistic for one "
-                                    "output, cross-entropy for several)"),
-    weight_decay: float = typer.Option(0.0, "--weight-decay", help="your model: training weight decay"),
-    method: str | None = typer.Option(None, "--method", help="attack method (kkt, decoreco, gradnorm, bilevel, loo, "
-                                      "dynamics; default kkt)"),
-    init: str | None = typer.Option(None, "--init", help="initialisation (uniform, gaussian, ground-truth, partition, "
-                                    "mix, unmix; default gaussian)"),
-    config_file: Path | None = typer.Option(None, "--config", help="run file (YAML/TOML, one-to-one with "
-                                            "ReconstructionRun; docs/RUNS.md); the options override it"),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="data folder (data-dependent inits only)"),
-    set_: list[str] | None = typer.Option(None, "--set", help="field=value override of any config field (repeatable)"),
-    runs: int = typer.Option(1, "--runs", help="K independent runs (seeds SEED..SEED+K-1) into OUT/run0..run<K-1>, "
-                             "stepped together (kkt/decoreco: one batched gradient per step) and pooled into OUT "
-                             "(evaluate OUT)"),
-    batch_mode: str = typer.Option("batched", "--batch-mode", help="with --runs: batched | looped"),
     *,
+    model: ModelOptions,
+    source: RunSource,
+    batch: BatchOptions,
     output: Output,
     common: Common,
     overrides: dict[str, Any],
@@ -122,20 +203,49 @@ def reconstruct(
     Every field of the run (docs/RUNS.md) has its flag below: the run's settings, each method's attack
     fields (those of other methods are refused) and each initialisation's parameters.
     """
-    from datarecon.cli._common import parse_device, resume_command
-    from datarecon.config import read_config_mapping
-    from datarecon.experiments.reconstruct import DATA_INITS_NOTE, build_run, execute
+    from datarecon.cli._common import resume_command
+    from datarecon.experiments.reconstruct import DATA_INITS_NOTE, RunOptions, execute
     from datarecon.kernel.outdir import check_out_dir
 
+    run, target, record = _run(model, source, overrides)
+    out, resume, overwrite = output.out, output.resume, output.overwrite
+    if batch.runs != 1:
+        if target is not None:
+            raise DataReconError("--runs K applies to a model directory; run a model given as "
+                                 "package.module:factory once per --seed")
+        how = RunOptions(resume=resume, overwrite=overwrite, progress=common.progress, data_dir=data_dir)
+        _reconstruct_runs(run, out, how, runs=batch.runs, batch_mode=batch.mode,
+                          record={"resume_command": resume_command()})
+        return
+    check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)  # before the note below
+    if run.init.name in DATA_INITS:
+        typer.echo(DATA_INITS_NOTE.format(init=run.init.name), err=True)
+    record["resume_command"] = resume_command()
+    how = RunOptions(resume=resume, overwrite=overwrite, progress=common.progress, data_dir=data_dir,
+                     raise_on_divergence=True)
+    rec = execute(run, out, how, record=record, target=target)
+    final = rec.summary.get("final", {})
+    rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
+    shown = f"loss {final.get('loss', float('nan')):.4g}" + (f", relative residual {rel:.4g}" if rel is not None else "")
+    typer.echo(f"{run.method}: {rec.status} after {rec.steps_done} steps ({shown}); wrote {out}")
+
+
+def _run(model_options: ModelOptions, source: RunSource, overrides: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+    """(the typed run, a user's own model as the target or None, extra run.json fields): defaults <
+    run file < flags < ``--set``."""
+    from datarecon.cli._common import parse_device
+    from datarecon.config import read_config_mapping
+    from datarecon.experiments.reconstruct import build_run
+
+    config_file = source.config_file
     fields = read_config_mapping(config_file) if config_file is not None else {}
     where = f"run file {config_file}" if config_file is not None else "run"
-    sets = parse_set(set_)
+    sets = parse_set(source.sets)
     run_sets = {k: v for k, v in sets.items() if "." in k}
     _check_counts(overrides)
-    method, attack = _attack_fields(method, fields, overrides.pop("attack", {}), sets)
-    init_name, init_fields = _init_fields(init, fields, overrides.pop("init", {}))
-    model, target, record = _own_model(model, weights=weights, input_shape=input_shape, value_range=value_range,
-                                       loss=loss, weight_decay=weight_decay, init_name=init_name)
+    method, attack = _attack_fields(source.method, fields, overrides.pop("attack", {}), sets)
+    init_name, init_fields = _init_fields(source.init, fields, overrides.pop("init", {}))
+    model, target, record = _own_model(model_options, init_name=init_name)
     if model is None and "model" not in fields:
         raise DataReconError("missing --model; pass the model directory (--model DIR) or a run file with model: DIR")
     data = merge({k: v for k, v in fields.items() if k not in ("attack", "init")},
@@ -146,33 +256,17 @@ def reconstruct(
             set_dotted(data, key, value)
     run = build_run(data, where=where)
     parse_device(run.device)
-    out, resume, overwrite = output.out, output.resume, output.overwrite
-    if runs != 1:
-        if target is not None:
-            raise DataReconError("--runs K applies to a model directory; run a model given as "
-                                 "package.module:factory once per --seed")
-        _reconstruct_runs(run, out=out, runs=runs, batch_mode=batch_mode, data_dir=data_dir, resume=resume,
-                          overwrite=overwrite, progress=common.progress, record={"resume_command": resume_command()})
-        return
-    check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)  # before the note below
-    if init_name in DATA_INITS:
-        typer.echo(DATA_INITS_NOTE.format(init=init_name), err=True)
-    record["resume_command"] = resume_command()
-    rec = execute(run, out, data_dir=data_dir, resume=resume, overwrite=overwrite, progress=common.progress,
-                  raise_on_divergence=True, record=record, target=target)
-    final = rec.summary.get("final", {})
-    rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
-    shown = f"loss {final.get('loss', float('nan')):.4g}" + (f", relative residual {rel:.4g}" if rel is not None else "")
-    typer.echo(f"{run.method}: {rec.status} after {rec.steps_done} steps ({shown}); wrote {out}")
+    return run, target, record
 
 
-def _own_model(model: str | None, *, weights: Path | None, input_shape: str | None, value_range: str,
-               loss: str | None, weight_decay: float, init_name: str) -> tuple[str | None, Any, dict[str, Any]]:
+def _own_model(options: ModelOptions, *, init_name: str) -> tuple[str | None, Any, dict[str, Any]]:
     """(run.model, target, record): a model given as package.module:factory becomes the target itself
     (run.model the placeholder OWN_MODEL, the record naming it); the own-model options are refused
     for a model directory (it records them)."""
     from datarecon.experiments.reconstruct import OWN_MODEL
 
+    model, weights, input_shape, value_range = options.model, options.weights, options.input_shape, options.value_range
+    loss, weight_decay = options.loss, options.weight_decay
     if model is not None and (weights is not None or (":" in model and not Path(model).is_dir())):
         target = own_model_target(model, weights=weights, input_shape=input_shape, value_range=value_range,
                                   loss=loss, weight_decay=weight_decay)
@@ -292,7 +386,7 @@ def own_model_target(spec: str, *, weights: Path | None, input_shape: str | None
                               weight_decay=weight_decay)
 
 
-def _reconstruct_runs(run: Any, *, out: Path, runs: int, batch_mode: str, **kwargs: Any) -> None:
+def _reconstruct_runs(run: Any, out: Path, how: Any, *, runs: int, batch_mode: str, record: dict[str, Any]) -> None:
     """``--runs K``: K run directories OUT/run<j> pooled into OUT (experiments.reconstruct.reconstruct_runs);
     one line per run, then the one result: the pool."""
     from datarecon.experiments.reconstruct import DATA_INITS_NOTE, reconstruct_runs, run_name
@@ -301,7 +395,7 @@ def _reconstruct_runs(run: Any, *, out: Path, runs: int, batch_mode: str, **kwar
     method = run.method
     if run.init.name in DATA_INITS:
         typer.echo(DATA_INITS_NOTE.format(init=run.init.name), err=True)
-    recs = reconstruct_runs(run, out, runs=runs, mode=batch_mode, **kwargs)
+    recs = reconstruct_runs(run, out, how, runs=runs, mode=batch_mode, record=record)
     rels = []
     for j, rec in enumerate(recs):
         rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")

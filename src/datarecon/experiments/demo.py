@@ -97,7 +97,7 @@ def _run_demo(config: DemoConfig, *, out: Path, data_dir: str | Path | None, pro
     """The body of :func:`run_demo` once ``out`` is claimed and prepared."""
     from datarecon.data import DataSpec
     from datarecon.evaluation import evaluate_run
-    from datarecon.experiments.reconstruct import reconstruct
+    from datarecon.experiments.reconstruct import RunOptions, reconstruct
     from datarecon.report import render_report
     from datarecon.report.figures import neighbour_grid, save_figure
     from datarecon.training.target import ArchConfig, StopConfig, TrainConfig, train_target
@@ -120,9 +120,10 @@ def _run_demo(config: DemoConfig, *, out: Path, data_dir: str | Path | None, pro
     trained = train_target(train_cfg, data_dir=data_dir, out=out / "model", overwrite=True, progress=progress)
     attack_cfg = {"lr_x": config.lr_x, "lr_lambda": config.lr_lambda, "lambda_min": config.lambda_min,
                   "alpha": config.alpha}
-    rec = reconstruct(out / "model", out=out / "run", method="kkt", config=attack_cfg, steps=config.attack_steps,
-                      init="gaussian", init_params={"scale": config.init_scale}, seed=config.seed,
-                      data_dir=data_dir, progress=progress, raise_on_divergence=True)
+    settings = {"attack": {"method": "kkt", **attack_cfg, "steps": config.attack_steps},
+                "init": {"name": "gaussian", "scale": config.init_scale}, "seed": config.seed}
+    rec = reconstruct(out / "model", settings, out / "run",
+                      RunOptions(data_dir=data_dir, progress=progress, raise_on_divergence=True))
     summary = evaluate_run(out / "run", data_dir=data_dir, progress=progress)
     nb = load_tensors(out / "run" / NEIGHBOURS_FILE)
     fig = neighbour_grid(nb["candidates"], {"train": nb["train"]}, scores={"train": nb["train_score"].tolist()},

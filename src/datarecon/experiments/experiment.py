@@ -238,11 +238,12 @@ def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | No
         stages["train"] = "skipped"
 
     if stages.get("attack") not in done:
-        from datarecon.experiments.reconstruct import execute
+        from datarecon.experiments.reconstruct import RunOptions, execute
 
         record("attack", Status.RUNNING)
-        rec = execute(experiment.reconstruction_run(out), out / RUN_SUBDIR, resume=(out / RUN_SUBDIR).exists(),
-                      data_dir=data_dir, progress=progress, raise_on_divergence=True, record=run_record or None)
+        how = RunOptions(resume=(out / RUN_SUBDIR).exists(), data_dir=data_dir, progress=progress,
+                        raise_on_divergence=True)
+        rec = execute(experiment.reconstruction_run(out), out / RUN_SUBDIR, how, record=run_record or None)
         record("attack", Status.COMPLETE if rec.status != Status.RUNNING else Status.RUNNING)
 
     if experiment.evaluate is None:
@@ -252,8 +253,9 @@ def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | No
 
         ev = experiment.evaluate
         record("evaluate", Status.RUNNING)
-        evaluate_run(out / RUN_SUBDIR, against=ev.against, data_dir=data_dir, metric=ev.metric,
-                     assignment=ev.assignment, seed=ev.seed, allow_incomplete=ev.allow_incomplete, progress=progress)
+        evaluate_run(out / RUN_SUBDIR, {"against": ev.against, "metric": ev.metric, "assignment": ev.assignment,
+                                        "seed": ev.seed, "allow_incomplete": ev.allow_incomplete},
+                     data_dir=data_dir, progress=progress)
         record("evaluate", Status.COMPLETE)
 
     if experiment.report is None:

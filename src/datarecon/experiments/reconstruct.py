@@ -25,7 +25,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -33,36 +33,19 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_serializer, model_validator
 
 import datarecon.attacks  # noqa: F401  (registers every attack: the union below is built from ATTACKS)
-from datarecon.attacks.base import ATTACKS, AttackerPrior, Reconstruction, Target
+from datarecon.attacks.base import ATTACKS, AttackerPrior, AttackSetup, Reconstruction, Target
 from datarecon.attacks.init import INITS, init_params as validate_init_params
 from datarecon.attacks.knowledge import KnowledgeSettings
+from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.config import build_config, merge
 from datarecon.errors import DataReconError, DivergenceError
+from datarecon.utils.device import parse_device
 from datarecon.utils.dtypes import torch_dtype
 from datarecon.config import MAX_SEED
 from datarecon.kernel.files import RUN_JSON
 from datarecon.kernel.status import Status
 DATA_INITS_NOTE = ("initialisation (experimenter's choice): loading {init} images through the model's data spec; "
                    "the attack itself never sees them")
-
-
-@dataclass(frozen=True)
-class AttackSetup:
-    """Inputs of one attack run.
-
-    Attributes:
-        target: the attacker's view of the model.
-        prior: labels and pixel box (model input space).
-        x0: (m, C, H, W) initial candidates in model input space.
-        generator: the seeded generator (continues into the attack).
-        record: what run.json records about the set-up (init name and params, m, device).
-    """
-
-    target: Target
-    prior: AttackerPrior
-    x0: torch.Tensor
-    generator: torch.Generator
-    record: dict[str, Any] = field(default_factory=dict)
 
 
 def _tagged(cls: type[BaseModel], *, tag: str, value: str) -> type[BaseModel]:
@@ -287,89 +270,95 @@ def init_sources(model_dir: str | Path, *, data_dir: str | Path | None = None) -
                        partition_labels=task.partition.y if has_part else None)
 
 
-def prepare_attack(model_dir: str | Path | Target, *, init: str = "gaussian", init_params: Mapping[str, Any] | None = None,
-                   candidates: int | None = None, seed: int = 0, dtype: torch.dtype = torch.float64,
-                   device: str | torch.device = "cpu", data_dir: str | Path | None = None,
-                   sources: Any = None, knowledge: KnowledgeSettings | None = None,
-                   uses: tuple[str, ...] = ("weights", "known_init", "n"),
-                   requires: tuple[str, ...] = ()) -> AttackSetup:
-    """Target, prior and x₀ for attacking ``model_dir``.
-
-    Args:
-        model_dir: a model directory (``datarecon train``), or a :class:`Target` from
-            :meth:`Target.from_module` (a user's own model: ``candidates`` is then required, the
-            pixel box is its ``value_range``, and data-dependent inits need ``sources``).
-        init: initialisation name (``datarecon.attacks.init.INITS``).
-        init_params: its parameters (e.g. ``scale`` for gaussian, ``l1``/``l2`` for mix).
-        candidates: m; default 2n (n for data-dependent inits).
-        seed: seeds x₀ and the attack's generator.
-        dtype, device: of the attack.
-        data_dir: data folder (only data-dependent inits read it).
-        sources: ready :class:`~datarecon.attacks.init.InitSources` (skips loading the data).
-        knowledge: the attacker's knowledge beyond θ* (known θ_init, n); resolved and checked here,
-            recorded (the threat model) in ``record["knowledge"]``.
-        uses, requires: what the attack uses / needs of that knowledge (its ``uses`` / ``requires``).
-
-    Raises:
-        DataReconError: unknown init (lists valid names), m < 1, labels inconsistent with the model,
-            a known initialisation that does not fit the model or is not the one it was trained from,
-            an attack that needs knowledge the run does not give.
-    """
-    from datarecon.attacks.init import INITS, init_labels, make_init
-    from datarecon.models.checkpoint import EXTRAS, read_model_meta
-    from datarecon.utils.io import load_tensors
-
-    params = dict(init_params or {})
-    entry = INITS.get(init)
-    data_init = entry.data
-    if candidates is not None and candidates < 1:
-        raise DataReconError(f"candidate count must be at least 1, got {candidates}; pass --candidates M with M >= 1")
-    knowledge = knowledge or KnowledgeSettings()
+def _check_knowledge(knowledge: KnowledgeSettings, requires: tuple[str, ...]) -> None:
+    """Refuse an attack that needs knowledge (the recipe, θ_init) the run does not give."""
     if "recipe" in requires and knowledge.recipe is None:
         raise DataReconError("this attack replays the training: it needs the training recipe; pass --known-recipe "
                              "model (knowledge.recipe in a run file)")
     if "known_init" in requires and knowledge.known_init is None:
         raise DataReconError("this attack needs the initialisation θ_init: pass --known-init seed:N (model "
                              "directories) or --known-init FILE.safetensors (knowledge.known_init in a run file)")
-    meta: dict[str, Any] | None = None
-    if isinstance(model_dir, Target):
-        target, mean, lower, upper = _own_model(model_dir, candidates=candidates, init=init, data_init=data_init,
+
+
+@dataclass(frozen=True)
+class _InputSpace:
+    """The attacked model on the run's device and dtype, and its input space.
+
+    Attributes:
+        target: the attacker's view of the model.
+        mean: (C, H, W) float64 mean that maps display space [0, 1] to model input space.
+        lower, upper: the pixel box of model input space (tensors of the input shape, or floats).
+        m: the candidate count.
+        meta: the model directory's metadata (None for a user's own model).
+        sources: the data-dependent initialisations' images (None when the init needs none).
+    """
+
+    target: Target
+    mean: torch.Tensor
+    lower: Any
+    upper: Any
+    m: int
+    meta: dict[str, Any] | None
+    sources: Any
+
+
+def _input_space(model: str | Path | Target, run: ReconstructionRun, *, data_dir: str | Path | None,
+                 sources: Any) -> _InputSpace:
+    """The target, pixel box, m and init images of ``run`` against ``model`` (a model directory or a Target)."""
+    from datarecon.models.checkpoint import EXTRAS, read_model_meta
+    from datarecon.utils.io import load_tensors
+
+    device, dtype, init, candidates = parse_device(run.device), run.dtype, run.init.name, run.candidates  # type: ignore[attr-defined]
+    data_init = INITS.get(init).data
+    if isinstance(model, Target):
+        target, mean, lower, upper = _own_model(model, candidates=candidates, init=init, data_init=data_init,
                                                 sources=sources, device=device, dtype=dtype)
-        m = int(candidates)  # type: ignore[arg-type]  # checked by _own_model
-    else:
-        meta = read_model_meta(model_dir)
-        target = Target.from_model_dir(model_dir, device=device, dtype=dtype)
-        mean = load_tensors(Path(model_dir) / EXTRAS)["input_mean"].to(torch.float64)
-        lower, upper = (-mean).to(device=device, dtype=dtype), (1.0 - mean).to(device=device, dtype=dtype)
-        m = candidates if candidates is not None else default_candidates(meta.get("data", {}), target.num_outputs,
-                                                                         data_init=data_init)
-        if data_init and sources is None:
-            sources = init_sources(model_dir, data_dir=data_dir)
-    _refuse_candidates_beyond_memory(m, target.input_shape, dtype)
-    generator = torch.Generator().manual_seed(int(seed))
-    labels = init_labels(init, m=m, sources=sources, **params)
+        return _InputSpace(target, mean, lower, upper, int(candidates), None, sources)  # type: ignore[arg-type]
+    meta = read_model_meta(model)
+    target = Target.from_model_dir(model, device=device, dtype=dtype)
+    mean = load_tensors(Path(model) / EXTRAS)["input_mean"].to(torch.float64)
+    lower, upper = (-mean).to(device=device, dtype=dtype), (1.0 - mean).to(device=device, dtype=dtype)
+    m = candidates if candidates is not None else default_candidates(meta.get("data", {}), target.num_outputs,
+                                                                     data_init=data_init)
+    if data_init and sources is None:
+        sources = init_sources(model, data_dir=data_dir)
+    return _InputSpace(target, mean, lower, upper, m, meta, sources)
+
+
+def _prior(space: _InputSpace, run: ReconstructionRun) -> AttackerPrior:
+    """The prior of ``run``: m labels (from the init when it brings them, else in the model's class
+    proportions) and the pixel box."""
+    from datarecon.attacks.init import init_labels
+
+    target, m, sources, params = space.target, space.m, space.sources, run.init_params()
+    labels = init_labels(run.init.name, m=m, sources=sources, **params)  # type: ignore[attr-defined]
     if labels is None:
         prior = AttackerPrior.balanced(m=m, num_outputs=target.num_outputs, input_shape=target.input_shape,
-                                       lower=lower, upper=upper)
+                                       lower=space.lower, upper=space.upper)
     else:
         labels = labels.to(torch.float64) if target.num_outputs == 1 else labels.long()
-        prior = AttackerPrior(labels=labels.to(device), input_shape=target.input_shape, lower=lower, upper=upper)
+        prior = AttackerPrior(labels=labels.to(parse_device(run.device)), input_shape=target.input_shape,
+                              lower=space.lower, upper=space.upper)
     prior.check(target)
-    prior, threat = attacker_knowledge(target, prior, knowledge, model_meta=meta, uses=uses, requires=requires)
+    return prior
+
+
+def _x0(space: _InputSpace, run: ReconstructionRun, prior: AttackerPrior, generator: torch.Generator) -> torch.Tensor:
+    """x₀ (m, C, H, W) of ``run``'s initialisation (an init computed from the attacker's view gets that view)."""
+    from datarecon.attacks.init import CandidateSpec, make_init
+
+    target, lower, upper, m, mean, sources = space.target, space.lower, space.upper, space.m, space.mean, space.sources
+    init, params, dtype, device = run.init.name, run.init_params(), run.dtype, parse_device(run.device)  # type: ignore[attr-defined]
     attacker = None
-    if "weights" in entry.needs:  # an init computed from the attacker's view (never from images)
+    if "weights" in INITS.get(init).needs:  # an init computed from the attacker's view (never from images)
         import types
 
         attacker = types.SimpleNamespace(model=target.model, params=target.params, subspace=prior.subspace,
                                          known_init=None if prior.known_init is None else prior.known_init.params,
                                          lower=lower, upper=upper)
-    x0 = make_init(init, m=m, input_shape=target.input_shape, mean=mean, generator=generator, sources=sources,
-                   dtype=dtype, device=device, attacker=attacker, **params)
-    record = {"init": {"name": init, "params": params, "experimenter_choice": data_init},
-              "candidates": m, "device": str(device), "knowledge": threat}
-    if prior.subspace is not None:
-        record["subspace"] = prior.subspace.summary()
-    return AttackSetup(target=target, prior=prior, x0=x0, generator=generator, record=record)
+    x0 = make_init(init, CandidateSpec(m=m, input_shape=target.input_shape, mean=mean, dtype=dtype, device=device),
+                   generator=generator, sources=sources, attacker=attacker, **params)
+    return x0
 
 
 #: Seed of the randomized SVD of the subspace analysis (fixed: the analysis is part of the attacker's set-up).
@@ -447,47 +436,88 @@ def _own_model(target: Target, *, candidates: int | None, init: str, data_init: 
 
 def prepare(run: ReconstructionRun, *, data_dir: str | Path | None = None, sources: Any = None,
             target: Target | None = None) -> AttackSetup:
-    """Target, prior, x₀ and generator of ``run`` (see :func:`prepare_attack`).
+    """Target, prior, x₀ and generator of ``run``: what its attack receives.
 
-    ``target``: a user's own model (:meth:`Target.from_module`) attacked instead of the model
-    directory ``run.model`` (which then only labels the run).
+    The target is ``run.model`` read from its model directory, or ``target``: a user's own model
+    (:meth:`Target.from_module`; ``run.model`` then only labels the run, ``run.candidates`` is
+    required, the pixel box is its ``value_range`` and data-dependent inits need ``sources``).
+    m defaults to 2n (n for data-dependent inits); the seed seeds x₀ and the attack's generator;
+    the attacker's knowledge beyond θ* (known θ_init, n, recipe) is resolved and checked here and
+    recorded (the threat model) in ``record["knowledge"]``.
+
+    Args:
+        run: the typed run.
+        data_dir: data folder (only data-dependent inits read it).
+        sources: ready :class:`~datarecon.attacks.init.InitSources` (skips loading the data).
+        target: a user's own model attacked instead of ``run.model``.
 
     Raises:
-        DataReconError: as :func:`prepare_attack`.
+        DataReconError: unknown init (lists valid names), m < 1, labels inconsistent with the model,
+            a known initialisation that does not fit the model or is not the one it was trained from,
+            an attack that needs knowledge the run does not give.
     """
-    from datarecon.utils.device import parse_device
-
     from datarecon.attacks.knowledge import attack_uses
 
     entry = ATTACKS.get(run.method)
-    return prepare_attack(run.model if target is None else target, init=run.init.name, init_params=run.init_params(),  # type: ignore[attr-defined]
-                          candidates=run.candidates, seed=run.seed, dtype=run.dtype,
-                          device=parse_device(run.device), data_dir=data_dir, sources=sources,
-                          knowledge=run.knowledge, uses=attack_uses(entry), requires=tuple(getattr(entry, "requires", ())))
+    uses, requires = attack_uses(entry), tuple(getattr(entry, "requires", ()))
+    init, params = run.init.name, run.init_params()  # type: ignore[attr-defined]
+    INITS.get(init)
+    if run.candidates is not None and run.candidates < 1:
+        raise DataReconError(f"candidate count must be at least 1, got {run.candidates}; "
+                             "pass --candidates M with M >= 1")
+    _check_knowledge(run.knowledge, requires)
+    space = _input_space(run.model if target is None else target, run, data_dir=data_dir, sources=sources)
+    _refuse_candidates_beyond_memory(space.m, space.target.input_shape, run.dtype)
+    generator = torch.Generator().manual_seed(int(run.seed))
+    prior = _prior(space, run)
+    prior, threat = attacker_knowledge(space.target, prior, run.knowledge, model_meta=space.meta, uses=uses,
+                                       requires=requires)
+    x0 = _x0(space, run, prior, generator)
+    record = {"init": {"name": init, "params": params, "experimenter_choice": INITS.get(init).data},
+              "candidates": space.m, "device": str(parse_device(run.device)), "knowledge": threat}
+    if prior.subspace is not None:
+        record["subspace"] = prior.subspace.summary()
+    return AttackSetup(target=space.target, prior=prior, x0=x0, generator=generator, record=record)
 
 
-def execute(run: ReconstructionRun, out: str | Path, *, resume: bool = False, overwrite: bool = False,
-            progress: bool = True, data_dir: str | Path | None = None, sources: Any = None,
-            setup: AttackSetup | None = None, hooks: Sequence[Any] = (), record: Mapping[str, Any] | None = None,
-            raise_on_divergence: bool = False, target: Target | None = None) -> Reconstruction:
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run is executed: where it continues from, what it shows, what it does on divergence.
+    None of it changes the result.
+
+    Attributes:
+        resume: continue from ``out/checkpoint`` (bit-identical on CPU); a finished run is returned as it was.
+        overwrite: replace an existing run directory ``out`` (only after the model and settings were
+            accepted; only what datarecon wrote there).
+        progress: show progress with the loss terms (the first run's, for a batch).
+        data_dir: data folder (read only by data-dependent initialisations).
+        hooks: extra engine hooks (e.g. test-only fault injection).
+        raise_on_divergence: raise :class:`DivergenceError` instead of returning a diverged result.
+    """
+
+    resume: bool = False
+    overwrite: bool = False
+    progress: bool = True
+    data_dir: str | Path | None = None
+    hooks: tuple[Any, ...] = ()
+    raise_on_divergence: bool = False
+
+
+def execute(run: ReconstructionRun, out: str | Path, how: RunOptions = RunOptions(), *, setup: AttackSetup | None = None,
+            sources: Any = None, target: Target | None = None, record: Mapping[str, Any] | None = None
+            ) -> Reconstruction:
     """Run ``run`` into the run directory ``out`` (docs/dev/CONTRACTS.md); the one way a run executes.
 
     Args:
         run: the complete description of the run.
-        out: run directory (created; resumed with ``resume=True``). An existing non-empty ``out`` is
-            refused unless ``resume`` or ``overwrite``; ``overwrite`` replaces only a run directory
+        out: run directory (created; resumed with ``how.resume``). An existing non-empty ``out`` is
+            refused unless ``how.resume`` or ``how.overwrite``; ``overwrite`` replaces only a run directory
             (:mod:`datarecon.kernel.outdir`), and only after the model and settings were accepted.
-        resume: continue from ``out/checkpoint`` (bit-identical on CPU); a finished run is returned
-            as it was.
-        overwrite: replace an existing run directory ``out``.
-        progress: show progress with the loss terms.
-        data_dir: data folder (read only by data-dependent initialisations).
-        sources: ready :class:`~datarecon.attacks.init.InitSources` (skips loading the data).
+        how: resume, overwrite, progress, data folder, hooks, divergence (:class:`RunOptions`).
         setup: a ready :func:`prepare` result of ``run`` (the caller needs x₀ itself).
-        hooks: extra engine hooks (e.g. test-only fault injection).
-        record: extra fields for run.json.
-        raise_on_divergence: raise :class:`DivergenceError` instead of returning a diverged result.
+        sources: ready :class:`~datarecon.attacks.init.InitSources` (skips loading the data).
         target: a user's own model (:meth:`Target.from_module`) attacked instead of ``run.model``.
+        record: extra fields for run.json.
 
     Returns:
         The :class:`~datarecon.attacks.base.Reconstruction` (also written to ``out``; run.json
@@ -498,27 +528,23 @@ def execute(run: ReconstructionRun, out: str | Path, *, resume: bool = False, ov
     """
     from datarecon.kernel.outdir import claim_out_dir
 
-    if overwrite and resume:
+    if how.overwrite and how.resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
-    with claim_out_dir(out, kind="run", overwrite=overwrite, resume=resume) as claim:
+    with claim_out_dir(out, kind="run", overwrite=how.overwrite, resume=how.resume) as claim:
         cfg = run.method_config()
         if setup is None:
-            setup = prepare(run, data_dir=data_dir, sources=sources, target=target)
+            setup = prepare(run, data_dir=how.data_dir, sources=sources, target=target)
         attack = make_attack(run.method, cfg)
         claim.prepare()  # only now: a bad model or setting leaves the old run untouched
-        return _execute(run, out, setup=setup, attack=attack, resume=resume, progress=progress, hooks=hooks,
-                        record=record, raise_on_divergence=raise_on_divergence, target=target)
+        return _execute(run, out, how, setup=replace(setup, record=_run_record(run, attack, setup, target, record)),
+                        attack=attack)
 
 
-def _execute(run: ReconstructionRun, out: str | Path, *, setup: AttackSetup, attack: Any, resume: bool,
-             progress: bool, hooks: Sequence[Any], record: Mapping[str, Any] | None, raise_on_divergence: bool,
-             target: Target | None) -> Reconstruction:
-    """The body of :func:`execute` once ``out`` is claimed and prepared."""
-    from datarecon.attacks.runner import run_attack
-    from datarecon.attacks.selection import ResidualPlateau
-
+def _run_record(run: ReconstructionRun, attack: Any, setup: AttackSetup, target: Target | None,
+                record: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What run.json records about ``run`` besides the attack: the set-up, the early stop, the run
+    itself, a user's model's input space, and the caller's ``record`` (dict fields merged)."""
     stop = run.early_stop
-    early = ResidualPlateau(key="rel_residual", patience=stop.patience, rel_tol=stop.rel_tol) if stop.patience else None
     rec_meta = {**setup.record, "early_stop": {"patience": stop.patience, "rel_tol": stop.rel_tol},
                 "run": run.model_dump(mode="json")}
     if hasattr(attack, "uses_subspace") and isinstance(rec_meta.get("knowledge"), dict):
@@ -535,12 +561,32 @@ def _execute(run: ReconstructionRun, out: str | Path, *, setup: AttackSetup, att
     for key, value in dict(record or {}).items():
         rec_meta[key] = {**rec_meta[key], **value} if isinstance(rec_meta.get(key), dict) and isinstance(value, dict) \
             else value
-    rec = run_attack(attack, setup.target, setup.prior, x0=setup.x0, generator=setup.generator, steps=run.steps,
-                     out=out, checkpoint_every=run.checkpoint.every, resume=resume, progress=progress,
-                     log_every=run.checkpoint.log_every, seed=run.seed, early_stop=early, hooks=list(hooks),
-                     record=rec_meta)
+    return {"seed": run.seed, **rec_meta}
+
+
+def early_stop_rule(run: ReconstructionRun) -> Any:
+    """The run's attacker-side early stop (a residual plateau), or None when ``patience`` is 0."""
+    from datarecon.attacks.selection import ResidualPlateau
+
+    stop = run.early_stop
+    return ResidualPlateau(key="rel_residual", patience=stop.patience, rel_tol=stop.rel_tol) if stop.patience else None
+
+
+def run_loop(run: ReconstructionRun, how: RunOptions) -> Any:
+    """The run's loop settings (:class:`~datarecon.kernel.engine.LoopOptions`): its checkpoint and log
+    periods with the execution's resume, progress and hooks."""
+    return replace(ATTACK_LOOP, log_every=run.checkpoint.log_every, progress=how.progress,
+                   checkpoint_every=run.checkpoint.every, resume=how.resume, hooks=tuple(how.hooks))
+
+
+def _execute(run: ReconstructionRun, out: str | Path, how: RunOptions, *, setup: AttackSetup, attack: Any
+             ) -> Reconstruction:
+    """The body of :func:`execute` once ``out`` is claimed and prepared (``setup.record``: all of run.json's extras)."""
+    from datarecon.attacks.runner import run_attack
+
+    rec = run_attack(attack, setup, steps=run.steps, out=out, loop=run_loop(run, how), early_stop=early_stop_rule(run))
     save_subspace(out, setup.prior)
-    if raise_on_divergence and rec.status == Status.DIVERGED:
+    if how.raise_on_divergence and rec.status == Status.DIVERGED:
         raise DivergenceError(rec.summary.get("message", f"{run.method} diverged") + f" (last finite state in {out})")
     return rec
 
@@ -553,28 +599,19 @@ def save_subspace(out: str | Path, prior: AttackerPrior) -> None:
         save_analysis(Path(out) / SUBSPACE_FILE, prior.subspace)
 
 
-def reconstruct(model_dir: str | Path | Target, *, out: str | Path, method: str = "kkt",
-                config: Mapping[str, Any] | BaseModel | None = None, steps: int | None = None,
-                init: str = "gaussian", init_params: Mapping[str, Any] | None = None,
-                candidates: int | None = None, seed: int = 0, device: str | torch.device = "cpu",
-                data_dir: str | Path | None = None, resume: bool = False, overwrite: bool = False,
-                progress: bool = True, checkpoint_every: int = 100, log_every: int = 10, early_stop_patience: int = 0,
-                early_stop_tol: float = 1e-3, hooks: Sequence[Any] = (), sources: Any = None,
-                record: Mapping[str, Any] | None = None, raise_on_divergence: bool = False) -> Reconstruction:
-    """Build a :class:`ReconstructionRun` from keyword arguments and :func:`execute` it into ``out``.
+def reconstruct(model: str | Path | Target, settings: Mapping[str, Any] | RunSettings, out: str | Path,
+                how: RunOptions = RunOptions(), *, sources: Any = None) -> Reconstruction:
+    """Attack ``model`` with the run ``settings`` (a run without its model) into ``out``: builds the
+    :class:`ReconstructionRun` and :func:`execute` s it.
 
     Args:
-        model_dir: the target's model directory (``run.model``), or a user's own model
+        model: the target's model directory (``run.model``), or a user's own model
             (:meth:`Target.from_module`; ``run.model`` then reads ``"<own module>"``).
+        settings: every field of a run but ``model``, as in a run file (docs/RUNS.md), e.g.
+            ``{"attack": {"method": "kkt", "steps": 500, "lr_x": 0.01}, "init": {"name": "gaussian",
+            "scale": 0.05}, "candidates": 40, "seed": 0}``; or a :class:`RunSettings`.
         out: run directory; see :func:`execute`.
-        method: attack name (``run.attack.method``).
-        config: the method's config fields (mapping or config object); ``steps`` overrides.
-        init, init_params: ``run.init`` (name and parameters).
-        candidates, seed, device: the run's fields of those names.
-        checkpoint_every, log_every: ``run.checkpoint``.
-        early_stop_patience, early_stop_tol: ``run.early_stop``.
-        data_dir, resume, overwrite, progress, hooks, sources, record, raise_on_divergence: see
-            :func:`execute`.
+        how, sources: see :func:`execute`.
 
     Returns:
         The :class:`~datarecon.attacks.base.Reconstruction` (also written to ``out``).
@@ -582,16 +619,10 @@ def reconstruct(model_dir: str | Path | Target, *, out: str | Path, method: str 
     Raises:
         DataReconError: see :func:`execute` and :func:`build_run`.
     """
-    if candidates is not None and candidates < 1:
-        raise DataReconError(f"candidate count must be at least 1, got {candidates}; pass --candidates M with M >= 1")
-    cfg = method_config(method, config, steps=steps)
-    own = model_dir if isinstance(model_dir, Target) else None
-    run = build_run({"model": OWN_MODEL if own is not None else str(model_dir), "attack": {"method": method, **cfg.model_dump()},
-                     "init": {"name": init, **dict(init_params or {})}, "candidates": candidates, "seed": seed,
-                     "device": str(device), "early_stop": {"patience": early_stop_patience, "rel_tol": early_stop_tol},
-                     "checkpoint": {"every": checkpoint_every, "log_every": log_every}})
-    return execute(run, out, resume=resume, overwrite=overwrite, progress=progress, data_dir=data_dir,
-                   sources=sources, hooks=hooks, record=record, raise_on_divergence=raise_on_divergence, target=own)
+    fields = settings.model_dump() if isinstance(settings, RunSettings) else dict(settings)
+    own = model if isinstance(model, Target) else None
+    run = build_run({"model": OWN_MODEL if own is not None else str(model), **fields})
+    return execute(run, out, how, sources=sources, target=own)
 
 
 def run_name(index: int) -> str:
@@ -599,9 +630,8 @@ def run_name(index: int) -> str:
     return f"run{index}"
 
 
-def execute_batch(runs: Sequence[ReconstructionRun], outs: Sequence[str | Path], *, setups: Sequence[AttackSetup],
-                  records: Sequence[Mapping[str, Any]], mode: str = "batched", resume: bool = False,
-                  progress: bool = True) -> list[Reconstruction]:
+def execute_batch(runs: Sequence[ReconstructionRun], outs: Sequence[str | Path], how: RunOptions = RunOptions(), *,
+                  setups: Sequence[AttackSetup], mode: str = "batched") -> list[Reconstruction]:
     """Execute K runs on one target stepped together (:func:`~datarecon.attacks.batched.run_batched`);
     the one way runs execute as a batch (``--runs K`` and the reproductions' batched pieces).
 
@@ -612,37 +642,31 @@ def execute_batch(runs: Sequence[ReconstructionRun], outs: Sequence[str | Path],
     Args:
         runs: the K typed runs (one model; one dtype, checkpoint and log period; steps may differ).
         outs: their run directories (claimed by the caller).
-        setups: :func:`prepare` of each run (target, prior, x₀, generator).
-        records: extra ``run.json`` fields of each run.
+        how: resume (each run continues from its own checkpoint where it has one), progress (of
+            the first run), hooks (:class:`RunOptions`).
+        setups: :func:`prepare` of each run (target, prior, x₀, generator), with each run's
+            ``run.json`` extras in its ``record``.
         mode: ``batched`` | ``looped`` (:data:`datarecon.attacks.batched.MODES`).
-        resume: each run continues from its own checkpoint where it has one.
-        progress: progress of the first run.
 
     Returns:
         One :class:`~datarecon.attacks.base.Reconstruction` per run, in order.
     """
     from datarecon.attacks.batched import BatchMember, run_batched
-    from datarecon.attacks.selection import ResidualPlateau
 
     shared = {(run.checkpoint.every, run.checkpoint.log_every) for run in runs}
     if len(shared) != 1:
         raise DataReconError(f"the runs of a batch checkpoint and log at {sorted(shared)} steps; give them one period")
-    members = []
-    for run, out, setup, record in zip(runs, outs, setups, records, strict=True):
-        stop = run.early_stop
-        early = ResidualPlateau(key="rel_residual", patience=stop.patience, rel_tol=stop.rel_tol) if stop.patience else None
-        members.append(BatchMember(attack=make_attack(run.method, run.method_config()), prior=setup.prior,
-                                   x0=setup.x0, generator=setup.generator, out=Path(out), seed=run.seed,
-                                   early_stop=early, record={**setup.record, **record}))
+    members = [BatchMember(attack=make_attack(run.method, run.method_config()), prior=setup.prior, x0=setup.x0,
+                           generator=setup.generator, out=Path(out), seed=run.seed, early_stop=early_stop_rule(run),
+                           record=dict(setup.record))
+               for run, out, setup in zip(runs, outs, setups, strict=True)]
     steps = {run.steps for run in runs}
-    every, log_every = shared.pop()
     return run_batched(members, setups[0].target, mode=mode, steps=steps.pop() if len(steps) == 1 else None,
-                       checkpoint_every=every, resume=resume, progress=progress, log_every=log_every)
+                       loop=run_loop(runs[0], how))
 
 
-def reconstruct_runs(run: ReconstructionRun, out: str | Path, *, runs: int, mode: str = "batched",
-                     resume: bool = False, overwrite: bool = False, progress: bool = True,
-                     data_dir: str | Path | None = None, sources: Any = None, record: Mapping[str, Any] | None = None,
+def reconstruct_runs(run: ReconstructionRun, out: str | Path, how: RunOptions = RunOptions(), *, runs: int,
+                     mode: str = "batched", sources: Any = None, record: Mapping[str, Any] | None = None,
                      criterion: str = "relative_residual") -> list[Reconstruction]:
     """``runs`` copies of ``run`` with seeds ``run.seed + j``, executed as one batch (:func:`execute_batch`),
     and their pool.
@@ -658,12 +682,13 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, *, runs: int, mode
 
     Args:
         run: the typed run of run 0 (a model directory).
+        how: as in :func:`execute`; ``overwrite``/``resume`` apply to ``out`` as a whole
+            (``overwrite`` deletes only what datarecon wrote there).
         runs: K ≥ 1.
         mode: ``batched`` | ``looped`` (:data:`datarecon.attacks.batched.MODES`).
+        sources: as in :func:`execute`.
         record: extra ``run.json`` fields of every run and of the pool (e.g. ``resume_command``).
         criterion: the attacker-side criterion whose best value the pool records.
-        resume, overwrite, progress, data_dir, sources: as in :func:`execute`; ``overwrite``/``resume``
-            apply to ``out`` as a whole (``overwrite`` deletes only what datarecon wrote there).
 
     Returns:
         One :class:`~datarecon.attacks.base.Reconstruction` per run, in run order.
@@ -679,18 +704,19 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, *, runs: int, mode
         raise DataReconError(f"--runs must be at least 1, got {runs}; pass --runs K with K >= 1")
     if mode not in MODES:
         raise DataReconError(f"unknown batch mode {mode!r}; valid modes: {', '.join(MODES)}")
-    if overwrite and resume:
+    if how.overwrite and how.resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     out = Path(out)
-    with claim_out_dir(out, kind="run", overwrite=overwrite, resume=resume) as claim:
+    with claim_out_dir(out, kind="run", overwrite=how.overwrite, resume=how.resume) as claim:
         members = [run.model_copy(update={"seed": run.seed + j}) for j in range(runs)]
-        setups = [prepare(r, data_dir=data_dir, sources=sources) for r in members]
+        setups = [prepare(r, data_dir=how.data_dir, sources=sources) for r in members]
         stop = {"patience": run.early_stop.patience, "rel_tol": run.early_stop.rel_tol}
-        records = [{"early_stop": stop, "batch": {"runs": runs, "index": j, "mode": mode},
-                    "run": member.model_dump(mode="json"), **dict(record or {})} for j, member in enumerate(members)]
+        setups = [replace(setup, record={**setup.record, "early_stop": stop,
+                                         "batch": {"runs": runs, "index": j, "mode": mode},
+                                         "run": member.model_dump(mode="json"), **dict(record or {})})
+                  for j, (member, setup) in enumerate(zip(members, setups, strict=True))]
         claim.prepare()  # only now: a bad model or setting leaves the old runs untouched
-        recs = execute_batch(members, [out / run_name(j) for j in range(runs)], setups=setups, records=records,
-                             mode=mode, resume=resume, progress=progress)
+        recs = execute_batch(members, [out / run_name(j) for j in range(runs)], how, setups=setups, mode=mode)
         for j, setup in enumerate(setups):
             save_subspace(out / run_name(j), setup.prior)
         pool_runs(out, recs, model_dir=str(run.model), criterion=criterion,
@@ -708,9 +734,9 @@ def pool_runs(out: Path, recs: Sequence[Reconstruction], *, model_dir: str, crit
         ``out``, or None when no run finished.
     """
     from datarecon.attacks.selection import CRITERIA
-    from datarecon.experiments.pool import write_pool
+    from datarecon.experiments.pool import PoolSpec, write_pool
     from datarecon.kernel.status import EVALUABLE
-    from datarecon.utils.io import config_hash, read_json
+    from datarecon.utils.io import read_json
 
     mode = "max" if CRITERIA.get(criterion).better == "higher" else "min"
     sources = []
@@ -723,5 +749,5 @@ def pool_runs(out: Path, recs: Sequence[Reconstruction], *, model_dir: str, crit
         return None
     config = {"runs": len(recs), "criterion": criterion, "mode": mode, "sources": [s["key"] for s in sources]}
     recorded = read_json(out / sources[0]["run_dir"] / RUN_JSON).get("model_dir", model_dir)
-    return write_pool(out, sources, root=out, model_dir=recorded, config=config, key=config_hash(config),
-                      criterion=criterion, mode=mode, record=record)
+    return write_pool(out, sources, root=out, model_dir=recorded,
+                      spec=PoolSpec(config=config, criterion=criterion, mode=mode), record=record)

@@ -88,12 +88,12 @@ def run_from_spec(spec: RunSpec | Mapping[str, Any], *, out: str | Path, resume:
     Raises:
         DataReconError: bad attack/init fields, unknown names, or a model that does not fit.
     """
-    from datarecon.experiments.reconstruct import execute
+    from datarecon.experiments.reconstruct import RunOptions, execute
     from datarecon.experiments.sweep.config import RunSpec
 
     if not isinstance(spec, RunSpec):
         spec = RunSpec.model_validate(spec)
     with in_sweep_terms(spec):
         run = spec.to_run(checkpoint_every=checkpoint_every, log_every=log_every)
-        return execute(run, out, resume=resume, progress=progress, hooks=list(hooks), data_dir=data_dir,
-                       record={"sweep_params": spec.params})
+        how = RunOptions(resume=resume, progress=progress, hooks=tuple(hooks), data_dir=data_dir)
+        return execute(run, out, how, record={"sweep_params": spec.params})

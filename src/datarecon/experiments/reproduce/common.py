@@ -233,9 +233,7 @@ def _run_summary(rec: Any, x0: torch.Tensor, run_dir: Path, m: int) -> dict[str,
             "init_shift": float((rec.x.cpu().double() - x0.cpu().double()).flatten(1).norm(dim=1).mean())}
 
 
-def attack_piece(key: str, *, model_key: str, method: str, attack_config: BaseModel,
-                 init: Mapping[str, Any], candidates_factor: int = 1, seed: int = 0,
-                 record: Mapping[str, Any] | None = None,
+def attack_piece(key: str, *, model_key: str, method: str, attack: BatchRun, candidates_factor: int = 1,
                  estimate: Callable[[str], float | None] | None = None) -> Piece:
     """Run one attack on the target of ``model_key``; the run directory is ``OUT/<key>/run``.
 
@@ -244,22 +242,23 @@ def attack_piece(key: str, *, model_key: str, method: str, attack_config: BaseMo
 
     Args:
         method: the attack's registry name (``kkt``, ``decoreco``, ``gradnorm``, ``bilevel``).
-        attack_config: the attack's frozen config (steps included).
-        init: ``{"name": INITS key, **params}`` (``datarecon.attacks.init.make_init``).
+        attack: the run (:class:`BatchRun`): the attack's frozen config (steps included); the
+            initialisation ``{"name": INITS key, **params}`` (``datarecon.attacks.init.make_init``);
+            the seed of the generator for x₀ and the attack's own randomness; extra fields for
+            run.json (e.g. the mixture weights of a landscape point).
         candidates_factor: m = factor × n (n = training-set size, which the attacker knows).
-        seed: seed of the generator for x₀ and the attack's own randomness.
-        record: extra fields for run.json (e.g. the mixture weights of a landscape point).
         estimate: ``estimate(device) -> seconds`` for ``--dry-run`` (:mod:`.cost`); None: no estimate.
     """
+    attack_config, init, seed, record = attack.config, attack.init, attack.seed, attack.record
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        from datarecon.experiments.reconstruct import execute, prepare
+        from datarecon.experiments.reconstruct import RunOptions, execute, prepare
 
         steps = int(getattr(attack_config, "steps", 100))
         spec, m, sources = _typed_run(ctx, model_key=model_key, method=method, config=attack_config, init=init,
                                       candidates_factor=candidates_factor, seed=seed, every=checkpoint_period(steps))
         setup = prepare(spec, data_dir=ctx.data_dir, sources=sources)
-        rec = execute(spec, d / RUN_SUBDIR, resume=ctx.resume, overwrite=not ctx.resume, progress=ctx.progress,
+        rec = execute(spec, d / RUN_SUBDIR, RunOptions(resume=ctx.resume, overwrite=not ctx.resume, progress=ctx.progress),
                       setup=setup, record=record)
         x0 = setup.x0
         save_tensors(d / "x0.safetensors", {"x0": x0.detach().cpu()})
@@ -322,7 +321,9 @@ def attack_batch_piece(key: str, *, model_key: str, method: str,
     """
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        from datarecon.experiments.reconstruct import execute_batch, prepare
+        from dataclasses import replace
+
+        from datarecon.experiments.reconstruct import RunOptions, execute_batch, prepare
 
         dtypes = {getattr(r.config, "dtype", "float64") for r in runs.values()}
         if len(dtypes) != 1:
@@ -336,9 +337,10 @@ def attack_batch_piece(key: str, *, model_key: str, method: str,
             specs.append(spec)
             setups.append(prepare(spec, data_dir=ctx.data_dir, sources=sources))
             ms.append(m)
-        recs = execute_batch(specs, [d / name / RUN_SUBDIR for name in runs], setups=setups,
-                             records=[dict(r.record) for r in runs.values()], mode=resolve_mode(mode, ctx.device),
-                             resume=ctx.resume, progress=ctx.progress)
+        setups = [replace(s, record={**s.record, **r.record}) for s, r in zip(setups, runs.values(), strict=True)]
+        recs = execute_batch(specs, [d / name / RUN_SUBDIR for name in runs],
+                             RunOptions(resume=ctx.resume, progress=ctx.progress), setups=setups,
+                             mode=resolve_mode(mode, ctx.device))
         out: dict[str, Any] = {}
         for name, setup, m, rec in zip(runs, setups, ms, recs, strict=True):
             save_tensors(d / name / "x0.safetensors", {"x0": setup.x0.detach().cpu()})
@@ -370,15 +372,18 @@ def _scalars(d: Mapping[str, Any]) -> dict[str, Any]:
 # evaluation
 
 
-def evaluate_display(display: torch.Tensor, *, labels, scores, multipliers, bundle, task, norm,
-                     settings: EvalSettings, light: bool, seed: int = 0, init: torch.Tensor | None = None,
-                     init_name: str | None = None):
+def evaluate_display(display: torch.Tensor, record, *, bundle, task, norm, settings: EvalSettings,
+                     light: bool, seed: int = 0):
     """``evaluate_candidates`` against train / partition / held-out / noise sets of ``task``.
 
-    ``light`` skips the null baselines and the noise floor (landscape points). ``init`` (display
-    space) and ``init_name``: where the candidates started (the headline rule of data starts).
+    ``record`` (a :class:`~datarecon.evaluation.RunRecord`): the attack's per-candidate labels,
+    scores and λ, and where the candidates started (``init`` in display space and ``init_name``: the
+    headline rule of data starts); the training margins are added here. ``light`` skips the null
+    baselines and the noise floor (landscape points).
     """
-    from datarecon.evaluation import evaluate_candidates, noise_images
+    from dataclasses import replace
+
+    from datarecon.evaluation import EvaluationConfig, evaluate_candidates, noise_images
     from datarecon.kernel.losses import margins as out_margins
 
     refs = {"train": task.train.x, "partition": task.partition.x, "heldout": task.heldout.x,
@@ -387,11 +392,11 @@ def evaluate_display(display: torch.Tensor, *, labels, scores, multipliers, bund
         xm = norm.to_model(task.train.x).to(next(bundle.model.parameters()).dtype)
         train_margins = out_margins(bundle.model(xm), task.train.y.to(xm.dtype) if task.train.y.is_floating_point()
                                     else task.train.y).double()
-    return evaluate_candidates(
-        display, labels, scores, references=refs, metric=settings.metric, window=settings.window,
-        multipliers=multipliers, margins=train_margins, baselines=not light,
-        real_floor=None if light else "noise", n_floor_noise=settings.n_floor_noise,
-        seed=seed, progress=False, init=init, init_name=init_name)
+    config = EvaluationConfig(metric=settings.metric, window=settings.window, baselines=not light,
+                              real_floor=None if light else "noise", n_floor_noise=settings.n_floor_noise,
+                              baseline_seed=seed)
+    return evaluate_candidates(display, references=refs, record=replace(record, margins=train_margins),
+                               config=config, progress=False)
 
 
 def save_grid(path: Path, ev, display: torch.Tensor, task, *, order: torch.Tensor, metric: str) -> None:
@@ -419,7 +424,7 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
     """
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        from datarecon.evaluation.run_eval import init_name_of
+        from datarecon.evaluation.run_eval import RunRecord, init_name_of
 
         bundle, task, norm = load_model_and_task(model_dir(ctx, model_key), data_dir=ctx.data_dir)
         rdir = run_dir(ctx, run_key, member)
@@ -431,10 +436,10 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
         display = norm.to_display(torch.nan_to_num(x, nan=0.0).clamp(-1e6, 1e6)).float()
         scores = {k[6:]: v.reshape(-1) for k, v in t.items() if k.startswith("score_")}
         x0 = run_init(rdir, m=x.shape[0])
-        ev = evaluate_display(display, labels=t.get("labels"), scores=scores, multipliers=t.get("multipliers"),
-                              bundle=bundle, task=task, norm=norm, settings=settings, light=light,
-                              init=None if x0 is None else norm.to_display(x0.double()).float(),
-                              init_name=init_name_of(meta))
+        ev = evaluate_display(display, RunRecord(labels=t.get("labels"), scores=scores, multipliers=t.get("multipliers"),
+                                                 init=None if x0 is None else norm.to_display(x0.double()).float(),
+                                                 init_name=init_name_of(meta)),
+                              bundle=bundle, task=task, norm=norm, settings=settings, light=light)
         summary = dict(ev.summary)
         for k in PARAM_DISTANCE_KEYS:
             summary[k] = (meta.get("extra") or {}).get(k)
