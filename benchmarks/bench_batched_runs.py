@@ -6,7 +6,7 @@ weights; the step's cost does not depend on training) and each K (``--runs``, de
 three ways of doing the same K runs of ``--steps`` steps (DecoReco defaults, ``--dtype``):
 
 * ``batched``: :func:`datarecon.attacks.batched.run_batched` with ``mode="batched"``;
-* ``looped``: the same with ``mode="looped"`` (each run's own step in turn, through the barrier);
+* ``looped``: the same with ``mode="looped"`` (each run's own step in turn, through the one attack loop);
 * ``alone``: K calls of :func:`datarecon.attacks.runner.run_attack`, one after the other.
 
 No run writes files (``out=None``). The three are timed *interleaved* (batched, looped, alone,

@@ -17,6 +17,10 @@ from datarecon.utils.device import parse_device  # noqa: F401  (the commands imp
 ThreadsOption = Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch (0: its default, "
                                             "all cores).")]
 
+#: ``--device`` of the commands that run pieces on a device (reproduce, audit); the commands built
+#: from a typed run or config (train, reconstruct) take it from the ``device`` field, whose help reads the same
+DeviceOption = Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")]
+
 #: the arguments of the running ``datarecon`` invocation (set by :func:`datarecon.cli.main.main`)
 _ARGV: list[str] = []
 

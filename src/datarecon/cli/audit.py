@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from datarecon.cli._common import DeviceOption
 from datarecon.cli.options import Backend, Output, backend_options, output_options
 
 
@@ -26,7 +27,7 @@ def audit_cmd(
     config: Annotated[Path | None, typer.Option("--config", help="YAML/TOML overrides over the scale preset "
                                                 "(one-to-one with datarecon.experiments.audit.AuditConfig).")] = None,
     data_dir: Annotated[str | None, typer.Option("--data-dir", envvar="DATARECON_DATA", help="Data folder.")] = None,
-    device: Annotated[str, typer.Option("--device", help="cpu | cuda[:N].")] = "cpu",
+    device: DeviceOption = "cpu",
     threads: Annotated[int, typer.Option("--threads", min=0, help="torch threads per target (0: default)")] = 1,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress inside each target "
                                            "(training, attacks) when targets run in-process (--workers 1).")] = True,

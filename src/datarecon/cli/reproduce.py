@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from datarecon.cli._common import DeviceOption
 from datarecon.cli.options import Common, Output, common_options, output_options
 
 app = typer.Typer(rich_markup_mode=None, help="Reproduce a paper's experiments (runkel2024, haim2022) and write an HTML report.",
@@ -48,7 +49,7 @@ _OUTPUT = output_options(out="Output folder (rerun into it to resume).",
                          resume="Continue unfinished trainings and attacks from their checkpoints.",
                          overwrite="Replace an --out folder of another configuration.")
 _Data = Annotated[str | None, typer.Option("--data-dir", envvar="DATARECON_DATA", help="Data folder.")]
-_Device = Annotated[str, typer.Option("--device", help="cpu | cuda[:N].")]
+_Device = DeviceOption
 _Config = Annotated[Path | None, typer.Option("--config", help="YAML/TOML overrides over the scale preset.")]
 _DryRun = Annotated[bool, typer.Option("--dry-run", help="List the pieces, which are done in --out, and the "
                                         "estimated time and memory of each on --device; run nothing.")]
