@@ -111,3 +111,12 @@ def test_compile_field_keeps_config_hashes_and_resume():
     assert method_config("decoreco", {}, compile=True).compile is True
     with pytest.raises(DataReconError, match="--compile does not apply"):
         method_config("gradnorm", {}, compile=True)
+
+
+def test_the_compiled_step_cache_is_not_fooled_by_a_reused_id(make_target):
+    """A target that reuses a collected target's ``id`` gets its own compiled step (checked by identity)."""
+    target = make_target(k=1)
+    attack = KKTAttack(KKTConfig(compile=True))
+    attack._compiled[id(target)] = (object(), "the step of a collected target")
+    fn = attack.compiled_value_and_grad(target)
+    assert callable(fn) and attack.compiled_value_and_grad(target) is fn

@@ -320,19 +320,23 @@ class KKTAttack(_XAttack):
 
     def __init__(self, config: KKTConfig | None = None) -> None:
         super().__init__(config)
-        self._compiled: dict[int, Any] = {}
+        self._compiled: dict[int, tuple[Target, Any]] = {}
 
     def compiled_value_and_grad(self, target: Target) -> Any:
-        """The compiled (x, λ, θ*, labels, lower, upper) ↦ ((∂L/∂x, ∂L/∂λ), (L, (R, box, hinge)))."""
+        """The compiled (x, λ, θ*, labels, lower, upper) ↦ ((∂L/∂x, ∂L/∂λ), (L, (R, box, hinge))).
+
+        Cached per target (the entry keeps its target, so a new target that reuses a collected
+        one's ``id`` is compiled afresh, as :meth:`prepared` does)."""
         key = id(target)
-        if key not in self._compiled:
+        cached = self._compiled.get(key)
+        if cached is None or cached[0] is not target:
             from datarecon.attacks.surrogate import functional_surrogate
 
             c = self.config
             model = functional_surrogate(c.surrogate, target.model, alpha=c.alpha)
             fn = kkt_math.kkt_value_and_grad(model, objective=self.objective(target))
-            self._compiled[key] = compile_function(fn)
-        return self._compiled[key]
+            self._compiled[key] = (target, compile_function(fn))
+        return self._compiled[key][1]
 
     def _compiled_terms(self, target: Target, prior: AttackerPrior, x: torch.Tensor,
                         lam: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
