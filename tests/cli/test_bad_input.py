@@ -391,6 +391,9 @@ CASES.update({
     "audit-negative-seed": Case(lambda ws: ["audit", "--scale", "smoke", "--out", str(ws.root / "a"), "--config",
                                             str(_write(ws.root / "a.yaml", "seeds: [-1]\n"))],
                                 "seeds.0: Input should be greater than or equal to 0"),
+    "audit-ray-address-without-ray": Case(lambda ws: ["audit", "--scale", "smoke", "--out", str(ws.root / "a"),
+                                                      "--backend", "local", "--ray-address", "auto"],
+                                          "--ray-address needs --backend ray"),
     # hints that named options a command does not have (item 20)
     "evaluate-disk-full-hint": Case(lambda ws: ["evaluate", "--no-progress", str(ws.run)],
                                     "free some space and rerun the same command", out=lambda ws: ws.run,

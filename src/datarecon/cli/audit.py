@@ -46,7 +46,8 @@ def audit_cmd(
     overrides = read_config_mapping(config) if config is not None else None
     cfg = load_audit_config(scale=scale, overrides=overrides)
     runtime = Runtime(data_dir=data_dir, device=device, resume=output.resume, progress=progress)
-    execution = Execution(backend=backend.name, workers=backend.workers, options=backend.options, threads=threads)
+    execution = Execution(backend=backend.name, workers=backend.workers, ray_address=backend.address, threads=threads)
+    execution.backend_options()  # a --ray-address without --backend ray: one line, before any work
     report = run_audit(cfg, out=output.out, scale=scale, runtime=runtime, execution=execution,
                        overwrite=output.overwrite, log=typer.echo)
     typer.echo(f"report: {report}")
