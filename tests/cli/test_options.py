@@ -9,9 +9,10 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field
 from typer.testing import CliRunner
 
-from datarecon.cli.options import (Backend, Common, Output, backend_options, comma_ints, common_options, config_options,
+from datarecon.cli.options import (Common, Output, backend_options, comma_ints, common_options, config_options,
                                    field_docs, flags, leaf_fields, output_options, overrides_from)
 from datarecon.config import merge
+from datarecon.experiments.execution import Execution
 from datarecon.errors import DataReconError
 
 
@@ -239,14 +240,16 @@ def test_backend_options_build_the_backend_and_refuse_an_unknown_one():
     seen = {}
 
     @backend_options(workers="Units.", default_workers=1)
-    def cmd(*, backend: Backend) -> None:
+    def cmd(*, backend: Execution) -> None:
         seen["backend"] = backend
 
     app = typer.Typer()
     app.command()(cmd)
     app.command("other")(lambda: None)
     r = CliRunner().invoke(app, ["cmd", "-j", "3", "--ray-address", "auto"])
-    assert r.exit_code == 0 and seen["backend"] == Backend(name="local", workers=3, address="auto")
-    assert seen["backend"].options == {"address": "auto"}
+    assert r.exit_code == 1 and "--ray-address needs --backend ray" in str(r.exception)
+    r = CliRunner().invoke(app, ["cmd", "--backend", "ray", "-j", "3", "--ray-address", "auto"])
+    assert r.exit_code == 0 and seen["backend"] == Execution(backend="ray", workers=3, ray_address="auto")
+    assert seen["backend"].backend_options() == {"address": "auto"}
     r = CliRunner().invoke(app, ["cmd", "--backend", "slurm"])
     assert isinstance(r.exception, DataReconError) and "valid names: local, ray" in str(r.exception)

@@ -8,13 +8,15 @@ and epochs, with the DP-SGD bound). Rerunning the same command skips finished pi
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from datarecon.cli._common import DeviceOption
-from datarecon.cli.options import Backend, Output, backend_options, output_options
+from datarecon.cli.options import Output, backend_options, output_options
+from datarecon.experiments.execution import Execution
 
 
 @output_options(out="Output folder (rerun into it to resume).",
@@ -33,21 +35,19 @@ def audit_cmd(
                                            "(training, attacks) when targets run in-process (--workers 1).")] = True,
     *,
     output: Output,
-    backend: Backend,
+    backend: Execution,
 ) -> None:
     """Defence audit: reconstruction against weight decay, training length and DP-SGD (Opacus)."""
     from datarecon.cli._common import parse_device
     from datarecon.config import read_config_mapping
     from datarecon.experiments.audit import load_audit_config, run_audit
-    from datarecon.experiments.execution import Execution
     from datarecon.experiments.reproduce import Runtime
 
     parse_device(device)
     overrides = read_config_mapping(config) if config is not None else None
     cfg = load_audit_config(scale=scale, overrides=overrides)
     runtime = Runtime(data_dir=data_dir, device=device, resume=output.resume, progress=progress)
-    execution = Execution(backend=backend.name, workers=backend.workers, ray_address=backend.address, threads=threads)
-    execution.backend_options()  # a --ray-address without --backend ray: one line, before any work
+    execution = replace(backend, threads=threads)
     report = run_audit(cfg, out=output.out, scale=scale, runtime=runtime, execution=execution,
                        overwrite=output.overwrite, log=typer.echo)
     typer.echo(f"report: {report}")

@@ -396,32 +396,13 @@ def output_options(*, out: str, resume: str, overwrite: str) -> Callable[[Callab
     return lambda body: _extend(body, "output", params, build, first=True)
 
 
-@dataclass(frozen=True)
-class Backend:
-    """Where the work of a sweep or an audit runs, defined once (:func:`backend_options`).
-
-    Attributes:
-        name: ``BACKENDS`` key (``local``: a process pool or in-process; ``ray``).
-        workers: units in flight (None: the backend's default).
-        address: Ray cluster address (``auto`` or HOST:PORT; None: an embedded Ray).
-    """
-
-    name: str
-    workers: int | None
-    address: str | None
-
-    @property
-    def options(self) -> dict[str, Any]:
-        """The backend's own options (the Ray address when given)."""
-        return {"address": self.address} if self.address else {}
-
-
 def backend_options(*, workers: str, default_workers: int | None,
                     backend: str = "Execution backend: local (a process pool; in-process with one worker) | ray.",
                     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorate a command body taking ``backend`` (keyword, a :class:`Backend`) with ``--backend``,
-    ``--workers/-j`` (at least 1) and ``--ray-address``; an unknown backend is refused, naming the
-    registered ones."""
+    """Decorate a command body taking ``backend`` (keyword, an
+    :class:`~datarecon.experiments.execution.Execution`, the one description of where a sweep's or an
+    audit's tasks run) with ``--backend``, ``--workers/-j`` (at least 1) and ``--ray-address``; an
+    unknown backend, and a Ray address for another backend, are refused in one line before any work."""
     kw = inspect.Parameter.KEYWORD_ONLY
     params = [
         inspect.Parameter("backend", kw, default="local",
@@ -432,11 +413,14 @@ def backend_options(*, workers: str, default_workers: int | None,
             "--ray-address", help="Ray cluster address (auto or HOST:PORT); default: embedded Ray.")]),
     ]
 
-    def build(given: dict[str, Any]) -> Backend:
+    def build(given: dict[str, Any]) -> Any:
         from datarecon.experiments.backends import BACKENDS
+        from datarecon.experiments.execution import Execution
 
         BACKENDS.get(given["backend"])
-        return Backend(name=given["backend"], workers=given["workers"], address=given["ray_address"])
+        execution = Execution(backend=given["backend"], workers=given["workers"], ray_address=given["ray_address"])
+        execution.backend_options()  # --ray-address without --backend ray
+        return execution
 
     return lambda body: _extend(body, "backend", params, build)
 

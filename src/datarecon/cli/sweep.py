@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from datarecon.cli.options import Backend, backend_options
+from datarecon.cli.options import backend_options
+from datarecon.experiments.execution import Execution
 from datarecon.errors import DataReconError
 
 sweep_app = typer.Typer(rich_markup_mode=None, 
@@ -34,7 +36,7 @@ def sweep_cmd(
     threads: int = typer.Option(0, "--threads", min=0, help="CPU threads for PyTorch per run (0: the sweep's "
                                 "resources.num_cpus in worker processes, PyTorch's default in-process)"),
     *,
-    backend: Backend,
+    backend: Execution,
 ) -> None:
     """Run (or resume) the sweep in --config into the store --out."""
     if ctx.invoked_subcommand is not None:
@@ -45,12 +47,10 @@ def sweep_cmd(
     if config is None or out is None:
         raise DataReconError("datarecon sweep needs --config SWEEP.yaml and --out DIR (or a subcommand: pool)")
     from datarecon.config import load_config_file
-    from datarecon.experiments.execution import Execution
     from datarecon.experiments.sweep import SweepConfig, run_sweep
 
     cfg = load_config_file(config, SweepConfig, overrides={"budget": budget})
-    execution = Execution(backend=backend.name, workers=backend.workers, ray_address=backend.address,
-                          threads=threads or None)
+    execution = replace(backend, threads=threads or None)
     result = run_sweep(cfg, out, execution=execution, progress=progress, checkpoint_every=checkpoint_every)
     best = f"{result.best_score:.6g} ({result.best_key})" if result.best_score is not None else "-"
     typer.echo(f"sweep {result.sweep_id}: {result.total} runs: {result.completed} done now, {result.skipped} "
