@@ -43,9 +43,9 @@ from torch import Tensor
 from datarecon.config import build_config
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.evaluation.baselines import headline_rule, noise_images
-from datarecon.evaluation.neighbours import EXACT_UP_TO, Neighbours
+from datarecon.evaluation.neighbours import Neighbours
 from datarecon.evaluation.privacy import PrivacyScore
-from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimResult, init_similarity
+from datarecon.evaluation.protocol import HaimResult, init_similarity
 from datarecon.evaluation.reports import (
     PAPER_THRESHOLD,
     REAL_RULE,
@@ -447,6 +447,9 @@ def _incomplete(run_dir: Path, missing: str) -> str:
     return f"{missing} is missing; {how_to_finish(run_dir, meta)}, or evaluate another run directory"
 
 
+_DEFAULTS = EvaluationConfig.model_fields
+
+
 class RunEvaluationSettings(BaseModel):
     """How :func:`evaluate_run` evaluates a run directory (one-to-one with the options of
     ``datarecon evaluate``); :meth:`evaluation` gives the :class:`EvaluationConfig` it runs under.
@@ -472,14 +475,15 @@ class RunEvaluationSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     against: tuple[str, ...] = ("train", "partition", "noise", "heldout")
-    metric: str = "ssim"
-    prefilter: str | None = "lncc"
-    top_k: int = 32
-    exact_up_to: int = EXACT_UP_TO
-    window: str = "gaussian"
-    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
-    assignment: str = "greedy"
-    seed: int = 0
+    # the evaluation's own settings default to EvaluationConfig's (one set of defaults)
+    metric: str = _DEFAULTS["metric"].default
+    prefilter: str | None = _DEFAULTS["prefilter"].default
+    top_k: int = _DEFAULTS["top_k"].default
+    exact_up_to: int = _DEFAULTS["exact_up_to"].default
+    window: str = _DEFAULTS["window"].default
+    thresholds: tuple[float, ...] = _DEFAULTS["thresholds"].default
+    assignment: str = _DEFAULTS["assignment"].default
+    seed: int = _DEFAULTS["noise_seed"].default
     allow_incomplete: bool = False
     grid_max: int = GRID_MAX
 
