@@ -129,7 +129,7 @@ def test_evaluate_run_errors(tmp_path):
         evaluate_run(run)
     with pytest.raises(CheckpointError, match="model directory .* not found"):
         evaluate_run(run, {"allow_incomplete": True})
-    with pytest.raises(DataReconError, match="valid names: train, partition, heldout, noise"):
+    with pytest.raises(DataReconError, match="valid names: heldout, noise, partition, train"):
         evaluate_run(run, RunEvaluationSettings(against=("test",)))
 
 

@@ -29,16 +29,14 @@ def _images(path: Path | None, option: str):
     return tensors["x"]
 
 
-#: the reference sets ``--against`` may name
-REFERENCE_SETS = ("train", "partition", "noise", "heldout")
-
-
 def _reference_sets(text: str) -> tuple[str, ...]:
     """``--against train,noise`` → ``("train", "noise")``.
 
     Raises:
         DataReconError: an unknown name, or none at all.
     """
+    from datarecon.evaluation.run_eval import REFERENCE_SETS
+
     sets = tuple(s.strip() for s in text.split(",") if s.strip())
     bad = [s for s in sets if s not in REFERENCE_SETS]
     if bad or not sets:

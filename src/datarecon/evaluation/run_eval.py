@@ -449,6 +449,9 @@ def _incomplete(run_dir: Path, missing: str) -> str:
 
 _DEFAULTS = EvaluationConfig.model_fields
 
+#: the reference sets a run is evaluated against (``against``; ``datarecon evaluate --against``)
+REFERENCE_SETS: tuple[str, ...] = ("train", "partition", "noise", "heldout")
+
 
 class RunEvaluationSettings(BaseModel):
     """How :func:`evaluate_run` evaluates a run directory (one-to-one with the options of
@@ -474,7 +477,7 @@ class RunEvaluationSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    against: tuple[str, ...] = ("train", "partition", "noise", "heldout")
+    against: tuple[str, ...] = REFERENCE_SETS
     # the evaluation's own settings default to EvaluationConfig's (one set of defaults)
     metric: str = _DEFAULTS["metric"].default
     prefilter: str | None = _DEFAULTS["prefilter"].default
@@ -563,10 +566,9 @@ def _read_run(run_dir: Path, s: RunEvaluationSettings) -> _Run:
         CheckpointError: missing run files (saying how to finish the run), a model directory, bad tensors.
         DataReconError: unknown reference set name, run not complete (without ``allow_incomplete``).
     """
-    valid = ("train", "partition", "heldout", "noise")
-    bad = [a for a in s.against if a not in valid]
+    bad = [a for a in s.against if a not in REFERENCE_SETS]
     if bad:
-        raise DataReconError(f"unknown reference set(s) {bad}; valid names: {', '.join(valid)}")
+        raise DataReconError(f"unknown reference set(s) {bad}; valid names: {', '.join(sorted(REFERENCE_SETS))}")
     if not run_dir.is_dir():
         raise CheckpointError(f"run directory {run_dir} not found; run an attack with `datarecon reconstruct`")
     if (run_dir / MODEL_JSON).is_file() and not (run_dir / RUN_JSON).is_file():

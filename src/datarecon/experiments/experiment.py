@@ -38,6 +38,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from datarecon.config import Seed, build_config, read_config_mapping
+from datarecon.evaluation.run_eval import REFERENCE_SETS
 from datarecon.errors import DataReconError
 from datarecon.experiments.reconstruct import ReconstructionRun, RunSettings
 from datarecon.kernel.status import Status
@@ -48,8 +49,6 @@ from datarecon.kernel.files import EXPERIMENT_JSON, REPORT_HTML
 FORMAT = "datarecon-experiment/1"
 MODEL_SUBDIR, RUN_SUBDIR, REPORT = "model", "run", REPORT_HTML
 STAGES = ("train", "attack", "evaluate", "report")
-#: the reference sets an evaluation compares with (:func:`datarecon.evaluation.evaluate_run`)
-REFERENCE_SETS = ("train", "partition", "heldout", "noise")
 
 
 class _Frozen(BaseModel):
@@ -78,7 +77,7 @@ class EvaluateSettings(_Frozen):
     def _known_sets(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         bad = [a for a in v if a not in REFERENCE_SETS]
         if bad or not v:
-            raise ValueError(f"unknown reference set(s) {bad or list(v)}; valid names: {', '.join(REFERENCE_SETS)}")
+            raise ValueError(f"unknown reference set(s) {bad or list(v)}; valid names: {', '.join(sorted(REFERENCE_SETS))}")
         return v
 
     @field_validator("metric")
