@@ -9,17 +9,21 @@ continues each run from its own checkpoint, and a run directory written in a bat
 alone. The only shared thing is the step: every round, the loop asks for one step of every run
 still going and computes those steps together:
 
-* ``batched`` (:data:`MODES`): runs whose objective is the same (an attack's ``batch_key``: the
-  KKT / DecoReco formulation, surrogate, α, λ_min, prior weights, dtype) get their gradients from
-  one vmapped computation over a run axis (:func:`kkt_batched_residual_and_grads`); each run then
-  commits its own optimiser step (``KKTAttack.apply_gradients``: its learning rates, its NaN
-  check). Runs without a ``batch_key`` (gradnorm, bilevel, the compiled KKT step) are stepped one
-  by one.
+* ``batched`` (:data:`MODES`): runs whose objective, optimiser and state layout are the same (an
+  attack's ``batch_key``: the KKT / DecoReco formulation, surrogate, α, λ_min, prior weights,
+  dtype; the optimiser and its settings; the state's names and shapes) are ONE stacked state
+  (:class:`StackedGroup`): x, λ, the optimiser's buffers and ``opt.step`` with a leading run
+  axis, each run's state holding views of its row. The group's gradients come from one vmapped
+  computation over the stack (:func:`kkt_batched_residual_and_grads`) and its update from one call
+  of the update rule (:func:`datarecon.attacks.optim.stacked_optimizer_step`: each run its own
+  learning rates, step count and NaN check, element for element the single run's update). Runs
+  without a ``batch_key`` (gradnorm, bilevel, the compiled KKT step) are stepped one by one.
 * ``looped``: every run takes its own ``attack.step`` in turn (exactly the single-run arithmetic).
 
-A run that stops (early stop, divergence, its last step) leaves the loop; the others go on
-with a smaller batch. The batch at every step is therefore the set of runs still going, sorted by
-run index, so a resumed batch recomputes the same batches as an uninterrupted one.
+A run that stops (early stop, divergence, its last step) leaves the loop and keeps its row, unchanged;
+the others go on. A group is always computed at its full size (the rows that do not step are
+discarded), so a run's arithmetic never depends on which runs step with it and a batch resumed from
+checkpoints taken at different steps continues bit for bit as the uninterrupted one.
 
 References:
     Haim et al. (2022) eq. 5 and Buzaglo et al. (2023) (the KKT residual, per run);
@@ -28,6 +32,7 @@ References:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,6 +43,7 @@ import torch
 from datarecon.attacks import kkt_math
 from datarecon.attacks.base import AttackerPrior, AttackSetup, Reconstruction, Target
 from datarecon.attacks.loop import ATTACK_LOOP
+from datarecon.attacks.optim import stacked_optimizer_step
 from datarecon.attacks.runner import Compute, OpenRun, StepRequest, drive, open_run, step_each
 from datarecon.errors import DataReconError
 from datarecon.kernel.engine import LoopOptions
@@ -45,7 +51,7 @@ from datarecon.kernel.engine import LoopOptions
 #: How the steps of a batch are computed (see the module docstring).
 MODES: tuple[str, ...] = ("batched", "looped")
 
-__all__ = ["MODES", "BatchMember", "kkt_batched_residual_and_grads", "run_batched"]
+__all__ = ["MODES", "BatchMember", "StackedGroup", "kkt_batched_residual_and_grads", "run_batched", "stack_groups"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,84 +130,144 @@ class BatchMember:
     record: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _group_key(member: BatchMember, target: Target, state: Mapping[str, torch.Tensor]) -> tuple[Any, ...] | None:
-    key_fn = getattr(member.attack, "batch_key", None)
+@dataclass
+class StackedGroup:
+    """Runs with the same objective, optimiser and state layout, held as ONE stacked state.
+
+    Every entry of the runs' states (x, λ, the optimiser's buffers, ``opt.step``) is stacked on a
+    leading run axis, and each run's own state dict holds views of its row: the run's checkpoint,
+    NaN check, history and result read its row, and the group's step updates all rows in place.
+    A run keeps its row for its whole life (finished runs keep theirs, unchanged), so the batched
+    arithmetic of a run never depends on which runs step with it.
+
+    Attributes:
+        rows: run index (in the driven runs) → row.
+        runs: the group's runs, in row order.
+        state: the stacked state (name → (K, ...) tensor; ``opt.step`` (K,)).
+        labels: (K, m) the runs' labels, as their attacks read them.
+    """
+
+    rows: dict[int, int]
+    runs: list[OpenRun]
+    state: dict[str, torch.Tensor]
+    labels: torch.Tensor
+
+    @classmethod
+    def stack(cls, runs: Mapping[int, OpenRun]) -> StackedGroup:
+        """Stack the runs' states (each run's restored or fresh state is copied into its row) and
+        point each run's state at its row."""
+        order = sorted(runs)
+        members = [runs[k] for k in order]
+        state = {key: torch.stack([r.state[key].detach() for r in members]) for key in members[0].state}
+        for row, r in enumerate(members):
+            for key in state:
+                r.state[key] = state[key][row]
+        x = state["x"]
+        labels = torch.stack([r.attack.labels(r.setup.prior, x.device) for r in members])
+        return cls({k: row for row, k in enumerate(order)}, members, state, labels)
+
+    def gradients(self, target: Target) -> tuple[list[dict[str, float]], torch.Tensor, torch.Tensor]:
+        """Every row's objective terms and gradients (∂L/∂x (K, m, C, H, W), ∂L/∂λ (K, m)) from one
+        vmapped call over the stacked state (:func:`kkt_batched_residual_and_grads`; no state is changed)."""
+        first = self.runs[0].attack
+        prep = first.prepared(target)
+        x, lam = self.state["x"].detach(), self.state["lambda"].detach()
+        terms, gx, gl = kkt_batched_residual_and_grads(prep.forward, prep.params, x, self.labels, lam,
+                                                       objective=first.objective(target))
+        lo, hi = first.bounds(self.runs[0].setup.prior, x.device)
+        box, box_grad = kkt_math.box_value_and_grad(x, lo, hi, run_axis=True)
+        weight = first.config.box_weight
+        terms["box"], terms["loss"] = box, terms["loss"] + weight * box
+        if weight:
+            gx = gx.add_(box_grad, alpha=weight)
+        values = {k: v.detach().tolist() for k, v in terms.items()}
+        return [{k: float(v[j]) for k, v in values.items()} for j in range(len(self.runs))], gx, gl
+
+    def commit(self, target: Target, requests: Sequence[StepRequest], metrics: Sequence[dict[str, float]],
+               gx: torch.Tensor, gl: torch.Tensor) -> None:
+        """One optimiser step of the requested runs on the stacked state; each request gets its metrics.
+
+        Per run as in :meth:`KKTAttack.apply_gradients`: its own learning rates and step count, no
+        update when its loss or its update is not finite (``update`` NaN). The rule is applied by
+        :func:`~datarecon.attacks.optim.stacked_optimizer_step`.
+        """
+        from datarecon.attacks.kkt import committed_metrics
+
+        first = self.runs[0].attack
+        lambda_means = self.state["lambda"].mean(dim=1).tolist()  # every run's at once: one host sync
+        taken: dict[int, dict[str, float]] = {}
+        for r in requests:
+            row = self.rows[r.index]
+            taken[row] = r.run.attack.step_metrics(target, r.run.state, dict(metrics[row]), prior=r.run.setup.prior,
+                                                   lambda_mean=lambda_means[row])
+        rows = sorted(row for row, m in taken.items() if math.isfinite(m["loss"]))
+        committed = set(stacked_optimizer_step(
+            first.config.optimizer, self.state, {"x": gx, "lambda": gl},
+            lrs=[r.attack.learning_rates() for r in self.runs], rows=rows, settings=first.config.optimizer_settings()))
+        norms_x, norms_l = torch.stack([gx.flatten(1).norm(dim=1), gl.flatten(1).norm(dim=1)]).tolist()
+        for r in requests:
+            row = self.rows[r.index]
+            if row not in rows:  # not finite: no step (NaNStop reads the loss)
+                r.metrics = taken[row]
+            else:
+                norms = {"x": norms_x[row], "lambda": norms_l[row]} if row in committed else None
+                r.metrics = committed_metrics(taken[row], norms)
+
+
+def _group_key(run: OpenRun, target: Target) -> tuple[Any, ...] | None:
+    """Runs with equal keys form one :class:`StackedGroup` (None: the run is stepped alone)."""
+    attack, prior = run.attack, run.setup.prior
+    key_fn = getattr(attack, "batch_key", None)
     key = key_fn(target) if key_fn is not None else None
-    batchable = getattr(member.attack, "batchable", None)
-    if key is None or (batchable is not None and not batchable(member.prior)):
+    batchable = getattr(attack, "batchable", None)
+    if key is None or (batchable is not None and not batchable(prior)):
         return None
     from datarecon.attacks.runner import tensor_digest
 
-    bounds = tensor_digest({"lower": torch.as_tensor(member.prior.lower), "upper": torch.as_tensor(member.prior.upper)})
-    return (type(member.attack), key, tuple(state["x"].shape), bounds)
+    bounds = tensor_digest({"lower": torch.as_tensor(prior.lower), "upper": torch.as_tensor(prior.upper)})
+    layout = tuple((name, tuple(t.shape), str(t.dtype), str(t.device)) for name, t in sorted(run.state.items()))
+    c = attack.config
+    return (type(attack), key, c.optimizer, c.optimizer_settings(), layout, bounds)
 
 
-def _batched_kkt_gradients(target: Target, requests: Sequence[StepRequest], slots: Mapping[int, int] | None = None
-                           ) -> list[tuple[StepRequest, dict[str, float], torch.Tensor, torch.Tensor]]:
-    """Gradients of a group of KKT-family runs from one vmapped call (no state is changed here).
-
-    ``slots`` (run index → position) fixes the batch layout: every run of the group always takes its
-    own position in a batch of the group's full size, and the positions of runs that are not stepping
-    now (finished, or ahead after a resume) are filled with a copy of a stepping run, whose results
-    are discarded. A run's arithmetic then never depends on which other runs step with it (vmapped
-    kernels differ in the last bits between batch sizes), so a batch resumed from checkpoints taken
-    at different steps continues bit for bit as the uninterrupted one.
-    """
-    first = requests[0].run.attack
-    prep = first.prepared(target)
-    c = first.config
-    positions = [slots[r.index] for r in requests] if slots is not None else list(range(len(requests)))
-    layout: list[StepRequest] = [requests[0]] * (max(len(slots), len(requests)) if slots is not None else len(requests))
-    for pos, r in zip(positions, requests, strict=True):
-        layout[pos] = r
-    x = torch.stack([r.run.state["x"].detach() for r in layout])
-    lam = torch.stack([r.run.state["lambda"].detach() for r in layout])
-    labels = torch.stack([r.run.attack.labels(r.run.setup.prior, x.device) for r in layout])
-    terms, gx, gl = kkt_batched_residual_and_grads(prep.forward, prep.params, x, labels, lam,
-                                                   objective=first.objective(target))
-    lo, hi = first.bounds(requests[0].run.setup.prior, x.device)
-    box, box_grad = kkt_math.box_value_and_grad(x.detach(), lo, hi, run_axis=True)
-    terms["box"], terms["loss"] = box, terms["loss"] + c.box_weight * box
-    if c.box_weight:
-        gx = gx.add_(box_grad, alpha=c.box_weight)
-    values = {k: v.detach().tolist() for k, v in terms.items()}
-    return [(r, {k: float(v[j]) for k, v in values.items()}, gx[j], gl[j]) for j, r in zip(positions, requests)]
+def stack_groups(runs: Sequence[OpenRun | BaseException], target: Target) -> dict[int, StackedGroup]:
+    """Group the opened runs by :func:`_group_key` and stack each group's states; run index → its group."""
+    members: dict[tuple[Any, ...], dict[int, OpenRun]] = {}
+    for k, run in enumerate(runs):
+        if isinstance(run, OpenRun):
+            key = _group_key(run, target)
+            if key is not None:
+                members.setdefault(key, {})[k] = run
+    groups = [StackedGroup.stack(group) for group in members.values()]
+    return {k: g for g in groups for k in g.rows}
 
 
-def _slots(members: Sequence[BatchMember], target: Target, mode: str
-           ) -> tuple[dict[int, tuple[Any, ...] | None], dict[tuple[Any, ...], dict[int, int]]]:
-    """Each run's group key (None: stepped alone) and, per group, each member's fixed batch position."""
-    keys: dict[int, tuple[Any, ...] | None] = {
-        k: _group_key(m, target, {"x": m.x0}) if mode == "batched" else None for k, m in enumerate(members)}
-    slots: dict[tuple[Any, ...], dict[int, int]] = {}
-    for k, key in keys.items():
-        if key is not None:
-            group = slots.setdefault(key, {})
-            group[k] = len(group)
-    return keys, slots
-
-
-def _compute(target: Target, mode: str, members: Sequence[BatchMember]) -> Compute:
+def _compute(target: Target, mode: str, runs: Sequence[OpenRun | BaseException]) -> Compute:
     """A round's step (:func:`~datarecon.attacks.runner.drive`): every request gets its metrics once
     its run's state has been updated.
 
-    Batched groups compute all their gradients before any run commits, so a failure there changes
-    no state; a run whose step was committed before a failure keeps it (its request has metrics),
-    so every run's checkpoint stays consistent with its step count. A group is always computed at
-    its full size, each run at its own position (:func:`_batched_kkt_gradients`).
+    ``batched``: each :class:`StackedGroup` computes its gradients at its full size (every row, the
+    rows that do not step now discarded) before any group commits, so a failure there changes no
+    state; then each group commits its step at once (a failure in one group's commit leaves the
+    groups committed before it one step ahead, every checkpoint consistent with its step count).
+    Runs without a group take their own ``attack.step``. ``looped``: every run its own step.
     """
-
-    keys, slots = _slots(members, target, mode)  # per run: fixed for its whole life
+    group_of = stack_groups(runs, target) if mode == "batched" else {}
 
     def compute(batch: list[StepRequest]) -> None:
-        groups: dict[tuple[Any, ...], list[StepRequest]] = {}
+        stepping: dict[int, list[StepRequest]] = {}
+        groups: dict[int, StackedGroup] = {}
         single: list[StepRequest] = []
         for r in batch:
-            key = keys[r.index]
-            (single if key is None else groups.setdefault(key, [])).append(r)
-        updates = [u for key, requests in groups.items() for u in _batched_kkt_gradients(target, requests, slots[key])]
-        for r, metrics, gx, gl in sorted(updates, key=lambda u: u[0].index):
-            r.metrics = r.run.attack.apply_gradients(target, r.run.state, metrics, gx, gl, prior=r.run.setup.prior)
+            group = group_of.get(r.index)
+            if group is None:
+                single.append(r)
+            else:
+                groups[id(group)] = group
+                stepping.setdefault(id(group), []).append(r)
+        results = {gid: group.gradients(target) for gid, group in groups.items()}
+        for gid, group in groups.items():
+            group.commit(target, stepping[gid], *results[gid])
         step_each(single)
 
     return compute
@@ -252,4 +318,4 @@ def run_batched(members: Sequence[BatchMember], target: Target, *, mode: str = "
                                      loop=loop if k == 0 else replace(loop, progress=False)))
             except Exception as exc:  # noqa: BLE001 - raised after the other runs (drive)
                 runs.append(exc)
-        return drive(runs, _compute(target, mode, members))
+        return drive(runs, _compute(target, mode, runs))

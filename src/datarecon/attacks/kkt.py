@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import torch
@@ -35,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 from datarecon.registry import registered
 from datarecon.attacks import kkt_math
 from datarecon.attacks.base import AttackerPrior, ConfiguredAttack, Reconstruction, Target
-from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, init_optimizer_state, optimizer_step
+from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, finite_rows, init_optimizer_state, optimizer_step
 from datarecon.attacks.selection import SelectionContext, select
 from datarecon.attacks.surrogate import SURROGATES, make_surrogate
 from datarecon.errors import DataReconError
@@ -270,14 +271,21 @@ class _XAttack(ConfiguredAttack):
             return metrics
         new = optimizer_step(self.config.optimizer, state, grads, lrs=lrs,
                              settings=self.config.optimizer_settings())
-        # (v * 0).sum() is NaN iff v has a NaN/inf (no overflow, unlike v.sum()); 2 passes, not 4
-        if not all(bool(torch.isfinite((v * 0).sum())) for v in new.values() if v.is_floating_point()):
-            metrics["update"] = float("nan")  # NaNStop trips; the state keeps its last finite value
-            return metrics
-        for k, gr in grads.items():
-            metrics[f"grad_norm_{k}"] = float(gr.norm())
+        if not bool(finite_rows([v.unsqueeze(0) for v in new.values()])):
+            return committed_metrics(metrics, None)
         state.update(new)
+        return committed_metrics(metrics, {k: float(gr.norm()) for k, gr in grads.items()})
+
+
+def committed_metrics(metrics: dict[str, float], grad_norms: Mapping[str, float] | None) -> dict[str, float]:
+    """A step's metrics once its update was applied (``grad_norm_<var>``: the norms of the gradients
+    it applied) or, ``grad_norms`` None, refused as not finite (``update`` NaN: NaNStop trips and the
+    state keeps its last finite value)."""
+    if grad_norms is None:
+        metrics["update"] = float("nan")
         return metrics
+    metrics.update({f"grad_norm_{k}": v for k, v in grad_norms.items()})
+    return metrics
 
 
 def compile_function(fn: Any) -> Any:
@@ -481,12 +489,12 @@ class KKTAttack(_XAttack):
 
     def apply_gradients(self, target: Target, state: dict[str, torch.Tensor], metrics: dict[str, float],
                         gx: torch.Tensor, gl: torch.Tensor, *, prior: AttackerPrior | None = None) -> dict[str, float]:
-        """Commit one optimiser step from the objective's gradients (shared by :meth:`step` and the
-        batched runs of :mod:`datarecon.attacks.batched`).
+        """Commit one optimiser step from the objective's gradients (:meth:`step`; the batched runs of
+        :mod:`datarecon.attacks.batched` commit the same rule on their stacked state).
 
         Args:
             target: the attacked model (for ‖θ*‖², or ‖θ* − a·θ_init‖² with ``prior.known_init``).
-            state: this run's state (updated in place when the update is finite).
+            state: this run's state (updated when the update is finite).
             metrics: ``loss``, ``residual``, ``box``, ``lambda_hinge`` of this step (floats; with a
                 known initialisation also ``init_coefficient``).
             gx: ∂L/∂x shaped like ``state["x"]``; gl: ∂L/∂λ (m,).
@@ -496,12 +504,22 @@ class KKTAttack(_XAttack):
             The step's metrics (plus ``rel_residual``, ``lambda_mean``, gradient norms); NaN
             ``update`` when the update was not finite and was not applied.
         """
+        metrics = self.step_metrics(target, state, metrics, prior=prior)
+        return self._commit(state, {"x": gx, "lambda": gl}, self.learning_rates(), metrics)
+
+    def step_metrics(self, target: Target, state: dict[str, torch.Tensor], metrics: dict[str, float], *,
+                     prior: AttackerPrior | None = None, lambda_mean: float | None = None) -> dict[str, float]:
+        """``metrics`` plus what a step reports before its update: ``rel_residual`` (the residual over
+        ‖θ*‖², or ‖θ* − a·θ_init‖² with a known initialisation) and ``lambda_mean`` (the mean of
+        ``state["lambda"]`` unless given, e.g. by a batch that computed every run's at once)."""
         prep = self.prepared(target, prior)
         metrics["rel_residual"] = metrics["residual"] / max(prep.goal_sq(metrics.get("init_coefficient")), 1e-300)
-        metrics["lambda_mean"] = float(state["lambda"].mean())
-        grads = {"x": gx, "lambda": gl}
-        lrs = {"x": self.config.lr_x, "lambda": self.config.lr_lambda}
-        return self._commit(state, grads, lrs, metrics)
+        metrics["lambda_mean"] = float(state["lambda"].mean()) if lambda_mean is None else lambda_mean
+        return metrics
+
+    def learning_rates(self) -> dict[str, float]:
+        """Each variable's learning rate (``x``: lr_x, ``lambda``: lr_lambda)."""
+        return {"x": self.config.lr_x, "lambda": self.config.lr_lambda}
 
     # -- sample splitting ------------------------------------------------------------------------
 

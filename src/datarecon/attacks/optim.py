@@ -11,12 +11,17 @@ learning rate. Registered in :data:`OPTIMIZERS`:
   ground-truth initialisation drifts; plain gradient steps keep it in place.
 
 State keys: ``opt.<var>.<buffer>`` per variable and ``opt.step`` (int64 scalar, steps taken).
+
+K runs held as one stacked state (every entry with a leading run axis, ``opt.step`` (K,); see
+:mod:`datarecon.attacks.batched`) take their step with :func:`stacked_optimizer_step`: the same
+update rule (:func:`optimizer_step`) on the runs' rows, committed in place where finite.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -109,3 +114,75 @@ def optimizer_step(name: str, state: Mapping[str, torch.Tensor], grads: Mapping[
         new[var] = p
         new.update({f"opt.{var}.{b}": t for b, t in nb.items()})
     return new
+
+
+def finite_rows(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(K,) bool: row k is True iff every floating tensor's row k is finite (tensors (K, ...))."""
+    ok: torch.Tensor | None = None
+    for t in tensors:
+        if t.is_floating_point():
+            # (v * 0).sum() is NaN iff v has a NaN/inf (no overflow, unlike v.sum()); 2 passes, not 4
+            row = torch.isfinite((t * 0).reshape(t.shape[0], -1).sum(dim=1))
+            ok = row if ok is None else ok & row
+    if ok is None:
+        raise ValueError("finite_rows needs at least one floating tensor")
+    return ok
+
+
+def stacked_optimizer_step(name: str, state: dict[str, torch.Tensor], grads: Mapping[str, torch.Tensor], *,
+                           lrs: Sequence[Mapping[str, float]], rows: Sequence[int],
+                           settings: OptimizerSettings) -> list[int]:
+    """One optimiser step of the runs at ``rows`` of a stacked state, committed in place where finite.
+
+    The runs at ``rows`` that share their learning rates and step count are updated together by
+    :func:`optimizer_step` on their rows (the whole stack in one call when every run steps alike),
+    so each run's update is, element for element, the update of that run alone (the rule is
+    elementwise and its scalars are the run's own). A run whose update is not finite, and every run
+    not in ``rows``, keeps its state.
+
+    Args:
+        name: a key of :data:`OPTIMIZERS`.
+        state: K runs' states stacked on a leading run axis: each variable and its buffers (K, ...)
+            and ``opt.step`` (K,) int64; updated in place (views of its rows see the update).
+        grads: variable name → (K, ...) gradients (rows not in ``rows`` are not read).
+        lrs: per run (K entries), variable name → learning rate.
+        rows: the runs that take a step now (ascending, no repeats).
+        settings: hyper-parameters (shared by the runs).
+
+    Returns:
+        The rows whose update was finite and committed (ascending).
+    """
+    entry = OPTIMIZERS.get(name)
+    k_runs = state[STEP_KEY].shape[0]
+    steps = state[STEP_KEY].tolist()
+    parts: dict[tuple[Any, ...], list[int]] = {}
+    for k in rows:
+        parts.setdefault((tuple(sorted((v, float(lrs[k][v])) for v in grads)), steps[k]), []).append(k)
+    keys = [key for var in grads for key in (var, *(f"opt.{var}.{b}" for b in entry.buffers))]
+    committed: list[int] = []
+    for (lr_items, step), part in parts.items():
+        whole = len(part) == k_runs
+        index = torch.tensor(part)
+
+        def pick(t: torch.Tensor, whole: bool = whole, index: torch.Tensor = index) -> torch.Tensor:
+            return t if whole else t.index_select(0, index.to(t.device))
+
+        sub = {key: pick(state[key]) for key in keys}
+        sub[STEP_KEY] = torch.tensor(step, dtype=torch.int64)
+        new = optimizer_step(name, sub, {v: pick(g) for v, g in grads.items()}, lrs=dict(lr_items), settings=settings)
+        new.pop(STEP_KEY)
+        ok = finite_rows(list(new.values())).cpu()
+        good = [k for k, fine in zip(part, ok.tolist(), strict=True) if fine]
+        if not good:
+            continue
+        if len(good) == k_runs:
+            for key, t in new.items():
+                state[key].copy_(t)
+            state[STEP_KEY].add_(1)
+        else:
+            at, local = torch.tensor(good), ok.nonzero().flatten()
+            for key, t in new.items():
+                state[key].index_copy_(0, at.to(t.device), t.index_select(0, local.to(t.device)))
+            state[STEP_KEY].index_fill_(0, at.to(state[STEP_KEY].device), step + 1)
+        committed.extend(good)
+    return sorted(committed)

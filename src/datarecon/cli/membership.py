@@ -14,6 +14,7 @@ from typing import Any
 import typer
 from pydantic import BaseModel, ConfigDict
 
+from datarecon.cli._common import ThreadsOption, set_threads
 from datarecon.cli.options import Flag, config_options, flags
 from datarecon.errors import DataReconError
 
@@ -60,13 +61,12 @@ def membership(
     out: Path | None = typer.Option(None, "--out", help="write the full result as JSON"),
     data_dir: Path | None = typer.Option(None, "--data-dir", envvar="DATARECON_DATA",
                                          help="data folder (the default null and --evaluate)"),
-    threads: int | None = typer.Option(None, "--threads", help="torch threads (default: torch's)"),
+    threads: ThreadsOption = 0,
     *,
     knowledge: dict[str, Any],
     calibration: dict[str, Any],
 ) -> None:
     """Score images for membership in a model's training set (subspace of the first dense layer)."""
-    import torch
 
     from datarecon.attacks.knowledge import KnowledgeSettings
     from datarecon.config import build_config
@@ -75,10 +75,7 @@ def membership(
 
     if (images is None) == (not evaluate):
         raise DataReconError("pass --images PATH (score your images) or --evaluate (measure the test), one of them")
-    if threads is not None:
-        if threads < 1:
-            raise DataReconError(f"--threads must be at least 1, got {threads}")
-        torch.set_num_threads(threads)
+    set_threads(threads)
     known = build_config(KnowledgeSettings, knowledge, where="knowledge")
     if evaluate:
         result = evaluate_membership(model, knowledge=known, data_dir=data_dir)

@@ -9,25 +9,26 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+
+from datarecon.cli.options import Common, common_options
 from datarecon.kernel.files import METRICS_FILE, RUN_JSON
 
 
+@common_options()
 def run(
     experiment: Path = typer.Argument(..., help="experiment file (YAML/TOML; docs/RUNS.md)"),
     out: Path = typer.Option(..., "--out", help="experiment folder (re-running resumes it)"),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="data folder (default $DATARECON_DATA)"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing experiment folder"),
-    progress: bool = typer.Option(True, "--progress/--no-progress",
-                                  help="show progress (a bar on a terminal, plain lines in a log)"),
-    threads: int = typer.Option(0, "--threads", min=0, help="CPU threads for PyTorch (0: its default, all cores)"),
+    *,
+    common: Common,
 ) -> None:
     """Run an experiment file: train the target, attack it, evaluate and report, resumably."""
-    from datarecon.cli._common import command_line, set_threads
+    from datarecon.cli._common import command_line
     from datarecon.experiments.experiment import load_experiment, run_experiment
 
-    set_threads(threads)
     exp = load_experiment(experiment)
-    stages = run_experiment(exp, out, data_dir=data_dir, overwrite=overwrite, progress=progress,
+    stages = run_experiment(exp, out, data_dir=data_dir, overwrite=overwrite, progress=common.progress,
                             record={"resume_command": command_line()})
     typer.echo(", ".join(f"{k}: {v}" for k, v in stages.items()) + f"; wrote {out}")
     for line in result_lines(out, stages):

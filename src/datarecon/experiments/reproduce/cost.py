@@ -123,8 +123,9 @@ KKT_PASSES_PER_STEP = 2.8
 #: ``benchmarks/bench_batched_runs.py``, docs/PERFORMANCE.md §8.1: 1.25 at D-1000-1000-1, m = 100, K = 25;
 #: 1.11-1.17 at the other sizes).
 BATCHED_OVER_LOOPED_CPU = 1.25
-#: Per run and batched step on cuda: the run's own optimiser update and finiteness check, in units
-#: of the per-pass overhead (~10 small kernels and two host syncs ≈ one pass's launches; ASSUMED).
+#: Per batched step on cuda: the group's one optimiser update on its stacked state, its finiteness
+#: check and the runs' metrics, in units of the per-pass overhead (~10 small kernels and three host
+#: syncs ≈ one pass's launches; ASSUMED).
 BATCH_COMMIT_PASSES = 1.0
 
 
@@ -336,8 +337,8 @@ def estimate_kkt(arch: ArchConfig, *, m: int, steps: int, dtype: str,
     elsewhere (as ``experiments.reproduce.common.AUTO_MODE``). ``batched``
     (:func:`datarecon.attacks.batched.run_batched`): on cpu ``runs`` × one run ×
     :data:`BATCHED_OVER_LOOPED_CPU` (measured); on cuda the FLOPs of all runs plus the per-pass
-    overhead once per batched step and :data:`BATCH_COMMIT_PASSES` per run and step for each run's
-    own optimiser update (an EXTRAPOLATION: no batched step was measured on a GPU).
+    overhead once per batched step and :data:`BATCH_COMMIT_PASSES` per batched step for the update
+    of the runs' stacked state (an EXTRAPOLATION: no batched step was measured on a GPU).
     """
     flops = 6.0 * m * macs_per_input(arch, input_shape=input_shape)
 
@@ -355,7 +356,7 @@ def estimate_kkt(arch: ArchConfig, *, m: int, steps: int, dtype: str,
             return runs * one * BATCHED_OVER_LOOPED_CPU
         d = DEVICES.get(device_kind(device))
         per_step = KKT_PASSES_PER_STEP * (runs * flops / d.flops[dtype] + d.pass_overhead_s)
-        return steps * (per_step + runs * BATCH_COMMIT_PASSES * d.pass_overhead_s)
+        return steps * (per_step + BATCH_COMMIT_PASSES * d.pass_overhead_s)
 
     estimate.memory_bytes = kkt_bytes(arch, m=m, dtype=dtype, input_shape=input_shape,  # type: ignore[attr-defined]
                                       runs=runs, mode=mode)
