@@ -243,8 +243,24 @@ def test_a_group_of_runs_is_one_stacked_state(target, prior):
     assert torch.equal(runs[1].state["x"], before[1] + 1.0) and torch.equal(runs[0].state["x"], before[0])
 
 
+def test_auto_mode_is_looped_on_cpu_and_batched_on_cuda(target, prior):
+    """``auto``: the looped arithmetic on CPU (bit for bit the runs alone), batched on CUDA and on
+    devices AUTO_MODE does not list."""
+    from datarecon.attacks.batched import resolve_mode
+
+    assert [resolve_mode("auto", d) for d in ("cpu", "cuda", "cuda:1", "mps")] == ["looped", "batched", "batched",
+                                                                                   "batched"]
+    assert resolve_mode("batched", "cpu") == "batched" and resolve_mode("looped", "cuda") == "looped"
+    cfg = DecoRecoConfig(dtype="float64", steps=20)
+    auto = run_batched(_members(target, prior, None, configs=[cfg] * 2, seeds=[0, 1]), target, mode="auto",
+                       loop=replace(ATTACK_LOOP, progress=False))
+    for a, mem in zip(auto, _members(target, prior, None, configs=[cfg] * 2, seeds=[0, 1]), strict=True):
+        alone = _alone(target, prior, mem, None)
+        assert torch.equal(a.x, alone.x) and torch.equal(a.multipliers, alone.multipliers)
+
+
 def test_misuse(target, prior):
-    with pytest.raises(DataReconError, match="unknown batch mode 'fast'; valid modes: batched, looped"):
+    with pytest.raises(DataReconError, match="unknown batch mode 'fast'; valid modes: auto, batched, looped"):
         run_batched(_members(target, prior, None, configs=[KKTConfig()], seeds=[0], cls=KKTAttack), target,
                     mode="fast")
     with pytest.raises(DataReconError, match="at least one run"):

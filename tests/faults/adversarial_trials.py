@@ -240,8 +240,8 @@ def fault_trials(root: Path) -> list[tuple[str, str, str]]:
               "--no-bias", "--init-scale", "1e-3", "--lr", "0.5", "--epochs", "200", "--no-progress",
               "--out", str(model))
     assert res.returncode == 0, res.stderr[-2000:]
-    args = ["reconstruct", "--model", str(model), "--runs", "3", "--candidates", "17", "--steps", "100",
-            "--checkpoint-every", "10", "--no-progress", "--out", str(root / "runs")]
+    args = ["reconstruct", "--model", str(model), "--runs", "3", "--batch-mode", "batched", "--candidates", "17",
+            "--steps", "100", "--checkpoint-every", "10", "--no-progress", "--out", str(root / "runs")]
     assert cli(*args).returncode == 0
     ref = root / "runs.reference"
     (root / "runs").rename(ref)

@@ -32,8 +32,8 @@ def reference(tmp_path_factory) -> tuple[Path, list[str], Path]:
     """A model, the batch's command line (without --steps) and the uninterrupted batch of 100 steps."""
     root = tmp_path_factory.mktemp("batch")
     run_ok(*TRAIN, "--out", str(root / "model"))
-    args = ["reconstruct", "--model", str(root / "model"), "--runs", "3", "--candidates", "17", "--checkpoint-every",
-            "10", "--no-progress", "--out", str(root / "runs")]
+    args = ["reconstruct", "--model", str(root / "model"), "--runs", "3", "--batch-mode", "batched", "--candidates",
+            "17", "--checkpoint-every", "10", "--no-progress", "--out", str(root / "runs")]
     run_ok(*args, "--steps", "100")
     return root, args, set_aside(root / "runs")
 

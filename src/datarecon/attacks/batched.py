@@ -50,8 +50,28 @@ from datarecon.kernel.engine import LoopOptions
 
 #: How the steps of a batch are computed (see the module docstring).
 MODES: tuple[str, ...] = ("batched", "looped")
+#: ``auto`` per device kind: on CPU the batched gradient measured slower than the runs one by one
+#: (benchmarks/bench_batched_runs.py, docs/PERFORMANCE.md §8.1: 1.36-1.64 of the runs alone), so
+#: the runs are looped there; on a GPU batching saves the per-step launches of K − 1 runs (an
+#: extrapolation, §8.1). Devices it does not list are batched.
+AUTO_MODE: dict[str, str] = {"cpu": "looped", "cuda": "batched"}
+#: What a caller may ask for: a mode of :data:`MODES`, or ``auto`` (:func:`resolve_mode`).
+MODE_CHOICES: tuple[str, ...] = ("auto", *MODES)
 
-__all__ = ["MODES", "BatchMember", "StackedGroup", "kkt_batched_residual_and_grads", "run_batched", "stack_groups"]
+
+def resolve_mode(mode: str, device: str | torch.device) -> str:
+    """The mode of :data:`MODES` that ``mode`` (a key of :data:`MODE_CHOICES`) names on ``device``.
+
+    Raises:
+        DataReconError: an unknown mode.
+    """
+    if mode not in MODE_CHOICES:
+        raise DataReconError(f"unknown batch mode {mode!r}; valid modes: {', '.join(MODE_CHOICES)}")
+    if mode != "auto":
+        return mode
+    return AUTO_MODE.get(str(device).split(":", 1)[0], "batched")
+
+__all__ = ["AUTO_MODE", "MODES", "MODE_CHOICES", "BatchMember", "StackedGroup", "kkt_batched_residual_and_grads", "resolve_mode", "run_batched", "stack_groups"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,8 +305,9 @@ def run_batched(members: Sequence[BatchMember], target: Target, *, mode: str = "
     Args:
         members: the K runs (K ≥ 1).
         target: the attacked model, shared by the runs.
-        mode: ``batched`` (one vmapped gradient per group of runs with the same objective) or
-            ``looped`` (each run's own step in turn); see :data:`MODES`.
+        mode: ``batched`` (one vmapped gradient and one update per group of runs with the same
+            objective), ``looped`` (each run's own step in turn; see :data:`MODES`) or ``auto``
+            (:func:`resolve_mode` on the device of the target's parameters).
         steps: total steps of every run (default: each attack's ``config.steps``).
         loop: as in run_attack, for every run (``resume``: every run continues from its own
             checkpoint where it has one); the progress display is the first run's (the others run
@@ -303,8 +324,7 @@ def run_batched(members: Sequence[BatchMember], target: Target, *, mode: str = "
 
     from datarecon.utils.lock import hold
 
-    if mode not in MODES:
-        raise DataReconError(f"unknown batch mode {mode!r}; valid modes: {', '.join(MODES)}")
+    mode = resolve_mode(mode, next(iter(target.params.values())).device if target.params else "cpu")
     if not members:
         raise DataReconError("a batch needs at least one run")
     with ExitStack() as locks:

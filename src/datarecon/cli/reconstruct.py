@@ -167,7 +167,8 @@ class BatchOptions:
 
     Attributes:
         runs: K ≥ 1 (1: a single run into OUT).
-        mode: ``batched`` (KKT/DecoReco: one vmapped gradient per step) or ``looped``.
+        mode: ``auto`` (looped on CPU, batched on CUDA), ``batched`` (KKT/DecoReco: one vmapped
+            gradient and one update per step) or ``looped``.
     """
 
     runs: int
@@ -178,7 +179,8 @@ BATCH_OPTIONS = {
     "runs": (int, 1, typer.Option("--runs", help="K independent runs (seeds SEED..SEED+K-1) into OUT/run0..run<K-1>, "
                                   "stepped together (kkt/decoreco: one batched gradient per step) and pooled into OUT "
                                   "(evaluate OUT)")),
-    "mode": (str, "batched", typer.Option("--batch-mode", help="with --runs: batched | looped")),
+    "mode": (str, "auto", typer.Option("--batch-mode", help="with --runs: auto (looped on CPU, where batching "
+                                        "measured slower; batched on CUDA) | batched | looped")),
 }
 
 

@@ -631,13 +631,13 @@ def run_name(index: int) -> str:
 
 
 def execute_batch(runs: Sequence[ReconstructionRun], outs: Sequence[str | Path], how: RunOptions = RunOptions(), *,
-                  setups: Sequence[AttackSetup], mode: str = "batched") -> list[Reconstruction]:
+                  setups: Sequence[AttackSetup], mode: str = "auto") -> list[Reconstruction]:
     """Execute K runs on one target stepped together (:func:`~datarecon.attacks.batched.run_batched`);
     the one way runs execute as a batch (``--runs K`` and the reproductions' batched pieces).
 
     Run j is written to ``outs[j]`` exactly as a single run of ``runs[j]`` is (its own attack,
     x₀, generator, seed, early stop, checkpoints and history); the runs share one target and,
-    in ``mode="batched"``, one vmapped gradient per step for runs of one objective.
+    in ``mode="batched"``, one vmapped gradient and one update per step for runs of one objective.
 
     Args:
         runs: the K typed runs (one model; one dtype, checkpoint and log period; steps may differ).
@@ -646,7 +646,8 @@ def execute_batch(runs: Sequence[ReconstructionRun], outs: Sequence[str | Path],
             the first run), hooks (:class:`RunOptions`).
         setups: :func:`prepare` of each run (target, prior, x₀, generator), with each run's
             ``run.json`` extras in its ``record``.
-        mode: ``batched`` | ``looped`` (:data:`datarecon.attacks.batched.MODES`).
+        mode: ``batched`` | ``looped`` | ``auto`` (looped on CPU, batched on CUDA;
+            :func:`datarecon.attacks.batched.resolve_mode`).
 
     Returns:
         One :class:`~datarecon.attacks.base.Reconstruction` per run, in order.
@@ -666,7 +667,7 @@ def execute_batch(runs: Sequence[ReconstructionRun], outs: Sequence[str | Path],
 
 
 def reconstruct_runs(run: ReconstructionRun, out: str | Path, how: RunOptions = RunOptions(), *, runs: int,
-                     mode: str = "batched", sources: Any = None, record: Mapping[str, Any] | None = None,
+                     mode: str = "auto", sources: Any = None, record: Mapping[str, Any] | None = None,
                      criterion: str = "relative_residual") -> list[Reconstruction]:
     """``runs`` copies of ``run`` with seeds ``run.seed + j``, executed as one batch (:func:`execute_batch`),
     and their pool.
@@ -685,7 +686,9 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, how: RunOptions = 
         how: as in :func:`execute`; ``overwrite``/``resume`` apply to ``out`` as a whole
             (``overwrite`` deletes only what datarecon wrote there).
         runs: K ≥ 1.
-        mode: ``batched`` | ``looped`` (:data:`datarecon.attacks.batched.MODES`).
+        mode: ``batched`` | ``looped`` | ``auto`` (the default: looped on CPU, where batching
+            measured slower, batched on CUDA; :func:`datarecon.attacks.batched.resolve_mode` on
+            ``run.device``). run.json records the mode it resolved to.
         sources: as in :func:`execute`.
         record: extra ``run.json`` fields of every run and of the pool (e.g. ``resume_command``).
         criterion: the attacker-side criterion whose best value the pool records.
@@ -697,13 +700,12 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, how: RunOptions = 
         DataReconError: runs < 1, an unknown mode, bad settings, or an ``out`` that may not be
             written (see :func:`execute`).
     """
-    from datarecon.attacks.batched import MODES
+    from datarecon.attacks.batched import resolve_mode
     from datarecon.kernel.outdir import claim_out_dir
 
     if runs < 1:
         raise DataReconError(f"--runs must be at least 1, got {runs}; pass --runs K with K >= 1")
-    if mode not in MODES:
-        raise DataReconError(f"unknown batch mode {mode!r}; valid modes: {', '.join(MODES)}")
+    mode = resolve_mode(mode, run.device)
     if how.overwrite and how.resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     out = Path(out)

@@ -287,23 +287,9 @@ class BatchRun:
 
 #: How the runs of a reproduction that share a target are executed: ``separate`` (one piece per run),
 #: or one piece stepping them together with :func:`datarecon.attacks.batched.run_batched` in its
-#: ``batched`` or ``looped`` mode, or ``auto``: the mode :data:`AUTO_MODE` names for the device.
+#: ``batched`` or ``looped`` mode, or ``auto``: the mode :data:`datarecon.attacks.batched.AUTO_MODE` names for the device.
 RUN_GROUPING = ("separate", "auto", "batched", "looped")
 RunGrouping = Literal["separate", "auto", "batched", "looped"]
-#: ``auto`` per device kind: on CPU the batched gradient measured slower than the runs one by one
-#: (benchmarks/bench_batched_runs.py, docs/PERFORMANCE.md §8), so the runs are looped there; on a
-#: GPU batching saves the per-step launch overhead of K − 1 runs (an extrapolation, §8).
-AUTO_MODE = {"cpu": "looped", "cuda": "batched"}
-
-
-def resolve_mode(grouping: str, device: str) -> str:
-    """The :func:`~datarecon.attacks.batched.run_batched` mode of ``grouping`` on ``device`` (``auto`` →
-    :data:`AUTO_MODE`, batched on devices it does not list)."""
-    if grouping != "auto":
-        return grouping
-    return AUTO_MODE.get(device.split(":", 1)[0], "batched")
-
-
 def attack_batch_piece(key: str, *, model_key: str, method: str,
                        runs: Mapping[str, BatchRun], candidates_factor: int = 1, mode: str = "batched",
                        estimate: Callable[[str], float | None] | None = None) -> Piece:
@@ -317,12 +303,13 @@ def attack_batch_piece(key: str, *, model_key: str, method: str,
         runs: name → :class:`BatchRun` (name: a folder name).
         method, candidates_factor, estimate: as in :func:`attack_piece` (estimate for the batch).
         mode: ``batched``, ``looped`` (:data:`datarecon.attacks.batched.MODES`) or ``auto``
-            (:func:`resolve_mode` on the piece's device).
+            (:func:`datarecon.attacks.batched.resolve_mode` on the piece's device).
     """
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
         from dataclasses import replace
 
+        from datarecon.attacks.batched import resolve_mode
         from datarecon.experiments.reconstruct import RunOptions, execute_batch, prepare
 
         dtypes = {getattr(r.config, "dtype", "float64") for r in runs.values()}

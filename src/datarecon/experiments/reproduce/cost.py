@@ -334,7 +334,7 @@ def estimate_kkt(arch: ArchConfig, *, m: int, steps: int, dtype: str,
     """``estimate(device) -> seconds`` of ``runs`` KKT-family (KKT, DecoReco) runs on m candidates each.
 
     ``mode`` ``looped`` (or separate pieces): ``runs`` × one run; ``auto``: looped on cpu, batched
-    elsewhere (as ``experiments.reproduce.common.AUTO_MODE``). ``batched``
+    elsewhere (as ``attacks.batched.AUTO_MODE``). ``batched``
     (:func:`datarecon.attacks.batched.run_batched`): on cpu ``runs`` × one run ×
     :data:`BATCHED_OVER_LOOPED_CPU` (measured); on cuda the FLOPs of all runs plus the per-pass
     overhead once per batched step and :data:`BATCH_COMMIT_PASSES` per batched step for the update
@@ -346,7 +346,7 @@ def estimate_kkt(arch: ArchConfig, *, m: int, steps: int, dtype: str,
         if not _known(device):
             return None
         one = steps * KKT_PASSES_PER_STEP * pass_seconds(device, flops=flops, dtype=dtype)
-        if mode == "auto":  # as experiments/reproduce/common.resolve_mode
+        if mode == "auto":  # as attacks/batched.resolve_mode
             batched = device_kind(device) != "cpu"
         else:
             batched = mode == "batched"
