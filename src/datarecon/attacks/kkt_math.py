@@ -162,8 +162,11 @@ def _total(t: torch.Tensor, run_axis: bool) -> torch.Tensor:
 
 
 def stationarity_residual(theta: Mapping[str, torch.Tensor], g: Mapping[str, torch.Tensor], *,
-                          run_axis: bool = False) -> torch.Tensor:
-    """R = Σ_p ‖θ*_p − g_p‖² (scalar; ``run_axis``: g carries a leading run axis K and R is (K,))."""
+                          run_axis: bool = False, difference: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+    """R = Σ_p ‖θ*_p − g_p‖² (scalar; ``run_axis``: g carries a leading run axis K and R is (K,)).
+    ``difference``: θ* − g, when the caller has computed it (the same values: one pass fewer)."""
+    if difference is not None:
+        return sum(_total(difference[k] ** 2, run_axis) for k in theta)  # type: ignore[return-value]
     return sum(_total((theta[k] - g[k]) ** 2, run_axis) for k in theta)  # type: ignore[return-value]
 
 
@@ -239,8 +242,8 @@ def lambda_hinge(lam: torch.Tensor, lambda_min: float, *, run_axis: bool = False
 
 
 def kkt_objective(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Tensor], lam: torch.Tensor, *,
-                  margin: str, lambda_min: float, lambda_min_weight: float,
-                  run_axis: bool = False) -> dict[str, torch.Tensor]:
+                  margin: str, lambda_min: float, lambda_min_weight: float, run_axis: bool = False,
+                  difference: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """THE KKT / DecoReco objective, defined here once, at the combination gradient g.
 
     R = Σ_p ‖goal_p − g_p‖² (goal = θ*, or θ* − a·θ_init with a known initialisation),
@@ -255,6 +258,7 @@ def kkt_objective(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Tensor
         g: name → tensor (``run_axis``: with a leading run axis K); goal: name → tensor (no run axis).
         lam: (m,) multipliers, or (K, m).
         margin: a key of :data:`MARGINS`; lambda_min, lambda_min_weight: the hinge.
+        difference: goal − g when the caller has it (:func:`seeded_gradients`, whose seed it is).
 
     Returns:
         ``{"loss": L, "residual": R, "lambda_hinge": hinge}``, scalars or (K,).
@@ -262,7 +266,7 @@ def kkt_objective(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Tensor
     References:
         Haim et al. (2022) eq. 5; Buzaglo et al. (2023) eq. 4 (multiclass) and §4 (regression).
     """
-    residual = stationarity_residual(goal, g, run_axis=run_axis)
+    residual = stationarity_residual(goal, g, run_axis=run_axis, difference=difference)
     if MARGINS.get(margin).signed_lambda:
         hinge = torch.zeros_like(residual)
     else:
@@ -281,9 +285,11 @@ def seeded_gradients(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Ten
     margin, lambda_min, lambda_min_weight = objective.margin, objective.lambda_min, objective.lambda_min_weight
     names = [k for k in goal if g[k].requires_grad]
     with torch.no_grad():
-        terms = kkt_objective({k: v.detach() for k, v in g.items()}, goal, lam.detach(), margin=margin,
-                              lambda_min=lambda_min, lambda_min_weight=lambda_min_weight, run_axis=run_axis)
-        seeds: list[torch.Tensor] = [-2.0 * (goal[k] - g[k]) for k in names]
+        detached = {k: v.detach() for k, v in g.items()}
+        difference = {k: goal[k] - detached[k] for k in goal}  # once: R's term and (×−2, in place) the seed
+        terms = kkt_objective(detached, goal, lam.detach(), margin=margin, lambda_min=lambda_min,
+                              lambda_min_weight=lambda_min_weight, run_axis=run_axis, difference=difference)
+        seeds: list[torch.Tensor] = [difference[k].mul_(-2.0) for k in names]
     outputs: list[torch.Tensor] = [g[k] for k in names]
     if not MARGINS.get(margin).signed_lambda and lambda_min_weight:
         outputs.append(lambda_hinge(lam, lambda_min, run_axis=run_axis).sum())

@@ -120,9 +120,9 @@ TRAIN_PASSES_PER_EPOCH = {"gd": 2.1, "lbfgs": 9.9}
 #: Passes per KKT-family step (docs/PERFORMANCE.md §2: step / plain forward+backward 2.77-2.96).
 KKT_PASSES_PER_STEP = 2.8
 #: Wall time of K batched KKT-family runs ÷ the same K runs one after the other, on CPU (one thread;
-#: ``benchmarks/bench_batched_runs.py``, docs/PERFORMANCE.md §8.1: 1.51 at D-1000-1000-1, m = 100, K = 25,
-#: the median of three runs on 2026-11-27 (1.25 on 2026-11-23); 1.36-1.64 at the other sizes).
-BATCHED_OVER_LOOPED_CPU = 1.51
+#: ``benchmarks/bench_batched_runs.py``, docs/PERFORMANCE.md §8.1: 1.25 at D-1000-1000-1, m = 100, K = 25,
+#: on 2026-11-27 once θ* − g was computed once per step (1.51 before); 1.13-1.32 at the other sizes).
+BATCHED_OVER_LOOPED_CPU = 1.25
 #: Per batched step on cuda: the group's one optimiser update on its stacked state, its finiteness
 #: check and the runs' metrics, in units of the per-pass overhead (~10 small kernels and three host
 #: syncs ≈ one pass's launches; ASSUMED).
