@@ -76,8 +76,9 @@ def test_images_are_called_against_a_visible_null(trained, capsys, tmp_path):
     (["--images", "wrong.npz"], "do not fit the model's input 1x8x8"),
     (["--images", "range.npz"], "pass display-space images in [0, 1]"),
     (["--images", "ok.npz", "--fpr", "2"], "--fpr must lie in (0, 1)"),
+    (["--evaluate", "--threads", "-1"], "--threads must be >= 0 (0 = PyTorch's default), got -1"),
 ], ids=["neither", "both", "init-hash", "init-form", "init-keys", "init-missing", "rank-too-large", "image-shape",
-        "image-range", "fpr"])
+        "image-range", "fpr", "threads"])
 def test_bad_input_is_one_line_and_writes_nothing(trained, tmp_path, capsys, monkeypatch, args, message):
     from safetensors.torch import save_file
 

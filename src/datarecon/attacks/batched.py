@@ -71,7 +71,9 @@ def resolve_mode(mode: str, device: str | torch.device) -> str:
         return mode
     return AUTO_MODE.get(str(device).split(":", 1)[0], "batched")
 
-__all__ = ["AUTO_MODE", "MODES", "MODE_CHOICES", "BatchMember", "StackedGroup", "kkt_batched_residual_and_grads", "resolve_mode", "run_batched", "stack_groups"]
+
+__all__ = ["AUTO_MODE", "MODES", "MODE_CHOICES", "BatchMember", "StackedGroup", "kkt_batched_residual_and_grads",
+           "resolve_mode", "run_batched", "stack_groups"]
 
 
 # ---------------------------------------------------------------------------------------------

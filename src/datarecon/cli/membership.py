@@ -67,7 +67,6 @@ def membership(
     calibration: dict[str, Any],
 ) -> None:
     """Score images for membership in a model's training set (subspace of the first dense layer)."""
-
     from datarecon.attacks.knowledge import KnowledgeSettings
     from datarecon.config import build_config
     from datarecon.experiments.membership import evaluate_membership, score_images

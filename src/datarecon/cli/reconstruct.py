@@ -177,7 +177,7 @@ class BatchOptions:
 
 BATCH_OPTIONS = {
     "runs": (int, 1, typer.Option("--runs", help="K independent runs (seeds SEED..SEED+K-1) into OUT/run0..run<K-1>, "
-                                  "stepped together (kkt/decoreco: one batched gradient per step) and pooled into OUT "
+                                  "stepped together (how: --batch-mode) and pooled into OUT "
                                   "(evaluate OUT)")),
     "mode": (str, "auto", typer.Option("--batch-mode", help="with --runs: auto (looped on CPU, where batching "
                                         "measured slower; batched on CUDA) | batched | looped")),
