@@ -2,8 +2,9 @@
 
 Each row trains a target with ``datarecon train`` (its command is recorded) and measures
 ``datarecon membership --evaluate`` on it, from the weights alone and with the initialisation known
-(``--known-init seed:<seed>``): ROC AUC (bootstrap 95 % interval) and TPR at 1 % / 0.1 % FPR of the
-training images against the held-out and partition images of the target's data spec.
+(``--known-init seed:<seed>``): the subspace signal's ROC AUC (bootstrap 95 % interval) and TPR at 1 % / 0.1 %
+FPR of the training images against non-members drawn from the unused part of the training split (the reported part
+of the calibration split; every signal of the product: ``bench_membership_family.py``).
 
     python benchmarks/bench_membership.py --out benchmarks/results/membership_power.json
     python benchmarks/bench_membership.py --rows affine,cnn        # a subset
@@ -65,9 +66,11 @@ def measure(model_dir: Path, *, known: bool, seed: int) -> dict:
 
     knowledge = KnowledgeSettings(known_init=f"seed:{seed}" if known else None)
     res = evaluate_membership(model_dir, knowledge=knowledge)
-    roc = res["roc"]
-    return {"auc": roc["auc"], "auc_ci": roc["auc_ci"], "tpr_at_fpr": roc["tpr_at_fpr"], "tpr_ci": roc["tpr_ci"],
-            "n_members": roc["n_members"], "n_nonmembers": roc["n_nonmembers"], "line": res["line"],
+    sub = res["signals"]["subspace"]
+    roc = sub.get("report") or {}
+    return {"auc": roc.get("auc"), "auc_ci": roc.get("auc_ci"), "tpr_at_fpr": roc.get("tpr_at_fpr"),
+            "tpr_ci": roc.get("tpr_ci"), "n_members": roc.get("n_members"), "n_nonmembers": roc.get("n_nonmembers"),
+            "line": sub.get("line") or sub["note"], "strongest": res["strongest"]["line"],
             "subspace": {k: res["subspace"][k] for k in ("matrix", "k", "rank", "shape", "on_input")},
             "wall_time_s": res["wall_time_s"]}
 

@@ -61,6 +61,10 @@ class Registry(Generic[T]):
         """Registered names, sorted."""
         return sorted(self._items)
 
+    def ordered(self) -> list[str]:
+        """Registered names, in the order they were registered (e.g. weakest attacker first, for tables)."""
+        return list(self._items)
+
     def __contains__(self, name: object) -> bool:
         return name in self._items
 

@@ -34,17 +34,35 @@ def _snapshot(root: Path) -> dict[str, str]:
 
 def test_evaluate_with_a_known_initialisation_separates_members(trained, capsys, tmp_path):
     """A standard-initialised MLP: W alone hides the training span, W − W_init reveals it."""
-    out = tmp_path / "m.json"
+    out = tmp_path / "m"
     assert main(["membership", "--model", str(trained), "--evaluate", "--known-init", "seed",
                  "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "initialisation θ_init (seed:0)" in text and "AUC 1.000" in text and "TPR 1.000 at 1.0% FPR" in text
-    result = json.loads(out.read_text())
+    assert "initialisation θ_init (seed:0)" in text
+    subspace = next(line for line in text.splitlines() if line.strip().startswith("subspace"))
+    assert "AUC 1.000" in subspace and "TPR 1.000 at 1.0% FPR" in subspace
+    assert "loss threshold (baseline): loss: AUC" in text and "strongest: " in text
+    result = json.loads((out / "membership.json").read_text())
     assert result["subspace"]["matrix"] == "W - a*W_init" and result["subspace"]["k"] == 20
-    assert result["roc"]["tpr_at_fpr"]["0.001"] is None  # 120 non-members cannot resolve 0.1 %
+    report = result["signals"]["subspace"]["report"]
+    # all 1480 unused digits of the training split: 70 % of them (1036) resolve a TPR at 0.1 % FPR
+    assert report["n_nonmembers"] == 1036 and report["tpr_at_fpr"]["0.001"] == 1.0
+    assert {"roc.png", "signals.csv", "scores.safetensors"} <= {p.name for p in out.iterdir()}
     assert main(["membership", "--model", str(trained), "--evaluate"]) == 0
     weights_only = capsys.readouterr().out
-    assert "AUC 1.000" not in weights_only  # the default initialisation is as large as the change
+    sub = next(line for line in weights_only.splitlines() if line.strip().startswith("subspace"))
+    assert "AUC 1.000" not in sub  # the default initialisation is as large as the change
+
+
+def test_out_is_a_membership_folder_never_a_users_file(trained, capsys, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    assert main(["membership", "--model", str(trained), "--evaluate", "--out", str(notes)]) == 2
+    assert "existing file" in capsys.readouterr().err and notes.read_text() == "mine"
+    assert main(["membership", "--model", str(trained), "--evaluate", "--out", str(trained / "model.json")]) == 2
+    assert main(["membership", "--model", str(trained), "--evaluate", "--out", str(trained)]) == 2
+    assert "model directory" in capsys.readouterr().err
+    assert (trained / "model.json").is_file() and (trained / "weights.safetensors").is_file()
 
 
 def test_images_are_called_against_a_visible_null(trained, capsys, tmp_path):
@@ -54,11 +72,12 @@ def test_images_are_called_against_a_visible_null(trained, capsys, tmp_path):
     task = load_task(DataSpec.model_validate(read_model_meta(trained)["data"]))
     np.savez(tmp_path / "mine.npz", x=np.r_[task.train.x[:5].numpy(), task.heldout.x[:5].numpy()])
     np.savez(tmp_path / "null.npz", x=task.heldout.x[5:].numpy())
-    out = tmp_path / "r.json"
+    out = tmp_path / "r"
     assert main(["membership", "--model", str(trained), "--images", str(tmp_path / "mine.npz"),
                  "--null", str(tmp_path / "null.npz"), "--known-init", "seed:0", "--fpr", "0.05",
-                 "--out", str(out)]) == 0
-    result = json.loads(out.read_text())
+                 "--signal", "subspace", "--out", str(out)]) == 0
+    result = json.loads((out / "images.json").read_text())
+    assert result["signal"] == "subspace" and set(result["images"][0]["signals"]) >= {"loss", "gradient-norm"}
     assert [r["member"] for r in result["images"]] == [True] * 5 + [False] * 5
     assert result["null"]["count"] == 115 and "null.npz" in result["null"]["source"]
     assert all(0 < r["p_value"] <= 1 for r in result["images"])
@@ -76,9 +95,14 @@ def test_images_are_called_against_a_visible_null(trained, capsys, tmp_path):
     (["--images", "wrong.npz"], "do not fit the model's input 1x8x8"),
     (["--images", "range.npz"], "pass display-space images in [0, 1]"),
     (["--images", "ok.npz", "--fpr", "2"], "--fpr must lie in (0, 1)"),
+    (["--images", "ok.npz", "--signal", "lira"], "unknown membership signal 'lira'"),
+    (["--images", "ok.npz", "--signal", "lira-online"], "not available for these images"),
+    (["--images", "labels.npz"], "labels y of shape"),
+    (["--evaluate", "--nonmembers", "0"], "nonmembers"),
+    (["--evaluate", "--calibration-fraction", "1"], "calibration_fraction"),
     (["--evaluate", "--threads", "-1"], "--threads must be >= 0 (0 = PyTorch's default), got -1"),
 ], ids=["neither", "both", "init-hash", "init-form", "init-keys", "init-missing", "rank-too-large", "image-shape",
-        "image-range", "fpr", "threads"])
+        "image-range", "fpr", "signal", "signal-unavailable", "labels", "nonmembers", "calibration", "threads"])
 def test_bad_input_is_one_line_and_writes_nothing(trained, tmp_path, capsys, monkeypatch, args, message):
     from safetensors.torch import save_file
 
@@ -87,8 +111,9 @@ def test_bad_input_is_one_line_and_writes_nothing(trained, tmp_path, capsys, mon
     np.savez(tmp_path / "wrong.npz", x=np.zeros((2, 3, 8, 8)))
     np.savez(tmp_path / "range.npz", x=np.full((2, 1, 8, 8), 3.0))
     np.savez(tmp_path / "ok.npz", x=np.zeros((2, 1, 8, 8)))
+    np.savez(tmp_path / "labels.npz", x=np.zeros((2, 1, 8, 8)), y=np.zeros(3))
     before, model_before = _snapshot(tmp_path), _snapshot(trained)
-    code = main(["membership", "--model", str(trained), "--out", "result.json", *args])
+    code = main(["membership", "--model", str(trained), "--out", "result", *args])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("error:") and message in err[0]
     assert _snapshot(tmp_path) == before and _snapshot(trained) == model_before
@@ -109,3 +134,30 @@ def test_reconstruct_refuses_knowledge_it_cannot_use(trained, tmp_path, capsys):
     assert meta["knowledge"]["known_init"]["source"] == "seed:0" and meta["knowledge"]["n"] == 20
     assert meta["knowledge"]["used"] == ["weights", "known_init", "n"] and meta["subspace"]["k"] == 20
     assert meta["run"]["knowledge"] == {"known_init": "seed:0", "n": 20}
+
+
+def test_reference_models_are_kept_and_score_your_images_offline(trained, capsys, tmp_path):
+    """--references K keeps the models in --out; --images into the same folder adds LiRA offline and RMIA."""
+    from datarecon.data import DataSpec, load_task
+    from datarecon.models.checkpoint import read_model_meta
+
+    (tmp_path / "m.yaml").write_text("nonmembers: 300\npopulation: 60\nreferences: {count: 4, seed: 1}\n")
+    out = tmp_path / "m"
+    assert main(["membership", "--model", str(trained), "--evaluate", "--config", str(tmp_path / "m.yaml"),
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "4 reference models trained" in text and "pseudo-targets" in text
+    result = json.loads((out / "membership.json").read_text())
+    assert result["references"]["count"] == 4 and result["settings"]["nonmembers"] == 300
+    assert result["signals"]["lira-online"]["applicable"]
+    task = load_task(DataSpec.model_validate(read_model_meta(trained)["data"]))
+    np.savez(tmp_path / "mine.npz", x=task.train.x[:4].numpy(), y=task.train.y[:4].numpy())
+    assert main(["membership", "--model", str(trained), "--images", str(tmp_path / "mine.npz"), "--out", str(out),
+                 "--config", str(tmp_path / "m.yaml")]) == 0
+    images = json.loads((out / "images.json").read_text())
+    assert {"lira-offline", "rmia", "loss", "subspace"} <= set(images["images"][0]["signals"])
+    assert images["labels"] == "given" and "reference models kept" in " ".join(images["notes"])
+    # a rerun of the evaluation reuses the four models
+    assert main(["membership", "--model", str(trained), "--evaluate", "--config", str(tmp_path / "m.yaml"),
+                 "--out", str(out)]) == 0
+    assert "(0 trained now, 4 reused)" in capsys.readouterr().out

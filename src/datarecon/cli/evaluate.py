@@ -81,7 +81,8 @@ def register(app: typer.Typer) -> None:
         common: Common,
         overrides: dict[str, Any],
     ) -> None:
-        """Write RUN/metrics.json and RUN/candidates.csv (nearest neighbours, Haim protocol, baselines, privacy ROC)."""
+        """Write RUN/metrics.json and RUN/candidates.csv (nearest neighbours, Haim protocol, baselines, privacy ROC,
+        and membership: every signal but the reference attacks, on the attacked model)."""
         from datarecon.config import build_config
         from datarecon.evaluation.run_eval import RunEvaluationSettings
 
@@ -99,6 +100,17 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{run}: wrote metrics.json and candidates.csv")
             for line in _headline(summary):
                 typer.echo(line)
+            _membership(Path(run), data_dir)
+
+
+def _membership(run: Path, data_dir: Path | None) -> None:
+    """Add the membership section to the run's metrics (a run of a model directory) and print its lead."""
+    from datarecon.experiments.membership import attach_membership
+
+    section = attach_membership(run, data_dir=data_dir)
+    if section is not None and section["strongest"]["name"]:
+        typer.echo(f"membership: strongest signal {section['strongest']['line']}; loss threshold "
+                   f"{section['baseline']['line']}")
 
 
 def _headline(summary: dict) -> list[str]:

@@ -1,111 +1,194 @@
-"""``datarecon membership``: are these images in the model's training set? (subspace membership)
+"""``datarecon membership``: are these images in the model's training set?
 
-Scores images by their distance to the training subspace of the model's first dense layer
-(:mod:`datarecon.experiments.membership`), with a member / non-member call at ``--fpr`` calibrated
-on a null the user can see (``--null``, default the model's held-out test images). ``--evaluate``
-instead measures the test's power on the model's own training vs held-out images.
+``--evaluate`` measures every membership signal (loss, LiRA's confidence, gradient norm, the first
+dense layer's subspace, and with ``--references K`` LiRA offline and online and RMIA from K reference
+models trained with the model's recipe) on the model's training images against non-members drawn
+from the unused part of its training split, and names the strongest signal, chosen where the
+reported ROCs are not measured (:mod:`datarecon.experiments.membership`). ``--images`` scores a
+user's own images, with a member call at ``--fpr`` calibrated on a null the user can see (``--null``,
+default the model's held-out test images). ``--out DIR`` keeps everything, reference models
+included, in a membership folder that the next call into it reuses.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
-from pydantic import BaseModel, ConfigDict
 
-from datarecon.cli._common import ThreadsOption, set_threads
-from datarecon.cli.options import Flag, config_options, flags
+from datarecon.cli._common import set_threads
+from datarecon.cli.options import Flag, backend_options, config_options, flags, option_group
 from datarecon.errors import DataReconError
+from datarecon.experiments.execution import Execution
+from datarecon.experiments.membership import Calibration
 
 #: Image rows printed on the terminal (all of them go to --out).
 SHOWN = 20
 
 
-class Calibration(BaseModel):
-    """Where the member call's threshold comes from (``--images`` only): the null and the false-positive rate.
+@dataclass(frozen=True)
+class Where:
+    """Where a membership call reads its settings, writes and computes (one option group).
 
     Attributes:
-        null: images known NOT to be training images, to calibrate the threshold on (default: the
-            model's held-out test images)
-        fpr: false-positive rate of the member call
+        config: a YAML/TOML file of the evaluation's settings (one-to-one with
+            :class:`~datarecon.experiments.membership.MembershipSettings`; flags override it), or None.
+        out: the membership folder (None: print only).
+        overwrite: replace a membership folder of another model or other draws.
+        data_dir: the data folder.
+        device: torch device of the reference models.
+        threads: CPU threads for PyTorch (0: its default).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    config: Path | None
+    out: Path | None
+    overwrite: bool
+    data_dir: Path | None
+    device: str
+    threads: int
 
-    null: Path | None = None
-    fpr: float = 0.01
+
+WHERE = {
+    "config": (Path | None, None, typer.Option("--config", help="YAML/TOML membership settings (one-to-one with "
+                                               "MembershipSettings, docs/RUNS.md); the flags override it")),
+    "out": (Path | None, None, typer.Option("--out", help="membership folder: result, table, ROC figure and the "
+                                            "reference models (a rerun into it reuses them)")),
+    "overwrite": (bool, False, typer.Option("--overwrite", help="replace a membership folder of another model or "
+                                            "other draws")),
+    "data_dir": (Path | None, None, typer.Option("--data-dir", envvar="DATARECON_DATA",
+                                                 help="data folder (the non-members, the default null)")),
+    "device": (str, "cpu", typer.Option("--device", help="cpu, cuda or cuda:N (the reference models).")),
+    "threads": (int, 0, typer.Option("--threads", help="CPU threads for PyTorch (0: its default, all cores).")),
+}
 
 
-def _flags() -> tuple[tuple[Flag, ...], tuple[Flag, ...]]:
+def _flags() -> tuple[tuple[Flag, ...], tuple[Flag, ...], tuple[Flag, ...]]:
     """The flags of the attacker's knowledge (``--known-init``, ``--known-n``; the recipe is not used
-    here) and of the calibration (``--null``, ``--fpr``)."""
+    here), of the calibration (``--null``, ``--fpr``, ``--signal``) and of the evaluation's settings."""
     from datarecon.attacks.knowledge import KnowledgeSettings
+    from datarecon.experiments.membership import MembershipSettings
 
     knowledge = flags(KnowledgeSettings, rename={"known_init": "--known-init", "n": "--known-n"},
                       skip=("recipe.source", "recipe.unknown"))
-    return knowledge, flags(Calibration, parse={"null": Path})
+    settings = flags(MembershipSettings, prefix={"references": "reference-", "attacks": ""},
+                     rename={"references.count": "--references", "seed": "--draw-seed"})
+    return knowledge, flags(Calibration, parse={"null": Path}), settings
 
 
-KNOWLEDGE_FLAGS, CALIBRATION_FLAGS = _flags()
+KNOWLEDGE_FLAGS, CALIBRATION_FLAGS, SETTINGS_FLAGS = _flags()
 
 
 @config_options(KNOWLEDGE_FLAGS, into="knowledge")
 @config_options(CALIBRATION_FLAGS, into="calibration")
+@config_options(SETTINGS_FLAGS, into="settings")
+@backend_options(workers="Reference-model tasks in flight (1: in-process).", default_workers=1)
+@option_group("where", Where, WHERE)
 def membership(
     model: Path = typer.Option(..., "--model", help="model directory (from `datarecon train`)"),
     images: Path | None = typer.Option(None, "--images", help="images to score: a folder of PNGs, an .npz or a "
-                                       ".safetensors file (values 0-255 or [0, 1])"),
-    evaluate: bool = typer.Option(False, "--evaluate", help="measure the test on the model's own training vs "
-                                  "held-out and partition images (ROC AUC, TPR at 1% and 0.1% FPR)"),
-    out: Path | None = typer.Option(None, "--out", help="write the full result as JSON"),
-    data_dir: Path | None = typer.Option(None, "--data-dir", envvar="DATARECON_DATA",
-                                         help="data folder (the default null and --evaluate)"),
-    threads: ThreadsOption = 0,
+                                       ".safetensors file (values 0-255 or [0, 1]; labels as array y)"),
+    evaluate: bool = typer.Option(False, "--evaluate", help="measure every signal on the model's own training "
+                                  "images against non-members it never saw (ROC AUC, TPR at 1% and 0.1% FPR)"),
     *,
+    where: Where,
     knowledge: dict[str, Any],
     calibration: dict[str, Any],
+    settings: dict[str, Any],
+    backend: Execution,
 ) -> None:
-    """Score images for membership in a model's training set (subspace of the first dense layer)."""
+    """Membership inference: loss, LiRA, RMIA, gradient norm and subspace signals on a model's training set."""
     from datarecon.attacks.knowledge import KnowledgeSettings
-    from datarecon.config import build_config
-    from datarecon.experiments.membership import evaluate_membership, score_images
-    from datarecon.utils.io import atomic_write_json
+    from datarecon.cli._common import parse_device
+    from datarecon.config import build_config, load_config_file
+    from datarecon.experiments.membership import MembershipSettings
 
     if (images is None) == (not evaluate):
-        raise DataReconError("pass --images PATH (score your images) or --evaluate (measure the test), one of them")
-    set_threads(threads)
+        raise DataReconError("pass --images PATH (score your images) or --evaluate (measure the signals), one of them")
+    set_threads(where.threads)
+    parse_device(where.device)
     known = build_config(KnowledgeSettings, knowledge, where="knowledge")
-    if evaluate:
-        result = evaluate_membership(model, knowledge=known, data_dir=data_dir)
-        _print_evaluation(result)
+    cfg = (load_config_file(where.config, MembershipSettings, overrides=settings) if where.config is not None
+           else build_config(MembershipSettings, settings, where="membership settings"))
+    cal = build_config(Calibration, calibration, where="calibration")
+    if cfg.references.count and where.out is None and evaluate:
+        raise DataReconError(f"--references {cfg.references.count} needs --out DIR: the reference models are kept "
+                             "there and reused by the next call")
+    threads = where.threads or (1 if (backend.workers or 1) > 1 else None)
+    run = _Run(model=model, known=known, settings=cfg, calibration=cal, where=where,
+               execution=dataclasses.replace(backend, threads=threads))
+    if where.out is None:
+        result = run.evaluate(None) if evaluate else run.images(images, None)  # type: ignore[arg-type]
     else:
-        cal = build_config(Calibration, calibration, where="calibration")
-        result = score_images(model, images, null=cal.null, knowledge=known, fpr=cal.fpr, data_dir=data_dir)
-        _print_scores(result, cal.fpr)
-    if out is not None:
-        atomic_write_json(out, result)
-        typer.echo(f"wrote {out}")
+        from datarecon.kernel.outdir import claim_out_dir
+
+        with claim_out_dir(where.out, kind="membership", overwrite=where.overwrite, resume=not where.overwrite) as c:
+            result = run.evaluate(c) if evaluate else run.images(images, c)  # type: ignore[arg-type]
+    _print_evaluation(result) if evaluate else _print_scores(result, cal.fpr)
+    if where.out is not None:
+        typer.echo(f"wrote {where.out}")
+
+
+class _Run:
+    """One invocation's inputs, so that the two modes share them."""
+
+    def __init__(self, *, model: Path, known: Any, settings: Any, calibration: Calibration, where: Where,
+                 execution: Execution) -> None:
+        self.model, self.known, self.settings, self.calibration = model, known, settings, calibration
+        self.where, self.execution = where, execution
+
+    def runtime(self) -> Any:
+        from datarecon.experiments.membership import Runtime
+
+        return Runtime(execution=self.execution, device=self.where.device, data_dir=self.where.data_dir,
+                       log=typer.echo)
+
+    def evaluate(self, out: Any) -> dict[str, Any]:
+        from datarecon.experiments.membership import evaluate_membership
+
+        return evaluate_membership(self.model, settings=self.settings, knowledge=self.known, out=out,
+                                   runtime=self.runtime())
+
+    def images(self, images: Path, out: Any) -> dict[str, Any]:
+        from datarecon.experiments.membership import score_images
+
+        return score_images(self.model, images, calibration=self.calibration, knowledge=self.known, out=out,
+                            attacks=self.settings.attacks, runtime=self.runtime())
 
 
 def _print_evaluation(result: dict[str, Any]) -> None:
-    """What ``--evaluate`` prints: the knowledge, the subspace, the ROC line and the median distances."""
+    """What ``--evaluate`` prints: the knowledge, where the images came from, one line per signal, the strongest."""
     typer.echo(result["knowledge"]["summary"])
-    sub = result["subspace"]
-    typer.echo(f"subspace: layer {sub['layer']} ({sub['matrix']}), k = {sub['k']}, n estimate "
-               f"{sub['rank']['n_hat']} (interval {sub['rank']['interval'][0]}-{sub['rank']['interval'][1]})")
-    typer.echo(f"training images vs {result['roc']['n_nonmembers']} held-out and partition images, {result['line']}")
-    d = result["distances"]
-    typer.echo(f"median distance: training {d['members_median']:.3g}, held-out {d['nonmembers_median']:.3g}")
+    cand = result["candidates"]
+    typer.echo(f"members: {cand['members']['source']}")
+    typer.echo(f"non-members: {cand['nonmembers']['count']} {cand['nonmembers']['source']}")
+    refs = result.get("references")
+    if refs:
+        typer.echo(f"reference models: {refs['note']} ({refs['trained']} trained now, {refs['reused']} reused)")
+    split = result["split"]
+    if split["calibration"]["members"]:
+        typer.echo(f"split: calibration part {split['calibration']['members']} members + "
+                   f"{split['calibration']['nonmembers']} non-members (chooses the strongest signal); reported "
+                   f"part {split['report']['members']} + {split['report']['nonmembers']}")
+    width = max(len(k) for k in result["signals"])
+    for name, v in result["signals"].items():
+        text = v["line"].split(": ", 1)[1] if v.get("line") else v["note"]
+        typer.echo(f"  {name:<{width}}  {v['kind']:<9}  {text}")
+    best = result["strongest"]
+    typer.echo(f"strongest: {best['line']} (chosen by the {best['rule']})" if best["name"] else
+               "strongest: none measured")
+    typer.echo(f"loss threshold (baseline): {result['baseline']['line']}")
 
 
 def _print_scores(result: dict[str, Any], fpr: float) -> None:
     """What ``--images`` prints: the knowledge, the null, the first :data:`SHOWN` images' calls and notes."""
     typer.echo(result["knowledge"]["summary"])
-    typer.echo(f"null: {result['null']['count']} images from {result['null']['source']}; threshold: distance "
-               f"<= {result['threshold_distance']:.4g} (at most {fpr:.1%} of the null pass)")
+    typer.echo(f"signal: {result['signal']} ({result['signal_rule']}); null: {result['null']['count']} images "
+               f"from {result['null']['source']}; threshold at most {fpr:.1%} of the null pass")
     for row in result["images"][:SHOWN]:
-        typer.echo(f"  {row['name']:<32} distance {row['distance']:.4f}  p {row['p_value']:.4f}  "
+        typer.echo(f"  {row['name']:<32} score {row['score']:.4g}  p {row['p_value']:.4f}  "
                    f"{'MEMBER' if row['member'] else 'non-member'}")
     if result["n_images"] > SHOWN:
         typer.echo(f"  ... {result['n_images'] - SHOWN} more (all in --out)")

@@ -137,3 +137,31 @@ def load_images(path: str | Path, *, input_shape: tuple[int, ...]) -> tuple[torc
         raise DataReconError(f"{path} holds no images")
     out = to_display_array(np.asarray(arr), input_shape=tuple(input_shape), where=str(path))
     return torch.from_numpy(np.ascontiguousarray(out)), names
+
+
+def load_labels(path: str | Path, *, count: int) -> np.ndarray | None:
+    """The labels stored beside the images of an .npz (array ``y`` or ``labels``) or a .safetensors file
+    (tensor ``y``), one per image; None when the file has none (a folder of PNGs never has).
+
+    Raises:
+        DataReconError: labels that are not one number per image.
+    """
+    path = Path(path)
+    arr = None
+    if path.is_file() and path.suffix.lower() == ".npz":
+        with np.load(path, allow_pickle=False) as data:
+            for key in ("y", "labels"):
+                if key in data.files:
+                    arr = np.asarray(data[key])
+                    break
+    elif path.is_file() and path.suffix.lower() == ".safetensors":
+        from datarecon.utils.io import load_tensors
+
+        t = load_tensors(path).get("y")
+        arr = None if t is None else t.numpy()
+    if arr is None:
+        return None
+    if arr.shape != (count,) or arr.dtype.kind not in "uif" or not np.isfinite(arr.astype(np.float64)).all():
+        raise DataReconError(f"{path}: labels y of shape {arr.shape} ({arr.dtype}); pass one finite number per image "
+                             f"({count})")
+    return arr

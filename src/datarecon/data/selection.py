@@ -318,3 +318,40 @@ def check_fingerprint(task: TaskData, recorded: dict[str, str] | None, *, where:
                 f"the {name} images found for {task.spec.dataset} differ from those {where} was trained with "
                 f"(fingerprint {found[name]} != {recorded[name]}); point --data-dir (or $DATARECON_DATA) at the "
                 "data the model was trained on")
+
+
+def draw_outside(spec: DataSpec, *, split: str, exclude: Sequence[int] | np.ndarray | torch.Tensor = (),
+                 count: int, seed: int, data_dir: str | os.PathLike | None = None) -> tuple[Split, int]:
+    """Up to ``count`` images of the task's classes from ``split``, none of them at an index in ``exclude``.
+
+    The images a model never trained on, beyond the few its data spec names: e.g. the unused part of
+    the training split as the non-members of a membership test, or test-split images as a population.
+    Drawn uniformly without replacement by ``torch.randperm`` from a generator seeded with ``seed``,
+    returned in dataset order (sorted indices).
+
+    Args:
+        spec: the data spec (dataset and task).
+        split: ``train`` or ``test``.
+        exclude: indices into ``split`` that must not be drawn (e.g. the model's training images).
+        count: how many to draw, ≥ 0 (fewer when fewer are available).
+        seed: the draw's seed.
+        data_dir: data folder.
+
+    Returns:
+        (the :class:`Split`, how many images were available to draw from).
+
+    Raises:
+        DataReconError: a negative count; DataMissingError: no data files.
+    """
+    if count < 0:
+        raise DataReconError(f"cannot draw {count} images; pass a count >= 0")
+    task = resolve_task(spec.dataset, spec.task)
+    raw = load_dataset(spec.dataset, split=split, data_dir=data_dir)
+    ok = task.task_class_of(raw.labels) >= 0
+    ex = np.asarray(torch.as_tensor(exclude, dtype=torch.int64).numpy() if not isinstance(exclude, np.ndarray)
+                    else exclude, dtype=np.int64)
+    ok[ex[(ex >= 0) & (ex < ok.size)]] = False
+    pool = np.flatnonzero(ok)
+    gen = torch.Generator().manual_seed(int(seed))
+    take = pool[torch.randperm(pool.size, generator=gen).numpy()[:min(count, pool.size)]] if pool.size else pool
+    return make_split(raw, np.sort(take).astype(np.int64), task), int(pool.size)

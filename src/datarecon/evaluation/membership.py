@@ -118,7 +118,7 @@ def membership_roc(members: Any, nonmembers: Any, *, name: str = "score", fprs: 
         nonmembers: (N,) scores of known non-members.
         name: the score's name.
         fprs: false-positive rates of the TPRs (each needs ≥ 1/fpr non-members).
-        n_boot, seed: bootstrap resamples and seed.
+        n_boot, seed: bootstrap resamples and seed (0 resamples: no intervals).
 
     Raises:
         DataReconError: scores that are not finite numbers.
@@ -135,7 +135,7 @@ def membership_roc(members: Any, nonmembers: Any, *, name: str = "score", fprs: 
     labels = np.r_[np.ones(pos.size, bool), np.zeros(neg.size, bool)]
     scores = np.r_[pos, neg]
     auc = roc_auc(labels, scores)
-    ci = bootstrap_auc_ci(labels, scores, n_boot=n_boot, generator=seed)
+    ci = bootstrap_auc_ci(labels, scores, n_boot=n_boot, generator=seed) if n_boot > 0 else None
     fpr, tpr, _ = roc_curve(labels, scores)
     rng = np.random.default_rng(seed + 1)
     tprs: dict[float, float | None] = {}
@@ -146,7 +146,7 @@ def membership_roc(members: Any, nonmembers: Any, *, name: str = "score", fprs: 
             notes.append(f"TPR at {f:g} FPR not estimable: {neg.size} non-members, needs at least {min_negatives(f)}")
         else:
             tprs[f] = tpr_at_fpr(fpr, tpr, f)
-            tcis[f] = _tpr_bootstrap(pos, neg, f, rng, n_boot)
+            tcis[f] = _tpr_bootstrap(pos, neg, f, rng, n_boot) if n_boot > 0 else None
     return MembershipROC(name, int(pos.size), int(neg.size), auc, ci, tprs, tcis,
                          {f: calibrated_threshold(neg, f) for f in fprs}, notes)
 
@@ -188,3 +188,113 @@ def candidate_roc(train_similarity: Any, threshold: float, scores: dict[str, Any
                                   f"do not; each class needs at least {MIN_CLASS_SIZE}")
     return {"threshold": float(threshold), "positives": int(pos.sum()), "negatives": int((~pos).sum()),
             "measurable": measurable, "signals": signals, "best": best, "note": note}
+
+
+@dataclass(frozen=True)
+class CalibrationSplit:
+    """A seeded, stratified split of members and non-members into a calibration part and a reported part.
+
+    The strongest signal is chosen on the calibration part (:func:`choose_strongest`); every ROC that is
+    reported is measured on the reported part only, so the choice never reads the numbers it headlines.
+
+    Attributes:
+        calibration: (N,) bool over the candidates (members first, then non-members, as scored).
+        fraction: the fraction of each class in the calibration part.
+        seed: the split's seed.
+    """
+
+    calibration: np.ndarray
+    fraction: float
+    seed: int
+
+    @property
+    def report(self) -> np.ndarray:
+        """(N,) bool: the reported part."""
+        return ~self.calibration
+
+
+def calibration_split(is_member: Any, *, fraction: float, seed: int) -> CalibrationSplit:
+    """Put ⌊fraction·|class|⌋ members and as many non-members, drawn by a seeded permutation, in the calibration part.
+
+    Args:
+        is_member: (N,) bool, ground truth.
+        fraction: in [0, 1); 0 puts everything in the reported part (the strongest signal is then
+            chosen by the rule fixed in advance, :data:`FIXED_ORDER`).
+        seed: the permutation's seed.
+
+    Raises:
+        DataReconError: a fraction outside [0, 1).
+    """
+    if not 0.0 <= fraction < 1.0:
+        raise DataReconError(f"the calibration fraction must lie in [0, 1), got {fraction}")
+    mem = np.asarray(is_member, dtype=bool).reshape(-1)
+    cal = np.zeros(mem.size, dtype=bool)
+    rng = np.random.default_rng(seed)
+    for cls in (True, False):
+        idx = np.flatnonzero(mem == cls)
+        take = int(np.floor(fraction * idx.size + 1e-9))
+        cal[rng.permutation(idx)[:take]] = True
+    return CalibrationSplit(calibration=cal, fraction=float(fraction), seed=int(seed))
+
+
+#: The rule fixed in advance when no calibration part exists: the first signal of this order that was measured.
+FIXED_ORDER: tuple[str, ...] = ("lira-online", "rmia-online", "rmia", "lira-offline", "subspace", "loss",
+                                "confidence", "gradient-norm")
+
+#: The false-positive rate at which the strongest signal is chosen (its TPR there; the AUC breaks ties).
+CHOICE_FPR = 0.01
+
+
+@dataclass(frozen=True)
+class SignalPower:
+    """How well a signal separated members from non-members where the choice is made (never the reported part).
+
+    Attributes:
+        auc: ROC AUC (NaN: not measured).
+        tpr: TPR at :data:`CHOICE_FPR` (None: too few non-members to estimate it).
+        members, nonmembers: the class sizes it was measured on (summed over pseudo-targets, if several).
+    """
+
+    auc: float
+    tpr: float | None
+    members: int
+    nonmembers: int
+
+    @classmethod
+    def of(cls, roc: MembershipROC) -> SignalPower:
+        return cls(auc=roc.auc, tpr=roc.tpr_at.get(CHOICE_FPR), members=roc.n_members, nonmembers=roc.n_nonmembers)
+
+    @classmethod
+    def mean(cls, rocs: list[MembershipROC]) -> SignalPower:
+        """The mean AUC and TPR over several separate measurements (pseudo-targets); sizes summed."""
+        tprs = [r.tpr_at.get(CHOICE_FPR) for r in rocs]
+        return cls(auc=float(np.mean([r.auc for r in rocs])),
+                   tpr=None if any(t is None for t in tprs) else float(np.mean(tprs)),  # type: ignore[arg-type]
+                   members=sum(r.n_members for r in rocs), nonmembers=sum(r.n_nonmembers for r in rocs))
+
+
+def choose_strongest(power: dict[str, SignalPower], *, where: str = "the calibration part") -> tuple[str | None, str]:
+    """The signal with the highest TPR at :data:`CHOICE_FPR` (the AUC breaks ties) where the choice is made.
+
+    Where too few non-members resolve that TPR, the highest AUC; with nothing measured, the rule fixed in
+    advance (:data:`FIXED_ORDER`).
+
+    Args:
+        power: signal name → its :class:`SignalPower` where the choice is made.
+        where: what that is, for the returned rule ("the calibration part", "4 reference models as
+            pseudo-targets").
+
+    Returns:
+        (the chosen name or None when no signal was measured, how it was chosen).
+    """
+    measured = {k: p for k, p in power.items() if np.isfinite(p.auc)}
+    if not measured:
+        names = [k for k in FIXED_ORDER if k in power] + sorted(k for k in power if k not in FIXED_ORDER)
+        return (names[0] if names else None), "the rule fixed in advance (nothing to choose on)"
+    sizes = lambda p: f"{p.members} members, {p.nonmembers} non-members"  # noqa: E731
+    if all(p.tpr is not None for p in measured.values()):
+        best = max(measured, key=lambda k: (measured[k].tpr, measured[k].auc))
+        return best, (f"highest TPR at {CHOICE_FPR:.0%} FPR on {where} ({sizes(measured[best])}), ties broken by AUC")
+    best = max(measured, key=lambda k: measured[k].auc)
+    return best, (f"highest AUC on {where} ({sizes(measured[best])}: too few non-members for a TPR at "
+                  f"{CHOICE_FPR:.0%} FPR)")

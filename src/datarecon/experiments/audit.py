@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from datarecon.attacks.kkt import KKTConfig
 from datarecon.errors import DataReconError
 from datarecon.experiments.execution import Execution
+from datarecon.experiments.membership import MembershipSettings
 from datarecon.experiments.reproduce import Runtime
 from datarecon.experiments.reproduce.common import (
     BatchRun,
@@ -107,6 +108,8 @@ class AuditConfig(BaseModel):
         selection: attacker-side criterion (``datarecon.attacks.selection.CRITERIA``).
         evaluation: evaluation settings.
         bound_samples: Monte Carlo draws of the DP-SGD bound.
+        membership: the membership measurement of every target (:func:`~datarecon.experiments.membership.
+            evaluate_membership`; ``references.count`` > 0 adds LiRA and RMIA, trained per target).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -132,6 +135,7 @@ class AuditConfig(BaseModel):
     selection: str = "relative_residual"
     evaluation: EvalSettings = EvalSettings(n_floor_noise=500, grid_max=20)
     bound_samples: int = Field(default=20_000, ge=100)
+    membership: MembershipSettings = MembershipSettings()
 
     @model_validator(mode="after")
     def _valid(self) -> AuditConfig:
@@ -201,12 +205,29 @@ def dp_train_piece(key: str, training: TargetTraining, data: Mapping[str, Any], 
     return Piece(key=key, run=run, spec=spec, kind="train")
 
 
+def membership_piece(key: str, model_key: str, settings: MembershipSettings) -> Piece:
+    """Every membership signal of the target in ``OUT/<model_key>`` (reference models in this piece's folder)."""
+
+    def run(ctx: Context, d: Path) -> dict[str, Any]:
+        from datarecon.experiments.membership import Runtime as MembershipRuntime
+        from datarecon.experiments.membership import evaluate_membership, membership_section
+
+        out = d if settings.references.count else None
+        res = evaluate_membership(ctx.dir(model_key) / "model", settings=settings, out=out,
+                                  runtime=MembershipRuntime(data_dir=ctx.data_dir, device=ctx.device,
+                                                            log=lambda _: None))
+        return membership_section(res)
+
+    return Piece(key=key, run=run, spec=settings.model_dump(mode="json"), deps=(model_key,), kind="evaluate")
+
+
 def group_plan(cfg: AuditConfig, setting: Setting, seed: int) -> list[Piece]:
-    """The pieces of one (setting, seed): train → attack runs → attacker-side pool → evaluation."""
+    """The pieces of one (setting, seed): train → membership → attack runs → attacker-side pool → evaluation."""
     g = _group(setting.name, seed)
     mkey = f"models/{g}"
     training = setting.training.model_copy(update={"seed": seed})
-    pieces = [dp_train_piece(mkey, training, cfg.data_spec(), dp=setting.dp)]
+    pieces = [dp_train_piece(mkey, training, cfg.data_spec(), dp=setting.dp),
+              membership_piece(f"membership/{g}", mkey, cfg.membership)]
     run_keys: list[tuple[str, str | None]] = []
     for j, r in enumerate(cfg.runs):
         acfg = cfg.attack.model_copy(update={"lr_x": r.lr_x, "lambda_min": r.lambda_min, "alpha": r.alpha})
@@ -275,7 +296,7 @@ def row_for(ctx: Context, cfg: AuditConfig, s: Setting, seed: int) -> dict[str, 
         # every attacker-side signal the run recorded, each with its AUC (generic over signals)
         **{f"auc_{k}": v for k, v in auc.items() if k != "margin"},
         "n_real": (m.get("privacy") or {}).get("n_real"), "n_fake": (m.get("privacy") or {}).get("n_fake"),
-        "kappa": None, "bound_count": None,
+        "kappa": None, "bound_count": None, **_membership_columns(ctx.summary(f"membership/{g}")),
     }
     if s.dp is not None and n and cal.get("heldout") is not None and tm.get("dp_steps"):
         kappa = prior_kappa(int(cal["heldout"]), int(n))
@@ -284,6 +305,20 @@ def row_for(ctx: Context, cfg: AuditConfig, s: Setting, seed: int) -> dict[str, 
                            steps=int(tm["dp_steps"]), samples=cfg.bound_samples, seed=seed)
         row.update({"kappa": kappa, "bound_count": bound * int(n)})
     return row
+
+
+def _membership_columns(section: dict[str, Any]) -> dict[str, Any]:
+    """The membership columns of a row: the strongest signal's name, AUC and TPRs, and the loss threshold's."""
+    best = (section.get("strongest") or {}).get("name")
+    sig = section.get("signals") or {}
+
+    def cols(prefix: str, v: dict[str, Any]) -> dict[str, Any]:
+        tpr = v.get("tpr_at_fpr") or {}
+        return {f"{prefix}_auc": finite(v.get("auc")), f"{prefix}_tpr_1pct": finite(tpr.get("0.01")),
+                f"{prefix}_tpr_0.1pct": finite(tpr.get("0.001"))}
+
+    return {"membership_signal": best, **cols("membership", sig.get(best) or {}),
+            **cols("membership_loss", sig.get("loss") or {})}
 
 
 def _tables(ctx: Context, d: Path, cfg: AuditConfig) -> dict[str, Any]:
@@ -505,10 +540,12 @@ def report_sections(ctx: Context, cfg: AuditConfig, *, scale: str, wall_s: float
     from datarecon.report.html import FigureItem, Section, Table
 
     rows = read_json(ctx.dir("tables") / AUDIT_JSON)["rows"]
-    signals = sorted({k for r in rows for k in r if k.startswith("auc_")} - {"auc_margin"})
+    signals = sorted({k for r in rows for k in r if k.startswith("auc_") and not k.startswith("auc_membership")}
+                     - {"auc_margin"})
     header = ["setting", "seed", "dp_epsilon", "weight_decay", "epochs", "heldout_accuracy", "threshold", "count",
               "count_heldout", "count_noise", "bound_count", "mean_best_ssim", "mean_best_ssim_heldout", "auc_margin",
-              *signals, "n_real", "n_fake"]
+              *signals, "n_real", "n_fake", "membership_signal", "membership_auc", "membership_tpr_1pct",
+              "membership_tpr_0.1pct", "membership_loss_auc", "membership_loss_tpr_1pct"]
     n = 2 * cfg.n_per_class
     setup = (f"Scale: {scale}. {cfg.dataset} {cfg.task}, n = {n} training images, {2 * cfg.n_heldout_per_class} "
              f"held-out; target {cfg.target.arch.name} hidden {list(cfg.target.arch.hidden or [])}, bias "
@@ -537,8 +574,9 @@ def report_sections(ctx: Context, cfg: AuditConfig, *, scale: str, wall_s: float
 def _caption(f: str) -> str:
     axis = f.removesuffix(".png")
     what = {"dp": "DP-SGD ε", "weight_decay": "weight decay", "epochs": "training epochs"}.get(axis, axis)
-    return (f"Reconstruction count (null band: held-out and noise counts at the same threshold), mean best SSIM and "
-            f"held-out accuracy against {what}; points are seeds, lines their mean"
+    return (f"Reconstruction count (null band: held-out and noise counts at the same threshold), mean best SSIM, "
+            f"held-out accuracy and membership (the strongest signal's TPR at 1% FPR, the loss threshold's dashed) "
+            f"against {what}; points are seeds, lines their mean"
             + ("; dotted: the DP-SGD bound n·κ₊" if axis == "dp" else ""))
 
 
@@ -549,4 +587,4 @@ def _cell(v: Any) -> Any:
 
 
 __all__ = ["AXES", "AuditConfig", "DPAxis", "SCALES", "Setting", "audit_worker", "group_plan", "load_audit_config",
-           "plan", "report_sections", "row_for", "run_audit", "settings"]
+           "membership_piece", "plan", "report_sections", "row_for", "run_audit", "settings"]

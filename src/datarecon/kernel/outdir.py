@@ -111,6 +111,11 @@ _register("store", ArtefactKind(
     "results store", ("index.sqlite",),
     ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm", "index.sqlite-journal", "runs", "pools", "sweeps")))
 _register("reproduction", ArtefactKind("reproduction folder", (REPRODUCTION_JSON,), None, resumable=True))
+# a membership folder (``datarecon membership --out``): its result, scores, figure, pool and reference models
+_register("membership", ArtefactKind(
+    "membership folder", ("membership.json", "pool.safetensors"),
+    ("membership.json", "images.json", "scores.safetensors", "signals.csv", "roc.png", "pool.safetensors", "references",
+     REPORT_HTML)))
 _register("experiment", ArtefactKind(
     "experiment folder", (EXPERIMENT_JSON,), (EXPERIMENT_JSON, "model", "run", REPORT_HTML)))
 

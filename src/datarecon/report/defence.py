@@ -1,6 +1,7 @@
-"""The defence-audit figure: one defence axis, three panels (count with its null band and the
-DP-SGD bound, mean best SSIM with the held-out null, held-out accuracy). Plotting only: the
-numbers come from the audit's table rows (:func:`datarecon.experiments.audit.row_for`)."""
+"""The defence-audit figure: one defence axis, four panels (count with its null band and the
+DP-SGD bound, mean best SSIM with the held-out null, held-out accuracy, membership: the strongest
+signal's TPR at 1 % FPR beside the loss threshold's). Plotting only: the numbers come from the
+audit's table rows (:func:`datarecon.experiments.audit.row_for`)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def axis_positions(rows: Sequence[Mapping[str, Any]], *, axis: str) -> list[tupl
 
 
 def defence_figure(rows: Sequence[Mapping[str, Any]], *, axis: str, xlabel: str, log_x: bool = True) -> Figure:
-    """Count, mean best SSIM and held-out accuracy against one defence axis.
+    """Count, mean best SSIM, held-out accuracy and membership against one defence axis.
 
     Args:
         rows: table rows of this axis and of the baseline (keys of ``row_for``), one per (setting, seed).
@@ -58,8 +59,8 @@ def defence_figure(rows: Sequence[Mapping[str, Any]], *, axis: str, xlabel: str,
     """
     order = axis_positions(rows, axis=axis)
     xs = {s: i for i, (s, _, _) in enumerate(order)}
-    fig = Figure(figsize=(13, 3.8))
-    axes = fig.subplots(1, 3)
+    fig = Figure(figsize=(17, 3.8))
+    axes = fig.subplots(1, 4)
     rec, held, noise = series("reconstructions"), series("heldout"), series("noise")
 
     def by_setting(key: str) -> list[list[float]]:
@@ -75,13 +76,18 @@ def defence_figure(rows: Sequence[Mapping[str, Any]], *, axis: str, xlabel: str,
     x = list(range(len(order)))
     panels = ((axes[0], "count", "training images reconstructed", "count_heldout", "count_noise"),
               (axes[1], "mean_best_ssim", "mean best SSIM per training image", "mean_best_ssim_heldout", None),
-              (axes[2], "heldout_accuracy", "held-out accuracy", None, None))
+              (axes[2], "heldout_accuracy", "held-out accuracy", None, None),
+              (axes[3], "membership_tpr_1pct", "membership: TPR at 1% FPR", "membership_loss_tpr_1pct", None))
     for ax, key, title, null_key, noise_key in panels:
         vals = by_setting(key)
         for i, v in enumerate(vals):
             ax.scatter([i] * len(v), v, color=rec.color, alpha=0.5, s=18)
-        ax.plot(x, [mean(v) for v in vals], color=rec.color, label=rec.label if key != "heldout_accuracy" else "target")
-        if null_key:
+        label = {"heldout_accuracy": "target", "membership_tpr_1pct": "strongest signal"}.get(key, rec.label)
+        ax.plot(x, [mean(v) for v in vals], color=rec.color, label=label)
+        if key == "membership_tpr_1pct":
+            ax.plot(x, [mean(v) for v in by_setting(null_key)], color=held.color, linestyle="--", label="loss threshold")
+            ax.set_ylim(-0.02, 1.02)
+        elif null_key:
             hv = [mean(v) for v in by_setting(null_key)]
             ax.plot(x, hv, color=held.color, linestyle="--", label=held.label)
             if noise_key:  # the null band: between the noise and the held-out counts

@@ -316,6 +316,43 @@ def roc_curves(rocs: Mapping[str, tuple[Sequence[float], Sequence[float], float]
     return fig
 
 
+def membership_roc_figure(rocs: Mapping[str, tuple[Sequence[float], Sequence[float], float]], *,
+                          n_members: int, n_nonmembers: int, strongest: str | None = None) -> Figure:
+    """ROC curves of membership signals on log-log axes, as Carlini et al. (2022) plot LiRA's.
+
+    Args:
+        rocs: ``{signal: (fpr, tpr, auc)}`` on the same members and non-members.
+        n_members, n_nonmembers: the class sizes (the title; the x axis starts at 1 / n_nonmembers,
+            the lowest false-positive rate the non-members resolve).
+        strongest: the signal chosen on the calibration part (drawn thicker, named in the legend).
+    """
+    fig, ax = plt.subplots(figsize=(4.8, 4.4))
+    floor = 1.0 / max(n_nonmembers, 1)
+    for name, (fpr, tpr, auc) in rocs.items():
+        f, t = _clean(fpr), _clean(tpr)
+        if not f.size or np.isnan(f).any():
+            continue
+        label = f"{name} (AUC {auc:.3f})" if isinstance(auc, (int, float)) and math.isfinite(auc) else f"{name}"
+        strong = name == strongest
+        ax.plot(np.maximum(f, floor), np.maximum(t, floor), lw=2.2 if strong else 1.0,
+                label=label + (", strongest" if strong else ""))
+    ax.plot([floor, 1], [floor, 1], color="gray", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(floor, 1)
+    ax.set_ylim(floor, 1.05)
+    for f in (0.01, 0.001):
+        if f >= floor:
+            ax.axvline(f, color="gray", lw=0.5, ls="--")
+    ax.set_xlabel("false-positive rate (non-members called members)")
+    ax.set_ylabel("true-positive rate (members called members)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6.5, loc="lower right")
+    ax.set_title(f"Membership: {n_members} members against {n_nonmembers} non-members", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def _landscape_value(metrics: Mapping[str, Any], name: str, key: str) -> float:
     if key in metrics and isinstance(metrics[key], Mapping):
         v = metrics[key].get(name)

@@ -480,6 +480,47 @@ def _privacy_card(m: Mapping[str, Any]) -> Card:
     return Card(title, rows, lead=v.lead, status=v.status)
 
 
+def _membership_line(v: Mapping[str, Any]) -> str:
+    """``AUC 0.989 [0.98–0.99]; TPR 0.71 @1%, 0.29 @0.1%`` for one membership signal, or why it was not measured."""
+    auc = _num(v.get("auc"))
+    if not v.get("applicable") or auc is None:
+        return v.get("note") or "not measured"
+    ci = v.get("auc_ci")
+    tpr = v.get("tpr_at_fpr") or {}
+    parts = [f"AUC {auc:.3f}" + (f" [{ci[0]:.3f}–{ci[1]:.3f}]" if isinstance(ci, list) and len(ci) == 2 else "")]
+    for f in ("0.01", "0.001"):
+        t = _num(tpr.get(f))
+        parts.append(f"TPR {t:.2f} @{100 * float(f):g}%" if t is not None else f"TPR @{100 * float(f):g}% not estimable")
+    return "; ".join(parts)
+
+
+def _membership_card(m: Mapping[str, Any]) -> Card:
+    """Is an image in the model's training set? Every membership signal of the run's model, the strongest first."""
+    title = "Membership: can the attacker tell its training images from unseen ones"
+    mem = m.get("membership")
+    if not mem:
+        return Card(title, [("measured", "no: datarecon evaluate measures it for runs of a model directory; run "
+                                         "`datarecon membership --model M --evaluate`")],
+                    lead="Membership was not measured for this run.", status="warn")
+    best = (mem.get("strongest") or {}).get("name")
+    signals = mem.get("signals") or {}
+    rows: list[tuple[str, Any]] = []
+    cand = mem.get("candidates") or {}
+    non = cand.get("nonmembers") or {}
+    rows.append(("members / non-members", f"{(cand.get('members') or {}).get('count')} training images / "
+                                          f"{non.get('count')} {non.get('source', '')}"))
+    rows.append(("strongest, chosen on", (mem.get("strongest") or {}).get("rule", "")))
+    for name, v in signals.items():
+        rows.append((f"{name} ({v.get('kind')})" + (" — strongest" if name == best else ""), _membership_line(v)))
+    if not mem.get("references"):
+        rows.append(("reference attacks", "not run with this evaluation: `datarecon membership --model M --evaluate "
+                                          "--references 64 --out DIR` trains the reference models (LiRA, RMIA)"))
+    lead = (f"Strongest signal: {best}, {_membership_line(signals[best])}; the loss threshold: "
+            f"{_membership_line(signals.get('loss') or {})}." if best in signals else "No signal was measured.")
+    strong = _num((signals.get(best) or {}).get("auc"))
+    return Card(title, rows, lead=lead, status="warn" if strong is not None and strong > 0.6 else "ok")
+
+
 def _signal_text(sc: Mapping[str, Any], fprs: Sequence[Any]) -> str:
     """``AUC 0.81 [0.70–0.90]; TPR@1% 0.25; TPR@0.1% not estimable`` for one signal."""
     auc, ci = _num(sc.get("auc")), sc.get("auc_ci_95")
@@ -537,7 +578,7 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
                               relative_residual=_selection_value(run, "relative_residual"),
                               initial_loss=_num((run.get("extra") or {}).get("param_distance_x0")))
     cards = [_threat_card(run), _target_card(m, where or Path(".")), _attack_card(run, conv, m), _headline_card(m),
-             _privacy_card(m)]
+             _privacy_card(m), _membership_card(m)]
     children: list[Section] = []
     window = f"{m.get('window')} {m.get('window_size')}x{m.get('window_size')}"
     haim = m.get("haim")

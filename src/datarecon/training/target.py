@@ -452,8 +452,60 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
     return TrainResult(out=out, model=model, arch=arch, metrics=metrics, fit=result, config=config)
 
 
+@dataclass(frozen=True)
+class FittedModel:
+    """A model trained in memory by :func:`fit_on_images` (no model directory).
+
+    Attributes:
+        model: the trained network (CPU, eval mode).
+        normalisation: its input normalisation, fitted on its own training images.
+        fit: the :class:`~datarecon.training.fit.FitResult` of its epochs.
+    """
+
+    model: torch.nn.Module
+    normalisation: Any
+    fit: FitResult
+
+
+def fit_on_images(config: TrainConfig, x: torch.Tensor, y: torch.Tensor, *, device: str = "cpu",
+                  loop: LoopOptions = LoopOptions(progress=False)) -> FittedModel:
+    """Train a fresh model with ``config``'s architecture and recipe on the images ``x`` (a reference model).
+
+    What :func:`train_target` does between loading the data and writing the model directory: the
+    normalisation of ``config.data`` fitted on ``x``, the architecture initialised from
+    ``config.seed``, the epochs (full batch, mini-batch or DP-SGD) and the margin ascent when the
+    config has one; the data spec's own selection is not used.
+
+    Args:
+        config: the training config (its ``seed`` draws the initialisation and the batch order).
+        x: (n, C, H, W) display-space images in [0, 1]; y: (n,) labels in the task's convention.
+        device: where to train.
+        loop: loop options (no checkpoints are written).
+
+    Raises:
+        DataReconError: data that do not fit the config; DivergenceError: the training diverged.
+    """
+    from datarecon.data.normalisation import Normalisation
+
+    dev = _device(device)
+    dtype = torch_dtype(config.dtype)
+    norm = Normalisation.fit(config.data.normalisation, x)
+    model = build_model(config.arch_spec(), generator=torch.Generator().manual_seed(config.seed),
+                        dtype=dtype).to(dev)
+    xm = norm.to_model(x).to(device=dev, dtype=dtype)
+    ym = y.to(dev)
+    if ym.dtype.is_floating_point:
+        ym = ym.to(dtype)
+    result = _fit_epochs(config, model, xm, ym, checkpoint=None, loop=loop)
+    if result.status == Status.DIVERGED:
+        raise DivergenceError(f"training diverged after {result.epochs_done} epochs ({result.stop_reason})")
+    if config.margin_ascent.steps and bool(float(result.margins.min()) > 0):
+        ascend_margin(model, xm, ym, loss=config.loss, ascent=config.margin_ascent.recipe(), loop=loop)
+    return FittedModel(model=model.to("cpu").eval(), normalisation=norm, fit=result)
+
+
 def _fit_epochs(config: TrainConfig, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,
-                checkpoint: TrainingCheckpoint, loop: LoopOptions) -> FitResult:
+                checkpoint: TrainingCheckpoint | None, loop: LoopOptions) -> FitResult:
     """The epochs of ``config``: full-batch / mini-batch GD or L-BFGS (:func:`fit`), or DP-SGD
     (:func:`datarecon.training.dp.fit_dp`) when ``config.dp`` is set; checkpoints in ``checkpoint``."""
     if config.dp is not None:

@@ -203,12 +203,14 @@ def plan(cfg: HaimConfig) -> list[Piece]:
 
 
 def _membership_piece(name: str, model_key: str, *, known_init: bool) -> Piece:
-    """Subspace membership of the target's training images against its held-out images
-    (:func:`datarecon.experiments.membership.evaluate_membership`), weights only and with θ_init known."""
+    """Membership of the target's training images against non-members from the unused part of its training split
+    (:func:`datarecon.experiments.membership.evaluate_membership`: every signal without reference models; the
+    subspace test's row is kept), weights only and with θ_init known."""
     from datarecon.experiments.reproduce.common import model_dir
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
         from datarecon.attacks.knowledge import KnowledgeSettings
+        from datarecon.experiments.membership import Runtime as MembershipRuntime
         from datarecon.experiments.membership import evaluate_membership
 
         out: dict[str, Any] = {}
@@ -216,8 +218,11 @@ def _membership_piece(name: str, model_key: str, *, known_init: bool) -> Piece:
             if spec is not None and not known_init:
                 continue
             res = evaluate_membership(model_dir(ctx, model_key), knowledge=KnowledgeSettings(known_init=spec),
-                                      data_dir=ctx.data_dir)
-            out[label] = {"roc": res["roc"], "line": res["line"], "subspace": res["subspace"]}
+                                      runtime=MembershipRuntime(data_dir=ctx.data_dir, log=lambda _: None))
+            sub = res["signals"]["subspace"]
+            out[label] = {"roc": sub.get("report"), "line": sub.get("line") or sub["note"], "subspace": res["subspace"],
+                          "strongest": res["strongest"], "candidates": res["candidates"],
+                          "signals": {k: v.get("report") for k, v in res["signals"].items()}}
         atomic_write_json(d / "membership.json", out)
         return out
 
@@ -243,11 +248,15 @@ def _strongest_table(path: Path) -> Any:
 
     body = [[r["dataset"], r["attacker"], r["members"], r["non_members"],
              f"{num(r['auc'])} [{num(r['auc_ci_low'])}, {num(r['auc_ci_high'])}]",
-             *[num(r[k]) for k in fprs], r["subspace_k"]] for r in rows]
-    return Table(caption="Subspace membership, training vs held-out images: ROC AUC [95% CI] and TPR at low FPR "
-                         "('not estimable' below 100 / 1000 held-out images)",
-                 header=["dataset", "attacker", "members", "held-out", "AUC [95% CI]",
-                         *[f"TPR @ {k.removeprefix('tpr_at_fpr_')} FPR" for k in fprs], "k"], rows=body)
+             *[num(r[k]) for k in fprs], r["subspace_k"], r.get("strongest_signal") or "–",
+             num(r.get("loss_auc"))] for r in rows]
+    return Table(caption="Subspace membership, training images vs non-members drawn from the unused part of the "
+                         "training split (the reported part of the calibration split): ROC AUC [95% CI] and TPR at low "
+                         "FPR ('not estimable' below 100 / 1000 non-members); the strongest signal of datarecon "
+                         "membership and the loss threshold's AUC beside it",
+                 header=["dataset", "attacker", "members", "non-members", "AUC [95% CI]",
+                         *[f"TPR @ {k.removeprefix('tpr_at_fpr_')} FPR" for k in fprs], "k", "strongest",
+                         "loss AUC"], rows=body)
 
 
 def strongest_rows(ctx: Context, cfg: HaimConfig) -> list[dict[str, Any]]:
@@ -260,8 +269,12 @@ def strongest_rows(ctx: Context, cfg: HaimConfig) -> list[dict[str, Any]]:
             roc = res["roc"]
             ci = roc.get("auc_ci") or [None, None]
             tpr = roc.get("tpr_at_fpr") or {}
-            rows.append({"dataset": _name(ds), "attacker": label, "test": "subspace membership (training vs held-out)",
+            strongest = res.get("strongest") or {}
+            loss = (res.get("signals") or {}).get("loss") or {}
+            rows.append({"dataset": _name(ds), "attacker": label,
+                         "test": "subspace membership (training vs unused training-split images)",
                          "members": roc.get("n_members"), "non_members": roc.get("n_nonmembers"),
+                         "strongest_signal": strongest.get("name"), "loss_auc": finite(loss.get("auc")),
                          "auc": finite(roc.get("auc")), "auc_ci_low": finite(ci[0]), "auc_ci_high": finite(ci[1]),
                          **{f"tpr_at_fpr_{f}": (finite(t) if t is not None else "not estimable")
                             for f, t in by_fpr(tpr)},

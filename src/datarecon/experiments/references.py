@@ -1,0 +1,363 @@
+"""Reference (shadow) models for the membership attacks: trained with the target's recipe, kept, reused.
+
+The reference-model attacks (LiRA, RMIA; :mod:`datarecon.attacks.mia.reference`) compare the target
+with K models the attacker trains itself, with the recipe it knows (the target's model directory
+records it: architecture, loss, optimiser, learning rate, batch size, epochs, dtype), on random
+subsets of a **pool** of images: reference model k trains on ``per_class`` images of every task
+class drawn from the pool by a generator seeded with SHA-256 of (seed, k) (:func:`subset`), so each
+pool image is in about n / |pool| of the models and the attacker knows which. The pool is the set of
+candidates whose membership is asked (members and non-members alike, as in LiRA's online setting):
+an attacker who does not know the answer treats every candidate the same. Each model is then queried
+on every pool image and on the population samples (RMIA's z), and its statistics
+(:class:`~datarecon.attacks.mia.statistics.ExampleStatistics`) are kept.
+
+Storage, below a membership folder (``OUT``)::
+
+    OUT/pool.safetensors                   the pool (display images, labels, task classes) and the population
+    OUT/references/ref-00007/DONE.json     completion marker (:mod:`datarecon.experiments.reproduce.pieces`)
+    OUT/references/ref-00007/stats.safetensors   its statistics on the pool and the population, its subset
+    OUT/references/ref-00007/weights.safetensors its weights and input mean (``keep_weights``)
+
+Every reference model is one piece whose hash covers the recipe, the pool's fingerprint, its index
+and the seed, and not K: a second call with the same or a larger K reuses every finished model and
+trains only the missing ones; a killed call resumes at the first unfinished model. The pieces run as
+tasks on the sweep backends (:mod:`datarecon.experiments.backends`: a local process pool, or Ray),
+several models per task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from datarecon.attacks.mia.statistics import example_statistics
+from datarecon.config import MAX_SEED, Seed
+from datarecon.errors import DataReconError
+from datarecon.experiments.backends import Task, make_backend
+from datarecon.experiments.execution import Execution
+from datarecon.experiments.reproduce.pieces import Context, Piece, execute, is_done, piece_hashes
+from datarecon.training.target import TrainConfig, fit_on_images
+from datarecon.utils.io import config_hash, load_tensors, save_tensors
+
+__all__ = ["POOL_FILE", "REFERENCES_DIR", "ReferenceJob", "ReferencePool", "ReferenceSettings", "ReferenceStatistics",
+           "load_reference_model", "load_statistics", "reference_config", "reference_seed", "reference_worker", "subset", "train_references"]
+
+POOL_FILE = "pool.safetensors"
+REFERENCES_DIR = "references"
+STATS_FILE = "stats.safetensors"
+REFERENCE_WEIGHTS = "weights.safetensors"
+#: the most reference models one call may ask for
+MAX_REFERENCES = 100_000
+#: reference models per backend task (amortises a worker's start-up; each model is its own piece)
+PER_TASK = 8
+
+
+class ReferenceSettings(BaseModel):
+    """How many reference models, and how they are drawn.
+
+    Attributes:
+        count: reference models K (0: none; the loss, confidence, gradient-norm and subspace signals only)
+        seed: seed of the reference models' training subsets and initialisations
+        keep_weights: keep each reference model's weights in the folder (to score other images later)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    count: int = Field(default=0, ge=0, le=MAX_REFERENCES)
+    seed: Seed = 0
+    keep_weights: bool = True
+
+
+@dataclass(frozen=True, eq=False)
+class ReferencePool:
+    """The images the reference models train on and are queried on.
+
+    Attributes:
+        x: (N, C, H, W) display-space pool images in [0, 1] (the candidates).
+        y: (N,) their labels in the task's convention.
+        classes: (N,) int64 task-class index of each (the subsets are class-balanced).
+        z_x: (M, C, H, W) population samples (never in a reference model's training set); z_y: (M,).
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    classes: torch.Tensor
+    z_x: torch.Tensor
+    z_y: torch.Tensor
+
+    def fingerprint(self) -> str:
+        """SHA-256 (16 hex digits) of every tensor of the pool."""
+        h = hashlib.sha256()
+        for t in (self.x.to(torch.float32), self.y, self.classes, self.z_x.to(torch.float32), self.z_y):
+            t = t.detach().contiguous().cpu()
+            h.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        return h.hexdigest()[:16]
+
+    def save(self, path: Path) -> None:
+        save_tensors(path, {"x": self.x, "y": self.y, "classes": self.classes, "z_x": self.z_x, "z_y": self.z_y})
+
+    @classmethod
+    def load(cls, path: Path) -> ReferencePool:
+        t = load_tensors(path)
+        try:
+            return cls(x=t["x"], y=t["y"], classes=t["classes"], z_x=t["z_x"], z_y=t["z_y"])
+        except KeyError as exc:
+            raise DataReconError(f"{path} lacks the tensor {exc.args[0]!r}; rerun with --overwrite") from None
+
+
+def reference_seed(seed: int, index: int, what: str) -> int:
+    """The seed of reference model ``index``'s ``what`` ("subset", "init"): SHA-256 of (seed, index), below MAX_SEED."""
+    digest = hashlib.sha256(f"datarecon-reference-{what}:{int(seed)}:{int(index)}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % MAX_SEED
+
+
+def subset(classes: torch.Tensor | np.ndarray, per_class: int, *, seed: int, index: int) -> np.ndarray:
+    """The pool positions reference model ``index`` trains on: ``per_class`` of each task class, sorted.
+
+    Drawn by ``torch.randperm`` per class from a generator seeded with SHA-256 of (``seed``, ``index``),
+    so any model's subset is recomputed from the seed alone.
+
+    Raises:
+        DataReconError: a class with fewer than ``per_class`` pool images.
+    """
+    c = np.asarray(classes, dtype=np.int64)
+    gen = torch.Generator().manual_seed(reference_seed(seed, index, "subset"))
+    parts = []
+    for k in np.unique(c):
+        pos = np.flatnonzero(c == k)
+        if pos.size < per_class:
+            raise DataReconError(f"the pool has {pos.size} images of task class {int(k)}, fewer than the {per_class} "
+                                 "per class a reference model trains on; draw more non-members")
+        parts.append(pos[torch.randperm(pos.size, generator=gen).numpy()[:per_class]])
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+
+def reference_config(config: TrainConfig, *, seed: int, index: int, device: str) -> TrainConfig:
+    """The target's training config for reference model ``index``: its own initialisation and batch-order
+    seed, the given device, no checkpoints and no KKT score (the recipe is otherwise the target's)."""
+    return config.model_copy(update={"seed": reference_seed(seed, index, "init"), "device": device, "checkpoint_every": 0,
+                                     "kkt_score": False, "log_every": max(config.epochs, 1)})
+
+
+def _statistics_of(fitted: Any, x: torch.Tensor, y: torch.Tensor, loss: str) -> dict[str, torch.Tensor]:
+    model = fitted.model
+    dtype = next(model.parameters()).dtype
+    return example_statistics(model, fitted.normalisation.to_model(x).to(dtype), y, loss=loss).tensors()
+
+
+def _piece(index: int, *, config: TrainConfig, pool_key: str, settings: ReferenceSettings, per_class: int) -> Piece:
+    """Train reference model ``index`` and keep its statistics (and weights)."""
+
+    def run(ctx: Context, d: Path) -> dict[str, Any]:
+        pool = ReferencePool.load(ctx.out / POOL_FILE)
+        if pool.fingerprint() != pool_key:
+            raise DataReconError(f"{ctx.out / POOL_FILE} changed since this membership folder was planned; rerun "
+                                 "with --overwrite")
+        pos = subset(pool.classes, per_class, seed=settings.seed, index=index)
+        cfg = reference_config(config, seed=settings.seed, index=index, device=ctx.device)
+        t0 = time.perf_counter()
+        fitted = fit_on_images(cfg, pool.x[pos], pool.y[pos], device=ctx.device)
+        inside = torch.zeros(pool.x.shape[0], dtype=torch.bool)
+        inside[torch.as_tensor(pos)] = True
+        stats = {f"pool.{k}": v for k, v in _statistics_of(fitted, pool.x, pool.y, cfg.loss).items()}
+        stats.update({f"population.{k}": v for k, v in _statistics_of(fitted, pool.z_x, pool.z_y, cfg.loss).items()})
+        save_tensors(d / STATS_FILE, {**stats, "inside": inside})
+        if settings.keep_weights:
+            save_tensors(d / REFERENCE_WEIGHTS, {**{f"model.{k}": v for k, v in fitted.model.state_dict().items()},
+                                                 "input_mean": fitted.normalisation.mean})
+        return {"index": index, "train_accuracy": fitted.fit.metrics["train_acc"],
+                "train_loss": fitted.fit.metrics["loss"], "epochs_done": fitted.fit.epochs_done,
+                "wall_time_s": time.perf_counter() - t0}
+
+    recipe = config.model_dump(mode="json", exclude={"device", "checkpoint_every", "log_every", "kkt_score", "seed"})
+    spec = {"recipe": config_hash(recipe), "pool": pool_key, "index": index, "seed": settings.seed,
+            "per_class": per_class, "keep_weights": settings.keep_weights}
+    return Piece(key=f"{REFERENCES_DIR}/ref-{index:05d}", run=run, spec=spec, kind="reference")
+
+
+def plan(config: TrainConfig, pool_key: str, settings: ReferenceSettings, *, per_class: int) -> list[Piece]:
+    """The pieces of reference models 0 .. K−1."""
+    return [_piece(k, config=config, pool_key=pool_key, settings=settings, per_class=per_class)
+            for k in range(settings.count)]
+
+
+def reference_worker(payload: dict[str, Any]) -> dict[str, Any]:
+    """Backend task: train reference models ``start`` .. ``stop`` − 1 (top level: spawn and Ray import it).
+
+    Payload: ``out``, ``config`` (TrainConfig JSON), ``pool_key``, ``settings`` (ReferenceSettings JSON),
+    ``per_class``, ``start``, ``stop``, ``device``, ``threads``.
+    """
+    if payload.get("threads"):
+        torch.set_num_threads(int(payload["threads"]))
+    config = TrainConfig.model_validate(payload["config"])
+    settings = ReferenceSettings.model_validate(payload["settings"])
+    pieces = [_piece(k, config=config, pool_key=payload["pool_key"], settings=settings,
+                     per_class=int(payload["per_class"])) for k in range(int(payload["start"]), int(payload["stop"]))]
+    ctx = Context(out=Path(payload["out"]), device=payload.get("device", "cpu"))
+    t0 = time.perf_counter()
+    records = execute(pieces, ctx, log=lambda _: None)
+    return {"ran": sum(r.status == "ran" for r in records), "wall_time_s": time.perf_counter() - t0}
+
+
+@dataclass(frozen=True)
+class ReferenceStatistics:
+    """The statistics of K reference models, stacked (float64), and which pool images each trained on.
+
+    Attributes:
+        confidence, loss: (K, N) on the pool.
+        inside: (K, N) bool, pool image i in model k's training set.
+        population_confidence, population_loss: (K, M) on the population samples.
+        trained: how many of the K were trained by this call (the others were reused).
+        wall_time_s: wall time of this call's training.
+    """
+
+    confidence: torch.Tensor
+    loss: torch.Tensor
+    inside: torch.Tensor
+    population_confidence: torch.Tensor
+    population_loss: torch.Tensor
+    trained: int = 0
+    wall_time_s: float = 0.0
+
+    @property
+    def count(self) -> int:
+        return int(self.inside.shape[0])
+
+    def select(self, models: list[int]) -> ReferenceStatistics:
+        """The statistics of the reference models ``models`` only (e.g. all but a pseudo-target)."""
+        idx = torch.as_tensor(models, dtype=torch.int64)
+        return ReferenceStatistics(confidence=self.confidence[idx], loss=self.loss[idx], inside=self.inside[idx],
+                                   population_confidence=self.population_confidence[idx],
+                                   population_loss=self.population_loss[idx])
+
+
+def load_reference_model(out: Path, index: int, config: TrainConfig) -> tuple[torch.nn.Module, torch.Tensor]:
+    """Reference model ``index`` kept under ``out`` (eval mode) and its input mean (C, H, W).
+
+    Raises:
+        DataReconError: its weights were not kept (``keep_weights`` off) or do not fit the architecture.
+    """
+    from datarecon.models.spec import build_model
+    from datarecon.utils.dtypes import torch_dtype
+
+    path = out / REFERENCES_DIR / f"ref-{index:05d}" / REFERENCE_WEIGHTS
+    if not path.is_file():
+        raise DataReconError(f"{path} is missing: the reference models' weights were not kept; rerun with "
+                             "keep_weights on")
+    tensors = load_tensors(path)
+    model = build_model(config.arch_spec(), dtype=torch_dtype(config.dtype))
+    try:
+        model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+    except RuntimeError as exc:
+        raise DataReconError(f"{path} does not fit the model's architecture ({str(exc).splitlines()[0]}); rerun "
+                             "with --overwrite") from None
+    return model.eval(), tensors["input_mean"]
+
+
+def load_statistics(out: Path, count: int, *, trained: int = 0, wall_time_s: float = 0.0) -> ReferenceStatistics:
+    """Stack the statistics of reference models 0 .. ``count`` − 1 kept under ``out``.
+
+    Raises:
+        DataReconError: a missing or unreadable statistics file.
+    """
+    rows = [load_tensors(out / REFERENCES_DIR / f"ref-{k:05d}" / STATS_FILE) for k in range(count)]
+
+    def stack(key: str) -> torch.Tensor:
+        return torch.stack([r[key].to(torch.float64) for r in rows])
+
+    return ReferenceStatistics(confidence=stack("pool.confidence"), loss=stack("pool.loss"),
+                               inside=torch.stack([r["inside"].bool() for r in rows]),
+                               population_confidence=stack("population.confidence"),
+                               population_loss=stack("population.loss"),
+                               trained=trained, wall_time_s=wall_time_s)
+
+
+def _todo(pieces: list[Piece], out: Path) -> list[int]:
+    hashes = piece_hashes(pieces)
+    return [k for k, p in enumerate(pieces) if not is_done(out / p.key, hashes[p.key])]
+
+
+@dataclass(frozen=True)
+class ReferenceJob:
+    """The reference models of one membership folder: where, with which recipe, on which pool.
+
+    Attributes:
+        out: the membership folder (``out/pool.safetensors`` written).
+        config: the target's training config (the recipe the attacker knows).
+        pool_key: the pool's fingerprint (:meth:`ReferencePool.fingerprint`).
+        settings: K, the seed, whether to keep weights.
+        per_class: training images per task class of each model (the target's n per class).
+    """
+
+    out: Path
+    config: TrainConfig
+    pool_key: str
+    settings: ReferenceSettings
+    per_class: int
+
+    def pieces(self) -> list[Piece]:
+        return plan(self.config, self.pool_key, self.settings, per_class=self.per_class)
+
+
+def train_references(job: ReferenceJob, *, execution: Execution = Execution(), device: str = "cpu",
+                     log: Callable[[str], None] = print) -> ReferenceStatistics:
+    """Train the reference models that ``job.out`` does not hold yet, then load all K models' statistics.
+
+    Args:
+        job: the folder, recipe, pool and settings.
+        execution: where the tasks run (backend, workers, Ray address, threads per task).
+        device: torch device of the training.
+        log: progress sink (a line per finished task, with the count and an estimate of the time left).
+
+    Raises:
+        DataReconError: a failed reference model (the first error; finished ones are kept, a rerun resumes).
+    """
+    todo = _todo(job.pieces(), job.out)
+    t0 = time.perf_counter()
+    if todo:
+        _run_tasks(job, todo=todo, execution=execution, device=device, log=log)
+    return load_statistics(job.out, job.settings.count, trained=len(todo), wall_time_s=time.perf_counter() - t0)
+
+
+def _run_tasks(job: ReferenceJob, *, todo: list[int], execution: Execution, device: str,
+               log: Callable[[str], None]) -> None:
+    """Fan the unfinished models out as tasks of up to :data:`PER_TASK` consecutive models."""
+    chunks: list[list[int]] = []
+    for k in todo:
+        if chunks and chunks[-1][-1] == k - 1 and len(chunks[-1]) < PER_TASK:
+            chunks[-1].append(k)
+        else:
+            chunks.append([k])
+    base = {"out": str(job.out), "config": job.config.model_dump(mode="json"), "pool_key": job.pool_key,
+            "settings": job.settings.model_dump(mode="json"), "per_class": job.per_class, "device": device,
+            "threads": execution.threads}
+    tasks = [Task(key=f"ref-{c[0]:05d}-{c[-1]:05d}", payload={**base, "start": c[0], "stop": c[-1] + 1})
+             for c in chunks]
+    log(f"training {len(todo)} reference models ({job.settings.count - len(todo)} kept from an earlier call) on "
+        f"backend {execution.backend} ({execution.workers or 1} worker(s)) ...")
+    done, failures, t0 = 0, [], time.perf_counter()
+    with make_backend(execution.backend, reference_worker, workers=execution.workers,
+                      **execution.backend_options()) as be:
+        while tasks or be.in_flight:
+            while tasks and be.in_flight < be.capacity:
+                be.submit(tasks.pop(0))
+            for o in be.wait():
+                if not o.ok:
+                    failures.append(f"{o.task.key}: {o.error}")
+                    continue
+                done += int(o.task.payload["stop"]) - int(o.task.payload["start"])
+                spent = time.perf_counter() - t0
+                log(f"  {done}/{len(todo)} reference models trained ({spent:.0f} s; about "
+                    f"{spent / done * (len(todo) - done):.0f} s left)")
+    if failures:
+        raise DataReconError(f"{len(failures)} reference-model tasks failed (first: {failures[0]}); the finished "
+                             "models are kept: fix the cause and rerun into the same --out to resume")

@@ -1,0 +1,157 @@
+"""``evaluate_membership`` with reference models: every signal on the same members and non-members, reference
+models reproducible by seed, kept and reused, resumed after a kill, and a strongest signal that never reads
+the numbers it headlines."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from datarecon.experiments.membership import (MembershipSettings, Runtime, SignalScores, compare_signals,
+                                               evaluate_membership)
+from datarecon.experiments.references import REFERENCES_DIR, ReferenceSettings, load_statistics
+from datarecon.kernel.outdir import claim_out_dir
+
+
+@pytest.fixture(scope="module")
+def digits_model(tmp_path_factory) -> Path:
+    """A small digits MLP that memorises its 20 training images (cross-entropy over 10 classes)."""
+    from datarecon.data import DataSpec
+    from datarecon.training.target import ArchConfig, TrainConfig, train_target
+
+    out = tmp_path_factory.mktemp("mia") / "model"
+    cfg = TrainConfig(data=DataSpec(dataset="digits", task="all", n_per_class=3, n_heldout_per_class=6),
+                      arch=ArchConfig(name="mlp", hidden=(64,), bias=True), loss="cross-entropy", lr=0.5,
+                      epochs=200, dtype="float64")
+    train_target(cfg, out=out, progress=False)
+    return out
+
+
+SETTINGS = MembershipSettings(nonmembers=300, population=100, references=ReferenceSettings(count=6, seed=3))
+
+
+def _evaluate(model: Path, out: Path, settings: MembershipSettings = SETTINGS, **kw) -> dict:
+    with claim_out_dir(out, kind="membership", resume=True) as claim:
+        claim.prepare()
+        return evaluate_membership(model, settings=settings, out=out, runtime=Runtime(log=lambda s: None), **kw)
+
+
+def test_every_signal_is_measured_on_the_same_candidates_and_the_folder_is_complete(digits_model, tmp_path):
+    res = _evaluate(digits_model, tmp_path / "m")
+    sig = res["signals"]
+    measured = {k for k, v in sig.items() if v["applicable"]}
+    assert measured == {"loss", "confidence", "gradient-norm", "subspace", "lira-offline", "lira-online", "rmia",
+                        "rmia-online"}
+    sizes = {(v["report"]["n_members"], v["report"]["n_nonmembers"]) for k, v in sig.items() if k in measured}
+    assert sizes == {(30, 300)}  # chosen on reference models: every candidate is reported, for every signal
+    assert res["split"]["calibration"] == {"members": 0, "nonmembers": 0}
+    assert res["strongest"]["name"] in measured and "pseudo-targets" in res["strongest"]["rule"]
+    assert res["candidates"]["nonmembers"]["count"] == 300 and "did not train the model" in \
+        res["candidates"]["nonmembers"]["source"]
+    assert res["references"]["count"] == 6 and res["references"]["trained"] == 6
+    assert 0 < res["references"]["mean_models_per_candidate"] < 6
+    for f in ("membership.json", "signals.csv", "roc.png", "scores.safetensors", "pool.safetensors"):
+        assert (tmp_path / "m" / f).is_file(), f
+    written = json.loads((tmp_path / "m" / "membership.json").read_text())
+    assert written["strongest"] == res["strongest"]
+    # the members memorised: the loss threshold alone separates them well here
+    assert sig["loss"]["report"]["auc"] > 0.8
+
+
+def test_reference_models_are_reproducible_reused_and_resumed(digits_model, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _evaluate(digits_model, a)
+    _evaluate(digits_model, b)
+    sa, sb = load_statistics(a, 6), load_statistics(b, 6)
+    assert torch.equal(sa.confidence, sb.confidence) and torch.equal(sa.inside, sb.inside)  # same seed, same models
+    again = _evaluate(digits_model, a)
+    assert again["references"]["trained"] == 0 and again["references"]["reused"] == 6
+    # a larger K trains only the new models
+    more = _evaluate(digits_model, a, SETTINGS.model_copy(update={"references": ReferenceSettings(count=8, seed=3)}))
+    assert more["references"]["trained"] == 2
+    # a killed call: reference 3 lost its completion marker and its statistics; the rerun trains it alone, the same
+    shutil.rmtree(a / REFERENCES_DIR / "ref-00003")
+    resumed = _evaluate(digits_model, a, SETTINGS.model_copy(update={"references": ReferenceSettings(count=8, seed=3)}))
+    assert resumed["references"]["trained"] == 1
+    assert torch.equal(load_statistics(a, 6).confidence, sa.confidence)
+    # another seed: other subsets
+    c = _evaluate(digits_model, tmp_path / "c", SETTINGS.model_copy(update={"references": ReferenceSettings(count=6,
+                                                                                                           seed=4)}))
+    assert not torch.equal(load_statistics(tmp_path / "c", 6).inside, sa.inside)
+    assert c["references"]["trained"] == 6
+
+
+def test_other_draws_into_the_same_folder_are_refused(digits_model, tmp_path):
+    from datarecon.errors import DataReconError
+
+    _evaluate(digits_model, tmp_path / "m")
+    with pytest.raises(DataReconError, match="another pool"):
+        _evaluate(digits_model, tmp_path / "m", SETTINGS.model_copy(update={"nonmembers": 200}))
+
+
+def test_without_references_the_strongest_is_chosen_on_a_calibration_part(digits_model):
+    res = evaluate_membership(digits_model, settings=MembershipSettings(nonmembers=300),
+                              runtime=Runtime(log=lambda s: None))
+    split = res["split"]
+    assert split["calibration"] == {"members": 9, "nonmembers": 90}
+    assert split["report"] == {"members": 21, "nonmembers": 210}
+    assert res["signals"]["lira-online"]["applicable"] is False
+    assert "--references" in res["signals"]["lira-online"]["note"]
+    assert "calibration part" in res["strongest"]["rule"]
+
+
+def test_the_strongest_choice_never_reads_the_reported_part():
+    """Scores that differ only on the reported part give the same choice; the reported ROC follows the change."""
+    rng = np.random.default_rng(0)
+    mem = np.r_[np.ones(60, bool), np.zeros(600, bool)]
+    base = {"loss": rng.normal(size=660) + mem * 1.0, "gradient-norm": rng.normal(size=660) + mem * 3.0}
+    first = compare_signals(SignalScores(base, {}), mem, calibration=0.3, seed=1)
+    cal = first.pop("_calibration")
+    changed = {k: v.copy() for k, v in base.items()}
+    changed["loss"][~cal] = mem[~cal] * 10.0 + rng.normal(size=(~cal).sum())  # loss is perfect on the reported part
+    changed["gradient-norm"][~cal] = rng.normal(size=(~cal).sum())  # and gradient-norm useless there
+    second = compare_signals(SignalScores(changed, {}), mem, calibration=0.3, seed=1)
+    assert first["strongest"]["name"] == second["strongest"]["name"] == "gradient-norm"
+    assert second["signals"]["loss"]["report"]["auc"] == pytest.approx(1.0)
+    assert second["signals"]["gradient-norm"]["report"]["auc"] < 0.7
+
+
+def test_your_own_module_gets_every_signal_and_reference_models_from_your_training(data_dir):
+    """Bring your own model: a torch MLP on 20 digits, reference models from the same training function."""
+    from torch import nn
+
+    from datarecon.data import DataSpec
+    from datarecon.data.selection import draw_outside
+    from datarecon.experiments.membership import OwnReferences, membership_of_module
+
+    spec = DataSpec(dataset="digits", task="all", n_per_class=2, n_heldout_per_class=0)
+    members, _ = draw_outside(spec, split="train", count=20, seed=0)
+    non, _ = draw_outside(spec, split="train", exclude=members.indices, count=200, seed=1)
+    pop, _ = draw_outside(spec, split="test", count=60, seed=2)
+
+    def train(x, y, seed):
+        torch.manual_seed(seed % 2**31)
+        net = nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)).double()
+        opt = torch.optim.SGD(net.parameters(), lr=0.5)
+        for _ in range(150):
+            opt.zero_grad()
+            nn.functional.cross_entropy(net(x.double()), y).backward()
+            opt.step()
+        return net
+
+    target = train(members.x, members.y, 0)
+    res = membership_of_module(target, loss="cross-entropy", members=(members.x.double(), members.y),
+                               nonmembers=(non.x.double(), non.y), population=(pop.x.double(), pop.y),
+                               references=OwnReferences(train, count=5))
+    measured = {k for k, v in res["signals"].items() if v["applicable"]}
+    assert measured == {"loss", "confidence", "gradient-norm", "lira-offline", "lira-online", "rmia", "rmia-online"}
+    assert "pseudo-targets" in res["strongest"]["rule"] and res["strongest"]["name"] in measured
+    assert res["signals"]["loss"]["report"]["n_members"] == 20
+    plain = membership_of_module(target, loss="cross-entropy", members=(members.x.double(), members.y),
+                                 nonmembers=(non.x.double(), non.y))
+    assert "calibration part" in plain["strongest"]["rule"] and plain["signals"]["rmia"]["applicable"] is False
