@@ -104,13 +104,20 @@ def register(app: typer.Typer) -> None:
 
 
 def _membership(run: Path, data_dir: Path | None) -> None:
-    """Add the membership section to the run's metrics (a run of a model directory) and print its lead."""
+    """Add the membership and identifiability sections to the run's metrics (a run of a model directory) and print
+    their leads."""
+    from datarecon.experiments.identifiability import attach_identifiability
     from datarecon.experiments.membership import attach_membership
 
     section = attach_membership(run, data_dir=data_dir)
     if section is not None and section["strongest"]["name"]:
         typer.echo(f"membership: strongest signal {section['strongest']['line']}; loss threshold "
                    f"{section['baseline']['line']}")
+    ident = attach_identifiability(run, data_dir=data_dir)
+    if ident is not None:
+        found = [k for k, v in ident["objectives"].items() if v.get("identifies")]
+        typer.echo(f"identifiability: the training set fits {', '.join(found) or 'none'} of the objectives "
+                   f"{', '.join(ident['objectives'])} better than every fake (datarecon identifiability)")
 
 
 def _headline(summary: dict) -> list[str]:

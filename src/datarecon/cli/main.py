@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 # Modules that contribute commands, in help order.
-_COMMAND_MODULES = ("data", "train", "reconstruct", "evaluate", "membership", "report", "run", "sweep", "reproduce",
-                    "audit", "demo", "examples")
+_COMMAND_MODULES = ("data", "train", "reconstruct", "evaluate", "membership", "identifiability", "report", "run",
+                    "sweep", "reproduce", "audit", "demo", "examples")
 
 
 def version_cmd() -> None:

@@ -97,6 +97,7 @@ def _run_demo(config: DemoConfig, *, out: Path, data_dir: str | Path | None, pro
     """The body of :func:`run_demo` once ``out`` is claimed and prepared."""
     from datarecon.data import DataSpec
     from datarecon.evaluation import evaluate_run
+    from datarecon.experiments.identifiability import attach_identifiability
     from datarecon.experiments.membership import attach_membership
     from datarecon.experiments.reconstruct import RunOptions, reconstruct
     from datarecon.report import render_report
@@ -127,6 +128,7 @@ def _run_demo(config: DemoConfig, *, out: Path, data_dir: str | Path | None, pro
                       RunOptions(data_dir=data_dir, progress=progress, raise_on_divergence=True))
     summary = evaluate_run(out / "run", data_dir=data_dir, progress=progress)
     attach_membership(out / "run", data_dir=data_dir)
+    attach_identifiability(out / "run", data_dir=data_dir)
     nb = load_tensors(out / "run" / NEIGHBOURS_FILE)
     fig = neighbour_grid(nb["candidates"], {"train": nb["train"]}, scores={"train": nb["train_score"].tolist()},
                          max_items=24, title="KKT reconstructions (left) beside their nearest training image")

@@ -249,6 +249,7 @@ def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | No
         record("evaluate", "skipped")
     elif stages.get("evaluate") not in done:
         from datarecon.evaluation import evaluate_run
+        from datarecon.experiments.identifiability import attach_identifiability
         from datarecon.experiments.membership import attach_membership
 
         ev = experiment.evaluate
@@ -257,6 +258,7 @@ def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | No
                                         "seed": ev.seed, "allow_incomplete": ev.allow_incomplete},
                      data_dir=data_dir, progress=progress)
         attach_membership(out / RUN_SUBDIR, data_dir=data_dir)
+        attach_identifiability(out / RUN_SUBDIR, data_dir=data_dir)
         record("evaluate", Status.COMPLETE)
 
     if experiment.report is None:

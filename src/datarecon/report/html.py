@@ -480,6 +480,34 @@ def _privacy_card(m: Mapping[str, Any]) -> Card:
     return Card(title, rows, lead=v.lead, status=v.status)
 
 
+def _identifiability_card(m: Mapping[str, Any]) -> Card | None:
+    """Which attack objective the model's training set minimises (the defender's check), or None when not measured."""
+    ident = m.get("identifiability")
+    if not ident:
+        return None
+    rows: list[tuple[str, Any]] = []
+    found = []
+    for name, v in (ident.get("objectives") or {}).items():
+        sets = v.get("sets")
+        if not sets:
+            rows.append((name, v.get("note", "not measured")))
+            continue
+        truth = (sets.get("training set") or {}).get("relative_residual")
+        fakes = {k: r["relative_residual"] for k, r in sets.items() if k != "training set"}
+        best = min(fakes, key=fakes.get) if fakes else None
+        verdict = "identifies the training set" if v.get("identifies") else "does not identify it"
+        if v.get("identifies"):
+            found.append(name)
+        rows.append((name, f"training set {_fmt(truth)}; best fake {_fmt(fakes.get(best))} ({best}): {verdict}"))
+    if ident.get("weight_decay_note"):
+        rows.append(("note", ident["weight_decay_note"]))
+    measured = sum(1 for v in (ident.get("objectives") or {}).values() if v.get("sets"))
+    lead = (f"The training set fits {len(found)} of {measured} objectives better than every fake"
+            + (f" ({', '.join(found)})" if found else "") + "; relative residual with optimal multipliers.")
+    return Card("Identifiability: which attack objective the training set minimises", rows, lead=lead,
+                status="warn" if found else "ok")
+
+
 def _membership_line(v: Mapping[str, Any]) -> str:
     """``AUC 0.989 [0.98–0.99]; TPR 0.71 @1%, 0.29 @0.1%`` for one membership signal, or why it was not measured."""
     auc = _num(v.get("auc"))
@@ -579,6 +607,9 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
                               initial_loss=_num((run.get("extra") or {}).get("param_distance_x0")))
     cards = [_threat_card(run), _target_card(m, where or Path(".")), _attack_card(run, conv, m), _headline_card(m),
              _privacy_card(m), _membership_card(m)]
+    ident = _identifiability_card(m)
+    if ident is not None:
+        cards.append(ident)
     children: list[Section] = []
     window = f"{m.get('window')} {m.get('window_size')}x{m.get('window_size')}"
     haim = m.get("haim")

@@ -1,0 +1,62 @@
+"""``datarecon identifiability MODEL``: which attack objective does the model's training set minimise?
+
+The defender's check (:mod:`datarecon.experiments.identifiability`): for each objective of the KKT family
+(weights only, θ_init known, Loo et al., gradients along the training path) and dynamics matching, the
+relative residual of the training set with its optimal multipliers beside held-out images, means of two
+training images and partition images. No attack runs; the training data are read from the model's data spec.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from datarecon.cli._common import ThreadsOption, check_out_file, set_threads
+from datarecon.cli.options import config_options, flags
+
+
+def _flags() -> Any:
+    from datarecon.experiments.identifiability import IdentifiabilitySettings
+
+    def names(text: str) -> list[str]:
+        return [s.strip() for s in str(text).split(",") if s.strip()]
+
+    return flags(IdentifiabilitySettings, parse={"objectives": names})
+
+
+@config_options(_flags(), into="settings")
+def identifiability_cmd(
+    model: Annotated[Path, typer.Argument(help="model directory (from `datarecon train`)")],
+    out: Annotated[Path | None, typer.Option("--out", help="write the full result as JSON")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing --out file")] = False,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", envvar="DATARECON_DATA", help="data folder")] = None,
+    threads: ThreadsOption = 0,
+    *,
+    settings: dict[str, Any],
+) -> None:
+    """Which attack objective does the training set minimise? Residuals of the truth and of fakes."""
+    from datarecon.config import build_config
+    from datarecon.experiments.identifiability import IdentifiabilitySettings, identifiability, identifiability_lines
+    from datarecon.utils.io import atomic_write_json
+
+    set_threads(threads)
+    cfg = build_config(IdentifiabilitySettings, settings, where="identifiability settings")
+    if out is not None:
+        check_out_file(out, overwrite=overwrite)
+    result = identifiability(model, cfg, data_dir=data_dir)
+    typer.echo(f"{model}: n = {result['n']} training images, {result['formulation']} margins; relative residual "
+               "with optimal multipliers (lower fits better)")
+    for line in identifiability_lines(result):
+        typer.echo("  " + line)
+    if result["weight_decay_note"]:
+        typer.echo(f"note: {result['weight_decay_note']}")
+    if out is not None:
+        atomic_write_json(out, result)
+        typer.echo(f"wrote {out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``identifiability`` to ``app``."""
+    app.command("identifiability")(identifiability_cmd)

@@ -1,0 +1,263 @@
+"""``datarecon identifiability MODEL``: which attack objective does the model's training set minimise?
+
+The defender's check (the training data are known; no attack runs): for each objective of
+:mod:`datarecon.evaluation.identifiability` the relative residual of the training set with its optimal
+multipliers, beside the same for fakes of the same labels — held-out images, means of two training images of
+a class, partition images — per parameter tensor and in total. An objective *identifies* the training set
+on this model when the truth fits it better than every fake; the gap (best fake − truth) says by how much.
+
+Where the recorded recipe can be replayed (SGD at a constant learning rate), dynamics matching's objective
+1 − cos(θ_T(x) − θ_init, θ* − θ_init) is measured the same way, each set replayed through the recorded
+training (:func:`datarecon.attacks.dynamics.simulate`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from datarecon.config import Seed
+from datarecon.errors import DataReconError
+from datarecon.evaluation.identifiability import fit_objective, gradient_features
+from datarecon.registry import Registry
+
+__all__ = ["OBJECTIVES", "QUICK", "IdentifiabilitySettings", "attach_identifiability", "identifiability",
+           "identifiability_lines"]
+
+#: objective name → (what it is, needs θ_init)
+OBJECTIVES: Registry[tuple[str, bool]] = Registry("identifiability objective")
+OBJECTIVES.register("kkt", ("θ* = Σ λ_i ∇m(x_i; θ*) (weights only; Haim et al.)", False))
+OBJECTIVES.register("kkt-init", ("θ* − θ_init = Σ λ_i ∇m(x_i; θ*) (θ_init known)", True))
+OBJECTIVES.register("loo", ("θ* − θ_init = Σ λ_i ∇m(x_i; θ_init) (Loo et al.)", True))
+OBJECTIVES.register("path", ("θ* − θ_init = Σ_s Σ_i λ_is ∇m(x_i; θ_init + s(θ* − θ_init)), s on a grid", True))
+OBJECTIVES.register("dynamics", ("1 − cos(θ_T(x) − θ_init, θ* − θ_init), the recorded training replayed", True))
+
+#: the sets compared, the truth first
+SETS = ("training set", "held-out images", "means of two training images", "partition images")
+
+
+class IdentifiabilitySettings(BaseModel):
+    """What the diagnostic measures.
+
+    Attributes:
+        objectives: the objectives to measure (names of OBJECTIVES)
+        path_points: gradient points on the straight path θ_init → θ* of the ``path`` objective (≥ 2, ends included)
+        max_replay_steps: replay the recorded training for ``dynamics`` only up to this many SGD steps per set
+        seed: seed of the fakes' draw (which images are paired)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    objectives: tuple[Literal["kkt", "kkt-init", "loo", "path", "dynamics"], ...] = (
+        "kkt", "kkt-init", "loo", "path", "dynamics")
+    path_points: int = Field(default=4, ge=2, le=64)
+    max_replay_steps: int = Field(default=2000, ge=0)
+    seed: Seed = 0
+
+
+def _matched(pool: Any, labels: torch.Tensor) -> torch.Tensor:
+    """For each label, the next image of ``pool`` with that label (cycling when a class runs short)."""
+    out, used = [], {}
+    for lab in labels.tolist():
+        idx = torch.nonzero(pool.y == lab)[:, 0]
+        if idx.numel() == 0:
+            raise DataReconError(f"no image of label {lab} to draw a fake from; train with more held-out and "
+                                 "partition images per class")
+        k = used.get(lab, 0)
+        used[lab] = k + 1
+        out.append(pool.x[idx[k % idx.numel()]])
+    return torch.stack(out)
+
+
+def _pair_means(x: torch.Tensor, y: torch.Tensor, seed: int) -> torch.Tensor:
+    """Each training image averaged with another training image of its label (a seeded permutation within the class)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = x.clone()
+    for lab in torch.unique(y):
+        idx = torch.nonzero(y == lab)[:, 0]
+        if idx.numel() < 2:
+            continue
+        perm = idx[torch.randperm(idx.numel(), generator=gen)]
+        partner = torch.roll(perm, 1)
+        out[perm] = 0.5 * (x[perm] + x[partner])
+    return out
+
+
+def _formulation(num_outputs: int, loss: str) -> str:
+    if num_outputs > 1:
+        return "multiclass"
+    return "regression" if loss in ("mse", "huber") else "binary"
+
+
+def _theta_init(meta: dict[str, Any], bundle: Any) -> dict[str, torch.Tensor] | None:
+    """θ_init rebuilt from the recorded seed in the dtype training drew it in and checked against the recorded
+    hash (:func:`datarecon.attacks.knowledge.resolve_known_init`), as float64; None without a recorded seed."""
+    from datarecon.attacks.knowledge import resolve_known_init
+
+    if meta.get("seed") is None:
+        return None
+    return dict(resolve_known_init("seed", bundle.params, model_meta=meta).params)
+
+
+def _sets(bundle: Any, meta: dict[str, Any], seed: int, data_dir: Any) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The training set and its fakes, in model input space, each with the training labels."""
+    from datarecon.data import DataSpec, load_task
+    from datarecon.data.selection import check_fingerprint
+
+    task = load_task(DataSpec.model_validate(meta["data"]), data_dir=data_dir)
+    check_fingerprint(task, meta.get("data_fingerprint"), where="the model", splits=("train",))
+    norm = task.normalisation
+    y = task.train.y
+    y = y.double() if y.dtype.is_floating_point else y
+    sets = {"training set": task.train.x, "means of two training images": _pair_means(task.train.x, task.train.y, seed)}
+    if len(task.heldout):
+        sets["held-out images"] = _matched(task.heldout, task.train.y)
+    if len(task.partition):
+        sets["partition images"] = _matched(task.partition, task.train.y)
+    return {k: (norm.to_model(sets[k]).double(), y) for k in SETS if k in sets}
+
+
+def _gradient_objective(name: str, bundle: Any, init: dict[str, torch.Tensor] | None, data: tuple[torch.Tensor, Any],
+                        formulation: str, points: int) -> Any:
+    """The fit of one gradient objective for one set."""
+    star = {k: v.detach().double() for k, v in bundle.params.items()}
+    x, y = data
+    if name == "kkt":
+        grads_at, target = [star], star
+    else:
+        assert init is not None
+        target = {k: star[k] - init[k] for k in star}
+        if name == "kkt-init":
+            grads_at = [star]
+        elif name == "loo":
+            grads_at = [init]
+        else:
+            grads_at = [{k: init[k] + s * target[k] for k in star} for s in torch.linspace(0, 1, points).tolist()]
+    feats = [gradient_features(bundle.model, p, x, y, formulation=formulation) for p in grads_at]
+    return fit_objective(feats, target, signed=formulation == "regression")
+
+
+def _dynamics(bundle: Any, meta: dict[str, Any], init: dict[str, torch.Tensor], sets: dict[str, Any],
+              max_steps: int) -> dict[str, Any]:
+    """1 − cos of each set's replayed change with the true one, or why it was not measured."""
+    from datarecon.attacks.dynamics import Schedule, simulate
+    from datarecon.attacks.knowledge import RecipeSettings, resolve_recipe
+    from datarecon.kernel.step import Recipe
+    from datarecon.utils.dtypes import torch_dtype
+
+    try:
+        recipe = resolve_recipe(RecipeSettings(), meta)
+    except DataReconError as exc:
+        return {"note": f"not measured: {exc}"}
+    if recipe.steps > max_steps:
+        return {"note": f"not measured: the recorded training has {recipe.steps} SGD steps, more than "
+                        f"--max-replay-steps {max_steps}"}
+    schedule = Schedule.replay(Recipe(loss=bundle.loss, weight_decay=bundle.weight_decay, momentum=recipe.momentum),
+                               recipe.lr, n=recipe.n, batch_size=recipe.batch_size, epochs=recipe.epochs,
+                               order_seed=recipe.order_seed)
+    dtype = torch_dtype((meta.get("training") or {}).get("dtype") or "float64")  # replayed as it was trained
+    model = copy.deepcopy(bundle.model).to(dtype)
+    start = {k: v.to(dtype) for k, v in init.items()}
+    star = {k: v.detach().double() for k, v in bundle.params.items()}
+    change = torch.cat([(star[k] - init[k].double()).reshape(-1) for k in star])
+    out = {}
+    for name, (x, y) in sets.items():
+        final = simulate(model, start, x.to(dtype), y.to(dtype) if y.dtype.is_floating_point else y, schedule,
+                         differentiable=False)
+        sim = torch.cat([(final[k].double() - init[k].double()).reshape(-1) for k in star])
+        cos = float(torch.nn.functional.cosine_similarity(sim, change, dim=0))
+        out[name] = {"relative_residual": max(1.0 - cos, 0.0) if math.isfinite(cos) else float("nan"), "per_layer": {}}
+    return {"sets": out}
+
+
+def identifiability(model_dir: str | Path, settings: IdentifiabilitySettings = IdentifiabilitySettings(), *,
+                    data_dir: str | Path | None = None) -> dict[str, Any]:
+    """Each objective's relative residual for the training set and its fakes, with optimal multipliers.
+
+    Returns:
+        JSON-ready: ``objectives`` (name → ``doc``, ``sets`` (set → ``relative_residual``, ``per_layer``),
+        ``identifies`` (the truth fits better than every fake), ``gap`` (best fake − truth), or ``note``
+        when not measured), ``formulation``, ``n``, ``sets`` (their names), ``wall_time_s``.
+
+    Raises:
+        DataReconError: a bad model directory, missing data.
+    """
+    from datarecon.models.checkpoint import load_model_dir, read_model_meta
+
+    t0 = time.perf_counter()
+    meta = read_model_meta(model_dir)
+    bundle = load_model_dir(model_dir, dtype=torch.float64)
+    sets = _sets(bundle, meta, settings.seed, data_dir)
+    init = _theta_init(meta, bundle)
+    formulation = _formulation(bundle.arch.num_outputs, bundle.loss)
+    result: dict[str, Any] = {}
+    for name in settings.objectives:
+        doc, needs_init = OBJECTIVES.get(name)
+        if needs_init and init is None:
+            result[name] = {"doc": doc, "note": "not measured: θ_init cannot be rebuilt from the model directory"}
+            continue
+        if name == "dynamics":
+            entry = _dynamics(bundle, meta, init, sets, settings.max_replay_steps)  # type: ignore[arg-type]
+        else:
+            fits = {s: _gradient_objective(name, bundle, init, data, formulation, settings.path_points)
+                    for s, data in sets.items()}
+            entry = {"sets": {s: {"relative_residual": f.relative_residual, "per_layer": f.per_layer}
+                              for s, f in fits.items()}}
+        result[name] = {"doc": doc, **entry, **_verdict(entry.get("sets"))}
+    return {"model": str(model_dir), "formulation": formulation, "n": int(sets["training set"][0].shape[0]),
+            "sets": list(sets), "objectives": result, "settings": settings.model_dump(mode="json"),
+            "weight_decay_note": ("θ_init enters with coefficient 1; training with weight decay shrank it, so the "
+                                  "θ_init objectives overstate every set's residual" if bundle.weight_decay else ""),
+            "wall_time_s": time.perf_counter() - t0}
+
+
+def _verdict(sets: dict[str, Any] | None) -> dict[str, Any]:
+    if not sets or "training set" not in sets:
+        return {}
+    truth = sets["training set"]["relative_residual"]
+    fakes = [v["relative_residual"] for k, v in sets.items() if k != "training set"]
+    best = min(fakes) if fakes else float("nan")
+    return {"identifies": bool(fakes) and truth < best, "gap": best - truth}
+
+
+def identifiability_lines(result: dict[str, Any]) -> list[str]:
+    """One line per objective: the truth's residual, each fake's, and the verdict."""
+    lines = []
+    for name, v in result["objectives"].items():
+        if "sets" not in v:
+            lines.append(f"{name:<9} {v.get('note', '')}")
+            continue
+        parts = ", ".join(f"{s} {r['relative_residual']:.3f}" for s, r in v["sets"].items())
+        verdict = ("identifies the training set" if v.get("identifies") else "does NOT identify the training set")
+        lines.append(f"{name:<9} {parts}: {verdict} (gap {v.get('gap', float('nan')):+.3f})")
+    return lines
+
+
+#: the objectives ``datarecon evaluate`` measures for a run's report (no replay of the training)
+QUICK = ("kkt", "kkt-init", "loo", "path")
+
+
+def attach_identifiability(run_dir: str | Path, *, data_dir: str | Path | None = None) -> dict[str, Any] | None:
+    """Measure the gradient objectives (:data:`QUICK`) on the model a run attacked and add them to its ``metrics.json``.
+
+    Returns:
+        The result written, or None for a run without a model directory.
+    """
+    from datarecon.kernel.files import METRICS_FILE, RUN_JSON
+    from datarecon.utils.io import atomic_write_json, read_json
+
+    run_dir = Path(run_dir)
+    model_dir = read_json(run_dir / RUN_JSON).get("model_dir")
+    if not model_dir:
+        return None
+    metrics = read_json(run_dir / METRICS_FILE)
+    metrics["identifiability"] = identifiability(model_dir, IdentifiabilitySettings(objectives=QUICK),
+                                                 data_dir=data_dir)
+    atomic_write_json(run_dir / METRICS_FILE, metrics)
+    return metrics["identifiability"]
