@@ -140,3 +140,22 @@ def test_the_held_out_null_attacks_with_as_many_candidates_as_the_run():
     # all of them would give a stricter null (a higher threshold) than the rule asks for
     full = null_calibrated(stat(cands), stat(held), floor=PAPER_THRESHOLD)
     assert full.null_threshold >= ref.null_threshold
+
+
+def test_the_papers_scoring_is_the_reference_protocol_with_a_box3_window_and_repeated_matches():
+    """reference_scoring counts what haim_protocol counts with the reference's window and duplicate policy."""
+    import torch
+
+    from datarecon.evaluation.protocol import HaimSettings, haim_protocol
+    from datarecon.evaluation.reports import reference_scoring
+
+    gen = torch.Generator().manual_seed(0)
+    train = torch.rand(8, 1, 8, 8, generator=gen)
+    raw = torch.cat([train[:3] + 0.02 * torch.randn(3, 1, 8, 8, generator=gen), torch.rand(5, 1, 8, 8, generator=gen)])
+    held = torch.rand(8, 1, 8, 8, generator=gen)
+    ref = reference_scoring(raw, train, held, seed=1)
+    direct = haim_protocol(raw, train, HaimSettings(assignment="independent", window="box3"))
+    assert ref["count"] == int((torch.nan_to_num(direct.ssim, nan=-1) > 0.4).sum()) and ref["count"] >= 3
+    held_direct = haim_protocol(held, train, HaimSettings(assignment="independent", window="box3"))
+    assert ref["heldout"] == int((torch.nan_to_num(held_direct.ssim, nan=-1) > 0.4).sum())
+    assert (ref["window"], ref["assignment"], ref["threshold"]) == ("box3", "independent", 0.4)

@@ -442,6 +442,11 @@ def _headline_card(m: Mapping[str, Any]) -> Card:
     if paper.get("count") is not None:
         rows.append((f"papers' SSIM > {paper['threshold']:g} alone",
                      f"{paper['count']} of {n} (held-out {_fmt(paper.get('heldout'))}, noise {_fmt(paper.get('noise'))})"))
+    ref = h.get("reference_scoring") or {}
+    if ref.get("count") is not None:
+        rows.append(("as the papers' code scores it", f"{ref['count']} of {n} at SSIM > {ref['threshold']:g} "
+                     f"(uniform 3×3 window, matches may repeat; held-out {_fmt(ref.get('heldout'))}, noise "
+                     f"{_fmt(ref.get('noise'))})"))
     count, null = h.get("count"), h.get("heldout")
     if rule == "retention":
         status = ""

@@ -84,5 +84,10 @@ def headline_lines(h: Mapping[str, Any], *, what: str = "images") -> list[str]:
     if paper.get("count") is not None:
         lines.append(f"at the papers' fixed SSIM > {paper['threshold']:g} alone: {paper['count']} of {n}, held-out "
                      f"{what} reach {paper.get('heldout')} and noise {paper.get('noise')} there")
+    ref = h.get("reference_scoring") or {}
+    if ref.get("count") is not None:
+        lines.append(f"as the papers' code scores it (uniform 3x3 SSIM window, matches may repeat, SSIM > "
+                     f"{ref['threshold']:g}): {ref['count']} of {n}, held-out {what} {ref.get('heldout')}, noise "
+                     f"{ref.get('noise')}")
     lines.extend(note for note in h.get("notes") or [] if note not in lead)
     return lines
