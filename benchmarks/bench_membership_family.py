@@ -14,6 +14,8 @@ Rows (CIFAR-10 unless named):
   SGD lr 0.1, batches of 10, 30 epochs; 512 reference models on two workers.
 * ``resnet8-100``: ResNet-8 (16-32-64, no batch norm) on the same 100 images, SGD lr 0.03, momentum 0.9,
   batches of 10, 50 epochs; 64 reference models.
+* ``mnist-mlp20``: the README's MNIST MLP (odd/even, n = 20, width 100, bias-free, GD lr 0.5, 2 000 epochs,
+  float64); 256 reference models.
 * ``cifar-med`` / ``mnist-med``: Haim et al.'s D-1000-1000-1 medium targets (vehicles/animals, odd/even, n =
   100, loss-normalised GD, 3 000 epochs); no reference models (each would train for minutes), weights only and
   with θ_init known.
@@ -43,6 +45,9 @@ ROWS: dict[str, tuple[list[str], list[list[str]]]] = {
                 "--epochs", "30"], [["--references", "512", "--workers", "2"]]),
     "resnet8-100": ([*CIFAR100, "--arch", "resnet8", "--lr", "0.03", "--momentum", "0.9", "--batch-size", "10",
                      "--epochs", "50"], [["--references", "64", "--workers", "2"]]),
+    "mnist-mlp20": (["--dataset", "mnist", "--task", "odd-even", "--n-per-class", "10", "--arch", "mlp", "--hidden",
+                     "100", "--no-bias", "--init-scale", "1e-3", "--loss", "logistic", "--lr", "0.5", "--epochs", "2000",
+                     "--dtype", "float64"], [["--references", "256", "--workers", "2"]]),
     "cifar-med": (["--dataset", "cifar10", "--task", "vehicles-animals", "--n-heldout-per-class", "400", *HAIM],
                   [[], ["--known-init", "seed"]]),
     "mnist-med": (["--dataset", "mnist", "--task", "odd-even", "--n-heldout-per-class", "1000", *HAIM],

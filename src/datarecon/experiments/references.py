@@ -58,6 +58,8 @@ REFERENCE_WEIGHTS = "weights.safetensors"
 MAX_REFERENCES = 100_000
 #: reference models per backend task (amortises a worker's start-up; each model is its own piece)
 PER_TASK = 8
+#: seconds between two progress lines (and one when the last model is done)
+LOG_EVERY_S = 30.0
 
 
 class ReferenceSettings(BaseModel):
@@ -344,7 +346,7 @@ def _run_tasks(job: ReferenceJob, *, todo: list[int], execution: Execution, devi
              for c in chunks]
     log(f"training {len(todo)} reference models ({job.settings.count - len(todo)} kept from an earlier call) on "
         f"backend {execution.backend} ({execution.workers or 1} worker(s)) ...")
-    done, failures, t0 = 0, [], time.perf_counter()
+    done, failures, t0, last = 0, [], time.perf_counter(), -LOG_EVERY_S
     with make_backend(execution.backend, reference_worker, workers=execution.workers,
                       **execution.backend_options()) as be:
         while tasks or be.in_flight:
@@ -356,8 +358,10 @@ def _run_tasks(job: ReferenceJob, *, todo: list[int], execution: Execution, devi
                     continue
                 done += int(o.task.payload["stop"]) - int(o.task.payload["start"])
                 spent = time.perf_counter() - t0
-                log(f"  {done}/{len(todo)} reference models trained ({spent:.0f} s; about "
-                    f"{spent / done * (len(todo) - done):.0f} s left)")
+                if spent - last >= LOG_EVERY_S or done == len(todo):
+                    last = spent
+                    log(f"  {done}/{len(todo)} reference models trained ({spent:.0f} s; about "
+                        f"{spent / done * (len(todo) - done):.0f} s left)")
     if failures:
         raise DataReconError(f"{len(failures)} reference-model tasks failed (first: {failures[0]}); the finished "
                              "models are kept: fix the cause and rerun into the same --out to resume")

@@ -328,19 +328,20 @@ def membership_roc_figure(rocs: Mapping[str, tuple[Sequence[float], Sequence[flo
     """
     fig, ax = plt.subplots(figsize=(4.8, 4.4))
     floor = 1.0 / max(n_nonmembers, 1)
+    tfloor = 0.5 / max(n_members, 1)  # below one member in the TPR
     for name, (fpr, tpr, auc) in rocs.items():
         f, t = _clean(fpr), _clean(tpr)
         if not f.size or np.isnan(f).any():
             continue
         label = f"{name} (AUC {auc:.3f})" if isinstance(auc, (int, float)) and math.isfinite(auc) else f"{name}"
         strong = name == strongest
-        ax.plot(np.maximum(f, floor), np.maximum(t, floor), lw=2.2 if strong else 1.0,
+        ax.plot(np.maximum(f, floor), np.maximum(t, tfloor), lw=2.2 if strong else 1.0,
                 label=label + (", strongest" if strong else ""))
     ax.plot([floor, 1], [floor, 1], color="gray", lw=0.8, ls=":")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(floor, 1)
-    ax.set_ylim(floor, 1.05)
+    ax.set_ylim(tfloor, 1.05)
     for f in (0.01, 0.001):
         if f >= floor:
             ax.axvline(f, color="gray", lw=0.5, ls="--")
