@@ -543,7 +543,9 @@ def _membership_card(m: Mapping[str, Any]) -> Card:
     rows.append(("members / non-members", f"{(cand.get('members') or {}).get('count')} training images / "
                                           f"{non.get('count')} {non.get('source', '')}"))
     rows.append(("strongest, chosen on", (mem.get("strongest") or {}).get("rule", "")))
-    for name, v in signals.items():
+    kinds = ("black-box", "white-box", "reference")  # weakest attacker first (metrics.json sorts the names)
+    for name, v in sorted(signals.items(), key=lambda kv: kinds.index(kv[1].get("kind")) if kv[1].get("kind") in
+                          kinds else len(kinds)):
         rows.append((f"{name} ({v.get('kind')})" + (" — strongest" if name == best else ""), _membership_line(v)))
     if not mem.get("references"):
         rows.append(("reference attacks", "not run with this evaluation: `datarecon membership --model M --evaluate "
