@@ -169,9 +169,10 @@ def _print_evaluation(result: dict[str, Any]) -> None:
         typer.echo(f"reference models: {refs['note']} ({refs['trained']} trained now, {refs['reused']} reused)")
     split = result["split"]
     if split["calibration"]["members"]:
-        typer.echo(f"split: calibration part {split['calibration']['members']} members + "
-                   f"{split['calibration']['nonmembers']} non-members (chooses the strongest signal); reported "
-                   f"part {split['report']['members']} + {split['report']['nonmembers']}")
+        typer.echo(f"the strongest signal is chosen on a calibration part of {split['calibration']['members']} "
+                   f"members + {split['calibration']['nonmembers']} non-members and its headline measured on the "
+                   f"other {split['report']['members']} + {split['report']['nonmembers']}; every signal below is "
+                   "measured on all of them")
     width = max(len(k) for k in result["signals"])
     for name, v in result["signals"].items():
         text = v["line"].split(": ", 1)[1] if v.get("line") else v["note"]

@@ -212,12 +212,14 @@ class Choice:
 
 def compare_signals(signals: SignalScores, is_member: np.ndarray, *, calibration: float, seed: int,
                     choice: Choice | None = None) -> dict[str, Any]:
-    """Every signal's ROC on the reported candidates, and the strongest signal, chosen where the reported ROCs are not.
+    """Every signal's ROC on all members and non-members, and the strongest signal, chosen where its headline is not
+    measured.
 
     Without ``choice`` the members and non-members are split (:func:`~datarecon.evaluation.membership.
-    calibration_split`): the strongest signal is chosen on the calibration part and every ROC is reported on
-    the rest. With ``choice`` (made on reference models, :func:`pseudo_target_choice`, which read none of
-    the target's ground truth) every candidate is reported.
+    calibration_split`): the strongest signal is chosen on the calibration part and its headline ROC is measured
+    on the rest only (the reported part). With ``choice`` (made on reference models, :func:`pseudo_target_choice`,
+    which read none of the target's ground truth) its headline is measured on every candidate. The table of every
+    signal is always measured on every candidate, the same ones for every signal.
 
     Args:
         signals: the scores.
@@ -227,9 +229,10 @@ def compare_signals(signals: SignalScores, is_member: np.ndarray, *, calibration
 
     Returns:
         JSON-ready: ``split`` (sizes of both parts), ``signals`` (name → ``kind``, ``doc``, ``applicable``,
-        ``note``, ``report`` (ROC summary), ``line``, ``chosen_on`` (AUC and TPR where the choice was made)),
-        ``strongest`` (``name``, ``rule``, ``line``), ``baseline`` (the loss threshold), and the calibration
-        mask under ``_calibration`` (removed before writing JSON).
+        ``note``, ``report`` (ROC summary on every candidate), ``line``, ``chosen_on`` (AUC and TPR where the
+        choice was made)), ``strongest`` (``name``, ``rule``, ``line`` and ``report``: its ROC on the reported
+        part), ``baseline`` (the loss threshold), and the calibration mask under ``_calibration`` (removed before
+        writing JSON).
     """
     mem = np.asarray(is_member, dtype=bool)
     split = calibration_split(mem, fraction=0.0 if choice is not None else calibration, seed=seed)
@@ -242,7 +245,7 @@ def compare_signals(signals: SignalScores, is_member: np.ndarray, *, calibration
             out[name] = {**entry, "applicable": False, "note": signals.not_applicable.get(name, "not measured")}
             continue
         s = signals.scores[name]
-        roc = membership_roc(s[rep & mem], s[rep & ~mem], name=name)
+        roc = membership_roc(s[mem], s[~mem], name=name)
         if choice is None and cal.any():
             power[name] = SignalPower.of(membership_roc(s[cal & mem], s[cal & ~mem], name=name, n_boot=0))
         p = power.get(name)
@@ -254,10 +257,16 @@ def compare_signals(signals: SignalScores, is_member: np.ndarray, *, calibration
         best, rule = choose_strongest(power)
     else:
         best, rule = choose_strongest({k: SignalPower(float("nan"), None, 0, 0) for k in signals.scores})
+    headline = None
+    if best is not None:
+        s = signals.scores[best]
+        headline = membership_roc(s[rep & mem], s[rep & ~mem], name=best)
     return {"split": {"fraction": split.fraction, "seed": split.seed,
                       "calibration": {"members": int((cal & mem).sum()), "nonmembers": int((cal & ~mem).sum())},
                       "report": {"members": int((rep & mem).sum()), "nonmembers": int((rep & ~mem).sum())}},
-            "signals": out, "strongest": {"name": best, "rule": rule, "line": out[best]["line"] if best else None},
+            "signals": out,
+            "strongest": {"name": best, "rule": rule, "line": headline.line() if headline else None,
+                          "report": headline.summary() if headline else None},
             "baseline": {"name": "loss", "line": out["loss"].get("line")}, "_calibration": cal}
 
 
@@ -616,14 +625,12 @@ def write_membership(out: Path, result: dict[str, Any], signals: SignalScores, c
                     "indices": cand.indices, "population_indices": cand.z_indices})
     save_tensors(out / SCORES_FILE, tensors)
     atomic_write_text(out / SIGNALS_CSV, rows_to_csv(_table_rows(result)))
-    rep = ~calibration
-    labels = cand.is_member[rep]
+    labels = cand.is_member
     rocs = {}
     for name, s in signals.scores.items():
-        fpr, tpr, _ = roc_curve(labels, s[rep])
+        fpr, tpr, _ = roc_curve(labels, s)
         rocs[name] = (fpr, tpr, result["signals"][name]["report"]["auc"])
-    split = result["split"]["report"]
-    save_figure(membership_roc_figure(rocs, n_members=split["members"], n_nonmembers=split["nonmembers"],
+    save_figure(membership_roc_figure(rocs, n_members=int(labels.sum()), n_nonmembers=int((~labels).sum()),
                                       strongest=result["strongest"]["name"]), out / ROC_FIGURE)
     atomic_write_json(out / RESULT_FILE, result)
 
