@@ -51,6 +51,8 @@ def read_config_mapping(path: str | Path) -> dict[str, Any]:
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
         first = str(exc).splitlines()[0]
         raise DataReconError(f"config file {path} does not parse: {first}") from None
+    except RecursionError:
+        raise DataReconError(f"config file {path} is nested too deeply to parse; write it as a plain mapping") from None
     if not isinstance(data, dict):
         raise DataReconError(f"config file {path} must hold a mapping of field: value")
     return data
@@ -115,8 +117,60 @@ def drop_defaults(model: BaseModel, data: Any, names: tuple[str, ...]) -> Any:
     return data
 
 
+def _admits(annotation: Any, kinds: tuple[type, ...]) -> bool:
+    """Whether a field annotation admits a value of one of ``kinds`` (through Annotated, Optional, unions)."""
+    if annotation is Any or (isinstance(annotation, type) and issubclass(annotation, kinds)):
+        return True
+    return any(_admits(a, kinds) for a in get_args(annotation) if a is not Ellipsis)
+
+
+def _items_of(annotation: Any) -> Any:
+    """The item annotation of a list or tuple field (None when it is not one)."""
+    from typing import Union, get_origin
+
+    origin = get_origin(annotation)
+    if origin in (list, tuple):
+        return next((a for a in get_args(annotation) if a is not Ellipsis), None)
+    if origin is Annotated or origin is Union or str(origin) == "<class 'types.UnionType'>":
+        return next((i for a in get_args(annotation) if (i := _items_of(a)) is not None), None)
+    return None
+
+
+def bool_as_number(model: type[BaseModel], data: Any, loc: str = "") -> str | None:
+    """The first place where ``data`` gives ``true``/``false`` for a number field of ``model``, else None.
+
+    pydantic reads ``epochs: true`` as 1 epoch; a boolean where a count or a rate belongs is a
+    mistake in the file, so the configs refuse it (nested models and lists included).
+    """
+    if not isinstance(data, dict):
+        return None
+    for key, value in data.items():
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        if field is None:
+            continue
+        where, ann = f"{loc}{key}", field.annotation
+        values = value if isinstance(value, (list, tuple)) else [value]
+        item = _items_of(ann) if isinstance(value, (list, tuple)) else ann
+        for v in values:
+            if isinstance(v, bool) and item is not None and _admits(item, (int, float)) \
+                    and not _admits(item, (bool,)):
+                return where
+            if isinstance(v, dict):
+                members = [m for m in _models_in(item) if set(v) <= set(m.model_fields)]
+                tag = field.discriminator if isinstance(field.discriminator, str) else None
+                if tag is not None and len(members) > 1:  # a union tagged by ``method`` / ``name``
+                    members = [m for m in members if tag in m.model_fields and m.model_fields[tag].default == v.get(tag)]
+                found = bool_as_number(members[0], v, where + ".") if len(members) == 1 else None
+                if found is not None:
+                    return found
+    return None
+
+
 def build_config(model: type[M], fields: dict[str, Any], *, where: str = "config") -> M:
-    """Validate ``fields`` into ``model`` with a one-line error on failure."""
+    """Validate ``fields`` into ``model`` with a one-line error on failure (a boolean given for a
+    number included: :func:`bool_as_number`)."""
+    if (loc := bool_as_number(model, fields)) is not None:
+        raise DataReconError(f"invalid {where}: {loc}: a number is needed, not true/false; write a number")
     try:
         return model.model_validate(fields)
     except ValidationError as exc:

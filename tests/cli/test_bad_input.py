@@ -376,10 +376,10 @@ CASES.update({
                                     "exists; pass --overwrite"),
     "report-over-user-file": Case(lambda ws: ["report", str(ws.evaluated), "--out",
                                               str(_write(ws.root / "notes.html", "mine"))],
-                                  "exists and was not written by datarecon; pass --overwrite"),
+                                  "exists and is not a report datarecon wrote"),
     "export-over-user-file": Case(lambda ws: ["store", "export", str(ws.store), "--out",
                                               str(_write(ws.root / "table.csv", "mine"))],
-                                  "exists and was not written by datarecon; pass --overwrite"),
+                                  "exists and is not a store export datarecon wrote"),
     "sweep-into-folder-with-runs": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws)), "--out",
                                                     str(_with_file(ws.root / "proj", "runs/notes.txt"))],
                                         "is not a results store"),
@@ -401,6 +401,77 @@ CASES.update({
 })
 
 
+# -- issue 36: the third adversarial trial ---------------------------------------------------------
+
+
+def _metrics(ws: Workspace, change: Callable[[dict], None]) -> Path:
+    """The evaluated run with its metrics.json changed by hand."""
+    m = json.loads((ws.evaluated / "metrics.json").read_text())
+    change(m)
+    (ws.evaluated / "metrics.json").write_text(json.dumps(m))
+    return ws.evaluated
+
+
+def _nested(ws: Workspace) -> Path:
+    (ws.model / "model.json").write_text("[" * 100_000 + "]" * 100_000)
+    return ws.model
+
+
+def _member(ws: Workspace, out: Path, *args: str) -> list[str]:
+    return ["membership", "--model", str(ws.model), "--evaluate", "--out", str(out), *args]
+
+
+CASES.update({
+    # data lost: every command that writes a file takes the one output rule (kernel.outdir)
+    "membership-out-over-user-file": Case(lambda ws: _member(ws, _write(ws.root / "notes.txt", "mine")),
+                                          "exists and is not a membership result datarecon wrote"),
+    "membership-out-over-user-file-overwrite": Case(
+        lambda ws: _member(ws, _write(ws.root / "notes.txt", "mine"), "--overwrite"), "not even with --overwrite"),
+    "membership-out-into-model": Case(lambda ws: _member(ws, ws.model / "model.json", "--overwrite"),
+                                      "a datarecon model directory, and datarecon never writes into another"),
+    "membership-out-is-a-folder": Case(lambda ws: _member(ws, ws.root), "is a folder; pass a file name for --out"),
+    "reconstruct-into-a-model": Case(lambda ws: _rec(ws, out="model/sub"), "lies inside"),
+    "reconstruct-into-a-run": Case(lambda ws: _rec(ws, "--overwrite", out="run/checkpoint/x"), "lies inside"),
+    "train-into-a-store": Case(lambda ws: [*TRAIN, "--out", str(ws.store / "runs" / "m")], "a datarecon results store"),
+    "report-over-model-weights": Case(lambda ws: ["report", str(ws.evaluated), "--out",
+                                                  str(ws.model / "weights.safetensors"), "--overwrite"], "lies inside"),
+    "report-into-model": Case(lambda ws: ["report", str(ws.evaluated), "--out", str(ws.model / "model.json")],
+                              "lies inside"),
+    "export-into-model": Case(lambda ws: ["store", "export", str(ws.store), "--out", str(ws.model / "model.json")],
+                              "lies inside"),
+    "overwrite-keeps-a-user-file-named-like-a-temp": Case(
+        lambda ws: _rec(ws, "--overwrite", out=_with_file(ws.run, ".run.json.abc123.tmp").name),
+        "it holds '.run.json.abc123.tmp', which datarecon did not write"),
+    # internal errors
+    "train-lr-beyond-float32": Case(lambda ws: [*TRAIN, "--lr", "1e308", "--out", str(ws.root / "m")],
+                                    "lr 1e+308 is beyond the range of float32"),
+    "device-mps": Case(lambda ws: _rec(ws, "--device", "mps"), "device 'mps' is not supported; use cpu, cuda"),
+    "model-json-nested-deeply": Case(lambda ws: _rec(ws, model=_nested(ws)), "is nested too deeply"),
+    "info-model-json-nested-deeply": Case(lambda ws: ["info", str(_nested(ws))], "is nested too deeply"),
+    "report-metrics-count-text": Case(lambda ws: ["report", str(_metrics(ws, lambda m: m["headline"].update(
+        count="NaN"))), "--out", str(ws.root / "e.html")], "headline.count: Input should be a valid integer"),
+    # wrongly accepted
+    "train-epochs-true": Case(lambda ws: ["train", "--no-progress", "--out", str(ws.root / "m"), "--config", str(
+        _write(ws.root / "t.yaml", "data: {dataset: digits, task: odd-even, n_per_class: 5}\nepochs: true\n"))],
+        "epochs: a number is needed, not true/false"),
+    "store-rebuild-a-model": Case(lambda ws: ["store", "rebuild", str(ws.model)],
+                                  "is a datarecon model directory, not a results store"),
+    "report-metrics-count-above-n": Case(lambda ws: ["report", str(_metrics(ws, lambda m: m["headline"].update(
+        count=1e308))), "--out", str(ws.root / "e.html")], "headline.count"),
+    "report-metrics-count-above-n-train": Case(lambda ws: ["report", str(_metrics(ws, lambda m: m["headline"].update(
+        count=11))), "--out", str(ws.root / "e.html")], "count 11 exceeds the 10 training images"),
+    "report-the-same-run-twice": Case(lambda ws: ["report", str(ws.evaluated), str(ws.root / "." / "evaluated"),
+                                                  "--out", str(ws.root / "e.html")], "is given twice"),
+    # misleading messages
+    "out-empty": Case(lambda ws: ["reconstruct", "--model", str(ws.model), "--steps", "3", "--out", ""],
+                      "an empty argument was given after --out"),
+    "out-empty-equals": Case(lambda ws: ["reconstruct", "--model", str(ws.model), "--steps", "3", "--out="],
+                             "an empty value was given for --out"),
+    "store-list-a-model": Case(lambda ws: ["store", "list", str(ws.model)],
+                               "is a datarecon model directory, not a results store"),
+})
+
+
 def _bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
@@ -418,6 +489,7 @@ def _snapshot(root: Path, *, skip: Path | None) -> dict[str, str]:
 
 def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 98  # 63 before issue 25, 35 added by it
+    assert len(CASES) >= 122  # and more by issue 36
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 from typing import Annotated
 
 import torch
@@ -50,21 +49,3 @@ def set_threads(threads: int | None) -> None:
     if threads < 0:
         raise DataReconError(f"--threads must be >= 0 (0 = PyTorch's default), got {threads}")
     torch.set_num_threads(int(threads))
-
-
-def check_out_file(path: Path, *, overwrite: bool, ours: bool = False) -> None:
-    """Refuse to replace an existing file that datarecon did not write, unless ``--overwrite``.
-
-    Args:
-        path: the output file (``report --out``, ``store export --out``).
-        overwrite: the user passed ``--overwrite``.
-        ours: the existing file is recognisably one datarecon wrote (then it is replaced).
-
-    Raises:
-        DataReconError: ``path`` is a folder, or an existing file that is not ours without ``--overwrite``.
-    """
-    if path.is_dir():
-        raise DataReconError(f"--out {path} is a folder; pass a file name for --out")
-    if path.exists() and not (overwrite or ours):
-        raise DataReconError(f"{path} exists and was not written by datarecon; pass --overwrite to replace it "
-                             "or choose another --out")

@@ -15,7 +15,7 @@ import typer
 from pydantic import BaseModel, ConfigDict
 
 from datarecon.cli._common import ThreadsOption, set_threads
-from datarecon.cli.options import Flag, config_options, flags
+from datarecon.cli.options import Flag, OutFile, config_options, flags, out_file_options
 from datarecon.errors import DataReconError
 
 #: Image rows printed on the terminal (all of them go to --out).
@@ -52,19 +52,20 @@ KNOWLEDGE_FLAGS, CALIBRATION_FLAGS = _flags()
 
 @config_options(KNOWLEDGE_FLAGS, into="knowledge")
 @config_options(CALIBRATION_FLAGS, into="calibration")
+@out_file_options(out="write the full result as JSON")
 def membership(
     model: Path = typer.Option(..., "--model", help="model directory (from `datarecon train`)"),
     images: Path | None = typer.Option(None, "--images", help="images to score: a folder of PNGs, an .npz or a "
                                        ".safetensors file (values 0-255 or [0, 1])"),
     evaluate: bool = typer.Option(False, "--evaluate", help="measure the test on the model's own training vs "
                                   "held-out and partition images (ROC AUC, TPR at 1% and 0.1% FPR)"),
-    out: Path | None = typer.Option(None, "--out", help="write the full result as JSON"),
     data_dir: Path | None = typer.Option(None, "--data-dir", envvar="DATARECON_DATA",
                                          help="data folder (the default null and --evaluate)"),
     threads: ThreadsOption = 0,
     *,
     knowledge: dict[str, Any],
     calibration: dict[str, Any],
+    output: OutFile,
 ) -> None:
     """Score images for membership in a model's training set (subspace of the first dense layer)."""
     from datarecon.attacks.knowledge import KnowledgeSettings
@@ -74,6 +75,7 @@ def membership(
 
     if (images is None) == (not evaluate):
         raise DataReconError("pass --images PATH (score your images) or --evaluate (measure the test), one of them")
+    out = output.check(ours=_is_result, what="membership result")  # before any work
     set_threads(threads)
     known = build_config(KnowledgeSettings, knowledge, where="knowledge")
     if evaluate:
@@ -86,6 +88,18 @@ def membership(
     if out is not None:
         atomic_write_json(out, result)
         typer.echo(f"wrote {out}")
+
+
+def _is_result(path: Path) -> bool:
+    """Whether ``path`` is a membership result this command wrote (a JSON object with its sections)."""
+    from datarecon.errors import CheckpointError
+    from datarecon.utils.io import read_json
+
+    try:
+        result = read_json(path)
+    except CheckpointError:
+        return False
+    return isinstance(result, dict) and {"knowledge", "subspace"} <= set(result)
 
 
 def _print_evaluation(result: dict[str, Any]) -> None:

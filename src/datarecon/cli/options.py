@@ -396,6 +396,41 @@ def output_options(*, out: str, resume: str, overwrite: str) -> Callable[[Callab
     return lambda body: _extend(body, "output", params, build, first=True)
 
 
+@dataclass(frozen=True)
+class OutFile:
+    """The one output file a command writes (``report``, ``store export``, ``membership``) and whether it
+    may replace an existing one, defined once (:func:`out_file_options`).
+
+    Attributes:
+        out: the output file (None: the command writes none).
+        overwrite: replace an existing ``out`` that datarecon wrote (never another file).
+    """
+
+    out: Path | None
+    overwrite: bool
+
+    def check(self, *, ours: Callable[[Path], bool], what: str) -> Path | None:
+        """The output rule of every command (:func:`datarecon.kernel.outdir.check_out_file`), before any work."""
+        from datarecon.kernel.outdir import check_out_file
+
+        return None if self.out is None else check_out_file(self.out, overwrite=self.overwrite, ours=ours, what=what)
+
+
+def out_file_options(*, out: str, default: Path | None = None, required: bool = False
+                     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command body taking ``output`` (keyword, an :class:`OutFile`) with ``--out`` (``-o``;
+    help per command) and ``--overwrite`` (the same help everywhere)."""
+    kw = inspect.Parameter.KEYWORD_ONLY
+    kind = Path if required or default is not None else Path | None
+    params = [
+        inspect.Parameter("out", kw, default=inspect.Parameter.empty if required else default,
+                          annotation=Annotated[kind, typer.Option("--out", "-o", help=out)]),
+        inspect.Parameter("overwrite", kw, default=False, annotation=Annotated[bool, typer.Option(
+            "--overwrite", help="Replace an existing --out that datarecon wrote (never another file).")]),
+    ]
+    return lambda body: _extend(body, "output", params, lambda given: OutFile(**given))
+
+
 def backend_options(*, workers: str, default_workers: int | None,
                     backend: str = "Execution backend: local (a process pool; in-process with one worker) | ray.",
                     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -117,13 +117,14 @@ def _run_demo(config: DemoConfig, *, out: Path, data_dir: str | Path | None, pro
         schedule=config.train_schedule,
         seed=config.seed, stop=StopConfig(), log_every=100,
     )
-    trained = train_target(train_cfg, data_dir=data_dir, out=out / "model", overwrite=True, progress=progress)
+    trained = train_target(train_cfg, data_dir=data_dir, out=out / "model", overwrite=True, progress=progress,
+                           nested=True)
     attack_cfg = {"lr_x": config.lr_x, "lr_lambda": config.lr_lambda, "lambda_min": config.lambda_min,
                   "alpha": config.alpha}
     settings = {"attack": {"method": "kkt", **attack_cfg, "steps": config.attack_steps},
                 "init": {"name": "gaussian", "scale": config.init_scale}, "seed": config.seed}
     rec = reconstruct(out / "model", settings, out / "run",
-                      RunOptions(data_dir=data_dir, progress=progress, raise_on_divergence=True))
+                      RunOptions(data_dir=data_dir, progress=progress, raise_on_divergence=True, nested=True))
     summary = evaluate_run(out / "run", data_dir=data_dir, progress=progress)
     nb = load_tensors(out / "run" / NEIGHBOURS_FILE)
     fig = neighbour_grid(nb["candidates"], {"train": nb["train"]}, scores={"train": nb["train_score"].tolist()},

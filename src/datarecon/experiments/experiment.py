@@ -231,7 +231,7 @@ def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | No
 
         record("train", Status.RUNNING)
         train_target(experiment.train, data_dir=data_dir, out=out / MODEL_SUBDIR,
-                     resume=(out / MODEL_SUBDIR).exists(), progress=progress)
+                     resume=(out / MODEL_SUBDIR).exists(), progress=progress, nested=True)
         record("train", Status.COMPLETE)
     elif experiment.train is None:
         stages["train"] = "skipped"
@@ -241,7 +241,7 @@ def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | No
 
         record("attack", Status.RUNNING)
         how = RunOptions(resume=(out / RUN_SUBDIR).exists(), data_dir=data_dir, progress=progress,
-                        raise_on_divergence=True)
+                        raise_on_divergence=True, nested=True)
         rec = execute(experiment.reconstruction_run(out), out / RUN_SUBDIR, how, record=run_record or None)
         record("attack", Status.COMPLETE if rec.status != Status.RUNNING else Status.RUNNING)
 

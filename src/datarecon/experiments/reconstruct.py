@@ -493,6 +493,9 @@ class RunOptions:
         data_dir: data folder (read only by data-dependent initialisations).
         hooks: extra engine hooks (e.g. test-only fault injection).
         raise_on_divergence: raise :class:`DivergenceError` instead of returning a diverged result.
+        nested: ``out`` lies inside a folder the caller claimed itself (a demo's or experiment's
+            ``run/``, a reproduction piece, a sweep store's run); otherwise a path inside another
+            datarecon folder is refused (:func:`datarecon.kernel.outdir.check_outside`).
     """
 
     resume: bool = False
@@ -501,6 +504,7 @@ class RunOptions:
     data_dir: str | Path | None = None
     hooks: tuple[Any, ...] = ()
     raise_on_divergence: bool = False
+    nested: bool = False
 
 
 def execute(run: ReconstructionRun, out: str | Path, how: RunOptions = RunOptions(), *, setup: AttackSetup | None = None,
@@ -530,7 +534,7 @@ def execute(run: ReconstructionRun, out: str | Path, how: RunOptions = RunOption
 
     if how.overwrite and how.resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
-    with claim_out_dir(out, kind="run", overwrite=how.overwrite, resume=how.resume) as claim:
+    with claim_out_dir(out, kind="run", overwrite=how.overwrite, resume=how.resume, nested=how.nested) as claim:
         cfg = run.method_config()
         if setup is None:
             setup = prepare(run, data_dir=how.data_dir, sources=sources, target=target)
@@ -709,7 +713,7 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, how: RunOptions = 
     if how.overwrite and how.resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     out = Path(out)
-    with claim_out_dir(out, kind="run", overwrite=how.overwrite, resume=how.resume) as claim:
+    with claim_out_dir(out, kind="run", overwrite=how.overwrite, resume=how.resume, nested=how.nested) as claim:
         members = [run.model_copy(update={"seed": run.seed + j}) for j in range(runs)]
         setups = [prepare(r, data_dir=how.data_dir, sources=sources) for r in members]
         stop = {"patience": run.early_stop.patience, "rel_tol": run.early_stop.rel_tol}

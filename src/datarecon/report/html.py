@@ -21,9 +21,11 @@ from typing import Any
 
 from datarecon.attacks.convergence import RESIDUAL_TOL, Convergence, assess_convergence
 from datarecon.errors import DataReconError
+from datarecon.evaluation.records import read_metrics, read_run_fields
+from datarecon.models.checkpoint import read_model_meta
 from datarecon.report import figures as F
 from datarecon.report.style import column_label, series
-from datarecon.utils.io import atomic_write_text, load_tensors, read_json, read_json_lines
+from datarecon.utils.io import atomic_write_text, load_tensors, read_json_lines
 from datarecon.kernel.files import HISTORY, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RUN_JSON, SUBSPACE_FILE
 from datarecon.kernel.status import Status
 
@@ -272,11 +274,11 @@ def landscape_results(run_dirs: Sequence[str | os.PathLike]) -> dict[str, dict[t
         d = Path(d)
         if not (d / METRICS_FILE).is_file() or not (d / RUN_JSON).is_file():
             continue
-        run = read_json(d / RUN_JSON)
-        a, b = _find_key(run.get("config"), _L1), _find_key(run.get("config"), _L2)
+        run = read_run_fields(d / RUN_JSON)
+        a, b = _num(_find_key(run.get("config"), _L1)), _num(_find_key(run.get("config"), _L2))
         if a is None or b is None:
             continue
-        out.setdefault(str(run.get("method") or "run"), {})[(float(a), float(b))] = read_json(d / METRICS_FILE)
+        out.setdefault(str(run.get("method") or "run"), {})[(float(a), float(b))] = read_metrics(d)
     return out
 
 
@@ -331,7 +333,7 @@ def _target_card(m: Mapping[str, Any], run_dir: Path) -> Card:
     model_dir = info.get("model_dir")
     for cand in ([Path(model_dir), run_dir / str(model_dir)] if model_dir else []):
         if (cand / MODEL_JSON).is_file():
-            model_json = read_json(cand / MODEL_JSON)
+            model_json = read_model_meta(cand)  # checked: model files are untrusted
             break
     meta = model_json or {}
     arch = meta.get("arch") or info.get("arch") or {}
@@ -513,8 +515,8 @@ def _run_sections(run_dir: Path) -> Section:
     """The section of an evaluated run directory (its files read here, rendered by :func:`_sections`)."""
     if not (run_dir / METRICS_FILE).is_file():
         raise DataReconError(f"{run_dir} has no metrics.json; run `datarecon evaluate {run_dir}` first")
-    m = read_json(run_dir / METRICS_FILE)
-    run = read_json(run_dir / RUN_JSON) if (run_dir / RUN_JSON).is_file() else {}
+    m = read_metrics(run_dir)
+    run = read_run_fields(run_dir / RUN_JSON) if (run_dir / RUN_JSON).is_file() else {}
     nb_file = run_dir / NEIGHBOURS_FILE
     nb = load_tensors(nb_file) if nb_file.is_file() else {}
     return _sections(m, run, read_json_lines(run_dir / HISTORY), nb,

@@ -92,7 +92,7 @@ def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relati
 
     default = out is None
     with claim_out_dir(pool_dir, kind="run", resume=default or same_pool(pool_dir, key),
-                       overwrite=overwrite and not default) as claim:
+                       overwrite=overwrite and not default, nested=default) as claim:
         claim.prepare()
         write_pool(pool_dir, sources, root=store.root, model_dir=next(iter(models)), spec=spec)
     if pool_dir.parent == store.root / "pools":
