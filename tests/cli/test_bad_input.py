@@ -417,6 +417,16 @@ def _nested(ws: Workspace) -> Path:
     return ws.model
 
 
+def _grid(keys: int) -> str:
+    """A sweep search of ``keys`` grid keys with 1000 values each."""
+    names = ("attack.lr_x", "attack.lr_lambda", "attack.alpha")[:keys]
+    return "search:\n  grid:\n" + "".join(f"    {k}: [{', '.join(str(1 + i) for i in range(1000))}]\n" for k in names)
+
+
+_EXP_TRAIN = ("train: {data: {dataset: digits, task: odd-even, n_per_class: 5}, arch: {name: mlp, hidden: [4], "
+              "bias: false}, epochs: 2}\n")
+
+
 def _member(ws: Workspace, out: Path, *args: str) -> list[str]:
     return ["membership", "--model", str(ws.model), "--evaluate", "--out", str(out), *args]
 
@@ -462,6 +472,34 @@ CASES.update({
         count=11))), "--out", str(ws.root / "e.html")], "count 11 exceeds the 10 training images"),
     "report-the-same-run-twice": Case(lambda ws: ["report", str(ws.evaluated), str(ws.root / "." / "evaluated"),
                                                   "--out", str(ws.root / "e.html")], "is given twice"),
+    "sweep-grid-of-a-billion": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws, _grid(3))),
+                                                "--out", str(ws.root / "s")], "expands to 1,000,000,000 runs"),
+    "sweep-samples-of-a-billion": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(
+        ws, "search: {random: {attack.lr_x: {dist: log-uniform, low: 1.0e-4, high: 0.1}}, samples: 1000000000}\n")),
+        "--out", str(ws.root / "s")], "expands to 1,000,000,000 runs (1000000000 random samples)"),
+    "candidates-three-million": Case(lambda ws: _rec(ws, "--candidates", "3000000"), "not enough memory"),
+    "weights-all-zero": Case(lambda ws: _rec(ws, model=ws.tensors(
+        "weights.safetensors", lambda t: t.update({k: torch.zeros_like(v) for k, v in t.items()}))), "holds only zeros"),
+    "weights-float16": Case(lambda ws: _rec(ws, model=ws.tensors(
+        "weights.safetensors", lambda t: t.update({k: v.half() for k, v in t.items()}))), "holds float16 weights"),
+    "weights-scaled-by-1e30": Case(lambda ws: _rec(ws, model=ws.tensors(
+        "weights.safetensors", lambda t: t.update({k: v * 1e30 for k, v in t.items()}))),
+        "is beyond the range of float32"),
+    "model-json-unknown-key": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m.update(bogus=1))),
+                                   "bogus: unknown key"),
+    "experiment-attack-with-its-own-model": Case(lambda ws: ["run", str(_write(ws.root / "exp.yaml", _EXP_TRAIN + (
+        f"attack: {{model: {ws.run}, attack: {{method: kkt, steps: 2}}}}\n"))), "--out", str(ws.root / "e"),
+        "--no-progress"], "attack: model: the attack's target is the experiment's own"),
+    "experiment-against-twice": Case(lambda ws: ["run", str(_exp(ws, "evaluate: {against: [train, train]}\n")),
+                                                 "--out", str(ws.root / "e"), "--no-progress"],
+                                     "reference set(s) train given more than once"),
+    "evaluate-against-twice": Case(lambda ws: ["evaluate", "--no-progress", "--against", "train,train", str(ws.run)],
+                                   "reference set(s) train given more than once"),
+    "batch-mode-without-runs": Case(lambda ws: _rec(ws, "--batch-mode", "batched"), "applies to --runs K"),
+    "threads-absurd": Case(lambda ws: [*TRAIN, "--threads", "10000", "--out", str(ws.root / "m")],
+                           "--threads 10000 exceeds the"),
+    "demo-threads-absurd": Case(lambda ws: ["demo", "--threads", "10000", "--out", str(ws.root / "d")],
+                                "--threads 10000 exceeds the"),
     # misleading messages
     "out-empty": Case(lambda ws: ["reconstruct", "--model", str(ws.model), "--steps", "3", "--out", ""],
                       "an empty argument was given after --out"),
@@ -469,6 +507,28 @@ CASES.update({
                              "an empty value was given for --out"),
     "store-list-a-model": Case(lambda ws: ["store", "list", str(ws.model)],
                                "is a datarecon model directory, not a results store"),
+    "data-dir-is-a-file": Case(lambda ws: ["train", "--dataset", "mnist", "--task", "odd-even", "--n-per-class", "5",
+                                           "--data-dir", str(_write(ws.root / "f.txt", "x")), "--out",
+                                           str(ws.root / "m")], "(which is a file, not a folder)"),
+    "config-is-a-folder": Case(lambda ws: _rec(ws, "--config", str(ws.model)), "is a folder; pass a .yaml"),
+    "config-is-a-device": Case(lambda ws: _rec(ws, "--config", "/dev/zero"), "is not a regular file"),
+    "model-is-its-model-json": Case(lambda ws: _rec(ws, model=ws.model / "model.json"),
+                                    "is the model's record file; pass the model directory that holds it"),
+    "model-is-a-device": Case(lambda ws: _rec(ws, model=Path("/dev/null")), "is a file, not a model directory"),
+    "model-is-a-plain-folder": Case(lambda ws: _rec(ws, model=_foreign(ws)),
+                                    "is not a model directory (it has no model.json)"),
+    "evaluate-sweep-of-a-run": Case(lambda ws: ["evaluate", "--no-progress", "--sweep", str(ws.evaluated)],
+                                    "is a datarecon run directory, not a results store"),
+    "set-empty-field": Case(lambda ws: _rec(ws, "--set", "=1"), "the field name '' is empty"),
+    "set-a-run-field": Case(lambda ws: _rec(ws, "--set", f"model={_foreign(ws)}"),
+                            "is not a model directory (it has no model.json)"),
+    "run-file-only-unknown-keys": Case(lambda ws: ["reconstruct", "--no-progress", "--config", str(_write(
+        ws.root / "r.yaml", "bogus: 1\nfoo: 2\n")), "--out", str(ws.root / "new-run")], "bogus, foo: unknown keys"),
+    "evaluate-checks-every-run-first": Case(lambda ws: ["evaluate", "--no-progress", str(ws.run), str(ws.model)],
+                                            "is a model directory, not a run directory"),
+    "evaluate-the-same-run-twice": Case(lambda ws: ["evaluate", "--no-progress", str(ws.run), str(ws.root / "."
+                                                                                                   / "run")],
+                                        "is given twice"),
 })
 
 
@@ -489,7 +549,7 @@ def _snapshot(root: Path, *, skip: Path | None) -> dict[str, str]:
 
 def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 98  # 63 before issue 25, 35 added by it
-    assert len(CASES) >= 122  # and more by issue 36
+    assert len(CASES) >= 148  # and 50 more by issue 36
 
 
 @pytest.mark.parametrize("name", list(CASES))

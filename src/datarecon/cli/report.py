@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from datarecon.cli._common import ThreadsOption
+from datarecon.cli._common import DEFAULT_THREADS, ThreadsOption
 from datarecon.cli.options import OutFile, out_file_options
 from datarecon.kernel.files import METRICS_FILE, REPORT_HTML
 
@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
     def report_cmd(
         runs: Annotated[list[Path], typer.Argument(help="Evaluated run directories.")],
         title: Annotated[str, typer.Option(help="Report title.")] = "datarecon report",
-        threads: ThreadsOption = 0,
+        threads: ThreadsOption = DEFAULT_THREADS,
         *,
         output: OutFile,
     ) -> None:

@@ -57,7 +57,8 @@ class DemoConfig(BaseModel):
     alpha: float = Field(default=20.0, gt=0)
     init_scale: float = Field(default=0.05, gt=0)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
-    threads: int = Field(default=1, ge=1, description="torch intra-op threads (tiny model: 1 is fastest)")
+    threads: int = Field(default=1, ge=0, description="torch intra-op threads (0: PyTorch's default, all cores; "
+                         "tiny model: 1 is fastest)")
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,8 @@ def _run_demo(config: DemoConfig, *, out: Path, data_dir: str | Path | None, pro
 
     # The demo's matrices are tiny: thread start-up costs more than it saves (measured 14 s with one
     # thread vs 95 s with two on the shared 2-core machine; docs/PERFORMANCE.md).
-    torch.set_num_threads(config.threads)
+    if config.threads:
+        torch.set_num_threads(config.threads)
     heldout = config.heldout_per_class if config.heldout_per_class is not None else 2 * config.n_per_class
     data = DataSpec(dataset="digits", task="odd-even", n_per_class=config.n_per_class, seed=config.seed,
                     n_heldout_per_class=heldout)
@@ -128,7 +130,9 @@ def _run_demo(config: DemoConfig, *, out: Path, data_dir: str | Path | None, pro
     summary = evaluate_run(out / "run", data_dir=data_dir, progress=progress)
     nb = load_tensors(out / "run" / NEIGHBOURS_FILE)
     fig = neighbour_grid(nb["candidates"], {"train": nb["train"]}, scores={"train": nb["train_score"].tolist()},
-                         max_items=24, title="KKT reconstructions (left) beside their nearest training image")
+                         max_items=24, title="KKT reconstructions (left) beside their nearest training image",
+                         indices={"train": nb["train_index"].tolist()}, total=int(nb["n_candidates"].reshape(-1)[0]),
+                         sorted_by="SSIM to their nearest training image")
     picture = out / RECONSTRUCTIONS_PNG
     save_figure(fig, picture)
     report = render_report([out / "run"], out=out / REPORT_HTML, title="datarecon demo: KKT attack on digits")

@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from datarecon.config import Seed, build_config, read_config_mapping
-from datarecon.evaluation.run_eval import REFERENCE_SETS
+from datarecon.evaluation.run_eval import check_reference_sets
 from datarecon.errors import DataReconError
 from datarecon.experiments.reconstruct import ReconstructionRun, RunSettings
 from datarecon.kernel.status import Status
@@ -75,10 +75,7 @@ class EvaluateSettings(_Frozen):
     @field_validator("against")
     @classmethod
     def _known_sets(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [a for a in v if a not in REFERENCE_SETS]
-        if bad or not v:
-            raise ValueError(f"unknown reference set(s) {bad or list(v)}; valid names: {', '.join(sorted(REFERENCE_SETS))}")
-        return v
+        return check_reference_sets(v)
 
     @field_validator("metric")
     @classmethod
@@ -157,12 +154,26 @@ def build_experiment(fields: Mapping[str, Any], *, where: str = "experiment") ->
 
     data = dict(fields)
     if isinstance(data.get("attack"), Mapping):
+        if "model" in data["attack"]:
+            raise DataReconError(f"{where}: attack: model: the attack's target is the experiment's own (its train: or "
+                                 "model: at the top level); move the model directory to the top-level model: key")
         try:
             run = build_run({**dict(data["attack"]), "model": "-"}, where="run")
         except DataReconError as exc:
             raise DataReconError(f"{where}: attack: {exc}") from None
         data["attack"] = run.model_dump(exclude={"model"})
     return build_config(Experiment, data, where=where)
+
+
+def finished_stages(out: str | Path, experiment: Experiment) -> list[str]:
+    """The stages of ``experiment`` already complete in the folder ``out`` (a rerun skips them); [] for
+    a new folder or one of another experiment."""
+    out = Path(out)
+    state = _state(out) if out.is_dir() else None
+    if not state or state.get("config_hash") != experiment.hash():
+        return []
+    stages = state.get("stages") or {}
+    return [s for s in STAGES if stages.get(s) == Status.COMPLETE.value]
 
 
 def _state(out: Path) -> dict[str, Any] | None:

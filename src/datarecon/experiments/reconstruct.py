@@ -33,7 +33,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_serializer, model_validator
 
 import datarecon.attacks  # noqa: F401  (registers every attack: the union below is built from ATTACKS)
-from datarecon.attacks.base import ATTACKS, AttackerPrior, AttackSetup, Reconstruction, Target
+from datarecon.attacks.base import ATTACKS, AttackerPrior, AttackSetup, Reconstruction, Target, check_weight_scale
 from datarecon.attacks.init import INITS, init_params as validate_init_params
 from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.attacks.loop import ATTACK_LOOP
@@ -313,9 +313,11 @@ def _input_space(model: str | Path | Target, run: ReconstructionRun, *, data_dir
     if isinstance(model, Target):
         target, mean, lower, upper = _own_model(model, candidates=candidates, init=init, data_init=data_init,
                                                 sources=sources, device=device, dtype=dtype)
+        check_weight_scale(target)
         return _InputSpace(target, mean, lower, upper, int(candidates), None, sources)  # type: ignore[arg-type]
     meta = read_model_meta(model)
     target = Target.from_model_dir(model, device=device, dtype=dtype)
+    check_weight_scale(target)
     mean = load_tensors(Path(model) / EXTRAS)["input_mean"].to(torch.float64)
     lower, upper = (-mean).to(device=device, dtype=dtype), (1.0 - mean).to(device=device, dtype=dtype)
     m = candidates if candidates is not None else default_candidates(meta.get("data", {}), target.num_outputs,
@@ -370,11 +372,15 @@ CANDIDATE_COPIES = 4
 
 
 def _refuse_candidates_beyond_memory(m: int, input_shape: tuple[int, ...], dtype: torch.dtype) -> None:
-    """One line, before anything is allocated, when m candidates cannot fit in this machine's memory."""
+    """One line, before anything is allocated, when m candidates cannot fit in this machine's memory:
+    :data:`CANDIDATE_COPIES` copies of the candidates, plus the m × m cosine matrix of the
+    candidates' selection scores (``attacks.selection.candidate_scores``, computed at the end of
+    every run; 3·10⁶ candidates passed the first term and failed there after the whole run)."""
     from datarecon.utils.memory import refuse_if_too_large
 
-    refuse_if_too_large(CANDIDATE_COPIES * float(m) * float(torch.Size(input_shape).numel()) * dtype.itemsize,
-                        what=f"--candidates {m} of {tuple(input_shape)} inputs", fix="reduce --candidates (its default is 2n)")
+    need = CANDIDATE_COPIES * float(m) * float(torch.Size(input_shape).numel()) + float(m) * float(m)
+    refuse_if_too_large(need * dtype.itemsize, what=f"--candidates {m} of {tuple(input_shape)} inputs",
+                        fix="reduce --candidates (its default is 2n)")
 
 
 def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: KnowledgeSettings, *,

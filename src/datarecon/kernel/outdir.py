@@ -94,8 +94,12 @@ class ArtefactKind:
         return self.pattern is not None and re.fullmatch(self.pattern, name) is not None
 
     def foreign(self, folder: Path) -> list[str]:
-        """Entries of ``folder``, at any depth, that datarecon did not write there (sorted relative paths)."""
-        return unlisted(folder, kind=self)
+        """Entries of ``folder``, at any depth, that datarecon did not write there (sorted relative paths),
+        and top-level entries its manifest lists that this kind never writes (a run another command
+        put into a model folder before such paths were refused: ``--overwrite`` must not delete it)."""
+        listed = manifest.listed(folder) or set()
+        strays = [name for name in sorted(listed) if (folder / name).exists() and not self.owns(name)]
+        return sorted(set(unlisted(folder, kind=self)) | set(strays))
 
 
 ARTEFACTS: Registry[ArtefactKind] = Registry("output kind")

@@ -355,8 +355,9 @@ def _target_card(m: Mapping[str, Any], run_dir: Path) -> Card:
                 status="" if model_json is None else ("ok" if ok else "warn"))
 
 
-def _threat_card(run: Mapping[str, Any]) -> Card:
-    """The run's threat model (run.json ``knowledge``) and the first dense layer's subspace (``subspace``)."""
+def _threat_card(run: Mapping[str, Any], n_true: int | None = None) -> Card:
+    """The run's threat model (run.json ``knowledge``) and the first dense layer's subspace (``subspace``);
+    with the true n of the evaluation (``n_true``) the estimate is checked against it, and a miss flagged."""
     know = run.get("knowledge")
     sub = run.get("subspace") or {}
     if not know:
@@ -369,17 +370,25 @@ def _threat_card(run: Mapping[str, Any]) -> Card:
         ("initialisation θ_init", f"known ({init['source']}, sha256 {init['sha256'][:12]})" if init else "not known"),
         ("training-set size n", know.get("n") if know.get("n") is not None else "not known"),
         ("used by this attack", ", ".join(know.get("used") or []) or "weights")]
+    missed = False
     if sub:
         rank = sub.get("rank") or {}
-        interval = rank.get("interval") or [None, None]
+        low, high = (list(rank.get("interval") or []) + [None, None])[:2]
         rows += [("first dense layer analysed", f"{sub.get('layer')} ({sub.get('matrix')}, "
                   f"{'×'.join(str(v) for v in sub.get('shape') or [])})"),
-                 ("n estimated from it", f"{rank.get('n_hat')} (interval {interval[0]}–{interval[1]})"
+                 ("n estimated from it", f"{rank.get('n_hat')} (the spectrum's elbow; n expected in {low}–{high})"
                   + (f"; {rank['above_noise']} values above the initialisation's noise edge"
                      if rank.get("above_noise") is not None else "")),
-                 ("training subspace used", f"k = {sub.get('k')}")]
+                 ("training subspace used", f"k = {sub.get('k')} directions: the subspace of the first layer's "
+                  "inputs that the subspace signal measures each candidate's distance to")]
+        if isinstance(n_true, int) and not isinstance(n_true, bool):
+            missed = not (isinstance(low, int) and isinstance(high, int) and low <= n_true <= high)
+            rows.append(("true n (from the evaluation, not known to the attacker)",
+                         f"{n_true}: " + ("OUTSIDE the estimated range; the estimate missed it" if missed else
+                                          f"inside the estimated range, {rank.get('n_hat')} off by "
+                                          f"{abs(int(rank.get('n_hat') or 0) - n_true)}")))
     return Card("Threat model: what the attacker had", rows, lead=str(know.get("summary") or ""),
-                status="warn" if init or know.get("n") is not None else "")
+                status="bad" if missed else "warn" if init or know.get("n") is not None else "")
 
 
 #: How the two residuals are named wherever a reader sees them (issue 25: one name per definition).
@@ -538,7 +547,8 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
     conv = assess_convergence(history, status=str(run.get("status", Status.COMPLETE)),
                               relative_residual=_selection_value(run, "relative_residual"),
                               initial_loss=_num((run.get("extra") or {}).get("param_distance_x0")))
-    cards = [_threat_card(run), _target_card(m, where or Path(".")), _attack_card(run, conv, m), _headline_card(m),
+    cards = [_threat_card(run, (m.get("headline") or {}).get("n_train")), _target_card(m, where or Path(".")),
+             _attack_card(run, conv, m), _headline_card(m),
              _privacy_card(m)]
     children: list[Section] = []
     window = f"{m.get('window')} {m.get('window_size')}x{m.get('window_size')}"
@@ -600,7 +610,7 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
         if values is not None and values.numel():
             figs.append(FigureItem(
                 f"Singular values of the first dense layer ({sub.get('matrix')}), the attacker's estimate of n "
-                "(profile-likelihood elbow and its interval) and the dimension k of the training subspace used for "
+                "(profile-likelihood elbow and the range n is expected in) and the dimension k of the training subspace used for "
                 "the subspace signal.",
                 F.figure_png(F.scree_plot(values.tolist(), n_hat=rank.get("n_hat"), interval=rank.get("interval"),
                                           k=sub.get("k"), n_known=sub.get("n_known")))))

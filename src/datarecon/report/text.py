@@ -82,7 +82,10 @@ def headline_lines(h: Mapping[str, Any], *, what: str = "images") -> list[str]:
         lines.append("rule: " + str(h.get("rule_text")))
     paper = h.get("paper") or {}
     if paper.get("count") is not None:
-        lines.append(f"at the papers' fixed SSIM > {paper['threshold']:g} alone: {paper['count']} of {n}, held-out "
-                     f"{what} reach {paper.get('heldout')} and noise {paper.get('noise')} there")
+        nulls = [f"held-out {what} reach {paper['heldout']}" if paper.get("heldout") is not None else
+                 f"held-out {what} not measured", f"noise {paper['noise']}" if paper.get("noise") is not None else
+                 "noise not measured"]
+        lines.append(f"at the papers' fixed SSIM > {paper['threshold']:g} alone: {paper['count']} of {n}, "
+                     f"{' and '.join(nulls)} there")
     lines.extend(note for note in h.get("notes") or [] if note not in lead)
     return lines
