@@ -175,3 +175,17 @@ def test_one_output_file_follows_the_same_rule(tmp_path: Path) -> None:
     assert check_out_file(tmp_path / "new.html", overwrite=False, **rule) == tmp_path / "new.html"
     with pytest.raises(DataReconError, match="is not a regular file"):
         check_out_file(Path("/dev/null"), overwrite=True, **rule)
+
+
+def test_overwrite_refuses_a_listed_entry_the_kind_never_writes(tmp_path: Path) -> None:
+    """A model folder whose manifest lists a run another command wrote into it (before such paths were
+    refused): --overwrite would delete that run with the model's files; it is refused, naming it."""
+    model = tmp_path / "model"
+    manifest.start(model, kind="model")
+    atomic_write_text(model / "model.json", "{}")
+    manifest.start(model / "sub", kind="run")  # what `reconstruct --out model/sub` used to do
+    atomic_write_text(model / "sub" / "run.json", "{}")
+    before = _files(model)
+    with pytest.raises(DataReconError, match="it holds 'sub', which another datarecon command wrote there"):
+        prepare_out_dir(model, kind="model", overwrite=True)
+    assert _files(model) == before

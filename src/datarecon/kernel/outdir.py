@@ -94,12 +94,14 @@ class ArtefactKind:
         return self.pattern is not None and re.fullmatch(self.pattern, name) is not None
 
     def foreign(self, folder: Path) -> list[str]:
-        """Entries of ``folder``, at any depth, that datarecon did not write there (sorted relative paths),
-        and top-level entries its manifest lists that this kind never writes (a run another command
-        put into a model folder before such paths were refused: ``--overwrite`` must not delete it)."""
+        """Entries of ``folder``, at any depth, that datarecon did not write there (sorted relative paths)."""
+        return unlisted(folder, kind=self)
+
+    def strays(self, folder: Path) -> list[str]:
+        """Top-level entries ``folder``'s manifest lists that this kind never writes: what another command
+        put inside it before such paths were refused (a run in a model folder); ``--overwrite`` keeps them."""
         listed = manifest.listed(folder) or set()
-        strays = [name for name in sorted(listed) if (folder / name).exists() and not self.owns(name)]
-        return sorted(set(unlisted(folder, kind=self)) | set(strays))
+        return [name for name in sorted(listed) if (folder / name).exists() and not self.owns(name)]
 
 
 ARTEFACTS: Registry[ArtefactKind] = Registry("output kind")
@@ -406,6 +408,10 @@ def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
     if foreign:
         raise DataReconError(f"refusing to --overwrite {out}: it holds {foreign[0]!r}{more}, which datarecon did not "
                              "write; move it out of the folder or choose another --out")
+    if strays := entry.strays(out):
+        raise DataReconError(f"refusing to --overwrite {out}: it holds {strays[0]!r}, which another datarecon command "
+                             f"wrote there (a {entry.title} never holds it); move it out of the folder or choose "
+                             "another --out")
     return True
 
 
