@@ -240,6 +240,22 @@ def build_config(model: type[M], fields: dict[str, Any], *, where: str = "config
         raise DataReconError(validation_message(exc, where=where, model=model)) from None
 
 
+def build_record(model: type[M], fields: Any, *, where: str) -> M:
+    """:func:`build_config` of a section of a file read back (a model directory's data spec): every
+    error, a registry's refusal included, names the file it came from.
+
+    Raises:
+        DataReconError: ``invalid <where>: ...`` in one line.
+    """
+    if not isinstance(fields, dict):
+        raise DataReconError(f"invalid {where}: not a mapping")
+    try:
+        return build_config(model, fields, where=where)
+    except DataReconError as exc:
+        text = str(exc)
+        raise DataReconError(text if text.startswith(f"invalid {where}") else f"invalid {where}: {text}") from None
+
+
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     """Recursive merge of mappings: ``override`` wins; ``None`` values are skipped."""
     out = dict(base)

@@ -162,7 +162,7 @@ CASES: dict[str, Case] = {
     # -- tampered or broken model directories (reconstruct reads them) -------------------------------
     "model-hidden-negative": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["arch"].update(hidden=[-5]))),
                                   "hidden widths must be positive"),
-    "model-hidden-petabytes": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["arch"].update(hidden=[1e12]))),
+    "model-hidden-petabytes": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["arch"].update(hidden=[10**12]))),
                                    "does not fit architecture mlp"),
     "model-no-loss": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m.pop("loss"))), "loss: Field required"),
     "model-wd-text": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m.update(weight_decay="abc"))),
@@ -532,6 +532,64 @@ CASES.update({
 })
 
 
+# -- the third adversarial trial's own findings (tests/faults/hostile_inputs.py) ---------------------
+
+
+def _loop(ws: Workspace, name: str) -> str:
+    (ws.root / name).symlink_to(name)
+    return name
+
+
+def _own_with(ws: Workspace, option: str, value: str) -> list[str]:
+    argv = _own(ws, "make")
+    argv[argv.index(option) + 1] = value
+    return argv
+
+
+def _damaged_experiment(ws: Workspace) -> list[str]:
+    _write(ws.root / "ex" / "experiment.json", "{garbage") if (ws.root / "ex").mkdir() is None else None
+    return ["run", str(_write(ws.root / "exp.yaml", _EXP_TRAIN)), "--out", str(ws.root / "ex"), "--no-progress"]
+
+
+CASES.update({
+    "model-json-hidden-as-text": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["arch"].update(
+        hidden=["8"]))), "arch.hidden.0: Input should be a valid integer"),
+    "model-json-data-spec-negative": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["data"].update(
+        n_per_class=-1))), "invalid data spec of"),
+    "model-json-data-spec-unknown-dataset": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["data"].update(
+        dataset="imagenet"))), "model.json: unknown dataset 'imagenet'"),
+    "runs-a-million": Case(lambda ws: _rec(ws, "--runs", "1000000"), "more than 10,000 runs of one target"),
+    "membership-evaluate-with-fpr": Case(lambda ws: ["membership", "--model", str(ws.model), "--evaluate", "--fpr",
+                                                     "1.5"], "--null and --fpr set the member call of --images"),
+    "run-file-init-not-a-mapping": Case(lambda ws: ["reconstruct", "--no-progress", "--config", str(_write(
+        ws.root / "r.yaml", f"model: {ws.model}\ninit: gaussian\n")), "--out", str(ws.root / "new-run")],
+        "init: must be a mapping like {name: gaussian"),
+    "out-symlink-loop": Case(lambda ws: _rec(ws, out=_loop(ws, "loop")), "is a symbolic link that leads nowhere"),
+    "model-symlink-loop": Case(lambda ws: _rec(ws, model=ws.root / _loop(ws, "mloop")),
+                               "is a symbolic link that leads nowhere"),
+    "report-out-under-a-file": Case(lambda ws: ["report", str(ws.evaluated), "--out",
+                                                str(_write(ws.root / "f.txt", "x")) + "/r.html"],
+                                    "a part of this path is a file, not a folder"),
+    "store-index-is-a-folder": Case(lambda ws: ["store", "list", str(ws.store)] if (ws.store / "index.sqlite").unlink()
+                                    is None and (ws.store / "index.sqlite").mkdir() is None else [],
+                                    "index.sqlite is not a file (a folder or a device)"),
+    "steps-negative": Case(lambda ws: [*_rec(ws), "--steps", "-1"], "steps must be at least 1, got -1"),
+    "evaluate-status-unknown": Case(lambda ws: ["evaluate", "--no-progress", str(_write(ws.run / "run.json", json.dumps(
+        {**json.loads((ws.run / "run.json").read_text()), "status": "bogus"})).parent)], "status: unknown status"),
+    "experiment-record-damaged": Case(_damaged_experiment, "rerun with --overwrite to start the experiment afresh"),
+    "own-weights-a-folder": Case(lambda ws: _own_with(ws, "--weights", str(ws.model)),
+                                 "is a folder where a safetensors file is expected"),
+    "experiment-model-a-file": Case(lambda ws: ["run", str(_write(ws.root / "exp.yaml", (
+        f"model: {_write(ws.root / 'f.txt', 'x')}\nattack: {{attack: {{method: kkt, steps: 2}}}}\n"))), "--out",
+        str(ws.root / "e"), "--no-progress"], "is a file, not a model directory"),
+    "train-overwrite-a-workspace": Case(lambda ws: [*TRAIN, "--out", ".", "--overwrite"],
+                                        "is not a datarecon model directory"),
+    "sweep-model-dir-a-run": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_write(
+        ws.root / "sweep.yaml", f"model_dir: {ws.run}\nsteps: 2\n")), "--out", str(ws.root / "s")],
+        "set model_dir to the model the run attacked"),
+})
+
+
 def _bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
@@ -549,7 +607,7 @@ def _snapshot(root: Path, *, skip: Path | None) -> dict[str, str]:
 
 def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 98  # 63 before issue 25, 35 added by it
-    assert len(CASES) >= 148  # and 50 more by issue 36
+    assert len(CASES) >= 165  # and 67 more by issue 36 (17 of them its adversarial trial's findings)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -76,6 +76,9 @@ def membership(
     if (images is None) == (not evaluate):
         raise DataReconError("pass --images PATH (score your images) or --evaluate (measure the test), one of them")
     out = output.check(ours=_is_result, what="membership result")  # before any work
+    if evaluate and calibration:
+        raise DataReconError("--null and --fpr set the member call of --images; --evaluate measures the whole ROC: "
+                             "drop them")
     set_threads(threads)
     known = build_config(KnowledgeSettings, knowledge, where="knowledge")
     if evaluate:

@@ -256,6 +256,10 @@ def _run(model_options: ModelOptions, source: RunSource, overrides: dict[str, An
     config_file = source.config_file
     fields = read_config_mapping(config_file) if config_file is not None else {}
     where = f"run file {config_file}" if config_file is not None else "run"
+    for section, example in (("attack", "{method: kkt, steps: 500}"), ("init", "{name: gaussian, scale: 0.05}")):
+        if fields.get(section) is not None and not isinstance(fields[section], dict):
+            raise DataReconError(f"invalid {where}: {section}: must be a mapping like {example}, got "
+                                 f"{fields[section]!r}")
     sets = parse_set(source.sets)
     run_sets = {k: v for k, v in sets.items() if "." in k or k in run_fields()}  # the rest: attack fields
     _check_counts(overrides)
@@ -321,6 +325,9 @@ def _attack_fields(method: str | None, fields: dict[str, Any], given: dict[str, 
     attack_file.pop("method", None)
     attack_sets = {k: v for k, v in sets.items() if "." not in k and k not in run_fields()}
     attack_sets.update({k.split(".", 1)[1]: v for k, v in sets.items() if k.startswith("attack.")})
+    steps = given.get("steps")
+    if isinstance(steps, int) and steps < 1:  # the one message of every count below 1 (not "greater than 0")
+        raise DataReconError(f"steps must be at least 1, got {steps}; pass --steps N with N >= 1")
     config = method_config(method, attack_file, **given)
     config = method_config(method, merge(config.model_dump(), attack_sets))
     if config.steps < 1:  # type: ignore[attr-defined]

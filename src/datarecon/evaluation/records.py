@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from datarecon.errors import CheckpointError
+from datarecon.kernel.status import LEGACY, Status
 from datarecon.utils.io import read_json
 
 #: the strings earlier versions wrote for an undefined number (JSON ``null`` now)
@@ -214,10 +215,19 @@ class Metrics(_Record):
     run: dict[str, Any] | None = None
 
 
+def _status(value: Any) -> Any:
+    """A run's status word (the legacy training words included); another word is damage."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in {s.value for s in Status} | set(LEGACY):
+        raise ValueError(f"unknown status; one of {', '.join(s.value for s in Status)}")
+    return value
+
+
 class RunFields(_Record):
     """The fields of ``run.json`` a report or an evaluation reads (the attack writes the file)."""
 
-    status: str | None = None
+    status: Annotated[str | None, BeforeValidator(_status)] = None
     method: str | None = None
     model_dir: str | None = None
     steps_done: Count | None = None

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from torch import Tensor
 
 from datarecon.attacks.convergence import Convergence, assess_convergence
-from datarecon.config import build_config
+from datarecon.config import build_config, build_record
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.evaluation.baselines import headline_rule, noise_images
 from datarecon.evaluation.records import read_run_fields
@@ -684,7 +684,8 @@ def _load_target(run: _Run, data_dir: str | Path | None):
 
     model_dir = _resolve_model_dir(run.dir, run.meta.get("model_dir"))
     bundle = load_model_dir(model_dir)
-    spec = DataSpec.model_validate(bundle.data)
+    where = f"data spec of {Path(model_dir) / MODEL_JSON}"
+    spec = build_record(DataSpec, bundle.data, where=where).checked(where)
     task = load_task(spec, data_dir=data_dir)
     check_fingerprint(task, bundle.meta.get("data_fingerprint"), where=str(model_dir))
     norm = Normalisation.from_mean(bundle.normalisation, bundle.input_mean)

@@ -177,8 +177,22 @@ def finished_stages(out: str | Path, experiment: Experiment) -> list[str]:
 
 
 def _state(out: Path) -> dict[str, Any] | None:
+    """The record ``experiment.json`` of an experiment folder (None without one).
+
+    Raises:
+        DataReconError: a damaged record, with how to start the experiment afresh.
+    """
     path = out / EXPERIMENT_JSON
-    return read_json(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        state = read_json(path)
+    except DataReconError as exc:
+        raise DataReconError(f"{exc}".split("; re-create it")[0] + "; rerun with --overwrite to start the experiment "
+                             "afresh (only what datarecon wrote there is replaced)") from None
+    if not isinstance(state, dict):
+        raise DataReconError(f"{path} does not hold an experiment record; rerun with --overwrite to start afresh")
+    return state
 
 
 def run_experiment(experiment: Experiment, out: str | Path, *, data_dir: str | Path | None = None,
@@ -211,7 +225,8 @@ def run_experiment(experiment: Experiment, out: str | Path, *, data_dir: str | P
                              f"{experiment.hash()}); use a new --out, or --overwrite to start afresh")
     with claim_out_dir(out, kind="experiment", overwrite=overwrite, resume=state is not None) as claim:
         if experiment.model is not None and not Path(experiment.model).is_dir():
-            raise DataReconError(f"model directory {experiment.model} not found; train one (`datarecon train`) or "
+            what = "is a file, not a model directory" if Path(experiment.model).exists() else "not found"
+            raise DataReconError(f"model directory {experiment.model} {what}; train one (`datarecon train`) or "
                                  "fix model: in the experiment file")
         if experiment.train is not None and state is None:
             from datarecon.data import load_task

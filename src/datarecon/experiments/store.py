@@ -95,6 +95,9 @@ class Store:
     @contextmanager
     def connect(self, *, write: bool = False) -> Iterator[sqlite3.Connection]:
         """A connection; with ``write=True`` the block is one ``BEGIN IMMEDIATE`` transaction."""
+        if self.index_path.exists() and not self.index_path.is_file():
+            raise DataReconError(f"{self.index_path} is not a file (a folder or a device); move it out of the store, "
+                                 f"then run `datarecon store rebuild {self.root}`")
         if not write and not self.index_path.is_file():
             check_store(self.root)
             raise DataReconError(f"no results index at {self.index_path}; run `datarecon store rebuild {self.root}`")

@@ -78,12 +78,16 @@ class ArtefactKind:
     pattern: str | None = None
     resumable: bool = False
 
-    def recognises(self, folder: Path) -> bool:
-        """Whether ``folder``'s manifest names this kind, or it holds one of its markers (or checkpoint)."""
+    def recognises(self, folder: Path, *, composite: bool = True) -> bool:
+        """Whether ``folder``'s manifest names this kind, or it holds one of its markers (or checkpoint).
+
+        ``composite=False`` leaves out markers inside sub-folders (the demo's ``model/model.json``):
+        they also match a user's project folder that holds a model and a run side by side.
+        """
         recorded = manifest.kind_of(folder)
         if recorded is not None:
             return recorded == self.name
-        if any((folder / m).exists() for m in self.markers):
+        if any((folder / m).exists() for m in self.markers if composite or "/" not in m):
             return True
         return self.checkpoint is not None and checkpoint.kind_of(folder / checkpoint.FOLDER) == self.checkpoint
 
@@ -166,12 +170,17 @@ def _with_names(entry: ArtefactKind, names: tuple[str, ...] | None) -> ArtefactK
 
 
 def identify(folder: Path) -> str | None:
-    """The kind ``folder``'s manifest records, else the kind whose markers it holds (None: neither)."""
+    """The kind ``folder``'s manifest records, else the kind whose markers it holds (None: neither).
+
+    Markers inside sub-folders are not used here (a folder holding a ``model/`` and a ``run/`` is not
+    therefore a demo folder); a command recognises a legacy folder of its own kind by them
+    (:meth:`ArtefactKind.recognises`).
+    """
     recorded = manifest.kind_of(folder)
     if recorded in ARTEFACTS:
         return recorded
     for name in ARTEFACTS.names():
-        if ARTEFACTS.get(name).recognises(folder):
+        if ARTEFACTS.get(name).recognises(folder, composite=False):
             return name
     return None
 
@@ -268,6 +277,25 @@ def enclosing_artefact(path: str | Path) -> tuple[Path, ArtefactKind] | None:
         d = d.parent
 
 
+def check_path(path: str | Path, *, option: str = "--out") -> None:
+    """Refuse an output path that cannot be a file or folder: a symbolic link that leads nowhere (broken,
+    or a loop), or one below a file (``f.txt/r.html``); each named in one line before any work.
+
+    Raises:
+        DataReconError: what is wrong with the path.
+    """
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise DataReconError(f"{option} {path} is a symbolic link that leads nowhere (broken, or a loop); choose "
+                             f"another {option}")
+    for parent in Path(os.path.abspath(path)).parents:
+        if parent.exists() and not parent.is_dir():
+            raise DataReconError(f"{option} {path}: a part of this path is a file, not a folder ({parent}); choose "
+                                 f"another {option}")
+        if parent.is_dir():
+            break
+
+
 def check_outside(path: str | Path, *, option: str = "--out") -> None:
     """Refuse a ``path`` inside another datarecon folder (a model, run, store, reproduction, audit,
     demo or experiment folder): only the command that wrote that folder writes into it, so a later
@@ -306,6 +334,7 @@ def check_out_file(path: str | Path, *, overwrite: bool, ours: Callable[[Path], 
     path = Path(path)
     if path.is_dir():
         raise DataReconError(f"{option} {path} is a folder; pass a file name for {option}")
+    check_path(path, option=option)
     check_outside(path, option=option)
     if not (path.exists() or path.is_symlink()):
         return path
@@ -532,6 +561,7 @@ def claim_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise DataReconError(f"--out {out} is an existing file; choose a directory for --out")
+    check_path(out)
     if not nested:
         check_outside(out)  # before the lock creates the folder
     what = "results store" if kind == "store" else "output folder"
@@ -541,4 +571,5 @@ def claim_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
 
 
 __all__ = ["ARTEFACTS", "BOOKKEEPING", "ArtefactKind", "OutDir", "check_out_dir", "check_out_file", "check_outside",
+           "check_path",
            "claim_out_dir", "clear_out_dir", "enclosing_artefact", "identify", "is_empty", "is_temp_file", "prepare_out_dir", "remove_written", "unlisted"]

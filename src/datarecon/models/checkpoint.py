@@ -14,6 +14,7 @@ message; a pickle posing as weights is refused before it is parsed.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -199,6 +200,9 @@ def read_model_meta(path: str | Path) -> dict[str, Any]:
     """Read and check ``model.json`` of a model directory (no tensors loaded)."""
     path = Path(path)
     if not path.is_dir():
+        if path.is_symlink() and not path.exists():
+            raise CheckpointError(f"{path} is a symbolic link that leads nowhere (broken, or a loop); pass the model "
+                                  "directory itself")
         if path.name == META and path.is_file():
             raise CheckpointError(f"{path} is the model's record file; pass the model directory that holds it "
                                   f"(--model {path.parent})")
@@ -228,8 +232,8 @@ def validate_meta(meta: dict[str, Any], *, where: Path | str = META) -> ModelMet
     Raises:
         CheckpointError: one line naming each bad field.
     """
-    try:
-        return ModelMeta.model_validate(meta)
+    try:  # strict, as JSON: a file datarecon wrote holds numbers as numbers ("hidden": ["8"] is refused)
+        return ModelMeta.model_validate_json(json.dumps(meta), strict=True)
     except ValidationError as exc:
         bad = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: "
                         + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"]) for e in exc.errors())

@@ -226,8 +226,11 @@ def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         CheckpointError: missing, pickled, truncated or corrupt file.
     """
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder where a safetensors file is expected; pass the file")
     if not path.is_file():
-        raise CheckpointError(f"missing weights file {path}; is this the right directory?")
+        raise CheckpointError(f"{path} is not a regular file; pass a safetensors file" if path.exists() else
+                              f"missing weights file {path}; is this the right directory?")
     raw = path.read_bytes()
     if not _looks_like_safetensors(raw) and _looks_like_pickle(raw):
         raise CheckpointError(
