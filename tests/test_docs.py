@@ -27,7 +27,8 @@ DEV_NOTES = {
 def test_a_licence_matching_pyproject_ships() -> None:
     import tomllib
 
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["license"]["text"]
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["license"]
+    assert isinstance(declared, str), "an SPDX string: setuptools deprecates the TOML table (a warning at set-up)"
     text = (ROOT / "LICENSE").read_text(encoding="utf-8")
     assert declared == "MIT" and text.startswith("MIT License") and "Permission is hereby granted" in text
 

@@ -22,9 +22,51 @@ M = TypeVar("M", bound=BaseModel)
 MAX_SEED = 2**63 - 1
 #: a seed field of any config: 0 .. :data:`MAX_SEED`
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+#: the largest config file read (a config is kilobytes; a sweep grid of a few thousand values fits easily)
+MAX_CONFIG_BYTES = 64 * 2**20
 #: the largest step or epoch count a config accepts: a billion full-batch steps is days of compute at
 #: a millisecond each; larger values are typos (``1e23``) that would run forever
 MAX_STEPS = 10**9
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently,
+    so ``steps: 100`` above ``steps: 5`` in a run file would run 5 steps without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            try:
+                twice = key in seen
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                twice = False
+            if twice:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
+                                                        key_node.start_mark)
+            if not twice and not isinstance(key, (list, dict)):
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+#: the most values (mappings, lists and scalars, each alias counted where it is used) a config may
+#: expand to: YAML aliases nest (``b: [*a, *a, ...]``), so a file of a few lines can stand for 10⁹ values
+MAX_CONFIG_VALUES = 1_000_000
+
+
+def _expanded_size(data: Any, limit: int) -> int:
+    """How many values ``data`` expands to, counting aliases where they are used (stops past ``limit``)."""
+    count, stack = 0, [data]
+    while stack and count <= limit:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return count
 
 
 def read_config_mapping(path: str | Path) -> dict[str, Any]:
@@ -34,8 +76,16 @@ def read_config_mapping(path: str | Path) -> dict[str, Any]:
         DataReconError: missing file, unknown suffix, or a file that is not a mapping.
     """
     path = Path(path)
+    if path.is_dir():
+        raise DataReconError(f"config file {path} is a folder; pass a .yaml, .yml or .toml file")
     if not path.is_file():
+        if path.exists():
+            raise DataReconError(f"config file {path} is not a regular file (a device or pipe); pass a .yaml, .yml "
+                                 "or .toml file")
         raise DataReconError(f"config file {path} not found; check the path")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise DataReconError(f"config file {path} is {path.stat().st_size / 2**20:.0f} MB; a config file is a few "
+                             "kB of settings: pass the right file")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -43,7 +93,7 @@ def read_config_mapping(path: str | Path) -> dict[str, Any]:
                              f"{exc.start}); save it as UTF-8") from None
     try:
         if path.suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text) or {}
+            data = yaml.load(text, Loader=_UniqueKeyLoader) or {}
         elif path.suffix == ".toml":
             data = tomllib.loads(text)
         else:
@@ -51,8 +101,13 @@ def read_config_mapping(path: str | Path) -> dict[str, Any]:
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
         first = str(exc).splitlines()[0]
         raise DataReconError(f"config file {path} does not parse: {first}") from None
+    except RecursionError:
+        raise DataReconError(f"config file {path} is nested too deeply to parse; write it as a plain mapping") from None
     if not isinstance(data, dict):
         raise DataReconError(f"config file {path} must hold a mapping of field: value")
+    if _expanded_size(data, MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
+        raise DataReconError(f"config file {path} expands to more than {MAX_CONFIG_VALUES:,} values (YAML aliases "
+                             "nested in aliases); write the values out")
     return data
 
 
@@ -89,16 +144,26 @@ def validation_message(exc: ValidationError, *, where: str, model: type[BaseMode
 
     With ``model`` (the validated class), an unknown key also names the keys allowed there.
     """
-    parts = []
+    parts: list[str] = []
+    unknown: dict[tuple[Any, ...], list[str]] = {}  # parent location -> its unknown keys, named once
     for err in exc.errors():
+        if err["type"] == "extra_forbidden" and err["loc"]:
+            if tuple(err["loc"][:-1]) not in unknown:
+                parts.append(tuple(err["loc"][:-1]))  # type: ignore[arg-type]  # a placeholder, filled below
+            unknown.setdefault(tuple(err["loc"][:-1]), []).append(str(err["loc"][-1]))
+            continue
         loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-        text = f"{loc}: {err['msg']}"
-        if err["type"] == "extra_forbidden":
-            parent = model_at(model, tuple(err["loc"][:-1]))
-            if parent is not None:
-                text += f" (allowed keys: {', '.join(parent.model_fields)})"
-        parts.append(text)
-    return f"invalid {where}: " + "; ".join(parts)
+        parts.append(f"{loc}: {err['msg'].removeprefix('Value error, ')}")
+    return f"invalid {where}: " + "; ".join(
+        _unknown_keys(p, unknown[p], model) if isinstance(p, tuple) else p for p in parts)
+
+
+def _unknown_keys(parent: tuple[Any, ...], keys: list[str], model: type[BaseModel] | None) -> str:
+    """``attack.foo, attack.bar: unknown keys (allowed keys: ...)``, the allowed keys listed once."""
+    prefix = "".join(f"{p}." for p in parent)
+    text = ", ".join(f"{prefix}{k}" for k in keys) + (": unknown key" if len(keys) == 1 else ": unknown keys")
+    known = model_at(model, parent)
+    return text + (f" (allowed keys: {', '.join(known.model_fields)})" if known is not None else "")
 
 
 def drop_defaults(model: BaseModel, data: Any, names: tuple[str, ...]) -> Any:
@@ -115,12 +180,80 @@ def drop_defaults(model: BaseModel, data: Any, names: tuple[str, ...]) -> Any:
     return data
 
 
+def _admits(annotation: Any, kinds: tuple[type, ...]) -> bool:
+    """Whether a field annotation admits a value of one of ``kinds`` (through Annotated, Optional, unions)."""
+    if annotation is Any or (isinstance(annotation, type) and issubclass(annotation, kinds)):
+        return True
+    return any(_admits(a, kinds) for a in get_args(annotation) if a is not Ellipsis)
+
+
+def _items_of(annotation: Any) -> Any:
+    """The item annotation of a list or tuple field (None when it is not one)."""
+    from typing import Union, get_origin
+
+    origin = get_origin(annotation)
+    if origin in (list, tuple):
+        return next((a for a in get_args(annotation) if a is not Ellipsis), None)
+    if origin is Annotated or origin is Union or str(origin) == "<class 'types.UnionType'>":
+        return next((i for a in get_args(annotation) if (i := _items_of(a)) is not None), None)
+    return None
+
+
+def bool_as_number(model: type[BaseModel], data: Any, loc: str = "") -> str | None:
+    """The first place where ``data`` gives ``true``/``false`` for a number field of ``model``, else None.
+
+    pydantic reads ``epochs: true`` as 1 epoch; a boolean where a count or a rate belongs is a
+    mistake in the file, so the configs refuse it (nested models and lists included).
+    """
+    if not isinstance(data, dict):
+        return None
+    for key, value in data.items():
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        if field is None:
+            continue
+        where, ann = f"{loc}{key}", field.annotation
+        values = value if isinstance(value, (list, tuple)) else [value]
+        item = _items_of(ann) if isinstance(value, (list, tuple)) else ann
+        for v in values:
+            if isinstance(v, bool) and item is not None and _admits(item, (int, float)) \
+                    and not _admits(item, (bool,)):
+                return where
+            if isinstance(v, dict):
+                members = [m for m in _models_in(item) if set(v) <= set(m.model_fields)]
+                tag = field.discriminator if isinstance(field.discriminator, str) else None
+                if tag is not None and len(members) > 1:  # a union tagged by ``method`` / ``name``
+                    members = [m for m in members if tag in m.model_fields and m.model_fields[tag].default == v.get(tag)]
+                found = bool_as_number(members[0], v, where + ".") if len(members) == 1 else None
+                if found is not None:
+                    return found
+    return None
+
+
 def build_config(model: type[M], fields: dict[str, Any], *, where: str = "config") -> M:
-    """Validate ``fields`` into ``model`` with a one-line error on failure."""
+    """Validate ``fields`` into ``model`` with a one-line error on failure (a boolean given for a
+    number included: :func:`bool_as_number`)."""
+    if (loc := bool_as_number(model, fields)) is not None:
+        raise DataReconError(f"invalid {where}: {loc}: a number is needed, not true/false; write a number")
     try:
         return model.model_validate(fields)
     except ValidationError as exc:
         raise DataReconError(validation_message(exc, where=where, model=model)) from None
+
+
+def build_record(model: type[M], fields: Any, *, where: str) -> M:
+    """:func:`build_config` of a section of a file read back (a model directory's data spec): every
+    error, a registry's refusal included, names the file it came from.
+
+    Raises:
+        DataReconError: ``invalid <where>: ...`` in one line.
+    """
+    if not isinstance(fields, dict):
+        raise DataReconError(f"invalid {where}: not a mapping")
+    try:
+        return build_config(model, fields, where=where)
+    except DataReconError as exc:
+        text = str(exc)
+        raise DataReconError(text if text.startswith(f"invalid {where}") else f"invalid {where}: {text}") from None
 
 
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

@@ -139,3 +139,22 @@ def test_rank_search_does_not_stop_inside_a_well_conditioned_span():
     an = analyse(model, {"1.weight": w, "3.weight": torch.ones(1, 500, dtype=torch.float64)})
     assert an.rank.n_hat == 100 and an.rank.searched >= 128
     assert float(relative_distance(x, an.basis[:, :100]).max()) < 1e-2
+
+
+@pytest.mark.parametrize("noise", [1e-2, 3e-2])
+def test_the_weights_only_range_holds_n_when_the_elbow_falls_short(noise):
+    """From the weights alone the elbow sits below n (weak training directions hide among the
+    initialisation's); the likelihood interval around it excluded n, the range up to the spectrum's
+    floor holds it. With W_init subtracted the elbow is exact."""
+    g = torch.Generator().manual_seed(0)
+    n, d, h = 20, 300, 100
+    x = torch.randn(n, d, dtype=torch.float64, generator=g)
+    a = torch.randn(h, n, dtype=torch.float64, generator=g) * torch.logspace(-2, 0, n, dtype=torch.float64)
+    e = noise * torch.randn(h, d, dtype=torch.float64, generator=g)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(d, h, bias=False)).double()
+    analysis = analyse(model, {"1.weight": e + a @ x}, init_std=noise, generator=torch.Generator().manual_seed(0))
+    rank = analysis.rank
+    assert rank.n_hat < n and rank.low <= n <= rank.high and rank.high == analysis.k
+    exact = analyse(model, {"1.weight": e + a @ x}, known_init={"1.weight": e},
+                    generator=torch.Generator().manual_seed(0)).rank
+    assert exact.low <= n <= exact.high and exact.n_hat == n

@@ -162,7 +162,7 @@ CASES: dict[str, Case] = {
     # -- tampered or broken model directories (reconstruct reads them) -------------------------------
     "model-hidden-negative": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["arch"].update(hidden=[-5]))),
                                   "hidden widths must be positive"),
-    "model-hidden-petabytes": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["arch"].update(hidden=[1e12]))),
+    "model-hidden-petabytes": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["arch"].update(hidden=[10**12]))),
                                    "does not fit architecture mlp"),
     "model-no-loss": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m.pop("loss"))), "loss: Field required"),
     "model-wd-text": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m.update(weight_decay="abc"))),
@@ -376,10 +376,10 @@ CASES.update({
                                     "exists; pass --overwrite"),
     "report-over-user-file": Case(lambda ws: ["report", str(ws.evaluated), "--out",
                                               str(_write(ws.root / "notes.html", "mine"))],
-                                  "exists and was not written by datarecon; pass --overwrite"),
+                                  "exists and is not a report datarecon wrote"),
     "export-over-user-file": Case(lambda ws: ["store", "export", str(ws.store), "--out",
                                               str(_write(ws.root / "table.csv", "mine"))],
-                                  "exists and was not written by datarecon; pass --overwrite"),
+                                  "exists and is not a store export datarecon wrote"),
     "sweep-into-folder-with-runs": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws)), "--out",
                                                     str(_with_file(ws.root / "proj", "runs/notes.txt"))],
                                         "is not a results store"),
@@ -401,6 +401,196 @@ CASES.update({
 })
 
 
+# -- issue 36: the third adversarial trial ---------------------------------------------------------
+
+
+def _metrics(ws: Workspace, change: Callable[[dict], None]) -> Path:
+    """The evaluated run with its metrics.json changed by hand."""
+    m = json.loads((ws.evaluated / "metrics.json").read_text())
+    change(m)
+    (ws.evaluated / "metrics.json").write_text(json.dumps(m))
+    return ws.evaluated
+
+
+def _nested(ws: Workspace) -> Path:
+    (ws.model / "model.json").write_text("[" * 100_000 + "]" * 100_000)
+    return ws.model
+
+
+def _grid(keys: int) -> str:
+    """A sweep search of ``keys`` grid keys with 1000 values each."""
+    names = ("attack.lr_x", "attack.lr_lambda", "attack.alpha")[:keys]
+    return "search:\n  grid:\n" + "".join(f"    {k}: [{', '.join(str(1 + i) for i in range(1000))}]\n" for k in names)
+
+
+_EXP_TRAIN = ("train: {data: {dataset: digits, task: odd-even, n_per_class: 5}, arch: {name: mlp, hidden: [4], "
+              "bias: false}, epochs: 2}\n")
+
+
+def _member(ws: Workspace, out: Path, *args: str) -> list[str]:
+    return ["membership", "--model", str(ws.model), "--evaluate", "--out", str(out), *args]
+
+
+CASES.update({
+    # data lost: every command that writes a file takes the one output rule (kernel.outdir)
+    "membership-out-over-user-file": Case(lambda ws: _member(ws, _write(ws.root / "notes.txt", "mine")),
+                                          "is an existing file; choose a directory for --out"),
+    "membership-out-over-user-file-overwrite": Case(
+        lambda ws: _member(ws, _write(ws.root / "notes.txt", "mine"), "--overwrite"),
+        "is an existing file; choose a directory for --out"),
+    "membership-out-into-model": Case(lambda ws: _member(ws, ws.model / "sub"), "lies inside"),
+    "membership-out-is-a-model": Case(lambda ws: _member(ws, ws.model, "--overwrite"), "not a membership folder"),
+    "membership-out-is-a-users-folder": Case(lambda ws: _member(ws, ws.root), "not a membership folder"),
+    "reconstruct-into-a-model": Case(lambda ws: _rec(ws, out="model/sub"), "lies inside"),
+    "reconstruct-into-a-run": Case(lambda ws: _rec(ws, "--overwrite", out="run/checkpoint/x"), "lies inside"),
+    "train-into-a-store": Case(lambda ws: [*TRAIN, "--out", str(ws.store / "runs" / "m")], "a datarecon results store"),
+    "report-over-model-weights": Case(lambda ws: ["report", str(ws.evaluated), "--out",
+                                                  str(ws.model / "weights.safetensors"), "--overwrite"], "lies inside"),
+    "report-into-model": Case(lambda ws: ["report", str(ws.evaluated), "--out", str(ws.model / "model.json")],
+                              "lies inside"),
+    "export-into-model": Case(lambda ws: ["store", "export", str(ws.store), "--out", str(ws.model / "model.json")],
+                              "lies inside"),
+    "overwrite-keeps-a-user-file-named-like-a-temp": Case(
+        lambda ws: _rec(ws, "--overwrite", out=_with_file(ws.run, ".run.json.abc123.tmp").name),
+        "it holds '.run.json.abc123.tmp', which datarecon did not write"),
+    # internal errors
+    "train-lr-beyond-float32": Case(lambda ws: [*TRAIN, "--lr", "1e308", "--out", str(ws.root / "m")],
+                                    "lr 1e+308 is beyond the range of float32"),
+    "device-mps": Case(lambda ws: _rec(ws, "--device", "mps"), "device 'mps' is not supported; use cpu, cuda"),
+    "model-json-nested-deeply": Case(lambda ws: _rec(ws, model=_nested(ws)), "is nested too deeply"),
+    "info-model-json-nested-deeply": Case(lambda ws: ["info", str(_nested(ws))], "is nested too deeply"),
+    "report-metrics-count-text": Case(lambda ws: ["report", str(_metrics(ws, lambda m: m["headline"].update(
+        count="NaN"))), "--out", str(ws.root / "e.html")], "headline.count: Input should be a valid integer"),
+    # wrongly accepted
+    "train-epochs-true": Case(lambda ws: ["train", "--no-progress", "--out", str(ws.root / "m"), "--config", str(
+        _write(ws.root / "t.yaml", "data: {dataset: digits, task: odd-even, n_per_class: 5}\nepochs: true\n"))],
+        "epochs: a number is needed, not true/false"),
+    "store-rebuild-a-model": Case(lambda ws: ["store", "rebuild", str(ws.model)],
+                                  "is a datarecon model directory, not a results store"),
+    "report-metrics-count-above-n": Case(lambda ws: ["report", str(_metrics(ws, lambda m: m["headline"].update(
+        count=1e308))), "--out", str(ws.root / "e.html")], "headline.count"),
+    "report-metrics-count-above-n-train": Case(lambda ws: ["report", str(_metrics(ws, lambda m: m["headline"].update(
+        count=11))), "--out", str(ws.root / "e.html")], "count 11 exceeds the 10 training images"),
+    "report-the-same-run-twice": Case(lambda ws: ["report", str(ws.evaluated), str(ws.root / "." / "evaluated"),
+                                                  "--out", str(ws.root / "e.html")], "is given twice"),
+    "sweep-grid-of-a-billion": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws, _grid(3))),
+                                                "--out", str(ws.root / "s")], "expands to 1,000,000,000 runs"),
+    "sweep-samples-of-a-billion": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(
+        ws, "search: {random: {attack.lr_x: {dist: log-uniform, low: 1.0e-4, high: 0.1}}, samples: 1000000000}\n")),
+        "--out", str(ws.root / "s")], "expands to 1,000,000,000 runs (1000000000 random samples)"),
+    "candidates-three-million": Case(lambda ws: _rec(ws, "--candidates", "3000000"), "not enough memory"),
+    "weights-all-zero": Case(lambda ws: _rec(ws, model=ws.tensors(
+        "weights.safetensors", lambda t: t.update({k: torch.zeros_like(v) for k, v in t.items()}))), "holds only zeros"),
+    "weights-float16": Case(lambda ws: _rec(ws, model=ws.tensors(
+        "weights.safetensors", lambda t: t.update({k: v.half() for k, v in t.items()}))), "holds float16 weights"),
+    "weights-scaled-by-1e30": Case(lambda ws: _rec(ws, model=ws.tensors(
+        "weights.safetensors", lambda t: t.update({k: v * 1e30 for k, v in t.items()}))),
+        "is beyond the range of float32"),
+    "model-json-unknown-key": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m.update(bogus=1))),
+                                   "bogus: unknown key"),
+    "experiment-attack-with-its-own-model": Case(lambda ws: ["run", str(_write(ws.root / "exp.yaml", _EXP_TRAIN + (
+        f"attack: {{model: {ws.run}, attack: {{method: kkt, steps: 2}}}}\n"))), "--out", str(ws.root / "e"),
+        "--no-progress"], "attack: model: the attack's target is the experiment's own"),
+    "experiment-against-twice": Case(lambda ws: ["run", str(_exp(ws, "evaluate: {against: [train, train]}\n")),
+                                                 "--out", str(ws.root / "e"), "--no-progress"],
+                                     "reference set(s) train given more than once"),
+    "evaluate-against-twice": Case(lambda ws: ["evaluate", "--no-progress", "--against", "train,train", str(ws.run)],
+                                   "reference set(s) train given more than once"),
+    "batch-mode-without-runs": Case(lambda ws: _rec(ws, "--batch-mode", "batched"), "applies to --runs K"),
+    "threads-absurd": Case(lambda ws: [*TRAIN, "--threads", "10000", "--out", str(ws.root / "m")],
+                           "--threads 10000 exceeds the"),
+    "demo-threads-absurd": Case(lambda ws: ["demo", "--threads", "10000", "--out", str(ws.root / "d")],
+                                "--threads 10000 exceeds the"),
+    # misleading messages
+    "out-empty": Case(lambda ws: ["reconstruct", "--model", str(ws.model), "--steps", "3", "--out", ""],
+                      "an empty argument was given after --out"),
+    "out-empty-equals": Case(lambda ws: ["reconstruct", "--model", str(ws.model), "--steps", "3", "--out="],
+                             "an empty value was given for --out"),
+    "store-list-a-model": Case(lambda ws: ["store", "list", str(ws.model)],
+                               "is a datarecon model directory, not a results store"),
+    "data-dir-is-a-file": Case(lambda ws: ["train", "--dataset", "mnist", "--task", "odd-even", "--n-per-class", "5",
+                                           "--data-dir", str(_write(ws.root / "f.txt", "x")), "--out",
+                                           str(ws.root / "m")], "(which is a file, not a folder)"),
+    "config-is-a-folder": Case(lambda ws: _rec(ws, "--config", str(ws.model)), "is a folder; pass a .yaml"),
+    "config-is-a-device": Case(lambda ws: _rec(ws, "--config", "/dev/zero"), "is not a regular file"),
+    "model-is-its-model-json": Case(lambda ws: _rec(ws, model=ws.model / "model.json"),
+                                    "is the model's record file; pass the model directory that holds it"),
+    "model-is-a-device": Case(lambda ws: _rec(ws, model=Path("/dev/null")), "is a file, not a model directory"),
+    "model-is-a-plain-folder": Case(lambda ws: _rec(ws, model=_foreign(ws)),
+                                    "is not a model directory (it has no model.json)"),
+    "evaluate-sweep-of-a-run": Case(lambda ws: ["evaluate", "--no-progress", "--sweep", str(ws.evaluated)],
+                                    "is a datarecon run directory, not a results store"),
+    "set-empty-field": Case(lambda ws: _rec(ws, "--set", "=1"), "the field name '' is empty"),
+    "set-a-run-field": Case(lambda ws: _rec(ws, "--set", f"model={_foreign(ws)}"),
+                            "is not a model directory (it has no model.json)"),
+    "run-file-only-unknown-keys": Case(lambda ws: ["reconstruct", "--no-progress", "--config", str(_write(
+        ws.root / "r.yaml", "bogus: 1\nfoo: 2\n")), "--out", str(ws.root / "new-run")], "bogus, foo: unknown keys"),
+    "evaluate-checks-every-run-first": Case(lambda ws: ["evaluate", "--no-progress", str(ws.run), str(ws.model)],
+                                            "is a model directory, not a run directory"),
+    "evaluate-the-same-run-twice": Case(lambda ws: ["evaluate", "--no-progress", str(ws.run), str(ws.root / "."
+                                                                                                   / "run")],
+                                        "is given twice"),
+})
+
+
+# -- the third adversarial trial's own findings (tests/faults/hostile_inputs.py) ---------------------
+
+
+def _loop(ws: Workspace, name: str) -> str:
+    (ws.root / name).symlink_to(name)
+    return name
+
+
+def _own_with(ws: Workspace, option: str, value: str) -> list[str]:
+    argv = _own(ws, "make")
+    argv[argv.index(option) + 1] = value
+    return argv
+
+
+def _damaged_experiment(ws: Workspace) -> list[str]:
+    _write(ws.root / "ex" / "experiment.json", "{garbage") if (ws.root / "ex").mkdir() is None else None
+    return ["run", str(_write(ws.root / "exp.yaml", _EXP_TRAIN)), "--out", str(ws.root / "ex"), "--no-progress"]
+
+
+CASES.update({
+    "model-json-hidden-as-text": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["arch"].update(
+        hidden=["8"]))), "arch.hidden.0: Input should be a valid integer"),
+    "model-json-data-spec-negative": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["data"].update(
+        n_per_class=-1))), "invalid data spec of"),
+    "model-json-data-spec-unknown-dataset": Case(lambda ws: _rec(ws, model=ws.edit_meta(lambda m: m["data"].update(
+        dataset="imagenet"))), "model.json: unknown dataset 'imagenet'"),
+    "runs-a-million": Case(lambda ws: _rec(ws, "--runs", "1000000"), "more than 10,000 runs of one target"),
+    "membership-evaluate-with-fpr": Case(lambda ws: ["membership", "--model", str(ws.model), "--evaluate", "--fpr",
+                                                     "1.5"], "set the member call of --images"),
+    "run-file-init-not-a-mapping": Case(lambda ws: ["reconstruct", "--no-progress", "--config", str(_write(
+        ws.root / "r.yaml", f"model: {ws.model}\ninit: gaussian\n")), "--out", str(ws.root / "new-run")],
+        "init: must be a mapping like {name: gaussian"),
+    "out-symlink-loop": Case(lambda ws: _rec(ws, out=_loop(ws, "loop")), "is a symbolic link that leads nowhere"),
+    "model-symlink-loop": Case(lambda ws: _rec(ws, model=ws.root / _loop(ws, "mloop")),
+                               "is a symbolic link that leads nowhere"),
+    "report-out-under-a-file": Case(lambda ws: ["report", str(ws.evaluated), "--out",
+                                                str(_write(ws.root / "f.txt", "x")) + "/r.html"],
+                                    "a part of this path is a file, not a folder"),
+    "store-index-is-a-folder": Case(lambda ws: ["store", "list", str(ws.store)] if (ws.store / "index.sqlite").unlink()
+                                    is None and (ws.store / "index.sqlite").mkdir() is None else [],
+                                    "index.sqlite is not a file (a folder or a device)"),
+    "steps-negative": Case(lambda ws: [*_rec(ws), "--steps", "-1"], "steps must be at least 1, got -1"),
+    "evaluate-status-unknown": Case(lambda ws: ["evaluate", "--no-progress", str(_write(ws.run / "run.json", json.dumps(
+        {**json.loads((ws.run / "run.json").read_text()), "status": "bogus"})).parent)], "status: unknown status"),
+    "experiment-record-damaged": Case(_damaged_experiment, "rerun with --overwrite to start the experiment afresh"),
+    "own-weights-a-folder": Case(lambda ws: _own_with(ws, "--weights", str(ws.model)),
+                                 "is a folder where a safetensors file is expected"),
+    "experiment-model-a-file": Case(lambda ws: ["run", str(_write(ws.root / "exp.yaml", (
+        f"model: {_write(ws.root / 'f.txt', 'x')}\nattack: {{attack: {{method: kkt, steps: 2}}}}\n"))), "--out",
+        str(ws.root / "e"), "--no-progress"], "is a file, not a model directory"),
+    "train-overwrite-a-workspace": Case(lambda ws: [*TRAIN, "--out", ".", "--overwrite"],
+                                        "is not a datarecon model directory"),
+    "sweep-model-dir-a-run": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_write(
+        ws.root / "sweep.yaml", f"model_dir: {ws.run}\nsteps: 2\n")), "--out", str(ws.root / "s")],
+        "set model_dir to the model the run attacked"),
+})
+
+
 def _bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
@@ -418,6 +608,7 @@ def _snapshot(root: Path, *, skip: Path | None) -> dict[str, str]:
 
 def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 98  # 63 before issue 25, 35 added by it
+    assert len(CASES) >= 165  # and 67 more by issue 36 (17 of them its adversarial trial's findings)
 
 
 @pytest.mark.parametrize("name", list(CASES))

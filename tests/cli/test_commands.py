@@ -263,3 +263,75 @@ def test_own_model_records_its_weight_decay(tmp_path: Path, monkeypatch, capsys)
                  "--no-progress", "--out", str(tmp_path / "own")]) == 0
     own = json.loads((tmp_path / "own" / "run.json").read_text())["own_model"]
     assert own["weight_decay"] == 0.01
+
+
+# -- issue 36: the newcomer's findings --------------------------------------------------------------
+
+
+def test_a_rerun_of_a_finished_experiment_says_it_skipped(experiment, capsys) -> None:
+    path, out, _ = experiment
+    assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert (f"{out}: train, attack, evaluate, report already finished there, not run again; nothing left to do "
+            "(--overwrite starts afresh)") in printed
+
+
+def test_evaluate_says_whether_the_attack_converged(model: Path, tmp_path: Path, capsys) -> None:
+    """The README promises it: a short run, alone or pooled (--runs), is called not converged by evaluate
+    itself, not only by the HTML report."""
+    one = tmp_path / "one"
+    assert main(["reconstruct", "--model", str(model), "--steps", "3", "--candidates", "10", "--no-progress",
+                 "--out", str(one)]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(one), "--no-progress"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("attack: NOT converged: relative residual ")
+    pool = tmp_path / "pool"
+    assert main(_runs(model, pool)) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(pool), "--no-progress"]) == 0
+    assert "attack: NOT converged: 3 of 3 pooled runs (run" in capsys.readouterr().out
+
+
+def test_evaluate_against_train_alone_says_what_is_missing(model: Path, tmp_path: Path, capsys) -> None:
+    run = tmp_path / "r"
+    assert main(["reconstruct", "--model", str(model), "--steps", "3", "--candidates", "10", "--no-progress",
+                 "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--against", "train", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "None" not in out and "'train'" not in out and "real/fake" not in out, out
+    assert "held-out images not measured" in out
+    assert "privacy: not measured: no 'heldout' reference set" in out
+    assert "privacy: needs both training and held-out images: evaluate against train and heldout" in out
+
+
+def test_the_two_residuals_are_named_apart_in_the_progress(model: Path, tmp_path: Path, capsys) -> None:
+    assert main(["reconstruct", "--model", str(model), "--steps", "3", "--candidates", "10", "--progress",
+                 "--out", str(tmp_path / "r")]) == 0
+    captured = capsys.readouterr()
+    assert "surrogate_rel_residual " in captured.err and " rel_residual " not in captured.err, captured.err
+    assert ", relative residual " in captured.out  # the exact one, at the end
+
+
+def test_version_flag_and_help_items(capsys) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("datarecon ")
+    text = " ".join(_help(["reconstruct"], capsys).split())
+    helps = [text.split(f"--{o} ")[1].split(" --")[0] for o in ("ls-c1", "ls-grow", "ls-max-trials")]
+    assert len(set(helps)) == 3, helps  # three descriptions, not one copied three times
+    assert "--max-lr-factor <float|none>" in _help(["train"], capsys)
+    assert "[default: 0.01]" in " ".join(_help(["membership"], capsys).split())  # --fpr's default shown
+    for args in (["train"], ["reconstruct"], ["evaluate"], ["membership"], ["run"], ["audit"], ["data", "info"],
+                 ["data", "download"]):
+        assert "--data-dir <path>" in _help(args, capsys), args
+    assert "[default: 1]" in " ".join(_help(["train"], capsys).split("--threads")[1].split("--")[0].split())
+
+
+def test_demo_takes_threads_zero_and_refuses_more_threads_than_cores(tmp_path: Path, capsys) -> None:
+    from datarecon.cli._common import cpu_count
+    from datarecon.experiments.demo import DemoConfig
+
+    assert DemoConfig(threads=0).threads == 0  # 0: PyTorch's default, as for every other command
+    assert main(["demo", "--threads", str(cpu_count() + 1), "--out", str(tmp_path / "d")]) == 2
+    assert f"exceeds the {cpu_count()} CPU cores" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()

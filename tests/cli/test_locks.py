@@ -78,6 +78,10 @@ def test_a_running_attack_holds_its_folder_and_a_killed_one_does_not(model: Path
         assert "wait for it to finish or stop it, then rerun" in err and "`datarecon reconstruct" in err
         _refused([*args, "--resume"], proc.pid, capsys)  # a double --resume
         _refused([*args, "--overwrite"], proc.pid, capsys)  # --overwrite while it runs: nothing deleted
+        # evaluating it while it runs names the holder (it said "finish it with `... --resume`", which the
+        # holder's lock would refuse)
+        err = _refused(["evaluate", "--no-progress", str(out)], proc.pid, capsys)
+        assert "--resume" not in err and err.startswith(f"error: run directory {out.resolve()} is in use")
         assert (out / "run.json").is_file() and (out / "checkpoint" / "state.safetensors").is_file()
     finally:
         proc.send_signal(signal.SIGKILL)

@@ -57,8 +57,12 @@ def test_flags_cover_every_leaf_field_and_follow_the_path():
     by = {f.path: f for f in table}
     assert by["inner.width"].decls == ("--inner-width",)
     assert by["on"].decls == ("--on/--no-on",)
-    assert by["inner.kind"].help == "a or b; see Thing."  # every choice named: nothing appended
-    assert by["rate"].kind is float and by["sizes"].kind is str
+    # every choice named: nothing appended but the default (the flag itself defaults to "not given", so
+    # typer cannot show the field's default)
+    assert by["inner.kind"].help == "a or b; see Thing.  [default: a]"
+    assert by["rate"].help.endswith("[default: 0.5]") and by["on"].help.endswith("[default: --no-on]")
+    assert "[default" not in by["sizes"].help  # None: nothing to show
+    assert by["rate"].kind is float and by["sizes"].kind is str and by["sizes"].metavar == "<int,...>"
 
 
 def test_flags_refuse_what_would_leave_a_field_off_or_unparsed():

@@ -82,10 +82,10 @@ def test_existing_out_dir_needs_overwrite(tmp_path: Path, capsys) -> None:
     first = (out / "weights.safetensors").read_bytes()
     assert _err(capsys, [*DIGITS, "--out", str(out)]) == (
         f"error: output directory {out} exists; pass --overwrite to replace it or choose another --out")
-    (out / ".weights.safetensors.abc.tmp").write_text("left by a killed writer")
+    (out / ".weights.safetensors.abc12345.tmp").write_text("left by a killed writer")
     assert main([*DIGITS, "--out", str(out), "--overwrite", "--quiet", "--seed", "1"]) == 0
     assert (out / "weights.safetensors").read_bytes() != first
-    assert not (out / ".weights.safetensors.abc.tmp").exists()
+    assert not (out / ".weights.safetensors.abc12345.tmp").exists()
 
 
 def test_overwrite_refuses_a_folder_that_is_not_a_model_directory(tmp_path: Path, capsys) -> None:

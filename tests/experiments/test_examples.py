@@ -40,9 +40,14 @@ def test_sweep_examples_parse_as_sweep_configs(tmp_path: Path) -> None:
 def test_copy_refuses_to_overwrite_and_unknown_names_list_the_valid_ones(tmp_path: Path, capsys) -> None:
     target = tmp_path / "mine.yaml"
     target.write_text("keep me")
-    with pytest.raises(DataReconError, match="exists; pass --overwrite"):
-        copy_example("sweep-tiny.yaml", out=target)
+    for overwrite in (False, True):  # a user's file is never replaced, not even with --overwrite
+        with pytest.raises(DataReconError, match="is not a copy of a shipped example datarecon wrote"):
+            copy_example("sweep-tiny.yaml", out=target, overwrite=overwrite)
     assert target.read_text() == "keep me"
+    target.unlink()
+    assert copy_example("experiment-digits.yaml", out=target) == target
+    with pytest.raises(DataReconError, match=r"exists \(a copy of a shipped example datarecon wrote\); pass --overwrite"):
+        copy_example("sweep-tiny.yaml", out=target)
     assert main(["examples", "nope.yaml", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: unknown example 'nope.yaml'; shipped examples: experiment-digits.yaml, haim2022-medium-cifar.yaml, haim2022-medium-mnist.yaml, runkel2024-paper-dryrun.yaml")

@@ -80,10 +80,10 @@ def test_another_experiment_in_the_same_folder_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("fields,message", [
-    ({**TINY, "atack": {}}, "atack: Extra inputs are not permitted (allowed keys: name, train, model, attack,"),
+    ({**TINY, "atack": {}}, "atack: unknown key (allowed keys: name, train, model, attack,"),
     ({**TINY, "train": {**TINY["train"], "epochs": "many"}}, "train.epochs: Input should be a valid integer"),
     ({**TINY, "attack": {"attack": {"method": "kkt", "lr_z": 1}}},
-     "attack: invalid kkt config: lr_z: Extra inputs are not permitted (allowed keys: steps, lr_x"),
+     "attack: invalid kkt config: lr_z: unknown key (allowed keys: steps, lr_x"),
     ({**TINY, "model": "somewhere"}, "give exactly one of train (a training config) and model"),
     ({**TINY, "evaluate": None}, "report needs the evaluate stage"),
 ], ids=["unknown-key", "wrong-type", "attack-key", "train-and-model", "report-without-evaluate"])

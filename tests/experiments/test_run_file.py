@@ -58,11 +58,11 @@ def test_run_file_round_trips(tmp_path):
 
 
 @pytest.mark.parametrize("fields,message", [
-    ({"model": "m", "candidate": 3}, "candidate: Extra inputs are not permitted (allowed keys: attack, init,"),
+    ({"model": "m", "candidate": 3}, "candidate: unknown key (allowed keys: attack, init,"),
     ({"model": "m", "attack": {"method": "gradnorm", "lambda_min": 0.3}},
-     "invalid gradnorm config: lambda_min: Extra inputs are not permitted (allowed keys: steps, lr_x,"),
+     "invalid gradnorm config: lambda_min: unknown key (allowed keys: steps, lr_x,"),
     ({"model": "m", "attack": {"method": "nope"}}, "unknown attack method 'nope'; valid names: bilevel, decoreco,"),
-    ({"model": "m", "init": {"name": "mix", "l3": 1}}, "l3: Extra inputs are not permitted (allowed keys: l1, l2,"),
+    ({"model": "m", "init": {"name": "mix", "l3": 1}}, "l3: unknown key (allowed keys: l1, l2,"),
     ({"model": "m", "seed": "abc"}, "seed: Input should be a valid integer"),
     ({"attack": {"steps": 1}}, "model: Field required"),
     ({"model": "m", "early_stop": {"patience": -1}}, "early_stop.patience: Input should be greater than or equal"),
@@ -112,10 +112,18 @@ def test_cli_run_file_errors_are_one_line(model_dir, tmp_path, capsys):
     path.write_text(yaml.safe_dump({"model": str(model_dir), "candidatez": 5}))
     assert main(["reconstruct", "--no-progress", "--config", str(path), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"error: invalid run file {path}: candidatez: Extra inputs are not permitted") and \
+    assert err.startswith(f"error: invalid run file {path}: candidatez: unknown key") and \
         "allowed keys:" in err and "\n" not in err
     assert main(["reconstruct", "--no-progress", "--out", str(tmp_path / "r")]) == 2
     assert "missing --model" in capsys.readouterr().err
+    # unknown keys are named before a missing model, each once, with the allowed keys listed once
+    path.write_text(yaml.safe_dump({"bogus": 1, "foo": 2}))
+    assert main(["reconstruct", "--no-progress", "--config", str(path), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "bogus, foo: unknown keys (allowed keys: attack, init," in err and err.count("allowed keys") == 1, err
+    path.write_text(yaml.safe_dump({"model": str(model_dir), **{f"k{i}": i for i in range(9)}}))
+    assert main(["reconstruct", "--no-progress", "--config", str(path), "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err.count("allowed keys") == 1
 
 
 def test_executing_the_run_a_run_json_records_reproduces_it_bit_for_bit(model_dir, tmp_path):

@@ -52,6 +52,9 @@ def test_rebuild_reproduces_index_and_sorts(tmp_path):
 
 
 def test_bad_sort_column_and_missing_index(tmp_path):
+    with pytest.raises(DataReconError, match="is not a results store .*pass the --out of a `datarecon sweep`"):
+        Store(tmp_path).rows()  # an empty folder is no store: rebuilding it would index nothing
+    (tmp_path / "runs").mkdir()
     with pytest.raises(DataReconError, match="store rebuild"):
         Store(tmp_path).rows()
     Store(tmp_path).rebuild()

@@ -119,3 +119,29 @@ def test_ray_missing_gives_install_hint(monkeypatch):
 def test_dtype_defaults_to_the_methods(method, dtype, expected):
     specs = expand(SweepConfig(model_dir="m", method=method, steps=2, dtype=dtype))
     assert {s.dtype for s in specs} == {expected}
+
+
+def test_a_huge_search_is_refused_from_its_sizes_and_a_budget_expands_lazily():
+    """Three 1000-value grid keys are 10⁹ runs: refused before anything is built; with a budget the
+    expansion stops at the budget without building the product (it built all 10⁹ points first)."""
+    import time
+
+    from datarecon.errors import DataReconError
+    from datarecon.experiments.sweep.config import MAX_RUNS
+
+    grid = {f"attack.{k}": [1.0 + i for i in range(1000)] for k in ("lr_x", "lr_lambda", "alpha")}
+    with pytest.raises(DataReconError, match=r"expands to 1,000,000,000 runs \(1000 x 1000 x 1000 grid values\)"):
+        _cfg(search={"grid": grid})
+    with pytest.raises(DataReconError, match=r"1,000,000,000 runs \(1000000000 random samples\)"):
+        _cfg(search={"random": {"init.scale": {"dist": "uniform", "low": 0, "high": 1}}, "samples": 10**9})
+    with pytest.raises(DataReconError, match=r"\(1000 x 1000 x 1000 grid values, 3 seeds\)"):
+        _cfg(search={"grid": grid, "seeds": 3})
+    t0 = time.perf_counter()
+    specs = expand(_cfg(search={"grid": grid}, budget=3))
+    assert len(specs) == 3 and time.perf_counter() - t0 < 5
+    assert [(s.params["attack.alpha"], s.params["attack.lr_x"]) for s in specs] == [(1.0, 1.0), (1.0, 2.0), (1.0, 3.0)]
+    specs = expand(_cfg(search={"random": {"init.scale": {"dist": "uniform", "low": 0, "high": 1}},
+                                "samples": 10**9}, budget=2))
+    assert len(specs) == 2
+    with pytest.raises(ValidationError):
+        _cfg(budget=MAX_RUNS + 1)

@@ -8,7 +8,10 @@ import pytest
 
 from datarecon.errors import DataReconError
 from datarecon.kernel import files
-from datarecon.kernel.outdir import ARTEFACTS, check_out_dir, clear_out_dir, identify, prepare_out_dir
+from datarecon.kernel.outdir import (ARTEFACTS, check_out_dir, check_out_file, check_outside, claim_out_dir, clear_out_dir,
+                                     identify, is_temp_file, prepare_out_dir)
+from datarecon.utils import manifest
+from datarecon.utils.io import atomic_write_text
 
 
 def _files(d: Path) -> dict[str, bytes]:
@@ -20,7 +23,7 @@ def _run_dir(d: Path) -> Path:
     (d / "checkpoint" / "state.safetensors").write_bytes(b"x")
     (d / "run.json").write_text("{}")
     (d / "candidates.safetensors").write_bytes(b"x")
-    (d / ".run.json.abc123.tmp").write_text("left by a killed writer")
+    (d / ".run.json.abc12345.tmp").write_text("left by a killed writer")  # the atomic writer's exact name
     return d
 
 
@@ -102,3 +105,87 @@ def test_clear_keeps_the_folder_and_its_foreign_entries(tmp_path: Path) -> None:
     (run / "keep.txt").write_text("x")  # clear_out_dir is a second guard: it never touches foreign names
     clear_out_dir(run, kind="run")
     assert [p.name for p in run.iterdir()] == ["keep.txt"]
+
+
+def _managed_run(d: Path) -> Path:
+    """A run folder as datarecon writes it now: a manifest listing what was written."""
+    manifest.start(d, kind="run")
+    atomic_write_text(d / "run.json", "{}")
+    atomic_write_text(d / "checkpoint" / "progress.json", "{}")
+    return d
+
+
+@pytest.mark.parametrize("name, ours", [
+    (".run.json.ab12cd34.tmp", True),       # exactly what the atomic writer leaves, of a listed file
+    (".run.json.abc123.tmp", False),        # 6 characters: a user's file that only looks like one
+    (".notes.txt.ab12cd34.tmp", False),     # the writer's pattern, but of a file datarecon never wrote here
+    (".run.json.AB12CD34.tmp", False),      # mkstemp draws lower case letters, digits and _
+    ("..datarecon-manifest.ab12cd_4.tmp", True),  # the manifest's own replacement
+])
+def test_only_the_temporary_names_datarecon_creates_count_as_its_own(tmp_path: Path, name: str, ours: bool) -> None:
+    run = _managed_run(tmp_path / "run")
+    (run / name).write_text("a user's file, or a killed writer's")
+    assert is_temp_file(name, run) is ours
+    if ours:
+        prepare_out_dir(run, kind="run", overwrite=True)
+        assert not (run / name).exists()
+    else:
+        with pytest.raises(DataReconError, match=f"it holds '{name}'"):
+            prepare_out_dir(run, kind="run", overwrite=True)
+        assert (run / name).read_text() == "a user's file, or a killed writer's"
+
+
+def test_a_folder_inside_another_datarecon_folder_is_refused(tmp_path: Path) -> None:
+    run = _managed_run(tmp_path / "run")
+    for inside in (run / "sub", run / "checkpoint" / "deeper" / "x"):
+        with pytest.raises(DataReconError, match=r"lies inside .*run, a datarecon run directory.*outside it"):
+            check_out_dir(inside, kind="run")
+        with pytest.raises(DataReconError, match="lies inside"):
+            with claim_out_dir(inside, kind="model", overwrite=True):
+                pass
+        assert not inside.exists()
+    assert check_out_dir(run / "sub", kind="run", nested=True) is False  # the command's own sub-folder
+    check_outside(tmp_path / "elsewhere")
+    (tmp_path / "ws" / "model").mkdir(parents=True)  # a model/ and a run/ side by side are not a demo folder
+    (tmp_path / "ws" / "model" / "model.json").write_text("{}")
+    (tmp_path / "ws" / "run").mkdir()
+    (tmp_path / "ws" / "run" / "run.json").write_text("{}")
+    check_outside(tmp_path / "ws" / "new")
+
+
+def _ours(path: Path) -> bool:
+    return path.read_text().startswith("ours")
+
+
+def test_one_output_file_follows_the_same_rule(tmp_path: Path) -> None:
+    run = _managed_run(tmp_path / "run")
+    rule = {"ours": _ours, "what": "report"}
+    with pytest.raises(DataReconError, match="is a folder; pass a file name"):
+        check_out_file(run, overwrite=True, **rule)
+    with pytest.raises(DataReconError, match="lies inside"):
+        check_out_file(run / "run.json", overwrite=True, **rule)
+    (tmp_path / "notes.html").write_text("a user's notes")
+    for overwrite in (False, True):
+        with pytest.raises(DataReconError, match="is not a report datarecon wrote.*not even with --overwrite"):
+            check_out_file(tmp_path / "notes.html", overwrite=overwrite, **rule)
+    (tmp_path / "r.html").write_text("ours")
+    with pytest.raises(DataReconError, match=r"exists \(a report datarecon wrote\); pass --overwrite"):
+        check_out_file(tmp_path / "r.html", overwrite=False, **rule)
+    assert check_out_file(tmp_path / "r.html", overwrite=True, **rule) == tmp_path / "r.html"
+    assert check_out_file(tmp_path / "new.html", overwrite=False, **rule) == tmp_path / "new.html"
+    with pytest.raises(DataReconError, match="is not a regular file"):
+        check_out_file(Path("/dev/null"), overwrite=True, **rule)
+
+
+def test_overwrite_refuses_a_listed_entry_the_kind_never_writes(tmp_path: Path) -> None:
+    """A model folder whose manifest lists a run another command wrote into it (before such paths were
+    refused): --overwrite would delete that run with the model's files; it is refused, naming it."""
+    model = tmp_path / "model"
+    manifest.start(model, kind="model")
+    atomic_write_text(model / "model.json", "{}")
+    manifest.start(model / "sub", kind="run")  # what `reconstruct --out model/sub` used to do
+    atomic_write_text(model / "sub" / "run.json", "{}")
+    before = _files(model)
+    with pytest.raises(DataReconError, match="it holds 'sub', which another datarecon command wrote there"):
+        prepare_out_dir(model, kind="model", overwrite=True)
+    assert _files(model) == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 from pathlib import Path
@@ -64,13 +65,22 @@ def test_pickle_posing_as_weights_is_refused(tmp_path: Path) -> None:
     model, _ = _save(tmp_path / "m")
     weights = tmp_path / "m" / WEIGHTS
     torch.save(model.state_dict(), weights)  # zip archive
-    meta = json.loads((tmp_path / "m" / META).read_text())
-    meta.pop("sha256")  # even without the hash check the loader must not unpickle
-    (tmp_path / "m" / META).write_text(json.dumps(meta))
+    def rehash() -> None:  # a careful tamperer records the new hash: the loader must still not unpickle
+        meta = json.loads((tmp_path / "m" / META).read_text())
+        meta["sha256"][WEIGHTS] = hashlib.sha256(weights.read_bytes()).hexdigest()
+        (tmp_path / "m" / META).write_text(json.dumps(meta))
+
+    rehash()
     with pytest.raises(CheckpointError, match="pickle/torch.save file"):
         load_model_dir(tmp_path / "m")
     weights.write_bytes(pickle.dumps({"x": 1}, protocol=4))
+    rehash()
     with pytest.raises(CheckpointError, match="pickle/torch.save file"):
+        load_model_dir(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / META).read_text())
+    meta.pop("sha256")  # and a record without the hashes is refused before any file is read
+    (tmp_path / "m" / META).write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="records no hash of weights.safetensors and extras.safetensors"):
         load_model_dir(tmp_path / "m")
 
 

@@ -222,3 +222,26 @@ def test_threat_model_card_and_scree_plot(tmp_path):
     assert "Singular values of the first dense layer (W - a*W_init)" in text
     assert "weights-only attacker (weights, architecture" in text  # the run without a record says so
     assert text.count("Singular values of the first dense layer") == 1
+
+
+def test_the_threat_card_checks_the_n_estimate_against_the_true_n(tmp_path):
+    """Where the evaluation knows n, the card shows it beside the estimate and flags an estimate whose
+    range misses it (a demo card showed "n estimated 12 (interval 11-12)" beside n = 20 unflagged);
+    it also says what k is."""
+    from datarecon.report.html import _threat_card
+
+    sub = {"layer": "1", "weight": "1.weight", "shape": [40, 768], "on_input": True, "matrix": "W",
+           "coefficient": None, "k": 64, "n_known": None, "method": "randomized",
+           "rank": {"n_hat": 12, "interval": [11, 12], "above_noise": 19, "searched": 64}}
+    run = {"knowledge": {"summary": "weights only", "used": ["weights"]}, "subspace": sub}
+    card = _threat_card(run, 20)
+    rows = dict(card.rows)
+    assert card.status == "bad"
+    assert rows["true n (from the evaluation, not known to the attacker)"].startswith(
+        "20: OUTSIDE the estimated range; the estimate missed it")
+    assert rows["training subspace used"].startswith("k = 64 directions: the subspace of the first layer's inputs")
+    assert "n expected in 11–12" in rows["n estimated from it"]
+    inside = _threat_card({**run, "subspace": {**sub, "rank": {**sub["rank"], "interval": [11, 64]}}}, 20)
+    assert inside.status != "bad" and dict(inside.rows)[
+        "true n (from the evaluation, not known to the attacker)"] == "20: inside the estimated range, 12 off by 8"
+    assert "true n (from the evaluation, not known to the attacker)" not in dict(_threat_card(run).rows)

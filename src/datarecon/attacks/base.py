@@ -176,6 +176,29 @@ class Target:
                    homogeneous=is_homogeneous(b.arch), model_dir=str(Path(path).resolve()))
 
 
+def check_weight_scale(target: Target) -> float:
+    """‖θ*‖² of ``target`` (computed in float64), when the attack's residuals can hold it.
+
+    Every attack of the KKT family compares θ* with a combination g of candidate gradients
+    through ‖θ* − g‖², in the parameters' dtype. Weights scaled far beyond a trained network's
+    (θ* × 10³⁰) overflow that at the first step, and the run used to end as "diverged: lower lr_x,
+    lr_lambda or alpha", blaming settings the weights had caused.
+
+    Raises:
+        DataReconError: ‖θ*‖² is beyond the range of the parameters' dtype (or not finite in float64).
+    """
+    sq = sum(float(p.detach().double().square().sum()) for p in target.params.values())
+    dtype = next(iter(target.params.values())).dtype if target.params else torch.float64
+    largest = torch.finfo(dtype).max
+    if not (sq <= largest):
+        name = str(dtype).replace("torch.", "")
+        raise DataReconError(f"the weights' squared norm ||theta*||^2 = {sq:.3g} is beyond the range of {name} "
+                             f"({largest:.3g}), so no attack residual can be computed: the weights are not a trained "
+                             "network at this scale (scaled or damaged); check the weights file"
+                             + (", or attack in --dtype float64" if dtype != torch.float64 else ""))
+    return sq
+
+
 @dataclass(frozen=True)
 class AttackerPrior:
     """What the attacker assumes about the training set, and what it knows beyond the weights.

@@ -34,6 +34,10 @@ from datarecon.kernel.engine import (
 DEFAULT_DIVERGENCE_HINT = "lower the step sizes (lr_x, lr_lambda) or the surrogate sharpness alpha"
 EARLY_STOP_REASON = "stopped early: residual plateau"
 PROGRESS_KEYS = ("loss", "rel_residual", "residual", "box", "lambda_hinge")
+#: how the progress names them: the history's ``rel_residual`` is computed with the surrogate
+#: derivative during the run, the "relative residual" printed at the end with the exact ReLU
+#: (``selection.relative_residual``); the reports call the first "objective residual (surrogate)"
+PROGRESS_LABELS = {"rel_residual": "surrogate_rel_residual"}
 #: An attack run's loop settings by default: a history row every 10 steps, a checkpoint every 100
 #: (and at the end), a progress display.
 ATTACK_LOOP = LoopOptions(log_every=10, progress=True, checkpoint_every=100)
@@ -149,7 +153,8 @@ class AttackLoop:
 
     def _engine(self, hooks: Sequence[Any]) -> Engine:
         engine_hooks: list[Any] = [
-            ProgressBar(keys=PROGRESS_KEYS, desc=self.attack.name, mode=self.progress), self.history, self.nan_stop,
+            ProgressBar(keys=PROGRESS_KEYS, labels=PROGRESS_LABELS, desc=self.attack.name, mode=self.progress),
+            self.history, self.nan_stop,
         ]
         if self.early_stop is not None:
             engine_hooks.append(self.early_stop)

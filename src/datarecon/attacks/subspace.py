@@ -33,6 +33,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -231,9 +232,13 @@ class RankEstimate:
 
     Attributes:
         n_hat: the profile-likelihood elbow of the log singular values (Zhu & Ghodsi 2006).
-        low, high: the elbows whose profile log-likelihood is within ``LIKELIHOOD_INTERVAL`` of the
-            best (a likelihood interval; from the weights alone the weakest training directions sit
-            below the initialisation's noise and the estimate is biased low).
+        low, high: the range n is expected in. With W_init subtracted (an exact span): the elbows whose
+            profile log-likelihood is within ``LIKELIHOOD_INTERVAL`` of the best. From the weights
+            alone the weakest training directions sit among the initialisation's, below the elbow, so
+            the elbow is a lower estimate: the range then runs from the likelihood interval's lower
+            end to the number of directions above the spectrum's floor (the subspace dimension k).
+            The likelihood interval alone excluded the true n on every weights-only layer measured
+            (docs/RESULTS.md, "How good is the n estimate").
         above_noise: singular values above the initialisation's noise edge (None when the
             initialisation's scale is not known or the initialisation was subtracted).
         searched: how many singular values the estimate looked at.
@@ -400,6 +405,8 @@ def analyse(model: nn.Module, params: Mapping[str, torch.Tensor], *,
     else:
         dim = int(spec.values.numel())
     dim = max(1, min(dim, int(spec.values.numel())))
+    if not exact:  # the elbow is a lower estimate: n may lie anywhere up to the floor of the spectrum
+        rank = dataclasses.replace(rank, high=max(rank.high, int(spec.values.numel())))
     return SubspaceAnalysis(layer=layer, spectrum=spec, rank=rank, k=dim, known_init=exact,
                             coefficient=a, n_known=n)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import shlex
-from pathlib import Path
 from typing import Annotated
 
 import torch
@@ -12,10 +12,19 @@ import typer
 from datarecon.errors import DataReconError
 from datarecon.utils.device import parse_device  # noqa: F401  (the commands import it from here)
 
-#: ``--threads`` of every command that computes (0: PyTorch's default, all cores)
-#: (a negative count is refused by :func:`set_threads`, in the same words for every command)
-ThreadsOption = Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch (0: its default, "
-                                            "all cores).")]
+#: the default of ``--threads``: one thread. Measured on the 2-core development machine (beside
+#: other jobs, docs/PERFORMANCE.md "Threads"): the README's MNIST train + attack + evaluate took 14.8 s
+#: with one thread and 64.6 s with PyTorch's default (all cores), ``datarecon run
+#: experiment-digits.yaml`` 10.2 s against 9.8-18.1 s; only a D-1000-1000-1 attack gained (34.1 s
+#: against 23.8 s). One thread also gives the same bytes on every machine (results are bit-identical
+#: only at one thread count). ``--threads 0`` asks for PyTorch's default.
+DEFAULT_THREADS = 1
+
+#: ``--threads`` of every command that computes (a negative count, or more than the CPU cores,
+#: is refused by :func:`set_threads`, in the same words for every command)
+ThreadsOption = Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch (1: fastest for small "
+                                            "models, and the same bytes on every machine; 0: PyTorch's default, "
+                                            "all cores, for large models).")]
 
 #: ``--device`` of the commands that run pieces on a device (reproduce, audit); the commands built
 #: from a typed run or config (train, reconstruct) take it from the ``device`` field, whose help reads the same
@@ -43,28 +52,36 @@ def resume_command() -> str | None:
     return command_line(add=("--resume",))
 
 
+def cpu_count() -> int:
+    """The CPU cores this process may run on (its affinity where the platform says, else all)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def set_threads(threads: int | None) -> None:
-    """Apply ``--threads`` (0 or None: leave PyTorch's default)."""
+    """Apply ``--threads`` (0 or None: leave PyTorch's default).
+
+    Raises:
+        DataReconError: a negative count, or more threads than this process has CPU cores
+            (``--threads 10000``: a typo; more threads than cores only adds contention).
+    """
     if threads is None or threads == 0:
         return
-    if threads < 0:
-        raise DataReconError(f"--threads must be >= 0 (0 = PyTorch's default), got {threads}")
+    check_threads(threads)
     torch.set_num_threads(int(threads))
 
 
-def check_out_file(path: Path, *, overwrite: bool, ours: bool = False) -> None:
-    """Refuse to replace an existing file that datarecon did not write, unless ``--overwrite``.
-
-    Args:
-        path: the output file (``report --out``, ``store export --out``).
-        overwrite: the user passed ``--overwrite``.
-        ours: the existing file is recognisably one datarecon wrote (then it is replaced).
+def check_threads(threads: int) -> int:
+    """``threads`` when it is a thread count this machine can run (0: PyTorch's default).
 
     Raises:
-        DataReconError: ``path`` is a folder, or an existing file that is not ours without ``--overwrite``.
+        DataReconError: a negative count, or more than :func:`cpu_count`.
     """
-    if path.is_dir():
-        raise DataReconError(f"--out {path} is a folder; pass a file name for --out")
-    if path.exists() and not (overwrite or ours):
-        raise DataReconError(f"{path} exists and was not written by datarecon; pass --overwrite to replace it "
-                             "or choose another --out")
+    if threads < 0:
+        raise DataReconError(f"--threads must be >= 0 (0 = PyTorch's default), got {threads}")
+    if threads > cpu_count():
+        raise DataReconError(f"--threads {threads} exceeds the {cpu_count()} CPU cores this process may use; pass at "
+                             f"most {cpu_count()} (0 = PyTorch's default)")
+    return threads

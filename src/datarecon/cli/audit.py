@@ -28,7 +28,7 @@ def audit_cmd(
                                        "(--device cuda)")] = "small",
     config: Annotated[Path | None, typer.Option("--config", help="YAML/TOML overrides over the scale preset "
                                                 "(one-to-one with datarecon.experiments.audit.AuditConfig).")] = None,
-    data_dir: Annotated[str | None, typer.Option("--data-dir", envvar="DATARECON_DATA", help="Data folder.")] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", envvar="DATARECON_DATA", help="Data folder.")] = None,
     device: DeviceOption = "cpu",
     threads: Annotated[int, typer.Option("--threads", min=0, help="torch threads per target (0: default)")] = 1,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress inside each target "
@@ -38,12 +38,13 @@ def audit_cmd(
     backend: Execution,
 ) -> None:
     """Defence audit: reconstruction against weight decay, training length and DP-SGD (Opacus)."""
-    from datarecon.cli._common import parse_device
+    from datarecon.cli._common import check_threads, parse_device
     from datarecon.config import read_config_mapping
     from datarecon.experiments.audit import load_audit_config, run_audit
     from datarecon.experiments.reproduce import Runtime
 
     parse_device(device)
+    check_threads(threads)
     overrides = read_config_mapping(config) if config is not None else None
     cfg = load_audit_config(scale=scale, overrides=overrides)
     runtime = Runtime(data_dir=data_dir, device=device, resume=output.resume, progress=progress)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from pathlib import Path
+
 import typer
 
 from datarecon.data import DATASETS, dataset_counts, resolve_data_dir
@@ -15,7 +17,7 @@ from datarecon.data import download_dataset
 from datarecon.errors import DataMissingError, DataReconError
 
 DataDirOpt = Annotated[
-    str | None,
+    Path | None,
     typer.Option("--data-dir", help="Data folder (default: $DATARECON_DATA, else the user cache)."),
 ]
 

@@ -21,8 +21,8 @@ def register(app: typer.Typer) -> None:
         progress: Annotated[bool, typer.Option("--progress/--no-progress",
                                                help="Show progress (a bar on a terminal, plain lines in a log).")] = True,
         quiet: Annotated[bool, typer.Option("--quiet", hidden=True, help="Deprecated: --no-progress.")] = False,
-        threads: Annotated[int | None, typer.Option("--threads", min=1, help="CPU threads for PyTorch (default 1: "
-                                                    "fastest for the demo's tiny model).")] = None,
+        threads: Annotated[int | None, typer.Option("--threads", help="CPU threads for PyTorch (0: its default, all "
+                                                    "cores; default 1: fastest for the demo's tiny model).")] = None,
     ) -> None:
         """Train a homogeneous MLP on digits odd/even, reconstruct its training data with the KKT attack,
         and write reconstructions.png and report.html."""
@@ -31,6 +31,10 @@ def register(app: typer.Typer) -> None:
         from datarecon.models.checkpoint import load_model_dir
         from datarecon.training.target import model_card
 
+        from datarecon.cli._common import check_threads
+
+        if threads is not None:
+            check_threads(threads)
         fields = read_config_mapping(config) if config is not None else {}
         cfg = build_config(DemoConfig, merge(fields, {"attack_steps": steps, "seed": seed, "threads": threads}),
                            where="demo config")

@@ -33,16 +33,14 @@ def _reference_sets(text: str) -> tuple[str, ...]:
     """``--against train,noise`` → ``("train", "noise")``.
 
     Raises:
-        DataReconError: an unknown name, or none at all.
+        DataReconError: an unknown name, one given twice, or none at all.
     """
-    from datarecon.evaluation.run_eval import REFERENCE_SETS
+    from datarecon.evaluation.run_eval import check_reference_sets
 
-    sets = tuple(s.strip() for s in text.split(",") if s.strip())
-    bad = [s for s in sets if s not in REFERENCE_SETS]
-    if bad or not sets:
-        raise DataReconError(f"unknown reference set(s) {bad or text!r} in --against; valid names: "
-                             f"{', '.join(sorted(REFERENCE_SETS))}")
-    return sets
+    try:
+        return check_reference_sets(tuple(s.strip() for s in text.split(",") if s.strip()))
+    except ValueError as exc:
+        raise DataReconError(f"--against {text}: {exc}") from None
 
 
 def _flags() -> tuple[Flag, ...]:
@@ -94,6 +92,7 @@ def register(app: typer.Typer) -> None:
             targets.append(pool_candidates(sweep, top=top))
         if not targets:
             raise DataReconError("nothing to evaluate; pass RUN directories or --sweep DIR")
+        check_runs(targets, settings)
         for run in targets:
             summary = _evaluate(Path(run), settings, data_dir=data_dir, progress=common.progress, train=train,
                                 heldout=heldout)
@@ -101,6 +100,8 @@ def register(app: typer.Typer) -> None:
             for line in _headline(summary):
                 typer.echo(line)
             _membership(Path(run), data_dir)
+            for line in convergence_lines(Path(run)):
+                typer.echo(line)
 
 
 def _membership(run: Path, data_dir: Path | None) -> None:
@@ -118,6 +119,41 @@ def _membership(run: Path, data_dir: Path | None) -> None:
         found = [k for k, v in ident["objectives"].items() if v.get("identifies")]
         typer.echo(f"identifiability: the training set fits {', '.join(found) or 'none'} of the objectives "
                    f"{', '.join(ident['objectives'])} better than every fake (datarecon identifiability)")
+
+
+def check_runs(runs: list[Path], settings: RunEvaluationSettings) -> None:
+    """Every run checked before the first is evaluated (``evaluate RE M`` used to rewrite RE's metrics
+    and only then refuse M), and none named twice.
+
+    Raises:
+        DataReconError, CheckpointError: one line naming the first bad run.
+    """
+    from datarecon.evaluation.run_eval import check_run
+
+    seen: dict[Path, Path] = {}
+    for run in runs:
+        key = Path(run).resolve()
+        if key in seen:
+            raise DataReconError(f"run {run} is given twice (as {seen[key]} and {run}); name each run once")
+        seen[key] = Path(run)
+        check_run(run, settings)
+
+
+def convergence_lines(run: Path) -> list[str]:
+    """``attack: converged: ...`` or ``attack: NOT converged: ...``, the verdict the report's attack card
+    shows (for a pool: how many of its runs converged, and the first that did not)."""
+    from datarecon.evaluation.run_eval import run_convergence
+
+    verdicts = run_convergence(run)
+    if not verdicts:
+        return []
+    if len(verdicts) == 1 and verdicts[0][0] == run.name:
+        c = verdicts[0][1]
+        return [("attack: converged: " if c.converged else "attack: NOT converged: ") + c.reason]
+    bad = [(name, c) for name, c in verdicts if not c.converged]
+    if not bad:
+        return [f"attack: converged: all {len(verdicts)} pooled runs ({verdicts[0][1].reason} for {verdicts[0][0]})"]
+    return [f"attack: NOT converged: {len(bad)} of {len(verdicts)} pooled runs ({bad[0][0]}: {bad[0][1].reason})"]
 
 
 def _headline(summary: dict) -> list[str]:

@@ -15,7 +15,8 @@ def register(app: typer.Typer) -> None:
         name: Annotated[str | None, typer.Argument(help="Example file to copy; omit to list them.")] = None,
         out: Annotated[str | None, typer.Option(help="Destination file or folder (default: ./NAME); a folder "
                                                 "given as DIR/ is created.", metavar="PATH")] = None,
-        overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing destination file.")] = False,
+        overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an unchanged copy of a shipped "
+                                                "example (never an edited copy or another file).")] = False,
     ) -> None:
         """List the example configuration files shipped with datarecon, or copy one (sweeps,
         reproduction overrides)."""

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
-from datarecon.cli._common import ThreadsOption, check_out_file, set_threads
-from datarecon.cli.options import config_options, flags
+from datarecon.cli._common import ThreadsOption, set_threads
+from datarecon.cli.options import OutFile, config_options, flags, out_file_options
 
 
 def _flags() -> Any:
@@ -26,15 +26,27 @@ def _flags() -> Any:
     return flags(IdentifiabilitySettings, parse={"objectives": names})
 
 
+def _is_result(path: Path) -> bool:
+    """Whether ``path`` is a result this command wrote (its JSON keys), which ``--overwrite`` may replace."""
+    from datarecon.errors import DataReconError
+    from datarecon.utils.io import read_json
+
+    try:
+        found = read_json(path)
+    except (DataReconError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(found, dict) and {"objectives", "formulation", "sets"} <= set(found)
+
+
 @config_options(_flags(), into="settings")
+@out_file_options(out="write the full result as JSON")
 def identifiability_cmd(
     model: Annotated[Path, typer.Argument(help="model directory (from `datarecon train`)")],
-    out: Annotated[Path | None, typer.Option("--out", help="write the full result as JSON")] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an existing --out file")] = False,
     data_dir: Annotated[Path | None, typer.Option("--data-dir", envvar="DATARECON_DATA", help="data folder")] = None,
     threads: ThreadsOption = 0,
     *,
     settings: dict[str, Any],
+    output: OutFile,
 ) -> None:
     """Which attack objective does the training set minimise? Residuals of the truth and of fakes."""
     from datarecon.config import build_config
@@ -43,8 +55,7 @@ def identifiability_cmd(
 
     set_threads(threads)
     cfg = build_config(IdentifiabilitySettings, settings, where="identifiability settings")
-    if out is not None:
-        check_out_file(out, overwrite=overwrite)
+    out = output.check(ours=_is_result, what="identifiability result")  # before any work
     result = identifiability(model, cfg, data_dir=data_dir)
     typer.echo(f"{model}: n = {result['n']} training images, {result['formulation']} margins; relative residual "
                "with optimal multipliers (lower fits better)")

@@ -47,6 +47,17 @@ def make_app() -> Any:
         add_completion=False,
     )
     app.command("version")(version_cmd)
+
+    def _version_flag(value: bool) -> None:
+        if value:
+            version_cmd()
+            raise typer.Exit()
+
+    @app.callback()
+    def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version_flag,
+                                           help="Print the versions that determine numerical results, as "
+                                           "`datarecon version` does, and exit.")) -> None:
+        """Training-data reconstruction attacks (KKT, DecoReco, bilevel) and their evaluation."""
     for name in _COMMAND_MODULES:
         importlib.import_module(f"datarecon.cli.{name}").register(app)
     return app
@@ -228,6 +239,21 @@ def _stopped(args: list[str]) -> int:
     return TERMINATED if terminated else INTERRUPTED
 
 
+def empty_argument(args: list[str]) -> str | None:
+    """The refusal of an empty argument (``--out ""``, ``--out=``, ``run ""``), else None.
+
+    An empty string is never a meaningful path or value, and as a path it reads as the current
+    folder (``--out ""`` was refused as "output directory . exists; pass --overwrite").
+    """
+    for i, arg in enumerate(args):
+        if arg.startswith("--") and arg.endswith("=") and len(arg) > 3:
+            return f"an empty value was given for {arg[:-1]}; pass a non-empty path or value"
+        if arg == "":
+            after = f"after {args[i - 1]} " if i > 0 else ""
+            return f"an empty argument was given {after}(\"\"); pass a non-empty path or value"
+    return None
+
+
 def _run(args: list[str], usage_error: type[Exception], no_args_is_help: type[Exception]) -> int:
     import typer
 
@@ -236,6 +262,8 @@ def _run(args: list[str], usage_error: type[Exception], no_args_is_help: type[Ex
     from datarecon.cli._warnings import cli_warnings
 
     try:
+        if (empty := empty_argument(args)) is not None:
+            raise DataReconError(empty)
         with cli_warnings():  # one line each, "warning: ...", once per topic
             rv = build_command().main(args=args, standalone_mode=False, prog_name="datarecon")
         code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0  # typer.Exit(code) comes back as code

@@ -107,6 +107,9 @@ def membership(
 
     if (images is None) == (not evaluate):
         raise DataReconError("pass --images PATH (score your images) or --evaluate (measure the signals), one of them")
+    if evaluate and calibration:
+        raise DataReconError("--null, --fpr and --signal set the member call of --images; --evaluate measures every "
+                             "signal's whole ROC: drop them")
     set_threads(where.threads)
     parse_device(where.device)
     known = build_config(KnowledgeSettings, knowledge, where="knowledge")

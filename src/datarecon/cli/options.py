@@ -65,6 +65,11 @@ class Flag:
         """The python name of the option's parameter (``data__seed``)."""
         return self.path.replace(".", "__")
 
+    @property
+    def metavar(self) -> str | None:
+        """What ``--help`` shows as the value of a parsed field (``<float|none>``); None: its type."""
+        return getattr(self.parse, "metavar", None)
+
 
 def _unwrap(annotation: Any) -> tuple[Any, list[Any]]:
     """``Annotated[X | None, m...]`` → (X, [m...]) with ``None`` dropped from a union."""
@@ -161,6 +166,17 @@ def _help(model: type[BaseModel], name: str, choices: tuple[str, ...]) -> str:
     return text
 
 
+def _default(model: type[BaseModel], name: str) -> str:
+    """`` [default: X]`` for a field whose default is a plain value (the flag itself defaults to "not
+    given", so typer cannot show it), else ""."""
+    default = model.model_fields[name].default
+    if isinstance(default, bool):
+        return f"  [default: {'--' if default else '--no-'}{name.replace('_', '-')}]"
+    if isinstance(default, (int, float, str)) and default != "":
+        return f"  [default: {default:g}]" if isinstance(default, float) else f"  [default: {default}]"
+    return ""
+
+
 def flags(model: type[BaseModel], *, prefix: dict[str, str] | None = None, rename: dict[str, Any] | None = None,
           parse: dict[str, Callable[[Any], Any]] | None = None, skip: tuple[str, ...] = (),
           hidden: tuple[str, ...] = ()) -> tuple[Flag, ...]:
@@ -195,8 +211,8 @@ def flags(model: type[BaseModel], *, prefix: dict[str, str] | None = None, renam
             raise TypeError(f"{path}: type {annotation!r} needs a parse function")
         if kind is bool:
             decls = tuple(f"{d}/--no-{d[2:]}" for d in decls)
-        out.append(Flag(path, decls, kind, _help(owner, last, _choices(inner, meta)), parse.get(path),
-                        hidden=path in hidden))
+        out.append(Flag(path, decls, kind, _help(owner, last, _choices(inner, meta)) + _default(owner, last),
+                        parse.get(path), hidden=path in hidden))
     unknown = (set(rename) | set(parse) | set(skip) | set(hidden)) - {p for p, _, _ in leaves}
     if unknown:
         raise TypeError(f"no such field in {model.__name__}: {sorted(unknown)}")
@@ -296,7 +312,7 @@ def config_options(table: tuple[Flag, ...], into: str = "overrides") -> Callable
     params = [
         inspect.Parameter(f.param, inspect.Parameter.KEYWORD_ONLY, default=None,
                           annotation=Annotated[f.kind | None, typer.Option(*f.decls, help=f.help, hidden=f.hidden,
-                                                                           show_default=False)])
+                                                                           show_default=False, metavar=f.metavar)])
         for f in table
     ]
     return lambda body: _extend(body, into, params, lambda given: overrides_from(table, given))
@@ -330,7 +346,7 @@ class Common:
     Attributes:
         progress: show progress (``--progress/--no-progress``; off under the deprecated ``--quiet``).
         quiet: the deprecated ``--quiet`` was given (commands may also drop their summary).
-        threads: CPU threads for PyTorch (``--threads``; 0: its default, all cores), already applied.
+        threads: CPU threads for PyTorch (``--threads``; default 1; 0: its default, all cores), already applied.
     """
 
     progress: bool
@@ -342,7 +358,7 @@ def common_options(*, progress: str = "Show progress (a bar on a terminal, plain
                    quiet: str = "Deprecated: --no-progress.") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a command body taking ``common`` (keyword, a :class:`Common`) with ``--progress/--no-progress``,
     the hidden deprecated ``--quiet`` and ``--threads`` (applied before the body runs); the helps may differ."""
-    from datarecon.cli._common import ThreadsOption, set_threads
+    from datarecon.cli._common import DEFAULT_THREADS, ThreadsOption, set_threads
 
     kw = inspect.Parameter.KEYWORD_ONLY
     params = [
@@ -350,7 +366,7 @@ def common_options(*, progress: str = "Show progress (a bar on a terminal, plain
                           annotation=Annotated[bool, typer.Option("--progress/--no-progress", help=progress)]),
         inspect.Parameter("quiet", kw, default=False,
                           annotation=Annotated[bool, typer.Option("--quiet", hidden=True, help=quiet)]),
-        inspect.Parameter("threads", kw, default=0, annotation=ThreadsOption),
+        inspect.Parameter("threads", kw, default=DEFAULT_THREADS, annotation=ThreadsOption),
     ]
 
     def build(given: dict[str, Any]) -> Common:
@@ -396,6 +412,41 @@ def output_options(*, out: str, resume: str, overwrite: str) -> Callable[[Callab
     return lambda body: _extend(body, "output", params, build, first=True)
 
 
+@dataclass(frozen=True)
+class OutFile:
+    """The one output file a command writes (``report``, ``store export``, ``membership``) and whether it
+    may replace an existing one, defined once (:func:`out_file_options`).
+
+    Attributes:
+        out: the output file (None: the command writes none).
+        overwrite: replace an existing ``out`` that datarecon wrote (never another file).
+    """
+
+    out: Path | None
+    overwrite: bool
+
+    def check(self, *, ours: Callable[[Path], bool], what: str) -> Path | None:
+        """The output rule of every command (:func:`datarecon.kernel.outdir.check_out_file`), before any work."""
+        from datarecon.kernel.outdir import check_out_file
+
+        return None if self.out is None else check_out_file(self.out, overwrite=self.overwrite, ours=ours, what=what)
+
+
+def out_file_options(*, out: str, default: Path | None = None, required: bool = False
+                     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command body taking ``output`` (keyword, an :class:`OutFile`) with ``--out`` (``-o``;
+    help per command) and ``--overwrite`` (the same help everywhere)."""
+    kw = inspect.Parameter.KEYWORD_ONLY
+    kind = Path if required or default is not None else Path | None
+    params = [
+        inspect.Parameter("out", kw, default=inspect.Parameter.empty if required else default,
+                          annotation=Annotated[kind, typer.Option("--out", "-o", help=out)]),
+        inspect.Parameter("overwrite", kw, default=False, annotation=Annotated[bool, typer.Option(
+            "--overwrite", help="Replace an existing --out that datarecon wrote (never another file).")]),
+    ]
+    return lambda body: _extend(body, "output", params, lambda given: OutFile(**given))
+
+
 def backend_options(*, workers: str, default_workers: int | None,
                     backend: str = "Execution backend: local (a process pool; in-process with one worker) | ray.",
                     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -438,6 +489,7 @@ def comma_ints(option: str, what: str = "integers") -> Callable[[str], list[int]
             raise DataReconError(f"{option} must be a comma-separated list of {what} like 1000,1000; "
                                  f"got {text!r}") from None
 
+    parse.metavar = "<int,...>"  # type: ignore[attr-defined]
     return parse
 
 
@@ -452,4 +504,5 @@ def number_or_none(option: str, what: str) -> Callable[[str], float | None]:
         except ValueError:
             raise DataReconError(f"{option} must be {what} or 'none'; got {text!r}") from None
 
+    parse.metavar = "<float|none>"  # type: ignore[attr-defined]
     return parse

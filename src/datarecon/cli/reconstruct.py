@@ -41,6 +41,14 @@ from datarecon.errors import DataReconError
 DATA_INITS = ("ground-truth", "partition", "mix")
 
 
+def run_fields() -> tuple[str, ...]:
+    """``--set`` keys that are the run's own fields (``--set candidates=8``, ``--set model=DIR``), not its
+    attack's: every field of the typed run but ``attack`` and ``init`` (read from the model)."""
+    from datarecon.experiments.reconstruct import ReconstructionRun
+
+    return tuple(f for f in ReconstructionRun.model_fields if f not in ("attack", "init"))
+
+
 def parse_set(items: list[str] | None) -> dict[str, Any]:
     """``["a=1", "b=x"]`` → ``{"a": 1, "b": "x"}`` (values parsed as YAML scalars)."""
     out: dict[str, Any] = {}
@@ -48,6 +56,9 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
         if "=" not in item:
             raise DataReconError(f"--set expects field=value, got {item!r}")
         key, value = item.split("=", 1)
+        if not key.strip() or any(not part for part in key.strip().split(".")):
+            raise DataReconError(f"--set {item}: the field name {key.strip()!r} is empty or has an empty part; pass "
+                                 "field=value (e.g. --set lr_x=0.01 or --set init.scale=0.05)")
         try:
             out[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError:
@@ -209,6 +220,9 @@ def reconstruct(
     from datarecon.experiments.reconstruct import DATA_INITS_NOTE, RunOptions, execute
     from datarecon.kernel.outdir import check_out_dir
 
+    if batch.runs == 1 and batch.mode != "auto":
+        raise DataReconError(f"--batch-mode {batch.mode} applies to --runs K (K runs stepped together); pass "
+                             "--runs K or drop --batch-mode")
     run, target, record = _run(model, source, overrides)
     out, resume, overwrite = output.out, output.resume, output.overwrite
     if batch.runs != 1:
@@ -242,12 +256,19 @@ def _run(model_options: ModelOptions, source: RunSource, overrides: dict[str, An
     config_file = source.config_file
     fields = read_config_mapping(config_file) if config_file is not None else {}
     where = f"run file {config_file}" if config_file is not None else "run"
+    for section, example in (("attack", "{method: kkt, steps: 500}"), ("init", "{name: gaussian, scale: 0.05}")):
+        if fields.get(section) is not None and not isinstance(fields[section], dict):
+            raise DataReconError(f"invalid {where}: {section}: must be a mapping like {example}, got "
+                                 f"{fields[section]!r}")
     sets = parse_set(source.sets)
-    run_sets = {k: v for k, v in sets.items() if "." in k}
+    run_sets = {k: v for k, v in sets.items() if "." in k or k in run_fields()}  # the rest: attack fields
     _check_counts(overrides)
     method, attack = _attack_fields(source.method, fields, overrides.pop("attack", {}), sets)
     init_name, init_fields = _init_fields(source.init, fields, overrides.pop("init", {}))
     model, target, record = _own_model(model_options, init_name=init_name)
+    if unknown := [k for k in fields if k not in (*run_fields(), "attack", "init")]:  # before "missing --model"
+        raise DataReconError(f"invalid {where}: {', '.join(map(str, unknown))}: unknown "
+                             f"key{'s' if len(unknown) > 1 else ''} (allowed keys: attack, init, {', '.join(run_fields())})")
     if model is None and "model" not in fields:
         raise DataReconError("missing --model; pass the model directory (--model DIR) or a run file with model: DIR")
     data = merge({k: v for k, v in fields.items() if k not in ("attack", "init")},
@@ -302,8 +323,11 @@ def _attack_fields(method: str | None, fields: dict[str, Any], given: dict[str, 
     attack_file = dict(fields.get("attack") or {})
     method = method or attack_file.pop("method", None) or "kkt"
     attack_file.pop("method", None)
-    attack_sets = {k: v for k, v in sets.items() if "." not in k}
+    attack_sets = {k: v for k, v in sets.items() if "." not in k and k not in run_fields()}
     attack_sets.update({k.split(".", 1)[1]: v for k, v in sets.items() if k.startswith("attack.")})
+    steps = given.get("steps")
+    if isinstance(steps, int) and steps < 1:  # the one message of every count below 1 (not "greater than 0")
+        raise DataReconError(f"steps must be at least 1, got {steps}; pass --steps N with N >= 1")
     config = method_config(method, attack_file, **given)
     config = method_config(method, merge(config.model_dump(), attack_sets))
     if config.steps < 1:  # type: ignore[attr-defined]

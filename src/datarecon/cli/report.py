@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from datarecon.cli._common import ThreadsOption
+from datarecon.cli._common import DEFAULT_THREADS, ThreadsOption
+from datarecon.cli.options import OutFile, out_file_options
 from datarecon.kernel.files import METRICS_FILE, REPORT_HTML
 
 
@@ -16,12 +17,14 @@ REQUIRED_METRICS = ("nearest", "metric")
 
 
 def check_evaluated(run: Path) -> None:
-    """Refuse a run folder whose ``metrics.json`` is not an evaluation (``{}``, another tool's file).
+    """Refuse a run folder whose ``metrics.json`` is not an evaluation (``{}``, another tool's file) or
+    holds a field of the wrong type or range (:func:`datarecon.evaluation.records.read_metrics`).
 
     Raises:
-        DataReconError: one line naming the missing fields and the fix (``datarecon evaluate RUN``).
+        DataReconError: one line naming the missing or bad field and the fix (``datarecon evaluate RUN``).
     """
     from datarecon.errors import DataReconError
+    from datarecon.evaluation.records import read_metrics
     from datarecon.utils.io import read_json
 
     path = Path(run) / METRICS_FILE
@@ -32,28 +35,46 @@ def check_evaluated(run: Path) -> None:
     if missing:
         raise DataReconError(f"{path} is not an evaluation by datarecon (no {', '.join(missing)}); rerun "
                              f"`datarecon evaluate {run}` to write it")
+    read_metrics(run)
+
+
+def check_distinct(runs: list[Path]) -> None:
+    """Refuse a run named twice (``report RE RE``, or ``RE`` and ``./RE``): the report would show it twice.
+
+    Raises:
+        DataReconError: one line naming the run given twice.
+    """
+    from datarecon.errors import DataReconError
+
+    seen: dict[Path, Path] = {}
+    for run in runs:
+        key = Path(run).resolve()
+        if key in seen:
+            raise DataReconError(f"run {run} is given twice (as {seen[key]} and {run}); name each run once")
+        seen[key] = Path(run)
 
 
 def register(app: typer.Typer) -> None:
     """Add ``report`` to ``app``."""
 
     @app.command("report")
+    @out_file_options(out="Output HTML file.", default=Path(REPORT_HTML))
     def report_cmd(
         runs: Annotated[list[Path], typer.Argument(help="Evaluated run directories.")],
-        out: Annotated[Path, typer.Option(help="Output HTML file.")] = Path(REPORT_HTML),
         title: Annotated[str, typer.Option(help="Report title.")] = "datarecon report",
-        overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out file that "
-                                                "datarecon did not write.")] = False,
-        threads: ThreadsOption = 0,
+        threads: ThreadsOption = DEFAULT_THREADS,
+        *,
+        output: OutFile,
     ) -> None:
         """Write a self-contained HTML report (images embedded; opens offline)."""
-        from datarecon.cli._common import check_out_file, set_threads
+        from datarecon.cli._common import set_threads
         from datarecon.report import render_report
         from datarecon.report.html import is_report
 
         set_threads(threads)
+        check_distinct(runs)
         for run in runs:
             check_evaluated(run)
-        check_out_file(out, overwrite=overwrite, ours=is_report(out))
+        out = output.check(ours=is_report, what="report")
         path = render_report(runs, out=out, title=title)
         typer.echo(f"wrote {path}")

@@ -25,11 +25,16 @@ def run(
 ) -> None:
     """Run an experiment file: train the target, attack it, evaluate and report, resumably."""
     from datarecon.cli._common import command_line
-    from datarecon.experiments.experiment import load_experiment, run_experiment
+    from datarecon.experiments.experiment import finished_stages, load_experiment, run_experiment
 
     exp = load_experiment(experiment)
+    before = [] if overwrite else finished_stages(out, exp)
     stages = run_experiment(exp, out, data_dir=data_dir, overwrite=overwrite, progress=common.progress,
                             record={"resume_command": command_line()})
+    if before:
+        typer.echo(f"{out}: {', '.join(before)} already finished there, not run again"
+                   + ("; nothing left to do (--overwrite starts afresh)" if len(before) == sum(
+                       v != "skipped" for v in stages.values()) else ""))
     typer.echo(", ".join(f"{k}: {v}" for k, v in stages.items()) + f"; wrote {out}")
     for line in result_lines(out, stages):
         typer.echo(line)

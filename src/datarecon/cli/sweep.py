@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from datarecon.cli.options import backend_options
+from datarecon.cli.options import OutFile, backend_options, out_file_options
 from datarecon.experiments.execution import Execution
 from datarecon.errors import DataReconError
 
@@ -92,12 +92,11 @@ def pool_cmd(
 @store_app.command("rebuild")
 def store_rebuild(root: Path = typer.Argument(..., help="store directory")) -> None:
     """Re-create index.sqlite from the run directories."""
-    from datarecon.experiments.store import Store
+    from datarecon.experiments.store import Store, check_store
 
     from datarecon.utils.lock import hold
 
-    if not root.is_dir():
-        raise DataReconError(f"store directory {root} not found")
+    check_store(root)
     with hold(root, what="results store"):
         n = Store(root).rebuild()
     typer.echo(f"indexed {n} runs in {root / 'index.sqlite'}")
@@ -156,18 +155,17 @@ def _lookup(row: dict, dotted: str) -> object:
 
 
 @store_app.command("export")
+@out_file_options(out="FILE.csv (or FILE.parquet with pyarrow)", required=True)
 def store_export(
     root: Path = typer.Argument(..., help="store directory"),
-    out: Path = typer.Option(..., "--out", "-o", help="FILE.csv (or FILE.parquet with pyarrow)"),
     sort: Optional[str] = typer.Option(None, "--sort", help="row order (as for list)"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing --out file"),
+    *,
+    output: OutFile,
 ) -> None:
     """Export the index with flattened config / selection columns."""
-    from datarecon.cli._common import check_out_file
-    from datarecon.experiments.store import Store
+    from datarecon.experiments.store import Store, is_export
 
-    check_out_file(out, overwrite=overwrite)
-
+    out = output.check(ours=is_export, what="store export")
     path = Store(root).export(out, sort=sort)
     typer.echo(f"wrote {path}")
 

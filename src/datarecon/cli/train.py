@@ -39,8 +39,8 @@ def _flags() -> tuple[Flag, ...]:
 @common_options(quiet="Deprecated: --no-progress, and no model card.")
 def train_cmd(
     config: Annotated[Path | None, typer.Option("--config", help="YAML/TOML training config; options override it.")] = None,
-    data_dir: Annotated[str | None, typer.Option("--data-dir", envvar="DATARECON_DATA",
-                                                 help="Data folder (default $DATARECON_DATA).")] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", envvar="DATARECON_DATA",
+                                                  help="Data folder (default $DATARECON_DATA).")] = None,
     *,
     output: Output,
     common: Common,

@@ -83,7 +83,10 @@ def _check_split(split: str) -> None:
 
 
 def _where(root: Path) -> str:
-    return f"{root}" + ("" if root.is_dir() else " (which does not exist)")
+    """The data folder as messages name it, with what is wrong with it (a file, nothing there)."""
+    if root.is_dir():
+        return f"{root}"
+    return f"{root}" + (" (which is a file, not a folder)" if root.exists() else " (which does not exist)")
 
 
 # ---------------------------------------------------------------------------

@@ -90,6 +90,19 @@ class DataSpec(BaseModel):
                 data["n_heldout_per_class"] = HELDOUT_FACTOR * n if isinstance(n, int) and not isinstance(n, bool) else n
         return data
 
+    def checked(self, where: str) -> DataSpec:
+        """This spec when its dataset and task resolve (:meth:`resolved_task`); for a spec read from a
+        file (a model directory's record), whose errors name ``where``.
+
+        Raises:
+            DataReconError: ``invalid <where>: ...`` (an unknown dataset or task, a task that does not fit).
+        """
+        try:
+            self.resolved_task()
+        except DataReconError as exc:
+            raise DataReconError(f"invalid {where}: {exc}") from None
+        return self
+
     def resolved_task(self) -> ResolvedTask:
         """The task applied to the dataset (checks both names; reads no data).
 

@@ -399,7 +399,8 @@ def signal_verdict(summary: Mapping[str, Any], *, fprs: Sequence[float] = LOW_FP
     least = int(summary.get("min_class_size") or MIN_CLASS_SIZE)
     if n_pos is None or n_neg is None:
         return SignalVerdict("", str(summary.get("note") or "not measured: no held-out images"),
-                             "held-out images (the rule compares each candidate with them)", None, "warn")
+                             "needs both training and held-out images: evaluate against train and heldout "
+                             "(--against)", None, "warn")
     measured = f"{n_pos} candidates {POSITIVE}, {n_neg} {NEGATIVE}"
     scores = dict(summary.get("scores") or {})
     if min(n_pos, n_neg) < least:

@@ -32,17 +32,20 @@ References:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 from torch import Tensor
 
-from datarecon.config import build_config
+from datarecon.attacks.convergence import Convergence, assess_convergence
+from datarecon.config import build_config, build_record
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.evaluation.baselines import headline_rule, noise_images
+from datarecon.evaluation.records import read_run_fields
 from datarecon.evaluation.neighbours import Neighbours
 from datarecon.evaluation.privacy import PrivacyScore
 from datarecon.evaluation.protocol import HaimResult, init_similarity
@@ -62,8 +65,9 @@ from datarecon.evaluation.reports import (
 from datarecon.evaluation.similarity import check_images, effective_window_size
 from datarecon.kernel.status import EVALUABLE as STATUS_EVALUABLE, Status
 from datarecon.kernel.losses import margins
-from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
-from datarecon.kernel.files import CANDIDATES, CANDIDATES_CSV, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RUN_JSON, TASK_FILE
+from datarecon.utils.io import atomic_write_json, load_tensors, read_json, read_json_lines, save_tensors, write_csv
+from datarecon.utils.lock import check_free, hold
+from datarecon.kernel.files import CANDIDATES, CANDIDATES_CSV, HISTORY, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RUN_JSON, TASK_FILE
 
 __all__ = [
     "Evaluation",
@@ -325,8 +329,9 @@ def _privacy(primary: tuple[Neighbours | None, Neighbours | None], scores: Mappi
     metric), or a note saying which set (``keys``: training, held-out name) is missing."""
     if primary[0] is not None and primary[1] is not None:
         return privacy_section(primary[0], primary[1], scores, config, floor=floor)
-    train_key, heldout_key = keys
-    return None, {}, {"note": f"no {heldout_key!r} or {train_key!r} reference set: real/fake labels not computed"}
+    missing = " and ".join(repr(k) for k, nb in zip(keys, primary, strict=True) if nb is None)
+    return None, {}, {"note": f"not measured: no {missing} reference set (the rule compares each candidate with the "
+                              "nearest training and the nearest held-out image)"}
 
 
 def _candidate_roc(train_nb: Neighbours, head: Mapping[str, Any], scores: Mapping[str, Tensor]) -> dict[str, Any]:
@@ -411,6 +416,37 @@ def _margins(bundle, x_model: Tensor, y: Tensor) -> Tensor | None:
     return margins(out, y.reshape(-1), multiclass=multiclass).double()
 
 
+def run_convergence(run_dir: str | Path) -> list[tuple[str, Convergence]]:
+    """Whether the attack of ``run_dir`` converged (:func:`~datarecon.attacks.convergence.assess_convergence`,
+    the verdict the report's attack card shows): one ``(name, verdict)``, or one per source run of a
+    pool (``reconstruct --runs K``, ``sweep pool``); source runs no longer on disk are left out.
+
+    Raises:
+        CheckpointError: a run.json that is not one datarecon wrote.
+    """
+    run_dir = Path(run_dir)
+    meta = read_run_fields(run_dir / RUN_JSON)
+    if meta.get("method") != "pool":
+        return [(run_dir.name, _verdict(run_dir, meta))]
+    out = []
+    for source in (meta.get("extra") or {}).get("sources") or []:
+        rel = str(source.get("run_dir") or "") if isinstance(source, Mapping) else ""
+        found = next((d for d in (run_dir / rel, run_dir.parent.parent / rel) if rel and (d / RUN_JSON).is_file()),
+                     None)
+        if found is not None:
+            out.append((str(source.get("key") or rel), _verdict(found, read_run_fields(found / RUN_JSON))))
+    return out
+
+
+def _verdict(run_dir: Path, meta: Mapping[str, Any]) -> Convergence:
+    """:func:`assess_convergence` of one run from its history and record (as the report judges it)."""
+    selection = (meta.get("selection") or {}).get("relative_residual")
+    rel = selection.get("value") if isinstance(selection, Mapping) else selection
+    return assess_convergence(read_json_lines(run_dir / HISTORY), status=str(meta.get("status") or Status.COMPLETE),
+                              relative_residual=rel if isinstance(rel, (int, float)) else None,
+                              initial_loss=(meta.get("extra") or {}).get("param_distance_x0"))
+
+
 def how_to_finish(run_dir: Path, meta: Mapping[str, Any]) -> str:
     """How to finish the run in ``run_dir``: the command its ``run.json`` recorded, else by who wrote it."""
     command = meta.get("resume_command")
@@ -453,6 +489,22 @@ _DEFAULTS = EvaluationConfig.model_fields
 REFERENCE_SETS: tuple[str, ...] = ("train", "partition", "noise", "heldout")
 
 
+def check_reference_sets(names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` when each is a reference set (:data:`REFERENCE_SETS`) named once; one set given twice
+    would be evaluated and reported twice.
+
+    Raises:
+        ValueError: an unknown name, a repeated one, or none.
+    """
+    bad = [a for a in names if a not in REFERENCE_SETS]
+    if bad or not names:
+        raise ValueError(f"unknown reference set(s) {bad or list(names)}; valid names: {', '.join(sorted(REFERENCE_SETS))}")
+    twice = sorted({a for a in names if names.count(a) > 1})
+    if twice:
+        raise ValueError(f"reference set(s) {', '.join(twice)} given more than once; name each set once")
+    return tuple(names)
+
+
 class RunEvaluationSettings(BaseModel):
     """How :func:`evaluate_run` evaluates a run directory (one-to-one with the options of
     ``datarecon evaluate``); :meth:`evaluation` gives the :class:`EvaluationConfig` it runs under.
@@ -489,6 +541,14 @@ class RunEvaluationSettings(BaseModel):
     seed: int = _DEFAULTS["noise_seed"].default
     allow_incomplete: bool = False
     grid_max: int = GRID_MAX
+
+    @field_validator("against")
+    @classmethod
+    def _known_sets(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            return check_reference_sets(v)
+        except ValueError as exc:  # the one line of the Python API and the command line alike
+            raise DataReconError(str(exc)) from None
 
     def evaluation(self) -> EvaluationConfig:
         """The evaluation settings (``seed`` seeds both the noise reference set and the noise baselines).
@@ -546,42 +606,61 @@ def evaluate_run(run_dir: str | Path, settings: RunEvaluationSettings | Mapping[
 
     Raises:
         CheckpointError: missing run files or model directory.
-        DataReconError: unknown reference set name, shape mismatch, run not complete, bad settings.
+        DataReconError: unknown reference set name, shape mismatch, run not complete, bad settings, or
+            the run directory in use by another process (an attack or evaluation writing it).
     """
     s = settings if isinstance(settings, RunEvaluationSettings) else build_config(
         RunEvaluationSettings, dict(settings or {}), where="evaluation settings")
-    run = _read_run(Path(run_dir), s)
-    if run.meta.get("own_model") and not run.meta.get("model_dir"):
-        return _evaluate_own_run(run, s, train=train, heldout=heldout, write=write, progress=progress)
-    if train is not None or heldout is not None:
-        raise DataReconError(f"{run.dir} attacked a model directory; its training and held-out images come from "
-                             "there: drop train/heldout (--train/--heldout)")
-    return _evaluate_model_run(run, s, data_dir=data_dir, write=write, progress=progress)
+    check_run(run_dir, s)
+    with hold(run_dir, what="run directory") if write else nullcontext():  # one writer of its metrics at a time
+        run = _read_run(Path(run_dir), s)
+        if run.meta.get("own_model") and not run.meta.get("model_dir"):
+            return _evaluate_own_run(run, s, train=train, heldout=heldout, write=write, progress=progress)
+        if train is not None or heldout is not None:
+            raise DataReconError(f"{run.dir} attacked a model directory; its training and held-out images come from "
+                                 "there: drop train/heldout (--train/--heldout)")
+        return _evaluate_model_run(run, s, data_dir=data_dir, write=write, progress=progress)
 
 
-def _read_run(run_dir: Path, s: RunEvaluationSettings) -> _Run:
-    """Check the reference set names and the run directory, and read its record and candidates.
+def check_run(run_dir: str | Path, settings: RunEvaluationSettings) -> dict[str, Any]:
+    """The checks :func:`evaluate_run` makes before it reads any tensor, so a command given several
+    runs refuses a bad one before it writes anything: the run folder exists, is a run directory
+    that no other process is writing, holds its files and may be evaluated.
+
+    Returns:
+        The run's ``run.json`` (its fields checked, :func:`~datarecon.evaluation.records.read_run_fields`).
 
     Raises:
-        CheckpointError: missing run files (saying how to finish the run), a model directory, bad tensors.
-        DataReconError: unknown reference set name, run not complete (without ``allow_incomplete``).
+        CheckpointError: missing run files (saying how to finish the run), a model directory, a bad run.json.
+        DataReconError: the run is in use by another process, or not complete (without ``allow_incomplete``).
     """
-    bad = [a for a in s.against if a not in REFERENCE_SETS]
-    if bad:
-        raise DataReconError(f"unknown reference set(s) {bad}; valid names: {', '.join(sorted(REFERENCE_SETS))}")
+    run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise CheckpointError(f"run directory {run_dir} not found; run an attack with `datarecon reconstruct`")
     if (run_dir / MODEL_JSON).is_file() and not (run_dir / RUN_JSON).is_file():
         raise CheckpointError(f"{run_dir} is a model directory, not a run directory; attack it with `datarecon "
                               f"reconstruct --model {run_dir} --out RUN` and evaluate RUN")
+    check_free(run_dir, what="run directory")  # an attack or an evaluation still writing it: say so first
     for name in (RUN_JSON, CANDIDATES):
         if not (run_dir / name).is_file():
             raise CheckpointError(f"{run_dir} is incomplete: {_incomplete(run_dir, name)}")
-    meta = read_json(run_dir / RUN_JSON)
+    meta = read_run_fields(run_dir / RUN_JSON)
     status = meta.get("status", Status.COMPLETE)
-    if status not in EVALUABLE and not s.allow_incomplete:
+    if status not in EVALUABLE and not settings.allow_incomplete:
         raise DataReconError(f"run {run_dir} has status {status!r}; {how_to_finish(run_dir, meta)}, or pass "
                              "--allow-incomplete (allow_incomplete=True in Python)")
+    return meta
+
+
+def _read_run(run_dir: Path, s: RunEvaluationSettings) -> _Run:
+    """Check the run directory (:func:`check_run`) and read its record and candidates.
+
+    Raises:
+        CheckpointError: missing run files (saying how to finish the run), a model directory, bad tensors.
+        DataReconError: run in use or not complete (without ``allow_incomplete``).
+    """
+    meta = check_run(run_dir, s)
+    status = meta.get("status", Status.COMPLETE)
     tensors = load_tensors(run_dir / CANDIDATES)
     if "x" not in tensors:
         raise CheckpointError(f"{run_dir / 'candidates.safetensors'} has no 'x' tensor; re-create the run")
@@ -605,7 +684,8 @@ def _load_target(run: _Run, data_dir: str | Path | None):
 
     model_dir = _resolve_model_dir(run.dir, run.meta.get("model_dir"))
     bundle = load_model_dir(model_dir)
-    spec = DataSpec.model_validate(bundle.data)
+    where = f"data spec of {Path(model_dir) / MODEL_JSON}"
+    spec = build_record(DataSpec, bundle.data, where=where).checked(where)
     task = load_task(spec, data_dir=data_dir)
     check_fingerprint(task, bundle.meta.get("data_fingerprint"), where=str(model_dir))
     norm = Normalisation.from_mean(bundle.normalisation, bundle.input_mean)

@@ -197,7 +197,7 @@ def dp_train_piece(key: str, training: TargetTraining, data: Mapping[str, Any], 
         base = training.train_config(data, device=ctx.device).model_dump(mode="json")
         cfg = TrainConfig.model_validate({**base, "dp": None if dp is None else dp.model_dump(mode="json")})
         res = train_target(cfg, data_dir=ctx.data_dir, out=d / "model", resume=ctx.resume, overwrite=not ctx.resume,
-                           progress=ctx.progress, kkt_score=training.kkt_score)
+                           progress=ctx.progress, kkt_score=training.kkt_score, nested=True)
         return {"metrics": res.metrics, "model_dir": "model", "config_hash": cfg.hash()}
 
     spec = {"training": training.model_dump(mode="json"), "data": dict(data),

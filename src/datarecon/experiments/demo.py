@@ -57,7 +57,8 @@ class DemoConfig(BaseModel):
     alpha: float = Field(default=20.0, gt=0)
     init_scale: float = Field(default=0.05, gt=0)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
-    threads: int = Field(default=1, ge=1, description="torch intra-op threads (tiny model: 1 is fastest)")
+    threads: int = Field(default=1, ge=0, description="torch intra-op threads (0: PyTorch's default, all cores; "
+                         "tiny model: 1 is fastest)")
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,8 @@ def _run_demo(config: DemoConfig, *, out: Path, data_dir: str | Path | None, pro
 
     # The demo's matrices are tiny: thread start-up costs more than it saves (measured 14 s with one
     # thread vs 95 s with two on the shared 2-core machine; docs/PERFORMANCE.md).
-    torch.set_num_threads(config.threads)
+    if config.threads:
+        torch.set_num_threads(config.threads)
     heldout = config.heldout_per_class if config.heldout_per_class is not None else 2 * config.n_per_class
     data = DataSpec(dataset="digits", task="odd-even", n_per_class=config.n_per_class, seed=config.seed,
                     n_heldout_per_class=heldout)
@@ -119,19 +121,22 @@ def _run_demo(config: DemoConfig, *, out: Path, data_dir: str | Path | None, pro
         schedule=config.train_schedule,
         seed=config.seed, stop=StopConfig(), log_every=100,
     )
-    trained = train_target(train_cfg, data_dir=data_dir, out=out / "model", overwrite=True, progress=progress)
+    trained = train_target(train_cfg, data_dir=data_dir, out=out / "model", overwrite=True, progress=progress,
+                           nested=True)
     attack_cfg = {"lr_x": config.lr_x, "lr_lambda": config.lr_lambda, "lambda_min": config.lambda_min,
                   "alpha": config.alpha}
     settings = {"attack": {"method": "kkt", **attack_cfg, "steps": config.attack_steps},
                 "init": {"name": "gaussian", "scale": config.init_scale}, "seed": config.seed}
     rec = reconstruct(out / "model", settings, out / "run",
-                      RunOptions(data_dir=data_dir, progress=progress, raise_on_divergence=True))
+                      RunOptions(data_dir=data_dir, progress=progress, raise_on_divergence=True, nested=True))
     summary = evaluate_run(out / "run", data_dir=data_dir, progress=progress)
     attach_membership(out / "run", data_dir=data_dir)
     attach_identifiability(out / "run", data_dir=data_dir)
     nb = load_tensors(out / "run" / NEIGHBOURS_FILE)
     fig = neighbour_grid(nb["candidates"], {"train": nb["train"]}, scores={"train": nb["train_score"].tolist()},
-                         max_items=24, title="KKT reconstructions (left) beside their nearest training image")
+                         max_items=24, title="KKT reconstructions (left) beside their nearest training image",
+                         indices={"train": nb["train_index"].tolist()}, total=int(nb["n_candidates"].reshape(-1)[0]),
+                         sorted_by="SSIM to their nearest training image")
     picture = out / RECONSTRUCTIONS_PNG
     save_figure(fig, picture)
     report = render_report([out / "run"], out=out / REPORT_HTML, title="datarecon demo: KKT attack on digits")

@@ -63,19 +63,32 @@ def copy_example(name: str, *, out: str | os.PathLike | None = None, overwrite: 
         name: A file name from :func:`list_examples`.
         out: Destination file, or a folder: an existing one, or one written with a trailing slash
             (``--out configs/``), which is created.
-        overwrite: Replace an existing destination file.
+        overwrite: Replace an existing destination file that is an unchanged copy of a shipped
+            example (the output rule of every command: :func:`datarecon.kernel.outdir.check_out_file`;
+            an edited copy is the user's and is kept).
 
     Returns:
         The path written.
 
     Raises:
-        DataReconError: unknown name, or the destination exists and ``overwrite`` is False.
+        DataReconError: unknown name, the destination lies inside another datarecon folder, or it
+            exists and is not replaceable (``overwrite`` False, or not an unchanged example).
     """
+    from datarecon.kernel.outdir import check_out_file
+
     data = read_example(name)
     dest = Path(name) if out is None else Path(out)
     if dest.is_dir() or (out is not None and str(out).endswith(("/", os.sep))):
         dest = dest / name
-    if dest.exists() and not overwrite:
-        raise DataReconError(f"{dest} exists; pass --overwrite to replace it or choose another --out")
+    check_out_file(dest, overwrite=overwrite, ours=is_shipped_example, what="copy of a shipped example")
     atomic_write_bytes(dest, data)
     return dest
+
+
+def is_shipped_example(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds exactly one of the shipped examples (a copy nobody edited)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return False
+    return any(data == read_example(name) for name in list_examples())

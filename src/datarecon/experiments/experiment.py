@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from datarecon.config import Seed, build_config, read_config_mapping
-from datarecon.evaluation.run_eval import REFERENCE_SETS
+from datarecon.evaluation.run_eval import check_reference_sets
 from datarecon.errors import DataReconError
 from datarecon.experiments.reconstruct import ReconstructionRun, RunSettings
 from datarecon.kernel.status import Status
@@ -75,10 +75,7 @@ class EvaluateSettings(_Frozen):
     @field_validator("against")
     @classmethod
     def _known_sets(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [a for a in v if a not in REFERENCE_SETS]
-        if bad or not v:
-            raise ValueError(f"unknown reference set(s) {bad or list(v)}; valid names: {', '.join(sorted(REFERENCE_SETS))}")
-        return v
+        return check_reference_sets(v)
 
     @field_validator("metric")
     @classmethod
@@ -157,6 +154,9 @@ def build_experiment(fields: Mapping[str, Any], *, where: str = "experiment") ->
 
     data = dict(fields)
     if isinstance(data.get("attack"), Mapping):
+        if "model" in data["attack"]:
+            raise DataReconError(f"{where}: attack: model: the attack's target is the experiment's own (its train: or "
+                                 "model: at the top level); move the model directory to the top-level model: key")
         try:
             run = build_run({**dict(data["attack"]), "model": "-"}, where="run")
         except DataReconError as exc:
@@ -165,9 +165,34 @@ def build_experiment(fields: Mapping[str, Any], *, where: str = "experiment") ->
     return build_config(Experiment, data, where=where)
 
 
+def finished_stages(out: str | Path, experiment: Experiment) -> list[str]:
+    """The stages of ``experiment`` already complete in the folder ``out`` (a rerun skips them); [] for
+    a new folder or one of another experiment."""
+    out = Path(out)
+    state = _state(out) if out.is_dir() else None
+    if not state or state.get("config_hash") != experiment.hash():
+        return []
+    stages = state.get("stages") or {}
+    return [s for s in STAGES if stages.get(s) == Status.COMPLETE.value]
+
+
 def _state(out: Path) -> dict[str, Any] | None:
+    """The record ``experiment.json`` of an experiment folder (None without one).
+
+    Raises:
+        DataReconError: a damaged record, with how to start the experiment afresh.
+    """
     path = out / EXPERIMENT_JSON
-    return read_json(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        state = read_json(path)
+    except DataReconError as exc:
+        raise DataReconError(f"{exc}".split("; re-create it")[0] + "; rerun with --overwrite to start the experiment "
+                             "afresh (only what datarecon wrote there is replaced)") from None
+    if not isinstance(state, dict):
+        raise DataReconError(f"{path} does not hold an experiment record; rerun with --overwrite to start afresh")
+    return state
 
 
 def run_experiment(experiment: Experiment, out: str | Path, *, data_dir: str | Path | None = None,
@@ -200,7 +225,8 @@ def run_experiment(experiment: Experiment, out: str | Path, *, data_dir: str | P
                              f"{experiment.hash()}); use a new --out, or --overwrite to start afresh")
     with claim_out_dir(out, kind="experiment", overwrite=overwrite, resume=state is not None) as claim:
         if experiment.model is not None and not Path(experiment.model).is_dir():
-            raise DataReconError(f"model directory {experiment.model} not found; train one (`datarecon train`) or "
+            what = "is a file, not a model directory" if Path(experiment.model).exists() else "not found"
+            raise DataReconError(f"model directory {experiment.model} {what}; train one (`datarecon train`) or "
                                  "fix model: in the experiment file")
         if experiment.train is not None and state is None:
             from datarecon.data import load_task
@@ -231,7 +257,7 @@ def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | No
 
         record("train", Status.RUNNING)
         train_target(experiment.train, data_dir=data_dir, out=out / MODEL_SUBDIR,
-                     resume=(out / MODEL_SUBDIR).exists(), progress=progress)
+                     resume=(out / MODEL_SUBDIR).exists(), progress=progress, nested=True)
         record("train", Status.COMPLETE)
     elif experiment.train is None:
         stages["train"] = "skipped"
@@ -241,7 +267,7 @@ def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | No
 
         record("attack", Status.RUNNING)
         how = RunOptions(resume=(out / RUN_SUBDIR).exists(), data_dir=data_dir, progress=progress,
-                        raise_on_divergence=True)
+                        raise_on_divergence=True, nested=True)
         rec = execute(experiment.reconstruction_run(out), out / RUN_SUBDIR, how, record=run_record or None)
         record("attack", Status.COMPLETE if rec.status != Status.RUNNING else Status.RUNNING)
 

@@ -33,11 +33,11 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_serializer, model_validator
 
 import datarecon.attacks  # noqa: F401  (registers every attack: the union below is built from ATTACKS)
-from datarecon.attacks.base import ATTACKS, AttackerPrior, AttackSetup, Reconstruction, Target
+from datarecon.attacks.base import ATTACKS, AttackerPrior, AttackSetup, Reconstruction, Target, check_weight_scale
 from datarecon.attacks.init import INITS, init_params as validate_init_params
 from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.attacks.loop import ATTACK_LOOP
-from datarecon.config import build_config, merge
+from datarecon.config import build_config, build_record, merge
 from datarecon.errors import DataReconError, DivergenceError
 from datarecon.utils.device import parse_device
 from datarecon.utils.dtypes import torch_dtype
@@ -260,7 +260,8 @@ def init_sources(model_dir: str | Path, *, data_dir: str | Path | None = None) -
     from datarecon.data.selection import check_fingerprint
 
     meta = read_model_meta(model_dir)
-    task = load_task(DataSpec.model_validate(meta["data"]), data_dir=data_dir)
+    where = f"data spec of {Path(model_dir) / 'model.json'}"
+    task = load_task(build_record(DataSpec, meta["data"], where=where).checked(where), data_dir=data_dir)
     check_fingerprint(task, meta.get("data_fingerprint"), where=str(model_dir), splits=("train", "partition"))
     norm = Normalisation.from_mean(meta.get("normalisation", "unit"),
                                    load_tensors(Path(model_dir) / EXTRAS)["input_mean"])
@@ -305,6 +306,7 @@ class _InputSpace:
 def _input_space(model: str | Path | Target, run: ReconstructionRun, *, data_dir: str | Path | None,
                  sources: Any) -> _InputSpace:
     """The target, pixel box, m and init images of ``run`` against ``model`` (a model directory or a Target)."""
+    from datarecon.data import DataSpec
     from datarecon.models.checkpoint import EXTRAS, read_model_meta
     from datarecon.utils.io import load_tensors
 
@@ -313,9 +315,14 @@ def _input_space(model: str | Path | Target, run: ReconstructionRun, *, data_dir
     if isinstance(model, Target):
         target, mean, lower, upper = _own_model(model, candidates=candidates, init=init, data_init=data_init,
                                                 sources=sources, device=device, dtype=dtype)
+        check_weight_scale(target)
         return _InputSpace(target, mean, lower, upper, int(candidates), None, sources)  # type: ignore[arg-type]
     meta = read_model_meta(model)
+    if meta.get("data"):  # the record's data spec, checked before it sizes the candidates or loads data
+        where = f"data spec of {Path(model) / 'model.json'}"
+        build_record(DataSpec, meta["data"], where=where).checked(where)
     target = Target.from_model_dir(model, device=device, dtype=dtype)
+    check_weight_scale(target)
     mean = load_tensors(Path(model) / EXTRAS)["input_mean"].to(torch.float64)
     lower, upper = (-mean).to(device=device, dtype=dtype), (1.0 - mean).to(device=device, dtype=dtype)
     m = candidates if candidates is not None else default_candidates(meta.get("data", {}), target.num_outputs,
@@ -369,12 +376,24 @@ SUBSPACE_SEED = 0
 CANDIDATE_COPIES = 4
 
 
-def _refuse_candidates_beyond_memory(m: int, input_shape: tuple[int, ...], dtype: torch.dtype) -> None:
-    """One line, before anything is allocated, when m candidates cannot fit in this machine's memory."""
+#: the most runs ``reconstruct --runs K`` takes: every run is a folder with its checkpoint, all K are
+#: stepped together (their states in memory at once); more runs of one target are a sweep with a budget
+MAX_BATCH_RUNS = 10_000
+
+
+def _refuse_candidates_beyond_memory(m: int, input_shape: tuple[int, ...], dtype: torch.dtype, *,
+                                     runs: int = 1) -> None:
+    """One line, before anything is allocated, when m candidates (in each of ``runs`` runs stepped
+    together) cannot fit in this machine's memory: :data:`CANDIDATE_COPIES` copies of the candidates,
+    plus the m × m cosine matrix of the candidates' selection scores
+    (``attacks.selection.candidate_scores``, computed at the end of every run; 3·10⁶ candidates
+    passed the first term and failed there after the whole run)."""
     from datarecon.utils.memory import refuse_if_too_large
 
-    refuse_if_too_large(CANDIDATE_COPIES * float(m) * float(torch.Size(input_shape).numel()) * dtype.itemsize,
-                        what=f"--candidates {m} of {tuple(input_shape)} inputs", fix="reduce --candidates (its default is 2n)")
+    need = runs * (CANDIDATE_COPIES * float(m) * float(torch.Size(input_shape).numel()) + float(m) * float(m))
+    what = f"--candidates {m} of {tuple(input_shape)} inputs" + (f" in each of --runs {runs}" if runs > 1 else "")
+    refuse_if_too_large(need * dtype.itemsize, what=what,
+                        fix="reduce --candidates (its default is 2n)" + (" or --runs" if runs > 1 else ""))
 
 
 def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: KnowledgeSettings, *,
@@ -493,6 +512,9 @@ class RunOptions:
         data_dir: data folder (read only by data-dependent initialisations).
         hooks: extra engine hooks (e.g. test-only fault injection).
         raise_on_divergence: raise :class:`DivergenceError` instead of returning a diverged result.
+        nested: ``out`` lies inside a folder the caller claimed itself (a demo's or experiment's
+            ``run/``, a reproduction piece, a sweep store's run); otherwise a path inside another
+            datarecon folder is refused (:func:`datarecon.kernel.outdir.check_outside`).
     """
 
     resume: bool = False
@@ -501,6 +523,7 @@ class RunOptions:
     data_dir: str | Path | None = None
     hooks: tuple[Any, ...] = ()
     raise_on_divergence: bool = False
+    nested: bool = False
 
 
 def execute(run: ReconstructionRun, out: str | Path, how: RunOptions = RunOptions(), *, setup: AttackSetup | None = None,
@@ -530,7 +553,7 @@ def execute(run: ReconstructionRun, out: str | Path, how: RunOptions = RunOption
 
     if how.overwrite and how.resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
-    with claim_out_dir(out, kind="run", overwrite=how.overwrite, resume=how.resume) as claim:
+    with claim_out_dir(out, kind="run", overwrite=how.overwrite, resume=how.resume, nested=how.nested) as claim:
         cfg = run.method_config()
         if setup is None:
             setup = prepare(run, data_dir=how.data_dir, sources=sources, target=target)
@@ -705,13 +728,18 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, how: RunOptions = 
 
     if runs < 1:
         raise DataReconError(f"--runs must be at least 1, got {runs}; pass --runs K with K >= 1")
+    if runs > MAX_BATCH_RUNS:
+        raise DataReconError(f"--runs {runs} is more than {MAX_BATCH_RUNS:,} runs of one target in one folder; pass "
+                             "fewer, or run a sweep with a budget (datarecon sweep)")
     mode = resolve_mode(mode, run.device)
     if how.overwrite and how.resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     out = Path(out)
-    with claim_out_dir(out, kind="run", overwrite=how.overwrite, resume=how.resume) as claim:
+    with claim_out_dir(out, kind="run", overwrite=how.overwrite, resume=how.resume, nested=how.nested) as claim:
         members = [run.model_copy(update={"seed": run.seed + j}) for j in range(runs)]
-        setups = [prepare(r, data_dir=how.data_dir, sources=sources) for r in members]
+        first = prepare(members[0], data_dir=how.data_dir, sources=sources)
+        _refuse_candidates_beyond_memory(first.prior.m, first.target.input_shape, run.dtype, runs=runs)
+        setups = [first, *(prepare(r, data_dir=how.data_dir, sources=sources) for r in members[1:])]
         stop = {"patience": run.early_stop.patience, "rel_tol": run.early_stop.rel_tol}
         setups = [replace(setup, record={**setup.record, "early_stop": stop,
                                          "batch": {"runs": runs, "index": j, "mode": mode},

@@ -95,5 +95,5 @@ def run_from_spec(spec: RunSpec | Mapping[str, Any], *, out: str | Path, resume:
         spec = RunSpec.model_validate(spec)
     with in_sweep_terms(spec):
         run = spec.to_run(checkpoint_every=checkpoint_every, log_every=log_every)
-        how = RunOptions(resume=resume, progress=progress, hooks=tuple(hooks), data_dir=data_dir)
+        how = RunOptions(resume=resume, progress=progress, hooks=tuple(hooks), data_dir=data_dir, nested=True)
         return execute(run, out, how, record={"sweep_params": spec.params})

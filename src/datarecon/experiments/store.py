@@ -16,6 +16,7 @@ is one ``BEGIN IMMEDIATE`` transaction with a busy timeout, in WAL mode, so seve
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 import sqlite3
@@ -27,7 +28,7 @@ from typing import Any
 
 from datarecon.kernel.status import FINISHED as STATUS_FINISHED
 from datarecon.errors import CheckpointError, DataReconError
-from datarecon.utils.io import atomic_write_json, read_json
+from datarecon.utils.io import atomic_write_json, atomic_write_text, read_json
 from datarecon.kernel.files import RUN_JSON, TASK_FILE
 
 INDEX = "index.sqlite"
@@ -94,7 +95,11 @@ class Store:
     @contextmanager
     def connect(self, *, write: bool = False) -> Iterator[sqlite3.Connection]:
         """A connection; with ``write=True`` the block is one ``BEGIN IMMEDIATE`` transaction."""
+        if self.index_path.exists() and not self.index_path.is_file():
+            raise DataReconError(f"{self.index_path} is not a file (a folder or a device); move it out of the store, "
+                                 f"then run `datarecon store rebuild {self.root}`")
         if not write and not self.index_path.is_file():
+            check_store(self.root)
             raise DataReconError(f"no results index at {self.index_path}; run `datarecon store rebuild {self.root}`")
         self.root.mkdir(parents=True, exist_ok=True)
         if write:  # SQLite writes these itself: record them as datarecon's (utils.manifest)
@@ -149,7 +154,11 @@ class Store:
         The directories are scanned while holding the write lock, so a driver that finishes a run
         meanwhile waits and then adds its row: nothing written concurrently is lost. Readers see
         the old index until the transaction commits.
+
+        Raises:
+            DataReconError: the folder is not a results store (:func:`check_store`).
         """
+        check_store(self.root, create=True)
         self._set_aside_if_damaged()
         with self.connect(write=True) as con:
             rows = [r for r in (row_from_dir(d, root=self.root) for d in self.run_dirs()) if r is not None]
@@ -235,11 +244,13 @@ class Store:
     def export(self, out: str | Path, *, sort: str | None = None) -> Path:
         """Write the index as CSV (or Parquet when ``out`` ends in .parquet and pyarrow imports).
 
-        JSON columns are flattened into dotted columns (``selection.residual_rel``, ``params.init.scale``).
+        JSON columns are flattened into dotted columns (``selection.residual_rel``, ``params.init.scale``);
+        the plain columns (:data:`COLUMNS`) always come first, also for an empty store, which is how
+        :func:`is_export` recognises the file. The CSV is replaced atomically.
         """
         out = Path(out)
         flat = [flatten_row(r) for r in self.rows(sort=sort)]
-        cols: list[str] = []
+        cols: list[str] = list(COLUMNS)
         for r in flat:
             cols.extend(c for c in r if c not in cols)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -254,14 +265,57 @@ class Store:
             return out
         if out.suffix != ".csv":
             raise DataReconError(f"export file {out} must end in .csv or .parquet")
-        tmp = out.with_name(f".{out.name}.tmp")
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            w = csv.DictWriter(fh, fieldnames=cols)
-            w.writeheader()
-            for r in flat:
-                w.writerow({c: _cell(r.get(c)) for c in cols})
-        tmp.replace(out)
+        buf = io.StringIO(newline="")
+        w = csv.DictWriter(buf, fieldnames=cols)
+        w.writeheader()
+        for r in flat:
+            w.writerow({c: _cell(r.get(c)) for c in cols})
+        atomic_write_text(out, buf.getvalue())
         return out
+
+
+def is_export(path: str | Path) -> bool:
+    """Whether ``path`` is an index export :meth:`Store.export` wrote (its columns start with :data:`COLUMNS`)."""
+    path = Path(path)
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            names = pq.read_schema(path).names
+        else:
+            with open(path, encoding="utf-8", newline="") as fh:
+                names = next(csv.reader([fh.readline()]), [])
+    except Exception:  # unreadable, not UTF-8, not Parquet, no pyarrow: not recognisably ours
+        return False
+    return tuple(names[:len(COLUMNS)]) == COLUMNS
+
+
+def check_store(root: str | Path, *, create: bool = False) -> None:
+    """Refuse a folder that is not a results store (a model or run directory, a user's folder), so
+    that neither ``store list`` nor ``store rebuild`` treats it as one (a rebuild would write an
+    index into it).
+
+    Args:
+        root: the store folder.
+        create: an empty (or missing) folder is accepted, to become a new store (``rebuild``).
+
+    Raises:
+        DataReconError: the folder does not exist, is another kind of datarecon folder, or holds
+            neither an index nor ``runs/``, ``pools/`` or ``sweeps/`` (and, with ``create``, is not empty).
+    """
+    from datarecon.kernel.outdir import ARTEFACTS, identify, is_empty
+
+    root = Path(root)
+    where = "pass the --out of a `datarecon sweep`"
+    if not root.is_dir():
+        if create and not root.exists():
+            return
+        raise DataReconError(f"no results index at {root}: the folder does not exist; {where}")
+    kind = identify(root)
+    if kind not in (None, "store"):
+        raise DataReconError(f"{root} is a datarecon {ARTEFACTS.get(kind).title}, not a results store; {where}")
+    if kind is None and not any((root / d).is_dir() for d in (RUNS, POOLS, SWEEPS)) and not (create and is_empty(root)):
+        raise DataReconError(f"{root} is not a results store (no {INDEX}, {RUNS}/ or {POOLS}/ in it); {where}")
 
 
 # ---------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def _encode(meta: dict[str, Any]) -> torch.Tensor:
 def _decode(t: torch.Tensor, where: Path) -> dict[str, Any]:
     try:
         meta = json.loads(bytes(t.numpy().tobytes()).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         meta = None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{where} has unreadable metadata; delete {where.parent} and rerun without --resume")
@@ -168,7 +168,7 @@ def load(folder: str | Path, *, kind: Kind) -> tuple[dict[str, torch.Tensor], di
                                       "--out or rerun without --resume")
             try:
                 meta = json.loads(header["progress"])
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 meta = None
             if not isinstance(meta, dict):
                 raise CheckpointError(f"{path} has unreadable metadata; delete {folder} and rerun without --resume")

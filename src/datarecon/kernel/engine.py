@@ -221,9 +221,11 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def format_metrics(metrics: Mapping[str, float], keys: Sequence[str]) -> str:
-    """``"loss 0.123 residual 4.5e-05"``: the ``keys`` present in ``metrics``, 3 significant digits."""
-    return " ".join(f"{k} {metrics[k]:.3g}" for k in keys if isinstance(metrics.get(k), (int, float)))
+def format_metrics(metrics: Mapping[str, float], keys: Sequence[str], labels: Mapping[str, str] | None = None) -> str:
+    """``"loss 0.123 residual 4.5e-05"``: the ``keys`` present in ``metrics``, 3 significant digits, each
+    shown under its ``labels`` entry when it has one."""
+    labels = labels or {}
+    return " ".join(f"{labels.get(k, k)} {metrics[k]:.3g}" for k in keys if isinstance(metrics.get(k), (int, float)))
 
 
 @dataclass(frozen=True)
@@ -252,18 +254,19 @@ class ProgressLines:
         start: Steps already done (a resumed run: a first line says so); the rate counts only this run's steps.
         desc: Prefix of every line.
         unit: What a step is called ("step", "epoch", "run").
-        keys: Metrics shown, in order.
+        keys: Metrics shown, in order (a mapping: each with the label it is shown under).
         rate: The rate limit (:class:`LineRate`: minimum seconds and fraction of ``total`` between lines).
         stream: Output (default ``sys.stderr`` at construction time).
         clock: Time source (``time.monotonic``; tests pass a fake).
     """
 
     def __init__(self, total: int, *, start: int = 0, desc: str = "", unit: str = "step",
-                 keys: Sequence[str] = (), rate: LineRate | None = None,
+                 keys: Sequence[str] | Mapping[str, str] = (), rate: LineRate | None = None,
                  stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         rate = rate or LineRate()
         self.total, self.start, self.desc, self.unit = int(total), int(start), desc or "progress", unit
         self.keys, self.interval_s, self.min_fraction = list(keys), float(rate.interval_s), float(rate.min_fraction)
+        self.labels = dict(keys) if isinstance(keys, Mapping) else {}
         self.stream = sys.stderr if stream is None else stream
         self.clock = clock
         self.t0 = self.last_t = clock()
@@ -287,7 +290,7 @@ class ProgressLines:
         eta = (self.total - step) / rate if rate and math.isfinite(rate) else float("nan")
         pct = f" ({100 * step / self.total:.0f}%)" if self.total else ""
         parts = [f"{self.unit} {step}/{self.total}{pct}", f"{rate:.3g} {self.unit}/s", f"ETA {_clock(eta)}"]
-        shown = format_metrics(metrics or {}, self.keys)
+        shown = format_metrics(metrics or {}, self.keys, self.labels)
         self._write(", ".join(parts + ([shown] if shown else [])))
         self.last_t, self.last_step = now, step
 
@@ -299,7 +302,7 @@ class ProgressLines:
                  f"in {_clock(wall)} ({rate:.3g} {self.unit}/s)"]
         if reason and reason != "completed":
             parts.append(reason)
-        shown = format_metrics(metrics or {}, self.keys)
+        shown = format_metrics(metrics or {}, self.keys, self.labels)
         self._write(", ".join(parts + ([shown] if shown else [])))
 
 
@@ -308,6 +311,7 @@ class ProgressBar(BaseHook):
 
     Args:
         keys: Metrics shown beside the step count.
+        labels: How a metric is named there, where not by its key (two residuals must not read alike).
         desc: Label.
         mode: One of :data:`PROGRESS_MODES`, or a bool (the ``progress=`` of the callers: True is
             ``auto``, False is ``off``); ``auto`` (default) shows a bar on a terminal and
@@ -320,8 +324,9 @@ class ProgressBar(BaseHook):
 
     def __init__(self, *, keys: Sequence[str] = (), desc: str = "", mode: str | bool = "auto",
                  every: int = 1, unit: str = "step", rate: LineRate | None = None,
-                 stream: TextIO | None = None) -> None:
+                 stream: TextIO | None = None, labels: Mapping[str, str] | None = None) -> None:
         self.keys, self.desc, self.every, self.unit = list(keys), desc, max(1, every), unit
+        self.labels = dict(labels or {})
         self.mode = resolve_progress_mode(mode, stream)
         self.rate, self.stream = rate or LineRate(), stream
         self.bar: tqdm | None = None
@@ -332,14 +337,15 @@ class ProgressBar(BaseHook):
             self.bar = tqdm(total=state.total, initial=state.step, desc=self.desc, leave=False,
                             dynamic_ncols=True, file=self.stream, unit=self.unit)
         elif self.mode == "lines":
-            self.lines = ProgressLines(state.total, start=state.step, desc=self.desc, unit=self.unit, keys=self.keys,
-                                       rate=self.rate, stream=self.stream)
+            self.lines = ProgressLines(state.total, start=state.step, desc=self.desc, unit=self.unit,
+                                       keys={k: self.labels.get(k, k) for k in self.keys}, rate=self.rate,
+                                       stream=self.stream)
 
     def after_step(self, state: LoopState) -> None:
         if self.bar is not None:
             self.bar.update(1)
             if state.step % self.every == 0:
-                shown = {k: f"{state.metrics[k]:.3g}" for k in self.keys if k in state.metrics}
+                shown = {self.labels.get(k, k): f"{state.metrics[k]:.3g}" for k in self.keys if k in state.metrics}
                 self.bar.set_postfix(shown, refresh=False)
         elif self.lines is not None:
             self.lines.update(state.step, state.metrics)

@@ -17,7 +17,15 @@ record of every entry datarecon writes there, at any depth). An existing, non-em
   and left untouched;
 * with ``--resume`` (or a sweep rerun), refused when it is an artefact of *another* kind (a run
   folder passed to ``sweep --out``, a model folder passed to ``reconstruct --out``), or when it is
-  no datarecon artefact at all and holds files datarecon did not write (``--resume --out ~``).
+  no datarecon artefact at all and holds files datarecon did not write (``--resume --out ~``);
+* refused, whatever the flags, when it lies inside another datarecon folder (``--out M/sub`` of a
+  model directory ``M``): only the command that claimed a folder writes below it (a demo's
+  ``run/``, a reproduction's pieces, a store's runs: ``nested=True``), so ``--overwrite`` of that
+  folder can never delete what another command put there (:func:`check_outside`).
+
+A command that writes one file (``report``, ``store export``, ``membership``) follows the same rule
+through :func:`check_out_file`: never inside another datarecon folder, an existing file only with
+``--overwrite`` and only when datarecon wrote it.
 
 The table of kinds is :data:`ARTEFACTS`; ``tests/kernel/test_outdir.py`` checks it against the
 file-name constants of the modules that write each kind.
@@ -26,9 +34,10 @@ file-name constants of the modules that write each kind.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +46,7 @@ from datarecon.kernel import checkpoint
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
 from datarecon.utils import manifest
+from datarecon.utils.atomic import temp_target
 from datarecon.utils.lock import LOCK_FILE, check_free, hold
 from datarecon.kernel.files import DONE_MARKER, CANDIDATES, CANDIDATES_CSV, EXPERIMENT_JSON, EXTRAS, HISTORY, INIT_FILE, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG, REPORT_HTML, REPRODUCTION_JSON, RUN_JSON, SUBSPACE_FILE, TASK_FILE, WEIGHTS
 from datarecon.kernel.status import Status
@@ -68,12 +78,16 @@ class ArtefactKind:
     pattern: str | None = None
     resumable: bool = False
 
-    def recognises(self, folder: Path) -> bool:
-        """Whether ``folder``'s manifest names this kind, or it holds one of its markers (or checkpoint)."""
+    def recognises(self, folder: Path, *, composite: bool = True) -> bool:
+        """Whether ``folder``'s manifest names this kind, or it holds one of its markers (or checkpoint).
+
+        ``composite=False`` leaves out markers inside sub-folders (the demo's ``model/model.json``):
+        they also match a user's project folder that holds a model and a run side by side.
+        """
         recorded = manifest.kind_of(folder)
         if recorded is not None:
             return recorded == self.name
-        if any((folder / m).exists() for m in self.markers):
+        if any((folder / m).exists() for m in self.markers if composite or "/" not in m):
             return True
         return self.checkpoint is not None and checkpoint.kind_of(folder / checkpoint.FOLDER) == self.checkpoint
 
@@ -86,6 +100,12 @@ class ArtefactKind:
     def foreign(self, folder: Path) -> list[str]:
         """Entries of ``folder``, at any depth, that datarecon did not write there (sorted relative paths)."""
         return unlisted(folder, kind=self)
+
+    def strays(self, folder: Path) -> list[str]:
+        """Top-level entries ``folder``'s manifest lists that this kind never writes: what another command
+        put inside it before such paths were refused (a run in a model folder); ``--overwrite`` keeps them."""
+        listed = manifest.listed(folder) or set()
+        return [name for name in sorted(listed) if (folder / name).exists() and not self.owns(name)]
 
 
 ARTEFACTS: Registry[ArtefactKind] = Registry("output kind")
@@ -128,14 +148,26 @@ BOOKKEEPING = (manifest.MANIFEST, LOCK_FILE)
 
 
 
-def is_temp_file(name: str) -> bool:
-    """A temporary file left by :func:`datarecon.utils.io.atomic_write_bytes` (``.<name>.<random>.tmp``)."""
-    return name.startswith(".") and name.endswith(".tmp")
+def is_temp_file(name: str, folder: str | Path | None = None) -> bool:
+    """A temporary file that :func:`datarecon.utils.atomic.replace_atomically` left in ``folder``.
+
+    Only the exact name the writer creates counts (``.<target>.<8 random characters>.tmp``), and
+    only when ``<target>`` is a file datarecon writes there: listed in ``folder``'s manifest, a
+    bookkeeping file, or (in a folder written before manifests existed, or without a folder) a name
+    datarecon writes. A user's ``.run.json.backup.tmp`` is not one, so ``--overwrite`` keeps it.
+    """
+    target = temp_target(name)
+    if target is None:
+        return False
+    if target in BOOKKEEPING:
+        return True
+    names = manifest.listed(folder) if folder is not None else None
+    return target in names if names is not None else _known_legacy_file(target)
 
 
-def _ignored(name: str) -> bool:
+def _ignored(name: str, folder: Path | None = None) -> bool:
     """Bookkeeping and temporary files: datarecon's in any folder, never counted as content."""
-    return name in BOOKKEEPING or is_temp_file(name)
+    return name in BOOKKEEPING or is_temp_file(name, folder)
 
 
 def _with_names(entry: ArtefactKind, names: tuple[str, ...] | None) -> ArtefactKind:
@@ -143,12 +175,17 @@ def _with_names(entry: ArtefactKind, names: tuple[str, ...] | None) -> ArtefactK
 
 
 def identify(folder: Path) -> str | None:
-    """The kind ``folder``'s manifest records, else the kind whose markers it holds (None: neither)."""
+    """The kind ``folder``'s manifest records, else the kind whose markers it holds (None: neither).
+
+    Markers inside sub-folders are not used here (a folder holding a ``model/`` and a ``run/`` is not
+    therefore a demo folder); a command recognises a legacy folder of its own kind by them
+    (:meth:`ArtefactKind.recognises`).
+    """
     recorded = manifest.kind_of(folder)
     if recorded in ARTEFACTS:
         return recorded
     for name in ARTEFACTS.names():
-        if ARTEFACTS.get(name).recognises(folder):
+        if ARTEFACTS.get(name).recognises(folder, composite=False):
             return name
     return None
 
@@ -157,7 +194,7 @@ def _empty_tree(p: Path) -> bool:
     """A folder holding nothing but (empty) folders and bookkeeping: deleting it loses nothing."""
     if p.is_symlink() or not p.is_dir():
         return False
-    return all(_ignored(c.name) or _empty_tree(c) for c in p.iterdir())
+    return all(_ignored(c.name, p) or _empty_tree(c) for c in p.iterdir())
 
 
 def is_empty(folder: Path) -> bool:
@@ -177,7 +214,7 @@ def _legacy_unlisted(folder: Path, rel: str, kind: ArtefactKind | None) -> list[
     """Entries of a folder without a manifest that datarecon does not write there."""
     found = []
     for p in sorted(folder.iterdir()):
-        if _ignored(p.name):
+        if _ignored(p.name, folder):
             continue
         r = rel + p.name
         if p.is_dir() and not p.is_symlink():
@@ -205,7 +242,7 @@ def unlisted(folder: str | Path, *, kind: ArtefactKind | None = None, rel: str =
         return _legacy_unlisted(folder, rel, kind)
     found = []
     for p in sorted(folder.iterdir()):
-        if _ignored(p.name):
+        if _ignored(p.name, folder):
             continue
         r = rel + p.name
         if p.name not in names:
@@ -213,8 +250,108 @@ def unlisted(folder: str | Path, *, kind: ArtefactKind | None = None, rel: str =
                 found.append(r)
         elif p.is_dir() and not p.is_symlink():
             found += unlisted(p, rel=r + "/") if manifest.listed(p) is not None else (
-                [] if _empty_tree(p) else [r + "/" + c.name for c in sorted(p.iterdir()) if not _ignored(c.name)][:1])
+                [] if _empty_tree(p) else [r + "/" + c.name for c in sorted(p.iterdir()) if not _ignored(c.name, p)][:1])
     return found
+
+
+def _folder_kind(folder: Path) -> str | None:
+    """The kind of artefact ``folder`` is by its root manifest or by a marker file of its own (None:
+    none). The demo's two-folder markers are not used here: any folder holding a ``model/`` and a
+    ``run/`` would otherwise count as a demo folder."""
+    try:
+        recorded = manifest.kind_of(folder)
+        if recorded in ARTEFACTS:
+            return recorded
+        for name in ARTEFACTS.names():
+            if any("/" not in m and (folder / m).is_file() for m in ARTEFACTS.get(name).markers):
+                return name
+    except OSError:  # an unreadable folder is no evidence of anything
+        return None
+    return None
+
+
+def enclosing_artefact(path: str | Path) -> tuple[Path, ArtefactKind] | None:
+    """The nearest folder strictly above ``path`` that is a datarecon artefact, with its kind (None: none)."""
+    d = Path(os.path.abspath(path)).parent
+    while True:
+        kind = _folder_kind(d)
+        if kind is not None:
+            return d, ARTEFACTS.get(kind)
+        if d.parent == d:
+            return None
+        d = d.parent
+
+
+def check_path(path: str | Path, *, option: str = "--out") -> None:
+    """Refuse an output path that cannot be a file or folder: a symbolic link that leads nowhere (broken,
+    or a loop), or one below a file (``f.txt/r.html``); each named in one line before any work.
+
+    Raises:
+        DataReconError: what is wrong with the path.
+    """
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise DataReconError(f"{option} {path} is a symbolic link that leads nowhere (broken, or a loop); choose "
+                             f"another {option}")
+    for parent in Path(os.path.abspath(path)).parents:
+        if parent.exists() and not parent.is_dir():
+            raise DataReconError(f"{option} {path}: a part of this path is a file, not a folder ({parent}); choose "
+                                 f"another {option}")
+        if parent.is_dir():
+            break
+
+
+def check_outside(path: str | Path, *, option: str = "--out") -> None:
+    """Refuse a ``path`` inside another datarecon folder (a model, run, store, reproduction, audit,
+    demo or experiment folder): only the command that wrote that folder writes into it, so a later
+    ``--overwrite`` of it can never delete a run, report or file some other command put there.
+
+    Raises:
+        DataReconError: one line naming the enclosing folder and its kind.
+    """
+    found = enclosing_artefact(path)
+    if found is not None:
+        folder, entry = found
+        raise DataReconError(f"{option} {path} lies inside {folder}, a datarecon {entry.title}, and datarecon never "
+                             f"writes into another datarecon folder; choose an {option} outside it")
+
+
+def check_out_file(path: str | Path, *, overwrite: bool, ours: Callable[[Path], bool], what: str,
+                   option: str = "--out") -> Path:
+    """The output rule for a command that writes one file (``report``, ``store export``, ``membership``),
+    the same as for folders: never inside another datarecon folder; an existing file only with
+    ``--overwrite``, and only when it is one datarecon wrote (``ours``), never a user's file.
+
+    Args:
+        path: the output file.
+        overwrite: the user passed ``--overwrite``.
+        ours: recognises a file of this kind that datarecon wrote (a report by its generator tag).
+        what: how messages name such a file ("report").
+        option: the option that named ``path``.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        DataReconError: ``path`` is a folder or not a regular file, lies inside another datarecon
+            folder, exists without ``--overwrite``, or exists and is not a {what} datarecon wrote.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise DataReconError(f"{option} {path} is a folder; pass a file name for {option}")
+    check_path(path, option=option)
+    check_outside(path, option=option)
+    if not (path.exists() or path.is_symlink()):
+        return path
+    if not path.is_file():
+        raise DataReconError(f"{option} {path} exists and is not a regular file; choose another {option}")
+    if not ours(path):
+        raise DataReconError(f"{option} {path} exists and is not a {what} datarecon wrote, so datarecon will not "
+                             f"replace it (not even with --overwrite); choose another {option}")
+    if not overwrite:
+        raise DataReconError(f"{option} {path} exists (a {what} datarecon wrote); pass --overwrite to replace it "
+                             f"or choose another {option}")
+    return path
 
 
 def _unfinished(out: Path, kind: str) -> str | None:
@@ -250,7 +387,7 @@ def _exists_message(out: Path, entry: ArtefactKind) -> str:
 
 
 def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume: bool = False,
-                  names: tuple[str, ...] | None = None) -> bool:
+                  names: tuple[str, ...] | None = None, nested: bool = False) -> bool:
     """Decide what may happen to ``out`` before anything is written.
 
     Args:
@@ -260,19 +397,25 @@ def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
         resume: the user asked to continue the run in ``out`` (or the command always resumes).
         names: the top-level entries a reproduction's own record (``reproduction.json``) says it
             writes; used for folders written before manifests existed.
+        nested: ``out`` lies inside a folder the caller itself claimed (a demo's ``run/``, a
+            reproduction's piece, a sweep store's run); otherwise a path inside another datarecon
+            folder is refused (:func:`check_outside`).
 
     Returns:
         True when ``out`` must be cleared (with :func:`clear_out_dir`) before writing.
 
     Raises:
         DataReconError: ``out`` is a file; it exists without ``--overwrite``/``--resume``; it is an
-            artefact of another kind; ``--resume`` into a folder that is none of datarecon's; or
-            ``--overwrite`` would delete something datarecon did not write.
+            artefact of another kind; ``--resume`` into a folder that is none of datarecon's;
+            ``--overwrite`` would delete something datarecon did not write; or ``out`` lies inside
+            another datarecon folder.
     """
     out = Path(out)
     entry = _with_names(ARTEFACTS.get(kind), names)
     if out.exists() and not out.is_dir():
         raise DataReconError(f"--out {out} is an existing file; choose a directory for --out")
+    if not nested:
+        check_outside(out)
     if not out.is_dir() or is_empty(out):
         return False
     check_free(out, what="results store" if kind == "store" else "output folder")  # in use: say that first
@@ -280,7 +423,7 @@ def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
     if not entry.recognises(out) and other is not None and other != kind:
         raise DataReconError(f"--out {out} is a datarecon {ARTEFACTS.get(other).title}, not a {entry.title}; "
                              "choose another --out")
-    only_temp = all(_ignored(p.name) for p in out.iterdir())
+    only_temp = all(_ignored(p.name, out) for p in out.iterdir())
     if resume:
         if not entry.recognises(out) and not only_temp:
             foreign = entry.foreign(out)
@@ -299,6 +442,10 @@ def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
     if foreign:
         raise DataReconError(f"refusing to --overwrite {out}: it holds {foreign[0]!r}{more}, which datarecon did not "
                              "write; move it out of the folder or choose another --out")
+    if strays := entry.strays(out):
+        raise DataReconError(f"refusing to --overwrite {out}: it holds {strays[0]!r}, which another datarecon command "
+                             f"wrote there (a {entry.title} never holds it); move it out of the folder or choose "
+                             "another --out")
     return True
 
 
@@ -306,7 +453,7 @@ def _clear_listed(folder: Path) -> None:
     """Delete the entries ``folder``'s manifest lists (recursively) and stale bookkeeping below it."""
     names = manifest.listed(folder) or set()
     for p in sorted(folder.iterdir()):
-        if is_temp_file(p.name):
+        if is_temp_file(p.name, folder):
             p.unlink()
         elif p.name in names:
             if p.is_dir() and not p.is_symlink():
@@ -325,7 +472,7 @@ def _clear_legacy(folder: Path, entry: ArtefactKind) -> None:
     for p in sorted(folder.iterdir()):
         if p.name in BOOKKEEPING:
             continue
-        if not (entry.owns(p.name) or is_temp_file(p.name)):
+        if not (entry.owns(p.name) or is_temp_file(p.name, folder)):
             continue  # never reached after check_out_dir; kept as a second guard
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
@@ -363,13 +510,14 @@ def clear_out_dir(out: str | Path, *, kind: str, names: tuple[str, ...] | None =
         _clear_legacy(out, _with_names(ARTEFACTS.get(kind), names))
 
 
-def prepare_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume: bool = False) -> Path:
+def prepare_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume: bool = False,
+                    nested: bool = False) -> Path:
     """:func:`check_out_dir`, then :func:`clear_out_dir` when asked to, then create ``out`` and its manifest.
 
     Takes no lock: commands use :func:`claim_out_dir`, which does the same under the folder's lock.
     """
     out = Path(out)
-    if check_out_dir(out, kind=kind, overwrite=overwrite, resume=resume):
+    if check_out_dir(out, kind=kind, overwrite=overwrite, resume=resume, nested=nested):
         clear_out_dir(out, kind=kind)
     manifest.start(out, kind=kind)
     return out
@@ -402,7 +550,7 @@ class OutDir:
 
 @contextmanager
 def claim_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume: bool = False,
-                  names: tuple[str, ...] | None = None) -> Iterator[OutDir]:
+                  names: tuple[str, ...] | None = None, nested: bool = False) -> Iterator[OutDir]:
     """Lock ``out`` (:func:`datarecon.utils.lock.hold`), check it (:func:`check_out_dir`) and yield
     an :class:`OutDir` whose :meth:`OutDir.prepare` clears and starts it; the one way commands
     claim an output folder.
@@ -410,16 +558,23 @@ def claim_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
     Nothing is written until ``prepare``; a folder the lock had to create is removed again when
     the block ends without writing to it (a command refused after taking the lock leaves no trace).
 
+    ``nested``: ``out`` lies inside a folder the caller itself claimed (see :func:`check_out_dir`).
+
     Raises:
         DataReconError: another process holds the folder, or :func:`check_out_dir` refuses it.
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise DataReconError(f"--out {out} is an existing file; choose a directory for --out")
+    check_path(out)
+    if not nested:
+        check_outside(out)  # before the lock creates the folder
     what = "results store" if kind == "store" else "output folder"
     with hold(out, what=what):
-        yield OutDir(out, kind, check_out_dir(out, kind=kind, overwrite=overwrite, resume=resume, names=names), names)
+        yield OutDir(out, kind, check_out_dir(out, kind=kind, overwrite=overwrite, resume=resume, names=names,
+                                              nested=nested), names)
 
 
-__all__ = ["ARTEFACTS", "BOOKKEEPING", "ArtefactKind", "OutDir", "check_out_dir", "claim_out_dir", "clear_out_dir",
-           "identify", "is_empty", "is_temp_file", "prepare_out_dir", "remove_written", "unlisted"]
+__all__ = ["ARTEFACTS", "BOOKKEEPING", "ArtefactKind", "OutDir", "check_out_dir", "check_out_file", "check_outside",
+           "check_path",
+           "claim_out_dir", "clear_out_dir", "enclosing_artefact", "identify", "is_empty", "is_temp_file", "prepare_out_dir", "remove_written", "unlisted"]

@@ -183,6 +183,9 @@ def check_parameters(params: Mapping[str, torch.Tensor]) -> None:
             bad = int((~torch.isfinite(p)).sum())
             raise DataReconError(f"parameter {name!r} holds {bad} NaN or infinite value(s); the weights are not a "
                                  "trained model: check the weights file or the training that wrote it")
+    if not any(bool(p.any()) for p in params.values()):
+        raise DataReconError("every parameter is zero: such a model carries nothing of its training data (and every "
+                             "residual relative to θ* is 0/0); check the weights file")
 
 
 def check_outputs(model: nn.Module, params: Mapping[str, torch.Tensor], input_shape: Sequence[int], *,

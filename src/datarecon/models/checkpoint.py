@@ -14,6 +14,7 @@ message; a pickle posing as weights is refused before it is parsed.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -24,6 +25,7 @@ from torch import nn
 
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.models.spec import ArchSpec, build_model, parameter_shapes
+from datarecon.utils.dtypes import DTYPES
 from datarecon.utils.io import (
     atomic_write_json,
     config_hash,
@@ -49,12 +51,14 @@ def _known_loss(name: str) -> str:
 
 
 class ModelMeta(BaseModel):
-    """The fields of ``model.json`` that loading relies on, validated before anything is built.
+    """The fields of ``model.json``, validated before anything is built.
 
-    Other fields (training config, metrics, versions, ...) are kept as they are.
+    Every key :func:`save_model_dir` writes is listed; an unknown key is refused (a hand-edited
+    or foreign file, whose extra field would otherwise be ignored silently). The fields loading
+    relies on are typed; the records (training config, metrics, versions) are mappings.
     """
 
-    model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     format: Literal["datarecon-model/1"]
     arch: ArchSpec
@@ -63,6 +67,14 @@ class ModelMeta(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
     normalisation: Literal["unit", "unit-minus-mean"] = "unit"
     sha256: dict[str, str] = Field(default_factory=dict)
+    training: dict[str, Any] = Field(default_factory=dict)
+    seed: int | None = None
+    config_hash: str | None = None
+    versions: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    num_parameters: int | None = Field(default=None, ge=0)
+    init_sha256: str | None = None
+    data_fingerprint: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -188,10 +200,25 @@ def read_model_meta(path: str | Path) -> dict[str, Any]:
     """Read and check ``model.json`` of a model directory (no tensors loaded)."""
     path = Path(path)
     if not path.is_dir():
+        if path.is_symlink() and not path.exists():
+            raise CheckpointError(f"{path} is a symbolic link that leads nowhere (broken, or a loop); pass the model "
+                                  "directory itself")
+        if path.name == META and path.is_file():
+            raise CheckpointError(f"{path} is the model's record file; pass the model directory that holds it "
+                                  f"(--model {path.parent})")
+        if path.exists():
+            raise CheckpointError(f"{path} is a file, not a model directory; pass the folder `datarecon train --out` "
+                                  "wrote")
         raise CheckpointError(f"model directory {path} not found; train one with `datarecon train --out {path}`")
     if not (path / META).is_file() and (path / RUN_JSON).is_file():
         raise CheckpointError(f"{path} is a run directory, not a model directory; pass the --model the run "
                               "attacked (its run.json names it)")
+    if not (path / META).exists():
+        unfinished = (path / "checkpoint").is_dir()
+        raise CheckpointError(f"{path} holds an unfinished training (a checkpoint, no {META}); finish it with "
+                              "`datarecon train ... --resume`" if unfinished else
+                              f"{path} is not a model directory (it has no {META}); pass the folder `datarecon "
+                              "train --out` wrote")
     meta = read_json(path / META)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path / META} is not a datarecon model file (expected format {FORMAT!r})")
@@ -205,17 +232,21 @@ def validate_meta(meta: dict[str, Any], *, where: Path | str = META) -> ModelMet
     Raises:
         CheckpointError: one line naming each bad field.
     """
-    try:
-        return ModelMeta.model_validate(meta)
+    try:  # strict, as JSON: a file datarecon wrote holds numbers as numbers ("hidden": ["8"] is refused)
+        return ModelMeta.model_validate_json(json.dumps(meta), strict=True)
     except ValidationError as exc:
-        bad = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors())
+        bad = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: "
+                        + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"]) for e in exc.errors())
         raise CheckpointError(f"{where} is invalid ({bad}); re-train the model or restore the file") from None
     except DataReconError as exc:  # an unknown registered name (loss, architecture)
         raise CheckpointError(f"{where} is invalid ({exc}); re-train the model or restore the file") from None
 
 
-def _check_weights(path: Path, weights: dict[str, torch.Tensor], arch: ArchSpec) -> None:
-    """The weights fit ``arch`` (compared before building it) and are finite floats."""
+def _check_weights(path: Path, weights: dict[str, torch.Tensor], arch: ArchSpec, *,
+                   dtype: str | None = None) -> None:
+    """The weights fit ``arch`` (compared before building it), are finite floats of the dtype the
+    model was trained in (``dtype``, from ``model.json``; else one of :data:`DTYPES`) and are not
+    all zero (θ* = 0 holds nothing to reconstruct, and every relative residual is 0/0)."""
     expected = parameter_shapes(arch)
     found = {k: tuple(v.shape) for k, v in weights.items()}
     if expected != found:
@@ -228,6 +259,14 @@ def _check_weights(path: Path, weights: dict[str, torch.Tensor], arch: ArchSpec)
         if not bool(torch.isfinite(t).all()):
             raise CheckpointError(f"{path / WEIGHTS} holds NaN or infinite values in {name}; the model is "
                                   "unusable: re-train it or restore the file")
+        found_dtype = str(t.dtype).replace("torch.", "")
+        allowed = (dtype,) if dtype in DTYPES else tuple(DTYPES)
+        if found_dtype not in allowed:
+            raise CheckpointError(f"{path / WEIGHTS} holds {found_dtype} weights ({name}), but the model was trained "
+                                  f"in {' or '.join(allowed)}; re-train the model or restore the file")
+    if weights and not any(bool(t.any()) for t in weights.values()):
+        raise CheckpointError(f"{path / WEIGHTS} holds only zeros: such a model carries nothing of its training data "
+                              "(and every residual relative to theta* is 0/0); re-train it or restore the file")
 
 
 def _check_extras(path: Path, extras: dict[str, torch.Tensor], arch: ArchSpec) -> None:
@@ -260,6 +299,14 @@ def load_model_dir(path: str | Path, *, device: str | torch.device = "cpu",
     """
     path = Path(path)
     meta = read_model_meta(path)
+    unchecked = [name for name in (WEIGHTS, EXTRAS) if name not in meta.get("sha256", {})]
+    if unchecked:  # every model directory datarecon writes records both hashes
+        raise CheckpointError(f"{path / META} records no hash of {' and '.join(unchecked)}, so a changed file would "
+                              "go unnoticed; re-train the model or restore the file")
+    others = sorted(set(meta.get("sha256", {})) - {WEIGHTS, EXTRAS})
+    if others:  # a name like "../x" or "/dev/zero" would make the check read outside the folder
+        raise CheckpointError(f"{path / META} records a hash of {others[0]!r}, which is no file of a model "
+                              "directory; re-train the model or restore the file")
     for name, digest in meta.get("sha256", {}).items():
         file = path / name
         if not file.is_file():
@@ -272,7 +319,8 @@ def load_model_dir(path: str | Path, *, device: str | torch.device = "cpu",
     extras = load_tensors(path / EXTRAS)
     checked = validate_meta(meta, where=path / META)
     arch = checked.arch
-    _check_weights(path, weights, arch)  # before build_model: a spec of petabytes is refused here
+    _check_weights(path, weights, arch, dtype=(checked.training or {}).get("dtype"))  # before build_model: a
+    # spec of petabytes is refused here
     _check_extras(path, extras, arch)
     dtypes = {t.dtype for t in weights.values()}
     if len(dtypes) > 1:

@@ -254,7 +254,7 @@ def scree_plot(values: Sequence[float], *, n_hat: int | None = None, interval: S
 
     Args:
         values: ``(q,)`` singular values, descending (``subspace.safetensors`` ``values``).
-        n_hat, interval: the elbow estimate of n and its likelihood interval.
+        n_hat, interval: the elbow estimate of n and the range n is expected in.
         k: the subspace dimension the attack used.
         n_known: the attacker's prior n, if any.
         noise_edge: the initialisation's noise edge (weights only), if known.
@@ -268,7 +268,7 @@ def scree_plot(values: Sequence[float], *, n_hat: int | None = None, interval: S
     if ok.any():
         ax.set_yscale("log")
     if interval is not None and len(interval) == 2:
-        ax.axvspan(interval[0], interval[1], color="gray", alpha=0.15, label=f"n estimate {interval[0]}-{interval[1]}")
+        ax.axvspan(interval[0], interval[1], color="gray", alpha=0.15, label=f"n expected in {interval[0]}-{interval[1]}")
     if n_hat is not None:
         ax.axvline(n_hat, color="gray", lw=0.9, ls="--", label=f"elbow n̂ = {n_hat}")
     if k is not None:

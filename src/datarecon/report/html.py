@@ -21,9 +21,11 @@ from typing import Any
 
 from datarecon.attacks.convergence import RESIDUAL_TOL, Convergence, assess_convergence
 from datarecon.errors import DataReconError
+from datarecon.evaluation.records import read_metrics, read_run_fields
+from datarecon.models.checkpoint import read_model_meta
 from datarecon.report import figures as F
 from datarecon.report.style import column_label, series
-from datarecon.utils.io import atomic_write_text, load_tensors, read_json, read_json_lines
+from datarecon.utils.io import atomic_write_text, load_tensors, read_json_lines
 from datarecon.kernel.files import HISTORY, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RUN_JSON, SUBSPACE_FILE
 from datarecon.kernel.status import Status
 
@@ -272,11 +274,11 @@ def landscape_results(run_dirs: Sequence[str | os.PathLike]) -> dict[str, dict[t
         d = Path(d)
         if not (d / METRICS_FILE).is_file() or not (d / RUN_JSON).is_file():
             continue
-        run = read_json(d / RUN_JSON)
-        a, b = _find_key(run.get("config"), _L1), _find_key(run.get("config"), _L2)
+        run = read_run_fields(d / RUN_JSON)
+        a, b = _num(_find_key(run.get("config"), _L1)), _num(_find_key(run.get("config"), _L2))
         if a is None or b is None:
             continue
-        out.setdefault(str(run.get("method") or "run"), {})[(float(a), float(b))] = read_json(d / METRICS_FILE)
+        out.setdefault(str(run.get("method") or "run"), {})[(float(a), float(b))] = read_metrics(d)
     return out
 
 
@@ -331,7 +333,7 @@ def _target_card(m: Mapping[str, Any], run_dir: Path) -> Card:
     model_dir = info.get("model_dir")
     for cand in ([Path(model_dir), run_dir / str(model_dir)] if model_dir else []):
         if (cand / MODEL_JSON).is_file():
-            model_json = read_json(cand / MODEL_JSON)
+            model_json = read_model_meta(cand)  # checked: model files are untrusted
             break
     meta = model_json or {}
     arch = meta.get("arch") or info.get("arch") or {}
@@ -353,8 +355,9 @@ def _target_card(m: Mapping[str, Any], run_dir: Path) -> Card:
                 status="" if model_json is None else ("ok" if ok else "warn"))
 
 
-def _threat_card(run: Mapping[str, Any]) -> Card:
-    """The run's threat model (run.json ``knowledge``) and the first dense layer's subspace (``subspace``)."""
+def _threat_card(run: Mapping[str, Any], n_true: int | None = None) -> Card:
+    """The run's threat model (run.json ``knowledge``) and the first dense layer's subspace (``subspace``);
+    with the true n of the evaluation (``n_true``) the estimate is checked against it, and a miss flagged."""
     know = run.get("knowledge")
     sub = run.get("subspace") or {}
     if not know:
@@ -367,17 +370,25 @@ def _threat_card(run: Mapping[str, Any]) -> Card:
         ("initialisation θ_init", f"known ({init['source']}, sha256 {init['sha256'][:12]})" if init else "not known"),
         ("training-set size n", know.get("n") if know.get("n") is not None else "not known"),
         ("used by this attack", ", ".join(know.get("used") or []) or "weights")]
+    missed = False
     if sub:
         rank = sub.get("rank") or {}
-        interval = rank.get("interval") or [None, None]
+        low, high = (list(rank.get("interval") or []) + [None, None])[:2]
         rows += [("first dense layer analysed", f"{sub.get('layer')} ({sub.get('matrix')}, "
                   f"{'×'.join(str(v) for v in sub.get('shape') or [])})"),
-                 ("n estimated from it", f"{rank.get('n_hat')} (interval {interval[0]}–{interval[1]})"
+                 ("n estimated from it", f"{rank.get('n_hat')} (the spectrum's elbow; n expected in {low}–{high})"
                   + (f"; {rank['above_noise']} values above the initialisation's noise edge"
                      if rank.get("above_noise") is not None else "")),
-                 ("training subspace used", f"k = {sub.get('k')}")]
+                 ("training subspace used", f"k = {sub.get('k')} directions: the subspace of the first layer's "
+                  "inputs that the subspace signal measures each candidate's distance to")]
+        if isinstance(n_true, int) and not isinstance(n_true, bool):
+            missed = not (isinstance(low, int) and isinstance(high, int) and low <= n_true <= high)
+            rows.append(("true n (from the evaluation, not known to the attacker)",
+                         f"{n_true}: " + ("OUTSIDE the estimated range; the estimate missed it" if missed else
+                                          f"inside the estimated range, {rank.get('n_hat')} off by "
+                                          f"{abs(int(rank.get('n_hat') or 0) - n_true)}")))
     return Card("Threat model: what the attacker had", rows, lead=str(know.get("summary") or ""),
-                status="warn" if init or know.get("n") is not None else "")
+                status="bad" if missed else "warn" if init or know.get("n") is not None else "")
 
 
 #: How the two residuals are named wherever a reader sees them (issue 25: one name per definition).
@@ -445,7 +456,8 @@ def _headline_card(m: Mapping[str, Any]) -> Card:
     ref = h.get("reference_scoring") or {}
     if ref.get("count") is not None:
         rows.append(("as the papers' code scores it", f"{ref['count']} of {n} at SSIM > {ref['threshold']:g} "
-                     f"(uniform 3×3 window, matches may repeat; held-out {_fmt(ref.get('heldout'))}, noise "
+                     f"(uniform 3×3 window, matches may repeat; held-out "
+                     f"{_fmt(ref.get('heldout')) if ref.get('heldout') is not None else 'not measured'}, noise "
                      f"{_fmt(ref.get('noise'))})"))
     count, null = h.get("count"), h.get("heldout")
     if rule == "retention":
@@ -589,8 +601,8 @@ def _run_sections(run_dir: Path) -> Section:
     """The section of an evaluated run directory (its files read here, rendered by :func:`_sections`)."""
     if not (run_dir / METRICS_FILE).is_file():
         raise DataReconError(f"{run_dir} has no metrics.json; run `datarecon evaluate {run_dir}` first")
-    m = read_json(run_dir / METRICS_FILE)
-    run = read_json(run_dir / RUN_JSON) if (run_dir / RUN_JSON).is_file() else {}
+    m = read_metrics(run_dir)
+    run = read_run_fields(run_dir / RUN_JSON) if (run_dir / RUN_JSON).is_file() else {}
     nb_file = run_dir / NEIGHBOURS_FILE
     nb = load_tensors(nb_file) if nb_file.is_file() else {}
     return _sections(m, run, read_json_lines(run_dir / HISTORY), nb,
@@ -612,8 +624,8 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
     conv = assess_convergence(history, status=str(run.get("status", Status.COMPLETE)),
                               relative_residual=_selection_value(run, "relative_residual"),
                               initial_loss=_num((run.get("extra") or {}).get("param_distance_x0")))
-    cards = [_threat_card(run), _target_card(m, where or Path(".")), _attack_card(run, conv, m), _headline_card(m),
-             _privacy_card(m), _membership_card(m)]
+    cards = [_threat_card(run, (m.get("headline") or {}).get("n_train")), _target_card(m, where or Path(".")),
+             _attack_card(run, conv, m), _headline_card(m), _privacy_card(m), _membership_card(m)]
     ident = _identifiability_card(m)
     if ident is not None:
         cards.append(ident)
@@ -677,7 +689,7 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
         if values is not None and values.numel():
             figs.append(FigureItem(
                 f"Singular values of the first dense layer ({sub.get('matrix')}), the attacker's estimate of n "
-                "(profile-likelihood elbow and its interval) and the dimension k of the training subspace used for "
+                "(profile-likelihood elbow and the range n is expected in) and the dimension k of the training subspace used for "
                 "the subspace signal.",
                 F.figure_png(F.scree_plot(values.tolist(), n_hat=rank.get("n_hat"), interval=rank.get("interval"),
                                           k=sub.get("k"), n_known=sub.get("n_known")))))

@@ -82,12 +82,15 @@ def headline_lines(h: Mapping[str, Any], *, what: str = "images") -> list[str]:
         lines.append("rule: " + str(h.get("rule_text")))
     paper = h.get("paper") or {}
     if paper.get("count") is not None:
-        lines.append(f"at the papers' fixed SSIM > {paper['threshold']:g} alone: {paper['count']} of {n}, held-out "
-                     f"{what} reach {paper.get('heldout')} and noise {paper.get('noise')} there")
+        nulls = [f"held-out {what} reach {paper['heldout']}" if paper.get("heldout") is not None else
+                 f"held-out {what} not measured", f"noise {paper['noise']}" if paper.get("noise") is not None else
+                 "noise not measured"]
+        lines.append(f"at the papers' fixed SSIM > {paper['threshold']:g} alone: {paper['count']} of {n}, "
+                     f"{' and '.join(nulls)} there")
     ref = h.get("reference_scoring") or {}
     if ref.get("count") is not None:
+        held = f"held-out {what} {ref['heldout']}" if ref.get("heldout") is not None else f"held-out {what} not measured"
         lines.append(f"as the papers' code scores it (uniform 3x3 SSIM window, matches may repeat, SSIM > "
-                     f"{ref['threshold']:g}): {ref['count']} of {n}, held-out {what} {ref.get('heldout')}, noise "
-                     f"{ref.get('noise')}")
+                     f"{ref['threshold']:g}): {ref['count']} of {n}, {held}, noise {ref.get('noise')}")
     lines.extend(note for note in h.get("notes") or [] if note not in lead)
     return lines

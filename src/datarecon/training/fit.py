@@ -293,7 +293,9 @@ class _Stepper:
             lr_t = float(self.schedule(self.lr, epoch, metrics["loss"],
                                        max_lr_factor=math.inf if self.max_lr_factor is None else self.max_lr_factor))
             metrics["lr"] = lr_t
-        if not (math.isfinite(metrics["energy"]) and math.isfinite(grad_norm) and math.isfinite(lr_t)):
+        if not (abs(lr_t) <= torch.finfo(self.params[0].dtype).max):  # NaN, inf, or beyond the dtype's range
+            metrics["lr_step"] = math.inf  # a step the parameters cannot take: NaNStop ends the loop
+        if not (math.isfinite(metrics["energy"]) and math.isfinite(grad_norm) and "lr_step" not in metrics):
             return metrics  # keep θ_t (last finite state); NaNStop ends the loop
         self.in_update = True
         backup = None if self.precomputed else [p.detach().clone() for p in self.params]
@@ -524,7 +526,7 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe
     stepper = _Stepper(model, x, y, recipe)
     history = History(every=loop.log_every)
     stop_hook = StopHook(stop)
-    nan_stop = NaNStop(keys=["energy", "grad_norm"])
+    nan_stop = NaNStop(keys=["energy", "grad_norm", "lr_step"])
     start = _start(checkpoint, model, history, resume=loop.resume,
                    load=lambda info, opt: stepper.opt.load_state(opt, info.get("opt_scalars", {})))
     info = start.info or {}

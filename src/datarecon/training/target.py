@@ -28,6 +28,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from datarecon.kernel.status import Status
+from datarecon.utils.device import parse_device
 from datarecon.utils.dtypes import torch_dtype
 from datarecon.registry import registered
 from datarecon.kernel import checkpoint
@@ -201,6 +202,10 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
+        largest = torch.finfo(torch_dtype(self.dtype)).max
+        if self.lr > largest:
+            raise DataReconError(f"lr {self.lr:g} is beyond the range of {self.dtype} (largest {largest:.3g}); "
+                                 "pass a smaller --lr")
         if self.optimizer != "gd" and self.momentum:
             raise DataReconError(f"momentum applies to optimizer gd only; set momentum 0 for {self.optimizer}")
         if self.optimizer != "gd" and self.schedule != "constant":
@@ -289,19 +294,9 @@ class TrainResult:
     config: TrainConfig
 
 
-def _device(name: str) -> torch.device:
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise DataReconError(f"unknown device {name!r}; use cpu or cuda") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise DataReconError("device cuda requested but no CUDA device is available; use --device cpu")
-    return dev
-
-
 def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out: str | Path,
                  resume: bool = False, overwrite: bool = False, progress: bool = True,
-                 kkt_score: bool = False) -> TrainResult:
+                 kkt_score: bool = False, nested: bool = False) -> TrainResult:
     """Train the target described by ``config`` and write its model directory to ``out``.
 
     Args:
@@ -312,6 +307,8 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
         overwrite: replace an existing ``out``.
         progress: show a progress bar.
         kkt_score: also compute the KKT-regime score (as ``config.kkt_score``; either one turns it on).
+        nested: ``out`` lies inside a folder the caller claimed itself (a demo, an experiment, a
+            reproduction piece); otherwise a path inside another datarecon folder is refused.
 
     Returns:
         :class:`TrainResult`.
@@ -321,10 +318,10 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
         CheckpointError: unusable checkpoint on resume; DivergenceError: training produced NaN/inf.
     """
     out = Path(out)
-    device = _device(config.device)
+    device = parse_device(config.device)
     if overwrite and resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
-    with claim_out_dir(out, kind="model", overwrite=overwrite, resume=resume) as claim:
+    with claim_out_dir(out, kind="model", overwrite=overwrite, resume=resume, nested=nested) as claim:
         task = load_task(config.data, data_dir=data_dir)  # before touching out: bad data leaves no folder
         if config.dp is not None:  # likewise for an unusable DP setting (delta, epsilon, no opacus)
             from datarecon.training.dp import resolve
@@ -487,7 +484,7 @@ def fit_on_images(config: TrainConfig, x: torch.Tensor, y: torch.Tensor, *, devi
     """
     from datarecon.data.normalisation import Normalisation
 
-    dev = _device(device)
+    dev = parse_device(device)
     dtype = torch_dtype(config.dtype)
     norm = Normalisation.fit(config.data.normalisation, x)
     model = build_model(config.arch_spec(), generator=torch.Generator().manual_seed(config.seed),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,16 @@ from datarecon.errors import DiskFullError
 
 #: errno values of a full disk or exhausted quota
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+#: the temporary files :func:`replace_atomically` creates: ``.<target name>.<8 random characters of
+#: mkstemp>.tmp``, nothing else (a user's ``.notes.old.tmp`` is not one)
+TEMP_NAME = re.compile(r"\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp")
+
+
+def temp_target(name: str) -> str | None:
+    """The file a temporary file named ``name`` was replacing, when ``name`` is exactly what
+    :func:`replace_atomically` creates (None for any other name)."""
+    found = TEMP_NAME.fullmatch(name)
+    return found.group("target") if found else None
 
 
 def disk_full_message(path: str | os.PathLike | None, *, hint: str = "rerun the same command") -> str:

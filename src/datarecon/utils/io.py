@@ -94,7 +94,7 @@ def read_json_lines(path: str | os.PathLike, *, upto: int | None = None) -> list
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             continue
         if isinstance(row, dict) and (upto is None or row.get("step", 0) <= upto):
             rows.append(row)
@@ -166,15 +166,33 @@ def write_csv(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> Non
     atomic_write_text(path, rows_to_csv(rows))
 
 
+#: the largest JSON file datarecon reads back (its own are kilobytes; a run.json of a large sweep a few MB)
+MAX_JSON_BYTES = 256 * 2**20
+
+
 def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file, raising :class:`CheckpointError` with a clear message."""
+    """Read a JSON file, raising :class:`CheckpointError` with a clear message.
+
+    Files are untrusted input: a folder or device in place of the file, a file of more than
+    :data:`MAX_JSON_BYTES`, text that is not UTF-8 JSON and JSON nested too deeply for the parser
+    (``[[[[...]]]]``) are each refused in one line.
+    """
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder where a JSON file is expected; is this the right directory?")
     if not path.is_file():
-        raise CheckpointError(f"missing file {path}; is this the right directory?")
+        what = "is not a regular file" if path.exists() else "missing file"
+        raise CheckpointError(f"{what} {path}; is this the right directory?" if what == "missing file" else
+                              f"{path} {what}; pass the JSON file datarecon wrote")
+    if path.stat().st_size > MAX_JSON_BYTES:
+        raise CheckpointError(f"{path} is {path.stat().st_size / 2**20:.0f} MB, more than any JSON file datarecon "
+                              "writes; re-create it")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{path} is not valid JSON ({exc}); re-create it") from None
+    except RecursionError:
+        raise CheckpointError(f"{path} is nested too deeply to be a file datarecon wrote; re-create it") from None
 
 
 def _looks_like_safetensors(raw: bytes) -> bool:
@@ -208,8 +226,11 @@ def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         CheckpointError: missing, pickled, truncated or corrupt file.
     """
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder where a safetensors file is expected; pass the file")
     if not path.is_file():
-        raise CheckpointError(f"missing weights file {path}; is this the right directory?")
+        raise CheckpointError(f"{path} is not a regular file; pass a safetensors file" if path.exists() else
+                              f"missing weights file {path}; is this the right directory?")
     raw = path.read_bytes()
     if not _looks_like_safetensors(raw) and _looks_like_pickle(raw):
         raise CheckpointError(

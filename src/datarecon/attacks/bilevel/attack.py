@@ -142,10 +142,11 @@ class BilevelConfig(BaseModel):
             ``lr_x``. METHODS §7: Adam moves even a ground-truth initialisation; plain gradient
             steps keep it in place.
         momentum: SGD momentum (0: plain gradient descent), with a fixed ``lr_x``.
-        ls_c1, ls_grow, ls_max_trials: of the problem-derived step (``lr_x`` None). ``ls_c1`` =
-            0.25 accepts a step only if l falls by at least a quarter of what the first-order
-            model predicts (a trust-region ratio test), so steps stay where the hypergradient
-            describes l.
+        ls_c1: Armijo constant of the problem-derived step (``lr_x`` None): 0.25 accepts a step
+            only if l falls by at least a quarter of what the first-order model predicts (a
+            trust-region ratio test), so steps stay where the hypergradient describes l.
+        ls_grow: the problem-derived step is at most this many times the last accepted one (``lr_x`` None).
+        ls_max_trials: halvings of the problem-derived step tried before x stays put (``lr_x`` None).
         max_step: cap on one problem-derived step, ‖Δx‖ ≤ max_step·‖x‖ (Frobenius norm over
             all candidates). None (default): no cap for smooth targets, ``NONSMOOTH.max_step``
             (1 %) for targets with kinks, where the descent-rate measurement (docs/PERFORMANCE.md

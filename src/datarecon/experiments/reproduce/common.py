@@ -126,7 +126,7 @@ def train_piece(key: str, training: TargetTraining, data: Mapping[str, Any], *,
 
         cfg = training.train_config(data, device=ctx.device)
         res = train_target(cfg, data_dir=ctx.data_dir, out=d / "model", resume=ctx.resume, overwrite=not ctx.resume,
-                           progress=ctx.progress, kkt_score=training.kkt_score)
+                           progress=ctx.progress, kkt_score=training.kkt_score, nested=True)
         return {"metrics": res.metrics, "model_dir": "model", "config_hash": cfg.hash()}
 
     return Piece(key=key, run=run, spec={"training": training.model_dump(mode="json"), "data": dict(data)},
@@ -258,7 +258,7 @@ def attack_piece(key: str, *, model_key: str, method: str, attack: BatchRun, can
         spec, m, sources = _typed_run(ctx, model_key=model_key, method=method, config=attack_config, init=init,
                                       candidates_factor=candidates_factor, seed=seed, every=checkpoint_period(steps))
         setup = prepare(spec, data_dir=ctx.data_dir, sources=sources)
-        rec = execute(spec, d / RUN_SUBDIR, RunOptions(resume=ctx.resume, overwrite=not ctx.resume, progress=ctx.progress),
+        rec = execute(spec, d / RUN_SUBDIR, RunOptions(resume=ctx.resume, overwrite=not ctx.resume, progress=ctx.progress, nested=True),
                       setup=setup, record=record)
         x0 = setup.x0
         save_tensors(d / "x0.safetensors", {"x0": x0.detach().cpu()})
@@ -326,7 +326,7 @@ def attack_batch_piece(key: str, *, model_key: str, method: str,
             ms.append(m)
         setups = [replace(s, record={**s.record, **r.record}) for s, r in zip(setups, runs.values(), strict=True)]
         recs = execute_batch(specs, [d / name / RUN_SUBDIR for name in runs],
-                             RunOptions(resume=ctx.resume, progress=ctx.progress), setups=setups,
+                             RunOptions(resume=ctx.resume, progress=ctx.progress, nested=True), setups=setups,
                              mode=resolve_mode(mode, ctx.device))
         out: dict[str, Any] = {}
         for name, setup, m, rec in zip(runs, setups, ms, recs, strict=True):

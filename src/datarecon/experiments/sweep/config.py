@@ -29,6 +29,11 @@ Expansion order (deterministic, and stable when the budget grows): for each rand
 seed. Random sample ``s`` is drawn from its own ``torch.Generator`` seeded from ``(seed, s)``, so
 adding samples never changes the earlier ones. ``budget`` caps the number of runs (it truncates
 the tail of that order, i.e. late random samples first).
+
+The expansion is lazy (the grid's product and the random draws are produced one run at a time),
+and the number of runs is computed from the sizes before any work: a sweep of more than
+:data:`MAX_RUNS` runs is refused unless ``budget`` caps it (three 1000-value grid keys built the
+10⁹-point product first, 12 GB in 60 s, even with ``budget: 1``).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -46,6 +51,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry, registered
 from datarecon.config import MAX_SEED, MAX_STEPS, Seed
+
+#: the most runs one sweep may have (a run is a folder and an index row; more is a typo or needs a budget)
+MAX_RUNS = 100_000
 
 # ---------------------------------------------------------------------------
 # distributions
@@ -180,13 +188,14 @@ class SearchSpace(BaseModel):
             raise ValueError(f"keys {both} are both in grid and random; keep each key in one of them")
         return self
 
-    def seed_list(self, default: int) -> tuple[int, ...]:
+    def seed_list(self, default: int) -> Sequence[int]:
+        """The run seeds: ``seeds`` as given, ``range(seeds)`` for a count (lazy), else ``(default,)``."""
         if self.seeds is None:
             return (default,)
         if isinstance(self.seeds, int):
             if self.seeds < 1:
                 raise DataReconError(f"search.seeds must be >= 1 (got {self.seeds}); or give a list of seeds")
-            return tuple(range(self.seeds))
+            return range(self.seeds)
         return tuple(self.seeds)
 
 
@@ -248,7 +257,7 @@ class SweepConfig(BaseModel):
     dtype: Literal["float32", "float64"] | None = None
     device: str = "cpu"
     search: SearchSpace = Field(default_factory=SearchSpace)
-    budget: int | None = Field(default=None, ge=1)
+    budget: int | None = Field(default=None, ge=1, le=MAX_RUNS)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     selection: Selection = Field(default_factory=Selection)
     max_retries: int = Field(default=2, ge=0)
@@ -270,6 +279,17 @@ class SweepConfig(BaseModel):
         if "name" not in v:
             raise ValueError("init needs a 'name' (an initialisation registry key, e.g. gaussian)")
         return v
+
+    @model_validator(mode="after")
+    def _size(self) -> SweepConfig:
+        if self.budget is None and (total := full_size(self)) > MAX_RUNS:
+            s = self.search
+            parts = [" x ".join(str(len(s.grid[k])) for k in sorted(s.grid)) + " grid values"] if s.grid else []
+            parts += [f"{n_samples(self)} random samples"] if s.random else []
+            parts += [f"{len(s.seed_list(self.seed))} seeds"] if s.seeds is not None else []
+            raise DataReconError(f"the sweep expands to {total:,} runs ({', '.join(parts)}), more than {MAX_RUNS:,}; "
+                                 "shrink the search or set budget: N to run the first N")
+        return self
 
 
 class RunSpec(BaseModel):
@@ -353,10 +373,16 @@ def draw_random(space: Mapping[str, Dist], *, seed: int, sample: int) -> dict[st
     return {key: space[key].sample(g) for key in sorted(space)}
 
 
-def grid_points(grid: Mapping[str, tuple[Any, ...]]) -> list[dict[str, Any]]:
-    """Cartesian product of the grid (keys sorted; values in the listed order); [{}] for no grid."""
+def grid_points(grid: Mapping[str, tuple[Any, ...]]) -> Iterator[dict[str, Any]]:
+    """Cartesian product of the grid (keys sorted; values in the listed order), one point at a time;
+    a single ``{}`` for no grid."""
     keys = sorted(grid)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+    return (dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys)))
+
+
+def grid_size(grid: Mapping[str, tuple[Any, ...]]) -> int:
+    """The number of grid points, from the sizes alone (nothing is built)."""
+    return math.prod(len(v) for v in grid.values())
 
 
 def n_samples(config: SweepConfig) -> int:
@@ -367,9 +393,14 @@ def n_samples(config: SweepConfig) -> int:
     if s.samples is not None:
         return s.samples
     if config.budget is not None:
-        per = len(grid_points(s.grid)) * len(s.seed_list(config.seed))
+        per = grid_size(s.grid) * len(s.seed_list(config.seed))
         return max(1, config.budget // per)
     return 1
+
+
+def full_size(config: SweepConfig) -> int:
+    """The number of runs the whole expansion has, without ``budget`` (computed from the sizes)."""
+    return n_samples(config) * grid_size(config.search.grid) * len(config.search.seed_list(config.seed))
 
 
 def method_dtype(method: str) -> str:
@@ -393,12 +424,11 @@ def expand(config: SweepConfig, *, model_dir: str | None = None) -> list[RunSpec
             "init": dict(config.init), "candidates": config.candidates, "steps": config.steps,
             "dtype": config.dtype or method_dtype(config.method), "device": config.device,
             "knowledge": dict(config.knowledge)}
-    points = grid_points(config.search.grid)
     seeds = config.search.seed_list(config.seed)
     specs: list[RunSpec] = []
     for s in range(n_samples(config)):
         drawn = draw_random(config.search.random, seed=config.seed, sample=s) if config.search.random else {}
-        for point in points:
+        for point in grid_points(config.search.grid):
             for run_seed in seeds:
                 spec = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
                 params = {**point, **drawn}

@@ -84,7 +84,11 @@ def plan(config: SweepConfig, out: str | Path) -> tuple[str, list[PlannedRun]]:
     """The sweep id and its runs (deduplicated by key, expansion order kept; every spec validated)."""
     store = Store(out)
     model_dir = str(Path(config.model_dir).expanduser().resolve())
-    model_id = model_identity(model_dir)
+    try:
+        model_id = model_identity(model_dir)
+    except DataReconError as exc:  # in the sweep file's words: model_dir, not the --model of reconstruct
+        raise type(exc)(f"model_dir of the sweep file: {exc}".replace("pass the --model",
+                                                                         "set model_dir to the model")) from None
     runs: list[PlannedRun] = []
     seen: set[str] = set()
     for spec in expand(config, model_dir=model_dir):

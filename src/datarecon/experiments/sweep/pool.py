@@ -13,7 +13,7 @@ from typing import Any
 
 
 from datarecon.errors import DataReconError
-from datarecon.experiments.store import Store
+from datarecon.experiments.store import Store, check_store
 from datarecon.experiments.pool import PoolSpec, same_pool, criterion_mode, score_of, write_pool
 from datarecon.kernel.status import EVALUABLE
 
@@ -69,12 +69,13 @@ def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relati
     store = Store(sweep_dir)
     if not store.root.is_dir():
         raise DataReconError(f"sweep directory {store.root} not found; run `datarecon sweep --out {store.root}` first")
+    check_store(store.root)
     direction = criterion_mode(criterion, mode)
     ranked = rank_runs(store, criterion=criterion, mode=direction, sweep_id=sweep_id)[:top]
     if not ranked:
         raise DataReconError(
-            f"no finished run in {store.root} has the selection criterion {criterion!r}; "
-            "check `datarecon store list` or choose another --criterion"
+            f"no finished run in {store.root} has the selection criterion {criterion!r} (none finished, or all "
+            f"failed); see `datarecon store list {store.root}`"
         )
     models = {row["model_dir"] for _, row in ranked}
     if len(models) > 1:
@@ -92,7 +93,7 @@ def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relati
 
     default = out is None
     with claim_out_dir(pool_dir, kind="run", resume=default or same_pool(pool_dir, key),
-                       overwrite=overwrite and not default) as claim:
+                       overwrite=overwrite and not default, nested=default) as claim:
         claim.prepare()
         write_pool(pool_dir, sources, root=store.root, model_dir=next(iter(models)), spec=spec)
     if pool_dir.parent == store.root / "pools":

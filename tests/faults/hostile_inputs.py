@@ -1,0 +1,750 @@
+"""A catalogue of hostile inputs, run through the real command line and counted: the third
+adversarial trial (docs/RELIABILITY.md, "Adversarial trials").
+
+    python tests/faults/hostile_inputs.py                     # the current source (several minutes)
+    python tests/faults/hostile_inputs.py --src /old/src      # another source tree, e.g. before a fix
+    python tests/faults/hostile_inputs.py --only perm         # the trials whose group starts with "perm"
+
+Every trial starts from a fresh copy of a small workspace (a trained digits model, a finished run, an
+evaluated run, a sweep store, a user's own model package; ``adversarial_trials.build_workspace``),
+changes it as the trial needs and runs one command in a subprocess. The ``permission`` trials run as
+an unprivileged user (``runuser -u datarecon-trial``, created when absent) on a workspace that user
+owns, with folders made read-only or files unreadable. Outcomes:
+
+* ``clean``: exit 2 and one ``error: ...`` line, no file of the workspace changed;
+* ``accepted as it should``: a valid (if unusual) input that ran, exit 0;
+* ``data lost``: a file of the workspace outside the command's own output changed or vanished;
+* ``internal error``: exit 1 "internal error", a traceback, or another exit code;
+* ``wrongly accepted``: an input that must be refused ran (exit 0, or still running after the limit);
+* ``refused a valid input``: exit 2 on an input that should run.
+
+Each line printed names the trial, its outcome and the message, so the messages can be read for
+``misleading`` ones (a line that names the wrong problem or a fix that would not work); ``must``
+pins the words a trial's message has to contain, and a clean refusal without them is counted as
+``misleading``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import adversarial_trials  # noqa: E402
+from adversarial_trials import DIGITS, build_workspace  # noqa: E402
+
+ENV: dict[str, str] = {}
+#: the unprivileged user of the permission trials
+USER = "datarecon-trial"
+#: a hostile input is refused in seconds; one still running after this long was accepted
+TIMEOUT_S = 120.0
+#: outputs a command may create (a trial's ``out`` adds its own)
+NEW = ("n", "m", "r", "e", "a", "s", "d", "own", "r.html", "t.csv", "p", "mem.json")
+
+REC = ["reconstruct", "--steps", "2", "--candidates", "4", "--no-progress"]
+TRAIN = ["train", *DIGITS, "--hidden", "4", "--no-bias", "--epochs", "2", "--no-progress"]
+OWN = ["reconstruct", "--input-shape", "1,8,8", "--candidates", "4", "--steps", "2", "--no-progress", "--out", "own"]
+EXP_TRAIN = ("train: {data: {dataset: digits, task: odd-even, n_per_class: 5}, arch: {name: mlp, hidden: [4], "
+             "bias: false}, epochs: 2}\n")
+SWEEP = "model_dir: model\nsteps: 2\ncandidates: 4\n"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One hostile input: ``prepare(ws)`` changes the workspace and returns the command line.
+
+    Attributes:
+        group: what kind of input (paths, files, options, configs, ...).
+        name: what was tried.
+        prepare: builds the input in the workspace ``ws`` and returns the arguments of ``datarecon``.
+        expect: ``refuse`` (exit 2, one line) or ``accept`` (a valid input that must run).
+        must: words the refusal must contain (else it is counted ``misleading``).
+        user: run as the unprivileged :data:`USER` (the permission trials).
+        out: a further path the command may create or change.
+    """
+
+    group: str
+    name: str
+    prepare: Callable[[Path], list[str]]
+    expect: str = "refuse"
+    must: str | None = None
+    user: bool = False
+    out: str | None = None
+
+
+def _w(ws: Path, rel: str, data: str | bytes) -> str:
+    path = ws / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return rel
+
+
+def _json(ws: Path, rel: str, change: Callable[[dict], object]) -> str:
+    path = ws / rel
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    return str(Path(rel).parent)
+
+
+def _meta(ws: Path, change: Callable[[dict], object]) -> str:
+    return _json(ws, "model/model.json", change)
+
+
+def _tensors(ws: Path, rel: str, change: Callable[[dict], object], *, rehash: bool = True) -> str:
+    """Change a safetensors file of the workspace (and, for the model's, record its new hash)."""
+    import hashlib
+
+    import torch  # noqa: F401  (safetensors' torch backend)
+    from safetensors.torch import load_file, save_file
+
+    path = ws / rel
+    tensors = load_file(str(path))
+    change(tensors)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
+    if rehash and rel.startswith("model/"):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        _meta(ws, lambda m: m["sha256"].__setitem__(path.name, digest))
+    return str(Path(rel).parent)
+
+
+def _link(ws: Path, rel: str, target: str) -> str:
+    (ws / rel).symlink_to(target)
+    return rel
+
+
+def _fifo(ws: Path, rel: str) -> str:
+    os.mkfifo(ws / rel)
+    return rel
+
+
+def _sparse(ws: Path, rel: str, size: int) -> str:
+    with open(ws / rel, "wb") as fh:
+        fh.truncate(size)
+    return rel
+
+
+def _mode(ws: Path, rel: str, mode: int) -> str:
+    os.chmod(ws / rel, mode)
+    return rel
+
+
+def _yaml(ws: Path, rel: str, text: str) -> str:
+    return _w(ws, rel, text)
+
+
+def _bomb() -> str:
+    lines = ["model: model", "a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    return "\n".join(lines) + "\n"
+
+
+def _evaluate_run(ws: Path) -> list[str]:
+    """``evaluate run`` of a run whose record names this workspace's model (the copy a trial changed)."""
+    _json(ws, "run/run.json", lambda r: r.update(model_dir=str(ws / "model")))
+    return ["evaluate", "run", "--no-progress"]
+
+
+def _rec(ws: Path, *args: str, model: str = "model", out: str = "n") -> list[str]:
+    return [*REC, "--model", model, "--out", out, *args]
+
+
+PATHS = [
+    Trial("paths", "reconstruct --out is a symlink to the model folder",
+          lambda ws: _rec(ws, out=_link(ws, "lnk", "model")), must="model directory"),
+    Trial("paths", "reconstruct --out is a symlink loop", lambda ws: _rec(ws, out=_link(ws, "loop", "loop"))),
+    Trial("paths", "reconstruct --out /dev/null", lambda ws: _rec(ws, out="/dev/null"), must="existing file"),
+    Trial("paths", "reconstruct --out is a fifo", lambda ws: _rec(ws, out=_fifo(ws, "fifo"))),
+    Trial("paths", "train --out inside a run folder", lambda ws: [*TRAIN, "--out", "run/m2"], must="lies inside"),
+    Trial("paths", "sweep --out inside a model folder",
+          lambda ws: ["sweep", "--config", _yaml(ws, "s.yaml", SWEEP), "--out", "model/s", "--no-progress"],
+          must="lies inside"),
+    Trial("paths", "demo --out inside a model folder", lambda ws: ["demo", "--out", "model/d", "--no-progress"],
+          must="lies inside"),
+    Trial("paths", "reproduce --out inside a run", lambda ws: ["reproduce", "haim2022", "--scale", "smoke", "--out",
+                                                               "run/r"], must="lies inside"),
+    Trial("paths", "audit --out inside a store", lambda ws: ["audit", "--scale", "smoke", "--out", "store/a"],
+          must="lies inside"),
+    Trial("paths", "run (experiment) --out inside a model",
+          lambda ws: ["run", _yaml(ws, "e.yaml", EXP_TRAIN), "--out", "model/e", "--no-progress"], must="lies inside"),
+    Trial("paths", "sweep pool --out into a model folder", lambda ws: ["sweep", "pool", "store", "--out", "model/p"],
+          must="lies inside"),
+    Trial("paths", "sweep pool --out is the store itself", lambda ws: ["sweep", "pool", "store", "--out", "store"]),
+    Trial("paths", "report --out /dev/null", lambda ws: ["report", "evaluated", "--out", "/dev/null"],
+          must="not a regular file"),
+    Trial("paths", "report --out under a file", lambda ws: ["report", "evaluated", "--out",
+                                                            _w(ws, "f.txt", "x") + "/r.html"]),
+    Trial("paths", "report --out is a run's metrics.json", lambda ws: ["report", "evaluated", "--out",
+                                                                       "evaluated/metrics.json", "--overwrite"],
+          must="lies inside"),
+    Trial("paths", "report --out is the run folder", lambda ws: ["report", "evaluated", "--out", "evaluated"],
+          must="is a folder"),
+    Trial("paths", "store export --out .txt", lambda ws: ["store", "export", "store", "--out", "t.txt"],
+          must=".csv or .parquet"),
+    Trial("paths", "store export --out over a user's CSV", lambda ws: ["store", "export", "store", "--out",
+                                                                        _w(ws, "mine.csv", "a,b\n1,2\n"),
+                                                                        "--overwrite"],
+          must="not a store export datarecon wrote"),
+    Trial("paths", "membership --out over the run's run.json", lambda ws: ["membership", "--model", "model",
+                                                                            "--evaluate", "--out", "run/run.json",
+                                                                            "--overwrite"], must="lies inside"),
+    Trial("paths", "reconstruct --model is the output folder too", lambda ws: _rec(ws, out="model"),
+          must="model directory"),
+    Trial("paths", "--model a symlink loop", lambda ws: _rec(ws, model=_link(ws, "mloop", "mloop"))),
+    Trial("paths", "--config a symlink to /dev/zero", lambda ws: _rec(ws, "--config", _link(ws, "z.yaml", "/dev/zero")),
+          must="not a regular file"),
+    Trial("paths", "--config of 100 MB", lambda ws: _rec(ws, "--config", _sparse(ws, "big.yaml", 100 * 2**20)),
+          must="MB"),
+    Trial("paths", "--config a fifo", lambda ws: _rec(ws, "--config", _fifo(ws, "c.yaml")), must="not a regular file"),
+    Trial("paths", "--data-dir a symlink loop", lambda ws: ["train", "--dataset", "mnist", "--task", "odd-even",
+                                                             "--n-per-class", "5", "--data-dir",
+                                                             _link(ws, "dloop", "dloop"), "--out", "m"]),
+    Trial("paths", "--data-dir an empty folder", lambda ws: ["train", "--dataset", "mnist", "--task", "odd-even",
+                                                              "--n-per-class", "5", "--data-dir",
+                                                              str(Path(_w(ws, "empty/.keep", "")).parent), "--out",
+                                                              "m"], must="MNIST not found"),
+    Trial("paths", "membership --images missing", lambda ws: ["membership", "--model", "model", "--images", "nope"]),
+    Trial("paths", "membership --images a garbage file", lambda ws: ["membership", "--model", "model", "--images",
+                                                                      _w(ws, "x.npz", b"garbage" * 10)]),
+    Trial("paths", "membership --images an empty folder", lambda ws: ["membership", "--model", "model", "--images",
+                                                                       str(Path(_w(ws, "imgs/.keep", "")).parent)]),
+    Trial("paths", "membership --images a folder of non-images",
+          lambda ws: ["membership", "--model", "model", "--images", str(Path(_w(ws, "imgs/a.png", "not a png")).parent)]),
+]
+
+FILES = [
+    Trial("files", "model.json: hidden as text", lambda ws: _rec(ws, model=_meta(ws, lambda m: m["arch"].update(
+        hidden=["8"])))),
+    Trial("files", "model.json: sha256 of the weights removed (weights changed)",
+          lambda ws: _rec(ws, model=_tensors(ws, "model/weights.safetensors", lambda t: t.update(
+              {k: v * 2 for k, v in t.items()}), rehash=False) and _meta(ws, lambda m: m["sha256"].pop(
+                  "weights.safetensors"))), must="records no hash"),
+    Trial("files", "model.json: sha256 names /dev/zero", lambda ws: _rec(ws, model=_meta(
+        ws, lambda m: m["sha256"].__setitem__("/dev/zero", "0" * 64))), must="no file of a model directory"),
+    Trial("files", "model.json: format missing", lambda ws: _rec(ws, model=_meta(ws, lambda m: m.pop("format")))),
+    Trial("files", "model.json: unknown dataset", lambda ws: _evaluate_run(ws)
+          if _meta(ws, lambda m: m["data"].update(dataset="imagenet")) else []),
+    Trial("files", "model.json: n_per_class -1", lambda ws: _rec(ws, model=_meta(
+        ws, lambda m: m["data"].update(n_per_class=-1)))),
+    Trial("files", "model.json: unknown normalisation", lambda ws: _rec(ws, model=_meta(
+        ws, lambda m: m.update(normalisation="zscore")))),
+    Trial("files", "model.json: {}", lambda ws: _rec(ws, model=str(Path(_w(ws, "model/model.json", "{}")).parent))),
+    Trial("files", "model.json: a list", lambda ws: _rec(ws, model=str(Path(_w(ws, "model/model.json", "[]")).parent))),
+    Trial("files", "model.json: empty", lambda ws: _rec(ws, model=str(Path(_w(ws, "model/model.json", "")).parent))),
+    Trial("files", "model.json: NaN literal weight decay", lambda ws: _rec(ws, model=str(Path(_w(
+        ws, "model/model.json", (ws / "model/model.json").read_text().replace('"weight_decay": 0.0',
+                                                                             '"weight_decay": NaN'))).parent))),
+    Trial("files", "weights.safetensors missing", lambda ws: _rec(ws) if (ws / "model/weights.safetensors").unlink()
+          is None else []),
+    Trial("files", "extras.safetensors missing", lambda ws: _rec(ws) if (ws / "model/extras.safetensors").unlink()
+          is None else []),
+    Trial("files", "weights: an extra tensor", lambda ws: _rec(ws, model=_tensors(
+        ws, "model/weights.safetensors", lambda t: t.update(extra=t["1.weight"][:1].clone())))),
+    Trial("files", "weights: integers", lambda ws: _rec(ws, model=_tensors(
+        ws, "model/weights.safetensors", lambda t: t.update({k: v.long() for k, v in t.items()})))),
+    Trial("files", "weights: float64 in a float32 model", lambda ws: _rec(ws, model=_tensors(
+        ws, "model/weights.safetensors", lambda t: t.update({k: v.double() for k, v in t.items()}))),
+          must="trained in float32"),
+    Trial("files", "extras: input_mean NaN", lambda ws: _rec(ws, model=_tensors(
+        ws, "model/extras.safetensors", lambda t: t["input_mean"].fill_(float("nan"))))),
+    Trial("files", "extras: train indices out of range", lambda ws: _evaluate_run(ws)
+          if _tensors(ws, "model/extras.safetensors", lambda t: t["train_indices"].fill_(10**9)) else []),
+    Trial("files", "run.json: status bogus", lambda ws: ["evaluate", _json(ws, "run/run.json", lambda r: r.update(
+        status="bogus")), "--no-progress"]),
+    Trial("files", "run.json: model_dir missing", lambda ws: ["evaluate", _json(ws, "run/run.json", lambda r: r.pop(
+        "model_dir")), "--no-progress"]),
+    Trial("files", "run.json: model_dir nonexistent", lambda ws: ["evaluate", _json(ws, "run/run.json", lambda r: r.update(
+        model_dir="/nowhere")), "--no-progress"]),
+    Trial("files", "run.json: steps_done text", lambda ws: ["evaluate", _json(ws, "run/run.json", lambda r: r.update(
+        steps_done="x")), "--no-progress"]),
+    Trial("files", "candidates: x of another shape", lambda ws: ["evaluate", _tensors(
+        ws, "run/candidates.safetensors", lambda t: t.update(x=t["x"].reshape(t["x"].shape[0], -1))), "--no-progress"]),
+    Trial("files", "candidates: x NaN", lambda ws: ["evaluate", _tensors(
+        ws, "run/candidates.safetensors", lambda t: t["x"].fill_(float("nan"))), "--no-progress"],
+          must="NaN"),
+    Trial("files", "candidates: labels of another length", lambda ws: ["evaluate", _tensors(
+        ws, "run/candidates.safetensors", lambda t: t.update(labels=t["labels"][:1].clone())), "--no-progress"]),
+    Trial("files", "candidates: x float16", lambda ws: ["evaluate", _tensors(
+        ws, "run/candidates.safetensors", lambda t: t.update(x=t["x"].half())), "--no-progress"],
+          expect="accept"),
+    Trial("files", "candidates: a pickle", lambda ws: ["evaluate", str(Path(_w(ws, "run/candidates.safetensors",
+                                                                             b"\x80\x04pickle")).parent),
+                                                        "--no-progress"], must="pickle"),
+    Trial("files", "checkpoint state changed, then --resume", lambda ws: _rec(
+        ws, "--resume", out=_tensors(ws, "run/checkpoint/state.safetensors", lambda t: t.update(
+            {k: v + 1 if v.is_floating_point() else v for k, v in t.items()}), rehash=False).split("/")[0])),
+    Trial("files", "checkpoint progress.json garbage, then --resume", lambda ws: _rec(
+        ws, "--resume", "--steps", "4", out=_w(ws, "run/checkpoint/progress.json", "{garbage").split("/")[0]),
+          expect="accept"),
+    Trial("files", "history.jsonl garbage, then report", lambda ws: ["report", str(Path(_w(
+        ws, "evaluated/history.jsonl", "not json\n{\"step\": \"x\"}\n")).parent), "--out", "r.html"],
+          expect="accept"),
+    Trial("files", "metrics.json: count negative, then report", lambda ws: ["report", _json(
+        ws, "evaluated/metrics.json", lambda m: m["headline"].update(count=-3)), "--out", "r.html"],
+          must="headline.count"),
+    Trial("files", "metrics.json: nearest a list, then report", lambda ws: ["report", _json(
+        ws, "evaluated/metrics.json", lambda m: m.update(nearest=[])), "--out", "r.html"]),
+    Trial("files", "metrics.json: threshold 5, then report", lambda ws: ["report", _json(
+        ws, "evaluated/metrics.json", lambda m: m["headline"].update(threshold=5)), "--out", "r.html"]),
+    Trial("files", "metrics.json: AUC -1, then report", lambda ws: ["report", _json(
+        ws, "evaluated/metrics.json", lambda m: [v.update(auc=-1.0) for v in m["privacy"]["scores"].values()]),
+        "--out", "r.html"]),
+    Trial("files", "neighbours.safetensors garbage, then report", lambda ws: ["report", str(Path(_w(
+        ws, "evaluated/neighbours.safetensors", b"garbage")).parent), "--out", "r.html"]),
+    Trial("files", "subspace.safetensors garbage, then report", lambda ws: ["report", str(Path(_w(
+        ws, "evaluated/subspace.safetensors", b"garbage")).parent), "--out", "r.html"]),
+    Trial("files", "index.sqlite is a folder, then store list", lambda ws: ["store", "list", "store"]
+          if (ws / "store/index.sqlite").unlink() is None and (ws / "store/index.sqlite").mkdir() is None else []),
+    Trial("files", "a store run's run.json garbage, then store rebuild", lambda ws: ["store", "rebuild", "store"]
+          if _w(ws, str(next(d for d in (ws / "store/runs").iterdir() if d.is_dir()).relative_to(ws) / "run.json"),
+                "{garbage") else [],
+          expect="accept"),
+    Trial("files", "a sweep record garbage, then store rebuild", lambda ws: ["store", "rebuild", "store"]
+          if _w(ws, str(next(p for p in (ws / "store/sweeps").iterdir() if p.suffix == ".json").relative_to(ws)),
+                "{garbage") else [],
+          expect="accept"),
+    Trial("files", "experiment.json garbage, then the experiment again", lambda ws: ["run", _yaml(
+        ws, "e.yaml", EXP_TRAIN), "--out", str(Path(_w(ws, "ex/experiment.json", "{garbage")).parent),
+        "--no-progress"]),
+]
+
+OPTIONS = [
+    Trial("options", "--steps -1", lambda ws: _rec(ws, "--steps", "-1")),
+    Trial("options", "--steps 1.5", lambda ws: _rec(ws, "--steps", "1.5")),
+    Trial("options", "--candidates -3", lambda ws: _rec(ws, "--candidates", "-3")),
+    Trial("options", "--seed -1", lambda ws: _rec(ws, "--seed", "-1")),
+    Trial("options", "--lr-x 0", lambda ws: _rec(ws, "--lr-x", "0")),
+    Trial("options", "--lr-x nan", lambda ws: _rec(ws, "--lr-x", "nan")),
+    Trial("options", "--lr-x inf", lambda ws: _rec(ws, "--lr-x", "inf")),
+    Trial("options", "--lambda-min -1", lambda ws: _rec(ws, "--lambda-min", "-1")),
+    Trial("options", "--alpha 0", lambda ws: _rec(ws, "--alpha", "0")),
+    Trial("options", "--init-scale -1", lambda ws: _rec(ws, "--init-scale", "-1")),
+    Trial("options", "--init-scale nan", lambda ws: _rec(ws, "--init-scale", "nan")),
+    Trial("options", "train --dtype float16", lambda ws: [*TRAIN, "--dtype", "float16", "--out", "m"]),
+    Trial("options", "train --epochs -5", lambda ws: [*TRAIN, "--epochs", "-5", "--out", "m"]),
+    Trial("options", "train --n-per-class 0", lambda ws: ["train", "--dataset", "digits", "--task", "odd-even",
+                                                          "--n-per-class", "0", "--out", "m"]),
+    Trial("options", "train --n-per-class 100000 (digits has fewer)",
+          lambda ws: ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "100000", "--out", "m"]),
+    Trial("options", "train --hidden 0", lambda ws: [*TRAIN, "--hidden", "0", "--out", "m"]),
+    Trial("options", "train --hidden 8,,8", lambda ws: [*TRAIN, "--hidden", "8,,8", "--out", "m"]),
+    Trial("options", "train --hidden 1e3", lambda ws: [*TRAIN, "--hidden", "1e3", "--out", "m"]),
+    Trial("options", "train --task classes:0,0", lambda ws: ["train", "--dataset", "digits", "--task", "classes:0,0",
+                                                             "--n-per-class", "5", "--out", "m"]),
+    Trial("options", "train --task classes:0,99", lambda ws: ["train", "--dataset", "digits", "--task",
+                                                              "classes:0,99", "--n-per-class", "5", "--out", "m"]),
+    Trial("options", "train --loss cross-entropy on a binary task", lambda ws: [*TRAIN, "--loss", "cross-entropy",
+                                                                              "--out", "m"]),
+    Trial("options", "train --weight-decay -1", lambda ws: [*TRAIN, "--weight-decay", "-1", "--out", "m"]),
+    Trial("options", "train --momentum 1", lambda ws: [*TRAIN, "--momentum", "1", "--out", "m"]),
+    Trial("options", "train --optimizer bogus", lambda ws: [*TRAIN, "--optimizer", "bogus", "--out", "m"]),
+    Trial("options", "train --schedule bogus", lambda ws: [*TRAIN, "--schedule", "bogus", "--out", "m"]),
+    Trial("options", "train --max-lr-factor 0.5", lambda ws: [*TRAIN, "--max-lr-factor", "0.5", "--out", "m"]),
+    Trial("options", "train --max-lr-factor abc", lambda ws: [*TRAIN, "--max-lr-factor", "abc", "--out", "m"]),
+    Trial("options", "train --batch-size 0", lambda ws: [*TRAIN, "--batch-size", "0", "--out", "m"]),
+    Trial("options", "train --batch-size 1000 (n = 10)", lambda ws: [*TRAIN, "--batch-size", "1000", "--out", "m"],
+          must="batch"),
+    Trial("options", "train --checkpoint-every -1", lambda ws: [*TRAIN, "--checkpoint-every", "-1", "--out", "m"]),
+    Trial("options", "train --log-every 0", lambda ws: [*TRAIN, "--log-every", "0", "--out", "m"]),
+    Trial("options", "--runs 0", lambda ws: _rec(ws, "--runs", "0")),
+    Trial("options", "--runs -2", lambda ws: _rec(ws, "--runs", "-2")),
+    Trial("options", "--runs 1000000", lambda ws: _rec(ws, "--runs", "1000000")),
+    Trial("options", "--batch-mode bogus --runs 2", lambda ws: _rec(ws, "--runs", "2", "--batch-mode", "bogus")),
+    Trial("options", "evaluate --sweep --top 0", lambda ws: ["evaluate", "--sweep", "store", "--top", "0",
+                                                             "--no-progress"]),
+    Trial("options", "evaluate --exact-up-to -1", lambda ws: ["evaluate", "run", "--exact-up-to", "-1",
+                                                              "--no-progress"]),
+    Trial("options", "evaluate --top-k 0", lambda ws: ["evaluate", "run", "--top-k", "0", "--no-progress"]),
+    Trial("options", "evaluate --metric bogus", lambda ws: ["evaluate", "run", "--metric", "bogus", "--no-progress"]),
+    Trial("options", "evaluate --window bogus", lambda ws: ["evaluate", "run", "--window", "bogus", "--no-progress"]),
+    Trial("options", "evaluate --assignment bogus", lambda ws: ["evaluate", "run", "--assignment", "bogus",
+                                                                "--no-progress"]),
+    Trial("options", "evaluate --against train,,noise", lambda ws: ["evaluate", "run", "--against", "train,,noise",
+                                                                    "--no-progress"], expect="accept"),
+    Trial("options", "evaluate --against ,", lambda ws: ["evaluate", "run", "--against", ",", "--no-progress"]),
+    Trial("options", "membership --fpr 0", lambda ws: ["membership", "--model", "model", "--images",
+                                                       "model/extras.safetensors", "--fpr", "0"]),
+    Trial("options", "membership --fpr 1.5", lambda ws: ["membership", "--model", "model", "--evaluate", "--fpr",
+                                                         "1.5"]),
+    Trial("options", "membership --fpr nan", lambda ws: ["membership", "--model", "model", "--evaluate", "--fpr",
+                                                         "nan"]),
+    Trial("options", "membership --known-n 0", lambda ws: ["membership", "--model", "model", "--evaluate",
+                                                           "--known-n", "0"]),
+    Trial("options", "membership --known-n 10000000", lambda ws: ["membership", "--model", "model", "--evaluate",
+                                                                  "--known-n", "10000000"]),
+    Trial("options", "--known-init seed:-1", lambda ws: _rec(ws, "--known-init", "seed:-1")),
+    Trial("options", "--known-init seed:abc", lambda ws: _rec(ws, "--known-init", "seed:abc")),
+    Trial("options", "--known-init a missing file", lambda ws: _rec(ws, "--known-init", "nope.safetensors")),
+    Trial("options", "--known-init seed:1 (the model was trained from seed 0)",
+          lambda ws: _rec(ws, "--known-init", "seed:1"), must="not"),
+    Trial("options", "--known-recipe bogus", lambda ws: _rec(ws, "--method", "dynamics", "--known-recipe", "bogus")),
+    Trial("options", "sweep --workers 0", lambda ws: ["sweep", "--config", _yaml(ws, "s.yaml", SWEEP), "--out", "s",
+                                                      "--workers", "0"]),
+    Trial("options", "sweep --backend bogus", lambda ws: ["sweep", "--config", _yaml(ws, "s.yaml", SWEEP), "--out",
+                                                          "s", "--backend", "bogus"]),
+    Trial("options", "reproduce an unknown paper", lambda ws: ["reproduce", "nobody2030", "--out", "r"]),
+    Trial("options", "reproduce --scale bogus", lambda ws: ["reproduce", "haim2022", "--scale", "bogus", "--out", "r"]),
+    Trial("options", "audit --scale bogus", lambda ws: ["audit", "--scale", "bogus", "--out", "a"]),
+    Trial("options", "audit --threads 100000", lambda ws: ["audit", "--scale", "smoke", "--threads", "100000",
+                                                           "--out", "a"]),
+    Trial("options", "demo --steps 0", lambda ws: ["demo", "--steps", "0", "--out", "d"]),
+    Trial("options", "demo --seed -1", lambda ws: ["demo", "--seed", "-1", "--out", "d"]),
+    Trial("options", "examples: an unknown name", lambda ws: ["examples", "nope.yaml"]),
+    Trial("options", "data download: an unknown dataset", lambda ws: ["data", "download", "imagenet"]),
+    Trial("options", "store list --limit 0", lambda ws: ["store", "list", "store", "--limit", "0"]),
+    Trial("options", "store list --sort with SQL", lambda ws: ["store", "list", "store", "--sort", "key; DROP TABLE"]),
+    Trial("options", "report with no runs", lambda ws: ["report", "--out", "r.html"]),
+    Trial("options", "--set attack.=1", lambda ws: _rec(ws, "--set", "attack.=1")),
+    Trial("options", "--set init.name=bogus", lambda ws: _rec(ws, "--set", "init.name=bogus")),
+    Trial("options", "--set lr_x=[1,2]", lambda ws: _rec(ws, "--set", "lr_x=[1,2]")),
+    Trial("options", "--set with a YAML python tag", lambda ws: _rec(ws, "--set", "lr_x=!!python/object/apply:os.getpid []")),
+    Trial("options", "--seed 2**63", lambda ws: _rec(ws, "--seed", str(2**63))),
+    Trial("options", "reproduce --threads -5", lambda ws: ["reproduce", "haim2022", "--threads", "-5", "--out", "r"]),
+    Trial("options", "--device cuda:0 without a GPU", lambda ws: _rec(ws, "--device", "cuda:0")),
+    Trial("options", "--device cuda:abc", lambda ws: _rec(ws, "--device", "cuda:abc")),
+    Trial("options", "--device CPU", lambda ws: _rec(ws, "--device", "CPU")),
+    Trial("options", "own model: os:getcwd as the factory", lambda ws: [*OWN, "--model", "os:getcwd", "--weights",
+                                                                       "net.safetensors"]),
+    Trial("options", "own model: a missing package", lambda ws: [*OWN, "--model", "nopkg_xyz:make", "--weights",
+                                                                "net.safetensors"]),
+    Trial("options", "own model: the factory is not callable", lambda ws: [*OWN, "--model", "nets:sys", "--weights",
+                                                                          "net.safetensors"]),
+    Trial("options", "own model: --input-shape 0,8,8", lambda ws: [*OWN, "--model", "nets:make", "--weights",
+                                                                  "net.safetensors", "--input-shape", "0,8,8"]),
+    Trial("options", "own model: --input-shape a,b", lambda ws: [*OWN, "--model", "nets:make", "--weights",
+                                                                "net.safetensors", "--input-shape", "a,b"]),
+    Trial("options", "own model: --value-range 1,0", lambda ws: [*OWN, "--model", "nets:make", "--weights",
+                                                                "net.safetensors", "--value-range", "1,0"]),
+    Trial("options", "own model: --weights a folder", lambda ws: [*OWN, "--model", "nets:make", "--weights", "model"]),
+    Trial("options", "own model: --loss bogus", lambda ws: [*OWN, "--model", "nets:make", "--weights",
+                                                           "net.safetensors", "--loss", "bogus"]),
+    Trial("options", "own model: weights of another model", lambda ws: [*OWN, "--model", "nets:make", "--weights",
+                                                                       "model/weights.safetensors"]),
+]
+
+CONFIGS = [
+    Trial("configs", "run file: a key given twice", lambda ws: ["reconstruct", "--config", _yaml(
+        ws, "c.yaml", "model: model\nseed: 1\nseed: 2\n"), "--out", "n"], must="given twice"),
+    Trial("configs", "run file: an attack key given twice", lambda ws: ["reconstruct", "--config", _yaml(
+        ws, "c.yaml", "model: model\nattack:\n  steps: 100\n  steps: 2\n"), "--out", "n"], must="given twice"),
+    Trial("configs", "run file: YAML alias bomb", lambda ws: ["reconstruct", "--config", _yaml(ws, "c.yaml", _bomb()),
+                                                             "--out", "n"], must="expands to more than"),
+    Trial("configs", "run file: .json suffix", lambda ws: ["reconstruct", "--config", _yaml(ws, "c.json", "{}"),
+                                                          "--out", "n"]),
+    Trial("configs", "run file: empty", lambda ws: ["reconstruct", "--config", _yaml(ws, "c.yaml", ""), "--out", "n"],
+          must="--model"),
+    Trial("configs", "run file: a list", lambda ws: ["reconstruct", "--config", _yaml(ws, "c.yaml", "- a\n"),
+                                                    "--out", "n"]),
+    Trial("configs", "run file: TOML that does not parse", lambda ws: ["reconstruct", "--config", _yaml(
+        ws, "c.toml", "model = \n"), "--out", "n"]),
+    Trial("configs", "run file: model is a run", lambda ws: ["reconstruct", "--config", _yaml(
+        ws, "c.yaml", "model: run\n"), "--out", "n"], must="run directory"),
+    Trial("configs", "run file: attack.method bogus", lambda ws: ["reconstruct", "--config", _yaml(
+        ws, "c.yaml", "model: model\nattack: {method: bogus}\n"), "--out", "n"]),
+    Trial("configs", "run file: init not a mapping", lambda ws: ["reconstruct", "--config", _yaml(
+        ws, "c.yaml", "model: model\ninit: gaussian\n"), "--out", "n"]),
+    Trial("configs", "run file: candidates true", lambda ws: ["reconstruct", "--config", _yaml(
+        ws, "c.yaml", "model: model\ncandidates: true\n"), "--out", "n"], must="true/false"),
+    Trial("configs", "run file: seed 1.5", lambda ws: ["reconstruct", "--config", _yaml(
+        ws, "c.yaml", "model: model\nseed: 1.5\n"), "--out", "n"]),
+    Trial("configs", "run file: non-string keys", lambda ws: ["reconstruct", "--config", _yaml(
+        ws, "c.yaml", "model: model\n1: 2\n"), "--out", "n"]),
+    Trial("configs", "experiment: model a file", lambda ws: ["run", _yaml(ws, "e.yaml", f"model: {_w(ws, 'f.txt', 'x')}\n"
+                                                                          "attack: {attack: {method: kkt, steps: 2}}\n"),
+                                                              "--out", "e", "--no-progress"]),
+    Trial("configs", "experiment: train and model both", lambda ws: ["run", _yaml(
+        ws, "e.yaml", EXP_TRAIN + "model: model\n"), "--out", "e", "--no-progress"]),
+    Trial("configs", "experiment: report without evaluate", lambda ws: ["run", _yaml(
+        ws, "e.yaml", EXP_TRAIN + "evaluate: null\n"), "--out", "e", "--no-progress"]),
+    Trial("configs", "experiment: epochs true", lambda ws: ["run", _yaml(
+        ws, "e.yaml", EXP_TRAIN.replace("epochs: 2", "epochs: true")), "--out", "e", "--no-progress"],
+          must="true/false"),
+    Trial("configs", "experiment: a rerun with another file into the same folder", lambda ws: ["run", _yaml(
+        ws, "e2.yaml", EXP_TRAIN.replace("epochs: 2", "epochs: 3")), "--out", "ex", "--no-progress"]
+        if _w(ws, "ex/experiment.json", json.dumps({"config_hash": "other", "stages": {}})) else []),
+    Trial("configs", "sweep: budget 0", lambda ws: ["sweep", "--config", _yaml(ws, "s.yaml", SWEEP + "budget: 0\n"),
+                                                   "--out", "s"]),
+    Trial("configs", "sweep: seeds 0", lambda ws: ["sweep", "--config", _yaml(
+        ws, "s.yaml", SWEEP + "search: {seeds: 0}\n"), "--out", "s"]),
+    Trial("configs", "sweep: unknown distribution", lambda ws: ["sweep", "--config", _yaml(
+        ws, "s.yaml", SWEEP + "search: {random: {attack.lr_x: {dist: gamma}}}\n"), "--out", "s"]),
+    Trial("configs", "sweep: grid key of no section", lambda ws: ["sweep", "--config", _yaml(
+        ws, "s.yaml", SWEEP + "search: {grid: {foo.bar: [1, 2]}}\n"), "--out", "s"]),
+    Trial("configs", "sweep: empty grid list", lambda ws: ["sweep", "--config", _yaml(
+        ws, "s.yaml", SWEEP + "search: {grid: {attack.lr_x: []}}\n"), "--out", "s"]),
+    Trial("configs", "sweep: max_retries -1", lambda ws: ["sweep", "--config", _yaml(
+        ws, "s.yaml", SWEEP + "max_retries: -1\n"), "--out", "s"]),
+    Trial("configs", "sweep: num_cpus 0", lambda ws: ["sweep", "--config", _yaml(
+        ws, "s.yaml", SWEEP + "resources: {num_cpus: 0}\n"), "--out", "s"]),
+    Trial("configs", "sweep: model_dir a run", lambda ws: ["sweep", "--config", _yaml(
+        ws, "s.yaml", SWEEP.replace("model_dir: model", "model_dir: run")), "--out", "s"], must="run directory"),
+    Trial("configs", "sweep: grid of 10^5 x 10 (one million runs)", lambda ws: ["sweep", "--config", _yaml(
+        ws, "s.yaml", SWEEP + "search:\n  grid:\n    attack.lr_x: [" + ", ".join(str(1e-3 + i * 1e-9) for i in range(
+            100_000)) + "]\n    attack.alpha: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"), "--out", "s"],
+          must="expands to"),
+    Trial("configs", "audit: an unknown key", lambda ws: ["audit", "--scale", "smoke", "--out", "a", "--config",
+                                                         _yaml(ws, "a.yaml", "bogus: 1\n")]),
+    Trial("configs", "demo: a config with an unknown key", lambda ws: ["demo", "--out", "d", "--config",
+                                                                      _yaml(ws, "d.yaml", "bogus: 1\n")]),
+    Trial("configs", "train: a config key given twice", lambda ws: ["train", "--out", "m", "--config", _yaml(
+        ws, "t.yaml", "data: {dataset: digits, task: odd-even, n_per_class: 5}\nepochs: 3\nepochs: 4\n")],
+          must="given twice"),
+]
+
+STATE = [
+    Trial("state", "train --overwrite a model with a run inside it (from an earlier version)",
+          lambda ws: [*TRAIN, "--out", "model", "--overwrite"] if (shutil.copytree(ws / "run", ws / "model/sub")
+                                                                     and _w(ws, "model/.datarecon-manifest", (
+                                                                         ws / "model/.datarecon-manifest").read_text()
+                                                                         + "sub\n")) else [],
+          must="it holds 'sub', which another datarecon command wrote there"),
+    Trial("state", "reconstruct --overwrite a folder holding a user's .tmp-named file",
+          lambda ws: _rec(ws, "--overwrite", out=str(Path(_w(ws, "run/.run.json.backup1.tmp", "mine")).parent)),
+          must="which datarecon did not write"),
+    Trial("state", "evaluate a run and a model (validated first)", lambda ws: ["evaluate", "evaluated", "model",
+                                                                              "--no-progress"],
+          must="model directory"),
+    Trial("state", "report a run twice via a symlink", lambda ws: ["report", "evaluated", _link(ws, "ev2", "evaluated"),
+                                                                  "--out", "r.html"], must="given twice"),
+    Trial("state", "resume a finished run with a larger --steps", lambda ws: _rec(ws, "--resume", "--steps", "4",
+                                                                                 out="run"), expect="accept"),
+    Trial("state", "resume a run against another model's copy", lambda ws: _rec(
+        ws, "--resume", out="run", model=_meta(ws, lambda m: m.update(weight_decay=0.5)))),
+    Trial("state", "store rebuild of a user's folder", lambda ws: ["store", "rebuild", str(Path(_w(
+        ws, "home/notes.txt", "mine")).parent)], must="not a results store"),
+    Trial("state", "evaluate --sweep of a user's folder", lambda ws: ["evaluate", "--sweep", str(Path(_w(
+        ws, "home/notes.txt", "mine")).parent), "--no-progress"], must="not a results store"),
+    Trial("state", "sweep pool of a store with no finished run", lambda ws: ["sweep", "pool", str(Path(_w(
+        ws, "s0/runs/.keep", "")).parent.parent)]),
+    Trial("state", "train --out . in a folder holding a model", lambda ws: [*TRAIN, "--out", ".", "--overwrite"]),
+]
+
+
+def _perm(name: str, prepare: Callable[[Path], list[str]], must: str | None = None,
+          expect: str = "refuse") -> Trial:
+    return Trial("permission", name, prepare, expect=expect, must=must, user=True)
+
+
+PERMISSIONS = [
+    _perm("--out in a read-only folder", lambda ws: _rec(ws, out=_mode(ws, "ro", 0o555) + "/x")
+          if (ws / "ro").mkdir() is None else [], must="cannot write"),
+    _perm("model.json unreadable", lambda ws: _rec(ws) if _mode(ws, "model/model.json", 0) else [],
+          must="model.json"),
+    _perm("the model folder unreadable", lambda ws: _rec(ws) if _mode(ws, "model", 0) else [], must="model"),
+    _perm("weights unreadable", lambda ws: _rec(ws) if _mode(ws, "model/weights.safetensors", 0) else [],
+          must="weights.safetensors"),
+    _perm("--config unreadable", lambda ws: _rec(ws, "--config", _mode(ws, _yaml(ws, "c.yaml", "seed: 1\n"), 0)),
+          must="c.yaml"),
+    _perm("report --out in a read-only folder", lambda ws: ["report", "evaluated", "--out",
+                                                            _mode(ws, str(Path(_w(ws, "ro/.keep", "")).parent),
+                                                                  0o555) + "/r.html"], must="cannot write"),
+    _perm("evaluate a read-only run folder", lambda ws: ["evaluate", _mode(ws, "run", 0o555), "--no-progress"],
+          must="cannot write"),
+    _perm("--resume a run whose checkpoint folder is read-only",
+          lambda ws: _rec(ws, "--resume", "--steps", "4", out="run") if _mode(ws, "run/checkpoint", 0o555) else [],
+          must="cannot write"),
+    _perm("store list of an unreadable store", lambda ws: ["store", "list", _mode(ws, "store", 0)]),
+    _perm("DATARECON_DATA unreadable", lambda ws: ["train", "--dataset", "mnist", "--task", "odd-even",
+                                                   "--n-per-class", "5", "--data-dir",
+                                                   _mode(ws, str(Path(_w(ws, "data/mnist/x", "x")).parent.parent),
+                                                         0), "--out", "m"]),
+    _perm("--overwrite a run folder the user cannot change", lambda ws: _rec(ws, "--overwrite", out=_mode(
+        ws, "run", 0o555)), must="cannot"),
+    _perm("train into a nested path under a read-only folder", lambda ws: [*TRAIN, "--out", _mode(
+        ws, str(Path(_w(ws, "ro/.keep", "")).parent), 0o555) + "/a/b/c"], must="cannot write"),
+    _perm("sweep into a read-only store", lambda ws: ["sweep", "--config", _yaml(ws, "s.yaml", SWEEP), "--out",
+                                                      _mode(ws, "store", 0o555), "--no-progress"], must="cannot"),
+    _perm("membership --out in a read-only folder", lambda ws: ["membership", "--model", "model", "--evaluate",
+                                                                "--out", _mode(ws, str(Path(_w(
+                                                                    ws, "ro/.keep", "")).parent), 0o555) + "/m.json"],
+          must="cannot write"),
+    _perm("a lock file the user cannot open", lambda ws: _rec(ws, "--resume", "--steps", "4", out="run")
+          if _mode(ws, _w(ws, "run/.datarecon-lock", "{}"), 0o400) else []),
+    _perm("history.jsonl read-only, then --resume", lambda ws: _rec(ws, "--resume", "--steps", "4", out="run")
+          if _mode(ws, "run/history.jsonl", 0o444) else [], expect="accept"),
+    _perm("the manifest read-only, then --overwrite", lambda ws: _rec(ws, "--overwrite", out="run")
+          if _mode(ws, "run/.datarecon-manifest", 0o444) else [], expect="accept"),
+    _perm("an unreadable user file inside a run, then --overwrite", lambda ws: _rec(ws, "--overwrite", out="run")
+          if _mode(ws, _w(ws, "run/secret.txt", "mine"), 0) else [], must="secret.txt"),
+]
+
+TRIALS: list[Trial] = [*PATHS, *FILES, *OPTIONS, *CONFIGS, *STATE, *PERMISSIONS]
+
+
+def ensure_user() -> bool:
+    """The unprivileged user of the permission trials exists (created when root); False when not possible."""
+    try:
+        pwd.getpwnam(USER)
+        return True
+    except KeyError:
+        pass
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        return False
+    return subprocess.run(["useradd", "--system", "--no-create-home", USER], capture_output=True).returncode == 0
+
+
+@functools.cache
+def _user_python() -> tuple[str, str]:
+    """(interpreter, PYTHONPATH) the unprivileged user can run: this interpreter when the user may
+    execute it, else the system's python of the same version with this environment's packages
+    (a pyenv interpreter under /root is not reachable by another user)."""
+    import site
+    import sysconfig
+
+    import datarecon
+
+    src = str(Path(datarecon.__file__).resolve().parents[1])
+    packages = os.pathsep.join([src, *site.getsitepackages(), sysconfig.get_paths()["purelib"]])
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for python in (sys.executable, f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"):
+        probe = subprocess.run(["runuser", "-u", USER, "--", python, "-c", "pass"], capture_output=True)
+        if probe.returncode == 0:
+            return python, packages
+    raise SystemExit(f"no python {version} the user {USER} may run; the permission trials need one")
+
+
+def _command(trial: Trial, argv: list[str]) -> list[str]:
+    if trial.user:
+        python, packages = _user_python()
+        if ENV.get("PYTHONPATH"):  # --src: that tree first
+            packages = ENV["PYTHONPATH"] + os.pathsep + packages
+        env = [f"{k}={ENV[k]}" for k in ("DATARECON_DATA", "OMP_NUM_THREADS") if k in ENV]
+        return ["runuser", "-u", USER, "--", "env", "HOME=/tmp", f"PYTHONPATH={packages}", *env, python, "-m",
+                "datarecon.cli.main", *argv]
+    return [sys.executable, "-m", "datarecon.cli.main", *argv]
+
+
+def run_trial(pristine: Path, trial: Trial, scratch: Path) -> tuple[str, str]:
+    """(outcome, message) of one trial in a fresh copy of the workspace."""
+    ws = scratch / "ws"
+    if ws.exists():
+        subprocess.run(["chmod", "-R", "u+rwX", str(ws)], check=False)
+        shutil.rmtree(ws)
+    shutil.copytree(pristine, ws, symlinks=True)
+    if trial.user:
+        shutil.chown(scratch, USER)
+        subprocess.run(["chown", "-R", USER, str(ws)], check=True)
+    argv = trial.prepare(ws)
+    skip = NEW + ((trial.out,) if trial.out else ()) + own_outputs(argv)
+    before = snapshot_safe(ws, skip)
+    try:
+        res = subprocess.run(_command(trial, argv), capture_output=True, text=True, cwd=ws, env=ENV,
+                             timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return ("wrongly accepted" if trial.expect == "refuse" else "accepted as it should"), \
+            f"still running after {TIMEOUT_S:.0f} s"
+    after = snapshot_safe(ws, skip)
+    lines = res.stderr.strip().splitlines()
+    message = lines[-1] if lines else res.stdout.strip().splitlines()[-1:] and res.stdout.strip().splitlines()[-1]
+    lost = [k for k, v in before.items() if after.get(k) != v]
+    if lost:
+        return "data lost", f"{lost[:3]} changed or vanished; {message}"
+    if "Traceback" in res.stderr or (res.returncode == 1 and "internal error" in res.stderr):
+        return "internal error", message or ""
+    if res.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "):
+        if trial.expect == "accept":
+            return "refused a valid input", message
+        if trial.must is not None and trial.must not in message:
+            return "misleading", message
+        return "clean", message
+    if res.returncode == 0:
+        return ("wrongly accepted" if trial.expect == "refuse" else "accepted as it should"), message or ""
+    return "internal error", f"exit {res.returncode}: {message}"
+
+
+def own_outputs(argv: list[str]) -> tuple[str, ...]:
+    """What a command may change besides new outputs: the runs ``evaluate`` writes its metrics into,
+    and the folder ``--resume`` continues (``--overwrite`` trials stay strict: a user's file must stay)."""
+    own: list[str] = []
+    if argv[:1] == ["evaluate"]:
+        own += [a.rstrip("/") for a in argv[1:] if not a.startswith("-") and "/" not in a.rstrip("/")]
+    if argv[:2] == ["store", "rebuild"] and len(argv) > 2:  # its output is the store's index
+        own.append(argv[2])
+    if "--resume" in argv and "--out" in argv:
+        own.append(argv[argv.index("--out") + 1])
+    return tuple(own)
+
+
+def snapshot_safe(root: Path, skip: tuple[str, ...]) -> dict[str, str]:
+    """Every file of ``root`` with a hash of its content (unreadable files and links recorded as such)."""
+    out = {}
+    for p in sorted(root.rglob("*")) if os.access(root, os.R_OK) else []:
+        rel = str(p.relative_to(root))
+        if any(rel == s or rel.startswith(s + "/") for s in skip):
+            continue
+        if p.is_symlink() or not p.exists():
+            out[rel] = "link"
+        elif p.is_file():
+            try:
+                out[rel] = snapshot_file(p)
+            except OSError:
+                out[rel] = "unreadable"
+        else:
+            out[rel] = "dir"
+    return out
+
+
+def snapshot_file(path: Path) -> str:
+    import hashlib
+
+    if not path.is_file() or path.stat().st_size > 50 * 2**20:
+        return f"size {path.stat().st_size}"
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--src", help="source tree to test (default: the installed datarecon)")
+    parser.add_argument("--only", default="", help="only the trials whose group starts with this")
+    parser.add_argument("--log", type=Path, help="write each trial's outcome and message here (JSON lines)")
+    opts = parser.parse_args()
+    ENV.update({**os.environ, "OMP_NUM_THREADS": "1"})
+    if opts.src:
+        ENV["PYTHONPATH"] = str(Path(opts.src).resolve())
+    adversarial_trials.ENV.update(ENV)  # the workspace is built with the same source and environment
+    trials = [t for t in TRIALS if t.group.startswith(opts.only)]
+    has_user = ensure_user()
+    if not has_user:
+        print(f"note: no user {USER} (not root, or no useradd): the permission trials are left out", file=sys.stderr)
+        trials = [t for t in trials if not t.user]
+    rows: list[tuple[str, str, str, str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        os.chmod(root, 0o755)
+        pristine = build_workspace(root)
+        for trial in trials:
+            scratch = root / "scratch"
+            scratch.mkdir(exist_ok=True)
+            outcome, message = run_trial(pristine, trial, scratch)
+            rows.append((trial.group, trial.name, outcome, message))
+            print(f"{trial.group:<11} {trial.name:<62} {outcome:<22} {message}", file=sys.stderr, flush=True)
+            if opts.log:
+                with open(opts.log, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"group": trial.group, "name": trial.name, "outcome": outcome,
+                                         "message": message}) + "\n")
+        subprocess.run(["chmod", "-R", "u+rwX", str(root)], check=False)
+    counts = Counter((g, what) for g, _, what, _ in rows)
+    print("| group | outcome | trials |\n|---|---|---|")
+    for (group, what), n in sorted(counts.items()):
+        print(f"| {group} | {what} | {n} |")
+    print(f"\n{len(rows)} trials: " + ", ".join(f"{n} {w}" for w, n in Counter(w for _, _, w, _ in rows).most_common()))
+    for group, name, what, message in rows:
+        if what not in ("clean", "accepted as it should"):
+            print(f"- {group}: {name}: {what}: {message}")
+
+
+if __name__ == "__main__":
+    main()
