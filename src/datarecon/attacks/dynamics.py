@@ -44,7 +44,7 @@ from datarecon.attacks.optim import OptimizerSettings, init_optimizer_state, opt
 from datarecon.config import MAX_STEPS
 from datarecon.errors import DataReconError
 from datarecon.kernel.losses import loss_name
-from datarecon.kernel.step import Recipe, batch_order, train_step
+from datarecon.kernel.step import Recipe, batch_order, normalisation_stats, train_step
 from datarecon.utils.memory import device_memory_bytes, refuse_if_too_large
 
 __all__ = ["DynamicsAttack", "DynamicsConfig", "Schedule", "memory_estimate", "simulate"]
@@ -96,18 +96,21 @@ class Schedule:
         recipe: loss, weight decay, momentum of :func:`datarecon.kernel.step.train_step`.
         lr: η (a tensor keeps θ_T differentiable in it).
         batches: the index tensors of every step, in order (:func:`datarecon.kernel.step.batch_order`).
+        stats: batch norm's running statistics by name, constants of every step (eval mode; None: the
+            model's own buffers; a network without batch norm has none).
     """
 
     recipe: Recipe
     lr: float | torch.Tensor
     batches: list[torch.Tensor]
+    stats: Mapping[str, torch.Tensor] | None = None
 
     @classmethod
     def replay(cls, recipe: Recipe, lr: float | torch.Tensor, *, n: int, batch_size: int, epochs: int,
-               order_seed: int) -> Schedule:
+               order_seed: int, stats: Mapping[str, torch.Tensor] | None = None) -> Schedule:
         """``epochs`` epochs of ⌈n/b⌉ steps in the order the seed draws (as ``datarecon train`` does)."""
         return cls(recipe, lr, [idx for e in range(epochs)
-                                for idx in batch_order(n, batch_size, seed=order_seed, epoch=e)])
+                                for idx in batch_order(n, batch_size, seed=order_seed, epoch=e)], stats)
 
 
 def _segment(model: nn.Module, names: list[str], part: Schedule, x: torch.Tensor, y: torch.Tensor,
@@ -119,7 +122,7 @@ def _segment(model: nn.Module, names: list[str], part: Schedule, x: torch.Tensor
     buffers = dict(zip(names, flat[k:])) if momentum else None
     for idx in part.batches:
         params, new_buffers = train_step(model, params, (x[idx], y[idx]), part.recipe, lr=part.lr, buffers=buffers,
-                                         create_graph=differentiable)
+                                         create_graph=differentiable, stats=part.stats)
         buffers = new_buffers if momentum else None
         if not differentiable:
             params = {n: v.detach().requires_grad_(True) for n, v in params.items()}
@@ -342,9 +345,11 @@ class DynamicsAttack(ConfiguredAttack):
         recipe = self._recipe(prior)
         init = {k: v.to(self.dtype) for k, v in prior.known_init.params.items()}
         theta = {k: v.to(self.dtype) for k, v in target.params.items()}
+        stats = {k: v.to(self.dtype) for k, v in normalisation_stats(target.model).items()}
         schedule = Schedule.replay(Recipe(loss=loss_name(target.loss), weight_decay=float(target.weight_decay),
                                           momentum=recipe.momentum), lr, n=x.shape[0],
-                                   batch_size=recipe.batch_size, epochs=self.epochs(recipe), order_seed=order_seed)
+                                   batch_size=recipe.batch_size, epochs=self.epochs(recipe), order_seed=order_seed,
+                                   stats=stats or None)
         sim = simulate(target.model, init, x, self.labels(prior, x.device), schedule,
                        segment=self.segment(target, prior), differentiable=differentiable)
         moved = _flat(sim) - _flat(init)
