@@ -143,3 +143,31 @@ def test_batch_norm_is_for_resnets_only() -> None:
     with pytest.raises(DataReconError, match=r"^batch_norm applies to the ResNets \(resnet18, resnet8\), not 'cnn'; "
                                              r"drop --batch-norm$"):
         build_train_config({"data": PRIVATE, "arch": {"name": "cnn", "batch_norm": True}, "loss": "cross-entropy"})
+
+
+def test_a_killed_fine_tuning_resumes_bit_identically(pretrained: Path, tmp_path: Path, kill_after,
+                                                      monkeypatch) -> None:
+    import dataclasses
+    import sys
+
+    from datarecon.errors import CheckpointError
+
+    config = _config(PRIVATE, pretrained=str(pretrained), momentum=0.9, batch_size=10, epochs=8, checkpoint_every=2)
+    train_target(config, out=tmp_path / "full", progress=False)
+    target_mod = sys.modules["datarecon.training.target"]
+    real_fit = target_mod.fit
+    monkeypatch.setattr(target_mod, "fit", lambda *a, loop, **k: real_fit(
+        *a, loop=dataclasses.replace(loop, hooks=(kill_after(5),)), **k))
+    with pytest.raises(KeyboardInterrupt):
+        train_target(config, out=tmp_path / "part", progress=False)
+    monkeypatch.setattr(target_mod, "fit", real_fit)
+    res = train_target(config, out=tmp_path / "part", progress=False, resume=True)
+    assert res.fit.resumed_from == 5
+    a, b = load_model_dir(tmp_path / "full"), load_model_dir(tmp_path / "part")
+    assert all(torch.equal(v, b.model.state_dict()[k]) for k, v in a.model.state_dict().items())
+    # other pretrained weights change the config hash: the checkpoint is refused
+    other = tmp_path / "other-pre"
+    train_target(_config(PUBLIC, lr=0.05, epochs=1, batch_size=50), out=other, progress=False)
+    with pytest.raises(CheckpointError, match="written with another configuration"):
+        train_target(_config(PRIVATE, pretrained=str(other), momentum=0.9, batch_size=10, epochs=8,
+                             checkpoint_every=2), out=tmp_path / "part", progress=False, resume=True)
