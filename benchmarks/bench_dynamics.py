@@ -4,9 +4,11 @@ Two modes:
 
 ``table RUN [RUN ...]`` — for each finished run directory (any method) of a model directory: the
 mean best SSIM of SimuDy's evaluation (training images and candidates paired greedily, one to
-one, by decreasing SSIM; the mean over the n training images), the headline count of
-``datarecon evaluate`` (its ``metrics.json``; evaluate the run first), and the same SimuDy metric
-for the nulls: m held-out images (a seeded draw) and m uniform-noise images used as candidates.
+one, by decreasing SSIM; the mean over the n training images) with its 95 % percentile-bootstrap
+interval (training images resampled), the headline count of ``datarecon evaluate`` (its
+``metrics.json``; evaluate the run first), and the same SimuDy metric for the nulls: m held-out
+images (a seeded draw, with its interval, and the interval of the paired difference attack − null)
+and m uniform-noise images used as candidates.
 SSIM is datarecon's (scikit-image's Gaussian-window SSIM, data range 1, on display images in
 [0, 1]); SimuDy's own script takes the data range of each normalised image instead.
 
@@ -37,21 +39,39 @@ from pathlib import Path
 import torch
 
 
-def greedy_mean_best_ssim(cands: torch.Tensor, train: torch.Tensor) -> float:
-    """SimuDy's metric: pairs (training image, candidate) taken by decreasing SSIM, each used once;
-    the mean SSIM of the min(n, m) pairs over the n training images."""
+def greedy_best_ssims(cands: torch.Tensor, train: torch.Tensor) -> torch.Tensor:
+    """SimuDy's pairing: pairs (training image, candidate) taken by decreasing SSIM, each used once; the
+    SSIM of each training image's pair, (n,) (0 for a training image left without a candidate when m < n)."""
     from datarecon.evaluation.similarity import ssim_matrix
 
     sim = ssim_matrix(cands.clamp(0, 1).double(), train.double()).clone()  # (m, n)
-    total, pairs = 0.0, 0
+    best = torch.zeros(train.shape[0], dtype=torch.float64)
     for _ in range(min(sim.shape)):
         flat = int(torch.argmax(sim))
         i, j = divmod(flat, sim.shape[1])
-        total += float(sim[i, j])
-        pairs += 1
+        best[j] = sim[i, j]
         sim[i, :] = -math.inf
         sim[:, j] = -math.inf
-    return total / train.shape[0]
+    return best
+
+
+def greedy_mean_best_ssim(cands: torch.Tensor, train: torch.Tensor) -> float:
+    """SimuDy's metric: the mean over the n training images of :func:`greedy_best_ssims`."""
+    return float(greedy_best_ssims(cands, train).sum()) / train.shape[0]
+
+
+#: bootstrap resamples of the training images and the seed of their draw
+BOOTSTRAP, BOOTSTRAP_SEED = 10_000, 0
+
+
+def bootstrap_ci(values: torch.Tensor, *, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (n,), the training images resampled with
+    replacement (:data:`BOOTSTRAP` draws, seeded)."""
+    g = torch.Generator().manual_seed(BOOTSTRAP_SEED)
+    idx = torch.randint(0, values.shape[0], (BOOTSTRAP, values.shape[0]), generator=g)
+    means = values.double()[idx].mean(dim=1)
+    lo, hi = torch.quantile(means, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
+    return float(lo), float(hi)
 
 
 def _images(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
@@ -77,19 +97,24 @@ def table(runs: list[Path]) -> list[dict]:
         noise = torch.rand((m, *train.shape[1:]), generator=g)
         metrics = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").is_file() else {}
         head = metrics.get("headline", {})
+        best, best_null = greedy_best_ssims(cands, train), greedy_best_ssims(null, train)
         rows.append({
             "run": str(run), "method": meta.get("method"), "steps": meta.get("steps_done"),
             "wall_time_s": meta.get("wall_time_s"), "knowledge": (meta.get("knowledge") or {}).get("summary"),
             "m": m, "n": int(train.shape[0]),
-            "mean_best_ssim": greedy_mean_best_ssim(cands, train),
-            "mean_best_ssim_heldout_null": greedy_mean_best_ssim(null, train),
+            "mean_best_ssim": float(best.mean()), "mean_best_ssim_ci95": bootstrap_ci(best),
+            "mean_best_ssim_heldout_null": float(best_null.mean()),
+            "mean_best_ssim_heldout_null_ci95": bootstrap_ci(best_null),
+            "mean_best_ssim_minus_null_ci95": bootstrap_ci(best - best_null),
             "mean_best_ssim_noise_null": greedy_mean_best_ssim(noise, train),
+            "best_ssims": best.tolist(), "selection": meta.get("selection"),
             "headline": {k: head.get(k) for k in ("count", "heldout", "noise", "threshold", "n_train")},
         })
         r = rows[-1]
-        print(f"{run.name:12s} {r['method']:9s} mean best SSIM {r['mean_best_ssim']:.3f} (held-out null "
-              f"{r['mean_best_ssim_heldout_null']:.3f}, noise {r['mean_best_ssim_noise_null']:.3f}); headline "
-              f"{r['headline']['count']}/{r['n']} vs held-out {r['headline']['heldout']}", flush=True)
+        lo, hi = r["mean_best_ssim_ci95"]
+        print(f"{run.name:12s} {r['method']:9s} mean best SSIM {r['mean_best_ssim']:.3f} [{lo:.3f}, {hi:.3f}] "
+              f"(held-out null {r['mean_best_ssim_heldout_null']:.3f}, noise {r['mean_best_ssim_noise_null']:.3f}); "
+              f"headline {r['headline']['count']}/{r['n']} vs held-out {r['headline']['heldout']}", flush=True)
     return rows
 
 

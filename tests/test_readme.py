@@ -108,6 +108,13 @@ def test_readme_cli_examples_run(tmp_path: Path, monkeypatch, data_dir: Path, ca
     assert part["init"]["mean_ssim_to_init"] > part["haim"]["mean_ssim"] + 0.5
     assert gt["mean_l2_to_nearest"]["train"] < 1e-4  # a ground-truth start stays put
     assert gt["headline"]["count"] is None and gt["headline"]["retention"]["count"] == 20  # retention, no count
+    # the fine-tuning example: the public pretrained start, recorded and known to the attacker by its hash
+    finetuned = read_json(tmp_path / "runs" / "finetuned" / "model.json")
+    assert finetuned["pretrained"]["head"] == "pretrained" and finetuned["arch"]["batch_norm"] is True
+    knowledge = read_json(tmp_path / "runs" / "dynamics-ft" / "run.json")["knowledge"]
+    assert knowledge["known_init"]["sha256"] == finetuned["init_sha256"]
+    assert knowledge["known_init"]["source"] == f"pretrained:{(tmp_path / 'runs' / 'pretrained').resolve()}"
+    assert (tmp_path / "runs" / "dynamics-ft" / "metrics.json").is_file()
 
 
 def test_readme_experiment_file_is_the_shipped_example() -> None:

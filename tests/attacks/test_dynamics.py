@@ -62,9 +62,10 @@ def test_the_simulation_with_the_true_data_is_the_training_bit_for_bit(batch_siz
     assert float(terms["update_norm_ratio"]) == 1.0
 
 
-def test_the_gradient_through_a_short_unroll_matches_finite_differences_float64() -> None:
+@pytest.mark.parametrize("objective", ["cosine", "distance"])
+def test_the_gradient_through_a_short_unroll_matches_finite_differences_float64(objective: str) -> None:
     target, prior, x, y, init = _trained(torch.float64, batch_size=4, momentum=0.5, epochs=2)
-    attack = DynamicsAttack(DynamicsConfig(dtype="float64", segment=1))  # recomputed, step by step
+    attack = DynamicsAttack(DynamicsConfig(dtype="float64", segment=1, objective=objective))  # recomputed, step by step
 
     def loss(xs: torch.Tensor, log_lr: torch.Tensor) -> torch.Tensor:
         return attack.objective(target, prior, xs, log_lr.exp(), 5)["loss"]
@@ -182,3 +183,26 @@ def test_the_memory_of_a_cuda_target_is_the_gpus(monkeypatch) -> None:
     monkeypatch.setattr(memory, "physical_memory_bytes", lambda: 999)
     assert memory.device_memory_bytes("cuda:0") == 12345
     assert memory.device_memory_bytes("cpu") == memory.device_memory_bytes(None) == 999
+
+
+def test_the_distance_objective_is_the_relative_squared_distance_to_theta_star() -> None:
+    target, prior, x, y, init = _trained(torch.float64)
+    xs = x + 0.1
+    terms = DynamicsAttack(DynamicsConfig(dtype="float64", objective="distance")).objective(
+        target, prior, xs, 0.2, 5, differentiable=False)
+    schedule = Schedule.replay(Recipe(loss="logistic", weight_decay=1e-3), 0.2, n=N, batch_size=4, epochs=5,
+                               order_seed=5)
+    sim = simulate(target.model, {k: v.double() for k, v in init.items()}, xs, y, schedule, differentiable=False)
+    num = sum(float(((sim[k] - target.params[k].double()) ** 2).sum()) for k in sim)
+    den = sum(float(((target.params[k].double() - init[k].double()) ** 2).sum()) for k in sim)
+    assert float(terms["loss"]) == pytest.approx(num / den, rel=1e-10)
+    ratio, cosine = float(terms["update_norm_ratio"]), float(terms["cosine"])
+    assert float(terms["relative_distance"]) == pytest.approx(ratio ** 2 - 2 * ratio * cosine + 1, rel=1e-9)
+    assert "objective" not in DynamicsConfig().model_dump() and "lr_schedule" not in DynamicsConfig().model_dump()
+
+
+def test_the_step_schedule_divides_the_step_by_ten_at_three_five_and_seven_eighths() -> None:
+    config = DynamicsConfig(steps=800, lr_x=0.1, lr_schedule="step")
+    got = [config.lr_x_at(i) for i in (0, 299, 300, 499, 500, 699, 700, 799)]
+    assert got == pytest.approx([0.1, 0.1, 0.01, 0.01, 0.001, 0.001, 1e-4, 1e-4])
+    assert DynamicsConfig(steps=800, lr_x=0.1).lr_x_at(799) == 0.1

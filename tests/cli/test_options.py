@@ -127,7 +127,8 @@ def test_every_train_config_field_has_its_flag_and_reaches_the_config():
     texts = {"arch.name": "cnn", "arch.hidden": "4,5", "max_lr_factor": "2", "data.selection": "random",
              "data.normalisation": "unit", "loss": "mse", "optimizer": "gd", "schedule": "increasing",
              "dtype": "float64", "device": "cpu", "data.dataset": "mnist", "data.task": "odd-even",
-             "dp.accountant": "prv", "momentum": "0.5", "margin_ascent.growth": "1.5"}
+             "dp.accountant": "prv", "momentum": "0.5", "margin_ascent.growth": "1.5",
+             "pretrained.path": "runs/pre", "pretrained.sha256": "ab" * 32}
     for flag in table:
         value = texts.get(flag.path, samples.get(flag.kind))
         merged = merge(base, overrides_from(table, {flag.param: value}))
@@ -136,6 +137,10 @@ def test_every_train_config_field_has_its_flag_and_reaches_the_config():
                                                     else "max_grad_norm", 1.0)
             if flag.path == "dp.target_epsilon":
                 del merged["dp"]["noise_multiplier"]
+        if flag.path == "arch.batch_norm":  # the ResNets' only
+            merged.setdefault("arch", {})["name"] = "resnet8"
+        if flag.path == "pretrained.sha256":
+            merged["pretrained"]["path"] = "runs/pre"
         cfg = build_train_config(merged)
         got = cfg
         for part in flag.path.split("."):

@@ -166,8 +166,10 @@ def test_every_training_config_field_is_reachable_from_the_cli(tmp_path: Path) -
                 "stop.zero_error": False, "stop.margin_patience": 0, "stop.margin_rtol": 1e-5, "dtype": "float64",
                 "device": "cpu", "seed": 2, "checkpoint_every": 50, "log_every": 20, "kkt_score": True,
                 "dp": None}  # DP-SGD excludes margin ascent: its fields are flipped in the test below
-    # a new config field must get an option here (mini-batches exclude margin ascent: the test below)
-    assert set(expected) | {"batch_size"} == _leaf_fields(TrainConfig)
+    # a new config field must get an option here (mini-batches exclude margin ascent: the test below; the
+    # fine-tuning fields, which need a ResNet and a pretrained model: tests/cli/test_finetune_cli.py)
+    finetune = {"pretrained", "data.skip_per_class", "arch.batch_norm"}
+    assert set(expected) | {"batch_size"} | finetune == _leaf_fields(TrainConfig)
     for dotted, value in expected.items():
         node = tr
         for part in dotted.split("."):

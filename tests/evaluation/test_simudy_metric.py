@@ -38,3 +38,19 @@ def test_greedy_one_to_one_mean_best_ssim_matches_a_scikit_image_loop(m: int) ->
     cands = torch.cat([train[:2] + 0.05 * torch.randn(2, 3, 16, 16, generator=g),
                        torch.rand(m - 2, 3, 16, 16, generator=g)]).clamp(0, 1)
     assert greedy_mean_best_ssim(cands, train) == pytest.approx(_reference(cands, train), abs=1e-5)
+
+
+def test_the_bootstrap_interval_is_a_seeded_percentile_interval_of_resampled_means() -> None:
+    from bench_dynamics import BOOTSTRAP, bootstrap_ci
+
+    values = torch.tensor([0.1, 0.5, 0.2, 0.9, 0.4, 0.3])
+    lo, hi = bootstrap_ci(values)
+    assert (lo, hi) == bootstrap_ci(values)  # seeded
+    assert lo < float(values.mean()) < hi
+    # against a plain numpy loop over the same draws
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 6, (BOOTSTRAP, 6), generator=g).numpy()
+    means = np.sort(values.double().numpy()[idx].mean(axis=1))
+    assert lo == pytest.approx(np.quantile(means, 0.025), abs=1e-12)
+    assert hi == pytest.approx(np.quantile(means, 0.975), abs=1e-12)
+    assert bootstrap_ci(torch.full((4,), 0.3)) == pytest.approx((0.3, 0.3))

@@ -122,3 +122,75 @@ def test_a_batch_larger_than_the_training_set_is_refused_in_one_line() -> None:
     x, y = _data(n=10)
     with pytest.raises(DataReconError, match="batch size 11 is not between 1 and the 10 training images"):
         fit(_net(), x, y, recipe=FitRecipe(loss="logistic", epochs=1, batch_size=11))
+
+
+def _bn_resnet(seed: int = 0) -> nn.Module:
+    """A tiny ResNet-8 with batch norm, its running statistics moved off their defaults (as a pretraining leaves
+    them), in eval mode: the fine-tuning's network."""
+    from datarecon.models.spec import ArchSpec, build_model
+
+    spec = ArchSpec(name="resnet8", input_shape=(1, 4, 4), num_outputs=2, hidden=(3, 4, 4), bias=False,
+                    batch_norm=True)
+    model = build_model(spec, generator=torch.Generator().manual_seed(seed))
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("running_mean"):
+                b.copy_(0.1 * torch.randn(b.shape, generator=g))
+            elif name.endswith("running_var"):
+                b.copy_(0.5 + torch.rand(b.shape, generator=g))
+    return model.eval()
+
+
+@pytest.mark.parametrize("batch_size, momentum", [(10, 0.0), (4, 0.9)])
+def test_a_fine_tuning_with_batch_norm_in_eval_mode_is_replayed_bit_for_bit(batch_size: int, momentum: float) -> None:
+    """``fit`` in eval mode (running statistics frozen, affine weights trained) and the pure step carrying the
+    statistics as constants give the same θ* bit for bit, and the statistics do not move."""
+    from datarecon.kernel.step import batch_order, normalisation_stats
+
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.rand(10, 1, 4, 4, generator=g), torch.arange(10) % 2
+    model = _bn_resnet()
+    start = copy.deepcopy(model)
+    stats = normalisation_stats(start)
+    fit(model, x, y, recipe=FitRecipe(loss="cross-entropy", lr=0.05, momentum=momentum, epochs=4,
+                                      batch_size=batch_size, seed=2, norm_mode="eval"))
+    assert all(torch.equal(stats[k], v) for k, v in normalisation_stats(model).items())  # frozen
+    recipe = Recipe(loss="cross-entropy", momentum=momentum)
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in start.named_parameters()}
+    buffers = None
+    for epoch in range(4):
+        for idx in batch_order(10, batch_size, seed=2, epoch=epoch):
+            new, buffers = train_step(start, params, (x[idx], y[idx]), recipe, lr=0.05, buffers=buffers or None,
+                                      stats=stats)
+            params = {k: v.detach().requires_grad_(True) for k, v in new.items()}
+    moved = [name for name, p in model.named_parameters() if not torch.equal(p.detach(), start.get_parameter(name))]
+    assert "stem_bn.weight" in moved  # the affine weights are trained
+    for name, p in model.named_parameters():
+        assert torch.equal(params[name], p.detach()), name
+
+
+def test_the_statistics_are_read_from_the_step_not_the_module() -> None:
+    from datarecon.kernel.step import normalisation_stats
+
+    model = _bn_resnet()
+    x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 0, 1])
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    stats = normalisation_stats(model)
+    _, base, _ = energy(model, params, x, y, loss="cross-entropy", stats=stats)
+    shifted = {k: (v + 1.0 if k.endswith("running_mean") else v) for k, v in stats.items()}
+    _, other, _ = energy(model, params, x, y, loss="cross-entropy", stats=shifted)
+    assert float(base) != float(other)
+    assert all(torch.equal(stats[k], v) for k, v in normalisation_stats(model).items())  # nothing written
+
+
+def test_a_batch_norm_in_train_mode_is_refused_by_the_pure_step() -> None:
+    from datarecon.errors import DataReconError
+
+    model = _bn_resnet().train()
+    params = {k: v.detach().requires_grad_(True) for k, v in model.named_parameters()}
+    with pytest.raises(DataReconError, match=r"^batch norm layer stem_bn is in train mode: the pure training step "
+                                             r"runs batch norm in eval mode \(running statistics fixed\); call "
+                                             r"model.eval\(\)$"):
+        train_step(model, params, (torch.rand(2, 1, 4, 4), torch.tensor([0, 1])), Recipe(loss="cross-entropy"),
+                   lr=0.1)

@@ -7,6 +7,11 @@ points where the real one does:
 
     L(x, η) = 1 − cos(θ_T(x, η) − θ_init, θ* − θ_init) + w_TV·TV(x)/|x| + w_box·box(x),
 
+or, with ``objective: distance``, ‖θ_T(x, η) − θ*‖² / ‖θ* − θ_init‖² in place of 1 − cos: the relative
+squared distance, which also matches the size of the change (the cosine is scale-free). Where the
+learning rate is known the size is information the attacker has: candidates whose simulated change
+points the right way but is 1.5 times too long (less confident predictions) are wrong.
+
 θ_T(x, η) = T steps of gradient descent (mini-batch SGD in the recipe's batch order) from θ_init on
 (x, y). The learning rate η is the recorded one, or, when the attacker does not know it
 (``knowledge.recipe.unknown: [lr]``), learned: log η is part of the state and stepped with x. The
@@ -34,17 +39,17 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from torch import nn
 
 from datarecon.attacks import kkt_math
 from datarecon.attacks.base import AttackerPrior, ConfiguredAttack, Reconstruction, Target
 from datarecon.attacks.knowledge import KnownRecipe
 from datarecon.attacks.optim import OptimizerSettings, init_optimizer_state, optimizer_step
-from datarecon.config import MAX_STEPS
+from datarecon.config import MAX_STEPS, drop_defaults
 from datarecon.errors import DataReconError
 from datarecon.kernel.losses import loss_name
-from datarecon.kernel.step import Recipe, batch_order, train_step
+from datarecon.kernel.step import Recipe, batch_order, normalisation_stats, train_step
 from datarecon.utils.memory import device_memory_bytes, refuse_if_too_large
 
 __all__ = ["DynamicsAttack", "DynamicsConfig", "Schedule", "memory_estimate", "simulate"]
@@ -61,6 +66,12 @@ class DynamicsConfig(BaseModel):
             truncated simulation, cheaper, matched by direction only).
         segment: simulated steps per recomputed segment (0: keep the whole unrolled graph; None:
             0 when the estimate of the whole unroll fits in half the machine's memory, else ⌈√T⌉).
+        objective: ``cosine`` (SimuDy's 1 − cos of the parameter changes) or ``distance`` (the relative squared
+            distance ‖θ_T − θ*‖² / ‖θ* − θ_init‖², which matches the change's size as well).
+        lr_schedule: Adam step of x: ``constant``, or ``step`` (× 0.1 at 3/8, 5/8 and 7/8 of ``steps``, the
+            schedule of Geiping et al. 2020's gradient inversion).
+        signed: Adam on the sign of x's gradient (Geiping et al. 2020's "signed" gradient inversion;
+            robust to the gradient's scale, which spans orders of magnitude between runs and layers).
         tv_weight: weight of the mean total variation (a natural-image prior).
         box_weight: weight of the pixel-box prior.
         adam_beta1, adam_beta2, adam_eps: Adam's constants (SimuDy's reference uses β = (0.8, 0.9)).
@@ -82,6 +93,23 @@ class DynamicsConfig(BaseModel):
     adam_beta2: float = Field(default=0.999, ge=0, lt=1, description="Adam β₂")
     adam_eps: float = Field(default=1e-8, gt=0, description="Adam ε")
     dtype: Literal["float32", "float64"] = Field(default="float32", description="float32 | float64")
+    objective: Literal["cosine", "distance"] = Field(default="cosine", description="cosine (SimuDy: 1 - cos of the "
+                                                     "parameter changes) or distance (relative squared distance to θ*)")
+    lr_schedule: Literal["constant", "step"] = Field(default="constant", description="constant, or step: lr_x × 0.1 "
+                                                     "at 3/8, 5/8 and 7/8 of the steps")
+    signed: bool = Field(default=False, description="Adam on the sign of the candidates' gradient")
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler):  # type: ignore[no-untyped-def]
+        # run keys (config hashes) of earlier runs unchanged
+        return drop_defaults(self, handler(self), ("objective", "lr_schedule", "signed"))
+
+    def lr_x_at(self, index: int) -> float:
+        """The Adam step of x at outer step ``index`` (0-based) under :attr:`lr_schedule`."""
+        if self.lr_schedule == "constant":
+            return self.lr_x
+        passed = sum(index >= self.steps * k / 8 for k in (3, 5, 7))
+        return self.lr_x * 0.1 ** passed
 
 
 def _flat(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -96,18 +124,21 @@ class Schedule:
         recipe: loss, weight decay, momentum of :func:`datarecon.kernel.step.train_step`.
         lr: η (a tensor keeps θ_T differentiable in it).
         batches: the index tensors of every step, in order (:func:`datarecon.kernel.step.batch_order`).
+        stats: batch norm's running statistics by name, constants of every step (eval mode; None: the
+            model's own buffers; a network without batch norm has none).
     """
 
     recipe: Recipe
     lr: float | torch.Tensor
     batches: list[torch.Tensor]
+    stats: Mapping[str, torch.Tensor] | None = None
 
     @classmethod
     def replay(cls, recipe: Recipe, lr: float | torch.Tensor, *, n: int, batch_size: int, epochs: int,
-               order_seed: int) -> Schedule:
+               order_seed: int, stats: Mapping[str, torch.Tensor] | None = None) -> Schedule:
         """``epochs`` epochs of ⌈n/b⌉ steps in the order the seed draws (as ``datarecon train`` does)."""
         return cls(recipe, lr, [idx for e in range(epochs)
-                                for idx in batch_order(n, batch_size, seed=order_seed, epoch=e)])
+                                for idx in batch_order(n, batch_size, seed=order_seed, epoch=e)], stats)
 
 
 def _segment(model: nn.Module, names: list[str], part: Schedule, x: torch.Tensor, y: torch.Tensor,
@@ -119,7 +150,7 @@ def _segment(model: nn.Module, names: list[str], part: Schedule, x: torch.Tensor
     buffers = dict(zip(names, flat[k:])) if momentum else None
     for idx in part.batches:
         params, new_buffers = train_step(model, params, (x[idx], y[idx]), part.recipe, lr=part.lr, buffers=buffers,
-                                         create_graph=differentiable)
+                                         create_graph=differentiable, stats=part.stats)
         buffers = new_buffers if momentum else None
         if not differentiable:
             params = {n: v.detach().requires_grad_(True) for n, v in params.items()}
@@ -338,19 +369,24 @@ class DynamicsAttack(ConfiguredAttack):
 
     def objective(self, target: Target, prior: AttackerPrior, x: torch.Tensor, lr: float | torch.Tensor,
                   order_seed: int, *, differentiable: bool = True) -> dict[str, torch.Tensor]:
-        """1 − cos(θ_T − θ_init, θ* − θ_init) and its parts, differentiable in x (and a tensor lr)."""
+        """The matching loss (1 − cos(θ_T − θ_init, θ* − θ_init), or the relative squared distance
+        ‖θ_T − θ*‖² / ‖θ* − θ_init‖²) and its parts, differentiable in x (and a tensor lr)."""
         recipe = self._recipe(prior)
         init = {k: v.to(self.dtype) for k, v in prior.known_init.params.items()}
         theta = {k: v.to(self.dtype) for k, v in target.params.items()}
+        stats = {k: v.to(self.dtype) for k, v in normalisation_stats(target.model).items()}
         schedule = Schedule.replay(Recipe(loss=loss_name(target.loss), weight_decay=float(target.weight_decay),
                                           momentum=recipe.momentum), lr, n=x.shape[0],
-                                   batch_size=recipe.batch_size, epochs=self.epochs(recipe), order_seed=order_seed)
+                                   batch_size=recipe.batch_size, epochs=self.epochs(recipe), order_seed=order_seed,
+                                   stats=stats or None)
         sim = simulate(target.model, init, x, self.labels(prior, x.device), schedule,
                        segment=self.segment(target, prior), differentiable=differentiable)
         moved = _flat(sim) - _flat(init)
         goal = _flat(theta) - _flat(init)
         cosine = torch.dot(moved, goal) / (moved.norm() * goal.norm()).clamp_min(1e-300)
-        return {"loss": 1.0 - cosine, "cosine": cosine, "update_norm_ratio": moved.norm() / goal.norm()}
+        distance = (moved - goal).pow(2).sum() / goal.pow(2).sum().clamp_min(1e-300)
+        return {"loss": 1.0 - cosine if self.config.objective == "cosine" else distance, "cosine": cosine,
+                "relative_distance": distance, "update_norm_ratio": moved.norm() / goal.norm()}
 
     def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
              index: int) -> dict[str, float]:
@@ -378,12 +414,15 @@ class DynamicsAttack(ConfiguredAttack):
             gx = gx.add(tv_grad, alpha=c.tv_weight / x.numel())
         if not math.isfinite(metrics["loss"]):
             return metrics
+        grad_norm = float(gx.norm())
+        if c.signed:
+            gx = gx.sign()
         new = optimizer_step("adam", state, {"x": gx, **({"log_lr": grads[1]} if learned else {})},
-                             lrs={"x": c.lr_x, "log_lr": c.lr_lr}, settings=self._settings())
+                             lrs={"x": c.lr_x_at(index), "log_lr": c.lr_lr}, settings=self._settings())
         if not all(bool(torch.isfinite((v * 0).sum())) for v in new.values() if v.is_floating_point()):
             metrics["update"] = float("nan")
             return metrics
-        metrics["grad_norm_x"] = float(gx.norm())
+        metrics["grad_norm_x"] = grad_norm
         state.update(new)
         return metrics
 
@@ -395,7 +434,8 @@ class DynamicsAttack(ConfiguredAttack):
         lr = float(state["log_lr"].exp()) if "log_lr" in state else float(recipe.lr)
         terms = self.objective(target, prior, state["x"].detach(), lr, int(state["order_seed"]), differentiable=False)
         return {}, {"formulation": "dynamics", "notes": [],
-                    "selection": {"cosine": {"value": float(terms["cosine"])}},
+                    "selection": {"cosine": {"value": float(terms["cosine"])},
+                                  "relative_distance": {"value": float(terms["relative_distance"])}},
                     "extra": {"lr": lr, "simulated_epochs": self.epochs(recipe), "segment": self.segment(target, prior),
                               "simulated_steps": self.epochs(recipe) * recipe.steps_per_epoch,
                               "order": "recorded" if recipe.order_seed is not None else "own"}}

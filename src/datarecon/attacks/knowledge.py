@@ -7,6 +7,10 @@ decay), the input shape and range and the label set (:class:`~datarecon.attacks.
 * the **initialisation** θ_init the target was trained from (Loo et al. 2023): as a safetensors
   file with the model's parameter names (``known_init: path``), or rebuilt from the architecture
   and a seed (``known_init: "seed:N"``, model directories only, which record their architecture);
+  for a fine-tuned model, the public pretrained model it started from (``known_init:
+  "pretrained"`` for the directory the model records, ``"pretrained:DIR"`` for another copy), with
+  the new head drawn from the recorded seed where the training drew one
+  (:func:`datarecon.models.pretrained.finetune_start`, the very construction the training used);
 * the **training-set size** n (``n``);
 * the **training recipe** (``recipe``): the optimiser, learning rate, momentum, batch size, the seed
   of the batch order and the number of epochs the model directory records, some of them possibly
@@ -37,7 +41,12 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from datarecon.config import drop_defaults
-from datarecon.errors import DataReconError
+from datarecon.errors import CheckpointError, DataReconError
+from datarecon.kernel.files import WEIGHTS
+from datarecon.models.checkpoint import load_model_dir
+from datarecon.models.pretrained import HEAD_NEW, finetune_start
+from datarecon.models.spec import ArchSpec
+from datarecon.utils.dtypes import torch_dtype
 
 __all__ = ["KNOWLEDGE_ITEMS", "KnowledgeSettings", "KnownInit", "KnownRecipe", "RecipeSettings", "attack_uses",
            "init_digest", "resolve_known_init", "resolve_recipe", "threat_model"]
@@ -120,6 +129,10 @@ def resolve_recipe(settings: RecipeSettings, model_meta: Mapping[str, Any] | Non
         raise DataReconError(f"the recorded training (optimizer {tr.get('optimizer')}, schedule {tr.get('schedule')}"
                              f"{', DP-SGD' if tr.get('dp') else ''}) cannot be replayed: dynamics matching replays "
                              "gd / SGD with a constant learning rate; train the target with those")
+    if (model_meta.get("arch") or {}).get("batch_norm") and not model_meta.get("pretrained"):
+        raise DataReconError("the recorded training ran batch norm in train mode (from scratch: each batch's own "
+                             "statistics), which dynamics matching does not replay; it replays fine-tunings "
+                             "(train --pretrained), where batch norm runs in eval mode")
     if (tr.get("margin_ascent") or {}).get("steps") or "margin_ascent_steps" in metrics:
         raise DataReconError("the recorded training ends with margin ascent, which dynamics matching does not "
                              "replay; train the target without it")
@@ -138,6 +151,8 @@ def resolve_recipe(settings: RecipeSettings, model_meta: Mapping[str, Any] | Non
 _SEED = re.compile(r"^seed:(\d+)$")
 #: ``known_init: seed``: the seed the model directory records (its training seed)
 RECORDED_SEED = "seed"
+#: ``known_init: pretrained`` (the recorded pretrained directory) or ``pretrained:DIR``
+PRETRAINED = "pretrained"
 
 
 class KnowledgeSettings(BaseModel):
@@ -145,16 +160,19 @@ class KnowledgeSettings(BaseModel):
 
     Attributes:
         known_init: the initialisation θ_init: ``"seed:N"`` (rebuilt from the model directory's
-            architecture with seed N), ``"seed"`` (with the seed the model directory records) or the
-            path of a safetensors file with the model's parameter names; None: unknown (the
-            weights-only attacker).
+            architecture with seed N), ``"seed"`` (with the seed the model directory records),
+            ``"pretrained"`` / ``"pretrained:DIR"`` (a fine-tuned model's start: the pretrained model
+            it records, or the one in DIR, with the head the training used) or the path of a
+            safetensors file with the model's parameter names; None: unknown (the weights-only
+            attacker).
         n: the training-set size, if the attacker knows it (sets the subspace dimension and, when
             ``candidates`` is not given, nothing else).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    known_init: str | None = Field(default=None, description="seed:N or a safetensors file of θ_init")
+    known_init: str | None = Field(default=None, description="seed:N, seed, pretrained[:DIR] or a safetensors "
+                                   "file of θ_init")
     n: int | None = Field(default=None, ge=1, description="training-set size known to the attacker")
     recipe: RecipeSettings | None = Field(default=None, description="the training recipe known to the attacker")
 
@@ -172,6 +190,9 @@ class KnowledgeSettings(BaseModel):
             raise ValueError("known_init is empty; pass seed:N or the path of a safetensors file")
         if v.startswith("seed:") and not _SEED.match(v):
             raise ValueError(f"known_init {v!r} is not seed:N with N a non-negative integer (e.g. seed:0)")
+        if v.startswith(f"{PRETRAINED}:") and not v[len(PRETRAINED) + 1:].strip():
+            raise ValueError(f"known_init {v!r} names no directory; pass pretrained (the recorded one) or "
+                             "pretrained:DIR")
         return v
 
     @property
@@ -254,7 +275,9 @@ def resolve_known_init(spec: str, params: Mapping[str, torch.Tensor], *, model_m
                                  "none; pass seed:N or a safetensors file of θ_init")
         spec = f"seed:{int(recorded)}"
     match = _SEED.match(spec)
-    if match:
+    if spec == PRETRAINED or spec.startswith(f"{PRETRAINED}:"):
+        init, where, source = _pretrained_start(spec, model_meta, base_dir=base_dir)
+    elif match:
         if model_meta is None or "arch" not in model_meta:
             raise DataReconError(f"known_init {spec} needs a model directory to rebuild the architecture from; "
                                  "for your own model pass a safetensors file of θ_init (--known-init FILE)")
@@ -287,6 +310,39 @@ def resolve_known_init(spec: str, params: Mapping[str, torch.Tensor], *, model_m
                              f"{digest[:12]} vs recorded {recorded[:12]}); {hint}")
     return KnownInit(params={k: init[k].to(device=device, dtype=dtype) for k in params}, sha256=digest,
                      source=source)
+
+
+def _pretrained_start(spec: str, model_meta: Mapping[str, Any] | None, *,
+                      base_dir: str | Path | None) -> tuple[dict[str, torch.Tensor], str, str]:
+    """θ_init of a fine-tuned model from its public pretrained model: (params, where, source).
+
+    Raises:
+        DataReconError: a model that was not fine-tuned, a missing or invalid pretrained directory,
+            or one whose weights are not those the model records.
+    """
+    meta = model_meta or {}
+    record = meta.get("pretrained")
+    if not isinstance(record, dict):
+        raise DataReconError(f"known_init {spec}: this model was not fine-tuned from a pretrained model (its "
+                             "model.json records none); pass seed, seed:N or a safetensors file of θ_init")
+    path = Path(spec[len(PRETRAINED) + 1:].strip() if spec != PRETRAINED else str(record.get("path")))
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    try:
+        bundle = load_model_dir(path)
+    except CheckpointError as exc:
+        raise DataReconError(f"known_init {spec}: {exc}") from None
+    found = str((bundle.meta.get("sha256") or {}).get(WEIGHTS, ""))
+    if found != record.get("weights_sha256"):
+        raise DataReconError(f"known_init {spec}: the model in {path} is not the pretrained model this model was "
+                             f"fine-tuned from (weights sha256 {found[:12]} vs recorded "
+                             f"{str(record.get('weights_sha256'))[:12]}); pass the directory it records")
+    built = torch_dtype((meta.get("training") or {}).get("dtype") or "float64")
+    weights = {k: v for k, v in bundle.model.state_dict().items() if v.is_floating_point()}
+    net = finetune_start(weights, bundle.arch, ArchSpec.model_validate(meta["arch"]),
+                         seed=int(meta.get("seed") or 0), dtype=built, new_head=record.get("head") == HEAD_NEW)
+    return ({k: v.detach() for k, v in net.named_parameters()}, f"known_init {spec}",
+            f"{PRETRAINED}:{path.resolve()}")
 
 
 def attack_uses(attack: Any) -> tuple[str, ...]:

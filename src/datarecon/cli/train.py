@@ -27,7 +27,8 @@ def _flags() -> tuple[Flag, ...]:
         TrainConfig, prefix={"data": "", "arch": "", "stop": ""},
         rename={"data.seed": "--data-seed", "arch.name": "--arch", "arch.hidden": ("--hidden", "--channels"),
                 "stop.zero_error": "--stop-at-zero-error", "dp.noise_multiplier": "--dp-noise",
-                "dp.target_epsilon": "--dp-epsilon", "dp.max_grad_norm": "--dp-clip"},
+                "dp.target_epsilon": "--dp-epsilon", "dp.max_grad_norm": "--dp-clip",
+                "pretrained.path": "--pretrained"},
         parse={"arch.hidden": comma_ints("--hidden", "widths"),
                "max_lr_factor": number_or_none("--max-lr-factor", "a number >= 1")},
     )

@@ -23,6 +23,11 @@ Rules:
   with ``seed``).
 * Within every split, indices (int64, into the source split) are sorted
   ascending, i.e. images appear in dataset order, classes interleaved.
+* ``skip_per_class`` k > 0 leaves the first k images of every task class, in dataset order, out
+  of both splits before any of the above: a reservation. Data selected with k can never contain
+  the images a spec with ``selection="first"`` and counts up to k selects, which is how a public
+  pretraining set is kept disjoint from private fine-tuning data by construction
+  (``datarecon train --pretrained`` checks the indices as well).
 """
 
 from __future__ import annotations
@@ -34,14 +39,14 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from datarecon.data.datasets import DATASETS, load_dataset
 from datarecon.data.formats import RawDataset
 from datarecon.data.normalisation import Normalisation
 from datarecon.data.tasks import ResolvedTask, resolve_task
 from datarecon.errors import DataReconError
-from datarecon.config import MAX_SEED
+from datarecon.config import MAX_SEED, drop_defaults
 
 
 #: Default held-out images per class, in units of ``n_per_class``: the attacks' default m is 2n, and a
@@ -65,6 +70,9 @@ class DataSpec(BaseModel):
             m = 2n candidates, so the null baseline is as strong as the attack); 0 = none.
         normalisation: "unit" (model input = display) or "unit-minus-mean"
             (display minus the per-pixel mean of the training images).
+        skip_per_class: the first k images of every task class (dataset order) in each split are
+            left out before selecting: reserved, e.g. for private data a public pretraining set must
+            not contain; 0 = none.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -77,6 +85,11 @@ class DataSpec(BaseModel):
     n_partition_per_class: int = Field(ge=0)
     n_heldout_per_class: int = Field(ge=0)
     normalisation: Literal["unit", "unit-minus-mean"] = "unit-minus-mean"
+    skip_per_class: int = Field(default=0, ge=0)
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_skip(self, handler):  # type: ignore[no-untyped-def]
+        return drop_defaults(self, handler(self), ("skip_per_class",))  # 0: model.json and hashes as before
 
     @model_validator(mode="before")
     @classmethod
@@ -228,6 +241,23 @@ def select_indices(task_class: np.ndarray, counts: Sequence[int], *, num_classes
             else np.zeros(0, dtype=np.int64) for parts in blocks]
 
 
+def reserve(task_class: np.ndarray, k: int) -> np.ndarray:
+    """``task_class`` with the first ``k`` images of every task class (dataset order) marked −1 (left out).
+
+    Args:
+        task_class: (N,) task-class index of every image (−1: not in the task); not modified.
+        k: images reserved per class, ≥ 0.
+
+    Returns:
+        A new (N,) array.
+    """
+    out = np.array(task_class, copy=True)
+    if k:
+        for c in np.unique(out[out >= 0]):
+            out[np.flatnonzero(out == c)[:k]] = -1
+    return out
+
+
 def make_split(raw: RawDataset, indices: np.ndarray, task: ResolvedTask) -> Split:
     """The :class:`Split` of ``raw`` at ``indices`` with ``task``'s labels."""
     src = raw.labels[indices]
@@ -265,19 +295,20 @@ def load_task(spec: DataSpec, *, data_dir: str | os.PathLike | None = None) -> T
 
     train_raw = load_dataset(spec.dataset, split="train", data_dir=data_dir)
     gen = torch.Generator().manual_seed(spec.seed) if spec.selection == "random" else None
+    skipped = f" after the first {spec.skip_per_class} per class" if spec.skip_per_class else ""
     train_idx, part_idx = select_indices(
-        task.task_class_of(train_raw.labels), [spec.n_per_class, spec.n_partition_per_class],
+        reserve(task.task_class_of(train_raw.labels), spec.skip_per_class), [spec.n_per_class, spec.n_partition_per_class],
         num_classes=k, selection=spec.selection, generator=gen, class_names=task.class_names,
-        where=f"{spec.dataset} train", count_names=names,
+        where=f"{spec.dataset} train{skipped}", count_names=names,
     )
 
     if spec.n_heldout_per_class > 0:
         test_raw = load_dataset(spec.dataset, split="test", data_dir=data_dir)
         gen = torch.Generator().manual_seed(spec.seed) if spec.selection == "random" else None
         (held_idx,) = select_indices(
-            task.task_class_of(test_raw.labels), [spec.n_heldout_per_class], num_classes=k,
-            selection=spec.selection, generator=gen, class_names=task.class_names,
-            where=f"{spec.dataset} test", count_names=("n_heldout_per_class",),
+            reserve(task.task_class_of(test_raw.labels), spec.skip_per_class), [spec.n_heldout_per_class],
+            num_classes=k, selection=spec.selection, generator=gen, class_names=task.class_names,
+            where=f"{spec.dataset} test{skipped}", count_names=("n_heldout_per_class",),
         )
         heldout = make_split(test_raw, held_idx, task)
     else:

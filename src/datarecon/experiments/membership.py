@@ -301,6 +301,22 @@ def _task_classes(y: torch.Tensor) -> torch.Tensor:
     return ((y > 0).to(torch.int64) if y.dtype.is_floating_point else y.to(torch.int64).clone())
 
 
+def _pretraining_images(meta: dict[str, Any], dataset: str) -> torch.Tensor | None:
+    """The training-split indices the pretrained model of a fine-tuning trained on (same dataset), or None: they
+    shaped the weights too, so they are no non-members of the fine-tuned model."""
+    from datarecon.models.checkpoint import load_model_dir
+
+    pre = meta.get("pretrained") or {}
+    if not pre.get("path") or (pre.get("data") or {}).get("dataset") != dataset:
+        return None
+    try:
+        seen = load_model_dir(pre["path"]).indices.get("train")
+    except DataReconError as exc:
+        raise DataReconError(f"the model was fine-tuned from {pre['path']}, whose training images cannot be read "
+                             f"({exc}); they must be left out of the non-members: restore that directory") from None
+    return None if seen is None else seen.to(torch.int64)
+
+
 def draw_candidates(meta: dict[str, Any], task: Any, settings: MembershipSettings, *,
                     data_dir: str | Path | None) -> Candidates:
     """The model's training images (members), ``settings.nonmembers`` images of the same classes from the unused
@@ -314,7 +330,9 @@ def draw_candidates(meta: dict[str, Any], task: Any, settings: MembershipSetting
 
     spec = DataSpec.model_validate(meta["data"])
     members = task.train
-    non, available = draw_outside(spec, split="train", exclude=members.indices, count=settings.nonmembers,
+    seen = _pretraining_images(meta, spec.dataset)
+    exclude = members.indices if seen is None else torch.cat([members.indices, seen])
+    non, available = draw_outside(spec, split="train", exclude=exclude, count=settings.nonmembers,
                                   seed=settings.seed, data_dir=data_dir)
     if len(non) == 0:
         raise DataReconError(f"every {spec.dataset} training image of the task's classes trained the model: no "
@@ -326,7 +344,8 @@ def draw_candidates(meta: dict[str, Any], task: Any, settings: MembershipSetting
         "members": {"count": len(members), "source": f"the model's {len(members)} training images (its data spec)"},
         "nonmembers": {"count": len(non), "available": available, "requested": settings.nonmembers,
                        "source": f"drawn uniformly (seed {settings.seed}) from the {available} {spec.dataset} "
-                                 "training-split images of the task's classes that did not train the model"},
+                                 "training-split images of the task's classes that did not train the model"
+                                 + (" (nor the pretrained model it was fine-tuned from)" if seen is not None else "")},
         "population": {"count": len(pop), "available": pop_available,
                        "source": f"drawn uniformly (seed {settings.seed + 1}) from the {pop_available} {spec.dataset} "
                                  "test-split images of the task's classes (never a candidate, never in a reference "

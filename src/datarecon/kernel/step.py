@@ -8,6 +8,15 @@ same update, and, from the same θ_init with the true data, the same θ* bit for
 ``tests/kernel/test_step.py``). With ``create_graph=True`` the step is differentiable in the
 parameters and in the batch's inputs (second-order autograd), which is what unrolling needs.
 
+Batch norm (the ResNets' ``batch_norm``) enters the step as ``stats``: its running mean and
+variance, read and never written. A fine-tuning runs it in eval mode (SimuDy's setting: the
+statistics stay the pretrained ones, the affine weights are trained), so the step is still a pure
+function of (parameters, statistics, batch), and a replay from the same start with the true data
+reproduces θ* bit for bit (``tests/kernel/test_step.py``). A network in train mode normalises with
+each batch's own statistics and updates the running ones in place: :func:`train_step` refuses it
+(``datarecon train`` from scratch still trains it so, through :func:`energy` on the module's own
+buffers).
+
 The update is gradient descent with heavy-ball momentum, written as ``torch.optim.SGD`` does it:
 b ← μ·b + g, θ ← θ − η·b (b₀ = 0; μ = 0: θ ← θ − η·g), g = ∇_θ E(θ; x, y) with
 E = L(Φ(x; θ), y) + (wd/2)·‖θ‖². The learning rate η of a step is a number the caller computes
@@ -24,6 +33,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from datarecon.errors import DataReconError
 from datarecon.kernel.losses import energy_terms
 
 Params = dict[str, torch.Tensor]
@@ -45,7 +55,8 @@ class Recipe:
 
 
 def energy(model: nn.Module, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, *,
-           loss: str, weight_decay: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+           loss: str, weight_decay: float = 0.0,
+           stats: Mapping[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The training energy at ``params`` on the batch ``(x, y)``.
 
     Args:
@@ -53,21 +64,24 @@ def energy(model: nn.Module, params: Mapping[str, torch.Tensor], x: torch.Tensor
         params: name → tensor of the trained parameters (others are taken from ``model``).
         x: (b, *input_shape) inputs; y: (b,) labels in the loss's convention.
         loss: a LOSSES name; weight_decay: wd ≥ 0.
+        stats: name → tensor of buffers the forward reads (batch norm's running statistics in eval
+            mode); None: the module's own. Not part of the weight decay.
 
     Returns:
         (outputs (b, k), data loss (scalar), energy = data loss + (wd/2)·Σ‖θ_p‖² (scalar)).
     """
-    out = functional_call(model, dict(params), (x,))
+    out = functional_call(model, {**(stats or {}), **params}, (x,))
     dl, e = energy_terms(out, y, params, loss=loss, weight_decay=weight_decay)
     return out, dl, e
 
 
 def gradient(model: nn.Module, params: Mapping[str, torch.Tensor], batch: tuple[torch.Tensor, torch.Tensor],
-             recipe: Recipe, *, create_graph: bool = False) -> tuple[Params, torch.Tensor]:
-    """∇_θ E at ``params`` on ``batch``; returns (gradients by name, energy)."""
+             recipe: Recipe, *, create_graph: bool = False,
+             stats: Mapping[str, torch.Tensor] | None = None) -> tuple[Params, torch.Tensor]:
+    """∇_θ E at ``params`` on ``batch`` (``stats`` as in :func:`energy`); returns (gradients by name, energy)."""
     names = list(params)
     x, y = batch
-    _, _, e = energy(model, params, x, y, loss=recipe.loss, weight_decay=recipe.weight_decay)
+    _, _, e = energy(model, params, x, y, loss=recipe.loss, weight_decay=recipe.weight_decay, stats=stats)
     grads = torch.autograd.grad(e, [params[n] for n in names], create_graph=create_graph)
     return dict(zip(names, grads)), e
 
@@ -103,8 +117,8 @@ def update(params: Mapping[str, torch.Tensor], grads: Mapping[str, torch.Tensor]
 
 def train_step(model: nn.Module, params: Mapping[str, torch.Tensor], batch: tuple[torch.Tensor, torch.Tensor],
                recipe: Recipe, *, lr: float | torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None,
-               create_graph: bool = False) -> tuple[Params, Params]:
-    """``(params, batch, recipe) -> params``: one gradient-descent step of the training.
+               create_graph: bool = False, stats: Mapping[str, torch.Tensor] | None = None) -> tuple[Params, Params]:
+    """``(params, stats, batch, recipe) -> params``: one gradient-descent step of the training.
 
     Args:
         model: the architecture (its parameters are not read for the names in ``params``).
@@ -112,12 +126,37 @@ def train_step(model: nn.Module, params: Mapping[str, torch.Tensor], batch: tupl
         lr: η_t of this step. buffers: the momentum buffers before the step.
         create_graph: keep the graph, so the new parameters are differentiable in ``params``, the
             batch's inputs and a tensor ``lr``.
+        stats: batch norm's running statistics by name (constants of the step; None: the module's).
 
     Returns:
         (θ_{t+1}, buffers after the step).
+
+    Raises:
+        DataReconError: ``model`` has a batch norm in train mode (its output would depend on the batch's
+            statistics and the step would write the running ones: not a pure step).
     """
-    grads, _ = gradient(model, params, batch, recipe, create_graph=create_graph)
+    check_pure(model)
+    grads, _ = gradient(model, params, batch, recipe, create_graph=create_graph, stats=stats)
     return update(params, grads, buffers, lr=lr, momentum=recipe.momentum)
+
+
+def check_pure(model: nn.Module) -> None:
+    """Refuse a network whose forward is not a pure function of its tensors and the batch: a batch norm in
+    train mode (call ``model.eval()``: the replayed trainings run batch norm in eval mode).
+
+    Raises:
+        DataReconError: names the first such layer.
+    """
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm) and mod.training:
+            raise DataReconError(f"batch norm layer {name} is in train mode: the pure training step runs batch norm "
+                                 "in eval mode (running statistics fixed); call model.eval()")
+
+
+def normalisation_stats(model: nn.Module) -> Params:
+    """The floating buffers of ``model`` by name (batch norm's running mean and variance): the ``stats`` of
+    :func:`train_step`; empty for a network without normalisation layers."""
+    return {k: v.detach() for k, v in model.named_buffers() if v.is_floating_point()}
 
 
 def batch_order(n: int, batch_size: int, *, seed: int, epoch: int) -> list[torch.Tensor]:
@@ -140,4 +179,5 @@ def batch_order(n: int, batch_size: int, *, seed: int, epoch: int) -> list[torch
     return list(perm.split(batch_size))
 
 
-__all__ = ["Params", "Recipe", "batch_order", "energy", "gradient", "train_step", "update"]
+__all__ = ["Params", "Recipe", "batch_order", "check_pure", "energy", "gradient", "normalisation_stats", "train_step",
+           "update"]

@@ -2,7 +2,7 @@
 
 Layout of a model directory::
 
-    weights.safetensors   θ* (parameter name -> tensor)
+    weights.safetensors   θ* (parameter name -> tensor; batch norm adds its running mean and variance)
     extras.safetensors    input_mean (C,H,W), train_indices, partition_indices, heldout_indices
     model.json            format, arch, data, loss, weight_decay, training config, seed,
                           versions, config_hash, metrics, sha256 of both tensor files
@@ -24,7 +24,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from torch import nn
 
 from datarecon.errors import CheckpointError, DataReconError
-from datarecon.models.spec import ArchSpec, build_model, parameter_shapes
+from datarecon.models.spec import ArchSpec, build_model, state_shapes
 from datarecon.utils.dtypes import DTYPES
 from datarecon.utils.io import (
     atomic_write_json,
@@ -75,6 +75,7 @@ class ModelMeta(BaseModel):
     num_parameters: int | None = Field(default=None, ge=0)
     init_sha256: str | None = None
     data_fingerprint: dict[str, Any] | None = None
+    pretrained: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,8 @@ class TrainingRecord:
             trained from (recorded so that an attacker-supplied θ_init can be checked).
         data_fingerprint: :meth:`datarecon.data.selection.TaskData.fingerprint` of the training data,
             recorded so that evaluation refuses other data than the model's.
+        pretrained: for a fine-tuning, the pretrained model it started from (directory, weights
+            SHA-256, whether the head was kept or drawn anew, its data spec and config hash).
     """
 
     input_mean: torch.Tensor
@@ -154,6 +157,7 @@ class TrainingRecord:
     extra_tensors: dict[str, torch.Tensor] | None = None
     init_sha256: str | None = None
     data_fingerprint: dict[str, str] | None = None
+    pretrained: dict[str, Any] | None = None
 
 
 def save_model_dir(out: str | Path, *, model: nn.Module, description: ModelDescription,
@@ -170,7 +174,8 @@ def save_model_dir(out: str | Path, *, model: nn.Module, description: ModelDescr
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    # floating tensors only: batch norm's integer batch counter is not part of a model (it is rebuilt on load)
+    weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if v.is_floating_point()}
     save_tensors(out / WEIGHTS, weights)
     extras = {"input_mean": record.input_mean.detach().cpu().float().contiguous()}
     extras.update({f"{k}_indices": v.detach().cpu().long().contiguous() for k, v in record.indices.items()})
@@ -186,12 +191,14 @@ def save_model_dir(out: str | Path, *, model: nn.Module, description: ModelDescr
         "versions": versions(),
         "metrics": record.metrics or {},
         "sha256": {WEIGHTS: sha256_file(out / WEIGHTS), EXTRAS: sha256_file(out / EXTRAS)},
-        "num_parameters": sum(v.numel() for v in weights.values()),
+        "num_parameters": sum(p.numel() for p in model.parameters()),
     }
     if record.init_sha256 is not None:
         meta["init_sha256"] = record.init_sha256
     if record.data_fingerprint:
         meta["data_fingerprint"] = dict(record.data_fingerprint)
+    if record.pretrained is not None:
+        meta["pretrained"] = dict(record.pretrained)
     atomic_write_json(out / META, meta)
     return out
 
@@ -247,7 +254,7 @@ def _check_weights(path: Path, weights: dict[str, torch.Tensor], arch: ArchSpec,
     """The weights fit ``arch`` (compared before building it), are finite floats of the dtype the
     model was trained in (``dtype``, from ``model.json``; else one of :data:`DTYPES`) and are not
     all zero (θ* = 0 holds nothing to reconstruct, and every relative residual is 0/0)."""
-    expected = parameter_shapes(arch)
+    expected = state_shapes(arch)
     found = {k: tuple(v.shape) for k, v in weights.items()}
     if expected != found:
         raise CheckpointError(

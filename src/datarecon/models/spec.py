@@ -17,11 +17,15 @@ its files alone. Architectures (Runkel et al. 2024 eq. 8 and 9; Haim et al. 2022
   ``hidden`` (defaults (16, 32, 64), one block per stage, 8 weight layers; and (64, 128, 256, 512),
   two blocks per stage, 18 weight layers, the CIFAR ResNet-18 of SimuDy's reference code), the first
   block of every later stage striding 2 with a 1×1 projection shortcut, then global average pooling
-  and a linear read-out. **No normalisation layer**: batch norm is left out (SimuDy's reference
-  keeps it in eval mode, where it is a fixed per-channel affine map; here training from scratch has
-  no pretrained statistics to freeze), so a model has parameters and no buffers, and every attack's
-  ``functional_call`` and the training replay need nothing else. Residual sums of branches of
-  different degree make it not homogeneous, with or without biases.
+  and a linear read-out. By default **no normalisation layer**, so a model has parameters and no
+  buffers. ``batch_norm=True`` puts a batch norm after every convolution (the stem's, both of a
+  block's and the projection shortcut's; He et al.'s conv-BN-ReLU order), as SimuDy's ResNet-18
+  has: its running mean and variance are buffers, saved with the weights. Trained from scratch it
+  runs in train mode (batch statistics); fine-tuned from a pretrained model it runs in eval mode,
+  SimuDy's setting, where it is a fixed per-channel affine map whose scale and shift (the affine
+  weights) are trained and whose statistics stay the pretrained ones
+  (:func:`datarecon.kernel.step.train_step` reads them as constants). Residual sums of branches of
+  different degree make a ResNet not homogeneous, with or without biases.
 
 All models take images (N, C, H, W) in model input space; the MLPs start with ``nn.Flatten``.
 """
@@ -32,9 +36,10 @@ import math
 from collections.abc import Callable
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 from torch import nn
 
+from datarecon.config import drop_defaults
 from datarecon.registry import Registry
 
 
@@ -49,6 +54,7 @@ class ArchSpec(BaseModel):
         bias: whether linear layers have biases.
         init_scale: std of the first layer's N(0, 1) weights; ``None``: PyTorch's default init.
         kernel: side of the square convolution kernel (``cnn`` only; ``None``: 3; the ResNets use 3).
+        batch_norm: a batch norm after every convolution (the ResNets only).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -60,6 +66,11 @@ class ArchSpec(BaseModel):
     bias: bool = True
     init_scale: float | None = None
     kernel: int | None = Field(default=None, ge=1)
+    batch_norm: bool = False
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_batch_norm(self, handler):  # type: ignore[no-untyped-def]
+        return drop_defaults(self, handler(self), ("batch_norm",))  # off: model.json and hashes as before
 
     @field_validator("name")
     @classmethod
@@ -125,9 +136,9 @@ ARCHITECTURES.register("mlp", ArchEntry(default_hidden=(1000, 1000), n_hidden=No
 ARCHITECTURES.register("cnn", ArchEntry(default_hidden=(32, 64), n_hidden=None, convolutional=True,
                                         doc="ReLU CNN, stride-2 convolutions then a linear read-out"))
 ARCHITECTURES.register("resnet8", ArchEntry(default_hidden=(16, 32, 64), n_hidden=None, blocks=1,
-                                            doc="ResNet-8-like: 3 stages of 1 basic block, no batch norm"))
+                                            doc="ResNet-8-like: 3 stages of 1 basic block"))
 ARCHITECTURES.register("resnet18", ArchEntry(default_hidden=(64, 128, 256, 512), n_hidden=None, blocks=2,
-                                             doc="CIFAR ResNet-18: 4 stages of 2 basic blocks, no batch norm"))
+                                             doc="CIFAR ResNet-18: 4 stages of 2 basic blocks"))
 
 #: the kernel side of every ResNet convolution but the 1×1 projection shortcuts
 RESNET_KERNEL = 3
@@ -135,27 +146,44 @@ RESNET_KERNEL = 3
 
 class _BasicBlock(nn.Module):
     """relu(conv2(relu(conv1(h))) + shortcut(h)); conv1 strides ``stride``, the shortcut is the identity or,
-    when the stride or the width changes, a 1×1 convolution with that stride."""
+    when the stride or the width changes, a 1×1 convolution with that stride. With ``batch_norm`` each
+    convolution is followed by a batch norm (``bn1``, ``bn2``; the projection shortcut is
+    ``Sequential(conv, bn)``)."""
 
     def __init__(self, cin: int, cout: int, stride: int, *, bias: bool, dtype: torch.dtype,
-                 device: torch.device | str | None) -> None:
+                 device: torch.device | str | None, batch_norm: bool = False) -> None:
         super().__init__()
         k = RESNET_KERNEL
         self.conv1 = nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, bias=bias, dtype=dtype, device=device)
         self.conv2 = nn.Conv2d(cout, cout, k, stride=1, padding=k // 2, bias=bias, dtype=dtype, device=device)
-        self.shortcut = (nn.Conv2d(cin, cout, 1, stride=stride, bias=bias, dtype=dtype, device=device)
-                         if stride != 1 or cin != cout else nn.Identity())
+        self.bn1 = _norm(cout, batch_norm, dtype=dtype, device=device)
+        self.bn2 = _norm(cout, batch_norm, dtype=dtype, device=device)
+        if stride != 1 or cin != cout:
+            proj = nn.Conv2d(cin, cout, 1, stride=stride, bias=bias, dtype=dtype, device=device)
+            self.shortcut = nn.Sequential(proj, nn.BatchNorm2d(cout, dtype=dtype, device=device)) if batch_norm else proj
+        else:
+            self.shortcut = nn.Identity()
         self.relu1, self.relu2 = nn.ReLU(), nn.ReLU()  # modules, so the KKT surrogate can replace them
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.relu2(self.conv2(self.relu1(self.conv1(h))) + self.shortcut(h))
+        a = self.conv1(h)
+        a = self.relu1(a if self.bn1 is None else self.bn1(a))
+        b = self.conv2(a)
+        return self.relu2((b if self.bn2 is None else self.bn2(b)) + self.shortcut(h))
+
+
+def _norm(channels: int, on: bool, *, dtype: torch.dtype, device: torch.device | str | None) -> nn.Module | None:
+    """A ``BatchNorm2d`` (weight 1, bias 0, running mean 0, variance 1) when ``on``, else None (no module,
+    so a ResNet without batch norm has exactly the modules and state-dict names it always had)."""
+    return nn.BatchNorm2d(channels, dtype=dtype, device=device) if on else None
 
 
 class ResNet(nn.Module):
     """A ResNet of ``resnet8`` / ``resnet18`` (see the module docstring); input (N, C, H, W), output (N, k).
 
-    Modules: ``stem`` (3×3 conv), ``stages.i.j`` (basic blocks), ``head`` (linear read-out after the
-    global average pool). Built uninitialised; :func:`build_model` draws the weights.
+    Modules: ``stem`` (3×3 conv; with batch norm followed by ``stem_bn``), ``stages.i.j`` (basic
+    blocks), ``head`` (linear read-out after the global average pool). Built uninitialised;
+    :func:`build_model` draws the weights.
     """
 
     def __init__(self, spec: ArchSpec, *, dtype: torch.dtype = torch.float32,
@@ -165,12 +193,14 @@ class ResNet(nn.Module):
         widths, k = spec.resolved_hidden(), RESNET_KERNEL
         self.stem = nn.Conv2d(spec.input_shape[0], widths[0], k, padding=k // 2, bias=spec.bias, dtype=dtype,
                               device=device)
+        self.stem_bn = _norm(widths[0], spec.batch_norm, dtype=dtype, device=device)
         stages, cin = [], widths[0]
         for i, width in enumerate(widths):
             blocks = []
             for j in range(entry.blocks or 1):
                 stride = 2 if i > 0 and j == 0 else 1
-                blocks.append(_BasicBlock(cin, width, stride, bias=spec.bias, dtype=dtype, device=device))
+                blocks.append(_BasicBlock(cin, width, stride, bias=spec.bias, dtype=dtype, device=device,
+                                          batch_norm=spec.batch_norm))
                 cin = width
             stages.append(nn.Sequential(*blocks))
         self.stages = nn.Sequential(*stages)
@@ -178,7 +208,8 @@ class ResNet(nn.Module):
         self.relu = nn.ReLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.stages(self.relu(self.stem(x)))
+        h = self.stem(x)
+        h = self.stages(self.relu(h if self.stem_bn is None else self.stem_bn(h)))
         return self.head(h.mean(dim=(2, 3)))
 
 
@@ -219,6 +250,9 @@ def build_model(spec: ArchSpec, *, generator: torch.Generator | None = None,
     from datarecon.errors import DataReconError
 
     entry = ARCHITECTURES.get(spec.name)
+    if spec.batch_norm and entry.blocks is None:
+        resnets = [n for n in ARCHITECTURES.names() if ARCHITECTURES.get(n).blocks is not None]
+        raise DataReconError(f"batch_norm applies to the ResNets ({', '.join(resnets)}), not {spec.name!r}; drop it")
     if entry.blocks is not None:
         return _build_resnet(spec, generator=generator, dtype=dtype)
     if entry.convolutional:
@@ -303,8 +337,19 @@ def _init_linear(lin: nn.Linear | nn.Conv2d, *, generator: torch.Generator | Non
             lin.bias.uniform_(-bound, bound, generator=generator)
 
 
+def state_shapes(spec: ArchSpec) -> dict[str, tuple[int, ...]]:
+    """The names and shapes of what a model directory's weights file holds for ``spec``: the parameters
+    (:func:`parameter_shapes`) and the floating buffers (batch norm's running mean and variance; its
+    integer batch counter is not saved), computed without allocating storage."""
+    shapes = parameter_shapes(spec)
+    if spec.batch_norm and ARCHITECTURES.get(spec.name).blocks is not None:
+        shapes.update({name: tuple(b.shape) for name, b in ResNet(spec, device="meta").named_buffers()
+                       if b.dtype.is_floating_point})
+    return shapes
+
+
 def parameter_shapes(spec: ArchSpec) -> dict[str, tuple[int, ...]]:
-    """The state-dict names and shapes :func:`build_model` gives ``spec``, computed without building it
+    """The parameter names and shapes :func:`build_model` gives ``spec``, computed without building it
     (so a spec can be checked against a weights file before any memory is allocated)."""
     if ARCHITECTURES.get(spec.name).blocks is not None:  # built on the meta device: shapes, no storage
         return {name: tuple(p.shape) for name, p in ResNet(spec, device="meta").named_parameters()}

@@ -17,10 +17,11 @@ Every epoch's metrics describe θ_t *before* that epoch's update: ``loss`` (mean
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import nn
@@ -74,6 +75,9 @@ class FitRecipe:
         batch_size: mini-batch SGD with batches of this size, 1 ≤ b ≤ n (``gd`` with a constant
             schedule; an epoch is ⌈n/b⌉ steps over :func:`datarecon.kernel.step.batch_order`); None: full batch.
         seed: the training seed: of the mini-batch order, and of DP-SGD's Poisson batches and noise.
+        norm_mode: how batch norm layers run in the training steps: ``train`` (each batch's statistics,
+            the running ones updated) or ``eval`` (the running statistics fixed, the affine weights
+            trained: fine-tuning, SimuDy's setting). Metrics are always computed in eval mode.
     """
 
     loss: str
@@ -86,6 +90,19 @@ class FitRecipe:
     max_lr_factor: float | None = 1e6
     batch_size: int | None = None
     seed: int = 0
+    norm_mode: Literal["train", "eval"] = "train"
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """``model`` in eval mode inside the block (batch norm on its running statistics, nothing updated),
+    its previous mode restored after."""
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
 
 
 @dataclass(frozen=True)
@@ -148,7 +165,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str,
         (metrics dict: loss, energy, train_acc, min_margin, mean_margin, weight_norm,
         normalised_margin; per-sample margins (n,)).
     """
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(model):
         out = model(x)
         params = dict(model.named_parameters())
         return _metrics(model, out, y, params, loss=loss, weight_decay=weight_decay)
@@ -249,7 +266,7 @@ class _Stepper:
                              weight_decay=self.weight_decay)
             e.backward()
             self.opt.step(True, self.lr, lambda: e)
-        with torch.no_grad():
+        with torch.no_grad(), eval_mode(self.model):
             out, dl, e = self.energy_terms()
         metrics, _ = _metrics(self.model, out, self.y, dict(self.named), loss=self.loss,
                               weight_decay=self.weight_decay, data_loss=dl)
@@ -522,7 +539,7 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe
     """
     _check_fit(recipe, x, y)
     stop = stop or StopRule()
-    model.train()
+    model.train(recipe.norm_mode == "train")
     stepper = _Stepper(model, x, y, recipe)
     history = History(every=loop.log_every)
     stop_hook = StopHook(stop)

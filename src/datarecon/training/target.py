@@ -38,6 +38,8 @@ from datarecon.errors import DataReconError, DivergenceError
 from datarecon.models.checkpoint import ModelBundle, ModelDescription, TrainingRecord, save_model_dir
 from datarecon.models.spec import ARCHITECTURES, ArchSpec, build_model, count_parameters, is_homogeneous
 from datarecon.training.dp import DPConfig
+from datarecon.training.pretrained import (PretrainedConfig, PretrainedStart, check_compatible, check_disjoint,
+                                           pretrained_record, resolve_pretrained, start_model)
 from datarecon.kernel.engine import LoopOptions
 from datarecon.training.fit import (AscentRecipe, FitRecipe, FitResult, StopRule, TrainingCheckpoint, ascend_margin,
                                     evaluate, fit)
@@ -62,6 +64,8 @@ class ArchConfig(BaseModel):
         bias: linear layers with biases (False gives a homogeneous network for the KKT attack).
         init_scale: std of the first layer's N(0,1) weights (Haim: 1e-4); None: PyTorch default.
         kernel: convolution kernel side (``cnn`` only; None: 3).
+        batch_norm: a batch norm after every convolution (ResNets only): train mode from scratch, eval
+            mode (running statistics frozen, affine weights trained) when fine-tuning from --pretrained.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -71,6 +75,11 @@ class ArchConfig(BaseModel):
     bias: bool = True
     init_scale: float | None = Field(default=None, gt=0)
     kernel: int | None = Field(default=None, ge=1)
+    batch_norm: bool = False
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_batch_norm(self, handler):  # type: ignore[no-untyped-def]
+        return drop_defaults(self, handler(self), ("batch_norm",))  # off: hashes as before
 
 
     @field_validator("hidden")
@@ -80,10 +89,19 @@ class ArchConfig(BaseModel):
             raise ValueError(f"hidden widths must be positive, got {list(v)}")
         return v
 
+    @model_validator(mode="after")
+    def _normalised_resnet(self) -> ArchConfig:
+        if self.batch_norm and ARCHITECTURES.get(self.name).blocks is None:
+            resnets = [n for n in ARCHITECTURES.names() if ARCHITECTURES.get(n).blocks is not None]
+            raise DataReconError(f"batch_norm applies to the ResNets ({', '.join(resnets)}), not {self.name!r}; "
+                                 "drop --batch-norm")
+        return self
+
     def spec(self, *, input_shape: tuple[int, ...], num_outputs: int) -> ArchSpec:
         """The full :class:`ArchSpec` for data of ``input_shape`` and ``num_outputs`` outputs."""
         return ArchSpec(name=self.name, input_shape=tuple(input_shape), num_outputs=num_outputs,
-                        hidden=self.hidden, bias=self.bias, init_scale=self.init_scale, kernel=self.kernel)
+                        hidden=self.hidden, bias=self.bias, init_scale=self.init_scale, kernel=self.kernel,
+                        batch_norm=self.batch_norm)
 
 
 class StopConfig(BaseModel):
@@ -175,6 +193,9 @@ class TrainConfig(BaseModel):
             ⌈n/b⌉ steps over batches drawn from ``seed`` and the epoch
             (:func:`datarecon.kernel.step.batch_order`, so the order is recorded by the seed);
             None: full batch.
+        pretrained: fine-tune from this pretrained model directory (its weights, batch norm in eval
+            mode, a new head drawn from ``seed`` where the classes differ; its training images must
+            not be this training's); None: train from ``seed``'s initialisation.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -199,6 +220,7 @@ class TrainConfig(BaseModel):
     kkt_score: bool = False
     dp: DPConfig | None = None
     batch_size: int | None = Field(default=None, ge=1)
+    pretrained: PretrainedConfig | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
@@ -239,14 +261,15 @@ class TrainConfig(BaseModel):
 
     @model_serializer(mode="wrap")
     def _drop_unset_batch_size(self, handler):  # type: ignore[no-untyped-def]
-        return drop_defaults(self, handler(self), ("batch_size",))  # full batch: model.json as before
+        return drop_defaults(self, handler(self), ("batch_size", "pretrained"))  # unset: model.json as before
 
     def recipe(self) -> FitRecipe:
         """The optimisation recipe of the epochs (:func:`~datarecon.training.fit.fit`,
         :func:`~datarecon.training.dp.fit_dp`); ``seed`` orders the mini-batches and DP-SGD's batches and noise."""
         return FitRecipe(loss=self.loss, weight_decay=self.weight_decay, optimizer=self.optimizer, lr=self.lr,
                          momentum=self.momentum, epochs=self.epochs, schedule=self.schedule,
-                         max_lr_factor=self.max_lr_factor, batch_size=self.batch_size, seed=self.seed)
+                         max_lr_factor=self.max_lr_factor, batch_size=self.batch_size, seed=self.seed,
+                         norm_mode="eval" if self.pretrained is not None else "train")
 
     def arch_spec(self) -> ArchSpec:
         """The architecture with input shape and output count derived from the data spec."""
@@ -264,7 +287,9 @@ class TrainConfig(BaseModel):
             data.pop("margin_ascent")  # off: hashes stay those of configs written before the field existed
         if self.dp is None:
             data.pop("dp")  # likewise
-
+        if self.pretrained is not None:  # the weights, not where they lie (unresolved: the path)
+            p = self.pretrained
+            data["pretrained"] = {"sha256": p.sha256} if p.sha256 is not None else {"path": p.path}
         return config_hash(data)
 
 
@@ -327,10 +352,26 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
             from datarecon.training.dp import resolve
 
             resolve(config.dp, n=len(task.train), epochs=config.epochs)
+        start = None
+        if config.pretrained is not None:  # likewise for a pretrained model that does not fit
+            config, start = _resolve_pretrained(config, task)
         if resume:
             check_resumable_model(out, config=config, task=task)
         claim.prepare()
-        return _train(config, task, out=out, device=device, resume=resume, progress=progress, kkt_score=kkt_score)
+        return _train(config, task, out=out, device=device, resume=resume, progress=progress,
+                      kkt_score=kkt_score, start=start)
+
+
+def _resolve_pretrained(config: TrainConfig, task: Any) -> tuple[TrainConfig, PretrainedStart]:
+    """The pretrained model of ``config`` checked against it and its data, and the config with the
+    weights' SHA-256 filled in (what its hash covers)."""
+    if config.pretrained is None:
+        raise ValueError("no pretrained model in the config")
+    start = resolve_pretrained(config.pretrained)
+    check_compatible(start, config.arch_spec(), config.data)
+    check_disjoint(start, task)
+    pinned = config.pretrained.model_copy(update={"sha256": start.sha256})
+    return config.model_copy(update={"pretrained": pinned}), start
 
 
 #: separates the config hash from the data fingerprint in a training checkpoint's tag
@@ -379,14 +420,23 @@ def check_resumable_model(out: Path, *, config: TrainConfig, task: Any) -> None:
                              "original data to resume, or start afresh with --overwrite")
 
 
+def _initial_model(config: TrainConfig, arch: ArchSpec, *, dtype: torch.dtype,
+                   start: PretrainedStart | None) -> tuple[torch.nn.Module, dict[str, Any] | None]:
+    """θ_init: drawn from the seed, or the pretrained start (then also model.json's ``pretrained`` record)."""
+    if start is None:
+        return build_model(arch, generator=torch.Generator().manual_seed(config.seed), dtype=dtype), None
+    model, fresh = start_model(start, arch, config.data, seed=config.seed, dtype=dtype)
+    return model, pretrained_record(start, fresh_head=fresh)
+
+
 def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, resume: bool, progress: bool,
-           kkt_score: bool) -> TrainResult:
+           kkt_score: bool, start: PretrainedStart | None = None) -> TrainResult:
     """The body of :func:`train_target` once ``out`` is claimed and prepared."""
     dtype = torch_dtype(config.dtype)
     tag = training_tag(config, task, out=out if resume else None)
     arch = config.arch_spec()
-    gen = torch.Generator().manual_seed(config.seed)
-    model = build_model(arch, generator=gen, dtype=dtype).to(device)
+    model, pretrained = _initial_model(config, arch, dtype=dtype, start=start)
+    model = model.to(device)
     init_sha256 = params_digest(dict(model.named_parameters()))
     norm = task.normalisation
     x = norm.to_model(task.train.x).to(device=device, dtype=dtype)
@@ -434,7 +484,7 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
     if kkt_score or config.kkt_score:
         score = kkt_regime_score(model, x, y)
         metrics.update({"kkt_regime_score": score.score, "kkt_num_active": score.num_active})
-    model_cpu = model.to("cpu")
+    model_cpu = model.to("cpu").eval()
     save_model_dir(out, model=model_cpu, description=ModelDescription(
         arch=arch, loss=config.loss, weight_decay=config.weight_decay, data=config.data.model_dump(mode="json"),
         normalisation=norm.kind, training={**config.model_dump(mode="json"), "config_hash": config.hash()},
@@ -443,7 +493,7 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
         input_mean=norm.mean, indices={"train": task.train.indices, "partition": task.partition.indices,
                                        "heldout": task.heldout.indices},
         metrics=metrics, extra_tensors={"train_margins": result.margins}, init_sha256=init_sha256,
-        data_fingerprint=task.fingerprint(),
+        data_fingerprint=task.fingerprint(), pretrained=pretrained,
     ))
     atomic_write_text(out / HISTORY, "".join(json.dumps(_finite(r), sort_keys=True) + "\n" for r in history))
     return TrainResult(out=out, model=model, arch=arch, metrics=metrics, fit=result, config=config)
@@ -470,7 +520,7 @@ def fit_on_images(config: TrainConfig, x: torch.Tensor, y: torch.Tensor, *, devi
 
     What :func:`train_target` does between loading the data and writing the model directory: the
     normalisation of ``config.data`` fitted on ``x``, the architecture initialised from
-    ``config.seed``, the epochs (full batch, mini-batch or DP-SGD) and the margin ascent when the
+    ``config.seed`` (or the pretrained start of a fine-tuning, its new head from ``config.seed``), the epochs (full batch, mini-batch or DP-SGD) and the margin ascent when the
     config has one; the data spec's own selection is not used.
 
     Args:
@@ -487,8 +537,9 @@ def fit_on_images(config: TrainConfig, x: torch.Tensor, y: torch.Tensor, *, devi
     dev = parse_device(device)
     dtype = torch_dtype(config.dtype)
     norm = Normalisation.fit(config.data.normalisation, x)
-    model = build_model(config.arch_spec(), generator=torch.Generator().manual_seed(config.seed),
-                        dtype=dtype).to(dev)
+    start = resolve_pretrained(config.pretrained) if config.pretrained is not None else None
+    model, _ = _initial_model(config, config.arch_spec(), dtype=dtype, start=start)  # a fine-tuning starts as it did
+    model = model.to(dev)
     xm = norm.to_model(x).to(device=dev, dtype=dtype)
     ym = y.to(dev)
     if ym.dtype.is_floating_point:
@@ -550,7 +601,7 @@ def model_card(bundle: ModelBundle) -> str:
     dtype = str(next(iter(bundle.params.values())).dtype).replace("torch.", "") if bundle.params else "?"
     lines = [
         f"model       {bundle.path if bundle.path is not None else '(in memory)'}",
-        f"arch        {arch.name} {shape}, bias {_fmt(arch.bias)}, "
+        f"arch        {arch.name} {shape}, bias {_fmt(arch.bias)}, " + ("batch norm, " if arch.batch_norm else "") +
         f"init_scale {arch.init_scale if arch.init_scale is not None else 'default'}, "
         f"input {'x'.join(map(str, arch.input_shape))}",
         f"parameters  {count_parameters(arch):,} ({dtype}); homogeneous {_fmt(is_homogeneous(arch))}",
@@ -572,6 +623,11 @@ def model_card(bundle: ModelBundle) -> str:
                          f"({m.get('margin_ascent_stop_reason') or m.get('margin_ascent_status')}), normalised margin "
                          f"{m.get('normalised_margin_before_ascent', float('nan')):.4g} -> "
                          f"{m.get('normalised_margin', float('nan')):.4g}")
+    pre = meta.get("pretrained")
+    if isinstance(pre, dict):
+        lines.append(f"pretrained  {pre.get('path')} (weights sha256 {str(pre.get('weights_sha256'))[:12]}), head "
+                     f"{'drawn anew from the seed' if pre.get('head') == 'new' else 'kept'}"
+                     + (", batch norm in eval mode (statistics frozen)" if arch.batch_norm else ""))
     if "dp_epsilon" in m:
         eps = m["dp_epsilon"]
         lines.append(f"privacy     DP-SGD (opacus {m.get('dp_opacus')}, {m.get('dp_accountant')} accountant): "
