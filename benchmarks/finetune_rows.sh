@@ -19,7 +19,8 @@
 # Budgets can be lowered for a trial: DYN_STEPS (outer steps per restart), RESTARTS, LOO_STEPS, KKT_REF_STEPS,
 # KKT_STEPS; SETTINGS=simudy runs dynamics matching as the from-scratch rows did. The table goes to WORK/ROW/table.json,
 # the log of every command to WORK/ROW/log.txt. DATARECON (default: datarecon) is the command, PYTHON (default:
-# python3) runs the selection and the table; DATARECON_DATA points at the data.
+# python3) runs the selection and the table; DATARECON_DATA points at the data. A rerun of a row keeps its fine-tuned
+# model and its finished dynamics matching (delete WORK/ROW to start the row again).
 set -uo pipefail
 row=$1
 work=$2
@@ -80,7 +81,7 @@ step() {  # NAME CMD...: run, log, time; a failing attack is logged and the row 
 
 [[ -f $pre/model.json ]] || step pretrain "${dr[@]}" train "${common[@]}" "${public[@]}" "${arch[@]}" "${pretrain[@]}" \
   "${threads[@]}" --checkpoint-every 3 --log-every 1 --no-progress --out "$pre" --resume
-step finetune "${dr[@]}" train "${common[@]}" "${private[@]}" "${arch[@]}" "${finetune[@]}" --pretrained "$pre" \
+[[ -f $dir/model/model.json ]] || step finetune "${dr[@]}" train "${common[@]}" "${private[@]}" "${arch[@]}" "${finetune[@]}" --pretrained "$pre" \
   --log-every 1 --no-progress --out "$dir/model" --overwrite
 attack() {  # RUN FLAGS...
   local run=$1
@@ -90,7 +91,7 @@ attack() {  # RUN FLAGS...
 }
 # dynamics matching: RESTARTS runs (seeds 0..RESTARTS-1), the one whose simulated change points closest to the real
 # one (highest final cosine, what the attack optimises) kept; evaluated alone, so the nulls keep m = 20 candidates
-attack dyn --method dynamics --known-init pretrained --known-recipe model --init uniform "${dyn_settings[@]}" \
+[[ -f $dir/dyn/candidates.safetensors ]] || attack dyn --method dynamics --known-init pretrained --known-recipe model --init uniform "${dyn_settings[@]}" \
   --steps "$dyn_steps" --runs "$restarts"
 best=$("$py" - "$dir/dyn" <<'EOF'
 import json, pathlib, sys

@@ -171,3 +171,24 @@ def test_a_killed_fine_tuning_resumes_bit_identically(pretrained: Path, tmp_path
     with pytest.raises(CheckpointError, match="written with another configuration"):
         train_target(_config(PRIVATE, pretrained=str(other), momentum=0.9, batch_size=10, epochs=8,
                              checkpoint_every=2), out=tmp_path / "part", progress=False, resume=True)
+
+
+def test_identifiability_of_a_fine_tuned_model_starts_from_the_pretrained_weights(pretrained: Path,
+                                                                                  tmp_path: Path) -> None:
+    """The objectives that need θ_init take the pretrained start (not a seed's draw, whose hash the model would
+    refuse): the recorded fine-tuning replayed from it on the private images ends at θ*; a moved pretrained model
+    leaves those objectives unmeasured with the reason, and the others measured."""
+    from datarecon.experiments.identifiability import IdentifiabilitySettings, identifiability
+
+    _finetune(pretrained, tmp_path / "ft", epochs=2)
+    settings = IdentifiabilitySettings(objectives=("kkt", "kkt-init", "dynamics"))
+    res = identifiability(tmp_path / "ft", settings)["objectives"]
+    assert "note" not in res["kkt-init"] and "note" not in res["dynamics"]
+    assert res["dynamics"]["sets"]["training set"]["relative_residual"] < 1e-6 and res["dynamics"]["identifies"]
+    shutil.move(str(pretrained), str(tmp_path / "moved"))
+    try:
+        res = identifiability(tmp_path / "ft", settings)["objectives"]
+    finally:
+        shutil.move(str(tmp_path / "moved"), str(pretrained))
+    assert "not measured" in res["kkt-init"]["note"] and "pretrained" in res["kkt-init"]["note"]
+    assert "note" not in res["kkt"]

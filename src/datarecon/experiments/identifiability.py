@@ -95,14 +95,25 @@ def _formulation(num_outputs: int, loss: str) -> str:
     return "regression" if loss in ("mse", "huber") else "binary"
 
 
-def _theta_init(meta: dict[str, Any], bundle: Any) -> dict[str, torch.Tensor] | None:
-    """θ_init rebuilt from the recorded seed in the dtype training drew it in and checked against the recorded
-    hash (:func:`datarecon.attacks.knowledge.resolve_known_init`), as float64; None without a recorded seed."""
-    from datarecon.attacks.knowledge import resolve_known_init
+def _theta_init(meta: dict[str, Any], bundle: Any, model_dir: str | Path) -> tuple[dict[str, torch.Tensor] | None, str]:
+    """θ_init as the attacker with a known start has it, as float64, and why it is missing if it is.
 
-    if meta.get("seed") is None:
-        return None
-    return dict(resolve_known_init("seed", bundle.params, model_meta=meta).params)
+    A fine-tuned model's start is its pretrained model (``known_init pretrained``, resolved against the model
+    directory); any other model's is rebuilt from the recorded seed in the dtype training drew it in. Both are
+    checked against the hash model.json records (:func:`datarecon.attacks.knowledge.resolve_known_init`).
+
+    Returns:
+        (θ_init or None, the reason it is None: empty when rebuilt).
+    """
+    from datarecon.attacks.knowledge import PRETRAINED, RECORDED_SEED, resolve_known_init
+
+    spec = PRETRAINED if isinstance(meta.get("pretrained"), dict) else RECORDED_SEED
+    if spec == RECORDED_SEED and meta.get("seed") is None:
+        return None, "the model directory records no seed"
+    try:
+        return dict(resolve_known_init(spec, bundle.params, model_meta=meta, base_dir=model_dir).params), ""
+    except DataReconError as exc:
+        return None, str(exc)
 
 
 def _sets(bundle: Any, meta: dict[str, Any], seed: int, data_dir: Any) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -194,13 +205,13 @@ def identifiability(model_dir: str | Path, settings: IdentifiabilitySettings = I
     meta = read_model_meta(model_dir)
     bundle = load_model_dir(model_dir, dtype=torch.float64)
     sets = _sets(bundle, meta, settings.seed, data_dir)
-    init = _theta_init(meta, bundle)
+    init, init_missing = _theta_init(meta, bundle, model_dir)
     formulation = _formulation(bundle.arch.num_outputs, bundle.loss)
     result: dict[str, Any] = {}
     for name in settings.objectives:
         doc, needs_init = OBJECTIVES.get(name)
         if needs_init and init is None:
-            result[name] = {"doc": doc, "note": "not measured: θ_init cannot be rebuilt from the model directory"}
+            result[name] = {"doc": doc, "note": f"not measured: θ_init cannot be rebuilt ({init_missing})"}
             continue
         if name == "dynamics":
             entry = _dynamics(bundle, meta, init, sets, settings.max_replay_steps)  # type: ignore[arg-type]
@@ -257,7 +268,8 @@ def attach_identifiability(run_dir: str | Path, *, data_dir: str | Path | None =
     if not model_dir:
         return None
     metrics = read_json(run_dir / METRICS_FILE)
-    metrics["identifiability"] = identifiability(model_dir, IdentifiabilitySettings(objectives=QUICK),
-                                                 data_dir=data_dir)
+    measured = identifiability(model_dir, IdentifiabilitySettings(objectives=QUICK), data_dir=data_dir)
+    measured.pop("wall_time_s", None)  # evaluating a run twice writes the same bytes (timings go to the console)
+    metrics["identifiability"] = measured
     atomic_write_json(run_dir / METRICS_FILE, metrics)
     return metrics["identifiability"]
