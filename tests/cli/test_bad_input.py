@@ -466,6 +466,9 @@ CASES.update({
         lambda ws: _member(ws, _write(ws.root / "notes.txt", "mine"), "--overwrite"),
         "is an existing file; choose a directory for --out"),
     "membership-out-into-model": Case(lambda ws: _member(ws, ws.model / "sub"), "lies inside"),
+    # a file of another datarecon folder is named as lying inside it, not as "an existing file" (third trial, run 3)
+    "membership-out-over-model-json": Case(lambda ws: _member(ws, ws.model / "model.json", "--overwrite"),
+                                           "lies inside"),
     "membership-out-is-a-model": Case(lambda ws: _member(ws, ws.model, "--overwrite"), "not a membership folder"),
     "membership-out-is-a-users-folder": Case(lambda ws: _member(ws, ws.root), "not a membership folder"),
     "reconstruct-into-a-model": Case(lambda ws: _rec(ws, out="model/sub"), "lies inside"),

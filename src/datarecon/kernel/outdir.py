@@ -412,10 +412,10 @@ def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
     """
     out = Path(out)
     entry = _with_names(ARTEFACTS.get(kind), names)
-    if out.exists() and not out.is_dir():
-        raise DataReconError(f"--out {out} is an existing file; choose a directory for --out")
     if not nested:
         check_outside(out)
+    if out.exists() and not out.is_dir():
+        raise DataReconError(f"--out {out} is an existing file; choose a directory for --out")
     if not out.is_dir() or is_empty(out):
         return False
     check_free(out, what="results store" if kind == "store" else "output folder")  # in use: say that first
@@ -564,11 +564,11 @@ def claim_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
         DataReconError: another process holds the folder, or :func:`check_out_dir` refuses it.
     """
     out = Path(out)
+    if not nested:
+        check_outside(out)  # first: a file inside another datarecon folder is named as such; before the lock
     if out.exists() and not out.is_dir():
         raise DataReconError(f"--out {out} is an existing file; choose a directory for --out")
     check_path(out)
-    if not nested:
-        check_outside(out)  # before the lock creates the folder
     what = "results store" if kind == "store" else "output folder"
     with hold(out, what=what):
         yield OutDir(out, kind, check_out_dir(out, kind=kind, overwrite=overwrite, resume=resume, names=names,
