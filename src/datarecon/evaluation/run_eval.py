@@ -646,6 +646,10 @@ def check_run(run_dir: str | Path, settings: RunEvaluationSettings) -> dict[str,
             raise CheckpointError(f"{run_dir} is incomplete: {_incomplete(run_dir, name)}")
     meta = read_run_fields(run_dir / RUN_JSON)
     status = meta.get("status", Status.COMPLETE)
+    if status == Status.DIVERGED and not settings.allow_incomplete:  # a resume would diverge again
+        raise DataReconError(f"run {run_dir} diverged (it kept its last finite state); evaluate that state with "
+                             "--allow-incomplete (allow_incomplete=True in Python), or rerun the attack with a "
+                             "lower lr_x, lr_lambda or alpha")
     if status not in EVALUABLE and not settings.allow_incomplete:
         raise DataReconError(f"run {run_dir} has status {status!r}; {how_to_finish(run_dir, meta)}, or pass "
                              "--allow-incomplete (allow_incomplete=True in Python)")
