@@ -95,7 +95,7 @@ attack() {  # RUN FLAGS...
   --steps "$dyn_steps" --runs "$restarts"
 best=$("$py" - "$dir/dyn" <<'EOF'
 import json, pathlib, sys
-runs = sorted(pathlib.Path(sys.argv[1]).glob("run[0-9]*"))
+runs = sorted(pathlib.Path(sys.argv[1]).glob("run[0-9]*")) or [pathlib.Path(sys.argv[1])]  # one restart: dyn itself
 scores = {r: json.loads((r / "run.json").read_text())["selection"]["cosine"]["value"] for r in runs
           if (r / "candidates.safetensors").is_file()}
 print(max(scores, key=scores.get))
