@@ -78,7 +78,7 @@ def func_grads(attack, target, prior, x, lam, *, compiled: bool):
     else:
         c = attack.config
         fn = kkt_math.kkt_value_and_grad(functional_surrogate(c.surrogate, target.model, alpha=c.alpha),
-                                         objective=attack.objective(target))
+                                         objective=attack.kkt_objective(target))
     lo, hi = attack.bounds(prior, x.device)
     return fn(x, lam, attack.prepared(target).params, attack.labels(prior, x.device), lo, hi)
 

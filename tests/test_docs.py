@@ -46,3 +46,15 @@ def test_user_documents_hold_no_development_notes(path: Path) -> None:
 
 def test_the_readme_says_how_to_activate_the_environment() -> None:
     assert "source .venv/bin/activate" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_run_file_lists_the_registered_methods_and_inits() -> None:
+    """docs/RUNS.md names every attack and initialisation of the registries, in registry order."""
+    from datarecon.attacks import ATTACKS, INITS
+
+    text = (ROOT / "docs" / "RUNS.md").read_text(encoding="utf-8")
+    methods = re.search(r"method: kkt +# (.*) \(the ATTACKS registry\)", text)
+    inits = re.search(r"name: gaussian +# (.*) \(INITS\)", text)
+    builtin = [m for m in ATTACKS.ordered() if ATTACKS.get(m).__module__.startswith("datarecon.")]
+    assert methods is not None and methods.group(1).split(" | ") == builtin
+    assert inits is not None and inits.group(1).split(" | ") == INITS.ordered()

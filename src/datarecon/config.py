@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar, get_args
 
 import yaml
@@ -267,6 +268,28 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def layered(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """The layers merged in increasing priority (defaults < file < flags < ``--set``): :func:`merge`
+    of each onto the ones before; ``None`` values override nothing."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        out = merge(out, dict(layer))
+    return out
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """``data[a][b]... = value`` for the dotted ``key`` ``a.b...`` (creating nested mappings)."""
+    head, _, rest = key.partition(".")
+    if not rest:
+        data[head] = value
+        return
+    inner = data.get(head)
+    if not isinstance(inner, dict):
+        inner = {}
+    data[head] = inner
+    set_dotted(inner, rest, value)
 
 
 def load_config_file(path: str | Path, model: type[M], *, overrides: dict[str, Any] | None = None) -> M:

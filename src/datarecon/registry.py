@@ -71,6 +71,16 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
+    def unregister(self, name: str) -> T:
+        """Remove ``name`` and return its entry (a plug-in registered for a while, e.g. by a test).
+
+        Raises:
+            DataReconError: ``name`` is not registered (the message lists the valid names).
+        """
+        entry = self.get(name)
+        del self._items[name]
+        return entry
+
     def __len__(self) -> int:
         return len(self._items)
 

@@ -8,9 +8,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from datarecon.attacks import kkt_math
+from datarecon.attacks import kkt_math, priors
 from datarecon.attacks.base import AttackerPrior, AttackSetup
-from datarecon.attacks.batched import BatchMember, kkt_batched_residual_and_grads, run_batched
+from datarecon.attacks.batched import BatchMember, run_batched
+from datarecon.attacks.kkt_batched import kkt_batched_residual_and_grads
 from datarecon.attacks.init import CandidateSpec, make_init
 from datarecon.attacks.kkt import DecoRecoAttack, DecoRecoConfig, GradNormAttack, GradNormConfig, KKTAttack, KKTConfig
 from datarecon.attacks.loop import ATTACK_LOOP
@@ -47,7 +48,7 @@ def test_batched_gradients_equal_the_single_run_form(make_target, margin, k):
               else torch.randint(0, 2, (K, m), generator=g).double() * 2 - 1)
     objective = kkt_math.KKTObjective(margin=margin, lambda_min=0.45, lambda_min_weight=5.0, box_weight=0.0)
     terms, gx, gl = kkt_batched_residual_and_grads(fwd, target.params, x, labels, lam, objective=objective)
-    box, box_grad = kkt_math.box_value_and_grad(x.clone(), -0.5, 0.5, run_axis=True)
+    box, box_grad = priors.box_value_and_grad(x.clone(), -0.5, 0.5, run_axis=True)
     for j in range(K):
         ref, rx, rl = kkt_math.kkt_residual_and_grads(
             fwd, target.params, x[j], labels[j], lam[j], objective=objective)
@@ -55,7 +56,7 @@ def test_batched_gradients_equal_the_single_run_form(make_target, margin, k):
             torch.testing.assert_close(terms[name][j], ref[name], rtol=1e-13, atol=1e-15)
         torch.testing.assert_close(gx[j], rx, rtol=1e-12, atol=1e-14)
         torch.testing.assert_close(gl[j], rl, rtol=1e-12, atol=1e-14)
-        rb, rbg = kkt_math.box_value_and_grad(x[j].clone(), -0.5, 0.5)
+        rb, rbg = priors.box_value_and_grad(x[j].clone(), -0.5, 0.5)
         torch.testing.assert_close(box[j], rb, rtol=0, atol=0)
         torch.testing.assert_close(box_grad[j], rbg, rtol=0, atol=0)
 
@@ -165,7 +166,7 @@ def test_a_failed_step_leaves_consistent_checkpoints_and_the_batch_resumes(targe
     committed) or in group 2's commit (group 1 has committed its step 11). Every run's checkpoint
     matches its step count and the resumed batch, its runs at different steps, ends bit for bit
     where an uninterrupted one ends (each run keeps its row of its group's stacked state)."""
-    from datarecon.attacks import batched
+    from datarecon.attacks import kkt_batched as batched
 
     cfgs = [DecoRecoConfig(dtype="float64", steps=30)] * 2 + [DecoRecoConfig(dtype="float64", steps=30, lambda_min=0.3)]
     loop = replace(ATTACK_LOOP, progress=False, checkpoint_every=7)

@@ -57,7 +57,7 @@ def test_the_simulation_with_the_true_data_is_the_training_bit_for_bit(batch_siz
     for name, p in target.params.items():
         assert torch.equal(sim[name], p), name
     attack = DynamicsAttack(DynamicsConfig(dtype="float32"))
-    terms = attack.objective(target, prior, x, 0.2, 5, differentiable=False)
+    terms = attack.matching_terms(target, prior, x, 0.2, 5, differentiable=False)
     assert float(terms["cosine"]) == pytest.approx(1.0, abs=1e-6)  # the same θ_T: cosine 1 up to float32 rounding
     assert float(terms["update_norm_ratio"]) == 1.0
 
@@ -68,7 +68,7 @@ def test_the_gradient_through_a_short_unroll_matches_finite_differences_float64(
     attack = DynamicsAttack(DynamicsConfig(dtype="float64", segment=1, objective=objective))  # recomputed, step by step
 
     def loss(xs: torch.Tensor, log_lr: torch.Tensor) -> torch.Tensor:
-        return attack.objective(target, prior, xs, log_lr.exp(), 5)["loss"]
+        return attack.matching_terms(target, prior, xs, log_lr.exp(), 5)["loss"]
 
     xs = (x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64))
     log_lr = torch.tensor(math.log(0.15), dtype=torch.float64)
@@ -85,7 +85,7 @@ def test_recomputed_and_kept_unrolls_give_the_same_gradient(segment: int) -> Non
         attack = DynamicsAttack(DynamicsConfig(dtype="float64", segment=seg))
         xv = xs.clone().requires_grad_(True)
         lr = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
-        (gx, gl) = torch.autograd.grad(attack.objective(target, prior, xv, lr, 5)["loss"], [xv, lr])
+        (gx, gl) = torch.autograd.grad(attack.matching_terms(target, prior, xv, lr, 5)["loss"], [xv, lr])
         grads.append((gx, gl))
     torch.testing.assert_close(grads[0][0], grads[1][0], rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(grads[0][1], grads[1][1], rtol=1e-12, atol=1e-14)
@@ -188,7 +188,7 @@ def test_the_memory_of_a_cuda_target_is_the_gpus(monkeypatch) -> None:
 def test_the_distance_objective_is_the_relative_squared_distance_to_theta_star() -> None:
     target, prior, x, y, init = _trained(torch.float64)
     xs = x + 0.1
-    terms = DynamicsAttack(DynamicsConfig(dtype="float64", objective="distance")).objective(
+    terms = DynamicsAttack(DynamicsConfig(dtype="float64", objective="distance")).matching_terms(
         target, prior, xs, 0.2, 5, differentiable=False)
     schedule = Schedule.replay(Recipe(loss="logistic", weight_decay=1e-3), 0.2, n=N, batch_size=4, epochs=5,
                                order_seed=5)

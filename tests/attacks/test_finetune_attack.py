@@ -95,7 +95,7 @@ def test_the_replay_of_a_fine_tuning_with_batch_norm_is_the_training_bit_for_bit
     for name, p in target.params.items():
         assert torch.equal(sim[name], p), name
     prior = AttackerPrior(labels=y, input_shape=(1, 8, 8), lower=0.0, upper=1.0, known_init=known, recipe=recipe)
-    terms = DynamicsAttack(DynamicsConfig(dtype="float32")).objective(target, prior, x, recipe.lr, recipe.order_seed,
+    terms = DynamicsAttack(DynamicsConfig(dtype="float32")).matching_terms(target, prior, x, recipe.lr, recipe.order_seed,
                                                                       differentiable=False)
     assert float(terms["update_norm_ratio"]) == 1.0
     # the replay reads the statistics it is given: other statistics, another θ_T

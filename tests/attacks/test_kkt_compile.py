@@ -70,7 +70,7 @@ def test_functional_objective_matches_terms_eagerly(make_target):
         target, prior, eager, _, state = _setup(make_target, k)
         c = eager.config
         fn = kkt_math.kkt_value_and_grad(functional_surrogate(c.surrogate, target.model, alpha=c.alpha),
-                                         objective=eager.objective(target))
+                                         objective=eager.kkt_objective(target))
         lo, hi = eager.bounds(prior, state["x"].device)
         (gx, gl), (loss, (res, box, hinge)) = fn(state["x"], state["lambda"], eager.prepared(target).params,
                                                  eager.labels(prior, state["x"].device), lo, hi)

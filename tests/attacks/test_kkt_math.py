@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from datarecon.attacks import kkt_math
+from datarecon.attacks import kkt_math, priors
 
 
 def _mlp(d_in: int, hidden: int, k: int, *, bias: bool, seed: int = 0) -> nn.Sequential:
@@ -81,7 +81,7 @@ def test_margins_hand_computed():
 
 def test_box_and_hinge_hand_computed():
     x = torch.tensor([-2.0, 0.0, 1.5], dtype=torch.float64)
-    assert kkt_math.box_penalty(x, -1.0, 1.0).item() == pytest.approx(1.0 + 0.25)
+    assert priors.box_penalty(x, -1.0, 1.0).item() == pytest.approx(1.0 + 0.25)
     lam = torch.tensor([0.1, 0.6], dtype=torch.float64)
     assert kkt_math.lambda_hinge(lam, 0.5).item() == pytest.approx(0.16)
 
@@ -141,9 +141,9 @@ def test_box_value_and_grad_equals_autograd_of_box_penalty():
     hi = torch.full((3, 4, 4), 0.3, dtype=torch.float64)
     with torch.no_grad():
         x[0, 0, 0, 0] = 0.3  # exactly on a bound
-    ref = kkt_math.box_penalty(x, lo, hi)
+    ref = priors.box_penalty(x, lo, hi)
     (ref_grad,) = torch.autograd.grad(ref, x)
-    value, grad = kkt_math.box_value_and_grad(x.detach(), lo, hi)
+    value, grad = priors.box_value_and_grad(x.detach(), lo, hi)
     torch.testing.assert_close(value, ref.detach(), rtol=1e-15, atol=0)
     torch.testing.assert_close(grad, ref_grad, rtol=1e-15, atol=0)
     assert float(ref) > 0  # some pixels are outside the box

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from datarecon.attacks import kkt_math
+from datarecon.attacks import kkt_math, priors
 from datarecon.attacks.base import AttackSetup
 from datarecon.attacks.kkt import KKTAttack, KKTConfig
 from datarecon.attacks.loop import ATTACK_LOOP
@@ -54,7 +54,7 @@ def test_subspace_candidates_stay_in_the_span(target, prior):
 
 def test_tv_value_and_gradient_against_autograd():
     x = torch.randn(3, 2, 5, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    value, grad = kkt_math.tv_value_and_grad(x, eps=1e-2)
+    value, grad = priors.tv_value_and_grad(x, eps=1e-2)
     xr = x.clone().requires_grad_(True)
     ref = sum((torch.sqrt(xr.diff(dim=d) ** 2 + 1e-4) - 1e-2).sum() for d in (-2, -1))
     (gref,) = torch.autograd.grad(ref, xr)

@@ -11,8 +11,8 @@ import yaml
 from datarecon.cli.main import main
 from datarecon.errors import DataReconError
 from datarecon.experiments.reconstruct import (
-    ATTACK_SPECS,
-    INIT_SPECS,
+    attack_spec,
+    init_spec,
     ReconstructionRun,
     RunOptions,
     build_run,
@@ -37,10 +37,14 @@ def model_dir(tmp_path_factory):
     return out
 
 
-def test_unions_are_built_from_the_registries():
+def test_tagged_configs_are_built_from_the_registries():
     from datarecon.attacks import ATTACKS, INITS
 
-    assert sorted(ATTACK_SPECS) == ATTACKS.names() and sorted(INIT_SPECS) == INITS.names()
+    for name in ATTACKS.names():
+        spec = attack_spec(name)
+        assert spec.__base__ is ATTACKS.get(name).config_cls and spec().method == name
+    for name in INITS.names():
+        assert init_spec(name).__base__ is INITS.get(name).params_cls and init_spec(name)().name == name
 
 
 def test_run_file_round_trips(tmp_path):

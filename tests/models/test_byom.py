@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import warnings
 
 import pytest
@@ -185,7 +187,8 @@ def test_from_module_bad_input_one_line(make, kwargs, message):
 
 def test_callable_loss_matches_the_named_loss_in_gradnorm():
     """gradnorm with the user's callable equals gradnorm with the registered loss it implements."""
-    from datarecon.attacks.base import ATTACKS
+    from datarecon.attacks.base import ATTACK_LOOP, ATTACKS, AttackSetup
+    from datarecon.attacks.runner import run_attack
     from datarecon.experiments.reconstruct import method_config
 
     def logistic(out, y):
@@ -199,7 +202,8 @@ def test_callable_loss_matches_the_named_loss_in_gradnorm():
         t = Target.from_module(net, loss=loss, input_shape=(1, 8, 8))
         attack = ATTACKS.get("gradnorm").from_config(method_config("gradnorm", {"steps": 3, "dtype": "float64"}))
         x0 = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-        runs.append(attack.run(t, t.prior(4), x0=x0, generator=torch.Generator().manual_seed(2)))
+        setup = AttackSetup(t, t.prior(4), x0, torch.Generator().manual_seed(2))
+        runs.append(run_attack(attack, setup, loop=replace(ATTACK_LOOP, progress=False)))
     assert torch.equal(runs[0].x, runs[1].x)
     assert runs[0].history[-1]["residual"] == runs[1].history[-1]["residual"]
 

@@ -107,11 +107,11 @@ def test_the_dynamics_gradient_through_a_resnet_matches_finite_differences_and_r
     target, prior, x, _, _ = _tiny_resnet_target(torch.float64, batch_size=4, momentum=0.5, epochs=2)
     xs = x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     attack = DynamicsAttack(DynamicsConfig(dtype="float64", segment=0))
-    assert torch.autograd.gradcheck(lambda v: attack.objective(target, prior, v, 0.1, 7)["loss"],
+    assert torch.autograd.gradcheck(lambda v: attack.matching_terms(target, prior, v, 0.1, 7)["loss"],
                                     (xs.clone().requires_grad_(True),), eps=1e-6, atol=1e-7, rtol=1e-5)
     grads = []
     for seg in (0, 1):
         v = xs.clone().requires_grad_(True)
-        loss = DynamicsAttack(DynamicsConfig(dtype="float64", segment=seg)).objective(target, prior, v, 0.1, 7)["loss"]
+        loss = DynamicsAttack(DynamicsConfig(dtype="float64", segment=seg)).matching_terms(target, prior, v, 0.1, 7)["loss"]
         grads.append(torch.autograd.grad(loss, v)[0])
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-12, atol=1e-14)

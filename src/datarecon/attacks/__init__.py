@@ -1,6 +1,6 @@
 """Reconstruction attacks: what an attacker has (:mod:`.base`), the attacks, and how they run.
 
-* :mod:`.base`: Target, AttackerPrior, Reconstruction, the IterativeAttack protocol, ATTACKS.
+* :mod:`.base`: Target, AttackerPrior, Reconstruction, the Attack base class, ATTACKS.
 * :mod:`.init`: initialisations of the candidates (INITS, make_init, InitSources).
 * :mod:`.runner`: run_attack (logging, checkpoints, bit-identical resume, run directory).
 * :mod:`.kkt_math`, :mod:`.surrogate`, :mod:`.optim`, :mod:`.selection`: pure pieces.
@@ -16,12 +16,11 @@ feeds the CLI's ``--method`` errors, the run file's attack union
 
 from __future__ import annotations
 
-from datarecon.attacks.base import ATTACKS, AttackerPrior, AttackSetup, IterativeAttack, Reconstruction, Target
+from datarecon.attacks.base import ATTACK_LOOP, ATTACKS, Attack, AttackConfig, AttackerPrior, AttackSetup, Reconstruction, Target
 from datarecon.attacks.bilevel import BilevelAttack
 from datarecon.attacks.dynamics import DynamicsAttack
 from datarecon.attacks.init import INITS, CandidateSpec, InitSources, init_labels, make_init
 from datarecon.attacks.kkt import DecoRecoAttack, GradNormAttack, KKTAttack, LooAttack
-from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import run_attack
 
 # the one place attacks are registered (a new attack adds its line here)
@@ -33,4 +32,4 @@ ATTACKS.register("loo", LooAttack)
 ATTACKS.register("dynamics", DynamicsAttack)
 
 __all__ = ["ATTACKS", "ATTACK_LOOP", "INITS", "AttackSetup", "AttackerPrior", "CandidateSpec", "InitSources",
-           "IterativeAttack", "Reconstruction", "Target", "init_labels", "make_init", "run_attack"]
+           "Attack", "AttackConfig", "Reconstruction", "Target", "init_labels", "make_init", "run_attack"]

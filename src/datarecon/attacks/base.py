@@ -9,20 +9,43 @@ range). It never receives training images; those enter only through an
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
-
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 from torch.func import functional_call
 
+from datarecon.attacks.optim import (
+    OPTIMIZERS,
+    OptimizerSettings,
+    finite_rows,
+    init_optimizer_state,
+    optimizer_step,
+)
+from datarecon.attacks.priors import add_priors
+from datarecon.attacks.surrogate import count_functional_relus
+from datarecon.config import MAX_STEPS
 from datarecon.errors import DataReconError
-from datarecon.registry import Registry
+from datarecon.kernel.engine import LoopOptions
 from datarecon.kernel.status import Status
+from datarecon.models.byom import check_loss, check_outputs, check_parameters, measure_homogeneity
+from datarecon.models.checkpoint import load_model_dir
+from datarecon.models.spec import is_homogeneous
+from datarecon.registry import Registry, registered
+from datarecon.utils.dtypes import torch_dtype
+from datarecon.utils.io import to_jsonable
+
+#: An attack run's loop settings by default: a history row every 10 steps, a checkpoint every 100
+#: (and at the end), a progress display.
+ATTACK_LOOP = LoopOptions(log_every=10, progress=True, checkpoint_every=100)
 
 
 @dataclass(frozen=True)
@@ -103,12 +126,6 @@ class Target:
                 anything but (m, k) floats (an (m,) output names the fix), a loss that does not fit,
                 a loss callable with the wrong signature, labels that do not fit k, a bad value range.
         """
-        import copy
-        import warnings
-
-        from datarecon.attacks.surrogate import count_functional_relus
-        from datarecon.models.byom import check_loss, check_outputs, check_parameters, measure_homogeneity
-
         if not isinstance(model, nn.Module):
             raise DataReconError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         shape = tuple(int(d) for d in input_shape)
@@ -167,9 +184,6 @@ class Target:
 
         The training indices stored in the directory are deliberately not part of a Target.
         """
-        from datarecon.models.checkpoint import load_model_dir
-        from datarecon.models.spec import is_homogeneous
-
         b = load_model_dir(path, device=device, dtype=dtype)
         return cls(model=b.model, params=b.params, loss=b.loss, weight_decay=b.weight_decay,
                    input_shape=tuple(b.arch.input_shape), num_outputs=b.arch.num_outputs,
@@ -181,8 +195,8 @@ def check_weight_scale(target: Target) -> float:
 
     Every attack of the KKT family compares θ* with a combination g of candidate gradients
     through ‖θ* − g‖², in the parameters' dtype. Weights scaled far beyond a trained network's
-    (θ* × 10³⁰) overflow that at the first step, and the run used to end as "diverged: lower lr_x,
-    lr_lambda or alpha", blaming settings the weights had caused.
+    (θ* × 10³⁰) overflow that at the first step; refusing them here names the weights, not the
+    step sizes, as the cause.
 
     Raises:
         DataReconError: ‖θ*‖² is beyond the range of the parameters' dtype (or not finite in float64).
@@ -328,21 +342,126 @@ class AttackSetup:
     record: Mapping[str, Any] = field(default_factory=dict)
 
 
-class Attack(Protocol):
-    """An attack: a frozen config plus ``run``."""
-
-    def run(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
-            generator: torch.Generator) -> Reconstruction: ...
-
-
 ATTACKS: Registry[Any] = Registry("attack method")
 
+#: what a run's failure message tells the user to lower when an attack does not say
+DEFAULT_DIVERGENCE_HINT = "lower the step sizes (lr_x, lr_lambda) or the surrogate sharpness alpha"
 
-class ConfiguredAttack:
-    """What every attack class shares: its frozen config (of ``config_cls``, default when omitted),
-    construction from that config (the ATTACKS registry's ``from_config``) and the config's dtype."""
 
-    config_cls: type[Any] = object
+class AttackConfig(BaseModel):
+    """The fields every attack built on :class:`Attack`'s default step has: steps, the candidates' step
+    size and optimiser, the priors' weights and the precision. An attack's own config subclasses it.
+
+    Attributes:
+        steps: optimisation steps, in [0, MAX_STEPS].
+        lr_x: step size of the candidates x, > 0.
+        optimizer: a key of :data:`datarecon.attacks.optim.OPTIMIZERS`.
+        momentum, nesterov: SGD's momentum in [0, 1) and Nesterov flag.
+        adam_beta1, adam_beta2, adam_eps: Adam's constants.
+        box_weight: weight of the pixel-box prior (:data:`datarecon.attacks.priors.PRIORS` ``box``), >= 0.
+        dtype: the attack's precision.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    steps: int = Field(default=1000, ge=0, le=MAX_STEPS, description="optimisation steps")
+    lr_x: float = Field(default=0.1, gt=0, description="learning rate of the candidates x")
+    optimizer: Annotated[str, registered(OPTIMIZERS)] = Field(default="sgd", description="key of attacks.optim.OPTIMIZERS")
+    momentum: float = Field(default=0.9, ge=0, lt=1, description="SGD momentum")
+    nesterov: bool = Field(default=False, description="Nesterov momentum (optimizer sgd)")
+    adam_beta1: float = Field(default=0.9, ge=0, lt=1, description="Adam's β1 (optimizer adam)")
+    adam_beta2: float = Field(default=0.999, ge=0, lt=1, description="Adam's β2 (optimizer adam)")
+    adam_eps: float = Field(default=1e-8, gt=0, description="Adam's ε (optimizer adam)")
+    box_weight: float = Field(default=1.0, ge=0, description="weight of the pixel-box prior")
+    dtype: Literal["float32", "float64"] = Field(default="float32", description="float32 | float64")
+
+    def optimizer_settings(self) -> OptimizerSettings:
+        """The optimiser's constants (:class:`~datarecon.attacks.optim.OptimizerSettings`)."""
+        return OptimizerSettings(momentum=self.momentum, nesterov=self.nesterov, beta1=self.adam_beta1,
+                                 beta2=self.adam_beta2, eps=self.adam_eps)
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """A config as a JSON-able mapping (pydantic models, dataclasses or mappings)."""
+    if config is None:
+        return {}
+    if isinstance(config, BaseModel):
+        return config.model_dump(mode="json")
+    if isinstance(config, dict):
+        return to_jsonable(config)
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return to_jsonable(dataclasses.asdict(config))
+    raise TypeError(f"cannot serialise attack config of type {type(config).__name__}")
+
+
+def commit_update(config: Any, state: dict[str, torch.Tensor], grads: dict[str, torch.Tensor],
+                  lrs: dict[str, float], metrics: dict[str, float]) -> dict[str, float]:
+    """The one finiteness rule of a step: apply the optimiser update of ``grads`` to ``state`` only when
+    the step's loss and the whole update are finite.
+
+    Args:
+        config: the attack's config (``optimizer`` and ``optimizer_settings()``).
+        state: the run's state (updated in place when the update is finite).
+        grads: variable name → gradient, shaped like ``state[name]``.
+        lrs: variable name → step size.
+        metrics: the step's metrics (``loss`` read; returned with ``grad_norm_<var>`` added, or with
+            ``update`` NaN when the update was refused, so the NaN stop trips with the last finite state).
+    """
+    if not math.isfinite(metrics["loss"]):
+        return metrics
+    new = optimizer_step(config.optimizer, state, grads, lrs=lrs, settings=config.optimizer_settings())
+    if not bool(finite_rows([v.unsqueeze(0) for v in new.values()])):
+        return committed_metrics(metrics, None)
+    state.update(new)
+    return committed_metrics(metrics, {k: float(gr.norm()) for k, gr in grads.items()})
+
+
+def committed_metrics(metrics: dict[str, float], grad_norms: Mapping[str, float] | None) -> dict[str, float]:
+    """A step's metrics once its update was applied (``grad_norm_<var>``: the norms of the gradients
+    it applied) or, ``grad_norms`` None, refused as not finite (``update`` NaN: NaNStop trips and the
+    state keeps its last finite value)."""
+    if grad_norms is None:
+        metrics["update"] = float("nan")
+        return metrics
+    metrics.update({f"grad_norm_{k}": v for k, v in grad_norms.items()})
+    return metrics
+
+
+class Attack:
+    """The attack interface: everything generic code (the runner, batching, the run record, the
+    threat model) needs from an attack is declared here, typed, with its default.
+
+    A new attack subclasses it, sets ``name`` and ``config_cls`` (a subclass of :class:`AttackConfig`
+    when it uses the default step) and writes :meth:`objective`; registering it in :data:`ATTACKS`
+    makes it a method of ``datarecon reconstruct``, run files, ``--runs K``, ``--resume`` and
+    ``evaluate`` (:func:`datarecon.attacks.runner.run_attack` runs one in memory or into a run
+    directory). An attack with more state than the candidates (multipliers, an inner θ, a learned
+    lr) overrides :meth:`init_state` and :meth:`step`.
+
+    State: every mutable tensor of a run lives in one flat ``dict[str, Tensor]`` (at least ``"x"``
+    (m, C, H, W), optionally ``"lambda"`` (m,) and the optimiser's ``opt.*`` buffers), so the runner
+    checkpoints and restores it bit for bit. A step updates it in place and never applies a
+    non-finite update (:func:`commit_update`).
+
+    Class attributes:
+        name: the registry key.
+        config_cls: the frozen pydantic config (saved in run.json and hashed for resume).
+        uses: what the attack uses of the attacker's knowledge (items of
+            :data:`datarecon.attacks.knowledge.KNOWLEDGE_ITEMS`; recorded in the threat model).
+        requires: the knowledge a run must give (refused without it).
+        divergence_hint: which settings the message of a diverged run tells the user to lower.
+        resume_ignore: config fields that may differ when a run is resumed (``steps``: extend a run).
+        subspace_candidates: the attack can keep its candidates in the training subspace
+            (:meth:`uses_subspace`; run.json then records what it did).
+    """
+
+    name: ClassVar[str] = ""
+    config_cls: ClassVar[type[Any]] = AttackConfig
+    uses: ClassVar[tuple[str, ...]] = ("weights",)
+    requires: ClassVar[tuple[str, ...]] = ()
+    divergence_hint: ClassVar[str] = DEFAULT_DIVERGENCE_HINT
+    resume_ignore: ClassVar[tuple[str, ...]] = ("steps",)
+    subspace_candidates: ClassVar[bool] = False
 
     def __init__(self, config: Any = None) -> None:
         self.config = config if config is not None else self.config_cls()
@@ -351,41 +470,80 @@ class ConfiguredAttack:
                             f"got {type(self.config).__name__}")
 
     @classmethod
-    def from_config(cls, config: Any) -> Any:
-        """Build the attack from its config (used by the CLI through the ATTACKS registry)."""
+    def from_config(cls, config: Any) -> Attack:
+        """Build the attack from its validated config (the ATTACKS registry's constructor)."""
         return cls(config)
 
     @property
     def dtype(self) -> torch.dtype:
-        from datarecon.utils.dtypes import torch_dtype
-
+        """The attack's precision (``config.dtype``)."""
         return torch_dtype(self.config.dtype)
 
+    # -- what generic code asks ------------------------------------------------------------------
 
-class IterativeAttack(Protocol):
-    """The stepping form every attack implements, so one runner can checkpoint and resume any attack.
+    def hashed_config(self, target: Target | None = None) -> dict[str, Any]:
+        """The config fields that identify a run for resume: all but ``resume_ignore``. An attack whose
+        fields resolve against the target (``formulation: auto``) hashes what they resolve to."""
+        ignore = set(self.resume_ignore)
+        return {k: v for k, v in config_dict(self.config).items() if k not in ignore}
 
-    All mutable state (candidates, multipliers, optimiser buffers, inner θ, ...) lives in a flat
-    ``dict[str, Tensor]`` so the runner can save it as safetensors and restore it bit-identically.
-    ``step`` updates the state in place and returns scalar metrics; it must not apply a non-finite
-    update (it returns the non-finite metric and leaves the state as it was, so the runner keeps
-    the last finite state).
+    def uses_subspace(self, prior: AttackerPrior) -> bool:
+        """Whether this run keeps its candidates in the prior's training subspace."""
+        return False
 
-    Attributes:
-        name: registry key (``kkt``, ``decoreco``, ``gradnorm``, ``bilevel``).
-        config: the attack's frozen pydantic config (saved in run.json).
-    """
+    def batch_key(self, target: Target, prior: AttackerPrior) -> tuple[Any, ...] | None:
+        """Runs with equal keys share one stacked step (:meth:`stacked_group`); None: stepped alone."""
+        return None
 
-    name: str
-    config: Any
+    def stacked_group(self, runs: Mapping[int, Any]) -> Any:
+        """The stacked step of runs with one :meth:`batch_key` (run index → opened run): an object with
+        ``rows``, ``gradients(target)`` and ``commit(target, requests, ...)``
+        (:mod:`datarecon.attacks.batched`). Only called when :meth:`batch_key` is not None."""
+        raise NotImplementedError(f"attack {self.name!r} has a batch key but no stacked step")
+
+    # -- the run ----------------------------------------------------------------------------------
+
+    def labels(self, prior: AttackerPrior, device: torch.device) -> torch.Tensor:
+        """The prior's labels (m,) on ``device``: floats in the attack's dtype, or int64 classes."""
+        y = prior.labels.to(device)
+        return y.to(self.dtype) if y.is_floating_point() else y.long()
+
+    def bounds(self, prior: AttackerPrior, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prior's pixel box (lower, upper) in the attack's dtype on ``device``."""
+        return (torch.as_tensor(prior.lower, dtype=self.dtype, device=device),
+                torch.as_tensor(prior.upper, dtype=self.dtype, device=device))
 
     def init_state(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
-                   generator: torch.Generator) -> dict[str, torch.Tensor]: ...
+                   generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """The run's first state: x₀ on the weights' device in the attack's dtype, and the optimiser's buffers."""
+        device = next(iter(target.params.values())).device
+        state = {"x": x0.detach().to(device=device, dtype=self.dtype).clone()}
+        state.update({k: v.to(device) for k, v in init_optimizer_state(self.config.optimizer, state).items()})
+        return state
+
+    def objective(self, target: Target, prior: AttackerPrior, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The attack's objective at the candidates x (m, C, H, W), differentiable in x: a mapping of
+        scalar terms with the minimised total under ``"loss"`` (the priors are added by :meth:`step`)."""
+        raise NotImplementedError(f"attack {self.name!r} must define objective() or step()")
 
     def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
-             index: int) -> dict[str, float]: ...
+             index: int) -> dict[str, float]:
+        """One step: the objective and its gradient in x, the priors of
+        :data:`~datarecon.attacks.priors.PRIORS` the config weighs (:func:`~datarecon.attacks.priors.add_priors`),
+        the finiteness rule and the optimiser (:func:`commit_update`).
+
+        Returns:
+            The step's scalar metrics: the objective's terms, each prior's value and ``loss`` (the total).
+        """
+        x = state["x"].detach().requires_grad_(True)
+        terms = dict(self.objective(target, prior, x))
+        (gx,) = torch.autograd.grad(terms["loss"], [x])
+        terms, gx = add_priors(self.config, x.detach(), *self.bounds(prior, x.device), terms, gx)
+        metrics = {k: float(v.detach()) for k, v in terms.items()}
+        return commit_update(self.config, state, {"x": gx}, {"x": self.config.lr_x}, metrics)
 
     def finish(self, target: Target, prior: AttackerPrior,
                state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Return (per-candidate attacker-side scores name -> (m,), summary scalars incl. selection)."""
-        ...
+        """(per-candidate attacker-side scores name → (m,), summary): the summary may hold
+        ``selection`` (criterion → {"value": ...}) and ``extra`` (method-specific). Default: none."""
+        return {}, {}

@@ -36,14 +36,14 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from torch import nn
 
-from datarecon.attacks import kkt_math
-from datarecon.attacks.base import AttackerPrior, ConfiguredAttack, Reconstruction, Target
+from datarecon.attacks import priors
+from datarecon.attacks.base import Attack, AttackerPrior, Target
 from datarecon.attacks.knowledge import KnownRecipe
 from datarecon.attacks.optim import OptimizerSettings, init_optimizer_state, optimizer_step
 from datarecon.config import MAX_STEPS, drop_defaults
@@ -291,22 +291,21 @@ def _layer_outputs(target: Target, x: torch.Tensor) -> list[torch.Tensor]:
     return [o for o in outs if isinstance(o, torch.Tensor)]
 
 
-class DynamicsAttack(ConfiguredAttack):
+class DynamicsAttack(Attack):
     """Dynamics matching; needs the initialisation and the training recipe (``knowledge.known_init``,
     ``knowledge.recipe``)."""
 
-    name = "dynamics"
-    config_cls = DynamicsConfig
-    uses = ("weights", "known_init", "recipe")
-    requires = ("known_init", "recipe")
-    divergence_hint = "lower lr_x (and lr_lr when the lr is learned)"
-    resume_ignore = ("steps",)
+    name: ClassVar[str] = "dynamics"
+    config_cls: ClassVar[type[Any]] = DynamicsConfig
+    uses: ClassVar[tuple[str, ...]] = ("weights", "known_init", "recipe")
+    requires: ClassVar[tuple[str, ...]] = ("known_init", "recipe")
+    divergence_hint: ClassVar[str] = "lower lr_x (and lr_lr when the lr is learned)"
 
     # -- what the attack replays -----------------------------------------------------------------
 
     def _recipe(self, prior: AttackerPrior) -> KnownRecipe:
-        recipe = getattr(prior, "recipe", None)
-        if recipe is None or getattr(prior, "known_init", None) is None:
+        recipe = prior.recipe
+        if recipe is None or prior.known_init is None:
             raise DataReconError("dynamics matching replays the training: it needs --known-init and --known-recipe")
         return recipe
 
@@ -363,11 +362,7 @@ class DynamicsAttack(ConfiguredAttack):
         c = self.config
         return OptimizerSettings(beta1=c.adam_beta1, beta2=c.adam_beta2, eps=c.adam_eps)
 
-    def labels(self, prior: AttackerPrior, device: torch.device) -> torch.Tensor:
-        y = prior.labels.to(device)
-        return y.to(self.dtype) if y.is_floating_point() else y.long()
-
-    def objective(self, target: Target, prior: AttackerPrior, x: torch.Tensor, lr: float | torch.Tensor,
+    def matching_terms(self, target: Target, prior: AttackerPrior, x: torch.Tensor, lr: float | torch.Tensor,
                   order_seed: int, *, differentiable: bool = True) -> dict[str, torch.Tensor]:
         """The matching loss (1 − cos(θ_T − θ_init, θ* − θ_init), or the relative squared distance
         ‖θ_T − θ*‖² / ‖θ* − θ_init‖²) and its parts, differentiable in x (and a tensor lr)."""
@@ -396,19 +391,18 @@ class DynamicsAttack(ConfiguredAttack):
         learned = "log_lr" in state
         log_lr = state["log_lr"].detach().requires_grad_(True) if learned else None
         lr = log_lr.exp() if learned else float(recipe.lr)
-        terms = self.objective(target, prior, x, lr, int(state["order_seed"]))
+        terms = self.matching_terms(target, prior, x, lr, int(state["order_seed"]))
         grads = torch.autograd.grad(terms["loss"], [x] + ([log_lr] if learned else []))
         gx = grads[0]
         metrics = {k: float(v.detach()) for k, v in terms.items()}
         metrics["lr"] = float(lr.detach()) if learned else float(lr)
-        lo = torch.as_tensor(prior.lower, dtype=self.dtype, device=x.device)
-        hi = torch.as_tensor(prior.upper, dtype=self.dtype, device=x.device)
-        box, box_grad = kkt_math.box_value_and_grad(x.detach(), lo, hi)
+        lo, hi = self.bounds(prior, x.device)
+        box, box_grad = priors.box_value_and_grad(x.detach(), lo, hi)
         metrics["box"] = float(box)
         metrics["loss"] += c.box_weight * metrics["box"]
         gx = gx.add(box_grad, alpha=c.box_weight)
         if c.tv_weight > 0:
-            tv, tv_grad = kkt_math.tv_value_and_grad(x)
+            tv, tv_grad = priors.tv_value_and_grad(x)
             metrics["tv"] = float(tv) / x.numel()
             metrics["loss"] += c.tv_weight * metrics["tv"]
             gx = gx.add(tv_grad, alpha=c.tv_weight / x.numel())
@@ -432,20 +426,10 @@ class DynamicsAttack(ConfiguredAttack):
         cosine and learning rate as its selection criteria."""
         recipe = self._recipe(prior)
         lr = float(state["log_lr"].exp()) if "log_lr" in state else float(recipe.lr)
-        terms = self.objective(target, prior, state["x"].detach(), lr, int(state["order_seed"]), differentiable=False)
+        terms = self.matching_terms(target, prior, state["x"].detach(), lr, int(state["order_seed"]), differentiable=False)
         return {}, {"formulation": "dynamics", "notes": [],
                     "selection": {"cosine": {"value": float(terms["cosine"])},
                                   "relative_distance": {"value": float(terms["relative_distance"])}},
                     "extra": {"lr": lr, "simulated_epochs": self.epochs(recipe), "segment": self.segment(target, prior),
                               "simulated_steps": self.epochs(recipe) * recipe.steps_per_epoch,
                               "order": "recorded" if recipe.order_seed is not None else "own"}}
-
-    def run(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
-            generator: torch.Generator) -> Reconstruction:
-        from dataclasses import replace
-
-        from datarecon.attacks.base import AttackSetup
-        from datarecon.attacks.loop import ATTACK_LOOP
-        from datarecon.attacks.runner import run_attack
-
-        return run_attack(self, AttackSetup(target, prior, x0, generator), loop=replace(ATTACK_LOOP, progress=False))

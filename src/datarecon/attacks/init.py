@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from datarecon.config import build_config
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
+from datarecon.attacks.unmix import unmix_candidates
 
 CountPolicy = Literal["exact", "cycle"]
 
@@ -297,8 +298,6 @@ def init_unmix(*, m: int, input_shape: tuple[int, ...], mean: torch.Tensor | flo
                params: UnmixInit, sources: InitSources | None = None, attacker: Any = None) -> torch.Tensor:
     """m images from :func:`datarecon.attacks.unmix.unmix_candidates` (attacker side: the weights,
     their subspace and a known θ_init), labels in the balanced layout. (m, *input_shape) float64."""
-    from datarecon.attacks.unmix import unmix_candidates
-
     if attacker is None or getattr(attacker, "subspace", None) is None:
         raise DataReconError("the unmix initialisation needs the target's weights and subspace analysis; run it "
                              "through datarecon reconstruct / execute")

@@ -1,7 +1,7 @@
 """KKT (Haim et al. 2022), DecoReco (Buzaglo et al. 2023) and gradient-norm (Runkel eq. 3) attacks.
 
 Thin stateful wrappers around the pure math of :mod:`datarecon.attacks.kkt_math`; each
-implements the :class:`~datarecon.attacks.base.IterativeAttack` protocol and is registered in
+is an :class:`~datarecon.attacks.base.Attack` and is registered in
 :data:`~datarecon.attacks.base.ATTACKS` (in ``datarecon/attacks/__init__.py``) as a class with
 ``config_cls`` and ``from_config``:
 
@@ -24,57 +24,51 @@ Example::
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+from pydantic import Field, field_validator, model_serializer
 
 from datarecon.registry import registered
 from datarecon.attacks import kkt_math
-from datarecon.attacks.base import AttackerPrior, ConfiguredAttack, Reconstruction, Target
-from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, finite_rows, init_optimizer_state, optimizer_step
+from datarecon.attacks.base import (
+    Attack,
+    AttackConfig,
+    AttackerPrior,
+    Target,
+    commit_update,
+)
+from datarecon.attacks.kkt_batched import StackedGroup
+from datarecon.attacks.optim import init_optimizer_state
+from datarecon.attacks.priors import add_priors
 from datarecon.attacks.selection import SelectionContext, select
 from datarecon.attacks.surrogate import SURROGATES, make_surrogate
 from datarecon.errors import DataReconError
 from datarecon.kernel.losses import LOSSES, loss_name
-from datarecon.config import MAX_STEPS, drop_defaults
+from datarecon.config import drop_defaults
+from datarecon.attacks.surrogate import count_functional_relus, functional_surrogate
 
 LAMBDA_INITS = ("uniform", "uniform-signed", "ones")
 
 
-class _AttackConfigBase(BaseModel):
-    """Fields shared by the x-optimising attacks (every weight a named field)."""
+class SurrogateAttackConfig(AttackConfig):
+    """Fields of the attacks that differentiate through the ReLU surrogate (KKT family, gradient norm).
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    Attributes:
+        surrogate: a key of :data:`~datarecon.attacks.surrogate.SURROGATES`.
+        alpha: the surrogate's sharpness, > 0.
+        dup_threshold: cosine above which two candidates count as near-duplicates (selection).
+    """
 
-    steps: int = Field(default=1000, ge=0, le=MAX_STEPS, description="optimisation steps")
-    lr_x: float = Field(default=0.1, gt=0, description="learning rate of the candidates x")
-    optimizer: Annotated[str, registered(OPTIMIZERS)] = Field(default="sgd", description="key of attacks.optim.OPTIMIZERS")
-    momentum: float = Field(default=0.9, ge=0, lt=1, description="SGD momentum")
-    nesterov: bool = Field(default=False, description="Nesterov momentum (optimizer sgd)")
-    adam_beta1: float = Field(default=0.9, ge=0, lt=1, description="Adam's β1 (optimizer adam)")
-    adam_beta2: float = Field(default=0.999, ge=0, lt=1, description="Adam's β2 (optimizer adam)")
-    adam_eps: float = Field(default=1e-8, gt=0, description="Adam's ε (optimizer adam)")
-    box_weight: float = Field(default=1.0, ge=0, description="weight of the pixel-box prior")
     surrogate: Annotated[str, registered(SURROGATES)] = Field(default="sigmoid-surrogate", description="key of attacks.surrogate.SURROGATES")
     alpha: float = Field(default=20.0, gt=0, description="surrogate sharpness: ReLU' := sigmoid(alpha z)")
-    # float32: same reconstructions as float64 on digits and MNIST (identical SSIM > 0.4 counts,
-    # residual curves equal to 1e-7; benchmarks/bench_dtype.py, docs/PERFORMANCE.md) and ~1.1-2x faster.
-    dtype: Literal["float32", "float64"] = Field(default="float32", description="float32 | float64")
     dup_threshold: float = Field(default=0.99, gt=-1, le=1, description="cosine of near-duplicate candidates")
 
 
-
-    def optimizer_settings(self) -> OptimizerSettings:
-        return OptimizerSettings(momentum=self.momentum, nesterov=self.nesterov, beta1=self.adam_beta1,
-                                 beta2=self.adam_beta2, eps=self.adam_eps)
-
-
-class KKTConfig(_AttackConfigBase):
+class KKTConfig(SurrogateAttackConfig):
     """KKT attack (Haim et al. 2022); defaults near the reference's best shipped runs.
 
     ``formulation``: ``auto`` (default: from the target: k > 1 → multiclass; mse/huber →
@@ -144,7 +138,7 @@ class LooConfig(KKTConfig):
     reference: Literal["theta-star", "theta-init"] = "theta-init"
 
 
-class GradNormConfig(_AttackConfigBase):
+class GradNormConfig(SurrogateAttackConfig):
     """Gradient-norm attack (Runkel et al. 2024, eq. 3): min_x ‖∇_θ E(x, y; θ*)‖² + box."""
 
 
@@ -173,9 +167,7 @@ def check_formulation(formulation: str, target: Target, prior: AttackerPrior) ->
 
 
 def assumption_notes(target: Target, formulation: str | None, *, surrogate: str = "relu") -> list[str]:
-    """STYLE #7: what in the target breaks the method's assumptions (empty if nothing)."""
-    from datarecon.attacks.surrogate import count_functional_relus
-
+    """What in the target breaks the method's assumptions (empty if nothing)."""
     notes = []
     if surrogate != "relu":
         calls = count_functional_relus(target.model)
@@ -191,7 +183,7 @@ def assumption_notes(target: Target, formulation: str | None, *, surrogate: str 
     return notes
 
 
-class _Prepared:
+class PreparedTarget:
     """Cached per-(target, known θ_init) derived objects: θ* in the config dtype, surrogate and exact
     forwards, and with a known initialisation θ_init, the reference point θ_ref of the gradients and
     the scalars of ‖θ* − a·θ_init‖²."""
@@ -227,65 +219,33 @@ class _Prepared:
         return kkt_math.Matching(theta=self.params, init=self.init, coefficient=self.coefficient)
 
 
-class _XAttack(ConfiguredAttack):
-    """Shared machinery: config, dtype, prepared-target cache, committing finite updates."""
+class SurrogateAttack(Attack):
+    """What the attacks on the surrogate network share: the prepared target (surrogate forward, θ*,
+    the matching goal), cached per target and known initialisation."""
 
-    name = ""
-    config_cls: type[_AttackConfigBase] = _AttackConfigBase
-    divergence_hint = "lower lr_x, lr_lambda or the surrogate sharpness alpha (and check box_weight)"
-    resume_ignore = ("steps",)
+    config_cls: ClassVar[type[Any]] = SurrogateAttackConfig
+    divergence_hint: ClassVar[str] = "lower lr_x, lr_lambda or the surrogate sharpness alpha (and check box_weight)"
 
-    def __init__(self, config: _AttackConfigBase | None = None) -> None:
+    def __init__(self, config: SurrogateAttackConfig | None = None) -> None:
         super().__init__(config)
-        self._cache: dict[tuple[int, str | None], _Prepared] = {}
+        self._cache: dict[tuple[int, str | None], PreparedTarget] = {}
 
-    def prepared(self, target: Target, prior: AttackerPrior | None = None) -> _Prepared:
-        known = getattr(prior, "known_init", None) if prior is not None else None
+    def prepared(self, target: Target, prior: AttackerPrior | None = None) -> PreparedTarget:
+        """The target prepared for this attack's steps (cached while the target object lives)."""
+        known = prior.known_init if prior is not None else None
         key = (id(target), known.sha256 if known is not None else None)
         cached = self._cache.get(key)
         if cached is not None and cached.target is target:
             return cached
         c = self.config
-        reference = getattr(c, "reference", "theta-star")
-        setting = getattr(c, "init_coefficient", "auto")
+        reference, setting = (c.reference, c.init_coefficient) if isinstance(c, KKTConfig) else ("theta-star", "auto")
         if setting == "auto":
             coefficient: float | None = None if target.weight_decay > 0 else 1.0
         else:
             coefficient = None if setting == "fit" else float(setting)
-        self._cache[key] = _Prepared(target, dtype=self.dtype, surrogate=c.surrogate, alpha=c.alpha,
-                                     known_init=known, reference=reference, coefficient=coefficient)
+        self._cache[key] = PreparedTarget(target, dtype=self.dtype, surrogate=c.surrogate, alpha=c.alpha,
+                                          known_init=known, reference=reference, coefficient=coefficient)
         return self._cache[key]
-
-    def labels(self, prior: AttackerPrior, device: torch.device) -> torch.Tensor:
-        y = prior.labels.to(device)
-        return y.to(self.dtype) if y.is_floating_point() else y.long()
-
-    def bounds(self, prior: AttackerPrior, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        lo = torch.as_tensor(prior.lower, dtype=self.dtype, device=device)
-        hi = torch.as_tensor(prior.upper, dtype=self.dtype, device=device)
-        return lo, hi
-
-    def _commit(self, state: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], lrs: dict[str, float],
-                metrics: dict[str, float]) -> dict[str, float]:
-        if not math.isfinite(metrics["loss"]):
-            return metrics
-        new = optimizer_step(self.config.optimizer, state, grads, lrs=lrs,
-                             settings=self.config.optimizer_settings())
-        if not bool(finite_rows([v.unsqueeze(0) for v in new.values()])):
-            return committed_metrics(metrics, None)
-        state.update(new)
-        return committed_metrics(metrics, {k: float(gr.norm()) for k, gr in grads.items()})
-
-
-def committed_metrics(metrics: dict[str, float], grad_norms: Mapping[str, float] | None) -> dict[str, float]:
-    """A step's metrics once its update was applied (``grad_norm_<var>``: the norms of the gradients
-    it applied) or, ``grad_norms`` None, refused as not finite (``update`` NaN: NaNStop trips and the
-    state keeps its last finite value)."""
-    if grad_norms is None:
-        metrics["update"] = float("nan")
-        return metrics
-    metrics.update({f"grad_norm_{k}": v for k, v in grad_norms.items()})
-    return metrics
 
 
 def compile_function(fn: Any) -> Any:
@@ -297,7 +257,7 @@ def compile_function(fn: Any) -> Any:
     return torch.compile(fn, fullgraph=True, dynamic=False)
 
 
-class KKTAttack(_XAttack):
+class KKTAttack(SurrogateAttack):
     """The KKT attack of Haim et al. (2022); ``decoreco`` and ``kkt`` differ only in defaults.
 
     With ``compile=True`` the step's objective and its gradient w.r.t. (x, λ) come from
@@ -311,7 +271,7 @@ class KKTAttack(_XAttack):
     * **subspace candidates** (``subspace``): x = V z with V (d × k) the training subspace of the first
       dense layer (``prior.subspace``); the step is the projected gradient V Vᵀ ∂L/∂x, the same
       update as gradient descent on z (SGD), and x is re-projected after each update;
-    * a **total-variation prior** (``tv_weight``, :func:`kkt_math.tv_value_and_grad`);
+    * a **total-variation prior** (``tv_weight``, :func:`~datarecon.attacks.priors.tv_value_and_grad`);
     * **sample splitting** (``split_every``; Shen et al. 2026): every N steps the candidates whose
       splitting matrix S_i = ∇²_x⟨r, ∇_θ out_i(x_i)⟩ (r = goal − g) has the largest positive
       eigenvalue (times λ_i) are split into x_i ± δ·v_i with λ_i/2 each; the copy replaces the
@@ -320,11 +280,11 @@ class KKTAttack(_XAttack):
       Hessian-vector products of the surrogate network.
     """
 
-    name = "kkt"
-    config_cls = KKTConfig
-    resume_ignore = ("steps", "compile")
-    uses: tuple[str, ...] = ("weights", "known_init", "n")
-    requires: tuple[str, ...] = ()
+    name: ClassVar[str] = "kkt"
+    config_cls: ClassVar[type[Any]] = KKTConfig
+    resume_ignore: ClassVar[tuple[str, ...]] = ("steps", "compile")
+    uses: ClassVar[tuple[str, ...]] = ("weights", "known_init", "n")
+    subspace_candidates: ClassVar[bool] = True
 
     def __init__(self, config: KKTConfig | None = None) -> None:
         super().__init__(config)
@@ -338,11 +298,10 @@ class KKTAttack(_XAttack):
         key = id(target)
         cached = self._compiled.get(key)
         if cached is None or cached[0] is not target:
-            from datarecon.attacks.surrogate import functional_surrogate
 
             c = self.config
             model = functional_surrogate(c.surrogate, target.model, alpha=c.alpha)
-            fn = kkt_math.kkt_value_and_grad(model, objective=self.objective(target))
+            fn = kkt_math.kkt_value_and_grad(model, objective=self.kkt_objective(target))
             self._compiled[key] = (target, compile_function(fn))
         return self._compiled[key][1]
 
@@ -360,9 +319,18 @@ class KKTAttack(_XAttack):
         return {"loss": loss, "residual": residual, "box": box, "lambda_hinge": hinge}, gx, gl
 
     def formulation(self, target: Target) -> str:
+        """The margin this run uses on ``target`` (``auto`` resolved)."""
         return resolve_formulation(self.config.formulation, target)
 
-    def objective(self, target: Target) -> kkt_math.KKTObjective:
+    def hashed_config(self, target: Target | None = None) -> dict[str, Any]:
+        """As :meth:`Attack.hashed_config`, with ``formulation: auto`` hashed as what it resolves to on
+        ``target``, so a run started with an explicit ``binary`` resumes under the default."""
+        fields = super().hashed_config(target)
+        if target is not None and "formulation" in fields:
+            fields["formulation"] = self.formulation(target)
+        return fields
+
+    def kkt_objective(self, target: Target) -> kkt_math.KKTObjective:
         """The settings of this attack's KKT / DecoReco objective on ``target`` (the one definition the
         single-run, batched and autograd-reference paths use)."""
         c = self.config
@@ -378,12 +346,12 @@ class KKTAttack(_XAttack):
                 ``compile`` with a known initialisation or an extended objective.
         """
         c = self.config
-        known = getattr(prior, "known_init", None)
+        known = prior.known_init
         if (c.reference == "theta-init" or "known_init" in self.requires) and known is None:
             raise DataReconError(f"{self.name} with gradients at θ_init needs the initialisation: pass --known-init "
                                  "seed:N (model directories) or --known-init FILE.safetensors")
         if c.subspace:  # asked for explicitly (auto turns on only where it applies)
-            sub = getattr(prior, "subspace", None)
+            sub = prior.subspace
             if sub is None:
                 raise DataReconError("subspace candidates need the subspace analysis of the first dense layer; "
                                      "run through datarecon reconstruct / execute (which computes it)")
@@ -425,8 +393,8 @@ class KKTAttack(_XAttack):
         input (with θ_init known this raised the count on the medium targets: docs/RESULTS.md)."""
         if self.config.subspace is not None:
             return bool(self.config.subspace)
-        sub = getattr(prior, "subspace", None)
-        return getattr(prior, "known_init", None) is not None and sub is not None and bool(sub.layer.on_input)
+        sub = prior.subspace
+        return prior.known_init is not None and sub is not None and bool(sub.layer.on_input)
 
     def basis(self, prior: AttackerPrior, x: torch.Tensor) -> torch.Tensor:
         """(d, k) subspace basis in x's dtype and device."""
@@ -445,27 +413,19 @@ class KKTAttack(_XAttack):
         prep = self.prepared(target, prior)
         lo, hi = self.bounds(prior, x.device)
         return kkt_math.kkt_terms(prep.forward, prep.ref, x, self.labels(prior, x.device), lam,
-                                  objective=self.objective(target), box=(lo, hi) if include_box else None,
+                                  objective=self.kkt_objective(target), box=(lo, hi) if include_box else None,
                                   matching=prep.matching())
 
     def objective_and_grads(self, target: Target, prior: AttackerPrior, x: torch.Tensor,
                             lam: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
         """All terms of the step's objective and its gradients w.r.t. (x, λ) (before any projection)."""
-        prep, c = self.prepared(target, prior), self.config
+        prep = self.prepared(target, prior)
         # the objective of terms(), differentiated cheaply: g's backward seeded by ∂R/∂g and the
         # box prior in closed form (same values and gradients; tests compare with autograd)
         terms, gx, gl = kkt_math.kkt_residual_and_grads(
-            prep.forward, prep.ref, x, self.labels(prior, x.device), lam, objective=self.objective(target),
+            prep.forward, prep.ref, x, self.labels(prior, x.device), lam, objective=self.kkt_objective(target),
             matching=prep.matching())
-        lo, hi = self.bounds(prior, x.device)
-        box, box_grad = kkt_math.box_value_and_grad(x.detach(), lo, hi)
-        terms["box"], terms["loss"] = box, terms["loss"] + c.box_weight * box
-        if c.box_weight:
-            gx = gx.add_(box_grad, alpha=c.box_weight)
-        if c.tv_weight > 0:
-            tv, tv_grad = kkt_math.tv_value_and_grad(x)
-            terms["tv"], terms["loss"] = tv, terms["loss"] + c.tv_weight * tv
-            gx = gx.add_(tv_grad, alpha=c.tv_weight)
+        terms, gx = add_priors(self.config, x.detach(), *self.bounds(prior, x.device), terms, gx)
         return terms, gx, gl
 
     def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
@@ -505,7 +465,7 @@ class KKTAttack(_XAttack):
             ``update`` when the update was not finite and was not applied.
         """
         metrics = self.step_metrics(target, state, metrics, prior=prior)
-        return self._commit(state, {"x": gx, "lambda": gl}, self.learning_rates(), metrics)
+        return commit_update(self.config, state, {"x": gx, "lambda": gl}, self.learning_rates(), metrics)
 
     def step_metrics(self, target: Target, state: dict[str, torch.Tensor], metrics: dict[str, float], *,
                      prior: AttackerPrior | None = None, lambda_mean: float | None = None) -> dict[str, float]:
@@ -625,19 +585,19 @@ class KKTAttack(_XAttack):
 
     # -- batching, selection, results --------------------------------------------------------------
 
-    def batch_key(self, target: Target) -> tuple[Any, ...] | None:
-        """What fixes the objective of a step (not the optimiser): runs with equal keys can share one
-        batched gradient computation (:mod:`datarecon.attacks.batched`); None: not batchable (the
-        compiled step, a known initialisation, subspace candidates, the TV prior, splitting)."""
+    def batch_key(self, target: Target, prior: AttackerPrior) -> tuple[Any, ...] | None:
+        """What fixes a step's objective and optimiser: runs with equal keys share one vmapped step
+        (:class:`~datarecon.attacks.kkt_batched.StackedGroup`); None: stepped alone (the compiled
+        step, a known initialisation, subspace candidates, the TV prior, splitting)."""
         c = self.config
-        if c.compile or c.extended or c.reference != "theta-star":
+        if c.compile or c.extended or c.reference != "theta-star" or prior.known_init is not None:
             return None
         return (self.formulation(target), c.surrogate, c.alpha, c.lambda_min, c.lambda_min_weight, c.box_weight,
-                c.dtype)
+                c.dtype, c.optimizer, c.optimizer_settings())
 
-    def batchable(self, prior: AttackerPrior) -> bool:
-        """False when the run's prior holds a known initialisation (stepped alone in a batch)."""
-        return getattr(prior, "known_init", None) is None
+    def stacked_group(self, runs: Mapping[int, Any]) -> StackedGroup:
+        """The runs' states stacked on a run axis, stepped by one vmapped residual and gradient."""
+        return StackedGroup.stack(runs)
 
     def context(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor]) -> SelectionContext:
         prep = self.prepared(target, prior)
@@ -658,16 +618,6 @@ class KKTAttack(_XAttack):
         notes = assumption_notes(target, form, surrogate=self.config.surrogate)
         return scores, {"formulation": form, "notes": notes, "selection": criteria}
 
-    def run(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
-            generator: torch.Generator) -> Reconstruction:
-        """Convenience: :func:`run_attack` without a run directory or progress bar."""
-        from dataclasses import replace
-
-        from datarecon.attacks.base import AttackSetup
-        from datarecon.attacks.loop import ATTACK_LOOP
-        from datarecon.attacks.runner import run_attack
-
-        return run_attack(self, AttackSetup(target, prior, x0, generator), loop=replace(ATTACK_LOOP, progress=False))
 
 
 class DecoRecoAttack(KKTAttack):
@@ -687,7 +637,7 @@ class LooAttack(KKTAttack):
     requires = ("known_init",)
 
 
-class GradNormAttack(_XAttack):
+class GradNormAttack(SurrogateAttack):
     """Runkel eq. 3: min_x ‖∇_θ E(x, y; θ*)‖² (+ box), E with the target's loss and weight decay."""
 
     name = "gradnorm"
@@ -720,7 +670,7 @@ class GradNormAttack(_XAttack):
         (gx,) = torch.autograd.grad(terms["loss"], [x])
         metrics = {k: float(v.detach()) for k, v in terms.items()}
         metrics["rel_residual"] = metrics["residual"] / max(self.prepared(target).theta_sq, 1e-300)
-        return self._commit(state, {"x": gx}, {"x": self.config.lr_x}, metrics)
+        return commit_update(self.config, state, {"x": gx}, {"x": self.config.lr_x}, metrics)
 
     def finish(self, target: Target, prior: AttackerPrior,
                state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -735,14 +685,5 @@ class GradNormAttack(_XAttack):
         scores.pop("contribution", None)
         return scores, {"formulation": "gradnorm", "notes": [], "selection": criteria}
 
-    def run(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
-            generator: torch.Generator) -> Reconstruction:
-        from dataclasses import replace
-
-        from datarecon.attacks.base import AttackSetup
-        from datarecon.attacks.loop import ATTACK_LOOP
-        from datarecon.attacks.runner import run_attack
-
-        return run_attack(self, AttackSetup(target, prior, x0, generator), loop=replace(ATTACK_LOOP, progress=False))
 
 

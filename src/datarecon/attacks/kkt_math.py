@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from datarecon.registry import Registry
+from datarecon.attacks.priors import box_penalty
 from datarecon.kernel.losses import LossFn, energy, margins
 
 ForwardFn = Callable[[torch.Tensor, Mapping[str, torch.Tensor]], torch.Tensor]
@@ -208,34 +209,6 @@ def squared_norm(theta: Mapping[str, torch.Tensor]) -> torch.Tensor:
     return sum((v * v).sum() for v in theta.values())  # type: ignore[return-value]
 
 
-def box_penalty(x: torch.Tensor, lower: torch.Tensor | float, upper: torch.Tensor | float, *,
-                run_axis: bool = False) -> torch.Tensor:
-    """The pixel-box prior Σ (x − clamp(x, lower, upper))² = Σ relu(x − upper)² + relu(lower − x)²
-    (scalar; (K,) per run with ``run_axis``); bounds scalars or (C, H, W). Differentiable; the
-    attack steps use :func:`box_value_and_grad` (the same values, its gradient in closed form)."""
-    lo = torch.as_tensor(lower, dtype=x.dtype, device=x.device)
-    hi = torch.as_tensor(upper, dtype=x.dtype, device=x.device)
-    d = x - torch.clamp(x, lo, hi)
-    return _total(d * d, run_axis)
-
-
-def box_value_and_grad(x: torch.Tensor, lower: torch.Tensor | float, upper: torch.Tensor | float, *,
-                       run_axis: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`box_penalty` and its gradient in closed form, without autograd.
-
-    With d = x − clamp(x, lower, upper): box = Σ d², ∂box/∂x = 2d (d is zero inside the box). Three
-    passes over x instead of the ~10 that autograd spends (the box prior is most of the KKT step's
-    non-matmul time at m × 3 × 32 × 32). ``run_axis``: x (K, m, ...) → values (K,).
-
-    Returns:
-        (value, gradient shaped like x).
-    """
-    lo = torch.as_tensor(lower, dtype=x.dtype, device=x.device)
-    hi = torch.as_tensor(upper, dtype=x.dtype, device=x.device)
-    d = x - torch.clamp(x, lo, hi)
-    return _total(d * d, run_axis), d.mul_(2.0)
-
-
 def lambda_hinge(lam: torch.Tensor, lambda_min: float, *, run_axis: bool = False) -> torch.Tensor:
     """Σ relu(λ_min − λ_i)² (scalar; (K,) per run with ``run_axis``, λ (K, m))."""
     return _total(torch.relu(lambda_min - lam) ** 2, run_axis)
@@ -358,30 +331,6 @@ def kkt_residual_and_grads(forward: ForwardFn, params: Mapping[str, torch.Tensor
     if a is not None:
         terms["init_coefficient"] = a.detach()
     return terms, gx, gl
-
-
-def tv_value_and_grad(x: torch.Tensor, *, eps: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
-    """Smoothed anisotropic total variation Σ √(Δ² + ε²) − ε over vertical and horizontal neighbour
-    differences of every candidate and channel, and its gradient (closed form, like x).
-
-    x: (m, C, H, W) (model input space; the mean shift cancels in differences). A natural-image prior
-    ("No Prior, No Leakage", 2025): mixtures of several images have more edges than one image.
-    """
-    xd = x.detach()
-    grad = torch.zeros_like(xd)
-    total = torch.zeros((), dtype=xd.dtype, device=xd.device)
-    for dim in (-2, -1):
-        d = xd.diff(dim=dim)
-        root = torch.sqrt(d * d + eps * eps)
-        total = total + (root - eps).sum()
-        w = d / root  # ∂/∂d
-        if dim == -1:
-            grad[..., :, 1:] += w
-            grad[..., :, :-1] -= w
-        else:
-            grad[..., 1:, :] += w
-            grad[..., :-1, :] -= w
-    return total, grad
 
 
 def kkt_value_and_grad(model: torch.nn.Module, *, objective: KKTObjective) -> Callable[..., tuple]:

@@ -21,7 +21,7 @@ decay), the input shape and range and the label set (:class:`~datarecon.attacks.
 (``--known-init``, ``--known-n``) that says so; :func:`resolve_known_init` turns it into a
 :class:`KnownInit` (tensors and their SHA-256) after checking it against the target, and
 :func:`threat_model` is the record written to run.json and shown at the top of every report. Each
-attack declares what it uses (``uses`` on the attack class, :func:`attack_uses`).
+attack declares what it uses (``Attack.uses``).
 
 A model directory records the SHA-256 of the initialisation it was trained from
 (``init_sha256`` in model.json, :func:`init_digest`); a known initialisation whose hash differs
@@ -47,8 +47,10 @@ from datarecon.models.checkpoint import load_model_dir
 from datarecon.models.pretrained import HEAD_NEW, finetune_start
 from datarecon.models.spec import ArchSpec
 from datarecon.utils.dtypes import torch_dtype
+from datarecon.models.spec import build_model
+from datarecon.utils.io import load_tensors, params_digest
 
-__all__ = ["KNOWLEDGE_ITEMS", "KnowledgeSettings", "KnownInit", "KnownRecipe", "RecipeSettings", "attack_uses",
+__all__ = ["KNOWLEDGE_ITEMS", "KnowledgeSettings", "KnownInit", "KnownRecipe", "RecipeSettings",
            "init_digest", "resolve_known_init", "resolve_recipe", "threat_model"]
 
 #: Everything an attack may declare in its ``uses`` (the default attacker has ``weights``).
@@ -223,8 +225,6 @@ class KnownInit:
 def init_digest(params: Mapping[str, torch.Tensor]) -> str:
     """SHA-256 of named parameters (:func:`datarecon.utils.io.params_digest`: float64 casts, sorted
     names, shapes and bytes), as model directories record it for their initialisation."""
-    from datarecon.utils.io import params_digest
-
     return params_digest(params)
 
 
@@ -264,8 +264,6 @@ def resolve_known_init(spec: str, params: Mapping[str, torch.Tensor], *, model_m
             rebuilt architecture that differs from the weights); a hash that differs from the one the
             model directory records.
     """
-    from datarecon.utils.io import load_tensors
-
     dtype = next(iter(params.values())).dtype
     device = next(iter(params.values())).device
     if spec == RECORDED_SEED:
@@ -281,9 +279,7 @@ def resolve_known_init(spec: str, params: Mapping[str, torch.Tensor], *, model_m
         if model_meta is None or "arch" not in model_meta:
             raise DataReconError(f"known_init {spec} needs a model directory to rebuild the architecture from; "
                                  "for your own model pass a safetensors file of θ_init (--known-init FILE)")
-        from datarecon.models.spec import ArchSpec, build_model
 
-        from datarecon.utils.dtypes import torch_dtype
 
         arch = ArchSpec.model_validate(model_meta["arch"])
         # in the dtype training built it in: a float32 draw is not a rounded float64 draw
@@ -343,11 +339,6 @@ def _pretrained_start(spec: str, model_meta: Mapping[str, Any] | None, *,
                          seed=int(meta.get("seed") or 0), dtype=built, new_head=record.get("head") == HEAD_NEW)
     return ({k: v.detach() for k, v in net.named_parameters()}, f"known_init {spec}",
             f"{PRETRAINED}:{path.resolve()}")
-
-
-def attack_uses(attack: Any) -> tuple[str, ...]:
-    """What an attack class or instance declares it uses (``uses``; default: the weights only)."""
-    return tuple(getattr(attack, "uses", ("weights",)))
 
 
 def threat_model(settings: KnowledgeSettings, known: KnownInit | None, *, uses: tuple[str, ...],

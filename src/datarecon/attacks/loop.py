@@ -1,6 +1,6 @@
 """The optimisation loop of one attack run, without files.
 
-:class:`AttackLoop` drives an :class:`~datarecon.attacks.base.IterativeAttack`'s ``step`` through
+:class:`AttackLoop` drives an :class:`~datarecon.attacks.base.Attack`'s ``step`` through
 :class:`datarecon.kernel.engine.Engine` with the built-in hooks (progress bar, :class:`History`,
 :class:`NaNStop`, an optional early-stopping criterion) and turns the final state into a
 :class:`~datarecon.attacks.base.Reconstruction` with the attack's ``finish``. It reads and writes
@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from datarecon.attacks.base import AttackerPrior, Reconstruction, Target
+from datarecon.attacks.base import ATTACK_LOOP, DEFAULT_DIVERGENCE_HINT, Attack, AttackerPrior, Reconstruction, Target
+from datarecon.attacks.subspace import subspace_scores
 from datarecon.kernel.status import Status
 from datarecon.kernel.engine import (
     BaseHook,
@@ -31,16 +32,12 @@ from datarecon.kernel.engine import (
     Stepping,
 )
 
-DEFAULT_DIVERGENCE_HINT = "lower the step sizes (lr_x, lr_lambda) or the surrogate sharpness alpha"
 EARLY_STOP_REASON = "stopped early: residual plateau"
 PROGRESS_KEYS = ("loss", "rel_residual", "residual", "box", "lambda_hinge")
 #: how the progress names them: the history's ``rel_residual`` is computed with the surrogate
 #: derivative during the run, the "relative residual" printed at the end with the exact ReLU
 #: (``selection.relative_residual``); the reports call the first "objective residual (surrogate)"
 PROGRESS_LABELS = {"rel_residual": "surrogate_rel_residual"}
-#: An attack run's loop settings by default: a history row every 10 steps, a checkpoint every 100
-#: (and at the end), a progress display.
-ATTACK_LOOP = LoopOptions(log_every=10, progress=True, checkpoint_every=100)
 
 
 @dataclass(frozen=True)
@@ -90,7 +87,7 @@ class AttackLoop:
     """One attack's optimisation: its mutable state, the built-in hooks and the final result.
 
     Args:
-        attack: an IterativeAttack (contract in :mod:`datarecon.attacks.runner`).
+        attack: the attack (its interface: :class:`~datarecon.attacks.base.Attack`).
         target: the attacked model.
         prior: labels (m,), input shape and pixel bounds.
         state: the attack state (``attack.init_state`` or a restored checkpoint), updated in place.
@@ -102,7 +99,7 @@ class AttackLoop:
         sink: called with every new history row (e.g. to append it to a file), or None.
     """
 
-    def __init__(self, attack: Any, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor], *,
+    def __init__(self, attack: Attack, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor], *,
                  loop: LoopOptions = ATTACK_LOOP, early_stop: Callable[[dict[str, float]], bool] | None = None,
                  restored: Restored = Restored(), sink: Callable[[dict[str, float]], None] | None = None) -> None:
         self.attack, self.target, self.prior, self.state = attack, target, prior, state
@@ -175,7 +172,7 @@ class AttackLoop:
         message = ""
         if self.nan_stop.tripped or not all_finite(state):
             status = Status.DIVERGED
-            hint = getattr(attack, "divergence_hint", DEFAULT_DIVERGENCE_HINT)
+            hint = attack.divergence_hint
             message = (f"{attack.name} diverged at step {loop.step} ({self.nan_stop.bad_key or 'state'} not finite); "
                        f"kept the last finite state; {hint}")
         elif self.early_stop is not None and self.early_stop.tripped:
@@ -186,10 +183,8 @@ class AttackLoop:
 
         scores, summary = attack.finish(self.target, prior, state)
         scores, summary = dict(scores), dict(summary)
-        if getattr(prior, "subspace", None) is not None and "subspace" not in scores:
+        if prior.subspace is not None and "subspace" not in scores:
             # every attack's candidates get the attacker-side subspace score (closer = higher)
-            from datarecon.attacks.subspace import subspace_scores
-
             scores["subspace"] = subspace_scores(self.target.model, self.target.params, prior.subspace,
                                                  state["x"].detach()).to(state["x"].dtype)
         selection = summary.pop("selection", {})

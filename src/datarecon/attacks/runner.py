@@ -1,25 +1,12 @@
-"""Run any :class:`~datarecon.attacks.base.IterativeAttack` with logging, checkpoints and resume.
+"""Run any :class:`~datarecon.attacks.base.Attack` with logging, checkpoints and resume.
 
-:func:`run_attack` is attack-agnostic (KKT, DecoReco, gradnorm and bilevel all use it). It wires
-two parts together: :class:`datarecon.attacks.loop.AttackLoop`, the optimisation without files
-(the attack's ``init_state`` / ``step`` / ``finish`` through :class:`datarecon.kernel.engine.Engine`
-with a progress bar, :class:`History`, :class:`NaNStop` and an optional early-stopping criterion),
-and :class:`datarecon.attacks.run_directory.RunDirectory`, which owns the files (checkpoints through
-a :class:`Checkpoint` hook, ``history.jsonl``, ``run.json``, candidates).
-
-What an attack must provide (the runner's contract):
-
-* ``name`` (str), ``config`` (frozen pydantic model; saved in run.json and hashed for resume);
-* ``init_state(target, prior, *, x0, generator) -> dict[str, Tensor]`` holding ALL mutable state,
-  with at least ``"x"`` (m, C, H, W) and optionally ``"lambda"`` (m,) multipliers;
-* ``step(target, prior, state, index) -> dict[str, float]``: updates ``state`` in place, deterministic
-  given the state; on a non-finite update it leaves the state unchanged and returns a non-finite
-  metric (NaNStop then stops the run with the last finite state);
-* ``finish(target, prior, state) -> (scores, summary)``; ``summary`` may hold ``"selection"`` (dict)
-  and ``"extra"`` (dict, method-specific, e.g. bilevel ``param_distance``);
-* optional ``divergence_hint`` (str): which settings to lower when the run diverges;
-* optional ``resume_ignore`` (tuple of config field names that may differ on resume; default
-  ``("steps",)`` so a finished run can be extended).
+:func:`run_attack` is attack-agnostic. It wires two parts together:
+:class:`datarecon.attacks.loop.AttackLoop`, the optimisation without files (the attack's
+``init_state`` / ``step`` / ``finish`` through :class:`datarecon.kernel.engine.Engine` with a
+progress bar, :class:`History`, :class:`NaNStop` and an optional early-stopping criterion), and
+:class:`datarecon.attacks.run_directory.RunDirectory`, which owns the files (checkpoints through a
+:class:`Checkpoint` hook, ``history.jsonl``, ``run.json``, candidates). What an attack provides is
+declared once, on :class:`~datarecon.attacks.base.Attack`.
 
 Run directory: the layout is in :mod:`datarecon.attacks.run_directory` (and docs/dev/CONTRACTS.md).
 
@@ -35,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import warnings
+from contextlib import nullcontext
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +30,8 @@ from typing import Any
 
 import torch
 
-from datarecon.attacks.base import AttackerPrior, AttackSetup, Reconstruction, Target
-from datarecon.attacks.loop import ATTACK_LOOP, DEFAULT_DIVERGENCE_HINT, AttackLoop, Restored
+from datarecon.attacks.base import ATTACK_LOOP, Attack, AttackerPrior, AttackSetup, Reconstruction, Target, config_dict
+from datarecon.attacks.loop import AttackLoop, Restored
 from datarecon.attacks.run_directory import (
     CANDIDATES,
     CHECKPOINT_DIR,
@@ -64,35 +52,15 @@ from datarecon.errors import DataReconError
 from datarecon.kernel.status import Status
 from datarecon.kernel.engine import Checkpoint, LoopOptions, LoopState, Stepping
 from datarecon.kernel.losses import loss_name
-from datarecon.utils.io import config_hash, to_jsonable, versions
+from datarecon.utils.io import config_hash, versions
+from datarecon.utils.lock import hold
 
 
-def config_dict(config: Any) -> dict[str, Any]:
-    """A config as a JSON-able mapping (pydantic models, dataclasses or mappings)."""
-    if config is None:
-        return {}
-    if hasattr(config, "model_dump"):
-        return config.model_dump(mode="json")
-    if isinstance(config, dict):
-        return to_jsonable(config)
-    import dataclasses
-
-    if dataclasses.is_dataclass(config):
-        return to_jsonable(dataclasses.asdict(config))
-    raise TypeError(f"cannot serialise attack config of type {type(config).__name__}")
-
-
-def resume_hash(attack: Any, target: Target | None = None) -> str:
-    """Hash of the attack's method + config without the fields allowed to change on resume.
-
-    With ``target``, a ``formulation`` of ``auto`` is hashed as the formulation it resolves to, so a
-    run started with an explicit ``binary`` resumes under the ``auto`` default on a binary target.
-    """
-    ignore = set(getattr(attack, "resume_ignore", ("steps",)))
-    cfg = {k: v for k, v in config_dict(attack.config).items() if k not in ignore}
-    if target is not None and "formulation" in cfg and hasattr(attack, "formulation"):
-        cfg["formulation"] = attack.formulation(target)
-    return config_hash({"method": attack.name, "config": cfg})
+def resume_hash(attack: Attack, target: Target | None = None) -> str:
+    """Hash of the attack's method + the config fields that identify a run
+    (:meth:`~datarecon.attacks.base.Attack.hashed_config`: all but ``resume_ignore``; with ``target``,
+    fields that resolve against it, e.g. ``formulation: auto``, as what they resolve to)."""
+    return config_hash({"method": attack.name, "config": attack.hashed_config(target)})
 
 
 def tensor_digest(tensors: Mapping[str, torch.Tensor | float]) -> str:
@@ -105,7 +73,7 @@ def tensor_digest(tensors: Mapping[str, torch.Tensor | float]) -> str:
     return h.hexdigest()
 
 
-def resume_key(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
+def resume_key(attack: Attack, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
                generator: torch.Generator, early_stop: Any = None) -> str:
     """Identity of everything that determines a run's result; a checkpoint resumes only under the same key.
 
@@ -127,19 +95,19 @@ def resume_key(attack: Any, target: Target, prior: AttackerPrior, *, x0: torch.T
         "generator": tensor_digest({"state": generator.get_state()}),
         "early_stop": stop,
         # the attacker's extra knowledge; left out when absent so earlier checkpoints keep their key
-        **({"known_init": prior.known_init.sha256} if getattr(prior, "known_init", None) is not None else {}),
-        **({"n": int(prior.n)} if getattr(prior, "n", None) is not None else {}),
-        **({"recipe": prior.recipe.record()} if getattr(prior, "recipe", None) is not None else {}),
+        **({"known_init": prior.known_init.sha256} if prior.known_init is not None else {}),
+        **({"n": int(prior.n)} if prior.n is not None else {}),
+        **({"recipe": prior.recipe.record()} if prior.recipe is not None else {}),
     })
 
 
-def run_attack(attack: Any, setup: AttackSetup, *, steps: int | None = None, out: str | Path | None = None,
+def run_attack(attack: Attack, setup: AttackSetup, *, steps: int | None = None, out: str | Path | None = None,
                loop: LoopOptions = ATTACK_LOOP, early_stop: Callable[[dict[str, float]], bool] | None = None
                ) -> Reconstruction:
     """Run ``attack`` for ``steps`` steps (default ``attack.config.steps``) and write the run directory.
 
     Args:
-        attack: an IterativeAttack (see the module docstring for the contract).
+        attack: the attack (its interface: :class:`~datarecon.attacks.base.Attack`).
         setup: the target (θ*, loss, weight decay; the attack never sees training data), the prior
             (labels (m,), input shape, pixel bounds), x₀ (m, C, H, W) in model input space, the
             generator (the attack's own initial state, e.g. λ₀; its state is checkpointed) and the
@@ -160,10 +128,6 @@ def run_attack(attack: Any, setup: AttackSetup, *, steps: int | None = None, out
     Raises:
         DataReconError: bad shapes / labels, or a checkpoint from a different config or method.
     """
-    from contextlib import nullcontext
-
-    from datarecon.utils.lock import hold
-
     # one process per run directory (re-entrant: execute() holds it already)
     with hold(out) if out is not None else nullcontext():
         run = open_run(attack, setup, steps=steps, out=out, loop=loop, early_stop=early_stop)
@@ -178,7 +142,7 @@ class OpenRun:
     :meth:`finish`. Built by :func:`open_run`.
     """
 
-    def __init__(self, attack: Any, setup: AttackSetup, *, steps: int, out: str | Path | None,
+    def __init__(self, attack: Attack, setup: AttackSetup, *, steps: int, out: str | Path | None,
                  loop: LoopOptions, early_stop: Callable[[dict[str, float]], bool] | None) -> None:
         target, prior, x0, generator = setup.target, setup.prior, setup.x0, setup.generator
         self.attack, self.setup, self.steps, self.loop_options = attack, setup, steps, loop
@@ -268,7 +232,7 @@ class OpenRun:
         return rec
 
 
-def open_run(attack: Any, setup: AttackSetup, *, steps: int | None = None, out: str | Path | None = None,
+def open_run(attack: Attack, setup: AttackSetup, *, steps: int | None = None, out: str | Path | None = None,
              loop: LoopOptions = ATTACK_LOOP, early_stop: Callable[[dict[str, float]], bool] | None = None) -> OpenRun:
     """Check a run's inputs and open it (arguments as in :func:`run_attack`; ``out`` locked by the caller).
 
@@ -277,7 +241,7 @@ def open_run(attack: Any, setup: AttackSetup, *, steps: int | None = None, out: 
             or with more steps done than asked for.
     """
     setup.prior.check(setup.target)
-    steps = int(steps if steps is not None else getattr(attack.config, "steps"))
+    steps = int(steps if steps is not None else attack.config.steps)
     if steps < 1:
         raise DataReconError(f"steps must be at least 1, got {steps}; set steps (--steps N) to N >= 1")
     expected = (setup.prior.m, *tuple(setup.target.input_shape))
@@ -372,6 +336,6 @@ def drive(runs: Sequence[OpenRun | BaseException], compute: Compute) -> list[Rec
     return [results[k] for k in sorted(results)]
 
 
-__all__ = ["CANDIDATES", "CHECKPOINT_DIR", "DEFAULT_DIVERGENCE_HINT", "HISTORY", "INIT_FILE", "PROGRESS_FILE", "RUN_JSON",
+__all__ = ["CANDIDATES", "CHECKPOINT_DIR", "HISTORY", "INIT_FILE", "PROGRESS_FILE", "RUN_JSON",
            "STATE_FILE", "AttackSetup", "OpenRun", "StepRequest", "config_dict", "drive", "open_run", "step_each", "load_checkpoint", "read_run", "resume_hash", "resume_key", "run_attack",
            "save_checkpoint", "tensor_digest", "write_candidates"]

@@ -46,6 +46,7 @@ from torch.func import functional_call
 
 from datarecon.errors import DataReconError
 from datarecon.kernel.files import SUBSPACE_FILE
+from datarecon.utils.io import load_tensors, save_tensors
 
 __all__ = ["DenseLayer", "RankEstimate", "Spectrum", "SubspaceAnalysis", "SUBSPACE_FILE", "analyse",
            "estimate_rank", "first_dense_layer", "init_coefficient", "layer_features", "layer_matrix",
@@ -426,14 +427,10 @@ def subspace_scores(model: nn.Module, params: Mapping[str, torch.Tensor], analys
 
 def save_analysis(path: str | Path, analysis: SubspaceAnalysis) -> None:
     """Write the singular values and the k basis vectors (``subspace.safetensors``), atomically."""
-    from datarecon.utils.io import save_tensors
-
     save_tensors(Path(path), {"values": analysis.spectrum.values.detach().cpu().contiguous(),
                               "basis": analysis.basis.detach().cpu().contiguous()})
 
 
 def load_analysis(path: str | Path) -> dict[str, torch.Tensor]:
     """``{"values": (q,), "basis": (d, k)}`` of a saved analysis (safetensors, no code executed)."""
-    from datarecon.utils.io import load_tensors
-
     return load_tensors(Path(path))

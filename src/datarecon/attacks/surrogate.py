@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from datarecon.registry import Registry
+from datarecon.errors import DataReconError
 
 
 class _SurrogateReLUFn(torch.autograd.Function):
@@ -123,8 +124,6 @@ def functional_surrogate(name: str, model: nn.Module, *, alpha: float) -> nn.Mod
     Raises:
         DataReconError: another surrogate (it has no plain-ops form here).
     """
-    from datarecon.errors import DataReconError
-
     SURROGATES.get(name)
     if name == "relu":
         return model

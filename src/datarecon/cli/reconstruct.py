@@ -17,12 +17,18 @@ data spec and labelled as such in the output and in run.json.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 import yaml
+
+from datarecon.attacks import ATTACKS, INITS
+from datarecon.attacks.base import Target
+from datarecon.cli._common import parse_device, resume_command
 
 from datarecon.cli.options import (
     Common,
@@ -35,8 +41,21 @@ from datarecon.cli.options import (
     output_options,
     union_flags,
 )
-from datarecon.config import merge
+from datarecon.config import layered, merge, read_config_mapping, set_dotted
 from datarecon.errors import DataReconError
+from datarecon.experiments.reconstruct import (
+    DATA_INITS_NOTE,
+    OWN_MODEL,
+    ReconstructionRun,
+    RunOptions,
+    build_run,
+    execute,
+    reconstruct_runs,
+    run_name,
+)
+from datarecon.kernel.outdir import check_out_dir
+from datarecon.kernel.status import EVALUABLE
+from datarecon.models.byom import build_from_factory, check_outputs, load_weights
 
 DATA_INITS = ("ground-truth", "partition", "mix")
 
@@ -44,8 +63,6 @@ DATA_INITS = ("ground-truth", "partition", "mix")
 def run_fields() -> tuple[str, ...]:
     """``--set`` keys that are the run's own fields (``--set candidates=8``, ``--set model=DIR``), not its
     attack's: every field of the typed run but ``attack`` and ``init`` (read from the model)."""
-    from datarecon.experiments.reconstruct import ReconstructionRun
-
     return tuple(f for f in ReconstructionRun.model_fields if f not in ("attack", "init"))
 
 
@@ -90,10 +107,6 @@ def _coefficient(text: str) -> float | str:
 def _flags() -> tuple[Flag, ...]:
     """One flag per field of a run: its settings (ReconstructionRun), every method's attack fields
     and every initialisation's parameters (a field another method or init lacks is refused for it)."""
-    from datarecon.attacks import ATTACKS
-    from datarecon.attacks.init import INITS
-    from datarecon.experiments.reconstruct import ReconstructionRun
-
     methods = sorted(ATTACKS.names(), key=lambda m: (m != "kkt", m))  # the default method's fields first
     run = flags(ReconstructionRun, skip=("model", "attack", "init"), prefix={"checkpoint": "", "knowledge": "known-"},
                 rename={"candidates": ("--candidates", "-m"), "checkpoint.every": "--checkpoint-every",
@@ -161,10 +174,10 @@ class RunSource:
 
 
 SOURCE_OPTIONS = {
-    "method": (str | None, None, typer.Option("--method", help="attack method (kkt, decoreco, gradnorm, bilevel, loo, "
-                                              "dynamics; default kkt)")),
-    "init": (str | None, None, typer.Option("--init", help="initialisation (uniform, gaussian, ground-truth, partition, "
-                                            "mix, unmix; default gaussian)")),
+    "method": (str | None, None, typer.Option("--method", help=f"attack method ({', '.join(ATTACKS.ordered())}; "
+                                              "default kkt)")),
+    "init": (str | None, None, typer.Option("--init", help=f"initialisation ({', '.join(INITS.ordered())}; default "
+                                            "gaussian)")),
     "config_file": (Path | None, None, typer.Option("--config", help="run file (YAML/TOML, one-to-one with "
                                                     "ReconstructionRun; docs/RUNS.md); the options override it")),
     "sets": (list[str] | None, None, typer.Option("--set", help="field=value override of any config field "
@@ -216,10 +229,6 @@ def reconstruct(
     Every field of the run (docs/RUNS.md) has its flag below: the run's settings, each method's attack
     fields (those of other methods are refused) and each initialisation's parameters.
     """
-    from datarecon.cli._common import resume_command
-    from datarecon.experiments.reconstruct import DATA_INITS_NOTE, RunOptions, execute
-    from datarecon.kernel.outdir import check_out_dir
-
     if batch.runs == 1 and batch.mode != "auto":
         raise DataReconError(f"--batch-mode {batch.mode} applies to --runs K (K runs stepped together); pass "
                              "--runs K or drop --batch-mode")
@@ -229,17 +238,17 @@ def reconstruct(
         if target is not None:
             raise DataReconError("--runs K applies to a model directory; run a model given as "
                                  "package.module:factory once per --seed")
-        how = RunOptions(resume=resume, overwrite=overwrite, progress=common.progress, data_dir=data_dir)
-        _reconstruct_runs(run, out, how, runs=batch.runs, batch_mode=batch.mode,
+        options = RunOptions(resume=resume, overwrite=overwrite, progress=common.progress, data_dir=data_dir)
+        _reconstruct_runs(run, out, options, runs=batch.runs, batch_mode=batch.mode,
                           record={"resume_command": resume_command()})
         return
     check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)  # before the note below
     if run.init.name in DATA_INITS:
         typer.echo(DATA_INITS_NOTE.format(init=run.init.name), err=True)
     record["resume_command"] = resume_command()
-    how = RunOptions(resume=resume, overwrite=overwrite, progress=common.progress, data_dir=data_dir,
+    options = RunOptions(resume=resume, overwrite=overwrite, progress=common.progress, data_dir=data_dir,
                      raise_on_divergence=True)
-    rec = execute(run, out, how, record=record, target=target)
+    rec = execute(run, out, options, record=record, target=target)
     final = rec.summary.get("final", {})
     rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
     shown = f"loss {final.get('loss', float('nan')):.4g}" + (f", relative residual {rel:.4g}" if rel is not None else "")
@@ -249,10 +258,6 @@ def reconstruct(
 def _run(model_options: ModelOptions, source: RunSource, overrides: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
     """(the typed run, a user's own model as the target or None, extra run.json fields): defaults <
     run file < flags < ``--set``."""
-    from datarecon.cli._common import parse_device
-    from datarecon.config import read_config_mapping
-    from datarecon.experiments.reconstruct import build_run
-
     config_file = source.config_file
     fields = read_config_mapping(config_file) if config_file is not None else {}
     where = f"run file {config_file}" if config_file is not None else "run"
@@ -278,6 +283,8 @@ def _run(model_options: ModelOptions, source: RunSource, overrides: dict[str, An
         if not key.startswith("attack."):
             set_dotted(data, key, value)
     run = build_run(data, where=where)
+    if run.steps < 1:
+        raise DataReconError(f"steps must be at least 1, got {run.steps}; pass --steps N with N >= 1")
     parse_device(run.device)
     return run, target, record
 
@@ -286,8 +293,6 @@ def _own_model(options: ModelOptions, *, init_name: str) -> tuple[str | None, An
     """(run.model, target, record): a model given as package.module:factory becomes the target itself
     (run.model the placeholder OWN_MODEL, the record naming it); the own-model options are refused
     for a model directory (it records them)."""
-    from datarecon.experiments.reconstruct import OWN_MODEL
-
     model, weights, input_shape, value_range = options.model, options.weights, options.input_shape, options.value_range
     loss, weight_decay = options.loss, options.weight_decay
     if model is not None and (weights is not None or (":" in model and not Path(model).is_dir())):
@@ -316,10 +321,8 @@ def _check_counts(overrides: dict[str, Any]) -> None:
 
 def _attack_fields(method: str | None, fields: dict[str, Any], given: dict[str, Any],
                    sets: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(method, its config fields): defaults < run file < flags < ``--set``; a flag the method has no
-    field for is refused, naming the method's fields."""
-    from datarecon.experiments.reconstruct import method_config
-
+    """(method, its config fields, not yet validated): run file < flags < ``--set``; a flag the method
+    has no field for is refused, naming the method's fields (the run validates them once)."""
     attack_file = dict(fields.get("attack") or {})
     method = method or attack_file.pop("method", None) or "kkt"
     attack_file.pop("method", None)
@@ -328,11 +331,13 @@ def _attack_fields(method: str | None, fields: dict[str, Any], given: dict[str, 
     steps = given.get("steps")
     if isinstance(steps, int) and steps < 1:  # the one message of every count below 1 (not "greater than 0")
         raise DataReconError(f"steps must be at least 1, got {steps}; pass --steps N with N >= 1")
-    config = method_config(method, attack_file, **given)
-    config = method_config(method, merge(config.model_dump(), attack_sets))
-    if config.steps < 1:  # type: ignore[attr-defined]
-        raise DataReconError(f"steps must be at least 1, got {config.steps}; pass --steps N with N >= 1")  # type: ignore[attr-defined]
-    return method, config.model_dump()
+    known = set(ATTACKS.get(method).config_cls.model_fields)
+    for key, value in given.items():
+        if value is not None and key not in known:
+            flag = "--" + key.replace("_", "-")
+            raise DataReconError(f"option {flag} does not apply to method {method!r}; "
+                                 f"its fields: {', '.join(sorted(known))}")
+    return method, layered(attack_file, given, attack_sets)
 
 
 def _init_fields(init: str | None, fields: dict[str, Any], given: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -355,19 +360,6 @@ def drop_none(data: dict[str, Any]) -> dict[str, Any]:
     return {k: drop_none(v) if isinstance(v, dict) else v for k, v in data.items() if v is not None}
 
 
-def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    """``data[a][b]... = value`` for the dotted ``key`` ``a.b...`` (creating nested mappings)."""
-    head, _, rest = key.partition(".")
-    if not rest:
-        data[head] = value
-        return
-    inner = data.get(head)
-    if not isinstance(inner, dict):
-        inner = {}
-    data[head] = inner
-    set_dotted(inner, rest, value)
-
-
 def _floats(text: str, option: str, *, kind: type = float) -> tuple:
     try:
         return tuple(kind(v) for v in text.split(","))
@@ -387,9 +379,6 @@ def own_model_target(spec: str, *, weights: Path | None, input_shape: str | None
         DataReconError: missing --weights / --input-shape, unknown module or factory, weights that do
             not match the module (first tensor named), outputs or loss that do not fit.
     """
-    from datarecon.attacks.base import Target
-    from datarecon.models.byom import build_from_factory, check_outputs, load_weights
-
     if weights is None:
         raise DataReconError(f"--model {spec} needs --weights FILE.safetensors (the trained state dict)")
     if input_shape is None:
@@ -398,8 +387,6 @@ def own_model_target(spec: str, *, weights: Path | None, input_shape: str | None
     lo_hi = _floats(value_range, "--value-range")
     if len(lo_hi) != 2:
         raise DataReconError(f"--value-range must be lower,upper like 0,1; got {value_range!r}")
-    import os
-    import sys
 
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -412,16 +399,13 @@ def own_model_target(spec: str, *, weights: Path | None, input_shape: str | None
                               weight_decay=weight_decay)
 
 
-def _reconstruct_runs(run: Any, out: Path, how: Any, *, runs: int, batch_mode: str, record: dict[str, Any]) -> None:
+def _reconstruct_runs(run: ReconstructionRun, out: Path, options: RunOptions, *, runs: int, batch_mode: str, record: dict[str, Any]) -> None:
     """``--runs K``: K run directories OUT/run<j> pooled into OUT (experiments.reconstruct.reconstruct_runs);
     one line per run, then the one result: the pool."""
-    from datarecon.experiments.reconstruct import DATA_INITS_NOTE, reconstruct_runs, run_name
-    from datarecon.kernel.status import EVALUABLE
-
     method = run.method
     if run.init.name in DATA_INITS:
         typer.echo(DATA_INITS_NOTE.format(init=run.init.name), err=True)
-    recs = reconstruct_runs(run, out, how, runs=runs, mode=batch_mode, record=record)
+    recs = reconstruct_runs(run, out, options, runs=runs, mode=batch_mode, record=record)
     rels = []
     for j, rec in enumerate(recs):
         rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")

@@ -27,23 +27,46 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
+
+import dataclasses
+import types
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_serializer
 
-import datarecon.attacks  # noqa: F401  (registers every attack: the union below is built from ATTACKS)
-from datarecon.attacks.base import ATTACKS, AttackerPrior, AttackSetup, Reconstruction, Target, check_weight_scale
-from datarecon.attacks.init import INITS, init_params as validate_init_params
-from datarecon.attacks.knowledge import KnowledgeSettings
-from datarecon.attacks.loop import ATTACK_LOOP
-from datarecon.config import build_config, build_record, merge
+import datarecon.attacks  # noqa: F401  (registers every built-in attack in ATTACKS)
+from datarecon.attacks.base import (
+    ATTACK_LOOP,
+    ATTACKS,
+    Attack,
+    AttackerPrior,
+    AttackSetup,
+    Reconstruction,
+    Target,
+    check_weight_scale,
+)
+from datarecon.attacks.batched import BatchMember, resolve_mode, run_batched
+from datarecon.attacks.init import INITS, CandidateSpec, InitSources, init_labels, make_init
+from datarecon.attacks.knowledge import KnowledgeSettings, resolve_known_init, resolve_recipe, threat_model
+from datarecon.attacks.runner import run_attack
+from datarecon.attacks.selection import CRITERIA, ResidualPlateau
+from datarecon.attacks.subspace import SUBSPACE_FILE, analyse, first_dense_layer, save_analysis
+from datarecon.config import MAX_SEED, build_config, build_record, merge, read_config_mapping
+from datarecon.data import DataSpec, Normalisation, load_task
+from datarecon.data.selection import check_fingerprint
 from datarecon.errors import DataReconError, DivergenceError
+from datarecon.experiments.pool import PoolSpec, write_pool
+from datarecon.kernel.files import RUN_JSON
+from datarecon.kernel.losses import loss_name
+from datarecon.kernel.outdir import claim_out_dir
+from datarecon.kernel.status import EVALUABLE, Status
+from datarecon.models.checkpoint import EXTRAS, read_model_meta
+from datarecon.models.spec import ArchSpec, first_layer_init_std
 from datarecon.utils.device import parse_device
 from datarecon.utils.dtypes import torch_dtype
-from datarecon.config import MAX_SEED
-from datarecon.kernel.files import RUN_JSON
-from datarecon.kernel.status import Status
+from datarecon.utils.io import load_tensors, read_json
+from datarecon.utils.memory import refuse_if_too_large
 DATA_INITS_NOTE = ("initialisation (experimenter's choice): loading {init} images through the model's data spec; "
                    "the attack itself never sees them")
 
@@ -56,15 +79,46 @@ def _tagged(cls: type[BaseModel], *, tag: str, value: str) -> type[BaseModel]:
     return model
 
 
-#: method name → its config class with a ``method`` tag; built from the ATTACKS registry
-ATTACK_SPECS: dict[str, type[BaseModel]] = {
-    name: _tagged(ATTACKS.get(name).config_cls, tag="method", value=name) for name in ATTACKS.names()}
-#: init name → its parameter class with a ``name`` tag; built from the INITS registry
-INIT_SPECS: dict[str, type[BaseModel]] = {
-    name: _tagged(INITS.get(name).params_cls, tag="name", value=name) for name in INITS.names()}
+_ATTACK_SPECS: dict[str, type[BaseModel]] = {}
+_INIT_SPECS: dict[str, type[BaseModel]] = {}
 
-AttackSpec = Annotated[Union[tuple(ATTACK_SPECS.values())], Field(discriminator="method")]  # noqa: UP007
-InitSpec = Annotated[Union[tuple(INIT_SPECS.values())], Field(discriminator="name")]  # noqa: UP007
+
+def attack_spec(method: str) -> type[BaseModel]:
+    """The config class of the registered attack ``method`` with a ``method`` tag (built on first use,
+    so an attack registered after import, e.g. a plug-in, is a run's method like the built-in ones).
+
+    Raises:
+        DataReconError: an unknown method (the registry's message lists the valid names).
+    """
+    config_cls = ATTACKS.get(method).config_cls
+    spec = _ATTACK_SPECS.get(method)
+    if spec is None or spec.__base__ is not config_cls:
+        spec = _ATTACK_SPECS[method] = _tagged(config_cls, tag="method", value=method)
+    return spec
+
+
+def init_spec(name: str) -> type[BaseModel]:
+    """The parameter class of the initialisation ``name`` with a ``name`` tag (as :func:`attack_spec`)."""
+    params_cls = INITS.get(name).params_cls
+    spec = _INIT_SPECS.get(name)
+    if spec is None or spec.__base__ is not params_cls:
+        spec = _INIT_SPECS[name] = _tagged(params_cls, tag="name", value=name)
+    return spec
+
+
+def _tagged_config(value: Any, *, tag: str, default: str, spec_of: Any, what: str) -> BaseModel:
+    """``value`` as the tagged config it names: a tagged config of the right class is kept as it is, a
+    mapping (its tag defaulting to ``default``) is validated once; one-line errors name the bad field."""
+    if isinstance(value, BaseModel) and tag in type(value).model_fields:
+        if type(value) is spec_of(getattr(value, tag)):
+            return value
+        value = value.model_dump()
+    if not isinstance(value, Mapping):
+        raise DataReconError(f"invalid {what}: must be a mapping like {{{tag}: {default}}}, got {value!r}")
+    fields = dict(value)
+    name = str(fields.get(tag, default))
+    spec = spec_of(name)
+    return build_config(spec, {**fields, tag: name}, where=f"{name} config" if what == "attack" else f"init {name}")
 
 
 class _Frozen(BaseModel):
@@ -112,8 +166,8 @@ class RunSettings(_Frozen):
             KnowledgeSettings`: a known initialisation, n); default: the weights only.
     """
 
-    attack: AttackSpec = Field(default_factory=lambda: ATTACK_SPECS["kkt"]())
-    init: InitSpec = Field(default_factory=lambda: INIT_SPECS["gaussian"]())
+    attack: Any = Field(default_factory=lambda: attack_spec("kkt")())
+    init: Any = Field(default_factory=lambda: init_spec("gaussian")())
     candidates: int | None = Field(default=None, ge=1)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     device: str = "cpu"
@@ -129,16 +183,17 @@ class RunSettings(_Frozen):
             data.pop("knowledge", None)
         return data
 
-    @model_validator(mode="before")
+    @field_validator("attack", mode="before")
     @classmethod
-    def _default_tags(cls, data: Any) -> Any:
-        """An ``attack`` mapping without ``method`` is ``kkt``; an ``init`` without ``name`` is ``gaussian``."""
-        if isinstance(data, Mapping):
-            data = dict(data)
-            for key, tag, default in (("attack", "method", "kkt"), ("init", "name", "gaussian")):
-                if isinstance(data.get(key), Mapping) and tag not in data[key]:
-                    data[key] = {tag: default, **data[key]}
-        return data
+    def _attack(cls, value: Any) -> BaseModel:
+        """The attack's tagged config from the ATTACKS registry (``kkt`` when the tag is left out)."""
+        return _tagged_config(value, tag="method", default="kkt", spec_of=attack_spec, what="attack")
+
+    @field_validator("init", mode="before")
+    @classmethod
+    def _init(cls, value: Any) -> BaseModel:
+        """The initialisation's tagged parameters from the INITS registry (``gaussian`` by default)."""
+        return _tagged_config(value, tag="name", default="gaussian", spec_of=init_spec, what="init")
 
     @property
     def method(self) -> str:
@@ -148,18 +203,20 @@ class RunSettings(_Frozen):
     @property
     def dtype(self) -> torch.dtype:
         """The attack's precision (``attack.dtype``)."""
-        return torch_dtype(getattr(self.attack, "dtype", "float64"))
+        return torch_dtype(self.attack.dtype)
 
     @property
     def steps(self) -> int:
         """The attack's step count (``attack.steps``)."""
-        return int(getattr(self.attack, "steps"))
+        return int(self.attack.steps)
 
     def method_config(self) -> BaseModel:
-        """The attack's own config object (without the ``method`` tag), as the attack class takes it."""
-        fields = self.attack.model_dump()
-        fields.pop("method", None)
-        return build_config(ATTACKS.get(self.method).config_cls, fields, where=f"{self.method} config")
+        """The attack's own config object (its method's config class, without the ``method`` tag), as
+        the attack class takes it: the run's validated values, not validated again."""
+        config_cls = ATTACKS.get(self.method).config_cls
+        return config_cls.model_construct(
+            _fields_set=self.attack.model_fields_set - {"method"},
+            **{name: getattr(self.attack, name) for name in config_cls.model_fields})
 
     def init_params(self) -> dict[str, Any]:
         """The initialisation's parameters (without the ``name`` tag)."""
@@ -190,28 +247,24 @@ def load_run(path: str | Path, *, overrides: Mapping[str, Any] | None = None) ->
     Raises:
         DataReconError: a missing or unparsable file, or invalid fields (one line naming each).
     """
-    from datarecon.config import read_config_mapping
-
     return build_run(merge(read_config_mapping(path), dict(overrides or {})), where=f"run file {path}")
 
 
 def build_run(fields: Mapping[str, Any], *, where: str = "run") -> ReconstructionRun:
-    """Validate a mapping into a :class:`ReconstructionRun` with the attack's and init's own messages.
+    """Validate a mapping into a :class:`ReconstructionRun`: each part once, with one-line messages.
 
-    The attack and the initialisation are checked first through their registries, so an unknown
+    The attack and the initialisation are validated through their registries, so an unknown
     method or init lists the valid names and a bad field reads ``invalid kkt config: lr_x: ...``.
 
     Raises:
         DataReconError: unknown names or invalid fields (one line).
     """
     data = dict(fields)
-    attack = dict(data.get("attack") or {})
-    method = attack.pop("method", "kkt")
-    data["attack"] = {"method": method, **method_config(method, attack).model_dump()}
-    init = dict(data.get("init") or {})
-    name = init.pop("name", "gaussian")
-    data["init"] = {"name": name, **validate_init_params(name, **init).model_dump()}
+    for key in ("attack", "init"):
+        if data.get(key) is None:
+            data.pop(key, None)
     return build_config(ReconstructionRun, data, where=where)
+
 
 
 def method_config(method: str, fields: Mapping[str, Any] | BaseModel | None = None, **options: Any) -> BaseModel:
@@ -220,10 +273,7 @@ def method_config(method: str, fields: Mapping[str, Any] | BaseModel | None = No
     ``None`` values are ignored. Raises DataReconError for an unknown method (lists valid names),
     a field the method does not have, or invalid values (one line naming each bad field).
     """
-    entry = ATTACKS.get(method)
-    config_cls = getattr(entry, "config_cls", None)
-    if config_cls is None:
-        raise DataReconError(f"attack method {method!r} has no config_cls; it cannot be built from a config")
+    config_cls = ATTACKS.get(method).config_cls
     base = fields.model_dump() if isinstance(fields, BaseModel) else dict(fields or {})
     known = set(config_cls.model_fields)
     for key, value in options.items():
@@ -234,11 +284,9 @@ def method_config(method: str, fields: Mapping[str, Any] | BaseModel | None = No
     return build_config(config_cls, merge(base, options), where=f"{method} config")
 
 
-def make_attack(method: str, config: BaseModel) -> Any:
-    """Instantiate the registered attack ``method`` from its config."""
-    entry = ATTACKS.get(method)
-    factory = getattr(entry, "from_config", None)
-    return factory(config) if factory is not None else entry(config)
+def make_attack(method: str, config: BaseModel) -> Attack:
+    """Instantiate the registered attack ``method`` from its validated config."""
+    return ATTACKS.get(method).from_config(config)
 
 
 def default_candidates(data: Mapping[str, Any], num_outputs: int, *, data_init: bool) -> int:
@@ -252,13 +300,6 @@ def default_candidates(data: Mapping[str, Any], num_outputs: int, *, data_init: 
 
 def init_sources(model_dir: str | Path, *, data_dir: str | Path | None = None) -> Any:
     """Training and partition images of the model's data spec in model input space (experimenter side)."""
-    from datarecon.attacks.init import InitSources
-    from datarecon.data import DataSpec, Normalisation, load_task
-    from datarecon.models.checkpoint import EXTRAS, read_model_meta
-    from datarecon.utils.io import load_tensors
-
-    from datarecon.data.selection import check_fingerprint
-
     meta = read_model_meta(model_dir)
     where = f"data spec of {Path(model_dir) / 'model.json'}"
     task = load_task(build_record(DataSpec, meta["data"], where=where).checked(where), data_dir=data_dir)
@@ -306,10 +347,6 @@ class _InputSpace:
 def _input_space(model: str | Path | Target, run: ReconstructionRun, *, data_dir: str | Path | None,
                  sources: Any) -> _InputSpace:
     """The target, pixel box, m and init images of ``run`` against ``model`` (a model directory or a Target)."""
-    from datarecon.data import DataSpec
-    from datarecon.models.checkpoint import EXTRAS, read_model_meta
-    from datarecon.utils.io import load_tensors
-
     device, dtype, init, candidates = parse_device(run.device), run.dtype, run.init.name, run.candidates  # type: ignore[attr-defined]
     data_init = INITS.get(init).data
     if isinstance(model, Target):
@@ -335,8 +372,6 @@ def _input_space(model: str | Path | Target, run: ReconstructionRun, *, data_dir
 def _prior(space: _InputSpace, run: ReconstructionRun) -> AttackerPrior:
     """The prior of ``run``: m labels (from the init when it brings them, else in the model's class
     proportions) and the pixel box."""
-    from datarecon.attacks.init import init_labels
-
     target, m, sources, params = space.target, space.m, space.sources, run.init_params()
     labels = init_labels(run.init.name, m=m, sources=sources, **params)  # type: ignore[attr-defined]
     if labels is None:
@@ -352,14 +387,10 @@ def _prior(space: _InputSpace, run: ReconstructionRun) -> AttackerPrior:
 
 def _x0(space: _InputSpace, run: ReconstructionRun, prior: AttackerPrior, generator: torch.Generator) -> torch.Tensor:
     """x₀ (m, C, H, W) of ``run``'s initialisation (an init computed from the attacker's view gets that view)."""
-    from datarecon.attacks.init import CandidateSpec, make_init
-
     target, lower, upper, m, mean, sources = space.target, space.lower, space.upper, space.m, space.mean, space.sources
     init, params, dtype, device = run.init.name, run.init_params(), run.dtype, parse_device(run.device)  # type: ignore[attr-defined]
     attacker = None
     if "weights" in INITS.get(init).needs:  # an init computed from the attacker's view (never from images)
-        import types
-
         attacker = types.SimpleNamespace(model=target.model, params=target.params, subspace=prior.subspace,
                                          known_init=None if prior.known_init is None else prior.known_init.params,
                                          lower=lower, upper=upper)
@@ -388,8 +419,6 @@ def _refuse_candidates_beyond_memory(m: int, input_shape: tuple[int, ...], dtype
     plus the m × m cosine matrix of the candidates' selection scores
     (``attacks.selection.candidate_scores``, computed at the end of every run; 3·10⁶ candidates
     passed the first term and failed there after the whole run)."""
-    from datarecon.utils.memory import refuse_if_too_large
-
     need = runs * (CANDIDATE_COPIES * float(m) * float(torch.Size(input_shape).numel()) + float(m) * float(m))
     what = f"--candidates {m} of {tuple(input_shape)} inputs" + (f" in each of --runs {runs}" if runs > 1 else "")
     refuse_if_too_large(need * dtype.itemsize, what=what,
@@ -408,10 +437,6 @@ def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: Knowledg
         DataReconError: a known initialisation that does not fit or is not the model's; a known n
             larger than the first dense layer allows.
     """
-    import dataclasses
-
-    from datarecon.attacks.knowledge import resolve_known_init, resolve_recipe, threat_model
-    from datarecon.attacks.subspace import analyse, first_dense_layer
 
     known = None
     if knowledge.known_init is not None:
@@ -419,7 +444,6 @@ def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: Knowledg
     recipe = None if knowledge.recipe is None else resolve_recipe(knowledge.recipe, model_meta)
     init_std = None
     if model_meta is not None and "arch" in model_meta and known is None:
-        from datarecon.models.spec import ArchSpec, first_layer_init_std
 
         init_std = first_layer_init_std(ArchSpec.model_validate(model_meta["arch"]))
     try:
@@ -475,10 +499,8 @@ def prepare(run: ReconstructionRun, *, data_dir: str | Path | None = None, sourc
             a known initialisation that does not fit the model or is not the one it was trained from,
             an attack that needs knowledge the run does not give.
     """
-    from datarecon.attacks.knowledge import attack_uses
-
     entry = ATTACKS.get(run.method)
-    uses, requires = attack_uses(entry), tuple(getattr(entry, "requires", ()))
+    uses, requires = entry.uses, entry.requires
     init, params = run.init.name, run.init_params()  # type: ignore[attr-defined]
     INITS.get(init)
     if run.candidates is not None and run.candidates < 1:
@@ -526,17 +548,17 @@ class RunOptions:
     nested: bool = False
 
 
-def execute(run: ReconstructionRun, out: str | Path, how: RunOptions = RunOptions(), *, setup: AttackSetup | None = None,
+def execute(run: ReconstructionRun, out: str | Path, options: RunOptions = RunOptions(), *, setup: AttackSetup | None = None,
             sources: Any = None, target: Target | None = None, record: Mapping[str, Any] | None = None
             ) -> Reconstruction:
     """Run ``run`` into the run directory ``out`` (docs/dev/CONTRACTS.md); the one way a run executes.
 
     Args:
         run: the complete description of the run.
-        out: run directory (created; resumed with ``how.resume``). An existing non-empty ``out`` is
-            refused unless ``how.resume`` or ``how.overwrite``; ``overwrite`` replaces only a run directory
+        out: run directory (created; resumed with ``options.resume``). An existing non-empty ``out`` is
+            refused unless ``options.resume`` or ``options.overwrite``; ``overwrite`` replaces only a run directory
             (:mod:`datarecon.kernel.outdir`), and only after the model and settings were accepted.
-        how: resume, overwrite, progress, data folder, hooks, divergence (:class:`RunOptions`).
+        options: resume, overwrite, progress, data folder, hooks, divergence (:class:`RunOptions`).
         setup: a ready :func:`prepare` result of ``run`` (the caller needs x₀ itself).
         sources: ready :class:`~datarecon.attacks.init.InitSources` (skips loading the data).
         target: a user's own model (:meth:`Target.from_module`) attacked instead of ``run.model``.
@@ -549,17 +571,15 @@ def execute(run: ReconstructionRun, out: str | Path, how: RunOptions = RunOption
     Raises:
         DataReconError: bad model, settings or output folder; a checkpoint of another run.
     """
-    from datarecon.kernel.outdir import claim_out_dir
-
-    if how.overwrite and how.resume:
+    if options.overwrite and options.resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
-    with claim_out_dir(out, kind="run", overwrite=how.overwrite, resume=how.resume, nested=how.nested) as claim:
+    with claim_out_dir(out, kind="run", overwrite=options.overwrite, resume=options.resume, nested=options.nested) as claim:
         cfg = run.method_config()
         if setup is None:
-            setup = prepare(run, data_dir=how.data_dir, sources=sources, target=target)
+            setup = prepare(run, data_dir=options.data_dir, sources=sources, target=target)
         attack = make_attack(run.method, cfg)
         claim.prepare()  # only now: a bad model or setting leaves the old run untouched
-        return _execute(run, out, how, setup=replace(setup, record=_run_record(run, attack, setup, target, record)),
+        return _execute(run, out, options, setup=replace(setup, record=_run_record(run, attack, setup, target, record)),
                         attack=attack)
 
 
@@ -570,11 +590,10 @@ def _run_record(run: ReconstructionRun, attack: Any, setup: AttackSetup, target:
     stop = run.early_stop
     rec_meta = {**setup.record, "early_stop": {"patience": stop.patience, "rel_tol": stop.rel_tol},
                 "run": run.model_dump(mode="json")}
-    if hasattr(attack, "uses_subspace") and isinstance(rec_meta.get("knowledge"), dict):
+    if attack.subspace_candidates and isinstance(rec_meta.get("knowledge"), dict):
         # what the default (subspace: null) resolved to for this attacker
         rec_meta["knowledge"] = {**rec_meta["knowledge"], "subspace_candidates": attack.uses_subspace(setup.prior)}
     if target is not None:  # a user's own model: what evaluation needs to map its inputs to images
-        from datarecon.kernel.losses import loss_name
 
         rec_meta["model_dir"] = None
         rec_meta["own_model"] = {"value_range": list(target.value_range or (0.0, 1.0)),
@@ -589,41 +608,36 @@ def _run_record(run: ReconstructionRun, attack: Any, setup: AttackSetup, target:
 
 def early_stop_rule(run: ReconstructionRun) -> Any:
     """The run's attacker-side early stop (a residual plateau), or None when ``patience`` is 0."""
-    from datarecon.attacks.selection import ResidualPlateau
-
     stop = run.early_stop
     return ResidualPlateau(key="rel_residual", patience=stop.patience, rel_tol=stop.rel_tol) if stop.patience else None
 
 
-def run_loop(run: ReconstructionRun, how: RunOptions) -> Any:
+def run_loop(run: ReconstructionRun, options: RunOptions) -> Any:
     """The run's loop settings (:class:`~datarecon.kernel.engine.LoopOptions`): its checkpoint and log
     periods with the execution's resume, progress and hooks."""
-    return replace(ATTACK_LOOP, log_every=run.checkpoint.log_every, progress=how.progress,
-                   checkpoint_every=run.checkpoint.every, resume=how.resume, hooks=tuple(how.hooks))
+    return replace(ATTACK_LOOP, log_every=run.checkpoint.log_every, progress=options.progress,
+                   checkpoint_every=run.checkpoint.every, resume=options.resume, hooks=tuple(options.hooks))
 
 
-def _execute(run: ReconstructionRun, out: str | Path, how: RunOptions, *, setup: AttackSetup, attack: Any
+def _execute(run: ReconstructionRun, out: str | Path, options: RunOptions, *, setup: AttackSetup, attack: Any
              ) -> Reconstruction:
     """The body of :func:`execute` once ``out`` is claimed and prepared (``setup.record``: all of run.json's extras)."""
-    from datarecon.attacks.runner import run_attack
-
-    rec = run_attack(attack, setup, steps=run.steps, out=out, loop=run_loop(run, how), early_stop=early_stop_rule(run))
+    rec = run_attack(attack, setup, steps=run.steps, out=out, loop=run_loop(run, options), early_stop=early_stop_rule(run))
     save_subspace(out, setup.prior)
-    if how.raise_on_divergence and rec.status == Status.DIVERGED:
+    if options.raise_on_divergence and rec.status == Status.DIVERGED:
         raise DivergenceError(rec.summary.get("message", f"{run.method} diverged") + f" (last finite state in {out})")
     return rec
 
 
 def save_subspace(out: str | Path, prior: AttackerPrior) -> None:
     """Write the prior's subspace analysis beside the run (``subspace.safetensors``), if it has one."""
-    if getattr(prior, "subspace", None) is not None:
-        from datarecon.attacks.subspace import SUBSPACE_FILE, save_analysis
+    if prior.subspace is not None:
 
         save_analysis(Path(out) / SUBSPACE_FILE, prior.subspace)
 
 
 def reconstruct(model: str | Path | Target, settings: Mapping[str, Any] | RunSettings, out: str | Path,
-                how: RunOptions = RunOptions(), *, sources: Any = None) -> Reconstruction:
+                options: RunOptions = RunOptions(), *, sources: Any = None) -> Reconstruction:
     """Attack ``model`` with the run ``settings`` (a run without its model) into ``out``: builds the
     :class:`ReconstructionRun` and :func:`execute` s it.
 
@@ -634,7 +648,7 @@ def reconstruct(model: str | Path | Target, settings: Mapping[str, Any] | RunSet
             ``{"attack": {"method": "kkt", "steps": 500, "lr_x": 0.01}, "init": {"name": "gaussian",
             "scale": 0.05}, "candidates": 40, "seed": 0}``; or a :class:`RunSettings`.
         out: run directory; see :func:`execute`.
-        how, sources: see :func:`execute`.
+        options, sources: see :func:`execute`.
 
     Returns:
         The :class:`~datarecon.attacks.base.Reconstruction` (also written to ``out``).
@@ -645,7 +659,7 @@ def reconstruct(model: str | Path | Target, settings: Mapping[str, Any] | RunSet
     fields = settings.model_dump() if isinstance(settings, RunSettings) else dict(settings)
     own = model if isinstance(model, Target) else None
     run = build_run({"model": OWN_MODEL if own is not None else str(model), **fields})
-    return execute(run, out, how, sources=sources, target=own)
+    return execute(run, out, options, sources=sources, target=own)
 
 
 def run_name(index: int) -> str:
@@ -653,7 +667,7 @@ def run_name(index: int) -> str:
     return f"run{index}"
 
 
-def execute_batch(runs: Sequence[ReconstructionRun], outs: Sequence[str | Path], how: RunOptions = RunOptions(), *,
+def execute_batch(runs: Sequence[ReconstructionRun], outs: Sequence[str | Path], options: RunOptions = RunOptions(), *,
                   setups: Sequence[AttackSetup], mode: str = "auto") -> list[Reconstruction]:
     """Execute K runs on one target stepped together (:func:`~datarecon.attacks.batched.run_batched`);
     the one way runs execute as a batch (``--runs K`` and the reproductions' batched pieces).
@@ -665,7 +679,7 @@ def execute_batch(runs: Sequence[ReconstructionRun], outs: Sequence[str | Path],
     Args:
         runs: the K typed runs (one model; one dtype, checkpoint and log period; steps may differ).
         outs: their run directories (claimed by the caller).
-        how: resume (each run continues from its own checkpoint where it has one), progress (of
+        options: resume (each run continues from its own checkpoint where it has one), progress (of
             the first run), hooks (:class:`RunOptions`).
         setups: :func:`prepare` of each run (target, prior, x₀, generator), with each run's
             ``run.json`` extras in its ``record``.
@@ -675,8 +689,6 @@ def execute_batch(runs: Sequence[ReconstructionRun], outs: Sequence[str | Path],
     Returns:
         One :class:`~datarecon.attacks.base.Reconstruction` per run, in order.
     """
-    from datarecon.attacks.batched import BatchMember, run_batched
-
     shared = {(run.checkpoint.every, run.checkpoint.log_every) for run in runs}
     if len(shared) != 1:
         raise DataReconError(f"the runs of a batch checkpoint and log at {sorted(shared)} steps; give them one period")
@@ -686,10 +698,10 @@ def execute_batch(runs: Sequence[ReconstructionRun], outs: Sequence[str | Path],
                for run, out, setup in zip(runs, outs, setups, strict=True)]
     steps = {run.steps for run in runs}
     return run_batched(members, setups[0].target, mode=mode, steps=steps.pop() if len(steps) == 1 else None,
-                       loop=run_loop(runs[0], how))
+                       loop=run_loop(runs[0], options))
 
 
-def reconstruct_runs(run: ReconstructionRun, out: str | Path, how: RunOptions = RunOptions(), *, runs: int,
+def reconstruct_runs(run: ReconstructionRun, out: str | Path, options: RunOptions = RunOptions(), *, runs: int,
                      mode: str = "auto", sources: Any = None, record: Mapping[str, Any] | None = None,
                      criterion: str = "relative_residual") -> list[Reconstruction]:
     """``runs`` copies of ``run`` with seeds ``run.seed + j``, executed as one batch (:func:`execute_batch`),
@@ -706,7 +718,7 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, how: RunOptions = 
 
     Args:
         run: the typed run of run 0 (a model directory).
-        how: as in :func:`execute`; ``overwrite``/``resume`` apply to ``out`` as a whole
+        options: as in :func:`execute`; ``overwrite``/``resume`` apply to ``out`` as a whole
             (``overwrite`` deletes only what datarecon wrote there).
         runs: K ≥ 1.
         mode: ``batched`` | ``looped`` | ``auto`` (the default: looped on CPU, where batching
@@ -723,30 +735,27 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, how: RunOptions = 
         DataReconError: runs < 1, an unknown mode, bad settings, or an ``out`` that may not be
             written (see :func:`execute`).
     """
-    from datarecon.attacks.batched import resolve_mode
-    from datarecon.kernel.outdir import claim_out_dir
-
     if runs < 1:
         raise DataReconError(f"--runs must be at least 1, got {runs}; pass --runs K with K >= 1")
     if runs > MAX_BATCH_RUNS:
         raise DataReconError(f"--runs {runs} is more than {MAX_BATCH_RUNS:,} runs of one target in one folder; pass "
                              "fewer, or run a sweep with a budget (datarecon sweep)")
     mode = resolve_mode(mode, run.device)
-    if how.overwrite and how.resume:
+    if options.overwrite and options.resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     out = Path(out)
-    with claim_out_dir(out, kind="run", overwrite=how.overwrite, resume=how.resume, nested=how.nested) as claim:
+    with claim_out_dir(out, kind="run", overwrite=options.overwrite, resume=options.resume, nested=options.nested) as claim:
         members = [run.model_copy(update={"seed": run.seed + j}) for j in range(runs)]
-        first = prepare(members[0], data_dir=how.data_dir, sources=sources)
+        first = prepare(members[0], data_dir=options.data_dir, sources=sources)
         _refuse_candidates_beyond_memory(first.prior.m, first.target.input_shape, run.dtype, runs=runs)
-        setups = [first, *(prepare(r, data_dir=how.data_dir, sources=sources) for r in members[1:])]
+        setups = [first, *(prepare(r, data_dir=options.data_dir, sources=sources) for r in members[1:])]
         stop = {"patience": run.early_stop.patience, "rel_tol": run.early_stop.rel_tol}
         setups = [replace(setup, record={**setup.record, "early_stop": stop,
                                          "batch": {"runs": runs, "index": j, "mode": mode},
                                          "run": member.model_dump(mode="json"), **dict(record or {})})
                   for j, (member, setup) in enumerate(zip(members, setups, strict=True))]
         claim.prepare()  # only now: a bad model or setting leaves the old runs untouched
-        recs = execute_batch(members, [out / run_name(j) for j in range(runs)], how, setups=setups, mode=mode)
+        recs = execute_batch(members, [out / run_name(j) for j in range(runs)], options, setups=setups, mode=mode)
         for j, setup in enumerate(setups):
             save_subspace(out / run_name(j), setup.prior)
         pool_runs(out, recs, model_dir=str(run.model), criterion=criterion,
@@ -763,11 +772,6 @@ def pool_runs(out: Path, recs: Sequence[Reconstruction], *, model_dir: str, crit
     Returns:
         ``out``, or None when no run finished.
     """
-    from datarecon.attacks.selection import CRITERIA
-    from datarecon.experiments.pool import PoolSpec, write_pool
-    from datarecon.kernel.status import EVALUABLE
-    from datarecon.utils.io import read_json
-
     mode = "max" if CRITERIA.get(criterion).better == "higher" else "min"
     sources = []
     for j, rec in enumerate(recs):

@@ -14,8 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from datarecon.attacks.base import Reconstruction
+from datarecon.attacks.base import ATTACKS, Reconstruction
 from datarecon.errors import DataReconError
+from datarecon.experiments.reconstruct import RunOptions, execute
 
 if TYPE_CHECKING:  # the sweep package imports this module
     from datarecon.experiments.sweep.config import RunSpec
@@ -35,9 +36,7 @@ def sweep_field(flag: str) -> str:
 def _run_flags() -> set[str]:
     """The ``datarecon reconstruct`` options that name a field of a sweep run (the others, such as
     ``--resume`` or ``--out``, have no sweep field and stay as they are)."""
-    from datarecon.attacks.base import ATTACKS
-
-    fields = {f for name in ATTACKS.names() for f in getattr(ATTACKS.get(name), "config_cls").model_fields}
+    fields = {f for name in ATTACKS.names() for f in ATTACKS.get(name).config_cls.model_fields}
     return set(SWEEP_FIELDS) | {"--" + f.replace("_", "-") for f in fields}
 
 
@@ -88,8 +87,7 @@ def run_from_spec(spec: RunSpec | Mapping[str, Any], *, out: str | Path, resume:
     Raises:
         DataReconError: bad attack/init fields, unknown names, or a model that does not fit.
     """
-    from datarecon.experiments.reconstruct import RunOptions, execute
-    from datarecon.experiments.sweep.config import RunSpec
+    from datarecon.experiments.sweep.config import RunSpec  # the sweep package imports this module
 
     if not isinstance(spec, RunSpec):
         spec = RunSpec.model_validate(spec)

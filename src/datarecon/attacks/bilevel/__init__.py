@@ -7,7 +7,7 @@
 * :mod:`.linear_solve`: inverse-Hessian strategies (``LINEAR_SOLVERS``: pcg, cg, neumann, qn),
   each reporting its relative residual.
 * :mod:`.hypergrad`: the implicit-function hypergradient (sign derived there).
-* :mod:`.attack`: ``BilevelAttack`` / ``BilevelConfig`` (IterativeAttack), registered as ``bilevel``.
+* :mod:`.attack`: ``BilevelAttack`` / ``BilevelConfig`` (an Attack), registered as ``bilevel``.
 """
 
 from datarecon.attacks.bilevel.attack import NONSMOOTH, SMOOTH, BilevelAttack, BilevelConfig, KinkTreatment

@@ -1,4 +1,4 @@
-"""The bilevel reconstruction attack as an IterativeAttack (Runkel et al. 2024, eq. 2 / update 7).
+"""The bilevel reconstruction attack as an Attack (Runkel et al. 2024, eq. 2 / update 7).
 
 Each outer step k (``BilevelAttack.step``):
 
@@ -51,12 +51,12 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from datarecon.attacks.base import AttackerPrior, ConfiguredAttack, Target
+from datarecon.attacks.base import Attack, AttackerPrior, Target
 from datarecon.attacks.bilevel.hypergrad import HypergradientSettings, hypergradient
 from datarecon.attacks.bilevel.lbfgs import LINE_SEARCHES, LBFGSMemory, LBFGSSettings, lbfgs_minimize
 from datarecon.attacks.bilevel.linear_solve import LINEAR_SOLVERS, SolveOptions
@@ -67,12 +67,12 @@ from datarecon.attacks.bilevel.problem import (
     UPPER_LOSSES,
     Energy,
     FlatLayout,
-    box_penalty,
     has_kinks,
     make_energy,
     resolve_weight_decay,
     value_and_grad,
 )
+from datarecon.attacks.priors import box_value_and_grad
 from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, init_optimizer_state, optimizer_step
 from datarecon.errors import DataReconError
 from datarecon.registry import registered
@@ -149,15 +149,12 @@ class BilevelConfig(BaseModel):
         ls_max_trials: halvings of the problem-derived step tried before x stays put (``lr_x`` None).
         max_step: cap on one problem-derived step, ‖Δx‖ ≤ max_step·‖x‖ (Frobenius norm over
             all candidates). None (default): no cap for smooth targets, ``NONSMOOTH.max_step``
-            (1 %) for targets with kinks, where the descent-rate measurement (docs/PERFORMANCE.md
-            §6.4) found the rate of decrease at moves of 1 % of ‖x‖ still 55–77 % of that at 0.1 %;
-            larger moves leave the region the hypergradient describes.
+            (1 %) for targets with kinks: larger moves leave the region the hypergradient describes
+            (the descent-rate measurement, docs/PERFORMANCE.md §6.4).
         hessian: inverse-Hessian strategy (``LINEAR_SOLVERS``: "cg", "pcg", "neumann", "qn").
             Default "cg", warm-started: fewest Hessian-vector products and least time to a relative
-            residual of 1e-6 in ``benchmarks/bench_bilevel_solvers.py`` (affine: 16 HVPs per solve;
-            "pcg" with the inner L-BFGS pairs 17, "neumann" 572; one-hidden: 5.7 vs 11.3 vs 27);
-            "qn" is the paper's two-loop recursion (no solve; its hypergradient measured 35–124 %
-            off, residual ≈ 1).
+            residual of 1e-6 (``benchmarks/bench_bilevel_solvers.py``, docs/PERFORMANCE.md §6);
+            "qn" is the paper's two-loop recursion (no solve, a rough hypergradient).
         solve_tol: relative-residual tolerance of the linear solve (every strategy reports its
             residual against it).
         solve_max_iter: cg / pcg iteration cap.
@@ -328,18 +325,18 @@ def _step_metrics(hg: Any, *, f0: float, distance: float, inner_res: float, tol:
     return metrics
 
 
-class BilevelAttack(ConfiguredAttack):
+class BilevelAttack(Attack):
     """Runkel et al. (2024) bilevel reconstruction, stepping form for the shared runner.
 
     Args:
         config: the frozen :class:`BilevelConfig`.
     """
 
-    name = "bilevel"
-    config_cls = BilevelConfig
-    divergence_hint = ("set a smaller fixed lr_x (or none: the problem-derived step), raise weight_decay_override, "
-                       "or use curvature gauss-newton / damping")
-    resume_ignore = ("steps",)
+    name: ClassVar[str] = "bilevel"
+    config_cls: ClassVar[type[Any]] = BilevelConfig
+    divergence_hint: ClassVar[str] = (
+        "set a smaller fixed lr_x (or none: the problem-derived step), raise weight_decay_override, "
+        "or use curvature gauss-newton / damping")
 
     def __init__(self, config: BilevelConfig | None = None) -> None:
         super().__init__(config)
@@ -374,8 +371,8 @@ class BilevelAttack(ConfiguredAttack):
 
     def _problem(self, target: Target, prior: AttackerPrior):
         """(layout, inner energy, θ*) (kept for the benchmarks)."""
-        pr = self.problem(target, prior)
-        return pr.layout, pr.energy, pr.theta_star
+        problem = self.problem(target, prior)
+        return problem.layout, problem.energy, problem.theta_star
 
     @staticmethod
     def _on(state: dict[str, torch.Tensor], layout: FlatLayout) -> None:
@@ -409,9 +406,9 @@ class BilevelAttack(ConfiguredAttack):
         Raises:
             DataReconError: the energy has no finite minimiser (see ``weight_decay_override``).
         """
-        pr = self.problem(target, prior)
-        layout = pr.layout
-        theta = THETA0.get(self.config.theta0)(target.model, layout, pr.theta_star, generator=generator)
+        problem = self.problem(target, prior)
+        layout = problem.layout
+        theta = THETA0.get(self.config.theta0)(target.model, layout, problem.theta_star, generator=generator)
         x = x0.detach().to(device=layout.device, dtype=layout.dtype).clone()
         mem = LBFGSMemory.empty(self.config.lbfgs_history, layout.size, dtype=layout.dtype, device=layout.device)
         state = {
@@ -424,7 +421,7 @@ class BilevelAttack(ConfiguredAttack):
             SOLVED: torch.zeros((), dtype=torch.int64),
             STEP: torch.zeros((), dtype=torch.float64),
         }
-        if pr.kinks and self.config.inner_tol_schedule == "distance" and self.config.lr_x is None:
+        if problem.kinks and self.config.inner_tol_schedule == "distance" and self.config.lr_x is None:
             warnings.warn(
                 "bilevel: inner_tol_schedule 'distance' with the problem-derived step on a target with kinks: the "
                 "inner solve stalls on kinks near the loose tolerance, so trial points are often not re-solved and "
@@ -443,15 +440,15 @@ class BilevelAttack(ConfiguredAttack):
     def _box(self, x: torch.Tensor, prior: AttackerPrior) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.config.box_weight <= 0:
             return torch.zeros((), dtype=x.dtype), None
-        return box_penalty(x, prior.lower, prior.upper)
+        return box_value_and_grad(x, *self.bounds(prior, x.device))
 
     def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
              index: int) -> dict[str, float]:
         """One outer step: inner solve (unless the last step's line search already solved at x),
         linear solve, x update (problem-derived or fixed step); the state changes only if finite."""
         cfg = self.config
-        pr = self.problem(target, prior)
-        layout, energy_fn, theta_star = pr.layout, pr.energy, pr.theta_star
+        problem = self.problem(target, prior)
+        layout, energy_fn, theta_star = problem.layout, problem.energy, problem.theta_star
         self._on(state, layout)
         x = state["x"]
         memory = LBFGSMemory(state["lbfgs.s"], state["lbfgs.y"], state["lbfgs.meta"])
@@ -468,7 +465,7 @@ class BilevelAttack(ConfiguredAttack):
             add["inner_evaluations"] += inner.evaluations
         pairs = (memory.pairs() + new_pairs)[-cfg.lbfgs_history:] if cfg.lbfgs_history else []
         eig = state.get(EIGVEC)
-        hg = hypergradient(energy_fn, x, theta, theta_star, settings=cfg.hypergradient_settings(pr.treatment),
+        hg = hypergradient(energy_fn, x, theta, theta_star, settings=cfg.hypergradient_settings(problem.treatment),
                            pairs=pairs, previous_p=state["p"],
                            eigvec=eig if eig is not None and bool(torch.any(eig != 0)) else None)
         add["hvps"] += hg.solve.hvps
@@ -476,7 +473,7 @@ class BilevelAttack(ConfiguredAttack):
         grad_x = hg.grad_x if box_grad is None else hg.grad_x + cfg.box_weight * box_grad
         f0 = float(hg.upper) + cfg.box_weight * float(box)
         if hg.solve.negative_curvature or hg.solve.diverged:
-            _warn_unreliable(cfg.hessian, pr.treatment, negative=hg.solve.negative_curvature, index=index)
+            _warn_unreliable(cfg.hessian, problem.treatment, negative=hg.solve.negative_curvature, index=index)
         metrics = _step_metrics(hg, f0=f0, distance=float(((theta - theta_star) ** 2).sum()), inner_res=inner_res,
                                 tol=tol, grad_x=grad_x, box=float(box))
         if not (math.isfinite(f0) and math.isfinite(metrics["grad_x_norm"]) and math.isfinite(inner_res)
@@ -493,7 +490,7 @@ class BilevelAttack(ConfiguredAttack):
             state["theta"], solved, step_taken, last_res = theta, 0, cfg.lr_x, inner_res
             trial_pairs: list = []
         else:
-            ls = self._line_search(pr, prior, _LineSearchStart(x=x, theta=theta, grad_x=grad_x, f0=f0, tol=tol,
+            ls = self._line_search(problem, prior, _LineSearchStart(x=x, theta=theta, grad_x=grad_x, f0=f0, tol=tol,
                                                                pairs=pairs), last_step=float(state[STEP]))
             for key, n in (("inner_iterations", ls.inner_iterations), ("inner_evaluations", ls.inner_evaluations),
                            ("ls_trials", ls.trials), ("rejected_steps", int(not ls.accepted))):
@@ -525,7 +522,7 @@ class BilevelAttack(ConfiguredAttack):
         _accumulate(state[SOLVE], hg.solve.residual)
         return metrics
 
-    def _line_search(self, pr: _Problem, prior: AttackerPrior, start: _LineSearchStart, *,
+    def _line_search(self, problem: _Problem, prior: AttackerPrior, start: _LineSearchStart, *,
                      last_step: float) -> _StepResult:
         """The problem-derived step on x (see ``BilevelConfig.lr_x``): Polyak trial, Armijo backtracking
         on l(θ*, θ(x)) + box, with the inner problem re-solved (warm) at every trial point.
@@ -538,19 +535,19 @@ class BilevelAttack(ConfiguredAttack):
         t = f0 / gg  # Polyak's step for the known optimal value 0 of the upper loss
         if last_step > 0.0:
             t = min(t, cfg.ls_grow * last_step)
-        if math.isfinite(pr.treatment.max_step):  # stay where the first-order model was measured to hold
-            t = min(t, pr.treatment.max_step * _trust_scale(x, prior) / math.sqrt(gg))
+        if math.isfinite(problem.treatment.max_step):  # stay where the first-order model was measured to hold
+            t = min(t, problem.treatment.max_step * _trust_scale(x, prior) / math.sqrt(gg))
         iters = evals = 0
         ref = f0  # l at x, to beat
         base: tuple[torch.Tensor, float, list] | None = None  # (θ, residual, pairs) of a re-solve at x
         drift = 0.0
         for trial in range(1, cfg.ls_max_trials + 1):
             x_try = x - t * grad_x
-            inner = self._inner(pr.energy, x_try, theta, pairs, first=False, tol=tol)
+            inner = self._inner(problem.energy, x_try, theta, pairs, first=False, tol=tol)
             iters += inner.iterations
             evals += inner.evaluations
             box, _ = self._box(x_try, prior)
-            f_try = self._upper(inner.theta, pr.theta_star) + cfg.box_weight * float(box)
+            f_try = self._upper(inner.theta, problem.theta_star) + cfg.box_weight * float(box)
             # a real decrease is required: when c1·t·‖∇l‖² is below the rounding of l, Armijo alone
             # would accept a step that changed nothing, and the step size would never recover
             if (math.isfinite(f_try) and math.isfinite(inner.grad_norm) and f_try < ref
@@ -563,11 +560,11 @@ class BilevelAttack(ConfiguredAttack):
                 # kinks) l at x moves by itself (measured +0.12 on the medium one-hidden target from a
                 # ground-truth start, where every later trial was then rejected); the re-solved value is
                 # the reference, and θ at x is updated even if no step is accepted.
-                res = self._inner(pr.energy, x, theta, pairs, first=False, tol=tol)
+                res = self._inner(problem.energy, x, theta, pairs, first=False, tol=tol)
                 iters += res.iterations
                 evals += res.evaluations
                 if res.iterations > 0 and math.isfinite(res.grad_norm):
-                    f_base = self._upper(res.theta, pr.theta_star) + cfg.box_weight * float(self._box(x, prior)[0])
+                    f_base = self._upper(res.theta, problem.theta_star) + cfg.box_weight * float(self._box(x, prior)[0])
                     if math.isfinite(f_base):
                         base, drift, ref = (res.theta, res.grad_norm, list(res.new_pairs)), f_base - f0, f_base
             t *= 0.5
@@ -583,12 +580,12 @@ class BilevelAttack(ConfiguredAttack):
             energy: "inner" (the energy the attack solves) or "target" (the target's own energy;
                 differs only with a surrogate ``inner_activation``).
         """
-        pr = self.problem(target, prior)
-        self._on(state, pr.layout)
+        problem = self.problem(target, prior)
+        self._on(state, problem.layout)
         memory = LBFGSMemory(state["lbfgs.s"].clone(), state["lbfgs.y"].clone(), state["lbfgs.meta"].clone())
         first = int(state[COUNTS][_C["steps"]]) == 0
-        fn = pr.energy if energy == "inner" else pr.target_energy
-        return self._inner(fn, state["x"], state["theta"], memory, first=first), pr.theta_star
+        fn = problem.energy if energy == "inner" else problem.target_energy
+        return self._inner(fn, state["x"], state["theta"], memory, first=first), problem.theta_star
 
     def finish(self, target: Target, prior: AttackerPrior,
                state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -606,12 +603,12 @@ class BilevelAttack(ConfiguredAttack):
         negative curvature, total HVPs, inner iterations and evaluations, line-search trials and
         rejected steps, the weight decay, the strategy and the resolved kink treatment.
         """
-        pr = self.problem(target, prior)
+        problem = self.problem(target, prior)
         inner, theta_star = self.final_inner(target, prior, state)
-        surrogate = pr.treatment.inner_activation != "target"
+        surrogate = problem.treatment.inner_activation != "target"
         dist_inner = float(((inner.theta - theta_star) ** 2).sum())
         if surrogate:  # Table 1 is about the target's own energy: re-solve on it from θ_β(x)
-            true = lbfgs_minimize(value_and_grad(pr.target_energy, state["x"]), inner.theta,
+            true = lbfgs_minimize(value_and_grad(problem.target_energy, state["x"]), inner.theta,
                                   history=self.config.lbfgs_history, tol=self.config.inner_tol,
                                   max_iter=self.config.inner_max_iter_first, settings=self.config.lbfgs_settings())
             dist = float(((true.theta - theta_star) ** 2).sum())
@@ -621,7 +618,7 @@ class BilevelAttack(ConfiguredAttack):
         c = {k: int(counts[i]) for i, k in enumerate(_COUNT_NAMES)}
         steps_done = c["steps"]
         with torch.no_grad():
-            out = target.forward(state["x"], pr.layout.unflatten(theta_star))
+            out = target.forward(state["x"], problem.layout.unflatten(theta_star))
             score = margins(out, prior.labels.to(out.device)).detach().cpu()
         n_params = int(theta_star.numel())
         dist_x0 = float(state[DIST_X0]) if DIST_X0 in state else float("nan")
@@ -649,11 +646,11 @@ class BilevelAttack(ConfiguredAttack):
             "outer_steps": steps_done,
             "weight_decay": self.weight_decay(target),
             "hessian": self.config.hessian,
-            "target_has_kinks": pr.kinks,
-            "curvature": pr.treatment.curvature,
-            "damping": pr.treatment.damping,
-            "max_step": pr.treatment.max_step if math.isfinite(pr.treatment.max_step) else None,
-            "inner_activation": pr.treatment.inner_activation,
+            "target_has_kinks": problem.kinks,
+            "curvature": problem.treatment.curvature,
+            "damping": problem.treatment.damping,
+            "max_step": problem.treatment.max_step if math.isfinite(problem.treatment.max_step) else None,
+            "inner_activation": problem.treatment.inner_activation,
             "num_parameters": n_params,
         }
         if surrogate:

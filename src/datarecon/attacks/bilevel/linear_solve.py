@@ -1,4 +1,4 @@
-"""Inverse-Hessian products p ≈ [∇²_θE + μI]⁻¹ b, as pluggable strategies (STYLE #4).
+"""Inverse-Hessian products p ≈ [∇²_θE + μI]⁻¹ b, as pluggable strategies.
 
 Each strategy is a pure function of a Hessian-vector product callable ``hvp: v ↦ H v`` (or
 of curvature pairs) and a right-hand side b; none forms a dense Hessian.

@@ -391,19 +391,3 @@ def value_and_grad(energy_fn: EnergyFn, x: torch.Tensor) -> Callable[[torch.Tens
         return value.detach(), g
 
     return fun
-
-
-def box_penalty(x: torch.Tensor, lower: torch.Tensor | float, upper: torch.Tensor | float
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pixel-box prior Σ relu(x − upper)² + relu(lower − x)² and its gradient in x.
-
-    Args:
-        x: (m, C, H, W) candidates (model input space).
-        lower, upper: scalars or (C, H, W) bounds.
-
-    Returns:
-        (value scalar, gradient shaped like x).
-    """
-    over = torch.clamp(x - torch.as_tensor(upper, dtype=x.dtype, device=x.device), min=0)
-    under = torch.clamp(torch.as_tensor(lower, dtype=x.dtype, device=x.device) - x, min=0)
-    return (over * over).sum() + (under * under).sum(), 2.0 * (over - under)
