@@ -58,12 +58,8 @@ def hard_kill():
     """``hard_kill(train, at)``: run ``train(hooks=[...])`` (a training loop: fit, fit_dp) and end it after
     ``at`` epochs as a SIGKILL would: no final checkpoint, only the periodic ones survive. The final
     save is switched off for that call only, so a later resumed call checkpoints normally."""
-    import sys
-
-    import datarecon.training.fit  # noqa: F401  (the module; the package re-exports fit, the function)
     from datarecon.kernel.engine import BaseHook
-
-    fit_module = sys.modules["datarecon.training.fit"]
+    from datarecon.training.resume import CheckpointHook
 
     class HardKill(BaseHook):
         def __init__(self, at: int) -> None:
@@ -74,12 +70,12 @@ def hard_kill():
                 raise SystemExit(9)
 
     def call(train, at: int) -> None:
-        orig = fit_module._CheckpointHook.after_run
-        fit_module._CheckpointHook.after_run = lambda self, state: None
+        orig = CheckpointHook.after_run
+        CheckpointHook.after_run = lambda self, state: None
         try:
             with pytest.raises(SystemExit):
                 train(hooks=[HardKill(at)])
         finally:
-            fit_module._CheckpointHook.after_run = orig
+            CheckpointHook.after_run = orig
 
     return call

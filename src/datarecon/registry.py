@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
+from pydantic import AfterValidator
+
 from datarecon.errors import DataReconError
 
 T = TypeVar("T")
@@ -91,8 +93,6 @@ def registered(registry: Registry) -> object:
     Use as ``optimizer: Annotated[str, registered(OPTIMIZERS)] = "sgd"``; an unknown name raises
     :class:`~datarecon.errors.DataReconError` listing the valid names from the registry.
     """
-    from pydantic import AfterValidator
-
     def check(value: str) -> str:
         registry.get(value)
         return value

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import platformdirs
+
 from datarecon.data import formats
 from datarecon.data.formats import RawDataset
 from datarecon.errors import DataMissingError, DataReconError
@@ -43,8 +45,6 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     env = os.environ.get(ENV_VAR)
     if env:
         return Path(env).expanduser()
-    import platformdirs
-
     return Path(platformdirs.user_cache_dir("datarecon"))
 
 
@@ -82,7 +82,7 @@ def _check_split(split: str) -> None:
         raise DataReconError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
 
 
-def _where(root: Path) -> str:
+def _describe_data_dir(root: Path) -> str:
     """The data folder as messages name it, with what is wrong with it (a file, nothing there)."""
     if root.is_dir():
         return f"{root}"
@@ -115,7 +115,7 @@ def _cifar_locate(root: Path, split: str) -> tuple[Path, ...]:
             )
     raise DataMissingError(
         "CIFAR-10 not found: put cifar-10-batches-bin/ (data_batch_1.bin ... data_batch_5.bin, "
-        f"test_batch.bin) or cifar-10-batches-py/ under {_where(root)}, set {ENV_VAR}, "
+        f"test_batch.bin) or cifar-10-batches-py/ under {_describe_data_dir(root)}, set {ENV_VAR}, "
         "or run `datarecon data download cifar10`"
     )
 
@@ -173,7 +173,7 @@ def _mnist_locate(root: Path, split: str) -> tuple[Path, ...]:
         if not folder.is_dir():
             raise DataMissingError(
                 f"MNIST not found: put mnist/ ({all_names}; gzip or unpacked) under "
-                f"{_where(root)}, set {ENV_VAR}, or run `datarecon data download mnist`"
+                f"{_describe_data_dir(root)}, set {ENV_VAR}, or run `datarecon data download mnist`"
             )
         raise DataMissingError(
             f"MNIST incomplete: {', '.join(missing)} missing from {folder} (gzip or unpacked); "

@@ -23,6 +23,7 @@ Formats:
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import io
 import math
@@ -34,6 +35,13 @@ from typing import Any
 
 import numpy as np
 import torch
+
+try:  # numpy >= 2 keeps the pickle helpers in numpy._core ...
+    from numpy._core import multiarray as np_multiarray
+    from numpy._core import numeric as np_numeric
+except ImportError:  # ... numpy 1.x in numpy.core (pickles name either module)
+    from numpy.core import multiarray as np_multiarray  # type: ignore[no-redef]
+    from numpy.core import numeric as np_numeric  # type: ignore[no-redef]
 
 from datarecon.errors import DataReconError
 
@@ -160,19 +168,12 @@ def load_cifar_bin(files: list[Path], *, class_names: tuple[str, ...] = CIFAR10_
 
 
 def _safe_globals() -> dict[tuple[str, str], Any]:
-    import codecs
-
-    try:  # numpy >= 2 keeps these helpers in numpy._core ...
-        from numpy._core import multiarray, numeric
-    except ImportError:  # ... numpy 1.x in numpy.core (pickles name either module)
-        from numpy.core import multiarray, numeric  # type: ignore[no-redef]
-
     allowed: dict[tuple[str, str], Any] = {}
     for mod in ("numpy.core.multiarray", "numpy._core.multiarray"):
-        allowed[(mod, "_reconstruct")] = multiarray._reconstruct
-        allowed[(mod, "scalar")] = multiarray.scalar
+        allowed[(mod, "_reconstruct")] = np_multiarray._reconstruct
+        allowed[(mod, "scalar")] = np_multiarray.scalar
     for mod in ("numpy.core.numeric", "numpy._core.numeric"):
-        allowed[(mod, "_frombuffer")] = numeric._frombuffer
+        allowed[(mod, "_frombuffer")] = np_numeric._frombuffer
     allowed[("numpy", "ndarray")] = np.ndarray
     allowed[("numpy", "dtype")] = np.dtype
     allowed[("_codecs", "encode")] = codecs.encode  # bytes in protocol-2 pickles
@@ -214,7 +215,8 @@ def restricted_unpickle(data: bytes, *, source: str = "pickle") -> Any:
         raise DataReconError(f"{source} is not a readable pickle ({exc}); re-download it") from None
 
 
-def _key(d: dict, name: str) -> Any:
+def _item_str_or_bytes(d: dict, name: str) -> Any:
+    """``d[name]``, or ``d[name.encode()]`` in a batch pickled by Python 2 (bytes keys)."""
     if name in d:
         return d[name]
     if name.encode() in d:
@@ -236,8 +238,8 @@ def read_cifar_pickle(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     try:
         if not isinstance(obj, dict):
             raise KeyError("data")
-        data = np.asarray(_key(obj, "data"))
-        labels = np.asarray(_key(obj, "labels"), dtype=np.int64)
+        data = np.asarray(_item_str_or_bytes(obj, "data"))
+        labels = np.asarray(_item_str_or_bytes(obj, "labels"), dtype=np.int64)
     except (KeyError, TypeError, ValueError):
         raise DataReconError(
             f"{path} is not a CIFAR-10 python batch (needs a dict with 'data' and 'labels'); "
@@ -260,7 +262,7 @@ def read_cifar_pickle_meta(path: str | Path) -> tuple[str, ...]:
     obj = restricted_unpickle(path.read_bytes(), source=str(path))
     try:
         names = tuple(n.decode() if isinstance(n, bytes) else str(n)
-                      for n in _key(obj, "label_names"))
+                      for n in _item_str_or_bytes(obj, "label_names"))
     except (KeyError, TypeError):
         raise DataReconError(f"{path} has no 'label_names'; re-download it") from None
     if len(names) != 10:
@@ -420,7 +422,7 @@ def load_digits_split(split: str = "train") -> RawDataset:
     ``DIGITS_TRAIN_SIZE`` (= 1500) images in the bundled order and "test" as the
     remaining 297.
     """
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # lazy: scikit-learn is slow to import; only digits needs it
 
     bunch = load_digits()
     images = (np.asarray(bunch.images, dtype=np.float32) / 16.0).reshape(-1, 1, 8, 8)

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image, UnidentifiedImageError
 
 from datarecon.errors import DataReconError
+from datarecon.utils.io import load_tensors
 
 __all__ = ["IMAGE_SUFFIXES", "load_images", "to_display_array"]
 
@@ -68,8 +70,6 @@ def to_display_array(arr: np.ndarray, *, input_shape: tuple[int, ...], where: st
 
 
 def _read_folder(folder: Path, input_shape: tuple[int, ...]) -> tuple[np.ndarray, list[str]]:
-    from PIL import Image, UnidentifiedImageError
-
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
     if not files:
         raise DataReconError(f"{folder} holds no {'/'.join(IMAGE_SUFFIXES)} files; pass a folder of images, "
@@ -121,8 +121,6 @@ def load_images(path: str | Path, *, input_shape: tuple[int, ...]) -> tuple[torc
             raise DataReconError(f"{path} is not a readable .npz file ({type(exc).__name__})") from None
         names = [f"{path.name}[{i}]" for i in range(arr.shape[0] if arr.ndim else 0)]
     elif path.suffix.lower() == ".safetensors":
-        from datarecon.utils.io import load_tensors
-
         tensors = load_tensors(path)
         key = "x" if "x" in tensors else (next(iter(tensors)) if len(tensors) == 1 else None)
         if key is None:
@@ -155,8 +153,6 @@ def load_labels(path: str | Path, *, count: int) -> np.ndarray | None:
                     arr = np.asarray(data[key])
                     break
     elif path.is_file() and path.suffix.lower() == ".safetensors":
-        from datarecon.utils.io import load_tensors
-
         t = load_tensors(path).get("y")
         arr = None if t is None else t.numpy()
     if arr is None:

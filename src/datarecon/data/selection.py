@@ -32,6 +32,7 @@ Rules:
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -329,8 +330,6 @@ def load_task(spec: DataSpec, *, data_dir: str | os.PathLike | None = None) -> T
 
 def split_fingerprint(split: Split) -> str:
     """SHA-256 (16 hex digits) of a split's images (float32 bytes) and labels."""
-    import hashlib
-
     h = hashlib.sha256()
     for t in (split.x.to(torch.float32), split.y):
         t = t.detach().contiguous().cpu()

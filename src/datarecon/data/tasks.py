@@ -28,6 +28,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from datarecon.data.datasets import DATASETS
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
 
@@ -191,8 +192,6 @@ def resolve_task(dataset: str, task: str) -> ResolvedTask:
         DataReconError: unknown dataset or task, a task that does not fit the
             dataset, or a malformed argument; the message lists valid choices.
     """
-    from datarecon.data.datasets import DATASETS
-
     info = DATASETS.get(dataset)
     name, sep, arg = task.partition(":")
     tdef = TASKS.get(name.strip())

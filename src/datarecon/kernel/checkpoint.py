@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 
 from datarecon.errors import CheckpointError
 from datarecon.utils.io import (
@@ -86,9 +87,7 @@ def _decode(t: torch.Tensor, where: Path) -> dict[str, Any]:
     return meta
 
 
-def _header(path: Path) -> dict[str, str]:
-    from safetensors import safe_open
-
+def _safetensors_metadata(path: Path) -> dict[str, str]:
     try:
         with safe_open(str(path), framework="pt") as fh:
             return dict(fh.metadata() or {})
@@ -103,7 +102,7 @@ def kind_of(folder: str | Path) -> Kind | None:
     path = folder / STATE_FILE
     if path.is_file():
         try:
-            header = _header(path)
+            header = _safetensors_metadata(path)
         except CheckpointError:
             return None
         if header.get("format") == FORMAT:
@@ -151,7 +150,7 @@ def load(folder: str | Path, *, kind: Kind) -> tuple[dict[str, torch.Tensor], di
     folder = Path(folder)
     path = folder / STATE_FILE
     if path.is_file():
-        header = _header(path)
+        header = _safetensors_metadata(path)
         tensors = load_tensors(path)
         if header.get("format") == FORMAT:
             found = header.get("kind")

@@ -47,6 +47,7 @@ from datarecon.errors import DataReconError
 from datarecon.registry import Registry
 from datarecon.utils import manifest
 from datarecon.utils.atomic import temp_target
+from datarecon.utils.io import read_json
 from datarecon.utils.lock import LOCK_FILE, check_free, hold
 from datarecon.kernel.files import DONE_MARKER, CANDIDATES, CANDIDATES_CSV, EXPERIMENT_JSON, EXTRAS, HISTORY, INIT_FILE, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG, REPORT_HTML, REPRODUCTION_JSON, RUN_JSON, SUBSPACE_FILE, TASK_FILE, WEIGHTS
 from datarecon.kernel.status import Status
@@ -356,8 +357,6 @@ def check_out_file(path: str | Path, *, overwrite: bool, ours: Callable[[Path], 
 
 def _unfinished(out: Path, kind: str) -> str | None:
     """" (stopped at step N)"-like note when ``out`` holds an unfinished run of ``kind`` (None otherwise)."""
-    from datarecon.utils.io import read_json
-
     try:
         if kind == "run":
             run = read_json(out / RUN_JSON) if (out / RUN_JSON).is_file() else {}

@@ -44,6 +44,8 @@ from torch import nn
 from torch.func import functional_call
 
 from datarecon.errors import DataReconError
+from datarecon.kernel.losses import LOSSES
+from datarecon.utils.io import load_tensors
 
 #: relative error below which a layer counts as homogeneous (float64 arithmetic)
 HOMOGENEITY_RTOL = 1e-8
@@ -79,7 +81,7 @@ def _leaves(model: nn.Module) -> dict[str, nn.Module]:
     return {name: m for name, m in model.named_modules() if not list(m.children())}
 
 
-def _reason(module: nn.Module) -> str:
+def _why_not_homogeneous(module: nn.Module) -> str:
     if isinstance(module, _NORMS):
         return "a normalisation layer divides the scale out; remove it or fold it into the weights"
     if getattr(module, "bias", None) is not None and isinstance(getattr(module, "bias"), torch.Tensor):
@@ -155,7 +157,7 @@ def measure_homogeneity(model: nn.Module, params: Mapping[str, torch.Tensor], in
     for (name, k, a), (_, _, a_c) in zip(seen, seen_c, strict=True):
         if rel(a_c, scale ** k * a) > rtol:
             module = leaves[name]
-            first = f"{name} ({type(module).__name__}): {_reason(module)}"
+            first = f"{name} ({type(module).__name__}): {_why_not_homogeneous(module)}"
             break
     err = rel(out_c, scale ** degree * out)
     homogeneous = err <= rtol  # judged at the output; the layers only say where it breaks
@@ -230,8 +232,6 @@ def check_loss(loss: str | Callable[..., torch.Tensor], num_outputs: int) -> Non
         DataReconError: unknown name (lists the registered ones), a loss of the wrong label kind,
             or a callable with the wrong signature / return value.
     """
-    from datarecon.kernel.losses import LOSSES
-
     if isinstance(loss, str):
         entry = LOSSES.get(loss)
         kind = "binary" if num_outputs == 1 else "multiclass"
@@ -324,8 +324,6 @@ def load_weights(model: nn.Module, path: str | Path) -> dict[str, torch.Tensor]:
         CheckpointError: missing, pickled or corrupt file (from ``load_tensors``).
         DataReconError: the first tensor missing, unexpected, or of another shape, named.
     """
-    from datarecon.utils.io import load_tensors
-
     path = Path(path)
     tensors = load_tensors(path)
     expected = model.state_dict()

@@ -24,6 +24,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from torch import nn
 
 from datarecon.errors import CheckpointError, DataReconError
+from datarecon.kernel.losses import LOSSES
 from datarecon.models.spec import ArchSpec, build_model, state_shapes
 from datarecon.utils.dtypes import DTYPES
 from datarecon.utils.io import (
@@ -44,8 +45,6 @@ META = MODEL_JSON
 
 
 def _known_loss(name: str) -> str:
-    from datarecon.kernel.losses import LOSSES
-
     LOSSES.get(name)  # unknown: DataReconError listing the registered losses
     return name
 

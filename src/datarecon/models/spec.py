@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 from torch import nn
 
 from datarecon.config import drop_defaults
+from datarecon.errors import DataReconError
 from datarecon.registry import Registry
 
 
@@ -156,8 +157,8 @@ class _BasicBlock(nn.Module):
         k = RESNET_KERNEL
         self.conv1 = nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, bias=bias, dtype=dtype, device=device)
         self.conv2 = nn.Conv2d(cout, cout, k, stride=1, padding=k // 2, bias=bias, dtype=dtype, device=device)
-        self.bn1 = _norm(cout, batch_norm, dtype=dtype, device=device)
-        self.bn2 = _norm(cout, batch_norm, dtype=dtype, device=device)
+        self.bn1 = _batch_norm(cout, batch_norm, dtype=dtype, device=device)
+        self.bn2 = _batch_norm(cout, batch_norm, dtype=dtype, device=device)
         if stride != 1 or cin != cout:
             proj = nn.Conv2d(cin, cout, 1, stride=stride, bias=bias, dtype=dtype, device=device)
             self.shortcut = nn.Sequential(proj, nn.BatchNorm2d(cout, dtype=dtype, device=device)) if batch_norm else proj
@@ -172,7 +173,7 @@ class _BasicBlock(nn.Module):
         return self.relu2((b if self.bn2 is None else self.bn2(b)) + self.shortcut(h))
 
 
-def _norm(channels: int, on: bool, *, dtype: torch.dtype, device: torch.device | str | None) -> nn.Module | None:
+def _batch_norm(channels: int, on: bool, *, dtype: torch.dtype, device: torch.device | str | None) -> nn.Module | None:
     """A ``BatchNorm2d`` (weight 1, bias 0, running mean 0, variance 1) when ``on``, else None (no module,
     so a ResNet without batch norm has exactly the modules and state-dict names it always had)."""
     return nn.BatchNorm2d(channels, dtype=dtype, device=device) if on else None
@@ -193,7 +194,7 @@ class ResNet(nn.Module):
         widths, k = spec.resolved_hidden(), RESNET_KERNEL
         self.stem = nn.Conv2d(spec.input_shape[0], widths[0], k, padding=k // 2, bias=spec.bias, dtype=dtype,
                               device=device)
-        self.stem_bn = _norm(widths[0], spec.batch_norm, dtype=dtype, device=device)
+        self.stem_bn = _batch_norm(widths[0], spec.batch_norm, dtype=dtype, device=device)
         stages, cin = [], widths[0]
         for i, width in enumerate(widths):
             blocks = []
@@ -221,8 +222,6 @@ def conv_output_size(size: int, kernel: int) -> int:
 def _cnn_layers(spec: ArchSpec) -> list[tuple[str, tuple[int, ...]]]:
     """[("conv", (in, out, k)) ..., ("linear", (in_features, out))] of a ``cnn`` spec."""
     if len(spec.input_shape) != 3:
-        from datarecon.errors import DataReconError
-
         raise DataReconError(f"architecture cnn needs image inputs (C, H, W), got input_shape {list(spec.input_shape)}")
     k = spec.resolved_kernel()
     c, h, w = spec.input_shape
@@ -247,8 +246,6 @@ def build_model(spec: ArchSpec, *, generator: torch.Generator | None = None,
         ``nn.Sequential(Flatten, Linear, ReLU, ..., Linear)`` (a ``cnn``: convolutions first; a ResNet:
         :class:`ResNet`); input (N, *input_shape), output (N, num_outputs).
     """
-    from datarecon.errors import DataReconError
-
     entry = ARCHITECTURES.get(spec.name)
     if spec.batch_norm and entry.blocks is None:
         resnets = [n for n in ARCHITECTURES.names() if ARCHITECTURES.get(n).blocks is not None]
@@ -304,10 +301,7 @@ def _build_resnet(spec: ArchSpec, *, generator: torch.Generator | None, dtype: t
     N(0, 2/fan_out) (He et al. 2015, ``kaiming_normal_(mode="fan_out", nonlinearity="relu")``), biases and
     the read-out PyTorch's default (:func:`_init_linear`); ``init_scale``: the stem's weights
     N(0, 1)·init_scale instead. (PyTorch's default U(±1/√fan_in) for the convolutions too shrinks the
-    signal by about 1/6 per convolution without batch norm: a ResNet-8 trained 30 epochs at lr 0.1 then
-    stays at chance on 20 CIFAR images.)"""
-    from datarecon.errors import DataReconError
-
+    signal at every convolution without batch norm, and the network does not train: docs/DESIGN.md.)"""
     if len(spec.input_shape) != 3:
         raise DataReconError(f"architecture {spec.name} needs image inputs (C, H, W), "
                              f"got input_shape {list(spec.input_shape)}")

@@ -1,12 +1,12 @@
 """Target training: losses/energy, the shared optimisation loop, full-batch ``fit``,
 ``train_target`` (config -> model directory) and the KKT-regime diagnostics."""
 
+from datarecon.kernel.losses import LOSSES, accuracy, energy, margins, weight_penalty
 from datarecon.training.fit import (
     AscentRecipe,
     FitRecipe,
     FitResult,
     StopRule,
-    TrainingCheckpoint,
     ascend_margin,
     evaluate,
     fit,
@@ -18,20 +18,22 @@ from datarecon.training.kkt_regime import (
     normalised_margin,
     per_sample_gradients,
 )
-from datarecon.kernel.losses import LOSSES, accuracy, energy, margins, weight_penalty
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
+from datarecon.training.resume import TrainingCheckpoint
+from datarecon.training.target import (
+    ArchConfig,
+    MarginAscentConfig,
+    StopConfig,
+    TrainConfig,
+    TrainResult,
+    build_train_config,
+    model_card,
+    train_target,
+)
 
 __all__ = [
-    "LOSSES", "OPTIMIZERS", "SCHEDULES", "AscentRecipe", "FitRecipe", "FitResult", "KKTRegimeScore", "StopRule", "TrainingCheckpoint",
-    "accuracy", "ascend_margin", "energy", "evaluate", "fit", "homogeneity_degree", "kkt_regime_score", "margins",
-    "normalised_margin", "per_sample_gradients", "weight_penalty",
+    "LOSSES", "OPTIMIZERS", "SCHEDULES", "ArchConfig", "AscentRecipe", "FitRecipe", "FitResult", "KKTRegimeScore",
+    "MarginAscentConfig", "StopConfig", "StopRule", "TrainConfig", "TrainResult", "TrainingCheckpoint", "accuracy",
+    "ascend_margin", "build_train_config", "energy", "evaluate", "fit", "homogeneity_degree", "kkt_regime_score",
+    "margins", "model_card", "normalised_margin", "per_sample_gradients", "train_target", "weight_penalty",
 ]
-
-
-def __getattr__(name: str):  # lazy: train_target pulls in datarecon.data
-    if name in ("TrainConfig", "ArchConfig", "StopConfig", "TrainResult", "train_target", "model_card",
-                "build_train_config", "MarginAscentConfig"):
-        from datarecon.training import target
-
-        return getattr(target, name)
-    raise AttributeError(name)

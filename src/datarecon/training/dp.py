@@ -24,7 +24,7 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -33,9 +33,9 @@ from torch import nn
 from datarecon.errors import DataReconError
 from datarecon.kernel.engine import Engine, History, Hook, LoopOptions, LoopState, NaNStop, ProgressBar
 from datarecon.kernel.losses import LOSSES
-
-if TYPE_CHECKING:
-    from datarecon.training.fit import FitRecipe, TrainingCheckpoint
+from datarecon.training.fit import FitRecipe, FitResult, evaluate, training_metrics
+from datarecon.training.resume import (CheckpointHook, TrainingCheckpoint, checkpoint_info, loop_status,
+                                       start_or_resume)
 
 #: Opacus accountants offered (``opacus.accountants`` names); ``rdp`` is the default (see docs/DESIGN.md).
 ACCOUNTANTS = ("rdp", "prv", "gdp")
@@ -49,7 +49,7 @@ def import_opacus() -> Any:
         DataReconError: opacus is not installed.
     """
     try:
-        import opacus
+        import opacus  # optional dependency: the extra datarecon[dp]
     except ImportError:
         raise DataReconError(f"DP-SGD training needs Opacus; {INSTALL_HINT}") from None
     return opacus
@@ -127,7 +127,7 @@ def noise_for_epsilon(epsilon: float, *, delta: float, q: float, steps: int, acc
         within 0.01 of the target, so targets below 0.01 are met by any ε ≤ 0.01).
     """
     import_opacus()
-    from opacus.accountants.utils import get_noise_multiplier
+    from opacus.accountants.utils import get_noise_multiplier  # optional dependency (import_opacus)
 
     try:
         with warnings.catch_warnings():
@@ -151,7 +151,7 @@ def epsilon_spent(noise_multiplier: float, *, q: float, steps: int, delta: float
     if noise_multiplier == 0:
         return math.inf
     import_opacus()
-    from opacus.accountants import create_accountant
+    from opacus.accountants import create_accountant  # optional dependency (import_opacus)
 
     acc = create_accountant(accountant)
     acc.history = [(float(noise_multiplier), float(q), int(steps))]
@@ -168,7 +168,7 @@ def check_wrappable(model: nn.Module) -> None:
         DataReconError: a layer Opacus's ``ModuleValidator`` rejects (e.g. BatchNorm: it mixes samples).
     """
     import_opacus()
-    from opacus.validators import ModuleValidator
+    from opacus.validators import ModuleValidator  # optional dependency (import_opacus)
 
     for name, module in model.named_modules():
         errs = ModuleValidator.validate(module, strict=False) if not list(module.children()) else []
@@ -232,7 +232,7 @@ class DPStepper:
     def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe,
                  mechanism: DPMechanism, generator: torch.Generator, log_every: int) -> None:
         import_opacus()
-        from opacus import GradSampleModule
+        from opacus import GradSampleModule  # optional dependency (import_opacus)
         from opacus.optimizers import DPOptimizer
 
         q, weight_decay = mechanism.sample_rate, recipe.weight_decay
@@ -265,8 +265,6 @@ class DPStepper:
         self.batch_sizes = list(batch_sizes)
 
     def __call__(self, step: int) -> dict[str, float]:
-        from datarecon.training.fit import _metrics
-
         self.in_update = True
         mask = poisson_mask(self.x.shape[0], self.q, self.generator)
         xb, yb = self.x[mask], self.y[mask]
@@ -282,8 +280,8 @@ class DPStepper:
         metrics = {"batch_loss": float(batch_loss.detach()) if xb.shape[0] else 0.0, "batch_size": float(xb.shape[0])}
         if (step + 1) % self.log_every == 0:
             with torch.no_grad():
-                full, _ = _metrics(self.model, self.model(self.x), self.y, dict(self.model.named_parameters()),
-                                   loss=self.loss, weight_decay=self.weight_decay)
+                full, _ = training_metrics(self.model, self.model(self.x), self.y, dict(self.model.named_parameters()),
+                                           loss=self.loss, weight_decay=self.weight_decay)
             metrics.update(full)
         return metrics
 
@@ -316,7 +314,7 @@ def _accounting(dp: DPConfig, mechanism: DPMechanism, *, delta: float, steps: in
 
 
 def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe, dp: DPConfig,
-           loop: LoopOptions = LoopOptions(), checkpoint: TrainingCheckpoint | None = None):
+           loop: LoopOptions = LoopOptions(), checkpoint: TrainingCheckpoint | None = None) -> FitResult:
     """Train ``model`` with DP-SGD for ``recipe.epochs`` epochs and account the privacy spent.
 
     Args:
@@ -334,7 +332,7 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRec
             (e.g. stops on ``loss`` / ``train_acc``, computed at logged steps)
             (:class:`~datarecon.kernel.engine.LoopOptions`).
         checkpoint: training checkpoints and their configuration tag (None: none;
-            :class:`~datarecon.training.fit.TrainingCheckpoint`), in the one format of
+            :class:`~datarecon.training.resume.TrainingCheckpoint`), in the one format of
             :mod:`datarecon.kernel.checkpoint`: weights, momentum buffers, the batch/noise generator's state,
             history and realised batch sizes, so a resumed run is bit-identical to an uninterrupted one.
 
@@ -351,8 +349,6 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRec
     References:
         Abadi et al. 2016, Algorithm 1 (DP-SGD); Mironov 2017 (RDP accountant).
     """
-    from datarecon.training.fit import FitResult, _CheckpointHook, _loop_info, _start, _status, evaluate
-
     _check_sgd(recipe)
     import_opacus()
     q, delta, total, sigma = resolve(dp, n=int(x.shape[0]), epochs=recipe.epochs)
@@ -365,18 +361,18 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRec
     stepper = DPStepper(model, x, y, recipe=recipe, mechanism=mechanism, generator=gen, log_every=log_steps)
     history = History(every=log_steps)
     nan_stop = NaNStop(keys=["batch_loss", "energy"])
-    start = _start(checkpoint, model, history, resume=loop.resume,
-                   load=lambda info, tensors: stepper.load_state(tensors, info.get("batch_sizes", [])))
+    start = start_or_resume(checkpoint, model, history, resume=loop.resume,
+                            load=lambda info, tensors: stepper.load_state(tensors, info.get("batch_sizes", [])))
 
     def _save(state: LoopState) -> None:
         checkpoint.save(epoch=state.step, model=model, opt_tensors=stepper.state_tensors(),
-                        info=_loop_info(state, history, nan_stop, {"batch_sizes": stepper.batch_sizes}))
+                        info=checkpoint_info(state, history, nan_stop, {"batch_sizes": stepper.batch_sizes}))
 
     hooks: list[Hook] = [nan_stop, history, ProgressBar(keys=["batch_loss", "train_acc"], desc="dp-sgd",
                                                         mode=loop.progress, every=log_steps)]
     if checkpoint is not None:
         every = (loop.checkpoint_every or recipe.epochs) * per_epoch
-        hooks.append(_CheckpointHook(_save, every=every, stepper=stepper))
+        hooks.append(CheckpointHook(_save, every=every, stepper=stepper))
     try:
         if start.finished:
             state = start.finished_state(total)
@@ -387,6 +383,6 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRec
         stepper.unwrap()
     final, m = evaluate(model, x, y, loss=recipe.loss, weight_decay=recipe.weight_decay)
     accounting = _accounting(dp, mechanism, delta=delta, steps=state.step, batch_sizes=stepper.batch_sizes)
-    return FitResult(model=model, status=_status(state, nan_stop), stop_reason=state.stop_reason,
+    return FitResult(model=model, status=loop_status(state, nan_stop), stop_reason=state.stop_reason,
                      epochs_done=state.step // per_epoch, history=history.rows, metrics=final, margins=m.detach().cpu(),
                      wall_time_s=state.wall_time_s, resumed_from=start.step, extra={"dp": accounting})

@@ -17,25 +17,25 @@ Every epoch's metrics describe θ_t *before* that epoch's update: ``loss`` (mean
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from datarecon.kernel import checkpoint
-from datarecon.errors import CheckpointError, DataReconError
+from datarecon.errors import DataReconError
+from datarecon.kernel.engine import BaseHook, Engine, History, Hook, LoopOptions, LoopState, NaNStop, ProgressBar
+from datarecon.kernel.losses import LOSSES, accuracy, margins, squared_norm
 from datarecon.kernel.status import Status
 from datarecon.kernel.step import batch_order, energy
-from datarecon.kernel.engine import (BaseHook, Checkpoint, Engine, History, Hook, LoopOptions, LoopState, NaNStop,
-                                     ProgressBar)
 from datarecon.training.kkt_regime import homogeneity_degree, normalised_margin
-from datarecon.kernel.losses import LOSSES, accuracy, margins, squared_norm
 from datarecon.training.margin import EXP_TAILED, MarginAscentStepper, log_mean_loss
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES, USES_PRECOMPUTED_GRAD
+from datarecon.training.resume import (CheckpointHook, TrainingCheckpoint, checkpoint_info, loop_status,
+                                       start_or_resume)
+
 
 @dataclass(frozen=True)
 class StopRule:
@@ -132,9 +132,7 @@ class FitResult:
         model: the trained network (the same object that was passed in, trained in place).
         status: a :class:`~datarecon.kernel.status.Status`: ``complete`` (ran all epochs),
             ``stopped-early`` (a stop rule fired), ``diverged`` (non-finite energy or gradient; the
-            last finite θ is kept) or ``running`` (interrupted before the end). Versions before the
-            shared vocabulary wrote ``completed``, ``stopped``, ``interrupted`` (``Status.parse``
-            reads them).
+            last finite θ is kept) or ``running`` (interrupted before the end).
         stop_reason: human-readable reason.
         epochs_done: number of completed epochs (including those before a resume).
         history: one row per logged epoch ``{"step": t, **metrics}``.
@@ -168,12 +166,25 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str,
     with torch.no_grad(), eval_mode(model):
         out = model(x)
         params = dict(model.named_parameters())
-        return _metrics(model, out, y, params, loss=loss, weight_decay=weight_decay)
+        return training_metrics(model, out, y, params, loss=loss, weight_decay=weight_decay)
 
 
-def _metrics(model: nn.Module, out: torch.Tensor, y: torch.Tensor, params: dict[str, torch.Tensor], *,
-             loss: str, weight_decay: float,
-             data_loss: torch.Tensor | None = None) -> tuple[dict[str, float], torch.Tensor]:
+def training_metrics(model: nn.Module, out: torch.Tensor, y: torch.Tensor, params: dict[str, torch.Tensor], *,
+                     loss: str, weight_decay: float,
+                     data_loss: torch.Tensor | None = None) -> tuple[dict[str, float], torch.Tensor]:
+    """The training metrics of ``model`` from its outputs ``out`` on (x, y), without gradients.
+
+    Args:
+        model: the network (its homogeneity degree L scales the normalised margin).
+        out: (n, ...) outputs of ``model`` on the training inputs; y: (n,) labels.
+        params: the parameters whose squared norm enters the energy and ``weight_norm``.
+        loss: a name in :data:`datarecon.kernel.losses.LOSSES`; weight_decay: wd ≥ 0 of (wd/2)‖θ‖².
+        data_loss: the mean data loss when already computed (None: computed from ``out``).
+
+    Returns:
+        (metrics dict: loss, energy, train_acc, min_margin, mean_margin, weight_norm,
+        normalised_margin; per-sample margins (n,)).
+    """
     with torch.no_grad():
         out = out.detach()
         dl = LOSSES.get(loss)(out, y) if data_loss is None else data_loss.detach()
@@ -268,7 +279,7 @@ class _Stepper:
             self.opt.step(True, self.lr, lambda: e)
         with torch.no_grad(), eval_mode(self.model):
             out, dl, e = self.energy_terms()
-        metrics, _ = _metrics(self.model, out, self.y, dict(self.named), loss=self.loss,
+        metrics, _ = training_metrics(self.model, out, self.y, dict(self.named), loss=self.loss,
                               weight_decay=self.weight_decay, data_loss=dl)
         metrics.update({"energy": float(e), "lr": self.lr})
         if not math.isfinite(metrics["energy"]):
@@ -292,7 +303,7 @@ class _Stepper:
         with torch.no_grad():
             gsq = sum(squared_norm(p.grad) for p in self.params if p.grad is not None)
             grad_norm = float(torch.sqrt(torch.as_tensor(gsq)))
-        metrics, _ = _metrics(self.model, out, self.y, dict(self.named), loss=self.loss,
+        metrics, _ = training_metrics(self.model, out, self.y, dict(self.named), loss=self.loss,
                               weight_decay=self.weight_decay, data_loss=dl)
         if self.log_domain:
             log_loss = float(e.detach())
@@ -334,69 +345,6 @@ class _Stepper:
         metrics["energy"] = float("nan")
 
 
-class TrainingCheckpoint:
-    """The training checkpoint of a folder, in the one format of :mod:`datarecon.kernel.checkpoint`.
-
-    Tensors are ``model.<name>`` (the state dict) and ``opt.<name>`` (optimiser moments); the
-    metadata holds ``tag``, ``epoch`` and the loop's own fields (history, status, stop rule state).
-    Checkpoints written by older versions (``state.json`` + ``state-<epoch>.safetensors``) still load.
-
-    Args:
-        folder: the checkpoint folder (created on save).
-        tag: identifies the run's configuration; a resume with another tag is refused.
-    """
-
-    def __init__(self, folder: str | Path, *, tag: str) -> None:
-        self.folder = Path(folder)
-        self.tag = tag
-
-    def exists(self) -> bool:
-        return checkpoint.exists(self.folder)
-
-    def save(self, *, epoch: int, model: nn.Module, opt_tensors: dict[str, torch.Tensor],
-             info: dict[str, Any]) -> None:
-        tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
-        tensors.update({f"opt.{k}": v for k, v in opt_tensors.items()})
-        checkpoint.save(self.folder, tensors, {"tag": self.tag, "epoch": epoch, **info}, kind=checkpoint.Kind.TRAIN)
-
-    def load(self) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """Returns (info, model state dict, optimiser tensors).
-
-        Raises:
-            CheckpointError: missing/corrupt checkpoint or a different configuration.
-        """
-        found = checkpoint.load(self.folder, kind=checkpoint.Kind.TRAIN)
-        if found is None:
-            raise CheckpointError(f"no training checkpoint in {self.folder}; train without --resume")
-        tensors, info = found
-        if info.get("tag") != self.tag:
-            raise CheckpointError(
-                f"the checkpoint in {self.folder} was written with another configuration "
-                f"(hash {info.get('tag')} != {self.tag}); rerun with the original settings or use --overwrite"
-            )
-        model_sd = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
-        opt = {k[len("opt."):]: v for k, v in tensors.items() if k.startswith("opt.")}
-        return info, model_sd, opt
-
-
-class _Updating(Protocol):
-    """A stepper that says whether it is in the middle of an update (a checkpoint then is no state of the run)."""
-
-    in_update: bool
-
-
-class _CheckpointHook(Checkpoint):
-    """:class:`Checkpoint` that skips the final save when the loop was interrupted mid-update."""
-
-    def __init__(self, save: Callable[[LoopState], None], *, every: int, stepper: _Updating) -> None:
-        super().__init__(save, every=every)
-        self.stepper = stepper
-
-    def after_run(self, state: LoopState) -> None:
-        if not self.stepper.in_update:
-            self.save(state)
-
-
 class _AscentConverged(BaseHook):
     """Adds the normalised margin (min margin / R^L) to the ascent's metrics; stops once the step
     angle of ``stepper`` fell below ``min_step``."""
@@ -411,70 +359,6 @@ class _AscentConverged(BaseHook):
             state.stop_reason = f"converged (step size {self.stepper.step_size:.2g} < {self.min_step:g})"
             return True
         return False
-
-
-def _restore_model(ckpt: TrainingCheckpoint, model: nn.Module) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """Load ``ckpt`` into ``model``; returns (info, optimiser tensors).
-
-    Raises:
-        CheckpointError: the checkpoint's weights do not fit ``model``.
-    """
-    info, model_sd, opt_tensors = ckpt.load()
-    try:
-        model.load_state_dict(model_sd)
-    except RuntimeError as exc:
-        raise CheckpointError(f"checkpoint in {ckpt.folder} does not fit the model "
-                              f"({str(exc).splitlines()[0]}); use --overwrite") from None
-    return info, opt_tensors
-
-
-@dataclass(frozen=True)
-class _Start:
-    """Where a training loop starts: afresh, or where its training checkpoint left it.
-
-    Attributes:
-        step: steps (epochs) completed before this call, ≥ 0.
-        elapsed: wall time of those steps in seconds.
-        stop_reason: the checkpointed run's stop reason ("" while it was running).
-        finished: the checkpointed run had ended: nothing is left to run.
-        info: the checkpoint's metadata; None for a fresh start.
-    """
-
-    step: int = 0
-    elapsed: float = 0.0
-    stop_reason: str = ""
-    finished: bool = False
-    info: dict[str, Any] | None = None
-
-    def finished_state(self, total: int) -> LoopState:
-        """The final loop state of a checkpointed run that had ended (of ``total`` steps)."""
-        return LoopState(step=self.step, total=total, stop_reason=self.stop_reason, wall_time_s=self.elapsed)
-
-
-def _start(ckpt: TrainingCheckpoint | None, model: nn.Module, history: History, *, resume: bool,
-           load: Callable[[dict[str, Any], dict[str, torch.Tensor]], None]) -> _Start:
-    """Resume from ``ckpt`` when asked to and there is one: restore ``model``, then the loop's own
-    state (``load(info, optimiser tensors)``), then ``history``; otherwise a fresh start.
-
-    Raises:
-        CheckpointError: an unusable checkpoint.
-    """
-    if ckpt is None or not resume or not ckpt.exists():
-        return _Start()
-    info, opt_tensors = _restore_model(ckpt, model)
-    load(info, opt_tensors)
-    start = _Start(step=int(info["epoch"]), elapsed=float(info.get("wall_time_s", 0.0)),
-                   stop_reason=info.get("stop_reason", ""), finished=bool(info.get("finished")), info=info)
-    history.rows = list(info.get("history", []))
-    return start
-
-
-def _loop_info(state: LoopState, history: History, nan_stop: NaNStop, own: dict[str, Any]) -> dict[str, Any]:
-    """A training checkpoint's metadata: the loop's progress (history, status, ...) and its own fields ``own``."""
-    done = state.stop_reason != "" or state.step >= state.total
-    return {"wall_time_s": state.wall_time_s, "history": history.rows, **own,
-            "finished": done and not nan_stop.tripped, "status": _status(state, nan_stop),
-            "stop_reason": state.stop_reason}
 
 
 def _check_fit(recipe: FitRecipe, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -544,15 +428,15 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe
     history = History(every=loop.log_every)
     stop_hook = StopHook(stop)
     nan_stop = NaNStop(keys=["energy", "grad_norm", "lr_step"])
-    start = _start(checkpoint, model, history, resume=loop.resume,
-                   load=lambda info, opt: stepper.opt.load_state(opt, info.get("opt_scalars", {})))
+    start = start_or_resume(checkpoint, model, history, resume=loop.resume,
+                            load=lambda info, opt: stepper.opt.load_state(opt, info.get("opt_scalars", {})))
     info = start.info or {}
     stop_hook.last_margin = info.get("last_margin")
     status = Status.parse(info["status"]) if info.get("status") else ""  # older checkpoints: "completed", ...
 
     def _save(state: LoopState) -> None:
         opt_tensors, opt_scalars = stepper.opt.state_tensors()
-        checkpoint.save(epoch=state.step, model=model, opt_tensors=opt_tensors, info=_loop_info(
+        checkpoint.save(epoch=state.step, model=model, opt_tensors=opt_tensors, info=checkpoint_info(
             state, history, nan_stop, {"last_margin": stop_hook.last_margin, "opt_scalars": opt_scalars}))
 
     if start.finished:
@@ -562,10 +446,10 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe
                              ProgressBar(keys=["loss", "train_acc", "normalised_margin"], desc="train", unit="epoch",
                                          mode=loop.progress, every=max(1, loop.log_every))]
         if checkpoint is not None:
-            hooks.append(_CheckpointHook(_save, every=loop.checkpoint_every or max(recipe.epochs, 1), stepper=stepper))
+            hooks.append(CheckpointHook(_save, every=loop.checkpoint_every or max(recipe.epochs, 1), stepper=stepper))
         state = Engine(stepper, hooks=[*hooks, *loop.hooks]).run(start=start.step, total=recipe.epochs,
                                                                  elapsed_s=start.elapsed)
-        status = _status(state, nan_stop)
+        status = loop_status(state, nan_stop)
     final, m = evaluate(model, x, y, loss=recipe.loss, weight_decay=recipe.weight_decay)
     return FitResult(model=model, status=status, stop_reason=state.stop_reason, epochs_done=state.step,
                      history=history.rows, metrics=final, margins=m.detach().cpu(),
@@ -622,14 +506,14 @@ def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: s
                                   max_step=a.max_step, min_step=a.min_step)
     history = History(every=loop.log_every)
     nan_stop = NaNStop(keys=["log_loss"])
-    start = _start(checkpoint, model, history, resume=loop.resume,
-                   load=lambda info, _: stepper.load_state(info["ascent"]))
+    start = start_or_resume(checkpoint, model, history, resume=loop.resume,
+                            load=lambda info, _: stepper.load_state(info["ascent"]))
     if start.info is None:
         _check_separated(model, x, y)
 
     def _save(state: LoopState) -> None:
         checkpoint.save(epoch=state.step, model=model, opt_tensors={},
-                        info=_loop_info(state, history, nan_stop, {"ascent": stepper.state()}))
+                        info=checkpoint_info(state, history, nan_stop, {"ascent": stepper.state()}))
 
     if start.finished:
         state = start.finished_state(a.steps)
@@ -638,22 +522,11 @@ def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: s
                              ProgressBar(keys=["normalised_margin", "step_size"], desc="margin ascent",
                                          mode=loop.progress, every=max(1, loop.log_every))]
         if checkpoint is not None:
-            hooks.append(_CheckpointHook(_save, every=loop.checkpoint_every or max(a.steps, 1), stepper=stepper))
+            hooks.append(CheckpointHook(_save, every=loop.checkpoint_every or max(a.steps, 1), stepper=stepper))
         state = Engine(stepper, hooks=[*hooks, *loop.hooks]).run(start=start.step, total=a.steps,
                                                                  elapsed_s=start.elapsed)
     final, m = evaluate(model, x, y, loss=loss)
-    return FitResult(model=model, status=_status(state, nan_stop), stop_reason=state.stop_reason,
+    return FitResult(model=model, status=loop_status(state, nan_stop), stop_reason=state.stop_reason,
                      epochs_done=state.step, history=history.rows, metrics=final, margins=m.detach().cpu(),
                      wall_time_s=state.wall_time_s, resumed_from=start.step,
                      extra={"ascent": stepper.state()})
-
-
-def _status(state: LoopState, nan_stop: NaNStop) -> Status:
-    """The loop's :class:`~datarecon.kernel.status.Status` (the one vocabulary of training and attacks)."""
-    if nan_stop.tripped:
-        return Status.DIVERGED
-    if state.stop_reason == "completed" or (not state.stop_reason and state.step >= state.total):
-        return Status.COMPLETE
-    if state.stop_reason:
-        return Status.STOPPED_EARLY
-    return Status.RUNNING

@@ -23,8 +23,8 @@ s(θ*) is a non-negative least-squares problem in λ for fixed data: with A = (d
 (P × n), min_{λ≥0} ‖A λ − θ*‖². We solve it on the small n × n normal equations
 (G = AᵀA = J Jᵀ with the label sign inside J, b = Aᵀθ*) — P may be millions, n hundreds.
 For the plain MLPs of :mod:`datarecon.models.spec`, G and b come layer by layer from one
-forward/backward pass (per-sample gradients of a linear layer are outer products δ aᵀ), ~2 s for
-n = 500 on D-1000-1000-1 CIFAR on one core; other models use torch.func per-sample gradients. We solve with either
+forward/backward pass (per-sample gradients of a linear layer are outer products δ aᵀ); other models
+use torch.func per-sample gradients. We solve with either
 scipy's Lawson–Hanson NNLS on a Cholesky factor of G, or projected gradient (FISTA) on
 ½λᵀGλ − bᵀλ. The two agree; the tests check both against each other and against a planted
 solution.
@@ -43,6 +43,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from datarecon.errors import DataReconError
+from datarecon.kernel.losses import margins
 
 
 def homogeneity_degree(model: nn.Module) -> int:
@@ -90,8 +91,6 @@ def per_sample_gradients(model: nn.Module, params: Mapping[str, torch.Tensor], x
     Returns:
         (n, P) tensor in the parameters' dtype, parameters flattened in ``params`` order.
     """
-    from datarecon.kernel.losses import margins
-
     names = list(params)
     detached = {k: v.detach() for k, v in params.items()}
 
@@ -149,7 +148,7 @@ def nnls_normal_equations(gram: np.ndarray, b: np.ndarray, c: float, *,
         residual = float(lam @ gram @ lam - 2.0 * b @ lam + c)
         return lam, max(residual, 0.0)
     if solver == "nnls":
-        from scipy.optimize import nnls
+        from scipy.optimize import nnls  # lazy: scipy.optimize is slow to import; only this solver needs it
 
         w, v = np.linalg.eigh(0.5 * (gram + gram.T))
         # drop numerically-null directions (relative 1e-10): along them λ is not identifiable and
@@ -300,8 +299,6 @@ def _layerwise_plan(model: nn.Module, params: Mapping[str, torch.Tensor]) -> lis
 def _gram_and_rhs_layerwise(plan: list[tuple[str, Any]], x: torch.Tensor,
                             y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """G and b from layer inputs a_l and backpropagated signals δ_l (float64, one pass)."""
-    from datarecon.kernel.losses import margins
-
     h = x.detach().double()
     inputs: list[torch.Tensor] = []
     pre: list[torch.Tensor] = []

@@ -4,11 +4,10 @@ For a positively L-homogeneous network (a bias-free ReLU MLP: Φ(x; cθ) = c^L �
 exponentially tailed loss (logistic, cross-entropy), gradient flow converges in direction to a KKT
 point of the max-margin problem (Lyu & Li 2020; Ji & Telgarsky 2020). That is the premise of the
 KKT attack (Haim et al. 2022): θ* = Σ_i λ_i y_i ∇_θΦ(x_i; θ*), λ_i ≥ 0. In practice, full-batch GD
-drives the loss to ~1e-14 within a few thousand epochs and then stalls: the step ∝ L(θ) vanishes,
-‖θ‖ stops growing (a float64 loss underflows long before the direction has converged), and θ keeps
-much of its random initialisation — for D-1000-1000-1 the 1000×1000 second layer stays > 90 %
-initial noise, which no combination of training gradients explains (KKT-regime score ≈ 0.87–0.90;
-docs/RESULTS.md, "Why the paper-scale target failed").
+drives the loss towards the float64 floor and then stalls: the step ∝ L(θ) vanishes, ‖θ‖ stops
+growing (a float64 loss underflows long before the direction has converged), and θ keeps much of
+its random initialisation (in a wide MLP, mostly in the square middle layer), which no combination
+of training gradients explains (docs/RESULTS.md, "Why the paper-scale target failed").
 
 Margin ascent minimises the same training loss on the sphere ‖θ‖ = R, R the norm when it starts:
 
@@ -95,10 +94,6 @@ def log_mean_loss(outputs: torch.Tensor, y: torch.Tensor, *, loss: str) -> torch
     return torch.logsumexp(log_softplus(s), dim=0) - math.log(s.shape[0])
 
 
-def _sq(t: torch.Tensor) -> torch.Tensor:
-    return squared_norm(t)
-
-
 def tangent_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], *, radius: float,
                  angle: float) -> float:
     """One normalised Riemannian step on the sphere ‖θ‖ = ``radius``, in place.
@@ -118,13 +113,13 @@ def tangent_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], 
     with torch.no_grad():
         dot = sum(float(torch.dot(g.reshape(-1).double(), p.reshape(-1).double())) for g, p in zip(grads, params)) / radius ** 2
         tang = [g - dot * p for g, p in zip(grads, params)]
-        gnorm = math.sqrt(sum(float(_sq(t)) for t in tang))
+        gnorm = math.sqrt(sum(float(squared_norm(t)) for t in tang))
         if gnorm == 0.0 or not math.isfinite(gnorm):
             return gnorm
         scale = angle * radius / gnorm
         for p, t in zip(params, tang):
             p.sub_(t, alpha=scale)
-        norm = math.sqrt(sum(float(_sq(p)) for p in params))
+        norm = math.sqrt(sum(float(squared_norm(p)) for p in params))
         for p in params:
             p.mul_(radius / norm)
     return gnorm
@@ -154,7 +149,7 @@ class MarginAscentStepper:
                                  f"the target was trained with {loss!r}: set margin_ascent steps to 0")
         self.model, self.x, self.y, self.loss = model, x, y, loss
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.radius = math.sqrt(sum(float(_sq(p.detach())) for p in self.params))
+        self.radius = math.sqrt(sum(float(squared_norm(p.detach())) for p in self.params))
         if self.radius == 0.0:
             raise DataReconError("margin ascent needs non-zero weights; train the target first")
         self.step_size, self.growth, self.max_step, self.min_step = step_size, growth, max_step, min_step

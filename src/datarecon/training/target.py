@@ -27,29 +27,30 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
-from datarecon.kernel.status import Status
-from datarecon.utils.device import parse_device
-from datarecon.utils.dtypes import torch_dtype
-from datarecon.registry import registered
-from datarecon.kernel import checkpoint
-from datarecon.config import build_config, drop_defaults
-from datarecon.data import DATASETS, DataSpec, load_task
+from datarecon.config import MAX_SEED, MAX_STEPS, build_config, drop_defaults
+from datarecon.data import DATASETS, DataSpec, Normalisation, load_task
 from datarecon.errors import DataReconError, DivergenceError
+from datarecon.kernel import checkpoint
+from datarecon.kernel.engine import LoopOptions
+from datarecon.kernel.files import HISTORY
+from datarecon.kernel.losses import LOSSES
+from datarecon.kernel.outdir import claim_out_dir
+from datarecon.kernel.status import Status
 from datarecon.models.checkpoint import ModelBundle, ModelDescription, TrainingRecord, save_model_dir
 from datarecon.models.spec import ARCHITECTURES, ArchSpec, build_model, count_parameters, is_homogeneous
-from datarecon.training.dp import DPConfig
-from datarecon.training.pretrained import (PretrainedConfig, PretrainedStart, check_compatible, check_disjoint,
-                                           pretrained_record, resolve_pretrained, start_model)
-from datarecon.kernel.engine import LoopOptions
+from datarecon.registry import registered
+from datarecon.training.dp import DPConfig, fit_dp
+from datarecon.training.dp import resolve as resolve_dp
 from datarecon.training.fit import (AscentRecipe, FitRecipe, FitResult, StopRule, TrainingCheckpoint, ascend_margin,
                                     evaluate, fit)
 from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
-from datarecon.kernel.losses import LOSSES
+from datarecon.training.margin import EXP_TAILED
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
-from datarecon.utils.io import atomic_write_text, config_hash, params_digest
-from datarecon.kernel.outdir import claim_out_dir
-from datarecon.config import MAX_SEED, MAX_STEPS
-from datarecon.kernel.files import HISTORY
+from datarecon.training.pretrained import (PretrainedConfig, PretrainedStart, check_compatible, check_disjoint,
+                                           pretrained_record, resolve_pretrained, start_model)
+from datarecon.utils.device import parse_device
+from datarecon.utils.dtypes import torch_dtype
+from datarecon.utils.io import atomic_write_text, config_hash, params_digest, read_json
 
 CHECKPOINT_DIR = checkpoint.FOLDER
 ASCENT_CHECKPOINT_DIR = "checkpoint-margin-ascent"
@@ -233,8 +234,6 @@ class TrainConfig(BaseModel):
         if self.optimizer != "gd" and self.schedule != "constant":
             raise DataReconError(f"schedule {self.schedule!r} applies to optimizer gd only; use constant")
         if self.margin_ascent.steps:
-            from datarecon.training.margin import EXP_TAILED
-
             if self.loss not in EXP_TAILED:
                 raise DataReconError(f"margin ascent needs an exponentially tailed loss ({', '.join(EXP_TAILED)}), "
                                      f"not {self.loss!r}; set margin_ascent steps to 0")
@@ -349,9 +348,7 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
     with claim_out_dir(out, kind="model", overwrite=overwrite, resume=resume, nested=nested) as claim:
         task = load_task(config.data, data_dir=data_dir)  # before touching out: bad data leaves no folder
         if config.dp is not None:  # likewise for an unusable DP setting (delta, epsilon, no opacus)
-            from datarecon.training.dp import resolve
-
-            resolve(config.dp, n=len(task.train), epochs=config.epochs)
+            resolve_dp(config.dp, n=len(task.train), epochs=config.epochs)
         start = None
         if config.pretrained is not None:  # likewise for a pretrained model that does not fit
             config, start = _resolve_pretrained(config, task)
@@ -380,8 +377,6 @@ _DATA_TAG = "+data:"
 
 def _checkpoint_tag(out: Path) -> str | None:
     """The tag of the training checkpoint in ``out`` (None without one)."""
-    from datarecon.utils.io import read_json
-
     progress = out / CHECKPOINT_DIR / checkpoint.PROGRESS_FILE
     try:
         tag = read_json(progress).get("tag") if progress.is_file() else None
@@ -495,7 +490,7 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
         metrics=metrics, extra_tensors={"train_margins": result.margins}, init_sha256=init_sha256,
         data_fingerprint=task.fingerprint(), pretrained=pretrained,
     ))
-    atomic_write_text(out / HISTORY, "".join(json.dumps(_finite(r), sort_keys=True) + "\n" for r in history))
+    atomic_write_text(out / HISTORY, "".join(json.dumps(_nonfinite_as_text(r), sort_keys=True) + "\n" for r in history))
     return TrainResult(out=out, model=model, arch=arch, metrics=metrics, fit=result, config=config)
 
 
@@ -532,8 +527,6 @@ def fit_on_images(config: TrainConfig, x: torch.Tensor, y: torch.Tensor, *, devi
     Raises:
         DataReconError: data that do not fit the config; DivergenceError: the training diverged.
     """
-    from datarecon.data.normalisation import Normalisation
-
     dev = parse_device(device)
     dtype = torch_dtype(config.dtype)
     norm = Normalisation.fit(config.data.normalisation, x)
@@ -557,8 +550,6 @@ def _fit_epochs(config: TrainConfig, model: torch.nn.Module, x: torch.Tensor, y:
     """The epochs of ``config``: full-batch / mini-batch GD or L-BFGS (:func:`fit`), or DP-SGD
     (:func:`datarecon.training.dp.fit_dp`) when ``config.dp`` is set; checkpoints in ``checkpoint``."""
     if config.dp is not None:
-        from datarecon.training.dp import fit_dp
-
         return fit_dp(model, x, y, recipe=config.recipe(), dp=config.dp, loop=loop, checkpoint=checkpoint)
     return fit(model, x, y, recipe=config.recipe(), stop=config.stop.rule(), loop=loop, checkpoint=checkpoint)
 
@@ -574,11 +565,11 @@ def _heldout_metrics(model: torch.nn.Module, task: Any, *, loss: str, device: to
     return {"heldout_loss": held["loss"], "heldout_accuracy": held["train_acc"], "n_heldout": int(xh.shape[0])}
 
 
-def _finite(row: dict[str, Any]) -> dict[str, Any]:
+def _nonfinite_as_text(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in row.items()}
 
 
-def _fmt(v: Any) -> str:
+def _format_value(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
@@ -601,10 +592,10 @@ def model_card(bundle: ModelBundle) -> str:
     dtype = str(next(iter(bundle.params.values())).dtype).replace("torch.", "") if bundle.params else "?"
     lines = [
         f"model       {bundle.path if bundle.path is not None else '(in memory)'}",
-        f"arch        {arch.name} {shape}, bias {_fmt(arch.bias)}, " + ("batch norm, " if arch.batch_norm else "") +
+        f"arch        {arch.name} {shape}, bias {_format_value(arch.bias)}, " + ("batch norm, " if arch.batch_norm else "") +
         f"init_scale {arch.init_scale if arch.init_scale is not None else 'default'}, "
         f"input {'x'.join(map(str, arch.input_shape))}",
-        f"parameters  {count_parameters(arch):,} ({dtype}); homogeneous {_fmt(is_homogeneous(arch))}",
+        f"parameters  {count_parameters(arch):,} ({dtype}); homogeneous {_format_value(is_homogeneous(arch))}",
         f"data        {data.get('dataset')} / {data.get('task')}, {data.get('n_per_class')} per class "
         f"({data.get('selection')}, seed {data.get('seed')}), normalisation {bundle.normalisation}",
         f"loss        {bundle.loss}, weight decay {bundle.weight_decay:g}",
@@ -631,7 +622,7 @@ def model_card(bundle: ModelBundle) -> str:
     if "dp_epsilon" in m:
         eps = m["dp_epsilon"]
         lines.append(f"privacy     DP-SGD (opacus {m.get('dp_opacus')}, {m.get('dp_accountant')} accountant): "
-                     f"epsilon {_fmt(float(eps)) if eps is not None else 'inf'} at delta {m.get('dp_delta'):.3g}; "
+                     f"epsilon {_format_value(float(eps)) if eps is not None else 'inf'} at delta {m.get('dp_delta'):.3g}; "
                      f"noise {m.get('dp_noise_multiplier'):.4g}, clip {m.get('dp_max_grad_norm'):g}, "
                      f"sample rate {m.get('dp_sample_rate'):.3g}, {m.get('dp_steps')} steps")
     if m:
@@ -640,7 +631,7 @@ def model_card(bundle: ModelBundle) -> str:
         keys = [("train_loss", "train loss"), ("train_accuracy", "train acc"), ("heldout_accuracy", "held-out acc"),
                 ("min_margin", "min margin"), ("normalised_margin", "normalised margin"),
                 ("weight_norm", "‖θ‖"), ("kkt_regime_score", "KKT-regime score")]
-        shown = [f"{label} {_fmt(m[k])}" for k, label in keys if k in m]
+        shown = [f"{label} {_format_value(m[k])}" for k, label in keys if k in m]
         for i in range(0, len(shown), 4):
             lines.append(("metrics     " if i == 0 else "            ") + ", ".join(shown[i:i + 4]))
     vers = meta.get("versions", {})

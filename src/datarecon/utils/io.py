@@ -19,14 +19,17 @@ import io
 import json
 import math
 import os
+import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors.torch import load as _st_load
 from safetensors.torch import save as _st_save
 
+import datarecon
 from datarecon.errors import CheckpointError, DiskFullError
 from datarecon.utils import manifest
 from datarecon.utils.atomic import DISK_FULL_ERRNOS, disk_full_message, replace_atomically
@@ -108,8 +111,6 @@ def to_jsonable(obj: Any) -> Any:
     ``null``): "undefined". Readers treat ``null`` as a missing value; nothing writes the
     strings ``"nan"``/``"inf"``, which would break number formatting downstream.
     """
-    import numpy as np
-
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -297,12 +298,6 @@ def config_hash(obj: Any) -> str:
 
 def versions() -> dict[str, str]:
     """Versions of the packages that determine numerical results."""
-    import platform
-
-    import numpy as np
-
-    import datarecon
-
     return {
         "datarecon": datarecon.__version__,
         "torch": torch.__version__,

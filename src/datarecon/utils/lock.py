@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from datarecon.errors import DataReconError
+from datarecon.utils.manifest import MANIFEST
 
 try:
     import fcntl
@@ -166,8 +167,6 @@ def _acquire(folder: Path, what: str) -> Held:
 
 def _remove_empty(created: tuple[Path, ...]) -> None:
     """Remove the folders :func:`hold` created (deepest first) where nothing but bookkeeping is left."""
-    from datarecon.utils.manifest import MANIFEST
-
     for d in reversed(created):
         try:
             left = [p for p in d.iterdir() if p.name not in (LOCK_FILE, MANIFEST)]
