@@ -10,14 +10,11 @@ import torch
 import typer
 
 from datarecon.errors import DataReconError
-from datarecon.utils.device import parse_device  # noqa: F401  (the commands import it from here)
+from datarecon.utils.device import parse_device  # noqa: F401  (re-exported for cli/reconstruct.py)
 
-#: the default of ``--threads``: one thread. Measured on the 2-core development machine (beside
-#: other jobs, docs/PERFORMANCE.md "Threads"): the README's MNIST train + attack + evaluate took 14.8 s
-#: with one thread and 64.6 s with PyTorch's default (all cores), ``datarecon run
-#: experiment-digits.yaml`` 10.2 s against 9.8-18.1 s; only a D-1000-1000-1 attack gained (34.1 s
-#: against 23.8 s). One thread also gives the same bytes on every machine (results are bit-identical
-#: only at one thread count). ``--threads 0`` asks for PyTorch's default.
+#: the default of ``--threads``: one thread, the fastest for the small models of the examples and the
+#: only setting whose results are the same bytes on every machine (results are bit-identical only at one
+#: thread count; docs/PERFORMANCE.md "Threads" compares the two). ``--threads 0`` asks for PyTorch's default.
 DEFAULT_THREADS = 1
 
 #: ``--threads`` of every command that computes (a negative count, or more than the CPU cores,

@@ -1,16 +1,18 @@
 """Refuse a file or folder option given more than once.
 
-click keeps the last value of an option that is not ``multiple``, so ``datarecon evaluate RUN
---train a.safetensors --train b.safetensors`` silently evaluated against ``b`` (and 255 repeats were
-accepted). For an option that names a file or folder (training images, a config, an output folder,
-a data folder) one of several was picked without a word, so :func:`refuse_repeats` makes a leaf
-command fail, before it runs, with a usage error naming the option and how often it was given.
-Numbers and words keep the usual last-one-wins rule (``--epochs 40 ... --epochs 2`` overrides), which
-scripts rely on to override a default they spelled out earlier.
+click keeps the last value of an option that is not ``multiple``: ``datarecon evaluate RUN
+--train a.safetensors --train b.safetensors`` would evaluate against ``b`` without a word. For an
+option that names a file or folder (training images, a config, an output folder, a data folder)
+one of several would be picked silently, so :func:`refuse_repeats` makes a leaf command fail,
+before it runs, with a usage error naming the option and how often it was given. Numbers and
+words keep the usual last-one-wins rule (``--epochs 40 ... --epochs 2`` overrides), which scripts
+rely on to override a default they spelled out earlier.
 """
 
 from __future__ import annotations
 
+import pathlib
+import typing
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,9 +48,6 @@ def repeated_options(params: Sequence[Any], args: Sequence[str]) -> list[tuple[s
 def is_path_option(param: Any) -> bool:
     """Whether the option's values are files or folders: click's ``Path`` type, or (typer versions that
     keep the annotation instead) a ``pathlib.Path`` annotation, alone or in a union with None."""
-    import pathlib
-    import typing
-
     if type(getattr(param, "type", None)).__name__ == "Path":
         return True
     annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)

@@ -13,6 +13,7 @@ import contextlib
 import sys
 import warnings
 from collections.abc import Iterator
+
 from datarecon.kernel.status import Status
 
 __all__ = ["TOPICS", "REPORTED", "cli_warnings", "warning_line"]

@@ -14,9 +14,17 @@ from typing import Annotated
 
 import typer
 
-from datarecon.cli._common import DeviceOption
+from datarecon.cli._common import DeviceOption, check_threads
 from datarecon.cli.options import Output, backend_options, output_options
+from datarecon.config import read_config_mapping
+from datarecon.experiments.audit import SCALES, load_audit_config, run_audit
 from datarecon.experiments.execution import Execution
+from datarecon.experiments.reproduce import Runtime
+from datarecon.utils.device import parse_device
+
+#: what each audit scale is for (one entry per scale with a preset), shown by ``--scale``'s help
+SCALE_NOTES = {"smoke": "CI, seconds", "small": "CPU, minutes", "gpu": "--device cuda"}
+SCALE_HELP = " | ".join(f"{scale} ({SCALE_NOTES[scale]})" for scale in SCALES)
 
 
 @output_options(out="Output folder (rerun into it to resume).",
@@ -24,8 +32,7 @@ from datarecon.experiments.execution import Execution
                 overwrite="Replace an --out folder of another audit configuration.")
 @backend_options(workers="Targets in flight (1: in-process).", default_workers=1)
 def audit_cmd(
-    scale: Annotated[str, typer.Option("--scale", help="smoke (CI, seconds) | small (CPU, minutes) | gpu "
-                                       "(--device cuda)")] = "small",
+    scale: Annotated[str, typer.Option("--scale", help=SCALE_HELP)] = "small",
     config: Annotated[Path | None, typer.Option("--config", help="YAML/TOML overrides over the scale preset "
                                                 "(one-to-one with datarecon.experiments.audit.AuditConfig).")] = None,
     data_dir: Annotated[Path | None, typer.Option("--data-dir", envvar="DATARECON_DATA", help="Data folder.")] = None,
@@ -38,11 +45,6 @@ def audit_cmd(
     backend: Execution,
 ) -> None:
     """Defence audit: reconstruction against weight decay, training length and DP-SGD (Opacus)."""
-    from datarecon.cli._common import check_threads, parse_device
-    from datarecon.config import read_config_mapping
-    from datarecon.experiments.audit import load_audit_config, run_audit
-    from datarecon.experiments.reproduce import Runtime
-
     parse_device(device)
     check_threads(threads)
     overrides = read_config_mapping(config) if config is not None else None

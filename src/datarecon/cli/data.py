@@ -6,14 +6,12 @@ The main CLI calls :func:`register`; user errors are raised as
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from datarecon.data import DATASETS, dataset_counts, resolve_data_dir
-from datarecon.data import download_dataset
+from datarecon.data import DATASETS, dataset_counts, download_dataset, resolve_data_dir
 from datarecon.errors import DataMissingError, DataReconError
 
 DataDirOpt = Annotated[

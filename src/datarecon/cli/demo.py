@@ -7,6 +7,12 @@ from typing import Annotated
 
 import typer
 
+from datarecon.cli._common import check_threads
+from datarecon.config import build_config, merge, read_config_mapping
+from datarecon.experiments.demo import DemoConfig, run_demo
+from datarecon.models.checkpoint import load_model_dir
+from datarecon.training.target import model_card
+
 
 def register(app: typer.Typer) -> None:
     """Add ``demo`` to ``app``."""
@@ -26,13 +32,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Train a homogeneous MLP on digits odd/even, reconstruct its training data with the KKT attack,
         and write reconstructions.png and report.html."""
-        from datarecon.config import build_config, merge, read_config_mapping
-        from datarecon.experiments.demo import DemoConfig, run_demo
-        from datarecon.models.checkpoint import load_model_dir
-        from datarecon.training.target import model_card
-
-        from datarecon.cli._common import check_threads
-
         if threads is not None:
             check_threads(threads)
         fields = read_config_mapping(config) if config is not None else {}

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from datarecon.cli.options import Common, Flag, common_options, config_options, flags
+from datarecon.config import build_config
 from datarecon.errors import DataReconError
-
-if TYPE_CHECKING:
-    from datarecon.evaluation.run_eval import RunEvaluationSettings
+from datarecon.evaluation import evaluate_run
+from datarecon.evaluation.privacy import signal_verdict
+from datarecon.evaluation.run_eval import RunEvaluationSettings, check_reference_sets, check_run, run_convergence
+from datarecon.experiments.identifiability import attach_identifiability
+from datarecon.experiments.membership import attach_membership
+from datarecon.experiments.sweep import pool_candidates
+from datarecon.utils.io import load_tensors
 
 
 def _images(path: Path | None, option: str):
     """Tensor ``x`` of a safetensors file (never a pickle), or None."""
     if path is None:
         return None
-    from datarecon.utils.io import load_tensors
-
     if not Path(path).is_file():
         raise DataReconError(f"{option} file {path} not found; pass a safetensors file with the images as 'x'")
     tensors = load_tensors(path)
@@ -35,8 +38,6 @@ def _reference_sets(text: str) -> tuple[str, ...]:
     Raises:
         DataReconError: an unknown name, one given twice, or none at all.
     """
-    from datarecon.evaluation.run_eval import check_reference_sets
-
     try:
         return check_reference_sets(tuple(s.strip() for s in text.split(",") if s.strip()))
     except ValueError as exc:
@@ -44,18 +45,14 @@ def _reference_sets(text: str) -> tuple[str, ...]:
 
 
 def _flags() -> tuple[Flag, ...]:
-    """One flag per option of :class:`~datarecon.evaluation.run_eval.RunEvaluationSettings` the command
-    has always had (``prefilter``, ``thresholds`` and ``grid_max`` keep their defaults)."""
-    from datarecon.evaluation.run_eval import RunEvaluationSettings
-
+    """One flag per option of :class:`~datarecon.evaluation.run_eval.RunEvaluationSettings` but
+    ``prefilter``, ``thresholds`` and ``grid_max``, which keep their defaults."""
     return flags(RunEvaluationSettings, skip=("prefilter", "thresholds", "grid_max"),
                  parse={"against": _reference_sets})
 
 
 def _evaluate(run: Path, settings: RunEvaluationSettings, *, data_dir: Path | None, progress: bool,
               train: Path | None = None, heldout: Path | None = None) -> dict:
-    from datarecon.evaluation import evaluate_run
-
     return evaluate_run(run, settings, data_dir=data_dir, progress=progress,
                         train=_images(train, "--train"), heldout=_images(heldout, "--heldout"))
 
@@ -81,14 +78,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write RUN/metrics.json and RUN/candidates.csv (nearest neighbours, Haim protocol, baselines, privacy ROC,
         and membership: every signal but the reference attacks, on the attacked model)."""
-        from datarecon.config import build_config
-        from datarecon.evaluation.run_eval import RunEvaluationSettings
-
         settings = build_config(RunEvaluationSettings, overrides, where="evaluation settings")
         targets = list(runs or [])
         if sweep is not None:
-            from datarecon.experiments.sweep import pool_candidates
-
             targets.append(pool_candidates(sweep, top=top))
         if not targets:
             raise DataReconError("nothing to evaluate; pass RUN directories or --sweep DIR")
@@ -107,29 +99,24 @@ def register(app: typer.Typer) -> None:
 def _membership(run: Path, data_dir: Path | None) -> None:
     """Add the membership and identifiability sections to the run's metrics (a run of a model directory) and print
     their leads."""
-    from datarecon.experiments.identifiability import attach_identifiability
-    from datarecon.experiments.membership import attach_membership
-
     section = attach_membership(run, data_dir=data_dir)
     if section is not None and section["strongest"]["name"]:
         typer.echo(f"membership: strongest signal {section['strongest']['line']}; loss threshold "
                    f"{section['baseline']['line']}")
-    ident = attach_identifiability(run, data_dir=data_dir)
-    if ident is not None:
-        found = [k for k, v in ident["objectives"].items() if v.get("identifies")]
+    identifiability = attach_identifiability(run, data_dir=data_dir)
+    if identifiability is not None:
+        found = [k for k, v in identifiability["objectives"].items() if v.get("identifies")]
         typer.echo(f"identifiability: the training set fits {', '.join(found) or 'none'} of the objectives "
-                   f"{', '.join(ident['objectives'])} better than every fake (datarecon identifiability)")
+                   f"{', '.join(identifiability['objectives'])} better than every fake (datarecon identifiability)")
 
 
 def check_runs(runs: list[Path], settings: RunEvaluationSettings) -> None:
-    """Every run checked before the first is evaluated (``evaluate RE M`` used to rewrite RE's metrics
-    and only then refuse M), and none named twice.
+    """Every run checked before the first is evaluated (a bad run anywhere in the list refuses the
+    command before any run's metrics are rewritten), and none named twice.
 
     Raises:
         DataReconError, CheckpointError: one line naming the first bad run.
     """
-    from datarecon.evaluation.run_eval import check_run
-
     seen: dict[Path, Path] = {}
     for run in runs:
         key = Path(run).resolve()
@@ -142,15 +129,13 @@ def check_runs(runs: list[Path], settings: RunEvaluationSettings) -> None:
 def convergence_lines(run: Path) -> list[str]:
     """``attack: converged: ...`` or ``attack: NOT converged: ...``, the verdict the report's attack card
     shows (for a pool: how many of its runs converged, and the first that did not)."""
-    from datarecon.evaluation.run_eval import run_convergence
-
     verdicts = run_convergence(run)
     if not verdicts:
         return []
     if len(verdicts) == 1 and verdicts[0][0] == run.name:
-        c = verdicts[0][1]
-        return [("attack: converged: " if c.converged else "attack: NOT converged: ") + c.reason]
-    bad = [(name, c) for name, c in verdicts if not c.converged]
+        verdict = verdicts[0][1]
+        return [("attack: converged: " if verdict.converged else "attack: NOT converged: ") + verdict.reason]
+    bad = [(name, verdict) for name, verdict in verdicts if not verdict.converged]
     if not bad:
         return [f"attack: converged: all {len(verdicts)} pooled runs ({verdicts[0][1].reason} for {verdicts[0][0]})"]
     return [f"attack: NOT converged: {len(bad)} of {len(verdicts)} pooled runs ({bad[0][0]}: {bad[0][1].reason})"]
@@ -159,14 +144,13 @@ def convergence_lines(run: Path) -> list[str]:
 def _headline(summary: dict) -> list[str]:
     """What is worth printing, in the report's words: the headline count beside its nulls (and its
     rule), the parameter distance, and what the privacy measurement says about each signal."""
-    from datarecon.evaluation.privacy import signal_verdict
+    # lazy: datarecon.report loads matplotlib, which would slow the start of every command
     from datarecon.report.text import headline_lines
 
     lines = headline_lines(summary.get("headline") or {})
     if summary.get("param_distance") is not None:
         lines.append(f"parameter distance ||theta* - theta||^2: {summary['param_distance']:.4g}")
-    priv = summary.get("privacy") or {}
-    verdict = signal_verdict(priv)
+    verdict = signal_verdict(summary.get("privacy") or {})
     lines.append("privacy: " + verdict.lead + (f" ({verdict.measured})" if verdict.measured else ""))
     if verdict.needs:
         lines.append("privacy: " + verdict.needs)

@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from datarecon.experiments.examples import copy_example, list_examples
+
 
 def register(app: typer.Typer) -> None:
     """Add ``examples`` to ``app``."""
@@ -20,8 +22,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List the example configuration files shipped with datarecon, or copy one (sweeps,
         reproduction overrides)."""
-        from datarecon.experiments.examples import copy_example, list_examples
-
         if name is None:
             for file, summary in list_examples().items():
                 typer.echo(f"{file:<32} {summary}")

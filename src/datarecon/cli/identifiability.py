@@ -15,11 +15,13 @@ import typer
 
 from datarecon.cli._common import ThreadsOption, set_threads
 from datarecon.cli.options import OutFile, config_options, flags, out_file_options
+from datarecon.config import build_config
+from datarecon.errors import DataReconError
+from datarecon.experiments.identifiability import IdentifiabilitySettings, identifiability, identifiability_lines
+from datarecon.utils.io import atomic_write_json, read_json
 
 
 def _flags() -> Any:
-    from datarecon.experiments.identifiability import IdentifiabilitySettings
-
     def names(text: str) -> list[str]:
         return [s.strip() for s in str(text).split(",") if s.strip()]
 
@@ -28,9 +30,6 @@ def _flags() -> Any:
 
 def _is_result(path: Path) -> bool:
     """Whether ``path`` is a result this command wrote (its JSON keys), which ``--overwrite`` may replace."""
-    from datarecon.errors import DataReconError
-    from datarecon.utils.io import read_json
-
     try:
         found = read_json(path)
     except (DataReconError, ValueError, UnicodeDecodeError):
@@ -49,10 +48,6 @@ def identifiability_cmd(
     output: OutFile,
 ) -> None:
     """Which attack objective does the training set minimise? Residuals of the truth and of fakes."""
-    from datarecon.config import build_config
-    from datarecon.experiments.identifiability import IdentifiabilitySettings, identifiability, identifiability_lines
-    from datarecon.utils.io import atomic_write_json
-
     set_threads(threads)
     cfg = build_config(IdentifiabilitySettings, settings, where="identifiability settings")
     out = output.check(ours=_is_result, what="identifiability result")  # before any work

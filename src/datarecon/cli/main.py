@@ -7,12 +7,18 @@ with exit code 2 (never a traceback).
 
 from __future__ import annotations
 
-# Nothing heavy is imported at module level: the console script imports this module before main()
-# runs, and a Ctrl-C during that import would end in a traceback. main() imports typer, torch and
-# the command modules inside its own error handling.
+# typer and datarecon's own modules (which load torch) are imported inside the functions of this
+# module, never at its top: the console script imports this module before main() runs, and a Ctrl-C
+# during that import would end in a traceback. main() imports them inside its own error handling;
+# the command modules (cli/*.py) are imported by make_app() and import at their top as usual.
+import errno
 import functools
+import importlib
 import os
+import signal
+import sqlite3
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,8 +40,6 @@ def version_cmd() -> None:
 @functools.cache
 def make_app() -> Any:
     """The typer application with every area's commands registered (built once per process)."""
-    import importlib
-
     import typer
 
     app = typer.Typer(
@@ -102,9 +106,6 @@ class _Signals:
     terminated = False
 
     def __enter__(self) -> _Signals:
-        import signal
-        import threading
-
         self._previous = None
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._on_term)
@@ -116,8 +117,6 @@ class _Signals:
             raise KeyboardInterrupt
 
     def __exit__(self, *exc: Any) -> None:
-        import signal
-
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
 
@@ -125,9 +124,6 @@ class _Signals:
 def environment_message(exc: BaseException, argv: list[str]) -> str | None:
     """One line for an error of the environment (disk, permissions, paths, memory, a damaged store
     index), naming the fix; None for anything else (an internal error)."""
-    import errno
-    import sqlite3
-
     from datarecon.utils.atomic import DISK_FULL_ERRNOS, disk_full_message
 
     if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and any(
@@ -176,10 +172,10 @@ def build_command() -> Any:
     from datarecon.cli._repeats import refuse_repeats
 
     cmd = typer.main.get_command(make_app())
-    for c in _walk_commands(cmd):
-        if not getattr(c, "commands", None):  # a leaf command: a single-valued option given twice is an error
-            refuse_repeats(c, _usage_errors()[0])
-        for param in c.params:
+    for command in _walk_commands(cmd):
+        if not getattr(command, "commands", None):  # a leaf command: a single-valued option given twice is an error
+            refuse_repeats(command, _usage_errors()[0])
+        for param in command.params:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""
     return cmd
@@ -189,8 +185,6 @@ def _usage_errors() -> tuple[type[Exception], type[Exception]]:
     """(UsageError, NoArgsIsHelpError) of the click that typer runs on: recent typers ship their own
     copy (``typer._click``), older ones use the ``click`` package (before click 8.2 a bare group
     prints its help without an exception: a class nothing raises stands in)."""
-    import importlib
-
     import typer.core
 
     click = getattr(typer.core, "_click", None) or importlib.import_module("click")
@@ -242,8 +236,8 @@ def _stopped(args: list[str]) -> int:
 def empty_argument(args: list[str]) -> str | None:
     """The refusal of an empty argument (``--out ""``, ``--out=``, ``run ""``), else None.
 
-    An empty string is never a meaningful path or value, and as a path it reads as the current
-    folder (``--out ""`` was refused as "output directory . exists; pass --overwrite").
+    An empty string is never a meaningful path or value, and as a path it would read as the current
+    folder (``--out ""`` would name the folder the command runs in).
     """
     for i, arg in enumerate(args):
         if arg.startswith("--") and arg.endswith("=") and len(arg) > 3:
@@ -257,22 +251,23 @@ def empty_argument(args: list[str]) -> str | None:
 def _run(args: list[str], usage_error: type[Exception], no_args_is_help: type[Exception]) -> int:
     import typer
 
-    from datarecon.errors import DataReconError
-
     from datarecon.cli._warnings import cli_warnings
+    from datarecon.errors import DataReconError, DiskFullError
+    from datarecon.utils.atomic import disk_full_message
 
     try:
         if (empty := empty_argument(args)) is not None:
             raise DataReconError(empty)
         with cli_warnings():  # one line each, "warning: ...", once per topic
-            rv = build_command().main(args=args, standalone_mode=False, prog_name="datarecon")
-        code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0  # typer.Exit(code) comes back as code
+            returned = build_command().main(args=args, standalone_mode=False, prog_name="datarecon")
+        # typer.Exit(code) comes back as code
+        code = returned if isinstance(returned, int) and not isinstance(returned, bool) else 0
         if code == INTERRUPTED:  # typer turns KeyboardInterrupt into a silent Exit(130)
             return _stopped(args)
         return code
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
-    except no_args_is_help as exc:  # a bare command group: its help, as before
+    except no_args_is_help as exc:  # a bare command group: its help
         exc.show()
         return exc.exit_code
     except usage_error as exc:
@@ -281,9 +276,6 @@ def _run(args: list[str], usage_error: type[Exception], no_args_is_help: type[Ex
     except typer.Abort:
         return _stopped(args)
     except DataReconError as exc:
-        from datarecon.errors import DiskFullError
-        from datarecon.utils.atomic import disk_full_message
-
         text = disk_full_message(exc.path, hint=continue_hint(args)) if isinstance(exc, DiskFullError) else str(exc)
         typer.echo(f"error: {_one_line(text)}", err=True)
         return 2
@@ -311,10 +303,9 @@ def entry() -> None:
 
     After Ctrl-C or SIGTERM the process ends with ``os._exit`` once its output is flushed: every
     run has checkpointed and every file is written and fsynced by then, and the interpreter's own
-    shutdown could abort the process. PyTorch's C++ threads that served the interrupted runs'
+    shutdown could abort the process: PyTorch's C++ threads that served the interrupted runs'
     autograd calls are torn down by static destructors then ("terminate called without an active
-    exception", SIGABRT instead of exit 130: 1 of 27 Ctrl-C/SIGTERM trials of ``--runs 3``;
-    pytorch/pytorch#38228 describes the mechanism).
+    exception", SIGABRT instead of exit 130; pytorch/pytorch#38228 describes the mechanism).
     """
     code = main()
     if code in (INTERRUPTED, TERMINATED):

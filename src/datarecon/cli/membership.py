@@ -19,11 +19,16 @@ from typing import Any
 
 import typer
 
+from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.cli._common import set_threads
 from datarecon.cli.options import Flag, backend_options, config_options, flags, option_group
+from datarecon.config import build_config, load_config_file
 from datarecon.errors import DataReconError
 from datarecon.experiments.execution import Execution
-from datarecon.experiments.membership import Calibration
+from datarecon.experiments.membership import (Calibration, MembershipSettings, Runtime, evaluate_membership,
+                                              score_images)
+from datarecon.kernel.outdir import claim_out_dir
+from datarecon.utils.device import parse_device
 
 #: Image rows printed on the terminal (all of them go to --out).
 SHOWN = 20
@@ -68,9 +73,6 @@ WHERE = {
 def _flags() -> tuple[tuple[Flag, ...], tuple[Flag, ...], tuple[Flag, ...]]:
     """The flags of the attacker's knowledge (``--known-init``, ``--known-n``; the recipe is not used
     here), of the calibration (``--null``, ``--fpr``, ``--signal``) and of the evaluation's settings."""
-    from datarecon.attacks.knowledge import KnowledgeSettings
-    from datarecon.experiments.membership import MembershipSettings
-
     knowledge = flags(KnowledgeSettings, rename={"known_init": "--known-init", "n": "--known-n"},
                       skip=("recipe.source", "recipe.unknown"))
     settings = flags(MembershipSettings, prefix={"references": "reference-", "attacks": ""},
@@ -100,11 +102,6 @@ def membership(
     backend: Execution,
 ) -> None:
     """Membership inference: loss, LiRA, RMIA, gradient norm and subspace signals on a model's training set."""
-    from datarecon.attacks.knowledge import KnowledgeSettings
-    from datarecon.cli._common import parse_device
-    from datarecon.config import build_config, load_config_file
-    from datarecon.experiments.membership import MembershipSettings
-
     if (images is None) == (not evaluate):
         raise DataReconError("pass --images PATH (score your images) or --evaluate (measure the signals), one of them")
     if evaluate and calibration:
@@ -115,21 +112,20 @@ def membership(
     known = build_config(KnowledgeSettings, knowledge, where="knowledge")
     cfg = (load_config_file(where.config, MembershipSettings, overrides=settings) if where.config is not None
            else build_config(MembershipSettings, settings, where="membership settings"))
-    cal = build_config(Calibration, calibration, where="calibration")
+    calibrated = build_config(Calibration, calibration, where="calibration")
     if cfg.references.count and where.out is None and evaluate:
         raise DataReconError(f"--references {cfg.references.count} needs --out DIR: the reference models are kept "
                              "there and reused by the next call")
     threads = where.threads or (1 if (backend.workers or 1) > 1 else None)
-    run = _Run(model=model, known=known, settings=cfg, calibration=cal, where=where,
+    run = _Run(model=model, known=known, settings=cfg, calibration=calibrated, where=where,
                execution=dataclasses.replace(backend, threads=threads))
     if where.out is None:
         result = run.evaluate(None) if evaluate else run.images(images, None)  # type: ignore[arg-type]
     else:
-        from datarecon.kernel.outdir import claim_out_dir
-
-        with claim_out_dir(where.out, kind="membership", overwrite=where.overwrite, resume=not where.overwrite) as c:
-            result = run.evaluate(c) if evaluate else run.images(images, c)  # type: ignore[arg-type]
-    _print_evaluation(result) if evaluate else _print_scores(result, cal.fpr)
+        with claim_out_dir(where.out, kind="membership", overwrite=where.overwrite,
+                           resume=not where.overwrite) as claim:
+            result = run.evaluate(claim) if evaluate else run.images(images, claim)  # type: ignore[arg-type]
+    _print_evaluation(result) if evaluate else _print_scores(result, calibrated.fpr)
     if where.out is not None:
         typer.echo(f"wrote {where.out}")
 
@@ -143,20 +139,14 @@ class _Run:
         self.where, self.execution = where, execution
 
     def runtime(self) -> Any:
-        from datarecon.experiments.membership import Runtime
-
         return Runtime(execution=self.execution, device=self.where.device, data_dir=self.where.data_dir,
                        log=typer.echo)
 
     def evaluate(self, out: Any) -> dict[str, Any]:
-        from datarecon.experiments.membership import evaluate_membership
-
         return evaluate_membership(self.model, settings=self.settings, knowledge=self.known, out=out,
                                    runtime=self.runtime())
 
     def images(self, images: Path, out: Any) -> dict[str, Any]:
-        from datarecon.experiments.membership import score_images
-
         return score_images(self.model, images, calibration=self.calibration, knowledge=self.known, out=out,
                             attacks=self.settings.attacks, runtime=self.runtime())
 
@@ -164,9 +154,9 @@ class _Run:
 def _print_evaluation(result: dict[str, Any]) -> None:
     """What ``--evaluate`` prints: the knowledge, where the images came from, one line per signal, the strongest."""
     typer.echo(result["knowledge"]["summary"])
-    cand = result["candidates"]
-    typer.echo(f"members: {cand['members']['source']}")
-    typer.echo(f"non-members: {cand['nonmembers']['count']} {cand['nonmembers']['source']}")
+    candidates = result["candidates"]
+    typer.echo(f"members: {candidates['members']['source']}")
+    typer.echo(f"non-members: {candidates['nonmembers']['count']} {candidates['nonmembers']['source']}")
     refs = result.get("references")
     if refs:
         typer.echo(f"reference models: {refs['note']} ({refs['trained']} trained now, {refs['reused']} reused)")

@@ -20,6 +20,7 @@ the config cannot be forgotten on the command line.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import re
@@ -33,7 +34,11 @@ from typing import Annotated, Any, Literal
 import typer
 from pydantic import BaseModel
 
+from datarecon.cli._common import DEFAULT_THREADS, ThreadsOption, set_threads
 from datarecon.errors import DataReconError
+from datarecon.experiments.backends import BACKENDS
+from datarecon.experiments.execution import Execution
+from datarecon.kernel.outdir import check_out_file
 
 _SCALARS = (bool, int, float, str)
 
@@ -328,8 +333,6 @@ def option_group(name: str, cls: type, options: Mapping[str, tuple[Any, Any, Any
     Raises:
         TypeError: (a programming error) ``options`` and the fields of ``cls`` differ.
     """
-    import dataclasses
-
     fields = [f.name for f in dataclasses.fields(cls)]
     if sorted(fields) != sorted(options):
         raise TypeError(f"{cls.__name__}: options {sorted(options)} do not match its fields {sorted(fields)}")
@@ -358,8 +361,6 @@ def common_options(*, progress: str = "Show progress (a bar on a terminal, plain
                    quiet: str = "Deprecated: --no-progress.") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a command body taking ``common`` (keyword, a :class:`Common`) with ``--progress/--no-progress``,
     the hidden deprecated ``--quiet`` and ``--threads`` (applied before the body runs); the helps may differ."""
-    from datarecon.cli._common import DEFAULT_THREADS, ThreadsOption, set_threads
-
     kw = inspect.Parameter.KEYWORD_ONLY
     params = [
         inspect.Parameter("progress", kw, default=True,
@@ -427,8 +428,6 @@ class OutFile:
 
     def check(self, *, ours: Callable[[Path], bool], what: str) -> Path | None:
         """The output rule of every command (:func:`datarecon.kernel.outdir.check_out_file`), before any work."""
-        from datarecon.kernel.outdir import check_out_file
-
         return None if self.out is None else check_out_file(self.out, overwrite=self.overwrite, ours=ours, what=what)
 
 
@@ -447,17 +446,27 @@ def out_file_options(*, out: str, default: Path | None = None, required: bool = 
     return lambda body: _extend(body, "output", params, lambda given: OutFile(**given))
 
 
-def backend_options(*, workers: str, default_workers: int | None,
-                    backend: str = "Execution backend: local (a process pool; in-process with one worker) | ray.",
+#: what a backend is, in the help of ``--backend`` (a backend without an entry is listed by its name only)
+BACKEND_NOTES = {"local": "a process pool; in-process with one worker"}
+
+
+def backend_help() -> str:
+    """The default help of ``--backend``: every registered backend (:data:`BACKENDS`), with its note."""
+    names = [f"{name} ({BACKEND_NOTES[name]})" if name in BACKEND_NOTES else name for name in BACKENDS.ordered()]
+    return f"Execution backend: {' | '.join(names)}."
+
+
+def backend_options(*, workers: str, default_workers: int | None, backend: str | None = None,
                     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a command body taking ``backend`` (keyword, an
     :class:`~datarecon.experiments.execution.Execution`, the one description of where a sweep's or an
-    audit's tasks run) with ``--backend``, ``--workers/-j`` (at least 1) and ``--ray-address``; an
-    unknown backend, and a Ray address for another backend, are refused in one line before any work."""
+    audit's tasks run) with ``--backend`` (help: ``backend``, default :func:`backend_help`), ``--workers/-j``
+    (at least 1) and ``--ray-address``; an unknown backend, and a Ray address for another backend, are
+    refused in one line before any work."""
     kw = inspect.Parameter.KEYWORD_ONLY
     params = [
         inspect.Parameter("backend", kw, default="local",
-                          annotation=Annotated[str, typer.Option("--backend", help=backend)]),
+                          annotation=Annotated[str, typer.Option("--backend", help=backend or backend_help())]),
         inspect.Parameter("workers", kw, default=default_workers,
                           annotation=Annotated[int | None, typer.Option("--workers", "-j", min=1, help=workers)]),
         inspect.Parameter("ray_address", kw, default=None, annotation=Annotated[str | None, typer.Option(
@@ -465,9 +474,6 @@ def backend_options(*, workers: str, default_workers: int | None,
     ]
 
     def build(given: dict[str, Any]) -> Any:
-        from datarecon.experiments.backends import BACKENDS
-        from datarecon.experiments.execution import Execution
-
         BACKENDS.get(given["backend"])
         execution = Execution(backend=given["backend"], workers=given["workers"], ray_address=given["ray_address"])
         execution.backend_options()  # --ray-address without --backend ray

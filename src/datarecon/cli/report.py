@@ -7,10 +7,12 @@ from typing import Annotated
 
 import typer
 
-from datarecon.cli._common import DEFAULT_THREADS, ThreadsOption
+from datarecon.cli._common import DEFAULT_THREADS, ThreadsOption, set_threads
 from datarecon.cli.options import OutFile, out_file_options
+from datarecon.errors import DataReconError
+from datarecon.evaluation.records import read_metrics
 from datarecon.kernel.files import METRICS_FILE, REPORT_HTML
-
+from datarecon.utils.io import read_json
 
 #: what every ``metrics.json`` of ``datarecon evaluate`` holds (a report needs them)
 REQUIRED_METRICS = ("nearest", "metric")
@@ -23,10 +25,6 @@ def check_evaluated(run: Path) -> None:
     Raises:
         DataReconError: one line naming the missing or bad field and the fix (``datarecon evaluate RUN``).
     """
-    from datarecon.errors import DataReconError
-    from datarecon.evaluation.records import read_metrics
-    from datarecon.utils.io import read_json
-
     path = Path(run) / METRICS_FILE
     if not path.is_file():
         return  # render_report names the missing file
@@ -44,8 +42,6 @@ def check_distinct(runs: list[Path]) -> None:
     Raises:
         DataReconError: one line naming the run given twice.
     """
-    from datarecon.errors import DataReconError
-
     seen: dict[Path, Path] = {}
     for run in runs:
         key = Path(run).resolve()
@@ -67,7 +63,7 @@ def register(app: typer.Typer) -> None:
         output: OutFile,
     ) -> None:
         """Write a self-contained HTML report (images embedded; opens offline)."""
-        from datarecon.cli._common import set_threads
+        # lazy: datarecon.report loads matplotlib, which would slow the start of every other command
         from datarecon.report import render_report
         from datarecon.report.html import is_report
 

@@ -14,19 +14,29 @@ import typer
 
 from datarecon.cli._common import DeviceOption
 from datarecon.cli.options import Common, Output, common_options, output_options
+from datarecon.config import read_config_mapping
+from datarecon.experiments.reproduce import REPRODUCTIONS, SCALES, Runtime, plan_reproduction, reproduce
+from datarecon.experiments.reproduce.cost import device_note
+from datarecon.experiments.reproduce.pieces import format_plan
+from datarecon.utils.device import parse_device
 
-app = typer.Typer(rich_markup_mode=None, help="Reproduce a paper's experiments (runkel2024, haim2022) and write an HTML report.",
-                  no_args_is_help=True)
+#: the help of ``datarecon reproduce NAME``, one entry per registered reproduction
+PAPER_HELP = {
+    "runkel2024": "Runkel et al. 2024: Table 1, Figures 1-12 and the privacy measurement.",
+    "haim2022": "Haim et al. 2022: KKT attack on MNIST odd/even and CIFAR-10 vehicles/animals.",
+}
+#: what each rung of the scale ladder is for, shown by ``--scale``'s help
+SCALE_NOTES = {"smoke": "CI, minutes on CPU", "small": "CPU, minutes",
+               "medium": "CPU, <= 1 h; runkel2024: one-hidden width 1024, n = 100", "paper": "GPU"}
+SCALE_HELP = " | ".join(f"{scale} ({SCALE_NOTES[scale]})" for scale in SCALES)
+
+app = typer.Typer(rich_markup_mode=None, no_args_is_help=True,
+                  help=f"Reproduce a paper's experiments ({', '.join(REPRODUCTIONS.ordered())}) and write an HTML "
+                  "report.")
 
 
 def _run(name: str, *, scale: str, output: Output, data_dir: str | None, device: str, config: Path | None,
          dry_run: bool = False, progress: bool = True) -> None:
-    from datarecon.cli._common import parse_device
-    from datarecon.config import read_config_mapping
-    from datarecon.experiments.reproduce import Runtime, plan_reproduction, reproduce
-    from datarecon.experiments.reproduce.cost import device_note
-    from datarecon.experiments.reproduce.pieces import format_plan
-
     parse_device(device, require_available=not dry_run)  # refuses cuda without a GPU (a dry run only estimates)
     overrides = read_config_mapping(config) if config is not None else None
     if dry_run:
@@ -42,9 +52,7 @@ def _run(name: str, *, scale: str, output: Output, data_dir: str | None, device:
     typer.echo(f"report: {report}")
 
 
-_Scale = Annotated[str, typer.Option("--scale", help="smoke (CI, minutes on CPU) | small (CPU, minutes) | "
-                                     "medium (CPU, <= 1 h; runkel2024: one-hidden width 1024, n = 100) | paper (GPU); "
-                                     "see --dry-run.")]
+_Scale = Annotated[str, typer.Option("--scale", help=f"{SCALE_HELP}; see --dry-run.")]
 _OUTPUT = output_options(out="Output folder (rerun into it to resume).",
                          resume="Continue unfinished trainings and attacks from their checkpoints.",
                          overwrite="Replace an --out folder of another configuration.")
@@ -70,8 +78,8 @@ def _paper_command(name: str, doc: str) -> None:
     app.command(name, short_help=doc.split(":")[0])(command)
 
 
-_paper_command("runkel2024", "Runkel et al. 2024: Table 1, Figures 1-12 and the privacy measurement.")
-_paper_command("haim2022", "Haim et al. 2022: KKT attack on MNIST odd/even and CIFAR-10 vehicles/animals.")
+for _name in REPRODUCTIONS.ordered():
+    _paper_command(_name, PAPER_HELP[_name])
 
 
 def register(root: typer.Typer) -> None:

@@ -10,8 +10,12 @@ from pathlib import Path
 
 import typer
 
+from datarecon.cli._common import command_line
 from datarecon.cli.options import Common, common_options
+from datarecon.experiments.demo import headline_lines
+from datarecon.experiments.experiment import REPORT, RUN_SUBDIR, finished_stages, load_experiment, run_experiment
 from datarecon.kernel.files import METRICS_FILE, RUN_JSON
+from datarecon.utils.io import read_json
 
 
 @common_options()
@@ -24,9 +28,6 @@ def run(
     common: Common,
 ) -> None:
     """Run an experiment file: train the target, attack it, evaluate and report, resumably."""
-    from datarecon.cli._common import command_line
-    from datarecon.experiments.experiment import finished_stages, load_experiment, run_experiment
-
     exp = load_experiment(experiment)
     before = [] if overwrite else finished_stages(out, exp)
     stages = run_experiment(exp, out, data_dir=data_dir, overwrite=overwrite, progress=common.progress,
@@ -42,10 +43,6 @@ def run(
 
 def result_lines(out: Path, stages: dict[str, str]) -> list[str]:
     """What the experiment found: the attack's final state, the headline beside its nulls, the report."""
-    from datarecon.experiments.demo import headline_lines
-    from datarecon.experiments.experiment import REPORT, RUN_SUBDIR
-    from datarecon.utils.io import read_json
-
     lines = []
     run_json = out / RUN_SUBDIR / RUN_JSON
     if run_json.is_file():

@@ -11,12 +11,18 @@ from typing import Optional
 
 import typer
 
+from datarecon.attacks.selection import CRITERIA
+from datarecon.cli._common import set_threads
 from datarecon.cli.options import OutFile, backend_options, out_file_options
-from datarecon.experiments.execution import Execution
+from datarecon.config import load_config_file
 from datarecon.errors import DataReconError
+from datarecon.experiments.execution import Execution
+from datarecon.experiments.store import COLUMNS, JSON_COLUMNS, Store, check_store, is_export, sort_expression
+from datarecon.experiments.sweep import SweepConfig, pool_candidates, run_sweep
+from datarecon.utils.lock import hold
 
-sweep_app = typer.Typer(rich_markup_mode=None, 
-    name="sweep", no_args_is_help=False, invoke_without_command=True, add_completion=False,
+sweep_app = typer.Typer(
+    rich_markup_mode=None, name="sweep", no_args_is_help=False, invoke_without_command=True, add_completion=False,
     help="Run a hyper-parameter sweep of an attack (resumable), then pool its best runs.",
 )
 store_app = typer.Typer(rich_markup_mode=None, name="store", no_args_is_help=True, add_completion=False,
@@ -41,14 +47,9 @@ def sweep_cmd(
     """Run (or resume) the sweep in --config into the store --out."""
     if ctx.invoked_subcommand is not None:
         return
-    from datarecon.cli._common import set_threads
-
     set_threads(threads)
     if config is None or out is None:
         raise DataReconError("datarecon sweep needs --config SWEEP.yaml and --out DIR (or a subcommand: pool)")
-    from datarecon.config import load_config_file
-    from datarecon.experiments.sweep import SweepConfig, run_sweep
-
     cfg = load_config_file(config, SweepConfig, overrides={"budget": budget})
     execution = replace(backend, threads=threads or None)
     result = run_sweep(cfg, out, execution=execution, progress=progress, checkpoint_every=checkpoint_every)
@@ -78,8 +79,6 @@ def pool_cmd(
                                    "wrote there)"),
 ) -> None:
     """Pool the candidates of the K best runs (by an attacker-side criterion) into one run directory."""
-    from datarecon.experiments.sweep import pool_candidates
-
     if mode not in (None, "min", "max"):
         raise DataReconError(f"--mode must be min or max, got {mode!r}")
     if merge is not None and not -1.0 < merge <= 1.0:
@@ -92,10 +91,6 @@ def pool_cmd(
 @store_app.command("rebuild")
 def store_rebuild(root: Path = typer.Argument(..., help="store directory")) -> None:
     """Re-create index.sqlite from the run directories."""
-    from datarecon.experiments.store import Store, check_store
-
-    from datarecon.utils.lock import hold
-
     check_store(root)
     with hold(root, what="results store"):
         n = Store(root).rebuild()
@@ -121,9 +116,6 @@ def store_list(
     sweep_id: Optional[str] = typer.Option(None, "--sweep", help="only runs of this sweep id"),
 ) -> None:
     """List the indexed runs (key, status, steps, time, swept parameters, sort value)."""
-    from datarecon.attacks.selection import CRITERIA
-    from datarecon.experiments.store import COLUMNS, JSON_COLUMNS, Store, sort_expression
-
     if sort and "." not in sort and sort not in COLUMNS:
         if sort not in CRITERIA:
             raise DataReconError(f"unknown --sort {sort!r}; use a column ({', '.join(COLUMNS)}), a selection "
@@ -163,8 +155,6 @@ def store_export(
     output: OutFile,
 ) -> None:
     """Export the index with flattened config / selection columns."""
-    from datarecon.experiments.store import Store, is_export
-
     out = output.check(ours=is_export, what="store export")
     path = Store(root).export(out, sort=sort)
     typer.echo(f"wrote {path}")

@@ -15,14 +15,15 @@ import typer
 
 from datarecon.cli.options import (Common, Flag, Output, comma_ints, common_options, config_options, flags,
                                    number_or_none, output_options)
+from datarecon.config import load_config_file
 from datarecon.errors import DataReconError
+from datarecon.models.checkpoint import load_model_dir
+from datarecon.training.target import TrainConfig, build_train_config, model_card, train_target
 
 
 def _flags() -> tuple[Flag, ...]:
-    """One flag per field of :class:`~datarecon.training.target.TrainConfig` (names kept from before the
-    generated CLI: data and architecture fields unprefixed, DP fields ``--dp-*``)."""
-    from datarecon.training.target import TrainConfig
-
+    """One flag per field of :class:`~datarecon.training.target.TrainConfig` (data and architecture
+    fields unprefixed, DP fields ``--dp-*``, a few renamed to their short names)."""
     return flags(
         TrainConfig, prefix={"data": "", "arch": "", "stop": ""},
         rename={"data.seed": "--data-seed", "arch.name": "--arch", "arch.hidden": ("--hidden", "--channels"),
@@ -52,9 +53,6 @@ def train_cmd(
     Every field of the training config (docs/RUNS.md) has its flag below; flags override --config.
     The DP-SGD flags (--dp-*) need Opacus: pip install 'datarecon[dp]'.
     """
-    from datarecon.config import load_config_file
-    from datarecon.training.target import TrainConfig, build_train_config, train_target
-
     if config is not None:
         cfg = load_config_file(config, TrainConfig, overrides=overrides)
     else:
@@ -66,18 +64,12 @@ def train_cmd(
     result = train_target(cfg, data_dir=data_dir, out=output.out, resume=output.resume, overwrite=output.overwrite,
                           progress=common.progress)
     if not common.quiet:
-        from datarecon.models.checkpoint import load_model_dir
-        from datarecon.training.target import model_card
-
         typer.echo(model_card(load_model_dir(result.out)))
     typer.echo(f"wrote {result.out}")
 
 
 def info_cmd(model_dir: Annotated[Path, typer.Argument(help="A model directory (from datarecon train).")]) -> None:
     """Print the model card of a model directory (architecture, data, loss, metrics, versions)."""
-    from datarecon.models.checkpoint import load_model_dir
-    from datarecon.training.target import model_card
-
     typer.echo(model_card(load_model_dir(model_dir)))
 
 
