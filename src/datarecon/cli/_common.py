@@ -10,7 +10,6 @@ import torch
 import typer
 
 from datarecon.errors import DataReconError
-from datarecon.utils.device import parse_device  # noqa: F401  (re-exported for cli/reconstruct.py)
 
 #: the default of ``--threads``: one thread, the fastest for the small models of the examples and the
 #: only setting whose results are the same bytes on every machine (results are bit-identical only at one

@@ -28,7 +28,8 @@ import yaml
 
 from datarecon.attacks import ATTACKS, INITS
 from datarecon.attacks.base import Target
-from datarecon.cli._common import parse_device, resume_command
+from datarecon.cli._common import resume_command
+from datarecon.utils.device import parse_device
 
 from datarecon.cli.options import (
     Common,
