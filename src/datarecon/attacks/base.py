@@ -342,7 +342,7 @@ class AttackSetup:
     record: Mapping[str, Any] = field(default_factory=dict)
 
 
-ATTACKS: Registry[Any] = Registry("attack method")
+ATTACKS: Registry[type[Attack]] = Registry("attack method")
 
 #: what a run's failure message tells the user to lower when an attack does not say
 DEFAULT_DIVERGENCE_HINT = "lower the step sizes (lr_x, lr_lambda) or the surrogate sharpness alpha"
@@ -394,26 +394,34 @@ def config_dict(config: Any) -> dict[str, Any]:
     raise TypeError(f"cannot serialise attack config of type {type(config).__name__}")
 
 
-def commit_update(config: Any, state: dict[str, torch.Tensor], grads: dict[str, torch.Tensor],
-                  lrs: dict[str, float], metrics: dict[str, float]) -> dict[str, float]:
-    """The one finiteness rule of a step: apply the optimiser update of ``grads`` to ``state`` only when
-    the step's loss and the whole update are finite.
+def apply_if_finite(optimizer: str, settings: OptimizerSettings, state: dict[str, torch.Tensor],
+                    grads: dict[str, torch.Tensor], lrs: dict[str, float], metrics: dict[str, float], *,
+                    norms: Mapping[str, float] | None = None) -> dict[str, float]:
+    """The one finiteness rule of a step: apply the ``optimizer`` update of ``grads`` to ``state``
+    only when the step's loss and the whole update are finite.
 
     Args:
-        config: the attack's config (``optimizer`` and ``optimizer_settings()``).
+        optimizer: a key of :data:`~datarecon.attacks.optim.OPTIMIZERS`; settings: its constants.
         state: the run's state (updated in place when the update is finite).
         grads: variable name → gradient, shaped like ``state[name]``.
         lrs: variable name → step size.
         metrics: the step's metrics (``loss`` read; returned with ``grad_norm_<var>`` added, or with
             ``update`` NaN when the update was refused, so the NaN stop trips with the last finite state).
+        norms: the gradient norms to report (default: the norm of each of ``grads``).
     """
     if not math.isfinite(metrics["loss"]):
         return metrics
-    new = optimizer_step(config.optimizer, state, grads, lrs=lrs, settings=config.optimizer_settings())
+    new = optimizer_step(optimizer, state, grads, lrs=lrs, settings=settings)
     if not bool(finite_rows([v.unsqueeze(0) for v in new.values()])):
         return committed_metrics(metrics, None)
     state.update(new)
-    return committed_metrics(metrics, {k: float(gr.norm()) for k, gr in grads.items()})
+    return committed_metrics(metrics, norms if norms is not None else {k: float(g.norm()) for k, g in grads.items()})
+
+
+def commit_update(config: Any, state: dict[str, torch.Tensor], grads: dict[str, torch.Tensor],
+                  lrs: dict[str, float], metrics: dict[str, float]) -> dict[str, float]:
+    """:func:`apply_if_finite` with the optimiser of ``config`` (``optimizer``, ``optimizer_settings()``)."""
+    return apply_if_finite(config.optimizer, config.optimizer_settings(), state, grads, lrs, metrics)
 
 
 def committed_metrics(metrics: dict[str, float], grad_norms: Mapping[str, float] | None) -> dict[str, float]:

@@ -43,9 +43,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from torch import nn
 
 from datarecon.attacks import priors
-from datarecon.attacks.base import Attack, AttackerPrior, Target
+from datarecon.attacks.base import Attack, AttackerPrior, Target, apply_if_finite
 from datarecon.attacks.knowledge import KnownRecipe
-from datarecon.attacks.optim import OptimizerSettings, init_optimizer_state, optimizer_step
+from datarecon.attacks.optim import OptimizerSettings, init_optimizer_state
 from datarecon.config import MAX_STEPS, drop_defaults
 from datarecon.errors import DataReconError
 from datarecon.kernel.losses import loss_name
@@ -406,19 +406,11 @@ class DynamicsAttack(Attack):
             metrics["tv"] = float(tv) / x.numel()
             metrics["loss"] += c.tv_weight * metrics["tv"]
             gx = gx.add(tv_grad, alpha=c.tv_weight / x.numel())
-        if not math.isfinite(metrics["loss"]):
-            return metrics
         grad_norm = float(gx.norm())
         if c.signed:
             gx = gx.sign()
-        new = optimizer_step("adam", state, {"x": gx, **({"log_lr": grads[1]} if learned else {})},
-                             lrs={"x": c.lr_x_at(index), "log_lr": c.lr_lr}, settings=self._settings())
-        if not all(bool(torch.isfinite((v * 0).sum())) for v in new.values() if v.is_floating_point()):
-            metrics["update"] = float("nan")
-            return metrics
-        metrics["grad_norm_x"] = grad_norm
-        state.update(new)
-        return metrics
+        return apply_if_finite("adam", self._settings(), state, {"x": gx, **({"log_lr": grads[1]} if learned else {})},
+                               {"x": c.lr_x_at(index), "log_lr": c.lr_lr}, metrics, norms={"x": grad_norm})
 
     def finish(self, target: Target, prior: AttackerPrior,
                state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
