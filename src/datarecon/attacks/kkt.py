@@ -289,6 +289,7 @@ class KKTAttack(SurrogateAttack):
     def __init__(self, config: KKTConfig | None = None) -> None:
         super().__init__(config)
         self._compiled: dict[int, tuple[Target, Any]] = {}
+        self._objectives: dict[int, tuple[Target, kkt_math.KKTObjective]] = {}
 
     def compiled_value_and_grad(self, target: Target) -> Any:
         """The compiled (x, λ, θ*, labels, lower, upper) ↦ ((∂L/∂x, ∂L/∂λ), (L, (R, box, hinge))).
@@ -332,10 +333,14 @@ class KKTAttack(SurrogateAttack):
 
     def kkt_objective(self, target: Target) -> kkt_math.KKTObjective:
         """The settings of this attack's KKT / DecoReco objective on ``target`` (the one definition the
-        single-run, batched and autograd-reference paths use)."""
-        c = self.config
-        return kkt_math.KKTObjective(margin=self.formulation(target), lambda_min=c.lambda_min,
-                                     lambda_min_weight=c.lambda_min_weight, box_weight=c.box_weight)
+        single-run, batched and autograd-reference paths use), built once per target."""
+        cached = self._objectives.get(id(target))
+        if cached is None or cached[0] is not target:
+            c = self.config
+            objective = kkt_math.KKTObjective(margin=self.formulation(target), lambda_min=c.lambda_min,
+                                              lambda_min_weight=c.lambda_min_weight, box_weight=c.box_weight)
+            self._objectives[id(target)] = cached = (target, objective)
+        return cached[1]
 
     def check_knowledge(self, target: Target, prior: AttackerPrior) -> None:
         """Refuse settings that need knowledge the prior does not hold, or that do not combine.

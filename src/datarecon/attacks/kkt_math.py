@@ -216,7 +216,8 @@ def lambda_hinge(lam: torch.Tensor, lambda_min: float, *, run_axis: bool = False
 
 def kkt_objective(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Tensor], lam: torch.Tensor, *,
                   margin: str, lambda_min: float, lambda_min_weight: float, run_axis: bool = False,
-                  difference: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+                  difference: Mapping[str, torch.Tensor] | None = None,
+                  hinge: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """THE KKT / DecoReco objective, defined here once, at the combination gradient g.
 
     R = Σ_p ‖goal_p − g_p‖² (goal = θ*, or θ* − a·θ_init with a known initialisation),
@@ -232,6 +233,7 @@ def kkt_objective(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Tensor
         lam: (m,) multipliers, or (K, m).
         margin: a key of :data:`MARGINS`; lambda_min, lambda_min_weight: the hinge.
         difference: goal − g when the caller has it (:func:`seeded_gradients`, whose seed it is).
+        hinge: Σ_i relu(λ_min − λ_i)² when the caller has it (:func:`seeded_gradients` differentiates it).
 
     Returns:
         ``{"loss": L, "residual": R, "lambda_hinge": hinge}``, scalars or (K,).
@@ -242,7 +244,7 @@ def kkt_objective(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Tensor
     residual = stationarity_residual(goal, g, run_axis=run_axis, difference=difference)
     if MARGINS.get(margin).signed_lambda:
         hinge = torch.zeros_like(residual)
-    else:
+    elif hinge is None:
         hinge = lambda_hinge(lam, lambda_min, run_axis=run_axis)
     return {"loss": residual + lambda_min_weight * hinge, "residual": residual, "lambda_hinge": hinge}
 
@@ -257,15 +259,18 @@ def seeded_gradients(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Ten
     is not read)."""
     margin, lambda_min, lambda_min_weight = objective.margin, objective.lambda_min, objective.lambda_min_weight
     names = [k for k in goal if g[k].requires_grad]
+    # the hinge once, in λ's graph: its value for L, its sum for the gradient
+    hinge = None if MARGINS.get(margin).signed_lambda else lambda_hinge(lam, lambda_min, run_axis=run_axis)
     with torch.no_grad():
         detached = {k: v.detach() for k, v in g.items()}
         difference = {k: goal[k] - detached[k] for k in goal}  # once: R's term and (×−2, in place) the seed
         terms = kkt_objective(detached, goal, lam.detach(), margin=margin, lambda_min=lambda_min,
-                              lambda_min_weight=lambda_min_weight, run_axis=run_axis, difference=difference)
+                              lambda_min_weight=lambda_min_weight, run_axis=run_axis, difference=difference,
+                              hinge=None if hinge is None else hinge.detach())
         seeds: list[torch.Tensor] = [difference[k].mul_(-2.0) for k in names]
     outputs: list[torch.Tensor] = [g[k] for k in names]
-    if not MARGINS.get(margin).signed_lambda and lambda_min_weight:
-        outputs.append(lambda_hinge(lam, lambda_min, run_axis=run_axis).sum())
+    if hinge is not None and lambda_min_weight:
+        outputs.append(hinge.sum())
         seeds.append(torch.full((), float(lambda_min_weight), dtype=x.dtype, device=x.device))
     gx, gl = torch.autograd.grad(outputs, [x, lam], grad_outputs=seeds, allow_unused=True)
     gx = torch.zeros_like(x) if gx is None else gx
