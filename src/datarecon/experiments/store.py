@@ -26,10 +26,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from datarecon.kernel.status import FINISHED as STATUS_FINISHED
 from datarecon.errors import CheckpointError, DataReconError
-from datarecon.utils.io import atomic_write_json, atomic_write_text, read_json
 from datarecon.kernel.files import RUN_JSON, TASK_FILE
+from datarecon.kernel.outdir import ARTEFACTS, identify, is_empty
+from datarecon.kernel.status import FINISHED as STATUS_FINISHED
+from datarecon.utils import manifest
+from datarecon.utils.io import atomic_write_json, atomic_write_text, read_json
 
 INDEX = "index.sqlite"
 #: the index file and the files SQLite keeps beside it
@@ -103,7 +105,6 @@ class Store:
             raise DataReconError(f"no results index at {self.index_path}; run `datarecon store rebuild {self.root}`")
         self.root.mkdir(parents=True, exist_ok=True)
         if write:  # SQLite writes these itself: record them as datarecon's (utils.manifest)
-            from datarecon.utils import manifest
 
             for suffix in INDEX_SUFFIXES:
                 manifest.record(self.root / (INDEX + suffix))
@@ -188,8 +189,6 @@ class Store:
             finally:
                 con.close()
         except sqlite3.DatabaseError:
-            from datarecon.utils import manifest
-
             for suffix in INDEX_SUFFIXES:
                 src = self.root / (INDEX + suffix)
                 if src.exists():
@@ -255,7 +254,7 @@ class Store:
             cols.extend(c for c in r if c not in cols)
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.suffix == ".parquet":
-            try:
+            try:  # pyarrow is optional: only a Parquet export needs it
                 import pyarrow as pa
                 import pyarrow.parquet as pq
             except ImportError:
@@ -279,7 +278,7 @@ def is_export(path: str | Path) -> bool:
     path = Path(path)
     try:
         if path.suffix == ".parquet":
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # optional: only Parquet needs it
 
             names = pq.read_schema(path).names
         else:
@@ -303,8 +302,6 @@ def check_store(root: str | Path, *, create: bool = False) -> None:
         DataReconError: the folder does not exist, is another kind of datarecon folder, or holds
             neither an index nor ``runs/``, ``pools/`` or ``sweeps/`` (and, with ``create``, is not empty).
     """
-    from datarecon.kernel.outdir import ARTEFACTS, identify, is_empty
-
     root = Path(root)
     where = "pass the --out of a `datarecon sweep`"
     if not root.is_dir():
