@@ -548,7 +548,7 @@ def report_sections(ctx: Context, cfg: AuditConfig, *, scale: str, wall_s: float
     figs = [FigureItem(caption=_caption(f), png=(ctx.dir("figures") / f).read_bytes())
             for f in ctx.summary("figures")["files"]]
     table = Table(caption="one row per target (setting x seed)", header=header,
-                  rows=[[_cell(r.get(h)) for h in header] for r in rows])
+                  rows=[[_table_cell(r.get(h)) for h in header] for r in rows])
     secs = [Section(title="Setup", text=[setup, bound_note], code=cfg.model_dump_json(indent=2)),
             Section(title="Defences", figures=figs, tables=[table])]
     if wall_s is not None:
@@ -565,7 +565,7 @@ def _caption(f: str) -> str:
             + ("; dotted: the DP-SGD bound n·κ₊" if axis == "dp" else ""))
 
 
-def _cell(v: Any) -> Any:
+def _table_cell(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return "n/a"
     return "n/a" if v is None else v

@@ -259,7 +259,7 @@ class Store:
                 import pyarrow.parquet as pq
             except ImportError:
                 raise DataReconError("Parquet export needs pyarrow; `pip install pyarrow` or export to .csv") from None
-            table = pa.table({c: [_cell(r.get(c)) for r in flat] for c in cols})
+            table = pa.table({c: [_export_cell(r.get(c)) for r in flat] for c in cols})
             pq.write_table(table, out)
             return out
         if out.suffix != ".csv":
@@ -268,7 +268,7 @@ class Store:
         w = csv.DictWriter(buf, fieldnames=cols)
         w.writeheader()
         for r in flat:
-            w.writerow({c: _cell(r.get(c)) for c in cols})
+            w.writerow({c: _export_cell(r.get(c)) for c in cols})
         atomic_write_text(out, buf.getvalue())
         return out
 
@@ -342,7 +342,7 @@ def row_from_dir(path: str | Path, *, root: str | Path | None = None) -> dict[st
     rel = str(path.relative_to(root)) if root is not None and path.is_relative_to(root) else str(path)
     return {
         "key": task.get("key") or path.name, "kind": kind, "method": run.get("method") or spec.get("method"),
-        "status": status, "steps_done": run.get("steps_done"), "wall_time_s": _num(run.get("wall_time_s")),
+        "status": status, "steps_done": run.get("steps_done"), "wall_time_s": _as_float(run.get("wall_time_s")),
         "seed": run.get("seed", spec.get("seed")), "attempts": task.get("attempts"),
         "error": task.get("error") if status == "failed" else None,
         "model_dir": run.get("model_dir") or spec.get("model_dir"), "run_dir": rel,
@@ -386,7 +386,7 @@ def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> None:
         out[prefix] = obj
 
 
-def _cell(v: Any) -> Any:
+def _export_cell(v: Any) -> Any:
     return json.dumps(v) if isinstance(v, (list, dict)) else v
 
 
@@ -423,7 +423,7 @@ def _read_optional(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _num(v: Any) -> float | None:
+def _as_float(v: Any) -> float | None:
     try:
         return float(v)
     except (TypeError, ValueError):

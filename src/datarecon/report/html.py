@@ -289,14 +289,14 @@ def landscape_results(run_dirs: Sequence[str | os.PathLike]) -> dict[str, dict[t
         if not (d / METRICS_FILE).is_file() or not (d / RUN_JSON).is_file():
             continue
         run = read_run_fields(d / RUN_JSON)
-        a, b = _num(_find_key(run.get("config"), _L1)), _num(_find_key(run.get("config"), _L2))
+        a, b = _finite_float(_find_key(run.get("config"), _L1)), _finite_float(_find_key(run.get("config"), _L2))
         if a is None or b is None:
             continue
         out.setdefault(str(run.get("method") or "run"), {})[(float(a), float(b))] = read_metrics(d)
     return out
 
 
-def _num(v: Any) -> float | None:
+def _finite_float(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
@@ -360,11 +360,11 @@ def _target_card(m: Mapping[str, Any], run_dir: Path) -> Card:
             ("architecture", arch_text(arch) if arch else None),
             ("parameters", f"{meta['num_parameters']:,}" if isinstance(meta.get("num_parameters"), int) else None),
             ("loss, weight decay", f"{meta.get('loss')}, {wd:g}" if isinstance(wd, (int, float)) else meta.get("loss")),
-            ("train / held-out acc", f"{_fmt(_num(met.get('train_accuracy')))} / {_fmt(_num(met.get('heldout_accuracy')))}"
-             if met else None),
-            ("normalised margin", _num(met.get("normalised_margin"))),
-            ("KKT-regime score", _num(kkt) if kkt is not None else "not computed")]
-    ok = _num(met.get("train_accuracy")) == 1.0
+            ("train / held-out acc", f"{_fmt(_finite_float(met.get('train_accuracy')))} / "
+                                     f"{_fmt(_finite_float(met.get('heldout_accuracy')))}" if met else None),
+            ("normalised margin", _finite_float(met.get("normalised_margin"))),
+            ("KKT-regime score", _finite_float(kkt) if kkt is not None else "not computed")]
+    ok = _finite_float(met.get("train_accuracy")) == 1.0
     return Card("Target (what was attacked)", [(k, v) for k, v in rows if v is not None],
                 status="" if model_json is None else ("ok" if ok else "warn"))
 
@@ -412,7 +412,7 @@ OBJECTIVE_RESIDUAL = "objective residual (surrogate)"
 
 def _selection_value(run: Mapping[str, Any], key: str) -> float | None:
     v = (run.get("selection") or {}).get(key)
-    return _num(v.get("value") if isinstance(v, Mapping) else v)
+    return _finite_float(v.get("value") if isinstance(v, Mapping) else v)
 
 
 def _attack_card(run: Mapping[str, Any], conv: Convergence, m: Mapping[str, Any]) -> Card:
@@ -434,7 +434,7 @@ def _attack_card(run: Mapping[str, Any], conv: Convergence, m: Mapping[str, Any]
             ("steps", f"{run.get('steps_done')}" + (f" of {steps}" if steps else "")),
             ("candidates m", m.get("n_candidates")), ("status", run.get("status")),
             (RELATIVE_RESIDUAL, rel), (last, conv.final),
-            ("wall time", f"{run['wall_time_s']:.1f} s" if _num(run.get("wall_time_s")) is not None else None)]
+            ("wall time", f"{run['wall_time_s']:.1f} s" if _finite_float(run.get("wall_time_s")) is not None else None)]
     lead = ("converged: " if conv.converged else "NOT converged: ") + conv.reason
     return Card("Attack", [(k, v) for k, v in rows if k is not None and v is not None], lead=lead,
                 status="ok" if conv.converged else "bad")
@@ -460,7 +460,7 @@ def _headline_card(m: Mapping[str, Any]) -> Card:
         to_train = (m.get("haim") or {}).get("mean_ssim")
         if init.get("mean_ssim_to_init") is not None:
             rows.append(("mean SSIM to its start vs to its training match",
-                         f"{init['mean_ssim_to_init']:.2f} vs {_fmt(_num(to_train))}"))
+                         f"{init['mean_ssim_to_init']:.2f} vs {_fmt(_finite_float(to_train))}"))
     paper = h.get("paper") or {}
     if paper.get("count") is not None:
         rows.append((f"papers' SSIM > {paper['threshold']:g} alone",
@@ -537,14 +537,14 @@ def _identifiability_card(m: Mapping[str, Any]) -> Card | None:
 
 def _membership_line(v: Mapping[str, Any]) -> str:
     """``AUC 0.989 [0.98–0.99]; TPR 0.71 @1%, 0.29 @0.1%`` for one membership signal, or why it was not measured."""
-    auc = _num(v.get("auc"))
+    auc = _finite_float(v.get("auc"))
     if not v.get("applicable") or auc is None:
         return v.get("note") or "not measured"
     ci = v.get("auc_ci")
     tpr = v.get("tpr_at_fpr") or {}
     parts = [f"AUC {auc:.3f}" + (f" [{ci[0]:.3f}–{ci[1]:.3f}]" if isinstance(ci, list) and len(ci) == 2 else "")]
     for f in ("0.01", "0.001"):
-        t = _num(tpr.get(f))
+        t = _finite_float(tpr.get(f))
         parts.append(f"TPR {t:.2f} @{100 * float(f):g}%" if t is not None else f"TPR @{100 * float(f):g}% not estimable")
     return "; ".join(parts)
 
@@ -574,13 +574,13 @@ def _membership_card(m: Mapping[str, Any]) -> Card:
                                           "--references 64 --out DIR` trains the reference models (LiRA, RMIA)"))
     lead = (f"Strongest signal: {best}, {_membership_line(signals[best])}; the loss threshold: "
             f"{_membership_line(signals.get('loss') or {})}." if best in signals else "No signal was measured.")
-    strong = _num((signals.get(best) or {}).get("auc"))
+    strong = _finite_float((signals.get(best) or {}).get("auc"))
     return Card(title, rows, lead=lead, status="warn" if strong is not None and strong > 0.6 else "ok")
 
 
 def _signal_text(sc: Mapping[str, Any], fprs: Sequence[Any]) -> str:
     """``AUC 0.81 [0.70–0.90]; TPR@1% 0.25; TPR@0.1% not estimable`` for one signal."""
-    auc, ci = _num(sc.get("auc")), sc.get("auc_ci_95")
+    auc, ci = _finite_float(sc.get("auc")), sc.get("auc_ci_95")
     if auc is None:
         return "AUC not measurable"
     text = f"AUC {auc:.2f}" + (f" [{ci[0]:.2f}–{ci[1]:.2f}]" if isinstance(ci, list) and len(ci) == 2 else "")
@@ -594,7 +594,7 @@ def _tpr_text(sc: Mapping[str, Any], f: Any) -> str:
     need = (sc.get("negatives_needed") or {}).get(str(f))
     if est is False or (sc.get("measurable") is False):
         return "not estimable" + (f" (< {need} negatives)" if need else "")
-    return _fmt(_num((sc.get("tpr_at_fpr") or {}).get(str(f))))
+    return _fmt(_finite_float((sc.get("tpr_at_fpr") or {}).get(str(f))))
 
 
 def display_name(run_dir: Path | None, fallback: str) -> str:
@@ -630,7 +630,7 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
     """Cards, figures and tables of one evaluation summary ``m`` (``metrics.json``) with its run record."""
     conv = assess_convergence(history, status=str(run.get("status", Status.COMPLETE)),
                               relative_residual=_selection_value(run, "relative_residual"),
-                              initial_loss=_num((run.get("extra") or {}).get("param_distance_x0")))
+                              initial_loss=_finite_float((run.get("extra") or {}).get("param_distance_x0")))
     cards = [_threat_card(run, (m.get("headline") or {}).get("n_train")), _target_card(m, where or Path(".")),
              _attack_card(run, conv, m), _headline_card(m), _privacy_card(m), _membership_card(m)]
     ident = _identifiability_card(m)

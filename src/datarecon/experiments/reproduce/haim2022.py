@@ -244,16 +244,16 @@ def _strongest_table(path: Path) -> Any:
         rows = list(csv.DictReader(fh))
     fprs = [k for k in (rows[0] if rows else {}) if k.startswith("tpr_at_fpr_")]
 
-    def num(v: str | None) -> str:
+    def three_digits(v: str | None) -> str:
         try:
             return f"{float(v):.3f}"
         except (TypeError, ValueError):
             return v or "–"
 
     body = [[r["dataset"], r["attacker"], r["members"], r["non_members"],
-             f"{num(r['auc'])} [{num(r['auc_ci_low'])}, {num(r['auc_ci_high'])}]",
-             *[num(r[k]) for k in fprs], r["subspace_k"], r.get("strongest_signal") or "–",
-             num(r.get("loss_auc"))] for r in rows]
+             f"{three_digits(r['auc'])} [{three_digits(r['auc_ci_low'])}, {three_digits(r['auc_ci_high'])}]",
+             *[three_digits(r[k]) for k in fprs], r["subspace_k"], r.get("strongest_signal") or "–",
+             three_digits(r.get("loss_auc"))] for r in rows]
     return Table(caption="Subspace membership, training images vs non-members drawn from the unused part of the "
                          "training split (the reported part of the calibration split): ROC AUC [95% CI] and TPR at low "
                          "FPR ('not estimable' below 100 / 1000 non-members); the strongest signal of datarecon "
