@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from datarecon.experiments import demo
 from datarecon.experiments.demo import DemoConfig, run_demo
 
 
@@ -33,16 +34,14 @@ def test_demo_reconstructs_more_than_noise_does(tmp_path: Path) -> None:
 def test_the_demo_picture_marks_a_training_image_matched_twice(tmp_path: Path, monkeypatch) -> None:
     """reconstructions.png is drawn with each match's training index, so an image that is the nearest
     of two candidates is marked (×2) instead of reading as two reconstructions."""
-    import datarecon.report.figures as figures
-
     seen = {}
-    real = figures.neighbour_grid
+    real = demo.neighbour_grid
 
     def grid(*args, **kwargs):
         seen.update(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(figures, "neighbour_grid", grid)
+    monkeypatch.setattr(demo, "neighbour_grid", grid)  # where run_demo looks it up
     run_demo(DemoConfig(n_per_class=2, hidden=20, train_epochs=50, attack_steps=5), out=tmp_path, progress=False)
     assert len(seen["indices"]["train"]) == seen["total"] == 8 and seen["sorted_by"]
 

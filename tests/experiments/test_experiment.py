@@ -9,6 +9,7 @@ import yaml
 
 from datarecon.cli.main import main
 from datarecon.errors import DataReconError
+from datarecon.experiments import experiment
 from datarecon.experiments.experiment import build_experiment, load_experiment, run_experiment
 
 TINY = {
@@ -44,24 +45,22 @@ def test_experiment_runs_every_stage_and_a_rerun_skips_them(tmp_path, capsys):
 
 
 def test_an_interrupted_experiment_resumes_at_its_stage(tmp_path, monkeypatch):
-    import datarecon.evaluation as evaluation
-
     exp = build_experiment(TINY)
     reference = tmp_path / "ref"
     run_experiment(exp, reference, progress=False)
-    real = evaluation.evaluate_run
+    real = experiment.evaluate_run
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(evaluation, "evaluate_run", interrupted)
+    monkeypatch.setattr(experiment, "evaluate_run", interrupted)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         run_experiment(exp, out, progress=False)
     stages = json.loads((out / "experiment.json").read_text())["stages"]
     assert stages == {"train": "complete", "attack": "complete", "evaluate": "running"}
     before = (out / "run" / "run.json").read_bytes()
-    monkeypatch.setattr(evaluation, "evaluate_run", real)
+    monkeypatch.setattr(experiment, "evaluate_run", real)
     assert run_experiment(exp, out, progress=False)["report"] == "complete"
     assert (out / "run" / "run.json").read_bytes() == before  # the attack was not run again
     assert (out / "run" / "candidates.safetensors").read_bytes() == \

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from datarecon.attacks.init import DATA_NEEDS, INITS
 from datarecon.errors import DataReconError
 from datarecon.evaluation.neighbours import NeighbourSearch, nearest_neighbours
 from datarecon.evaluation.protocol import DEFAULT_THRESHOLDS, HaimSettings, counts_at, haim_protocol
@@ -172,7 +173,6 @@ def headline_rule(init_name: str | None) -> str:
     """
     if not init_name:
         return "standard"
-    from datarecon.attacks.init import INITS
 
     try:
         needs = tuple(getattr(INITS.get(init_name), "needs", ()))
@@ -180,7 +180,6 @@ def headline_rule(init_name: str | None) -> str:
         return "standard"
     if needs == ("ground_truth",):
         return "retention"
-    from datarecon.attacks.init import DATA_NEEDS
 
     # starts built from the attacker's own view (the weights: ``unmix``) are attacks, not data
     return "init-shift" if any(n in DATA_NEEDS for n in needs) else "standard"

@@ -172,7 +172,7 @@ def optimal_multipliers(gram: torch.Tensor, cross: torch.Tensor, *, signed: bool
     Returns:
         (n,) float64 λ.
     """
-    from scipy.optimize import nnls
+    from scipy.optimize import nnls  # lazy: scipy.optimize is slow to import and only this fit uses it
 
     k = gram.detach().to(torch.float64).cpu().numpy()
     c = cross.detach().to(torch.float64).cpu().numpy()

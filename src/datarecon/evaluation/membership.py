@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from datarecon.errors import DataReconError
-from datarecon.evaluation.privacy import LOW_FPRS, bootstrap_auc_ci, roc_auc, roc_curve, tpr_at_fpr
+from datarecon.evaluation.privacy import LOW_FPRS, MIN_CLASS_SIZE, bootstrap_auc_ci, roc_auc, roc_curve, tpr_at_fpr
 
 __all__ = ["MembershipROC", "calibrated_threshold", "membership_roc", "min_negatives"]
 
@@ -169,8 +169,6 @@ def candidate_roc(train_similarity: Any, threshold: float, scores: dict[str, Any
         summary), ``best`` (the signal with the highest AUC whose interval excludes 0.5, None when
         none or not measurable), ``note``.
     """
-    from datarecon.evaluation.privacy import MIN_CLASS_SIZE
-
     sim = np.asarray(train_similarity, dtype=float).reshape(-1)
     pos = sim > threshold
     measurable = min(int(pos.sum()), int((~pos).sum())) >= MIN_CLASS_SIZE

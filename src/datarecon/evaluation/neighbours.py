@@ -31,11 +31,11 @@ from datarecon.errors import DataReconError
 from datarecon.evaluation.similarity import (
     DEFAULT_CHUNK,
     Window,
-    _common,
-    _ssim_index_pairs,
+    check_image_pair,
     l2_matrix,
     local_ncc_matrix,
     ncc_matrix,
+    ssim_index_pairs,
     ssim_matrix,
 )
 from datarecon.registry import Registry
@@ -189,7 +189,7 @@ def nearest_neighbours(cands: Tensor, refs: Tensor, *, metric: str = "ssim",
             is not cheap, or mismatched image shapes.
     """
     m = METRICS.get(metric)
-    cands, refs = _common(cands, refs, ("candidates", "references"))
+    cands, refs = check_image_pair(cands, refs, ("candidates", "references"))
     n_c, n_r = cands.shape[0], refs.shape[0]
     _check_search(search, n_r)
     use_prefilter = ((not m.cheap) and (not search.exhaustive) and search.prefilter is not None
@@ -243,8 +243,8 @@ def _shortlist_ranked(cands: Tensor, refs: Tensor, pf: Metric, k: int, *, window
     _, shortlist = _best_first(pre, k, pf.higher_is_better)  # (M, k)
     ia = torch.arange(n_c, device=cands.device).repeat_interleave(k)
     ib = shortlist.reshape(-1)
-    exact = _ssim_index_pairs(cands, refs, (ia, ib), window=window, data_range=1.0, chunk=chunk,
-                              progress=progress, desc="top-k SSIM").view(n_c, k)
+    exact = ssim_index_pairs(cands, refs, (ia, ib), window=window, data_range=1.0, chunk=chunk,
+                             progress=progress, desc="top-k SSIM").view(n_c, k)
     # order the shortlist by the exact metric; ties -> lower reference index
     key_idx = torch.sort(shortlist, dim=1, stable=True)
     exact_sorted_by_idx = exact.gather(1, key_idx.indices)

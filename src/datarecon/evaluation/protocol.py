@@ -37,13 +37,14 @@ from torch import Tensor
 from datarecon.errors import DataReconError
 from datarecon.evaluation.similarity import (
     DEFAULT_CHUNK,
-    _common,
-    _ssim_index_pairs,
+    check_image_pair,
+    check_images,
     downsample2x,
     effective_window_size,
     l2_matrix,
     minmax_rescale,
     ncc_matrix,
+    ssim_index_pairs,
     ssim_matrix,
 )
 from datarecon.registry import Registry
@@ -104,7 +105,7 @@ def _assign_greedy(sim: np.ndarray) -> np.ndarray:
 @ASSIGNMENTS.register("hungarian")
 def _assign_hungarian(sim: np.ndarray) -> np.ndarray:
     """One-to-one matching maximising the total similarity."""
-    from scipy.optimize import linear_sum_assignment
+    from scipy.optimize import linear_sum_assignment  # lazy: slow to import, and only this strategy uses it
 
     m, n = sim.shape
     out = np.full(n, -1, dtype=np.int64)
@@ -210,7 +211,7 @@ def haim_protocol(candidates: Tensor, train: Tensor, settings: HaimSettings = Ha
     References:
         Haim et al. (2022), section 5; follow-ups count SSIM > 0.4 as good.
     """
-    candidates, train = _common(candidates, train, ("candidates", "training images"))
+    candidates, train = check_image_pair(candidates, train, ("candidates", "training images"))
     assignment = "independent" if settings.allow_duplicates else settings.assignment
     ASSIGNMENTS.get(assignment)
     if settings.downsample:
@@ -227,8 +228,8 @@ def haim_protocol(candidates: Tensor, train: Tensor, settings: HaimSettings = Ha
         jj = torch.nonzero(ok).view(-1)
         ii = idx[ok]
         ncc[jj] = sim[ii, jj].double()
-        ssim[jj] = _ssim_index_pairs(cand, train, (ii, jj), window=settings.window, data_range=1.0,
-                                     chunk=settings.chunk).double()
+        ssim[jj] = ssim_index_pairs(cand, train, (ii, jj), window=settings.window, data_range=1.0,
+                                    chunk=settings.chunk).double()
     sorted_ssim = torch.sort(torch.nan_to_num(ssim, nan=-np.inf), descending=True).values
     sorted_ssim = torch.where(torch.isinf(sorted_ssim), torch.nan, sorted_ssim)
     h, w = train.shape[-2:]
@@ -260,13 +261,13 @@ def init_similarity(candidates: Tensor, init: Tensor, *, rescale: bool = True, w
     Raises:
         DataReconError: shapes differ.
     """
-    candidates, init = _common(candidates, init, ("candidates", "initial images"))
+    candidates, init = check_image_pair(candidates, init, ("candidates", "initial images"))
     if candidates.shape[0] != init.shape[0]:
         raise DataReconError(f"{candidates.shape[0]} candidates but {init.shape[0]} initial images")
     cand = minmax_rescale(candidates) if rescale else candidates
     idx = torch.arange(cand.shape[0])
-    return _ssim_index_pairs(cand, init.clamp(0.0, 1.0), (idx, idx), window=window, data_range=1.0,
-                             chunk=chunk).double()
+    return ssim_index_pairs(cand, init.clamp(0.0, 1.0), (idx, idx), window=window, data_range=1.0,
+                            chunk=chunk).double()
 
 
 @dataclass(frozen=True)
@@ -319,8 +320,6 @@ def collapse(candidates: Tensor, *, metric: str = "ssim", threshold: float | Non
     Returns:
         :class:`Collapse` (fractions are NaN with fewer than two candidates).
     """
-    from datarecon.evaluation.similarity import check_images
-
     candidates = check_images(candidates, "candidates")
     m = candidates.shape[0]
     if metric == "ssim":
@@ -359,6 +358,7 @@ def collapse_clusters(close: Tensor) -> Tensor:
         ``(M,)`` int64 cluster id per candidate, 0 for the largest cluster of at least two, 1 for the
         next (ties by lowest candidate index), -1 for a candidate with no near-duplicate.
     """
+    # lazy: scipy.sparse.csgraph is slow to import and only the near-duplicate collapse uses it
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import connected_components
 

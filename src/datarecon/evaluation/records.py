@@ -2,8 +2,8 @@
 reads), so that a damaged or tampered file is refused in one line before anything renders it.
 
 ``datarecon report`` and ``datarecon evaluate`` read these files from disk, and files are untrusted
-input: ``"count": "NaN"`` used to end in a TypeError inside the report, and ``"count": 1e308`` was
-rendered as "1e+308 of 10 training images reconstructed". Every field a report or a printed
+input: unchecked, ``"count": "NaN"`` would end in a TypeError inside the report, and ``"count": 1e308``
+would be rendered as "1e+308 of 10 training images reconstructed". Every field a report or a printed
 headline uses is typed here (numbers finite, counts whole and at most the number of training
 images, SSIM thresholds in [-1, 1], AUCs in [0, 1]); other fields are kept as they are, so a
 file written by an earlier version, with fewer fields, still reads.

@@ -42,13 +42,17 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from torch import Tensor
 
 from datarecon.attacks.convergence import Convergence, assess_convergence
+from datarecon.attacks.run_directory import INIT_FILE
 from datarecon.config import build_config, build_record
+from datarecon.data import DataSpec, Normalisation, load_task
+from datarecon.data.selection import check_fingerprint
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.evaluation.baselines import headline_rule, noise_images
-from datarecon.evaluation.records import read_run_fields
+from datarecon.evaluation.membership import candidate_roc
 from datarecon.evaluation.neighbours import Neighbours
 from datarecon.evaluation.privacy import PrivacyScore
 from datarecon.evaluation.protocol import HaimResult, init_similarity
+from datarecon.evaluation.records import read_run_fields
 from datarecon.evaluation.reports import (
     PAPER_THRESHOLD,
     REAL_RULE,
@@ -63,11 +67,22 @@ from datarecon.evaluation.reports import (
     real_floor,
 )
 from datarecon.evaluation.similarity import check_images, effective_window_size
-from datarecon.kernel.status import EVALUABLE as STATUS_EVALUABLE, Status
+from datarecon.kernel.files import (
+    CANDIDATES,
+    CANDIDATES_CSV,
+    HISTORY,
+    METRICS_FILE,
+    MODEL_JSON,
+    NEIGHBOURS_FILE,
+    RUN_JSON,
+    TASK_FILE,
+)
 from datarecon.kernel.losses import margins
+from datarecon.kernel.status import EVALUABLE as STATUS_EVALUABLE
+from datarecon.kernel.status import Status
+from datarecon.models.checkpoint import load_model_dir
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, read_json_lines, save_tensors, write_csv
 from datarecon.utils.lock import check_free, hold
-from datarecon.kernel.files import CANDIDATES, CANDIDATES_CSV, HISTORY, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RUN_JSON, TASK_FILE
 
 __all__ = [
     "Evaluation",
@@ -336,8 +351,6 @@ def _privacy(primary: tuple[Neighbours | None, Neighbours | None], scores: Mappi
 
 def _candidate_roc(train_nb: Neighbours, head: Mapping[str, Any], scores: Mapping[str, Tensor]) -> dict[str, Any]:
     """:func:`~datarecon.evaluation.membership.candidate_roc` of the scores at the headline's threshold."""
-    from datarecon.evaluation.membership import candidate_roc
-
     threshold = float(head["threshold"] if head.get("threshold") is not None else head["paper"]["threshold"])
     return candidate_roc(train_nb.score, threshold, {k: torch.as_tensor(v).reshape(-1) for k, v in scores.items()})
 
@@ -382,8 +395,6 @@ def read_init(run_dir: str | Path, *, m: int) -> Tensor | None:
     Raises:
         CheckpointError: the file holds no ``x0`` of ``m`` candidates.
     """
-    from datarecon.attacks.run_directory import INIT_FILE
-
     path = Path(run_dir) / INIT_FILE
     if not path.is_file():
         return None
@@ -682,10 +693,6 @@ def _load_target(run: _Run, data_dir: str | Path | None):
     Raises:
         CheckpointError: the model directory is missing, or its training indices are stale.
     """
-    from datarecon.data import DataSpec, Normalisation, load_task
-    from datarecon.data.selection import check_fingerprint
-    from datarecon.models.checkpoint import load_model_dir
-
     model_dir = _resolve_model_dir(run.dir, run.meta.get("model_dir"))
     bundle = load_model_dir(model_dir)
     where = f"data spec of {Path(model_dir) / MODEL_JSON}"

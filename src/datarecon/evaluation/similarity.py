@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from datarecon.errors import DataReconError
+from datarecon.kernel.engine import track
 from datarecon.registry import Registry
 
 __all__ = [
@@ -175,7 +176,15 @@ def check_images(x: Tensor, name: str = "images") -> Tensor:
     return x
 
 
-def _common(a: Tensor, b: Tensor, names: tuple[str, str]) -> tuple[Tensor, Tensor]:
+def check_image_pair(a: Tensor, b: Tensor, names: tuple[str, str]) -> tuple[Tensor, Tensor]:
+    """Two image batches checked (:func:`check_images`, ``names`` in the messages) and made comparable.
+
+    Returns:
+        ``a`` and ``b`` detached, in their promoted floating dtype.
+
+    Raises:
+        DataReconError: either batch is invalid, or their image shapes ``(C, H, W)`` differ.
+    """
     a = check_images(a, names[0])
     b = check_images(b, names[1])
     if a.shape[1:] != b.shape[1:]:
@@ -205,9 +214,9 @@ def _stats(x: Tensor, filt: _Filter) -> tuple[Tensor, Tensor]:
     return filt(x), filt(x * x)
 
 
-def _ssim_index_pairs(a: Tensor, b: Tensor, pairs: tuple[Tensor, Tensor], *, window: str | Window,
-                      data_range: float, chunk: int, progress: bool = False,
-                      desc: str = "SSIM") -> Tensor:
+def ssim_index_pairs(a: Tensor, b: Tensor, pairs: tuple[Tensor, Tensor], *, window: str | Window,
+                     data_range: float, chunk: int, progress: bool = False,
+                     desc: str = "SSIM") -> Tensor:
     """SSIM of pairs ``(a[ia[t]], b[ib[t]])`` for t in range(len(ia)), in chunks; ``pairs = (ia, ib)``, two
     ``(T,)`` int64 index tensors into ``a`` and ``b``."""
     ia, ib = pairs
@@ -217,7 +226,6 @@ def _ssim_index_pairs(a: Tensor, b: Tensor, pairs: tuple[Tensor, Tensor], *, win
     mu_b, e_b = _stats(b, filt)
     n = ia.shape[0]
     out = torch.empty(n, dtype=a.dtype, device=a.device)
-    from datarecon.kernel.engine import track
 
     for s in track(range(0, n, max(1, chunk)), desc=desc, unit="chunk", mode=progress):
         ja = ia[s:s + chunk]
@@ -242,11 +250,11 @@ def ssim_pairs(a: Tensor, b: Tensor, *, window: str | Window = "gaussian", data_
         (float32 for integer inputs). Matches scikit-image to ~1e-6 in
         float32 and ~1e-12 in float64.
     """
-    a, b = _common(a, b, ("a", "b"))
+    a, b = check_image_pair(a, b, ("a", "b"))
     if a.shape[0] != b.shape[0]:
         raise DataReconError(f"ssim_pairs needs equal batch sizes, got {a.shape[0]} and {b.shape[0]}")
     idx = torch.arange(a.shape[0], device=a.device)
-    return _ssim_index_pairs(a, b, (idx, idx), window=window, data_range=data_range, chunk=chunk)
+    return ssim_index_pairs(a, b, (idx, idx), window=window, data_range=data_range, chunk=chunk)
 
 
 def ssim_matrix(cands: Tensor, refs: Tensor, *, window: str | Window = "gaussian",
@@ -255,8 +263,8 @@ def ssim_matrix(cands: Tensor, refs: Tensor, *, window: str | Window = "gaussian
     """All-pairs SSIM, computed in chunks of ``chunk`` pairs so memory stays bounded.
 
     Per-image filtered means and second moments are computed once; only the
-    cross moment is filtered per pair. Cost is ``M * R`` filtered images, e.g.
-    ~30 s for 1000 x 500 CIFAR images on two cores: prefer
+    cross moment is filtered per pair. Cost is ``M * R`` filtered images (for
+    large sets see docs/PERFORMANCE.md §4): prefer
     :func:`datarecon.evaluation.nearest_neighbours` with a prefilter.
 
     Args:
@@ -268,15 +276,15 @@ def ssim_matrix(cands: Tensor, refs: Tensor, *, window: str | Window = "gaussian
     Returns:
         Tensor ``(M, R)``: ``out[i, j] = SSIM(cands[i], refs[j])``.
     """
-    cands, refs = _common(cands, refs, ("candidates", "references"))
+    cands, refs = check_image_pair(cands, refs, ("candidates", "references"))
     m, r = cands.shape[0], refs.shape[0]
     if m == 0 or r == 0:
         return torch.empty(m, r, dtype=cands.dtype)
     flat = torch.arange(m * r, device=cands.device)
     ia = torch.div(flat, r, rounding_mode="floor")
     ib = flat - ia * r
-    out = _ssim_index_pairs(cands, refs, (ia, ib), window=window, data_range=data_range,
-                            chunk=chunk, progress=progress, desc="all-pairs SSIM")
+    out = ssim_index_pairs(cands, refs, (ia, ib), window=window, data_range=data_range,
+                           chunk=chunk, progress=progress, desc="all-pairs SSIM")
     return out.view(m, r)
 
 
@@ -292,7 +300,7 @@ def l2_matrix(cands: Tensor, refs: Tensor, *, dtype: torch.dtype = torch.float64
     Returns:
         Tensor ``(M, R)`` of distances >= 0 (lower = more similar).
     """
-    cands, refs = _common(cands, refs, ("candidates", "references"))
+    cands, refs = check_image_pair(cands, refs, ("candidates", "references"))
     return torch.cdist(cands.flatten(1).to(dtype), refs.flatten(1).to(dtype))
 
 
@@ -324,7 +332,7 @@ def ncc_matrix(cands: Tensor, refs: Tensor, *, dtype: torch.dtype = torch.float6
     References:
         Haim et al. (2022), evaluation: NCC on 2x-downsampled images.
     """
-    cands, refs = _common(cands, refs, ("candidates", "references"))
+    cands, refs = check_image_pair(cands, refs, ("candidates", "references"))
     d = cands[0].numel() if cands.shape[0] else refs[0].numel()
     za = standardise(cands.to(dtype)).flatten(1)
     zb = standardise(refs.to(dtype)).flatten(1)
@@ -364,7 +372,7 @@ def local_ncc_matrix(cands: Tensor, refs: Tensor, *, size: int = 7,
     Returns:
         Tensor ``(M, R)`` (higher = more similar).
     """
-    cands, refs = _common(cands, refs, ("candidates", "references"))
+    cands, refs = check_image_pair(cands, refs, ("candidates", "references"))
     d = cands[0].numel() if cands.shape[0] else refs[0].numel()
     za = local_standardise(cands.to(dtype), size=size).flatten(1)
     zb = local_standardise(refs.to(dtype), size=size).flatten(1)

@@ -24,13 +24,23 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from datarecon.attacks.kkt import KKTConfig
+from datarecon.attacks.selection import CRITERIA
+from datarecon.config import MAX_STEPS, Seed, build_config, merge, read_config_mapping
 from datarecon.errors import DataReconError
+from datarecon.evaluation.dp_bound import prior_kappa, rero_bound
+from datarecon.experiments.backends import Task, make_backend
 from datarecon.experiments.execution import Execution
-from datarecon.experiments.membership import MembershipSettings
-from datarecon.experiments.reproduce import Runtime
+from datarecon.experiments.membership import (
+    MembershipSettings,
+    evaluate_membership,
+    membership_section,
+)
+from datarecon.experiments.membership import Runtime as MembershipRuntime
+from datarecon.experiments.reproduce import PRESETS_DIR, Runtime
 from datarecon.experiments.reproduce.common import (
     BatchRun,
     EvalSettings,
@@ -41,12 +51,23 @@ from datarecon.experiments.reproduce.common import (
     write_csv,
 )
 from datarecon.experiments.reproduce.haim2022 import KKTRunSpec, pool_piece
-from datarecon.experiments.reproduce.pieces import Context, Piece
+from datarecon.experiments.reproduce.pieces import (
+    Context,
+    Piece,
+    claim_reproduction,
+    dry_run,
+    entries,
+    execute,
+    piece_hashes,
+)
+from datarecon.kernel.files import AUDIT_JSON, METRICS_FILE, REPORT_HTML, REPRODUCTION_JSON, TIMINGS_JSON
+from datarecon.report.defence import defence_figure
+from datarecon.report.figures import save_figure
+from datarecon.report.html import FigureItem, Section, Table, write_report
+from datarecon.training import dp as dpm
 from datarecon.training.dp import DPConfig
-from datarecon.training.target import ArchConfig
+from datarecon.training.target import ArchConfig, TrainConfig, train_target
 from datarecon.utils.io import atomic_write_json, config_hash, read_json, versions
-from datarecon.config import MAX_STEPS, Seed
-from datarecon.kernel.files import AUDIT_JSON, METRICS_FILE
 
 NAME = "audit"
 #: scales with a preset file ``presets/audit-<scale>.yaml``
@@ -192,8 +213,6 @@ def dp_train_piece(key: str, training: TargetTraining, data: Mapping[str, Any], 
     """Train a target (DP-SGD when ``dp`` is given) into ``OUT/<key>/model``."""
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        from datarecon.training.target import TrainConfig, train_target
-
         base = training.train_config(data, device=ctx.device).model_dump(mode="json")
         cfg = TrainConfig.model_validate({**base, "dp": None if dp is None else dp.model_dump(mode="json")})
         res = train_target(cfg, data_dir=ctx.data_dir, out=d / "model", resume=ctx.resume, overwrite=not ctx.resume,
@@ -209,9 +228,6 @@ def membership_piece(key: str, model_key: str, settings: MembershipSettings) -> 
     """Every membership signal of the target in ``OUT/<model_key>`` (reference models in this piece's folder)."""
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        from datarecon.experiments.membership import Runtime as MembershipRuntime
-        from datarecon.experiments.membership import evaluate_membership, membership_section
-
         out = d if settings.references.count else None
         res = evaluate_membership(ctx.dir(model_key) / "model", settings=settings, out=out,
                                   runtime=MembershipRuntime(data_dir=ctx.data_dir, device=ctx.device,
@@ -244,8 +260,6 @@ def group_plan(cfg: AuditConfig, setting: Setting, seed: int) -> list[Piece]:
 
 def plan(cfg: AuditConfig) -> list[Piece]:
     """All pieces: every (setting, seed) group, then the table and the figures."""
-    from datarecon.attacks.selection import CRITERIA
-
     CRITERIA.get(cfg.selection)  # unknown name: DataReconError listing the registered criteria
     pieces: list[Piece] = []
     evals = []
@@ -267,8 +281,6 @@ def plan(cfg: AuditConfig) -> list[Piece]:
 def row_for(ctx: Context, cfg: AuditConfig, s: Setting, seed: int) -> dict[str, Any]:
     """One table row: the defence, its accuracy cost, the headline counts with the nulls, SSIM,
     the real/fake AUC, and for DP targets ε and the bound's count."""
-    from datarecon.evaluation.dp_bound import prior_kappa, rero_bound
-
     g = _group(s.name, seed)
     tm = ctx.summary(f"models/{g}").get("metrics", {})
     m = read_json(ctx.dir(f"eval/{g}") / METRICS_FILE)
@@ -329,9 +341,6 @@ def _tables(ctx: Context, d: Path, cfg: AuditConfig) -> dict[str, Any]:
 
 
 def _figures(ctx: Context, d: Path, cfg: AuditConfig) -> dict[str, Any]:
-    from datarecon.report.defence import defence_figure
-    from datarecon.report.figures import save_figure
-
     rows = read_json(ctx.dir("tables") / AUDIT_JSON)["rows"]
     files = []
     for axis, label, log in (("dp", "ε (at δ, Opacus accountant)", True),
@@ -349,8 +358,6 @@ def _figures(ctx: Context, d: Path, cfg: AuditConfig) -> dict[str, Any]:
 
 
 def preset_path(scale: str) -> Path:
-    from datarecon.experiments.reproduce import PRESETS_DIR
-
     return PRESETS_DIR / f"{NAME}-{scale}.yaml"
 
 
@@ -360,8 +367,6 @@ def load_audit_config(*, scale: str = "small", overrides: Mapping[str, Any] | No
     Raises:
         DataReconError: unknown scale or invalid fields (one line).
     """
-    from datarecon.config import build_config, merge, read_config_mapping
-
     if scale not in SCALES:
         raise DataReconError(f"unknown audit scale {scale!r}; valid scales: {', '.join(SCALES)}")
     preset = read_config_mapping(preset_path(scale))
@@ -380,8 +385,6 @@ def check_dp_axis(cfg: AuditConfig, *, skip: set[str] = frozenset()) -> None:  #
     Raises:
         DataReconError: the first unusable DP point (one line, from :mod:`datarecon.training.dp`).
     """
-    from datarecon.training import dp as dpm
-
     for s in settings(cfg):
         if s.dp is not None and any(_group(s.name, seed) not in skip for seed in cfg.seeds):
             dpm.resolve(s.dp, n=2 * cfg.n_per_class, epochs=s.training.epochs)
@@ -389,8 +392,6 @@ def check_dp_axis(cfg: AuditConfig, *, skip: set[str] = frozenset()) -> None:  #
 
 def finished_groups(cfg: AuditConfig, out: Path) -> set[str]:
     """The (setting, seed) groups whose every piece has its completion marker in ``out``."""
-    from datarecon.experiments.reproduce.pieces import dry_run
-
     if not Path(out).is_dir():
         return set()
     done = set()
@@ -407,10 +408,6 @@ def audit_worker(payload: dict[str, Any]) -> dict[str, Any]:
     Payload: ``config`` (AuditConfig JSON), ``setting``, ``seed``, ``out``, ``data_dir``, ``device``,
     ``resume``, ``threads``.
     """
-    import torch
-
-    from datarecon.experiments.reproduce.pieces import execute
-
     if payload.get("threads"):
         torch.set_num_threads(int(payload["threads"]))
     cfg = AuditConfig.model_validate(payload["config"])
@@ -449,8 +446,6 @@ def run_audit(cfg: AuditConfig, *, out: str | Path, scale: str = "custom", runti
     Raises:
         DataReconError: bad config, a folder of another configuration, a failed (setting, seed) group.
     """
-    from datarecon.experiments.reproduce.pieces import claim_reproduction, piece_hashes
-
     out = Path(out)
     pieces = plan(cfg)
     piece_hashes(pieces)  # plan errors before anything is written
@@ -470,9 +465,6 @@ def check_trainings(cfg: AuditConfig, *, device: str = "cpu") -> None:
     Raises:
         DataReconError: the first invalid one, naming the setting and the field (one line).
     """
-    from datarecon.config import build_config
-    from datarecon.training.target import TrainConfig
-
     for s in settings(cfg):
         for seed in cfg.seeds:
             base = s.training.model_copy(update={"seed": seed}).train_config(cfg.data_spec(), device=device)
@@ -483,11 +475,6 @@ def check_trainings(cfg: AuditConfig, *, device: str = "cpu") -> None:
 def _run_audit(cfg: AuditConfig, pieces: list[Piece], *, out: Path, chash: str, scale: str, runtime: Runtime,
                execution: Execution, log: Callable[[str], None]) -> Path:
     """The body of :func:`run_audit` once ``out`` is claimed and prepared."""
-    from datarecon.experiments.backends import Task, make_backend
-    from datarecon.experiments.reproduce.pieces import entries, execute
-    from datarecon.kernel.files import REPORT_HTML, REPRODUCTION_JSON, TIMINGS_JSON
-    from datarecon.report.html import write_report
-
     atomic_write_json(out / REPRODUCTION_JSON, {"name": NAME, "scale": scale, "config_hash": chash,
                                        "config": cfg.model_dump(mode="json"), "versions": versions(),
                                        "entries": entries(pieces)})
@@ -537,8 +524,6 @@ def _run_audit(cfg: AuditConfig, pieces: list[Piece], *, out: Path, chash: str, 
 
 def report_sections(ctx: Context, cfg: AuditConfig, *, scale: str, wall_s: float | None = None) -> list[Any]:
     """The audit's report sections: setup, the three defence figures, the table."""
-    from datarecon.report.html import FigureItem, Section, Table
-
     rows = read_json(ctx.dir("tables") / AUDIT_JSON)["rows"]
     signals = sorted({k for r in rows for k in r if k.startswith("auc_") and not k.startswith("auc_membership")}
                      - {"auc_margin"})
@@ -563,7 +548,7 @@ def report_sections(ctx: Context, cfg: AuditConfig, *, scale: str, wall_s: float
     figs = [FigureItem(caption=_caption(f), png=(ctx.dir("figures") / f).read_bytes())
             for f in ctx.summary("figures")["files"]]
     table = Table(caption="one row per target (setting x seed)", header=header,
-                  rows=[[_cell(r.get(h)) for h in header] for r in rows])
+                  rows=[[_table_cell(r.get(h)) for h in header] for r in rows])
     secs = [Section(title="Setup", text=[setup, bound_note], code=cfg.model_dump_json(indent=2)),
             Section(title="Defences", figures=figs, tables=[table])]
     if wall_s is not None:
@@ -580,7 +565,7 @@ def _caption(f: str) -> str:
             + ("; dotted: the DP-SGD bound n·κ₊" if axis == "dp" else ""))
 
 
-def _cell(v: Any) -> Any:
+def _table_cell(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return "n/a"
     return "n/a" if v is None else v

@@ -21,6 +21,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -319,7 +320,7 @@ def claim_pid(payload: dict[str, Any]) -> int | None:
 def import_ray() -> Any:
     """Import ray lazily, with the fix in the error message."""
     try:
-        import ray
+        import ray  # optional dependency (the ray extra)
     except ImportError:
         raise DataReconError("the ray backend needs Ray; pip install 'datarecon[ray]'") from None
     return ray
@@ -337,8 +338,6 @@ def process_start(pid: int) -> str | None:
 
 def driver_identity() -> dict[str, Any]:
     """This process as a task's driver: host, pid and start time (see :func:`driver_alive`)."""
-    import socket
-
     return {"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid())}
 
 
@@ -379,12 +378,10 @@ def watch_remote_driver(driver: dict[str, Any] | None, poll_s: float = RAY_DRIVE
 
     Ray workers are children of Ray's raylet, not of the driver, so :func:`watch_driver`'s parent
     check does not apply; this one polls the driver's pid and start time. Ray itself ends a dead
-    driver's tasks only after 30–90 s, during which a task went on writing its run folder. Only a
-    driver on this worker's own host can be watched; on another host Ray's own clean-up applies.
+    driver's tasks only after a delay, during which a task would go on writing its run folder
+    (docs/RELIABILITY.md). Only a driver on this worker's own host can be watched; on another host Ray's own clean-up applies.
     One watcher per driver and worker process (Ray reuses worker processes for many tasks).
     """
-    import socket
-
     if not driver or driver.get("host") != socket.gethostname():
         return
     key = (str(driver["host"]), int(driver["pid"]))
@@ -398,7 +395,7 @@ def watch_remote_driver(driver: dict[str, Any] | None, poll_s: float = RAY_DRIVE
 
 def _ray_call(fn: WorkerFn, payload: dict[str, Any], num_threads: int,
               driver: dict[str, Any] | None = None) -> dict[str, Any]:
-    import torch
+    import torch  # lazy: only a Ray worker needs torch here; the backends themselves do not
 
     watch_remote_driver(driver)
     torch.set_num_threads(max(1, num_threads))

@@ -22,12 +22,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from datarecon.registry import registered
-from datarecon.training.optim import SCHEDULES
 from datarecon.config import MAX_SEED, MAX_STEPS
+from datarecon.data import DataSpec
+from datarecon.evaluation import evaluate_run
+from datarecon.experiments.identifiability import attach_identifiability
+from datarecon.experiments.membership import attach_membership
+from datarecon.experiments.reconstruct import RunOptions, reconstruct
 from datarecon.kernel.files import NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG, REPORT_HTML
+from datarecon.kernel.outdir import claim_out_dir
+from datarecon.registry import registered
+from datarecon.report import render_report
+from datarecon.report.figures import neighbour_grid, save_figure
+from datarecon.report.text import headline_lines as report_headline_lines
+from datarecon.training.optim import SCHEDULES
+from datarecon.training.target import ArchConfig, StopConfig, TrainConfig, train_target
+from datarecon.utils.io import load_tensors
 
 
 class DemoConfig(BaseModel):
@@ -87,8 +99,6 @@ def run_demo(config: DemoConfig = DemoConfig(), *, out: str | Path, data_dir: st
     ``out`` must be empty or absent; with ``overwrite`` a demo folder is replaced (only what
     datarecon wrote there: :func:`datarecon.kernel.outdir.claim_out_dir`).
     """
-    from datarecon.kernel.outdir import claim_out_dir
-
     with claim_out_dir(out, kind="demo", overwrite=overwrite) as claim:
         claim.prepare()
         return _run_demo(config, out=Path(out), data_dir=data_dir, progress=progress)
@@ -96,18 +106,6 @@ def run_demo(config: DemoConfig = DemoConfig(), *, out: str | Path, data_dir: st
 
 def _run_demo(config: DemoConfig, *, out: Path, data_dir: str | Path | None, progress: bool) -> DemoResult:
     """The body of :func:`run_demo` once ``out`` is claimed and prepared."""
-    from datarecon.data import DataSpec
-    from datarecon.evaluation import evaluate_run
-    from datarecon.experiments.identifiability import attach_identifiability
-    from datarecon.experiments.membership import attach_membership
-    from datarecon.experiments.reconstruct import RunOptions, reconstruct
-    from datarecon.report import render_report
-    from datarecon.report.figures import neighbour_grid, save_figure
-    from datarecon.training.target import ArchConfig, StopConfig, TrainConfig, train_target
-    from datarecon.utils.io import load_tensors
-
-    import torch
-
     # The demo's matrices are tiny: thread start-up costs more than it saves (measured 14 s with one
     # thread vs 95 s with two on the shared 2-core machine; docs/PERFORMANCE.md).
     if config.threads:
@@ -157,6 +155,4 @@ def headline_lines(headline: dict[str, Any], *, what: str = "images") -> list[st
         headline: ``summary["headline"]`` of :func:`datarecon.evaluation.evaluate_run`.
         what: What the held-out images are called ("digits").
     """
-    from datarecon.report.text import headline_lines as lines
-
-    return lines(headline, what=what)
+    return report_headline_lines(headline, what=what)

@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from datarecon.errors import DataReconError
+from datarecon.kernel.outdir import check_out_file
 from datarecon.utils.io import atomic_write_bytes
 
 __all__ = ["list_examples", "read_example", "copy_example"]
@@ -74,8 +75,6 @@ def copy_example(name: str, *, out: str | os.PathLike | None = None, overwrite: 
         DataReconError: unknown name, the destination lies inside another datarecon folder, or it
             exists and is not replaceable (``overwrite`` False, or not an unchanged example).
     """
-    from datarecon.kernel.outdir import check_out_file
-
     data = read_example(name)
     dest = Path(name) if out is None else Path(out)
     if dest.is_dir() or (out is not None and str(out).endswith(("/", os.sep))):

@@ -38,13 +38,21 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from datarecon.config import Seed, build_config, read_config_mapping
-from datarecon.evaluation.run_eval import check_reference_sets
+from datarecon.data import load_task
 from datarecon.errors import DataReconError
-from datarecon.experiments.reconstruct import ReconstructionRun, RunSettings
-from datarecon.kernel.status import Status
-from datarecon.training.target import TrainConfig
-from datarecon.utils.io import atomic_write_json, config_hash, read_json, versions
+from datarecon.evaluation import evaluate_run
+from datarecon.evaluation.neighbours import METRICS
+from datarecon.evaluation.protocol import ASSIGNMENTS
+from datarecon.evaluation.run_eval import check_reference_sets
+from datarecon.experiments.identifiability import attach_identifiability
+from datarecon.experiments.membership import attach_membership
+from datarecon.experiments.reconstruct import ReconstructionRun, RunOptions, RunSettings, build_run, execute
 from datarecon.kernel.files import EXPERIMENT_JSON, REPORT_HTML
+from datarecon.kernel.outdir import claim_out_dir
+from datarecon.kernel.status import Status
+from datarecon.report.html import render_report
+from datarecon.training.target import TrainConfig, train_target
+from datarecon.utils.io import atomic_write_json, config_hash, read_json, versions
 
 FORMAT = "datarecon-experiment/1"
 MODEL_SUBDIR, RUN_SUBDIR, REPORT = "model", "run", REPORT_HTML
@@ -80,16 +88,12 @@ class EvaluateSettings(_Frozen):
     @field_validator("metric")
     @classmethod
     def _known_metric(cls, v: str) -> str:
-        from datarecon.evaluation.neighbours import METRICS
-
         METRICS.get(v)  # one line listing the valid names
         return v
 
     @field_validator("assignment")
     @classmethod
     def _known_assignment(cls, v: str) -> str:
-        from datarecon.evaluation.protocol import ASSIGNMENTS
-
         ASSIGNMENTS.get(v)
         return v
 
@@ -150,8 +154,6 @@ def load_experiment(path: str | Path) -> Experiment:
 
 def build_experiment(fields: Mapping[str, Any], *, where: str = "experiment") -> Experiment:
     """Validate a mapping into an :class:`Experiment` (the attack checked with its method's own messages)."""
-    from datarecon.experiments.reconstruct import build_run
-
     data = dict(fields)
     if isinstance(data.get("attack"), Mapping):
         if "model" in data["attack"]:
@@ -216,8 +218,6 @@ def run_experiment(experiment: Experiment, out: str | Path, *, data_dir: str | P
         DataReconError: bad settings, missing data or model, a folder of another experiment, a
             diverged attack (its last finite state is kept in ``out/run``).
     """
-    from datarecon.kernel.outdir import claim_out_dir
-
     out = Path(out)
     state = _state(out) if out.is_dir() and not overwrite else None
     if state is not None and state.get("config_hash") != experiment.hash():
@@ -229,8 +229,6 @@ def run_experiment(experiment: Experiment, out: str | Path, *, data_dir: str | P
             raise DataReconError(f"model directory {experiment.model} {what}; train one (`datarecon train`) or "
                                  "fix model: in the experiment file")
         if experiment.train is not None and state is None:
-            from datarecon.data import load_task
-
             load_task(experiment.train.data, data_dir=data_dir)  # missing data: refused before anything is written
         claim.prepare()
         return _run_stages(experiment, out, state=state, data_dir=data_dir, progress=progress,
@@ -253,8 +251,6 @@ def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | No
     done = {Status.COMPLETE.value, "skipped"}
 
     if experiment.train is not None and stages.get("train") not in done:
-        from datarecon.training.target import train_target
-
         record("train", Status.RUNNING)
         train_target(experiment.train, data_dir=data_dir, out=out / MODEL_SUBDIR,
                      resume=(out / MODEL_SUBDIR).exists(), progress=progress, nested=True)
@@ -263,8 +259,6 @@ def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | No
         stages["train"] = "skipped"
 
     if stages.get("attack") not in done:
-        from datarecon.experiments.reconstruct import RunOptions, execute
-
         record("attack", Status.RUNNING)
         how = RunOptions(resume=(out / RUN_SUBDIR).exists(), data_dir=data_dir, progress=progress,
                         raise_on_divergence=True, nested=True)
@@ -274,10 +268,6 @@ def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | No
     if experiment.evaluate is None:
         record("evaluate", "skipped")
     elif stages.get("evaluate") not in done:
-        from datarecon.evaluation import evaluate_run
-        from datarecon.experiments.identifiability import attach_identifiability
-        from datarecon.experiments.membership import attach_membership
-
         ev = experiment.evaluate
         record("evaluate", Status.RUNNING)
         evaluate_run(out / RUN_SUBDIR, {"against": ev.against, "metric": ev.metric, "assignment": ev.assignment,
@@ -290,8 +280,6 @@ def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | No
     if experiment.report is None:
         record("report", "skipped")
     elif stages.get("report") not in done:
-        from datarecon.report.html import render_report
-
         record("report", Status.RUNNING)
         render_report([out / RUN_SUBDIR], out=out / REPORT, title=experiment.report.title)
         record("report", Status.COMPLETE)

@@ -22,10 +22,19 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from datarecon.attacks.dynamics import Schedule, simulate
+from datarecon.attacks.knowledge import PRETRAINED, RECORDED_SEED, RecipeSettings, resolve_known_init, resolve_recipe
 from datarecon.config import Seed
+from datarecon.data import DataSpec, load_task
+from datarecon.data.selection import check_fingerprint
 from datarecon.errors import DataReconError
 from datarecon.evaluation.identifiability import fit_objective, gradient_features
+from datarecon.kernel.files import METRICS_FILE, RUN_JSON
+from datarecon.kernel.step import Recipe
+from datarecon.models.checkpoint import load_model_dir, read_model_meta
 from datarecon.registry import Registry
+from datarecon.utils.dtypes import torch_dtype
+from datarecon.utils.io import atomic_write_json, read_json
 
 __all__ = ["OBJECTIVES", "QUICK", "IdentifiabilitySettings", "attach_identifiability", "identifiability",
            "identifiability_lines"]
@@ -105,8 +114,6 @@ def _theta_init(meta: dict[str, Any], bundle: Any, model_dir: str | Path) -> tup
     Returns:
         (θ_init or None, the reason it is None: empty when rebuilt).
     """
-    from datarecon.attacks.knowledge import PRETRAINED, RECORDED_SEED, resolve_known_init
-
     spec = PRETRAINED if isinstance(meta.get("pretrained"), dict) else RECORDED_SEED
     if spec == RECORDED_SEED and meta.get("seed") is None:
         return None, "the model directory records no seed"
@@ -118,9 +125,6 @@ def _theta_init(meta: dict[str, Any], bundle: Any, model_dir: str | Path) -> tup
 
 def _sets(bundle: Any, meta: dict[str, Any], seed: int, data_dir: Any) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """The training set and its fakes, in model input space, each with the training labels."""
-    from datarecon.data import DataSpec, load_task
-    from datarecon.data.selection import check_fingerprint
-
     task = load_task(DataSpec.model_validate(meta["data"]), data_dir=data_dir)
     check_fingerprint(task, meta.get("data_fingerprint"), where="the model", splits=("train",))
     norm = task.normalisation
@@ -157,11 +161,6 @@ def _gradient_objective(name: str, bundle: Any, init: dict[str, torch.Tensor] | 
 def _dynamics(bundle: Any, meta: dict[str, Any], init: dict[str, torch.Tensor], sets: dict[str, Any],
               max_steps: int) -> dict[str, Any]:
     """1 − cos of each set's replayed change with the true one, or why it was not measured."""
-    from datarecon.attacks.dynamics import Schedule, simulate
-    from datarecon.attacks.knowledge import RecipeSettings, resolve_recipe
-    from datarecon.kernel.step import Recipe
-    from datarecon.utils.dtypes import torch_dtype
-
     try:
         recipe = resolve_recipe(RecipeSettings(), meta)
     except DataReconError as exc:
@@ -199,8 +198,6 @@ def identifiability(model_dir: str | Path, settings: IdentifiabilitySettings = I
     Raises:
         DataReconError: a bad model directory, missing data.
     """
-    from datarecon.models.checkpoint import load_model_dir, read_model_meta
-
     t0 = time.perf_counter()
     meta = read_model_meta(model_dir)
     bundle = load_model_dir(model_dir, dtype=torch.float64)
@@ -260,9 +257,6 @@ def attach_identifiability(run_dir: str | Path, *, data_dir: str | Path | None =
     Returns:
         The result written, or None for a run without a model directory.
     """
-    from datarecon.kernel.files import METRICS_FILE, RUN_JSON
-    from datarecon.utils.io import atomic_write_json, read_json
-
     run_dir = Path(run_dir)
     model_dir = read_json(run_dir / RUN_JSON).get("model_dir")
     if not model_dir:

@@ -29,6 +29,7 @@ to model inputs); a user's own ``nn.Module`` is measured with :func:`membership_
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from collections.abc import Callable
@@ -40,17 +41,48 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from datarecon.attacks.base import AttackerPrior, Target
 from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.attacks.mia import SIGNALS, MIASettings, reference_signals
+from datarecon.attacks.mia.reference import lira_offline, rmia
 from datarecon.attacks.mia.statistics import ExampleStatistics, example_statistics, gradient_norms
-from datarecon.config import Seed
+from datarecon.attacks.subspace import analyse, subspace_scores
+from datarecon.config import Seed, build_config
+from datarecon.data import DataSpec, load_task
+from datarecon.data.images import load_images, load_labels
+from datarecon.data.selection import check_fingerprint, draw_outside
 from datarecon.errors import DataReconError
-from datarecon.evaluation.membership import SignalPower, calibration_split, choose_strongest, membership_roc
+from datarecon.evaluation.membership import (
+    SignalPower,
+    calibrated_threshold,
+    calibration_split,
+    choose_strongest,
+    membership_roc,
+    min_negatives,
+)
+from datarecon.evaluation.privacy import roc_curve
 from datarecon.experiments.execution import Execution
-from datarecon.experiments.references import (POOL_FILE, REFERENCE_WEIGHTS, REFERENCES_DIR, ReferenceJob, ReferencePool,
-                                                ReferenceSettings, load_reference_model, load_statistics,
-                                                reference_config, reference_seed, train_references)
+from datarecon.experiments.reconstruct import attacker_knowledge
+from datarecon.experiments.references import (
+    POOL_FILE,
+    REFERENCE_WEIGHTS,
+    REFERENCES_DIR,
+    ReferenceJob,
+    ReferencePool,
+    ReferenceSettings,
+    load_reference_model,
+    load_statistics,
+    reference_config,
+    reference_seed,
+    train_references,
+)
+from datarecon.kernel.files import DONE_MARKER, METRICS_FILE, RUN_JSON
 from datarecon.kernel.outdir import OutDir
+from datarecon.models.checkpoint import EXTRAS, load_model_dir, read_model_meta
+from datarecon.models.spec import build_model, first_layer_init_std
+from datarecon.report.figures import membership_roc_figure, save_figure
+from datarecon.training.target import TrainConfig
+from datarecon.utils.io import atomic_write_json, atomic_write_text, load_tensors, read_json, rows_to_csv, save_tensors
 
 __all__ = ["Calibration", "MembershipSettings", "MembershipSetup", "OwnReferences", "Runtime", "SignalScores",
            "compare_signals", "evaluate_membership", "membership_of_module", "prepare_membership", "score_images"]
@@ -131,8 +163,6 @@ class MembershipSetup:
 
     def scores(self, display: torch.Tensor) -> np.ndarray:
         """Subspace scores (higher = member) of display-space images (N, C, H, W)."""
-        from datarecon.attacks.subspace import subspace_scores
-
         if self.analysis is None:
             raise DataReconError("the model has no dense layer to analyse; the subspace signal needs one")
         x = display.to(torch.float64) - self.mean.to(torch.float64)
@@ -149,11 +179,6 @@ def prepare_membership(model_dir: str | Path, *, knowledge: KnowledgeSettings | 
     Raises:
         DataReconError: a bad model directory or known initialisation; a known n larger than the layer allows.
     """
-    from datarecon.attacks.base import AttackerPrior, Target
-    from datarecon.experiments.reconstruct import attacker_knowledge
-    from datarecon.models.checkpoint import EXTRAS, read_model_meta
-    from datarecon.utils.io import load_tensors
-
     meta = read_model_meta(model_dir)
     target = Target.from_model_dir(model_dir, dtype=torch.float64)
     mean = load_tensors(Path(model_dir) / EXTRAS)["input_mean"].to(torch.float64)
@@ -163,9 +188,6 @@ def prepare_membership(model_dir: str | Path, *, knowledge: KnowledgeSettings | 
 
 
 def _task(meta: dict[str, Any], data_dir: str | Path | None) -> Any:
-    from datarecon.data import DataSpec, load_task
-    from datarecon.data.selection import check_fingerprint
-
     task = load_task(DataSpec.model_validate(meta["data"]), data_dir=data_dir)
     check_fingerprint(task, meta.get("data_fingerprint"), where="the model", splits=("train",))
     return task
@@ -304,8 +326,6 @@ def _task_classes(y: torch.Tensor) -> torch.Tensor:
 def _pretraining_images(meta: dict[str, Any], dataset: str) -> torch.Tensor | None:
     """The training-split indices the pretrained model of a fine-tuning trained on (same dataset), or None: they
     shaped the weights too, so they are no non-members of the fine-tuned model."""
-    from datarecon.models.checkpoint import load_model_dir
-
     pre = meta.get("pretrained") or {}
     if not pre.get("path") or (pre.get("data") or {}).get("dataset") != dataset:
         return None
@@ -325,9 +345,6 @@ def draw_candidates(meta: dict[str, Any], task: Any, settings: MembershipSetting
     Raises:
         DataReconError: no non-member is left in the training split.
     """
-    from datarecon.data import DataSpec
-    from datarecon.data.selection import draw_outside
-
     spec = DataSpec.model_validate(meta["data"])
     members = task.train
     seen = _pretraining_images(meta, spec.dataset)
@@ -363,9 +380,6 @@ def _training_config(meta: dict[str, Any]) -> Any:
     Raises:
         DataReconError: a model directory that records no training config.
     """
-    from datarecon.config import build_config
-    from datarecon.training.target import TrainConfig
-
     training = dict(meta.get("training") or {})
     if not training:
         raise DataReconError("reference models repeat the recipe a model directory records, and this one records "
@@ -511,9 +525,6 @@ def _pseudo_scores(p: PseudoTargets, r: int) -> dict[str, np.ndarray]:
 def _subspace_of_reference(config: Any, knowledge: KnowledgeSettings, seed: int) -> Callable[..., np.ndarray]:
     """The subspace signal of reference model r as the attacker made the target's: with its n, and with θ_init
     when the attacker knows the target's (for its own model that is the initialisation it drew)."""
-    from datarecon.attacks.subspace import analyse, subspace_scores
-    from datarecon.models.spec import build_model, first_layer_init_std
-
     arch = config.arch_spec()
 
     def scores(model: torch.nn.Module, params: dict[str, torch.Tensor], x: torch.Tensor, r: int) -> np.ndarray:
@@ -635,10 +646,6 @@ def _table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 def write_membership(out: Path, result: dict[str, Any], signals: SignalScores, cand: Candidates,
                      calibration: np.ndarray) -> None:
     """Write ``membership.json``, ``signals.csv``, ``scores.safetensors`` and the ROC figure into ``out``."""
-    from datarecon.evaluation.privacy import roc_curve
-    from datarecon.report.figures import membership_roc_figure, save_figure
-    from datarecon.utils.io import atomic_write_json, atomic_write_text, rows_to_csv, save_tensors
-
     tensors = {f"score.{k}": torch.as_tensor(v) for k, v in signals.scores.items()}
     tensors.update({"is_member": torch.as_tensor(cand.is_member), "calibration": torch.as_tensor(calibration),
                     "indices": cand.indices, "population_indices": cand.z_indices})
@@ -691,8 +698,6 @@ def _labelled(setup: MembershipSetup, x: torch.Tensor, y: np.ndarray | None, nam
 
 def _kept_references(out: Path | None) -> list[int]:
     """The indices of the finished reference models whose weights a membership folder keeps."""
-    from datarecon.kernel.files import DONE_MARKER
-
     if out is None or not (out / REFERENCES_DIR).is_dir():
         return []
     found = []
@@ -706,8 +711,6 @@ def _offline_reference_scores(setup: MembershipSetup, sets: list[Labelled], out:
                               attacks: MIASettings) -> list[dict[str, np.ndarray]]:
     """LiRA offline and RMIA offline of each set of images against the kept reference models (none of which
     trained on them: the images were not in the pool)."""
-    from datarecon.attacks.mia.reference import lira_offline, rmia
-
     config = _training_config(setup.meta)
     pool = ReferencePool.load(out / POOL_FILE)
     stats = load_statistics(out, max(kept) + 1).select(kept)
@@ -752,8 +755,6 @@ def _image_signals(setup: MembershipSetup, sets: list[Labelled], out: Path | Non
 def _pick_signal(signal: str, available: list[str], out: Path | None, labels: str) -> tuple[str, str]:
     """The member call's signal: the one asked for, or (``auto``) the strongest of an evaluation kept in ``out``
     when available for images, else the loss with given labels, else the subspace where it applies."""
-    from datarecon.utils.io import read_json
-
     if signal != "auto":
         SIGNALS.get(signal)
         if signal not in available:
@@ -795,9 +796,6 @@ def score_images(model_dir: str | Path, images: str | Path, *, calibration: Cali
         DataReconError: bad images, labels or null (one line), an fpr outside (0, 1), an unknown signal or
             one not available, a model without held-out images and no ``null``.
     """
-    from datarecon.data.images import load_images, load_labels
-    from datarecon.evaluation.membership import calibrated_threshold, min_negatives
-
     null, fpr, signal = calibration.null, calibration.fpr, calibration.signal
     if not 0.0 < fpr < 1.0:
         raise DataReconError(f"--fpr must lie in (0, 1), got {fpr}; e.g. 0.01")
@@ -838,8 +836,6 @@ def score_images(model_dir: str | Path, images: str | Path, *, calibration: Cali
               "labels": mine.labels, "null": {"source": source, "count": int(s_null[chosen].size), "labels": nul.labels},
               "knowledge": setup.threat, "notes": notes, "wall_time_s": time.perf_counter() - t0}
     if outp is not None:
-        from datarecon.utils.io import atomic_write_json
-
         atomic_write_json(outp / IMAGES_FILE, result)
     return result
 
@@ -933,8 +929,6 @@ def membership_of_module(model: torch.nn.Module, *, loss: Any, members: tuple[to
     Raises:
         DataReconError: empty or mismatched inputs.
     """
-    import copy
-
     (xm, ym), (xn, yn) = members, nonmembers
     if xm.shape[0] == 0 or xn.shape[0] == 0 or xm.shape[0] != ym.shape[0] or xn.shape[0] != yn.shape[0]:
         raise DataReconError("pass members and non-members as (x, y) with one label per example, neither empty")
@@ -999,9 +993,6 @@ def attach_membership(run_dir: str | Path, *, data_dir: str | Path | None = None
     Raises:
         DataReconError: an unevaluated run, missing data.
     """
-    from datarecon.kernel.files import METRICS_FILE, RUN_JSON
-    from datarecon.utils.io import atomic_write_json, read_json
-
     run_dir = Path(run_dir)
     model_dir = read_json(run_dir / RUN_JSON).get("model_dir")
     if not model_dir:

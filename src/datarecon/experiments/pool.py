@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from datarecon.attacks.selection import CRITERIA, merge_duplicates
 from datarecon.errors import DataReconError
 from datarecon.kernel.files import CANDIDATES, RUN_JSON
 from datarecon.kernel.status import Status
@@ -31,8 +32,6 @@ def criterion_mode(name: str, mode: str | None = None) -> str:
         DataReconError: unknown criterion (lists the registered ones), or an ``info`` criterion
             without an explicit ``mode``.
     """
-    from datarecon.attacks.selection import CRITERIA
-
     entry = CRITERIA.get(name)
     if mode is not None:
         return mode
@@ -130,8 +129,6 @@ def write_pool(pool_dir: Path, sources: list[dict[str, Any]], *, root: Path, mod
     pooled["source"] = torch.cat([torch.full((p["x"].shape[0],), i, dtype=torch.int64) for i, p in enumerate(parts)])
     merged = 0
     if spec.merge is not None:
-        from datarecon.attacks.selection import merge_duplicates
-
         keep = merge_duplicates(pooled["x"], threshold=spec.merge)
         merged = int((~keep).sum())
         pooled = {k: v[keep] for k, v in pooled.items()}

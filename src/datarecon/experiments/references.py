@@ -44,7 +44,9 @@ from datarecon.errors import DataReconError
 from datarecon.experiments.backends import Task, make_backend
 from datarecon.experiments.execution import Execution
 from datarecon.experiments.reproduce.pieces import Context, Piece, execute, is_done, piece_hashes
+from datarecon.models.spec import build_model
 from datarecon.training.target import TrainConfig, fit_on_images
+from datarecon.utils.dtypes import torch_dtype
 from datarecon.utils.io import config_hash, load_tensors, save_tensors
 
 __all__ = ["POOL_FILE", "REFERENCES_DIR", "ReferenceJob", "ReferencePool", "ReferenceSettings", "ReferenceStatistics",
@@ -248,9 +250,6 @@ def load_reference_model(out: Path, index: int, config: TrainConfig) -> tuple[to
     Raises:
         DataReconError: its weights were not kept (``keep_weights`` off) or do not fit the architecture.
     """
-    from datarecon.models.spec import build_model
-    from datarecon.utils.dtypes import torch_dtype
-
     path = out / REFERENCES_DIR / f"ref-{index:05d}" / REFERENCE_WEIGHTS
     if not path.is_file():
         raise DataReconError(f"{path} is missing: the reference models' weights were not kept; rerun with "

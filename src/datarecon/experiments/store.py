@@ -26,10 +26,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from datarecon.kernel.status import FINISHED as STATUS_FINISHED
 from datarecon.errors import CheckpointError, DataReconError
-from datarecon.utils.io import atomic_write_json, atomic_write_text, read_json
 from datarecon.kernel.files import RUN_JSON, TASK_FILE
+from datarecon.kernel.outdir import ARTEFACTS, identify, is_empty
+from datarecon.kernel.status import FINISHED as STATUS_FINISHED
+from datarecon.utils import manifest
+from datarecon.utils.io import atomic_write_json, atomic_write_text, read_json
 
 INDEX = "index.sqlite"
 #: the index file and the files SQLite keeps beside it
@@ -103,7 +105,6 @@ class Store:
             raise DataReconError(f"no results index at {self.index_path}; run `datarecon store rebuild {self.root}`")
         self.root.mkdir(parents=True, exist_ok=True)
         if write:  # SQLite writes these itself: record them as datarecon's (utils.manifest)
-            from datarecon.utils import manifest
 
             for suffix in INDEX_SUFFIXES:
                 manifest.record(self.root / (INDEX + suffix))
@@ -188,8 +189,6 @@ class Store:
             finally:
                 con.close()
         except sqlite3.DatabaseError:
-            from datarecon.utils import manifest
-
             for suffix in INDEX_SUFFIXES:
                 src = self.root / (INDEX + suffix)
                 if src.exists():
@@ -255,12 +254,12 @@ class Store:
             cols.extend(c for c in r if c not in cols)
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.suffix == ".parquet":
-            try:
+            try:  # pyarrow is optional: only a Parquet export needs it
                 import pyarrow as pa
                 import pyarrow.parquet as pq
             except ImportError:
                 raise DataReconError("Parquet export needs pyarrow; `pip install pyarrow` or export to .csv") from None
-            table = pa.table({c: [_cell(r.get(c)) for r in flat] for c in cols})
+            table = pa.table({c: [_export_cell(r.get(c)) for r in flat] for c in cols})
             pq.write_table(table, out)
             return out
         if out.suffix != ".csv":
@@ -269,7 +268,7 @@ class Store:
         w = csv.DictWriter(buf, fieldnames=cols)
         w.writeheader()
         for r in flat:
-            w.writerow({c: _cell(r.get(c)) for c in cols})
+            w.writerow({c: _export_cell(r.get(c)) for c in cols})
         atomic_write_text(out, buf.getvalue())
         return out
 
@@ -279,7 +278,7 @@ def is_export(path: str | Path) -> bool:
     path = Path(path)
     try:
         if path.suffix == ".parquet":
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # optional: only Parquet needs it
 
             names = pq.read_schema(path).names
         else:
@@ -303,8 +302,6 @@ def check_store(root: str | Path, *, create: bool = False) -> None:
         DataReconError: the folder does not exist, is another kind of datarecon folder, or holds
             neither an index nor ``runs/``, ``pools/`` or ``sweeps/`` (and, with ``create``, is not empty).
     """
-    from datarecon.kernel.outdir import ARTEFACTS, identify, is_empty
-
     root = Path(root)
     where = "pass the --out of a `datarecon sweep`"
     if not root.is_dir():
@@ -345,7 +342,7 @@ def row_from_dir(path: str | Path, *, root: str | Path | None = None) -> dict[st
     rel = str(path.relative_to(root)) if root is not None and path.is_relative_to(root) else str(path)
     return {
         "key": task.get("key") or path.name, "kind": kind, "method": run.get("method") or spec.get("method"),
-        "status": status, "steps_done": run.get("steps_done"), "wall_time_s": _num(run.get("wall_time_s")),
+        "status": status, "steps_done": run.get("steps_done"), "wall_time_s": _as_float(run.get("wall_time_s")),
         "seed": run.get("seed", spec.get("seed")), "attempts": task.get("attempts"),
         "error": task.get("error") if status == "failed" else None,
         "model_dir": run.get("model_dir") or spec.get("model_dir"), "run_dir": rel,
@@ -389,7 +386,7 @@ def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> None:
         out[prefix] = obj
 
 
-def _cell(v: Any) -> Any:
+def _export_cell(v: Any) -> Any:
     return json.dumps(v) if isinstance(v, (list, dict)) else v
 
 
@@ -426,7 +423,7 @@ def _read_optional(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _num(v: Any) -> float | None:
+def _as_float(v: Any) -> float | None:
     try:
         return float(v)
     except (TypeError, ValueError):

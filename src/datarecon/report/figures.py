@@ -44,12 +44,14 @@ __all__ = [
     "landscape_heatmaps",
     "interpolation_curves",
     "LANDSCAPE_SETS",
+    "SET_TITLES",
 ]
 
 #: Reference sets shown in the landscape figures (Runkel Fig. 10-12).
 LANDSCAPE_SETS: tuple[str, ...] = ("train", "partition", "noise")
-_SET_TITLES = {"train": "training", "partition": "partition", "noise": "noise", "heldout": "held-out",
-               "init": "start"}
+#: How a figure or a report names each reference set.
+SET_TITLES = {"train": "training", "partition": "partition", "noise": "noise", "heldout": "held-out",
+              "init": "start"}
 
 
 def figure_png(fig: Figure, *, dpi: int = 100, close: bool = True) -> bytes:
@@ -128,7 +130,7 @@ def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor]
         for j, name in enumerate(names):
             ax = axes[r, g * width + 1 + j]
             ax.imshow(_img(matches[name][i]), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
-            label = _SET_TITLES.get(name, name)
+            label = SET_TITLES.get(name, name)
             if scores is not None and name in scores:
                 label = f"{label} {float(scores[name][i]):.2f}"
             if name in repeats:
@@ -136,7 +138,7 @@ def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor]
                 label = f"#{j} {label}" + (f" ×{repeats[name][j]}" if repeats[name][j] > 1 else "")
             ax.set_title(label, fontsize=6)
     shared = {name: sum(c for c in r.values() if c > 1) for name, r in repeats.items()}
-    notes = [f"{n} of {k} candidates share a {_SET_TITLES.get(name, name)} image with another (×k)"
+    notes = [f"{n} of {k} candidates share a {SET_TITLES.get(name, name)} image with another (×k)"
              for name, n in shared.items() if n]
     if total is not None or sorted_by:
         shown = f"{k} of {total} candidates shown" if total is not None else f"{k} candidates shown"
@@ -395,7 +397,7 @@ def landscape_heatmaps(results: Mapping[tuple[float, float], Mapping[str, Any]],
         ax.set_yticks(range(len(l2)), [f"{v:g}" for v in l2])
         ax.set_xlabel("λ₁ (ground truth ↔ partition)")
         ax.set_ylabel("λ₂ (image ↔ noise)")
-        ax.set_title(f"mean L2 to nearest {_SET_TITLES.get(name, name)}", fontsize=9)
+        ax.set_title(f"mean L2 to nearest {SET_TITLES.get(name, name)}", fontsize=9)
         for (yy, xx), v in np.ndenumerate(grid):
             if not np.isnan(v):
                 ax.text(xx, yy, f"{v:.2g}", ha="center", va="center", fontsize=6, color="w")
@@ -432,7 +434,7 @@ def interpolation_curves(results: Mapping[Any, Any], *, sets: Sequence[str] = LA
                              for k, v in res.items() if abs(float(k[fixed_axis]) - 1.0) < 1e-9)
                 if pts:
                     xs, ys = zip(*pts, strict=True)
-                    lbl = f"{method} {_SET_TITLES.get(name, name)}".strip()
+                    lbl = f"{method} {SET_TITLES.get(name, name)}".strip()
                     ax.plot(xs, ys, marker="o", ms=3, ls=styles[mi % len(styles)], label=lbl,
                             color=series(name).color or None)
     axes[0].set_xlabel("λ₁ (λ₂ = 1): partition → ground truth")

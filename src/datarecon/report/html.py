@@ -21,13 +21,27 @@ from typing import Any
 
 from datarecon.attacks.convergence import RESIDUAL_TOL, Convergence, assess_convergence
 from datarecon.errors import DataReconError
+from datarecon.evaluation import Evaluation
+from datarecon.evaluation.privacy import NEGATIVE, POSITIVE, signal_verdict
 from datarecon.evaluation.records import read_metrics, read_run_fields
-from datarecon.models.checkpoint import read_model_meta
-from datarecon.report import figures as F
-from datarecon.report.style import column_label, series
-from datarecon.utils.io import atomic_write_text, load_tensors, read_json_lines
 from datarecon.kernel.files import HISTORY, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RUN_JSON, SUBSPACE_FILE
 from datarecon.kernel.status import Status
+from datarecon.models.checkpoint import read_model_meta
+from datarecon.report.figures import (
+    SET_TITLES,
+    convergence_curve,
+    figure_png,
+    interpolation_curves,
+    landscape_heatmaps,
+    neighbour_grid,
+    roc_curves,
+    scree_plot,
+    sorted_ssim_curve,
+    ssim_vs_margin,
+)
+from datarecon.report.style import column_label, series
+from datarecon.report.text import count_of, fraction, headline_lead, threshold_text
+from datarecon.utils.io import atomic_write_text, load_tensors, read_json_lines
 
 __all__ = ["Table", "FigureItem", "Card", "Section", "render_html", "write_report", "render_report", "landscape_results"]
 
@@ -275,14 +289,14 @@ def landscape_results(run_dirs: Sequence[str | os.PathLike]) -> dict[str, dict[t
         if not (d / METRICS_FILE).is_file() or not (d / RUN_JSON).is_file():
             continue
         run = read_run_fields(d / RUN_JSON)
-        a, b = _num(_find_key(run.get("config"), _L1)), _num(_find_key(run.get("config"), _L2))
+        a, b = _finite_float(_find_key(run.get("config"), _L1)), _finite_float(_find_key(run.get("config"), _L2))
         if a is None or b is None:
             continue
         out.setdefault(str(run.get("method") or "run"), {})[(float(a), float(b))] = read_metrics(d)
     return out
 
 
-def _num(v: Any) -> float | None:
+def _finite_float(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
@@ -346,11 +360,11 @@ def _target_card(m: Mapping[str, Any], run_dir: Path) -> Card:
             ("architecture", arch_text(arch) if arch else None),
             ("parameters", f"{meta['num_parameters']:,}" if isinstance(meta.get("num_parameters"), int) else None),
             ("loss, weight decay", f"{meta.get('loss')}, {wd:g}" if isinstance(wd, (int, float)) else meta.get("loss")),
-            ("train / held-out acc", f"{_fmt(_num(met.get('train_accuracy')))} / {_fmt(_num(met.get('heldout_accuracy')))}"
-             if met else None),
-            ("normalised margin", _num(met.get("normalised_margin"))),
-            ("KKT-regime score", _num(kkt) if kkt is not None else "not computed")]
-    ok = _num(met.get("train_accuracy")) == 1.0
+            ("train / held-out acc", f"{_fmt(_finite_float(met.get('train_accuracy')))} / "
+                                     f"{_fmt(_finite_float(met.get('heldout_accuracy')))}" if met else None),
+            ("normalised margin", _finite_float(met.get("normalised_margin"))),
+            ("KKT-regime score", _finite_float(kkt) if kkt is not None else "not computed")]
+    ok = _finite_float(met.get("train_accuracy")) == 1.0
     return Card("Target (what was attacked)", [(k, v) for k, v in rows if v is not None],
                 status="" if model_json is None else ("ok" if ok else "warn"))
 
@@ -398,7 +412,7 @@ OBJECTIVE_RESIDUAL = "objective residual (surrogate)"
 
 def _selection_value(run: Mapping[str, Any], key: str) -> float | None:
     v = (run.get("selection") or {}).get(key)
-    return _num(v.get("value") if isinstance(v, Mapping) else v)
+    return _finite_float(v.get("value") if isinstance(v, Mapping) else v)
 
 
 def _attack_card(run: Mapping[str, Any], conv: Convergence, m: Mapping[str, Any]) -> Card:
@@ -420,15 +434,13 @@ def _attack_card(run: Mapping[str, Any], conv: Convergence, m: Mapping[str, Any]
             ("steps", f"{run.get('steps_done')}" + (f" of {steps}" if steps else "")),
             ("candidates m", m.get("n_candidates")), ("status", run.get("status")),
             (RELATIVE_RESIDUAL, rel), (last, conv.final),
-            ("wall time", f"{run['wall_time_s']:.1f} s" if _num(run.get("wall_time_s")) is not None else None)]
+            ("wall time", f"{run['wall_time_s']:.1f} s" if _finite_float(run.get("wall_time_s")) is not None else None)]
     lead = ("converged: " if conv.converged else "NOT converged: ") + conv.reason
     return Card("Attack", [(k, v) for k, v in rows if k is not None and v is not None], lead=lead,
                 status="ok" if conv.converged else "bad")
 
 
 def _headline_card(m: Mapping[str, Any]) -> Card:
-    from datarecon.report.text import count_of, headline_lead, threshold_text
-
     h = m.get("headline") or {}
     n = h.get("n_train")
     if not h:
@@ -448,7 +460,7 @@ def _headline_card(m: Mapping[str, Any]) -> Card:
         to_train = (m.get("haim") or {}).get("mean_ssim")
         if init.get("mean_ssim_to_init") is not None:
             rows.append(("mean SSIM to its start vs to its training match",
-                         f"{init['mean_ssim_to_init']:.2f} vs {_fmt(_num(to_train))}"))
+                         f"{init['mean_ssim_to_init']:.2f} vs {_fmt(_finite_float(to_train))}"))
     paper = h.get("paper") or {}
     if paper.get("count") is not None:
         rows.append((f"papers' SSIM > {paper['threshold']:g} alone",
@@ -472,8 +484,6 @@ def _headline_card(m: Mapping[str, Any]) -> Card:
 
 
 def _privacy_card(m: Mapping[str, Any]) -> Card:
-    from datarecon.evaluation.privacy import signal_verdict
-
     priv = m.get("privacy") or {}
     v = signal_verdict(priv)
     title = "Can the attacker tell which candidates match a training image?"
@@ -527,14 +537,14 @@ def _identifiability_card(m: Mapping[str, Any]) -> Card | None:
 
 def _membership_line(v: Mapping[str, Any]) -> str:
     """``AUC 0.989 [0.98–0.99]; TPR 0.71 @1%, 0.29 @0.1%`` for one membership signal, or why it was not measured."""
-    auc = _num(v.get("auc"))
+    auc = _finite_float(v.get("auc"))
     if not v.get("applicable") or auc is None:
         return v.get("note") or "not measured"
     ci = v.get("auc_ci")
     tpr = v.get("tpr_at_fpr") or {}
     parts = [f"AUC {auc:.3f}" + (f" [{ci[0]:.3f}–{ci[1]:.3f}]" if isinstance(ci, list) and len(ci) == 2 else "")]
     for f in ("0.01", "0.001"):
-        t = _num(tpr.get(f))
+        t = _finite_float(tpr.get(f))
         parts.append(f"TPR {t:.2f} @{100 * float(f):g}%" if t is not None else f"TPR @{100 * float(f):g}% not estimable")
     return "; ".join(parts)
 
@@ -564,13 +574,13 @@ def _membership_card(m: Mapping[str, Any]) -> Card:
                                           "--references 64 --out DIR` trains the reference models (LiRA, RMIA)"))
     lead = (f"Strongest signal: {best}, {_membership_line(signals[best])}; the loss threshold: "
             f"{_membership_line(signals.get('loss') or {})}." if best in signals else "No signal was measured.")
-    strong = _num((signals.get(best) or {}).get("auc"))
+    strong = _finite_float((signals.get(best) or {}).get("auc"))
     return Card(title, rows, lead=lead, status="warn" if strong is not None and strong > 0.6 else "ok")
 
 
 def _signal_text(sc: Mapping[str, Any], fprs: Sequence[Any]) -> str:
     """``AUC 0.81 [0.70–0.90]; TPR@1% 0.25; TPR@0.1% not estimable`` for one signal."""
-    auc, ci = _num(sc.get("auc")), sc.get("auc_ci_95")
+    auc, ci = _finite_float(sc.get("auc")), sc.get("auc_ci_95")
     if auc is None:
         return "AUC not measurable"
     text = f"AUC {auc:.2f}" + (f" [{ci[0]:.2f}–{ci[1]:.2f}]" if isinstance(ci, list) and len(ci) == 2 else "")
@@ -584,7 +594,7 @@ def _tpr_text(sc: Mapping[str, Any], f: Any) -> str:
     need = (sc.get("negatives_needed") or {}).get(str(f))
     if est is False or (sc.get("measurable") is False):
         return "not estimable" + (f" (< {need} negatives)" if need else "")
-    return _fmt(_num((sc.get("tpr_at_fpr") or {}).get(str(f))))
+    return _fmt(_finite_float((sc.get("tpr_at_fpr") or {}).get(str(f))))
 
 
 def display_name(run_dir: Path | None, fallback: str) -> str:
@@ -618,12 +628,9 @@ def _evaluation_section(ev: Any, index: int) -> Section:
 def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict], nb: Mapping[str, Any], *,
               run_name: str, where: Path | None) -> Section:
     """Cards, figures and tables of one evaluation summary ``m`` (``metrics.json``) with its run record."""
-    from datarecon.evaluation.privacy import NEGATIVE, POSITIVE
-    from datarecon.report.text import fraction
-
     conv = assess_convergence(history, status=str(run.get("status", Status.COMPLETE)),
                               relative_residual=_selection_value(run, "relative_residual"),
-                              initial_loss=_num((run.get("extra") or {}).get("param_distance_x0")))
+                              initial_loss=_finite_float((run.get("extra") or {}).get("param_distance_x0")))
     cards = [_threat_card(run, (m.get("headline") or {}).get("n_train")), _target_card(m, where or Path(".")),
              _attack_card(run, conv, m), _headline_card(m), _privacy_card(m), _membership_card(m)]
     ident = _identifiability_card(m)
@@ -645,7 +652,7 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
         figs.append(FigureItem(
             "Best SSIM of each training image's reconstruction, sorted, against held-out images and uniform noise "
             "used as candidates (the nulls); dotted: the papers' 0.4, dash-dotted: the headline threshold "
-            "max(0.4, t).", F.figure_png(F.sorted_ssim_curve(curves, window=window, calibrated=head.get("threshold")))))
+            "max(0.4, t).", figure_png(sorted_ssim_curve(curves, window=window, calibrated=head.get("threshold")))))
     if conv.steps:
         surrogate = conv.key == "rel_residual"
         label = OBJECTIVE_RESIDUAL if surrogate else conv.key.replace("_", " ")
@@ -654,9 +661,9 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
                 "(exact ReLU)") if surrogate else f"{label} per logged step"
         figs.append(FigureItem(
             f"Attack convergence: {what} ({conv.reason}).",
-            F.figure_png(F.convergence_curve(conv.steps, conv.values, key=conv.key, label=label,
-                                             tol=RESIDUAL_TOL if surrogate else None,
-                                             converged=conv.converged))))
+            figure_png(convergence_curve(conv.steps, conv.values, key=conv.key, label=label,
+                                         tol=RESIDUAL_TOL if surrogate else None,
+                                         converged=conv.converged))))
     if nb:
         matches = {k: nb[k] for k in ("train", "partition", "init") if k in nb}
         if matches and nb["candidates"].shape[0]:
@@ -664,24 +671,24 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
             idx = {k: nb[f"{k}_index"].tolist() for k in matches if f"{k}_index" in nb}
             total = int(nb["n_candidates"][0]) if "n_candidates" in nb else m.get("n_candidates")
             shown = min(int(nb["candidates"].shape[0]), 24)
-            beside = " and ".join(f"nearest {F._SET_TITLES.get(k, k)} image" if k != "init" else "own starting image"
+            beside = " and ".join(f"nearest {SET_TITLES.get(k, k)} image" if k != "init" else "own starting image"
                                   for k in matches)
             figs.append(FigureItem(
                 f"{shown} of {total} candidates, sorted by SSIM to their nearest training image (first of each "
                 f"group), beside their {beside}, each with its SSIM; #i is the image's index, ×k marks an image "
                 "that is the nearest of k candidates.",
-                F.figure_png(F.neighbour_grid(nb["candidates"], matches, scores=scores, indices=idx, total=total,
-                                              sorted_by="SSIM to their nearest training image"))))
+                figure_png(neighbour_grid(nb["candidates"], matches, scores=scores, indices=idx, total=total,
+                                          sorted_by="SSIM to their nearest training image"))))
     per = (haim or {}).get("per_train") or {}
     if per.get("margin"):
         figs.append(FigureItem("Each training image's best-reconstruction SSIM against its output margin.",
-                               F.figure_png(F.ssim_vs_margin(per["ssim"], per["margin"]))))
+                               figure_png(ssim_vs_margin(per["ssim"], per["margin"]))))
     priv = m.get("privacy") or {}
     if priv.get("roc") and priv.get("n_real") and priv.get("n_fake"):
         rocs = {k: (v["fpr"], v["tpr"], priv["scores"][k]["auc"]) for k, v in priv["roc"].items()}
         figs.append(FigureItem(f"ROC of each attacker-side score: {priv.get('n_real')} candidates {POSITIVE} "
                                f"(positives) against {priv.get('n_fake')} {NEGATIVE}.",
-                               F.figure_png(F.roc_curves(rocs))))
+                               figure_png(roc_curves(rocs))))
     sub = run.get("subspace") or {}
     if sub and where is not None and (where / SUBSPACE_FILE).is_file():
         values = load_tensors(where / SUBSPACE_FILE).get("values")
@@ -691,8 +698,8 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
                 f"Singular values of the first dense layer ({sub.get('matrix')}), the attacker's estimate of n "
                 "(profile-likelihood elbow and the range n is expected in) and the dimension k of the training subspace used for "
                 "the subspace signal.",
-                F.figure_png(F.scree_plot(values.tolist(), n_hat=rank.get("n_hat"), interval=rank.get("interval"),
-                                          k=sub.get("k"), n_known=sub.get("n_known")))))
+                figure_png(scree_plot(values.tolist(), n_hat=rank.get("n_hat"), interval=rank.get("interval"),
+                                      k=sub.get("k"), n_known=sub.get("n_known")))))
     children.append(Section("Figures", figures=figs, level=3))
 
     # tables
@@ -802,8 +809,6 @@ def render_report(run_dirs: Sequence[str | os.PathLike | Any], *, out: str | os.
     Raises:
         DataReconError: no run directories, or one without ``metrics.json``.
     """
-    from datarecon.evaluation import Evaluation
-
     items = list(run_dirs)
     if not items:
         raise DataReconError("no run directories given; pass at least one evaluated run")
@@ -816,9 +821,9 @@ def render_report(run_dirs: Sequence[str | os.PathLike | Any], *, out: str | os.
         for method, res in land.items():
             if len(res) >= 2:
                 figs.append(FigureItem(f"Landscape ({method}): mean L2 to the nearest image",
-                                       F.figure_png(F.landscape_heatmaps(res, title=method))))
+                                       figure_png(landscape_heatmaps(res, title=method))))
         if figs:
-            figs.append(FigureItem("Interpolation curves", F.figure_png(F.interpolation_curves(land))))
+            figs.append(FigureItem("Interpolation curves", figure_png(interpolation_curves(land))))
             sections.insert(0, Section(
                 "Landscape over mixture initialisations",
                 text=["x_init = λ₂(λ₁ x_GT + (1 − λ₁) x_part) + (1 − λ₂) x_rnd (Runkel et al. 2024, Fig. 10-12)."],

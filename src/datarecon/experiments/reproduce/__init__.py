@@ -13,17 +13,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
 from datarecon.config import build_config, merge, read_config_mapping
 from datarecon.errors import DataReconError
+from datarecon.experiments.reproduce import haim2022, runkel2024
+from datarecon.experiments.reproduce.pieces import Context, claim_reproduction, dry_run, entries, execute
+from datarecon.kernel.files import REPORT_HTML, REPRODUCTION_JSON, TIMINGS_JSON
 from datarecon.registry import Registry
+from datarecon.report.html import write_report
 from datarecon.utils.io import atomic_write_json, config_hash, versions
-
-if TYPE_CHECKING:
-    from datarecon.experiments.reproduce.pieces import Context
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 #: The scale ladder, smallest first. ``paper`` is each config's defaults (its preset file only
@@ -52,8 +53,6 @@ REPRODUCTIONS: Registry[Reproduction] = Registry("reproduction")
 
 
 def _register() -> None:
-    from datarecon.experiments.reproduce import haim2022, runkel2024
-
     REPRODUCTIONS.register("runkel2024", Reproduction(
         runkel2024.RunkelConfig, runkel2024.plan, runkel2024.report_sections,
         "Runkel et al. (2024): Training data reconstruction — privacy due to uncertainty? (reproduction)"))
@@ -96,8 +95,6 @@ def plan_reproduction(name: str, *, out: str | Path, scale: str = "smoke", data_
                       device: str = "cpu", overrides: dict[str, Any] | None = None) -> list:
     """Dry run of :func:`reproduce`: its pieces, which are finished in ``out``, and their estimated
     wall times on ``device`` (:class:`~.pieces.PlannedPiece`); nothing is run or written."""
-    from datarecon.experiments.reproduce.pieces import Context, dry_run
-
     entry = REPRODUCTIONS.get(name)
     cfg = load_config(name, scale=scale, overrides=overrides)
     return dry_run(entry.plan(cfg), Context(out=Path(out), data_dir=data_dir, device=device))
@@ -124,8 +121,6 @@ class Runtime:
 
     def context(self, out: Path) -> Context:
         """The :class:`~.pieces.Context` of the pieces writing into ``out``."""
-        from datarecon.experiments.reproduce.pieces import Context
-
         return Context(out=out, data_dir=self.data_dir, device=self.device, resume=self.resume,
                        progress=self.progress)
 
@@ -148,8 +143,6 @@ def reproduce(name: str, *, out: str | Path, scale: str = "smoke", runtime: Runt
     Returns:
         Path of ``report.html``.
     """
-    from datarecon.experiments.reproduce.pieces import claim_reproduction
-
     entry = REPRODUCTIONS.get(name)
     cfg = load_config(name, scale=scale, overrides=overrides)
     chash = config_hash(cfg.model_dump(mode="json"))
@@ -165,10 +158,6 @@ def reproduce(name: str, *, out: str | Path, scale: str = "smoke", runtime: Runt
 def _reproduce(entry: Reproduction, cfg: BaseModel, pieces: list, *, name: str, ctx: Context, scale: str, chash: str,
                log: Callable[[str], None]) -> Path:
     """The body of :func:`reproduce` once ``ctx.out`` is claimed and prepared."""
-    from datarecon.experiments.reproduce.pieces import entries, execute
-    from datarecon.kernel.files import REPORT_HTML, REPRODUCTION_JSON, TIMINGS_JSON
-    from datarecon.report.html import write_report
-
     out = ctx.out
     atomic_write_json(out / REPRODUCTION_JSON, {"name": name, "scale": scale, "config_hash": chash,
                                        "config": cfg.model_dump(mode="json"), "versions": versions(),

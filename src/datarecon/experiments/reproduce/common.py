@@ -10,21 +10,32 @@ Runkel et al. 2024 §4.3, §4.5); the ground truth otherwise enters only the eva
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from datarecon.errors import DataReconError
-from datarecon.experiments.reproduce.pieces import Context, Piece
-from datarecon.training.target import ArchConfig, MarginAscentConfig, StopConfig, TrainConfig
-from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
+from datarecon.attacks.batched import resolve_mode
+from datarecon.attacks.init import INITS, InitSources
 from datarecon.config import MAX_SEED, MAX_STEPS
+from datarecon.data import DataSpec, Normalisation, load_task
+from datarecon.errors import DataReconError
+from datarecon.evaluation import EvaluationConfig, evaluate_candidates, noise_images
+from datarecon.evaluation.run_eval import RunRecord, init_name_of, read_init
+from datarecon.experiments.reconstruct import RunOptions, build_run, execute, execute_batch, prepare
+from datarecon.experiments.reproduce.pieces import Context, Piece
 from datarecon.kernel.files import CANDIDATES, CANDIDATES_CSV, METRICS_FILE, RUN_JSON
+from datarecon.kernel.losses import margins as out_margins
+from datarecon.models.checkpoint import load_model_dir
+from datarecon.report.figures import neighbour_grid, save_figure
+from datarecon.report.html import Table
+from datarecon.training.target import ArchConfig, MarginAscentConfig, StopConfig, TrainConfig, train_target
+from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
 
 RUN_SUBDIR = "run"
 
@@ -122,8 +133,6 @@ def train_piece(key: str, training: TargetTraining, data: Mapping[str, Any], *,
     """
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        from datarecon.training.target import train_target
-
         cfg = training.train_config(data, device=ctx.device)
         res = train_target(cfg, data_dir=ctx.data_dir, out=d / "model", resume=ctx.resume, overwrite=not ctx.resume,
                            progress=ctx.progress, kkt_score=training.kkt_score, nested=True)
@@ -135,8 +144,8 @@ def train_piece(key: str, training: TargetTraining, data: Mapping[str, Any], *,
 
 def checkpoint_period(steps: int) -> int:
     """Steps between an attack run's checkpoints in a reproduction: a tenth of its steps (at least 10),
-    so a killed run continued with ``--resume`` loses at most that. A checkpoint of the paper rung's
-    1000 CIFAR candidates takes about 0.08 s (benchmarks/bench_checkpoint.py)."""
+    so a killed run continued with ``--resume`` loses at most that (the cost of a checkpoint:
+    docs/PERFORMANCE.md §8.2)."""
     return max(MIN_CHECKPOINT_PERIOD, steps // ATTACK_CHECKPOINTS)
 
 
@@ -163,8 +172,6 @@ def paired_sources(train_x: torch.Tensor, train_y: torch.Tensor, part_x: torch.T
     Raises:
         DataReconError: too few partition images of some class.
     """
-    from datarecon.attacks.init import InitSources
-
     n = train_x.shape[0]
     gidx = torch.arange(m) % n
     labels = train_y[gidx]
@@ -187,9 +194,6 @@ def paired_sources(train_x: torch.Tensor, train_y: torch.Tensor, part_x: torch.T
 
 def load_model_and_task(path: Path, *, data_dir, dtype: torch.dtype = torch.float64, device: str = "cpu"):
     """(bundle, task, normalisation) of a model directory (experimenter / evaluation side)."""
-    from datarecon.data import DataSpec, Normalisation, load_task
-    from datarecon.models.checkpoint import load_model_dir
-
     bundle = load_model_dir(path, device=device, dtype=dtype)
     task = load_task(DataSpec.model_validate(bundle.data), data_dir=data_dir)
     norm = Normalisation.from_mean(bundle.normalisation, bundle.input_mean)
@@ -205,9 +209,6 @@ def _typed_run(ctx: Context, *, model_key: str, method: str, config: BaseModel, 
     """(ReconstructionRun, m, sources) of one attack run on the target of ``model_key``: the
     experimenter side picks n and, for data inits only, the images, paired by label so mixtures never
     mix classes; the attacker side (target, prior, x0) is :func:`~datarecon.experiments.reconstruct.prepare`'s."""
-    from datarecon.attacks.init import INITS
-    from datarecon.experiments.reconstruct import build_run
-
     mdir = model_dir(ctx, model_key)
     _, task, norm = load_model_and_task(mdir, data_dir=ctx.data_dir)
     m = candidates_factor * len(task.train)
@@ -252,8 +253,6 @@ def attack_piece(key: str, *, model_key: str, method: str, attack: BatchRun, can
     attack_config, init, seed, record = attack.config, attack.init, attack.seed, attack.record
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        from datarecon.experiments.reconstruct import RunOptions, execute, prepare
-
         steps = int(getattr(attack_config, "steps", 100))
         spec, m, sources = _typed_run(ctx, model_key=model_key, method=method, config=attack_config, init=init,
                                       candidates_factor=candidates_factor, seed=seed, every=checkpoint_period(steps))
@@ -307,11 +306,6 @@ def attack_batch_piece(key: str, *, model_key: str, method: str,
     """
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        from dataclasses import replace
-
-        from datarecon.attacks.batched import resolve_mode
-        from datarecon.experiments.reconstruct import RunOptions, execute_batch, prepare
-
         dtypes = {getattr(r.config, "dtype", "float64") for r in runs.values()}
         if len(dtypes) != 1:
             raise DataReconError(f"the runs of batch {key} use several dtypes {sorted(dtypes)}; a batch shares "
@@ -368,11 +362,6 @@ def evaluate_display(display: torch.Tensor, record, *, bundle, task, norm, setti
     headline rule of data starts); the training margins are added here. ``light`` skips the null
     baselines and the noise floor (landscape points).
     """
-    from dataclasses import replace
-
-    from datarecon.evaluation import EvaluationConfig, evaluate_candidates, noise_images
-    from datarecon.kernel.losses import margins as out_margins
-
     refs = {"train": task.train.x, "partition": task.partition.x, "heldout": task.heldout.x,
             "noise": noise_images(len(task.train), task.input_shape, generator=torch.Generator().manual_seed(seed))}
     with torch.no_grad():
@@ -411,8 +400,6 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
     """
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        from datarecon.evaluation.run_eval import RunRecord, init_name_of
-
         bundle, task, norm = load_model_and_task(model_dir(ctx, model_key), data_dir=ctx.data_dir)
         rdir = run_dir(ctx, run_key, member)
         t = load_tensors(rdir / CANDIDATES)
@@ -458,8 +445,6 @@ def evaluate_piece(key: str, *, model_key: str, run_key: str, settings: EvalSett
 def run_init(run_dir: Path, *, m: int) -> torch.Tensor | None:
     """Where a data-initialised run started (model input space): its ``init.safetensors``, or the
     ``x0.safetensors`` that attack pieces of earlier versions wrote beside ``run/``; None for a random start."""
-    from datarecon.evaluation.run_eval import read_init
-
     x0 = read_init(run_dir, m=m)
     legacy = run_dir.parent / "x0.safetensors"
     init = read_json(run_dir / RUN_JSON).get("init")
@@ -502,6 +487,24 @@ def finite(v: Any) -> float:
     return f if math.isfinite(f) else float("nan")
 
 
+def table_cell(text: str) -> Any:
+    """A CSV cell as a report table cell: an int or a float where it reads as one, None where it is
+    empty or not finite (the report shows n/a), else the text."""
+    if text.strip().lower() in ("", "nan", "inf", "-inf"):
+        return None
+    try:
+        return float(text) if any(ch in text for ch in ".eE") else int(text)
+    except ValueError:
+        return text
+
+
+def csv_table(path: Path, caption: str) -> Table:
+    """The CSV file ``path`` as a report table (its first row the header, each cell :func:`table_cell`)."""
+    with open(path, encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    return Table(caption=caption, header=rows[0], rows=[[table_cell(c) for c in r] for r in rows[1:]])
+
+
 # ---------------------------------------------------------------------------------------------
 # figures
 
@@ -515,8 +518,6 @@ GRID_ORDERS = {"candidate": "candidate index (the attack's own order)",
 def grid_figure(grid_path: Path, *, sets: Sequence[str] = ("train",), max_items: int = 20, title: str,
                 png: Path, annotate_rank: Mapping[int, int] | None = None) -> None:
     """A neighbour grid (candidate | nearest image of each set) from ``grid.safetensors``."""
-    from datarecon.report.figures import neighbour_grid, save_figure
-
     g = load_tensors(grid_path)
     matches = {s: g[s] for s in sets if s in g}
     scores = {s: g[f"{s}_score"].tolist() for s in sets if f"{s}_score" in g}

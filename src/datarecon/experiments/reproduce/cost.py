@@ -8,8 +8,7 @@ updates: memory-bound work, ``bytes / device.bandwidth``.
 
 * Training (full batch): ``epochs × TRAIN_PASSES_PER_EPOCH[optimizer]`` passes over the n images.
 * KKT family (DecoReco): ``steps × KKT_PASSES_PER_STEP`` passes over the m candidates (the
-  create-graph vector-Jacobian product and its backward: 2.8 passes measured in
-  docs/PERFORMANCE.md §2).
+  create-graph vector-Jacobian product and its backward, measured in docs/PERFORMANCE.md §2).
 * Bilevel (Runkel update 7): the first inner solve, then per outer step the line-search trials'
   inner solves, the linear solve's Hessian-vector products, the shared graph and the mixed
   product (:func:`bilevel_step_work`), counted from the config's caps and the per-step counts
@@ -17,10 +16,9 @@ updates: memory-bound work, ``bytes / device.bandwidth``.
 
 Device speeds (:data:`DEVICES`): ``cpu`` is measured per CPU second of one thread, so a CPU
 estimate is the CPU time of a one-thread run (its wall time on a machine shared with other jobs
-is longer by the share of a core it gets: docs/PERFORMANCE.md §8); ``cuda`` is calibrated on the
-H100 measurements of issue 12 (training and KKT steps at D-1000-1000-1; 2.8 and 3.4 min for the
-haim2022 paper pieces it was fitted to), while its vector bandwidth, used only by bilevel pieces,
-is assumed. :func:`device_note` says which.
+is longer by the share of a core it gets: docs/PERFORMANCE.md §8); ``cuda`` is calibrated on
+GPU measurements of training and KKT steps at D-1000-1000-1 (docs/PERFORMANCE.md §8), while its
+vector bandwidth, used only by bilevel pieces, is assumed. :func:`device_note` says which.
 """
 
 from __future__ import annotations
@@ -184,7 +182,7 @@ class Work:
 def _inner_work(iterations: float, counts: BilevelCounts, history: int) -> Work:
     """One inner L-BFGS solve of ``iterations`` iterations: the evaluation at its start, those of its
     line searches, and its vector operations (a two-loop recursion ≈ 10 vector operations per stored
-    pair: 75-126 axpy-equivalents measured at history 10, ``benchmarks/bench_bilevel_cost.py``)."""
+    pair, ``benchmarks/bench_bilevel_cost.py``)."""
     return Work(1.0 + iterations * counts.evals_per_iteration,
                 iterations * (10 * history + VECTOR_OPS_PER_ITERATION))
 

@@ -18,6 +18,7 @@ from Trained Neural Networks" (NeurIPS): the KKT attack on binary MNIST (odd/eve
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,12 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from datarecon.kernel.status import EVALUABLE, Status
 from datarecon.attacks.kkt import KKTConfig
+from datarecon.attacks.knowledge import KnowledgeSettings
+from datarecon.attacks.selection import CRITERIA
+from datarecon.config import MAX_SEED
+from datarecon.evaluation.privacy import signal_verdict
+from datarecon.experiments.reproduce import cost
 from datarecon.experiments.reproduce.common import (
     RUN_SUBDIR,
     BatchRun,
@@ -36,21 +41,26 @@ from datarecon.experiments.reproduce.common import (
     attack_batch_piece,
     attack_piece,
     by_fpr,
+    csv_table,
     evaluate_piece,
     figure_piece,
     finite,
     grid_figure,
+    model_dir,
     run_dir,
     run_summary,
     train_piece,
     write_csv,
 )
-from datarecon.experiments.reproduce import cost
 from datarecon.experiments.reproduce.pieces import Context, Piece
+from datarecon.kernel.files import CANDIDATES, METRICS_FILE, PRIVACY_CSV, RECONSTRUCTIONS_PNG, RUN_JSON
+from datarecon.kernel.status import EVALUABLE, Status
+from datarecon.report.figures import save_figure, sorted_ssim_curve, ssim_vs_margin
+from datarecon.report.html import FigureItem, Section, Table
+from datarecon.report.style import figure_caption
+from datarecon.report.text import headline_lead
 from datarecon.training.target import ArchConfig, StopConfig
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors
-from datarecon.config import MAX_SEED
-from datarecon.kernel.files import CANDIDATES, METRICS_FILE, PRIVACY_CSV, RECONSTRUCTIONS_PNG, RUN_JSON
 
 
 class KKTRunSpec(BaseModel):
@@ -84,7 +94,7 @@ _CIFAR_RUNS = (KKTRunSpec(init_scale=8.86e-4, lr_x=0.555, lambda_min=0.498, alph
 
 
 class StrongestAttacker(BaseModel):
-    """The strongest attacker's row beside the paper's method (issue 24): subspace membership of the
+    """The strongest attacker's row beside the paper's method: subspace membership of the
     training images from the weights alone and with θ_init known (rebuilt from the recorded seed).
 
     Attributes:
@@ -112,10 +122,10 @@ class HaimConfig(BaseModel):
         selection: attacker-side run criterion (``datarecon.attacks.selection``).
         strongest: the strongest attacker's row (:class:`StrongestAttacker`).
 
-    The published scale trains 30 000 epochs (the loss-normalised step freezes the weights by epoch
-    ~8 000 at n = 500 on an H100, docs/RESULTS.md) and attacks in float32 (float64's counts and residual
-    curves on the measured targets, benchmarks/bench_dtype.py), which keeps its ``--dry-run --device
-    cuda`` estimate within 15 minutes on one H100.
+    The published scale trains 30 000 epochs (the loss-normalised step freezes the weights long before
+    that, docs/RESULTS.md) and attacks in float32 (float64's counts and residual curves on the measured
+    targets, benchmarks/bench_dtype.py), which keeps its ``--dry-run --device cuda`` estimate short
+    (docs/PERFORMANCE.md §8).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -150,8 +160,6 @@ def _name(ds: HaimDataset) -> str:
 
 def plan(cfg: HaimConfig) -> list[Piece]:
     """All pieces, in dependency order."""
-    from datarecon.attacks.selection import CRITERIA
-
     CRITERIA.get(cfg.selection)  # unknown name: DataReconError listing the registered criteria
     pieces: list[Piece] = []
     for ds in cfg.datasets:
@@ -206,19 +214,19 @@ def _membership_piece(name: str, model_key: str, *, known_init: bool) -> Piece:
     """Membership of the target's training images against non-members from the unused part of its training split
     (:func:`datarecon.experiments.membership.evaluate_membership`: every signal without reference models; the
     subspace test's row is kept), weights only and with θ_init known."""
-    from datarecon.experiments.reproduce.common import model_dir
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        from datarecon.attacks.knowledge import KnowledgeSettings
-        from datarecon.experiments.membership import Runtime as MembershipRuntime
-        from datarecon.experiments.membership import evaluate_membership
+        # not at module level: membership imports references, which imports reproduce.pieces, and this
+        # package's __init__ imports this module (an import cycle)
+        from datarecon.experiments import membership
 
         out: dict[str, Any] = {}
         for label, spec in (("weights only", None), ("θ_init known", "seed")):
             if spec is not None and not known_init:
                 continue
-            res = evaluate_membership(model_dir(ctx, model_key), knowledge=KnowledgeSettings(known_init=spec),
-                                      runtime=MembershipRuntime(data_dir=ctx.data_dir, log=lambda _: None))
+            res = membership.evaluate_membership(model_dir(ctx, model_key),
+                                                 knowledge=KnowledgeSettings(known_init=spec),
+                                                 runtime=membership.Runtime(data_dir=ctx.data_dir, log=lambda _: None))
             sub = res["signals"]["subspace"]
             out[label] = {"roc": sub.get("report"), "line": sub.get("line") or sub["note"], "subspace": res["subspace"],
                           "strongest": res["strongest"], "candidates": res["candidates"],
@@ -232,24 +240,20 @@ def _membership_piece(name: str, model_key: str, *, known_init: bool) -> Piece:
 
 def _strongest_table(path: Path) -> Any:
     """The report's compact view of ``strongest.csv`` (AUC and its CI in one cell; the CSV keeps every column)."""
-    import csv
-
-    from datarecon.report.html import Table
-
     with open(path, encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     fprs = [k for k in (rows[0] if rows else {}) if k.startswith("tpr_at_fpr_")]
 
-    def num(v: str | None) -> str:
+    def three_digits(v: str | None) -> str:
         try:
             return f"{float(v):.3f}"
         except (TypeError, ValueError):
             return v or "–"
 
     body = [[r["dataset"], r["attacker"], r["members"], r["non_members"],
-             f"{num(r['auc'])} [{num(r['auc_ci_low'])}, {num(r['auc_ci_high'])}]",
-             *[num(r[k]) for k in fprs], r["subspace_k"], r.get("strongest_signal") or "–",
-             num(r.get("loss_auc"))] for r in rows]
+             f"{three_digits(r['auc'])} [{three_digits(r['auc_ci_low'])}, {three_digits(r['auc_ci_high'])}]",
+             *[three_digits(r[k]) for k in fprs], r["subspace_k"], r.get("strongest_signal") or "–",
+             three_digits(r.get("loss_auc"))] for r in rows]
     return Table(caption="Subspace membership, training images vs non-members drawn from the unused part of the "
                          "training split (the reported part of the calibration split): ROC AUC [95% CI] and TPR at low "
                          "FPR ('not estimable' below 100 / 1000 non-members); the strongest signal of datarecon "
@@ -344,8 +348,6 @@ def _figures_piece(name: str, cfg: HaimConfig) -> Piece:
     ekey = f"eval/{name}"
 
     def draw(ctx: Context, d: Path) -> list[str]:
-        from datarecon.report.figures import save_figure, sorted_ssim_curve, ssim_vs_margin
-
         m = read_json(ctx.dir(ekey) / METRICS_FILE)
         window = f"{m.get('window')} {m.get('window_size')}x{m.get('window_size')}"
         curves = dict(((m.get("baselines") or {}).get("haim_ssim") or {}).get("curves") or {})
@@ -425,20 +427,6 @@ def _tables_piece(cfg: HaimConfig) -> Piece:
 
 def report_sections(ctx: Context, cfg: HaimConfig, *, scale: str, timings: Mapping[str, float]) -> list[Any]:
     """The report's sections."""
-    import csv
-
-    from datarecon.experiments.reproduce.runkel2024 import _num
-    from datarecon.report.html import FigureItem, Section, Table
-    from datarecon.report.style import figure_caption
-
-    def table(path: Path, caption: str) -> Table:
-        with open(path, encoding="utf-8") as fh:
-            rows = list(csv.reader(fh))
-        return Table(caption=caption, header=rows[0], rows=[[_num(c) for c in r] for r in rows[1:]])
-
-    from datarecon.evaluation.privacy import signal_verdict
-    from datarecon.report.text import headline_lead
-
     priv_notes, head_notes = [], []
     for ds in cfg.datasets:
         summary = ctx.summary(f"eval/{_name(ds)}")
@@ -458,10 +446,10 @@ def report_sections(ctx: Context, cfg: HaimConfig, *, scale: str, timings: Mappi
             "Headline rule (every report): a training image counts when the SSIM of its matched candidate exceeds "
             "max(0.4, t), t the threshold that held-out images used as candidates pass for at most 5% of the "
             "training images; the papers' fixed SSIM > 0.4 count stands beside it with its own nulls."],
-            tables=[table(ctx.dir("tables") / "haim.csv",
+            tables=[csv_table(ctx.dir("tables") / "haim.csv",
                           "Haim protocol: training images reconstructed at max(0.4, t) and at the papers' 0.4, each "
                           "beside its held-out and noise nulls"),
-                    table(ctx.dir("tables") / PRIVACY_CSV,
+                    csv_table(ctx.dir("tables") / PRIVACY_CSV,
                           "Privacy: attacker-side signals, candidates closer to a training image than to any held-out "
                           "image against the others (AUC with 95% CI; TPR empty where not estimable)")],
             notes=priv_notes)]

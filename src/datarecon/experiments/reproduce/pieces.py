@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from datarecon.errors import DataReconError
-from datarecon.utils.io import atomic_write_json, config_hash, read_json
-from datarecon.kernel.outdir import OutDir, claim_out_dir, remove_written
+from datarecon.experiments.reproduce.cost import format_bytes, resident_bytes
 from datarecon.kernel.files import DONE_MARKER, REPORT_HTML, REPRODUCTION_JSON, TIMINGS_JSON
-
+from datarecon.kernel.outdir import OutDir, claim_out_dir, remove_written
+from datarecon.utils.io import atomic_write_json, config_hash, read_json
 
 
 @dataclass(frozen=True)
@@ -202,8 +202,6 @@ CHEAP_PIECE_SECONDS = {"evaluate": (0.05, 0.5), "figure": (0.5, 1.5), "table": (
 def format_plan(planned: Sequence[PlannedPiece], *, device: str) -> list[str]:
     """Human-readable lines for a dry run: one per piece (state, time, peak tensor memory), then the
     total time still to run, the largest memory, and what the pieces without a cost model cost."""
-    from datarecon.experiments.reproduce.cost import format_bytes, resident_bytes
-
     width = max((len(p.key) for p in planned), default=10)
     lines = [f"{'piece':<{width}}  {'kind':<8}  {'state':<5}  {'time (' + device + ')':<14}  memory"]
     todo = 0.0

@@ -19,6 +19,7 @@ One frozen config (:class:`RunkelConfig`); the defaults are the published scale,
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,14 +28,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from datarecon.attacks.bilevel.attack import BilevelConfig
 from datarecon.attacks.kkt import DecoRecoConfig
+from datarecon.config import MAX_SEED, MAX_STEPS
+from datarecon.evaluation.membership import membership_roc
+from datarecon.evaluation.privacy import signal_verdict
+from datarecon.experiments.reproduce import cost
 from datarecon.experiments.reproduce.common import (
     BatchRun,
     EvalSettings,
     RunGrouping,
-    attack_batch_piece,
     TargetTraining,
+    attack_batch_piece,
     attack_piece,
     by_fpr,
+    csv_table,
     evaluate_piece,
     figure_piece,
     finite,
@@ -43,12 +49,13 @@ from datarecon.experiments.reproduce.common import (
     train_piece,
     write_csv,
 )
-from datarecon.experiments.reproduce import cost
 from datarecon.experiments.reproduce.pieces import Context, Piece
+from datarecon.kernel.files import CANDIDATES_CSV, METRICS_FILE, PRIVACY_CSV
+from datarecon.report.figures import interpolation_curves, landscape_heatmaps, neighbour_grid, save_figure
+from datarecon.report.html import FigureItem, Section, Table
+from datarecon.report.style import figure_caption
 from datarecon.training.target import ArchConfig
 from datarecon.utils.io import load_tensors, read_json
-from datarecon.config import MAX_SEED, MAX_STEPS
-from datarecon.kernel.files import CANDIDATES_CSV, METRICS_FILE, PRIVACY_CSV
 
 #: Runkel et al. 2024, Table 1: ‖θ* − θ‖² after the bilevel solve, θ⁰ random (METHODS §5).
 PAPER_TABLE1: dict[str, dict[str, float]] = {
@@ -330,10 +337,6 @@ def _rank_piece(cfg: RunkelConfig) -> Piece:
     key = "eval/decoreco/tuned"
 
     def draw(ctx: Context, d: Path) -> list[str]:
-        import csv
-
-        from datarecon.report.figures import neighbour_grid, save_figure
-
         g = load_tensors(ctx.dir(key) / "grid-score.safetensors")
         with open(ctx.dir(key) / CANDIDATES_CSV, encoding="utf-8") as fh:
             rows = {int(r["candidate"]): r for r in csv.DictReader(fh)}
@@ -369,8 +372,6 @@ def _landscape_piece(cfg: RunkelConfig) -> Piece:
     deps = [f"eval/landscape/{m}/{_mix_key(a, b)}" for m in ("bilevel", "decoreco") for a in g for b in g]
 
     def draw(ctx: Context, d: Path) -> list[str]:
-        from datarecon.report.figures import interpolation_curves, landscape_heatmaps, save_figure
-
         files = []
         for letter, method in (("a", "bilevel"), ("b", "decoreco")):
             res = landscape_results(ctx, cfg, method)
@@ -480,10 +481,6 @@ def real_vs_fake_rows(ctx: Context) -> list[dict[str, Any]]:
       held-out image and the noise floor), which also calls real a fake that drifted next to a
       training image it resembles.
     """
-    import csv
-
-    from datarecon.evaluation.membership import membership_roc
-
     rows = []
     for model in MODELS:
         by_start: dict[str, list[dict[str, str]]] = {}
@@ -537,15 +534,6 @@ def headline_rows(ctx: Context, keys: list[str]) -> list[dict[str, Any]]:
 
 def report_sections(ctx: Context, cfg: RunkelConfig, *, scale: str, timings: Mapping[str, float]) -> list[Any]:
     """The report's sections (tables + every figure PNG)."""
-    import csv
-
-    from datarecon.report.html import FigureItem, Section, Table
-    from datarecon.report.style import figure_caption
-
-    def table(path: Path, caption: str) -> Table:
-        with open(path, encoding="utf-8") as fh:
-            rows = list(csv.reader(fh))
-        return Table(caption=caption, header=rows[0], rows=[[_num(c) for c in r] for r in rows[1:]])
 
     def figs(key: str) -> list[FigureItem]:
         d = ctx.dir(key)
@@ -569,19 +557,19 @@ def report_sections(ctx: Context, cfg: RunkelConfig, *, scale: str, timings: Map
                       "image exceeds the candidate's SSIM to its own start by 0.1 (excluded: above the threshold "
                       "but not moved); ground-truth starts report how many candidates stay at their image "
                       "(retained) instead of a count."],
-                tables=[table(t / "headline.csv", "count beside its nulls, the rule that applied, SSIM to the start "
+                tables=[csv_table(t / "headline.csv", "count beside its nulls, the rule that applied, SSIM to the start "
                               "vs to the training match")] if (t / "headline.csv").is_file() else []),
         Section(title="Table 1: parameter distance after the bilevel solve",
-                tables=[table(t / "table1.csv", "‖θ* − θ‖² (ours: sum and ÷ P; x0: ÷ P before any x update) next to Runkel et al. Table 1 (paper)")]),
+                tables=[csv_table(t / "table1.csv", "‖θ* − θ‖² (ours: sum and ÷ P; x0: ÷ P before any x update) next to Runkel et al. Table 1 (paper)")]),
         Section(title="Nearest-image distances per setting",
-                tables=[table(t / "nearest.csv", "mean L2 / SSIM of each reconstruction to its nearest image")]),
+                tables=[csv_table(t / "nearest.csv", "mean L2 / SSIM of each reconstruction to its nearest image")]),
         Section(title="Figures 1-4: bilevel reconstructions",
                 figures=figs("figures/fig01") + figs("figures/fig02") + figs("figures/fig03") + figs("figures/fig04")),
         Section(title="Figures 5-9: DecoReco reconstructions",
                 figures=figs("figures/fig05") + figs("figures/fig06-07") + figs("figures/fig08") + figs("figures/fig09"),
-                tables=[table(ctx.dir("figures/fig06-07") / "rank.csv", "Fig. 6/7 candidates: training-set rank")]),
+                tables=[csv_table(ctx.dir("figures/fig06-07") / "rank.csv", "Fig. 6/7 candidates: training-set rank")]),
         Section(title="Figures 10-12: energy landscape", figures=figs("figures/fig10-12"),
-                tables=[table(t / "landscape.csv", "mean L2 to the nearest image per (λ₁, λ₂)")]),
+                tables=[csv_table(t / "landscape.csv", "mean L2 to the nearest image per (λ₁, λ₂)")]),
         Section(title="Privacy: can an adversary tell which candidates match training images?",
                 text=["Positives: candidates whose nearest training image is closer (SSIM) than every held-out image "
                       "and beats the best SSIM any of the noise-floor images reach; negatives: the others. Signals "
@@ -589,8 +577,8 @@ def report_sections(ctx: Context, cfg: RunkelConfig, *, scale: str, timings: Map
                       "stratified bootstrap; a signal separates the classes only when that CI lies above 0.5. TPR at "
                       "1% (0.1%) FPR needs at least 100 (1000) negatives and is empty otherwise."],
                 notes=privacy_verdicts(ctx, keys=_privacy_keys()),
-                tables=[table(t / PRIVACY_CSV, "ROC AUC with 95% CI and TPR at low FPR per setting and signal"),
-                        table(t / "real_vs_fake.csv", "Real vs fake, pooled per model (Runkel's question): bilevel "
+                tables=[csv_table(t / PRIVACY_CSV, "ROC AUC with 95% CI and TPR at low FPR per setting and signal"),
+                        csv_table(t / "real_vs_fake.csv", "Real vs fake, pooled per model (Runkel's question): bilevel "
                               "reconstructions from ground-truth starts (real) and partition starts (fake), and the "
                               "same candidates labelled by the nearest-image rule above; the subspace signal is the "
                               "distance to the first layer's training subspace (attacker side)")]),
@@ -608,19 +596,9 @@ def _privacy_keys() -> list[str]:
 
 def privacy_verdicts(ctx: Context, *, keys: list[str]) -> list[str]:
     """One line per setting: what its privacy measurement says (:func:`datarecon.evaluation.privacy.signal_verdict`)."""
-    from datarecon.evaluation.privacy import signal_verdict
-
     lines = []
     for key in keys:
         v = signal_verdict(ctx.summary(key).get("privacy") or {})
         lines.append(f"{key.removeprefix('eval/')}: {v.lead}" + (f" — {v.needs}" if v.needs else ""))
     return lines
 
-
-def _num(c: str) -> Any:
-    if c.strip().lower() in ("", "nan", "inf", "-inf"):
-        return None  # undefined: the report shows n/a
-    try:
-        return float(c) if any(ch in c for ch in ".eE") else int(c)
-    except ValueError:
-        return c

@@ -32,8 +32,8 @@ the tail of that order, i.e. late random samples first).
 
 The expansion is lazy (the grid's product and the random draws are produced one run at a time),
 and the number of runs is computed from the sizes before any work: a sweep of more than
-:data:`MAX_RUNS` runs is refused unless ``budget`` caps it (three 1000-value grid keys built the
-10⁹-point product first, 12 GB in 60 s, even with ``budget: 1``).
+:data:`MAX_RUNS` runs is refused unless ``budget`` caps it (three 1000-value grid keys alone make
+10⁹ runs).
 """
 
 from __future__ import annotations
@@ -48,9 +48,12 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from datarecon.errors import DataReconError
-from datarecon.registry import Registry, registered
+from datarecon.attacks import ATTACKS
+from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.config import MAX_SEED, MAX_STEPS, Seed
+from datarecon.errors import DataReconError
+from datarecon.experiments.reconstruct import build_run, method_config
+from datarecon.registry import Registry, registered
 
 #: the most runs one sweep may have (a run is a folder and an index row; more is a typo or needs a budget)
 MAX_RUNS = 100_000
@@ -269,8 +272,6 @@ class SweepConfig(BaseModel):
     @field_validator("knowledge")
     @classmethod
     def _knowledge(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from datarecon.attacks.knowledge import KnowledgeSettings
-
         return KnowledgeSettings.model_validate(v).model_dump(exclude_none=True)
 
     @field_validator("init")
@@ -320,15 +321,11 @@ class RunSpec(BaseModel):
 
     def attack_fields(self) -> dict[str, Any]:
         """The method config fields: ``attack`` plus ``steps`` and ``dtype`` where the method has them."""
-        from datarecon.attacks import ATTACKS
-
         known = set(ATTACKS.get(self.method).config_cls.model_fields)
         return {**self.attack, **{name: getattr(self, name) for name in ("steps", "dtype") if name in known}}
 
     def to_run(self, *, checkpoint_every: int = 100, log_every: int = 10) -> Any:
         """This spec as a :class:`~datarecon.experiments.reconstruct.ReconstructionRun` (one-line errors)."""
-        from datarecon.experiments.reconstruct import build_run
-
         fields = {"model": self.model_dir, "attack": {"method": self.method, **self.attack_fields()},
                   "init": dict(self.init), "candidates": self.candidates, "seed": self.seed,
                   "device": self.device, "checkpoint": {"every": checkpoint_every, "log_every": log_every}}
@@ -405,8 +402,6 @@ def full_size(config: SweepConfig) -> int:
 
 def method_dtype(method: str) -> str:
     """The default dtype of ``method``'s attack config."""
-    from datarecon.experiments.reconstruct import method_config
-
     return str(getattr(method_config(method), "dtype", "float64"))
 
 

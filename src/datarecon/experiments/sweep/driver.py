@@ -25,9 +25,11 @@ from datarecon.experiments.store import FINISHED, TASK_FILE, Store, row_from_dir
 from datarecon.experiments.sweep.config import RunSpec, SweepConfig, expand
 from datarecon.experiments.sweep.worker import CLAIM_FILE, execute_task
 from datarecon.kernel.engine import LoopState, ProgressBar
-from datarecon.utils.io import atomic_write_json, config_hash, read_json
 from datarecon.kernel.files import RUN_JSON
+from datarecon.kernel.outdir import ARTEFACTS, check_out_dir, claim_out_dir, is_empty
 from datarecon.kernel.status import Status
+from datarecon.models.checkpoint import read_model_meta
+from datarecon.utils.io import atomic_write_json, config_hash, read_json
 
 FAULTS_ENV = "DATARECON_SWEEP_FAULTS"
 
@@ -74,8 +76,6 @@ class SweepResult:
 
 def model_identity(model_dir: str | Path) -> str:
     """Content identity of a model directory: its config hash and weight hashes (not its path)."""
-    from datarecon.models.checkpoint import read_model_meta
-
     meta = read_model_meta(model_dir)
     return config_hash({"config_hash": meta.get("config_hash"), "sha256": meta.get("sha256")})
 
@@ -117,8 +117,6 @@ def check_store_dir(out: Path) -> None:
     Raises:
         DataReconError: one line naming the problem.
     """
-    from datarecon.kernel.outdir import ARTEFACTS, check_out_dir, is_empty
-
     check_out_dir(out, kind="store", resume=True)
     kind = ARTEFACTS.get("store")
     if out.is_dir() and not is_empty(out) and not kind.recognises(out):
@@ -186,8 +184,6 @@ def run_sweep(config: SweepConfig, out: str | Path, *, execution: Execution = Ex
         DataReconError: a bad sweep or model (nothing written), an unusable ``out``, or a Ray address
             without the ``ray`` backend.
     """
-    from datarecon.kernel.outdir import claim_out_dir
-
     out = Path(out)
     check_store_dir(out)
     with claim_out_dir(out, kind="store", resume=True) as claim:

@@ -11,12 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-
 from datarecon.errors import DataReconError
-from datarecon.experiments.store import Store, check_store
-from datarecon.experiments.pool import PoolSpec, same_pool, criterion_mode, score_of, write_pool
+from datarecon.experiments.pool import PoolSpec, criterion_mode, same_pool, score_of, write_pool
+from datarecon.experiments.store import Store, check_store, row_from_dir
+from datarecon.kernel.outdir import claim_out_dir
 from datarecon.kernel.status import EVALUABLE
-
 
 
 def rank_runs(store: Store, *, criterion: str, mode: str | None = None, sweep_id: str | None = None,
@@ -89,7 +88,6 @@ def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relati
     spec = PoolSpec(config=config, criterion=criterion, mode=direction, merge=merge)
     key = spec.key
     pool_dir = Path(out) if out is not None else store.pool_dir(key)
-    from datarecon.kernel.outdir import claim_out_dir
 
     default = out is None
     with claim_out_dir(pool_dir, kind="run", resume=default or same_pool(pool_dir, key),
@@ -97,8 +95,6 @@ def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relati
         claim.prepare()
         write_pool(pool_dir, sources, root=store.root, model_dir=next(iter(models)), spec=spec)
     if pool_dir.parent == store.root / "pools":
-        from datarecon.experiments.store import row_from_dir
-
         row = row_from_dir(pool_dir, root=store.root)
         if row is not None:
             store.upsert_runs([row])

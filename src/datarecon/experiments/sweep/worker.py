@@ -21,10 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from datarecon.kernel.status import FINISHED as STATUS_FINISHED
+import torch
+
+from datarecon.experiments.runs import run_from_spec
+from datarecon.experiments.sweep.config import RunSpec
 from datarecon.kernel.engine import BaseHook, LoopState
-from datarecon.utils.io import atomic_write_text, read_json
 from datarecon.kernel.files import RUN_JSON
+from datarecon.kernel.status import FINISHED as STATUS_FINISHED
+from datarecon.utils.io import atomic_write_text, read_json
 
 CLAIM_FILE = ".claim"
 FINISHED = STATUS_FINISHED  # complete, stopped-early, diverged (datarecon.kernel.status)
@@ -60,11 +64,6 @@ def execute_task(payload: dict[str, Any]) -> dict[str, Any]:
         "task_time_s", "resumed"}``.
     """
     t0 = time.perf_counter()
-    import torch
-
-    from datarecon.experiments.runs import run_from_spec
-    from datarecon.experiments.sweep.config import RunSpec
-
     if payload.get("num_threads"):
         torch.set_num_threads(int(payload["num_threads"]))
     run_dir = Path(payload["run_dir"])
