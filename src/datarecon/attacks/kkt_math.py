@@ -215,8 +215,7 @@ def lambda_hinge(lam: torch.Tensor, lambda_min: float, *, run_axis: bool = False
 
 
 def kkt_objective(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Tensor], lam: torch.Tensor, *,
-                  margin: str, lambda_min: float, lambda_min_weight: float, run_axis: bool = False,
-                  difference: Mapping[str, torch.Tensor] | None = None,
+                  objective: KKTObjective, run_axis: bool = False, difference: Mapping[str, torch.Tensor] | None = None,
                   hinge: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """THE KKT / DecoReco objective, defined here once, at the combination gradient g.
 
@@ -231,7 +230,7 @@ def kkt_objective(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Tensor
     Args:
         g: name → tensor (``run_axis``: with a leading run axis K); goal: name → tensor (no run axis).
         lam: (m,) multipliers, or (K, m).
-        margin: a key of :data:`MARGINS`; lambda_min, lambda_min_weight: the hinge.
+        objective: the margin (a key of :data:`MARGINS`) and the hinge (λ_min, w_λ); w_box is not read.
         difference: goal − g when the caller has it (:func:`seeded_gradients`, whose seed it is).
         hinge: Σ_i relu(λ_min − λ_i)² when the caller has it (:func:`seeded_gradients` differentiates it).
 
@@ -242,11 +241,11 @@ def kkt_objective(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Tensor
         Haim et al. (2022) eq. 5; Buzaglo et al. (2023) eq. 4 (multiclass) and §4 (regression).
     """
     residual = stationarity_residual(goal, g, run_axis=run_axis, difference=difference)
-    if MARGINS.get(margin).signed_lambda:
+    if MARGINS.get(objective.margin).signed_lambda:
         hinge = torch.zeros_like(residual)
     elif hinge is None:
-        hinge = lambda_hinge(lam, lambda_min, run_axis=run_axis)
-    return {"loss": residual + lambda_min_weight * hinge, "residual": residual, "lambda_hinge": hinge}
+        hinge = lambda_hinge(lam, objective.lambda_min, run_axis=run_axis)
+    return {"loss": residual + objective.lambda_min_weight * hinge, "residual": residual, "lambda_hinge": hinge}
 
 
 def seeded_gradients(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Tensor], x: torch.Tensor,
@@ -264,9 +263,8 @@ def seeded_gradients(g: Mapping[str, torch.Tensor], goal: Mapping[str, torch.Ten
     with torch.no_grad():
         detached = {k: v.detach() for k, v in g.items()}
         difference = {k: goal[k] - detached[k] for k in goal}  # once: R's term and (×−2, in place) the seed
-        terms = kkt_objective(detached, goal, lam.detach(), margin=margin, lambda_min=lambda_min,
-                              lambda_min_weight=lambda_min_weight, run_axis=run_axis, difference=difference,
-                              hinge=None if hinge is None else hinge.detach())
+        terms = kkt_objective(detached, goal, lam.detach(), objective=objective, run_axis=run_axis,
+                              difference=difference, hinge=None if hinge is None else hinge.detach())
         seeds: list[torch.Tensor] = [difference[k].mul_(-2.0) for k in names]
     outputs: list[torch.Tensor] = [g[k] for k in names]
     if hinge is not None and lambda_min_weight:
@@ -302,8 +300,7 @@ def kkt_terms(forward: ForwardFn, params: Mapping[str, torch.Tensor], x: torch.T
     g = combination_gradient(forward, params, x, labels, lam, margin=objective.margin, create_graph=True)
     goal, _ = matching_goal(params if matching.theta is None else matching.theta, g, init=matching.init,
                             coefficient=matching.coefficient)
-    terms = kkt_objective(g, goal, lam, margin=objective.margin, lambda_min=objective.lambda_min,
-                          lambda_min_weight=objective.lambda_min_weight)
+    terms = kkt_objective(g, goal, lam, objective=objective)
     prior = box_penalty(x, *box) if box is not None else torch.zeros((), dtype=x.dtype, device=x.device)
     return {"loss": terms["loss"] + objective.box_weight * prior, "residual": terms["residual"], "box": prior,
             "lambda_hinge": terms["lambda_hinge"]}
@@ -351,7 +348,7 @@ def kkt_value_and_grad(model: torch.nn.Module, *, objective: KKTObjective) -> Ca
     """
     from torch.func import functional_call, grad, grad_and_value
 
-    margin, lambda_min, lambda_min_weight = objective.margin, objective.lambda_min, objective.lambda_min_weight
+    margin = objective.margin
     box_weight = objective.box_weight
     entry = MARGINS.get(margin)
 
@@ -359,8 +356,7 @@ def kkt_value_and_grad(model: torch.nn.Module, *, objective: KKTObjective) -> Ca
         def total(p):
             return entry.fn(functional_call(model, p, (x,)), labels, lam).sum() / x.shape[0]
 
-        terms = kkt_objective(grad(total)(params), params, lam, margin=margin, lambda_min=lambda_min,
-                              lambda_min_weight=lambda_min_weight)
+        terms = kkt_objective(grad(total)(params), params, lam, objective=objective)
         box = box_penalty(x, lower, upper)
         return terms["loss"] + box_weight * box, (terms["residual"], box, terms["lambda_hinge"])
 
