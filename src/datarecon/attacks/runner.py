@@ -5,8 +5,8 @@
 ``init_state`` / ``step`` / ``finish`` through the one resumable loop,
 :class:`datarecon.kernel.run_loop.RunLoop`, with its progress display, history, NaN stop and an
 optional early-stopping criterion), and :class:`datarecon.attacks.run_directory.RunDirectory`,
-which owns the files (checkpoints saved by the loop, ``history.jsonl``, ``run.json``, candidates). What an attack provides is
-declared once, on :class:`~datarecon.attacks.base.Attack`.
+which owns the files (checkpoints saved by the loop, ``history.jsonl``, ``run.json``,
+candidates). What an attack provides is declared once, on :class:`~datarecon.attacks.base.Attack`.
 
 Run directory: the layout is in :mod:`datarecon.attacks.run_directory` (and docs/dev/CONTRACTS.md).
 
@@ -145,7 +145,7 @@ class OpenRun:
     def __init__(self, attack: Attack, setup: AttackSetup, *, steps: int, out: str | Path | None,
                  loop: LoopOptions, early_stop: Callable[[dict[str, float]], bool] | None) -> None:
         target, prior, x0, generator = setup.target, setup.prior, setup.x0, setup.generator
-        self.attack, self.setup, self.steps, self.loop_options = attack, setup, steps, loop
+        self.attack, self.setup, self.steps = attack, setup, steps
         self.chash = resume_hash(attack, target)
         self.key = resume_key(attack, target, prior, x0=x0, generator=generator, early_stop=early_stop)
         record = dict(setup.record)

@@ -378,5 +378,6 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRec
     final, m = evaluate(model, x, y, loss=recipe.loss, weight_decay=recipe.weight_decay)
     accounting = _accounting(dp, mechanism, delta=delta, steps=state.step, batch_sizes=stepper.batch_sizes)
     return FitResult(model=model, status=run.status(state), stop_reason=state.stop_reason,
-                     epochs_done=state.step // per_epoch, history=run.history.rows, metrics=final, margins=m.detach().cpu(),
-                     wall_time_s=state.wall_time_s, resumed_from=start.step, extra={"dp": accounting})
+                     epochs_done=state.step // per_epoch, history=run.history.rows, metrics=final,
+                     margins=m.detach().cpu(), wall_time_s=state.wall_time_s, resumed_from=start.step,
+                     extra={"dp": accounting})
