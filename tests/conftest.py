@@ -58,8 +58,7 @@ def hard_kill():
     """``hard_kill(train, at)``: run ``train(hooks=[...])`` (a training loop: fit, fit_dp) and end it after
     ``at`` epochs as a SIGKILL would: no final checkpoint, only the periodic ones survive. The final
     save is switched off for that call only, so a later resumed call checkpoints normally."""
-    from datarecon.kernel.engine import BaseHook
-    from datarecon.training.resume import CheckpointHook
+    from datarecon.kernel.engine import BaseHook, Checkpoint
 
     class HardKill(BaseHook):
         def __init__(self, at: int) -> None:
@@ -70,12 +69,12 @@ def hard_kill():
                 raise SystemExit(9)
 
     def call(train, at: int) -> None:
-        orig = CheckpointHook.after_run
-        CheckpointHook.after_run = lambda self, state: None
+        orig = Checkpoint.after_run
+        Checkpoint.after_run = lambda self, state: None
         try:
             with pytest.raises(SystemExit):
                 train(hooks=[HardKill(at)])
         finally:
-            CheckpointHook.after_run = orig
+            Checkpoint.after_run = orig
 
     return call

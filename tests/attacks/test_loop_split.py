@@ -16,6 +16,7 @@ from datarecon.attacks.run_directory import HISTORY, RUN_JSON, RunDirectory, rea
 from datarecon.attacks.runner import run_attack
 from datarecon.attacks.selection import ResidualPlateau
 from datarecon.errors import DataReconError
+from datarecon.kernel.engine import BaseHook, EarlyStop, Engine, History, LoopState, NaNStop
 from datarecon.kernel.status import Status
 
 SHAPE = (1, 4, 4)
@@ -52,10 +53,11 @@ def test_loop_reports_early_stop_and_divergence_without_files(target, prior):
     state = attack.init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0))
     loop = AttackLoop(attack, target, prior, state, early_stop=ResidualPlateau(patience=5, rel_tol=0.5),
                       loop=replace(ATTACK_LOOP, progress=False))
-    assert loop.checkpoint_status() == Status.RUNNING
-    rec = loop.result(loop.run(start=0, total=200, elapsed_s=0.0))
+    assert loop.checkpoint_status(LoopState(total=200)) == Status.RUNNING
+    ls = loop.run(start=0, total=200, elapsed_s=0.0)
+    rec = loop.result(ls)
     assert rec.status == Status.STOPPED_EARLY and rec.steps_done < 200
-    assert loop.checkpoint_status() == Status.STOPPED_EARLY and loop.early_stop_state()
+    assert loop.checkpoint_status(ls) == Status.STOPPED_EARLY and loop.early_stop_state()
     bad = KKTAttack(KKTConfig(steps=30, lr_x=1e30, lr_lambda=1e30))
     state = bad.init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0))
     loop = AttackLoop(bad, target, prior, state, loop=replace(ATTACK_LOOP, progress=False))
@@ -83,3 +85,34 @@ def test_run_directory_round_trip_and_refusal(target, prior, tmp_path):
     assert json.loads((tmp_path / "fresh" / RUN_JSON).read_text()) == {
         "method": "kkt", "status": "running", "steps_done": 3, "wall_time_s": 0.5}
     assert [json.loads(line)["step"] for line in (tmp_path / "fresh" / HISTORY).read_text().splitlines()] == [3, 6]
+
+
+class _Seen(BaseHook):
+    """Records the (step, metrics, stop reason) a progress display placed here would read."""
+
+    def __init__(self) -> None:
+        self.seen = []
+
+    def after_step(self, state):
+        self.seen.append((state.step, dict(state.metrics), state.stop_reason))
+
+
+def test_attack_hook_order_is_equivalent_to_progress_first(target, prior):
+    """The attack loop's progress display runs after the history, NaN stop and early stop (it ran first
+    before the loops shared one order): they only read the metrics, so the display sees the same
+    metrics, and the rows, stop reason and state are the same."""
+    attack = _attack(200)
+    state = attack.init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0))
+    before, plateau = _Seen(), ResidualPlateau(patience=5, rel_tol=0.5)
+    history = History(every=3)
+    hooks = [before, history, NaNStop(), EarlyStop(plateau, reason="stopped early: residual plateau")]
+    old = Engine(lambda i: attack.step(target, prior, state, i), hooks=hooks).run(start=0, total=200)
+    after = _Seen()
+    loop = AttackLoop(_attack(200), target, prior,
+                      _attack(200).init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0)),
+                      early_stop=ResidualPlateau(patience=5, rel_tol=0.5),
+                      loop=replace(ATTACK_LOOP, log_every=3, progress=False, hooks=(after,)))
+    new = loop.run(start=0, total=200, elapsed_s=0.0)
+    assert [(s, m) for s, m, _ in before.seen] == [(s, m) for s, m, _ in after.seen]
+    assert old.step < 200 and (old.step, old.stop_reason, old.metrics) == (new.step, new.stop_reason, new.metrics)
+    assert history.rows == loop.history and torch.equal(state["x"], loop.state["x"])

@@ -20,17 +20,8 @@ import torch
 from datarecon.attacks.base import ATTACK_LOOP, DEFAULT_DIVERGENCE_HINT, Attack, AttackerPrior, Reconstruction, Target
 from datarecon.attacks.subspace import subspace_scores
 from datarecon.kernel.status import Status
-from datarecon.kernel.engine import (
-    BaseHook,
-    EarlyStop,
-    Engine,
-    History,
-    LoopOptions,
-    LoopState,
-    NaNStop,
-    ProgressBar,
-    Stepping,
-)
+from datarecon.kernel.engine import EarlyStop, LoopOptions, LoopState, Stepping
+from datarecon.kernel.run_loop import Display, RunLoop
 
 EARLY_STOP_REASON = "stopped early: residual plateau"
 PROGRESS_KEYS = ("loss", "rel_residual", "residual", "box", "lambda_hinge")
@@ -60,29 +51,6 @@ def all_finite(state: dict[str, torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(v).all()) for v in state.values() if v.is_floating_point())
 
 
-class _EarlyStopState(BaseHook):
-    """Wraps a stateful early-stop criterion so its memory can be checkpointed with the run."""
-
-    def __init__(self, criterion: Callable[[dict[str, float]], bool], reason: str) -> None:
-        self.inner = EarlyStop(criterion, reason=reason)
-        self.criterion = criterion
-        self.tripped = False
-
-    def after_step(self, state: LoopState) -> bool:
-        stop = self.inner.after_step(state)
-        self.tripped = self.tripped or stop
-        return stop
-
-    def state_dict(self) -> dict[str, Any]:
-        fn = getattr(self.criterion, "state_dict", None)
-        return fn() if fn is not None else {}
-
-    def load_state_dict(self, d: dict[str, Any]) -> None:
-        fn = getattr(self.criterion, "load_state_dict", None)
-        if fn is not None and d:
-            fn(d)
-
-
 class AttackLoop:
     """One attack's optimisation: its mutable state, the built-in hooks and the final result.
 
@@ -92,7 +60,7 @@ class AttackLoop:
         prior: labels (m,), input shape and pixel bounds.
         state: the attack state (``attack.init_state`` or a restored checkpoint), updated in place.
         loop: history period, progress display and extra hooks (:class:`LoopOptions`; its
-            checkpoint settings belong to the caller, which passes the checkpoint hook to :meth:`run`).
+            checkpoint settings belong to the caller, which gives :meth:`checkpoint` its save).
         early_stop: ``criterion(metrics) -> bool`` or None; its ``state_dict`` / ``load_state_dict``
             (when present) carry its memory across a resume.
         restored: what a resumed run brings back (:class:`Restored`).
@@ -103,61 +71,47 @@ class AttackLoop:
                  loop: LoopOptions = ATTACK_LOOP, early_stop: Callable[[dict[str, float]], bool] | None = None,
                  restored: Restored = Restored(), sink: Callable[[dict[str, float]], None] | None = None) -> None:
         self.attack, self.target, self.prior, self.state = attack, target, prior, state
-        self.history = History(every=loop.log_every, sink=sink)
-        self.history.rows = list(restored.history_rows)
-        self.nan_stop = NaNStop()
-        self.early_stop = _EarlyStopState(early_stop, EARLY_STOP_REASON) if early_stop is not None else None
-        if self.early_stop is not None:
-            self.early_stop.load_state_dict(dict(restored.early_stop_state))
-            self.early_stop.tripped = restored.stopped_early
-        self.progress, self.extra_hooks = loop.progress, tuple(loop.hooks)
+        self.criterion = early_stop
+        load = getattr(early_stop, "load_state_dict", None)
+        if load is not None and restored.early_stop_state:
+            load(dict(restored.early_stop_state))
+        stops = [EarlyStop(early_stop, reason=EARLY_STOP_REASON)] if early_stop is not None else []
+        self.run_loop = RunLoop(self.step, display=Display(attack.name, keys=PROGRESS_KEYS, labels=PROGRESS_LABELS),
+                                options=loop, stops=stops, sink=sink)
+        self.run_loop.restore(restored.history_rows, stopped_early=restored.stopped_early and early_stop is not None)
 
-    def checkpoint_status(self) -> Status:
-        """The status a checkpoint taken now records: diverged, stopped early or running."""
-        if self.nan_stop.tripped:
-            return Status.DIVERGED
-        if self.early_stop is not None and self.early_stop.tripped:
-            return Status.STOPPED_EARLY
-        return Status.RUNNING
+    @property
+    def history(self) -> list[dict[str, float]]:
+        """The history rows so far (restored ones included)."""
+        return self.run_loop.history.rows
+
+    def checkpoint_status(self, loop: LoopState) -> Status:
+        """The status a checkpoint of ``loop`` records: diverged, stopped early or running (a complete
+        run is complete once its result is written)."""
+        return self.run_loop.status(loop, final=False)
 
     def early_stop_state(self) -> dict[str, Any]:
         """The early-stop criterion's memory (``{}`` without a criterion or without memory)."""
-        return self.early_stop.state_dict() if self.early_stop is not None else {}
+        fn = getattr(self.criterion, "state_dict", None)
+        return fn() if fn is not None else {}
 
-    def run(self, *, start: int, total: int, elapsed_s: float, hooks: Sequence[Any] = ()) -> LoopState:
-        """Run steps ``start .. total-1`` (fewer if a hook stops the loop).
+    def checkpoint(self, save: Callable[[LoopState], None], *, every: int) -> None:
+        """Checkpoint with ``save(state)`` every ``every`` steps and at the end of the loop."""
+        self.run_loop.checkpoint(save, every=every)
 
-        Args:
-            start: steps already done.
-            total: the step count to reach.
-            elapsed_s: wall time already spent (restored runs).
-            hooks: further engine hooks, called after the built-in ones and before the options'
-                extra hooks (e.g. checkpointing).
+    def run(self, *, start: int, total: int, elapsed_s: float) -> LoopState:
+        """Run steps ``start .. total-1`` (fewer if a hook stops the loop), ``elapsed_s`` seconds
+        already spent (restored runs); the final :class:`LoopState`."""
+        return self.run_loop.run(start=start, total=total, elapsed_s=elapsed_s)
 
-        Returns:
-            The engine's final :class:`LoopState`.
-        """
-        return self._engine(hooks).run(start=start, total=total, elapsed_s=elapsed_s)
-
-    def begin(self, *, start: int, total: int, elapsed_s: float, hooks: Sequence[Any] = ()) -> Stepping:
+    def begin(self, *, start: int, total: int, elapsed_s: float) -> Stepping:
         """The loop of :meth:`run`, one step at a time: a driver computes each step (e.g. with the
         steps of other runs) and hands its metrics to :meth:`Stepping.advance`."""
-        return self._engine(hooks).begin(start=start, total=total, elapsed_s=elapsed_s)
+        return self.run_loop.begin(start=start, total=total, elapsed_s=elapsed_s)
 
     def step(self, index: int) -> dict[str, float]:
         """The attack's step ``index`` on this run's state (updated in place); its metrics."""
         return self.attack.step(self.target, self.prior, self.state, index)
-
-    def _engine(self, hooks: Sequence[Any]) -> Engine:
-        engine_hooks: list[Any] = [
-            ProgressBar(keys=PROGRESS_KEYS, labels=PROGRESS_LABELS, desc=self.attack.name, mode=self.progress),
-            self.history, self.nan_stop,
-        ]
-        if self.early_stop is not None:
-            engine_hooks.append(self.early_stop)
-        engine_hooks.extend(hooks)
-        engine_hooks.extend(self.extra_hooks)
-        return Engine(self.step, hooks=engine_hooks)
 
     def result(self, loop: LoopState) -> Reconstruction:
         """The :class:`Reconstruction` of the state after ``loop`` (calls ``attack.finish``).
@@ -168,18 +122,15 @@ class AttackLoop:
         ``summary`` holds the attack's own summary plus ``final`` (last metrics and numeric summary
         values), ``selection``, ``extra``, ``message``, ``stop_reason`` and ``wall_time_s``.
         """
-        attack, prior, state = self.attack, self.prior, self.state
+        attack, prior, state, nan_stop = self.attack, self.prior, self.state, self.run_loop.nan_stop
         message = ""
-        if self.nan_stop.tripped or not all_finite(state):
+        status = self.run_loop.status(loop)
+        if status is Status.DIVERGED or not all_finite(state):
             status = Status.DIVERGED
             hint = attack.divergence_hint
-            message = (f"{attack.name} diverged at step {loop.step} ({self.nan_stop.bad_key or 'state'} not finite); "
+            message = (f"{attack.name} diverged at step {loop.step} ({nan_stop.bad_key or 'state'} not finite); "
                        f"kept the last finite state; {hint}")
-        elif self.early_stop is not None and self.early_stop.tripped:
-            status = Status.STOPPED_EARLY
-        else:
-            status = Status.COMPLETE
-        steps_done = loop.step - (1 if self.nan_stop.tripped else 0)  # the non-finite step was not applied
+        steps_done = loop.step - (1 if nan_stop.tripped else 0)  # the non-finite step was not applied
 
         scores, summary = attack.finish(self.target, prior, state)
         scores, summary = dict(scores), dict(summary)
@@ -194,7 +145,7 @@ class AttackLoop:
         multipliers = state.get("lambda", torch.ones(prior.m, dtype=state["x"].dtype, device=state["x"].device))
         return Reconstruction(
             x=state["x"].detach().clone(), labels=prior.labels.clone(), multipliers=multipliers.detach().clone(),
-            history=list(self.history.rows), scores={k: v.detach().clone() for k, v in scores.items()},
+            history=list(self.history), scores={k: v.detach().clone() for k, v in scores.items()},
             summary={**summary, "final": final, "selection": selection, "extra": extra, "message": message,
                      "stop_reason": loop.stop_reason, "wall_time_s": loop.wall_time_s},
             status=status, steps_done=steps_done,

@@ -12,7 +12,7 @@ Layout (docs/dev/CONTRACTS.md)::
                                    config_hash, wall_time_s), in the format of :mod:`datarecon.kernel.checkpoint`
 
 :class:`RunDirectory` owns these files; the optimisation itself
-(:class:`datarecon.attacks.loop.AttackLoop`) writes none of them.
+(:class:`datarecon.attacks.loop.AttackLoop` on :class:`datarecon.kernel.run_loop.RunLoop`) writes none of them.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from datarecon.kernel import checkpoint
 from datarecon.attacks.base import Reconstruction
 from datarecon.kernel.checkpoint import PROGRESS_FILE, STATE_FILE
 from datarecon.errors import DataReconError
+from datarecon.kernel.run_loop import check_key
 from datarecon.kernel.status import Status
 from datarecon.utils.io import (
     append_json_line,
@@ -137,17 +138,13 @@ class RunDirectory:
     def _check_resume(self, meta: dict[str, Any], *, key: str, chash: str) -> None:
         """Refuse a checkpoint written by another configuration, target, prior or initialisation."""
         out, model_dir = self.path, self.record.get("model_dir")
-        if meta.get("config_hash") != chash:
-            raise DataReconError(
-                f"{out} was run with another method/config (checkpoint {meta.get('method')}, "
-                f"config_hash {meta.get('config_hash')} != {chash}); use the same settings to resume or a new --out"
-            )
+        check_key(meta, "config_hash", chash, refuse=lambda found: DataReconError(
+            f"{out} was run with another method/config (checkpoint {meta.get('method')}, "
+            f"config_hash {found} != {chash}); use the same settings to resume or a new --out"))
         if "resume_key" in meta:
-            if meta["resume_key"] != key:
-                raise DataReconError(
-                    f"{out} was run against another model, initialisation, seed or prior (resume key "
-                    f"{meta['resume_key']} != {key}); resume with the same --model and settings or choose a new --out"
-                )
+            check_key(meta, "resume_key", key, refuse=lambda found: DataReconError(
+                f"{out} was run against another model, initialisation, seed or prior (resume key "
+                f"{found} != {key}); resume with the same --model and settings or choose a new --out"))
             return
         # a checkpoint from before resume keys: at least the model directory must be the same
         try:

@@ -2,11 +2,11 @@
 
 :func:`run_attack` is attack-agnostic. It wires two parts together:
 :class:`datarecon.attacks.loop.AttackLoop`, the optimisation without files (the attack's
-``init_state`` / ``step`` / ``finish`` through :class:`datarecon.kernel.engine.Engine` with a
-progress bar, :class:`History`, :class:`NaNStop` and an optional early-stopping criterion), and
-:class:`datarecon.attacks.run_directory.RunDirectory`, which owns the files (checkpoints through a
-:class:`Checkpoint` hook, ``history.jsonl``, ``run.json``, candidates). What an attack provides is
-declared once, on :class:`~datarecon.attacks.base.Attack`.
+``init_state`` / ``step`` / ``finish`` through the one resumable loop,
+:class:`datarecon.kernel.run_loop.RunLoop`, with its progress display, history, NaN stop and an
+optional early-stopping criterion), and :class:`datarecon.attacks.run_directory.RunDirectory`,
+which owns the files (checkpoints saved by the loop, ``history.jsonl``, ``run.json``,
+candidates). What an attack provides is declared once, on :class:`~datarecon.attacks.base.Attack`.
 
 Run directory: the layout is in :mod:`datarecon.attacks.run_directory` (and docs/dev/CONTRACTS.md).
 
@@ -50,7 +50,7 @@ from datarecon.attacks.run_directory import (
 )
 from datarecon.errors import DataReconError
 from datarecon.kernel.status import Status
-from datarecon.kernel.engine import Checkpoint, LoopOptions, LoopState, Stepping
+from datarecon.kernel.engine import LoopOptions, LoopState, Stepping
 from datarecon.kernel.losses import loss_name
 from datarecon.utils.io import config_hash, versions
 from datarecon.utils.lock import hold
@@ -145,7 +145,7 @@ class OpenRun:
     def __init__(self, attack: Attack, setup: AttackSetup, *, steps: int, out: str | Path | None,
                  loop: LoopOptions, early_stop: Callable[[dict[str, float]], bool] | None) -> None:
         target, prior, x0, generator = setup.target, setup.prior, setup.x0, setup.generator
-        self.attack, self.setup, self.steps, self.loop_options = attack, setup, steps, loop
+        self.attack, self.setup, self.steps = attack, setup, steps
         self.chash = resume_hash(attack, target)
         self.key = resume_key(attack, target, prior, x0=x0, generator=generator, early_stop=early_stop)
         record = dict(setup.record)
@@ -169,6 +169,8 @@ class OpenRun:
             restored=Restored(history_rows, self.meta.get("early_stop", {}) or {},
                               self.meta.get("status") == Status.STOPPED_EARLY),
             sink=self.run_dir.append_history if self.run_dir is not None else None)
+        if self.run_dir is not None:
+            self.loop.checkpoint(self._save, every=loop.checkpoint_every)
 
     def _fresh(self) -> dict[str, torch.Tensor]:
         s = self.setup
@@ -206,14 +208,12 @@ class OpenRun:
                 "metrics": dict(ls.metrics or restored), "early_stop": self.loop.early_stop_state()}
 
     def _save(self, ls: LoopState) -> None:
-        self.run_dir.save_checkpoint(self.state, self._progress_meta(ls, self.loop.checkpoint_status()),
+        self.run_dir.save_checkpoint(self.state, self._progress_meta(ls, self.loop.checkpoint_status(ls)),
                                      generator=self.setup.generator)
 
     def begin(self) -> Stepping:
-        """Start the run's loop at its restored step (the checkpoint hook included when it has a directory)."""
-        every = self.loop_options.checkpoint_every
-        file_hooks = [Checkpoint(self._save, every=every)] if self.run_dir is not None else []
-        return self.loop.begin(start=self.start, total=self.steps, elapsed_s=self.elapsed, hooks=file_hooks)
+        """Start the run's loop at its restored step (checkpointing when it has a directory)."""
+        return self.loop.begin(start=self.start, total=self.steps, elapsed_s=self.elapsed)
 
     def finish(self, loop: LoopState) -> Reconstruction:
         """The run's :class:`Reconstruction` after its loop ended; written to its directory."""

@@ -2,7 +2,9 @@
 
 Like ignite's ``Engine``: the loop calls ``step(i) -> metrics`` and passes the
 metrics to hooks (progress bar, history, checkpointing, NaN stop, early stop).
-A hook may ask the loop to stop by returning ``True`` from ``after_step``.
+A hook may ask the loop to stop by returning ``True`` from ``after_step``. The resumable loops
+(target training, margin ascent, DP-SGD, attacks) get their engine and built-in hooks from
+:class:`datarecon.kernel.run_loop.RunLoop`.
 
 Progress has one mechanism for every loop (:class:`ProgressBar` for an :class:`Engine`,
 :func:`track` for plain iterations): a tqdm bar on a terminal, plain rate-limited lines
@@ -422,18 +424,26 @@ class NaNStop(BaseHook):
         return False
 
 
-class Checkpoint(BaseHook):
-    """Calls ``save(state)`` every ``every`` steps and at the end of the run."""
+class Updating(Protocol):
+    """A stepper that says whether it is in the middle of an update (a checkpoint then is no state of the run)."""
 
-    def __init__(self, save: Callable[[LoopState], None], *, every: int) -> None:
-        self.save, self.every = save, max(1, every)
+    in_update: bool
+
+
+class Checkpoint(BaseHook):
+    """Calls ``save(state)`` every ``every`` steps and at the end of the run, except when the run
+    ended while ``stepper`` (if given) was in the middle of an update."""
+
+    def __init__(self, save: Callable[[LoopState], None], *, every: int, stepper: Updating | None = None) -> None:
+        self.save, self.every, self.stepper = save, max(1, every), stepper
 
     def after_step(self, state: LoopState) -> None:
         if state.step % self.every == 0 and state.step < state.total:
             self.save(state)
 
     def after_run(self, state: LoopState) -> None:
-        self.save(state)
+        if self.stepper is None or not self.stepper.in_update:
+            self.save(state)
 
 
 class EarlyStop(BaseHook):

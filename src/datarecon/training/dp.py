@@ -4,8 +4,8 @@ Opacus (the optional extra ``pip install 'datarecon[dp]'``) supplies the three p
 own copy would be a liability: per-sample gradients (``GradSampleModule``), clipping and Gaussian
 noise (``DPOptimizer``) and the privacy accountant. This module keeps the math as small pure
 functions (sample rate, step count, noise for a target ε, ε spent) and one stepper that the
-training :class:`~datarecon.kernel.engine.Engine` runs, so DP training has the same history,
-progress and NaN-stop hooks as plain training.
+training loop (:class:`~datarecon.kernel.run_loop.RunLoop`) runs, so DP training has the same
+history, progress, NaN-stop and checkpoint hooks as plain training.
 
 One engine step is one DP-SGD step (Abadi et al. 2016, Algorithm 1): a Poisson batch (every
 training example independently with probability q = batch_size / n), per-sample gradients
@@ -31,11 +31,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from datarecon.errors import DataReconError
-from datarecon.kernel.engine import Engine, History, Hook, LoopOptions, LoopState, NaNStop, ProgressBar
+from datarecon.kernel.engine import LoopOptions, LoopState
 from datarecon.kernel.losses import LOSSES
+from datarecon.kernel.run_loop import Display, RunLoop
 from datarecon.training.fit import FitRecipe, FitResult, evaluate, training_metrics
-from datarecon.training.resume import (CheckpointHook, TrainingCheckpoint, checkpoint_info, loop_status,
-                                       start_or_resume)
+from datarecon.training.resume import TrainingCheckpoint, checkpoint_info, start_or_resume
 
 #: Opacus accountants offered (``opacus.accountants`` names); ``rdp`` is the default (see docs/DESIGN.md).
 ACCOUNTANTS = ("rdp", "prv", "gdp")
@@ -359,30 +359,25 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRec
     log_steps = max(1, loop.log_every) * per_epoch  # log_every counts epochs, as for fit(); the loop counts steps
     mechanism = DPMechanism(noise_multiplier=sigma, max_grad_norm=dp.max_grad_norm, sample_rate=q)
     stepper = DPStepper(model, x, y, recipe=recipe, mechanism=mechanism, generator=gen, log_every=log_steps)
-    history = History(every=log_steps)
-    nan_stop = NaNStop(keys=["batch_loss", "energy"])
-    start = start_or_resume(checkpoint, model, history, resume=loop.resume,
+    run = RunLoop(stepper, display=Display("dp-sgd", keys=("batch_loss", "train_acc"), every=log_steps),
+                  options=loop, watch=("batch_loss", "energy"), log_every=log_steps)
+    start = start_or_resume(checkpoint, model, run, resume=loop.resume,
                             load=lambda info, tensors: stepper.load_state(tensors, info.get("batch_sizes", [])))
 
     def _save(state: LoopState) -> None:
         checkpoint.save(epoch=state.step, model=model, opt_tensors=stepper.state_tensors(),
-                        info=checkpoint_info(state, history, nan_stop, {"batch_sizes": stepper.batch_sizes}))
+                        info=checkpoint_info(state, run, {"batch_sizes": stepper.batch_sizes}))
 
-    hooks: list[Hook] = [nan_stop, history, ProgressBar(keys=["batch_loss", "train_acc"], desc="dp-sgd",
-                                                        mode=loop.progress, every=log_steps)]
     if checkpoint is not None:
-        every = (loop.checkpoint_every or recipe.epochs) * per_epoch
-        hooks.append(CheckpointHook(_save, every=every, stepper=stepper))
+        run.checkpoint(_save, every=(loop.checkpoint_every or recipe.epochs) * per_epoch, stepper=stepper)
     try:
-        if start.finished:
-            state = start.finished_state(total)
-        else:
-            state = Engine(stepper, hooks=[*hooks, *loop.hooks]).run(start=start.step, total=total,
-                                                                     elapsed_s=start.elapsed)
+        state = start.finished_state(total) if start.finished else run.run(start=start.step, total=total,
+                                                                            elapsed_s=start.elapsed)
     finally:
         stepper.unwrap()
     final, m = evaluate(model, x, y, loss=recipe.loss, weight_decay=recipe.weight_decay)
     accounting = _accounting(dp, mechanism, delta=delta, steps=state.step, batch_sizes=stepper.batch_sizes)
-    return FitResult(model=model, status=loop_status(state, nan_stop), stop_reason=state.stop_reason,
-                     epochs_done=state.step // per_epoch, history=history.rows, metrics=final, margins=m.detach().cpu(),
-                     wall_time_s=state.wall_time_s, resumed_from=start.step, extra={"dp": accounting})
+    return FitResult(model=model, status=run.status(state), stop_reason=state.stop_reason,
+                     epochs_done=state.step // per_epoch, history=run.history.rows, metrics=final,
+                     margins=m.detach().cpu(), wall_time_s=state.wall_time_s, resumed_from=start.step,
+                     extra={"dp": accounting})

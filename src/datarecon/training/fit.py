@@ -1,4 +1,4 @@
-"""Full-batch training of a network on in-memory tensors, built on :class:`~datarecon.kernel.engine.Engine`.
+"""Full-batch training of a network on in-memory tensors, built on :class:`~datarecon.kernel.run_loop.RunLoop`.
 
 :func:`fit` minimises the training energy (Runkel et al. 2024, lower level of eq. 2)
 
@@ -26,15 +26,15 @@ import torch
 from torch import nn
 
 from datarecon.errors import DataReconError
-from datarecon.kernel.engine import BaseHook, Engine, History, Hook, LoopOptions, LoopState, NaNStop, ProgressBar
+from datarecon.kernel.engine import BaseHook, LoopOptions, LoopState
 from datarecon.kernel.losses import LOSSES, accuracy, margins, squared_norm
+from datarecon.kernel.run_loop import Display, RunLoop
 from datarecon.kernel.status import Status
 from datarecon.kernel.step import batch_order, energy
 from datarecon.training.kkt_regime import homogeneity_degree, normalised_margin
 from datarecon.training.margin import EXP_TAILED, MarginAscentStepper, log_mean_loss
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES, USES_PRECOMPUTED_GRAD
-from datarecon.training.resume import (CheckpointHook, TrainingCheckpoint, checkpoint_info, loop_status,
-                                       start_or_resume)
+from datarecon.training.resume import TrainingCheckpoint, checkpoint_info, start_or_resume
 
 
 @dataclass(frozen=True)
@@ -425,10 +425,11 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe
     stop = stop or StopRule()
     model.train(recipe.norm_mode == "train")
     stepper = _Stepper(model, x, y, recipe)
-    history = History(every=loop.log_every)
     stop_hook = StopHook(stop)
-    nan_stop = NaNStop(keys=["energy", "grad_norm", "lr_step"])
-    start = start_or_resume(checkpoint, model, history, resume=loop.resume,
+    run = RunLoop(stepper, display=Display("train", keys=("loss", "train_acc", "normalised_margin"), unit="epoch",
+                                           every=max(1, loop.log_every)),
+                  options=loop, watch=("energy", "grad_norm", "lr_step"), stops=(stop_hook,))
+    start = start_or_resume(checkpoint, model, run, resume=loop.resume,
                             load=lambda info, opt: stepper.opt.load_state(opt, info.get("opt_scalars", {})))
     info = start.info or {}
     stop_hook.last_margin = info.get("last_margin")
@@ -437,22 +438,18 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe
     def _save(state: LoopState) -> None:
         opt_tensors, opt_scalars = stepper.opt.state_tensors()
         checkpoint.save(epoch=state.step, model=model, opt_tensors=opt_tensors, info=checkpoint_info(
-            state, history, nan_stop, {"last_margin": stop_hook.last_margin, "opt_scalars": opt_scalars}))
+            state, run, {"last_margin": stop_hook.last_margin, "opt_scalars": opt_scalars}))
 
     if start.finished:
         state = start.finished_state(recipe.epochs)
     else:
-        hooks: list[Hook] = [nan_stop, history, stop_hook,
-                             ProgressBar(keys=["loss", "train_acc", "normalised_margin"], desc="train", unit="epoch",
-                                         mode=loop.progress, every=max(1, loop.log_every))]
         if checkpoint is not None:
-            hooks.append(CheckpointHook(_save, every=loop.checkpoint_every or max(recipe.epochs, 1), stepper=stepper))
-        state = Engine(stepper, hooks=[*hooks, *loop.hooks]).run(start=start.step, total=recipe.epochs,
-                                                                 elapsed_s=start.elapsed)
-        status = loop_status(state, nan_stop)
+            run.checkpoint(_save, every=loop.checkpoint_every or max(recipe.epochs, 1), stepper=stepper)
+        state = run.run(start=start.step, total=recipe.epochs, elapsed_s=start.elapsed)
+        status = run.status(state)
     final, m = evaluate(model, x, y, loss=recipe.loss, weight_decay=recipe.weight_decay)
     return FitResult(model=model, status=status, stop_reason=state.stop_reason, epochs_done=state.step,
-                     history=history.rows, metrics=final, margins=m.detach().cpu(),
+                     history=run.history.rows, metrics=final, margins=m.detach().cpu(),
                      wall_time_s=state.wall_time_s, resumed_from=start.step)
 
 
@@ -504,29 +501,27 @@ def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: s
     degree = homogeneity_degree(model)
     stepper = MarginAscentStepper(model, x, y, loss=loss, step_size=a.step_size, growth=a.growth,
                                   max_step=a.max_step, min_step=a.min_step)
-    history = History(every=loop.log_every)
-    nan_stop = NaNStop(keys=["log_loss"])
-    start = start_or_resume(checkpoint, model, history, resume=loop.resume,
+    converged = _AscentConverged(stepper, degree=degree, min_step=a.min_step)
+    run = RunLoop(stepper, display=Display("margin ascent", keys=("normalised_margin", "step_size"),
+                                           every=max(1, loop.log_every)),
+                  options=loop, watch=("log_loss",), prepare=(converged,))
+    start = start_or_resume(checkpoint, model, run, resume=loop.resume,
                             load=lambda info, _: stepper.load_state(info["ascent"]))
     if start.info is None:
         _check_separated(model, x, y)
 
     def _save(state: LoopState) -> None:
         checkpoint.save(epoch=state.step, model=model, opt_tensors={},
-                        info=checkpoint_info(state, history, nan_stop, {"ascent": stepper.state()}))
+                        info=checkpoint_info(state, run, {"ascent": stepper.state()}))
 
     if start.finished:
         state = start.finished_state(a.steps)
     else:
-        hooks: list[Hook] = [_AscentConverged(stepper, degree=degree, min_step=a.min_step), nan_stop, history,
-                             ProgressBar(keys=["normalised_margin", "step_size"], desc="margin ascent",
-                                         mode=loop.progress, every=max(1, loop.log_every))]
         if checkpoint is not None:
-            hooks.append(CheckpointHook(_save, every=loop.checkpoint_every or max(a.steps, 1), stepper=stepper))
-        state = Engine(stepper, hooks=[*hooks, *loop.hooks]).run(start=start.step, total=a.steps,
-                                                                 elapsed_s=start.elapsed)
+            run.checkpoint(_save, every=loop.checkpoint_every or max(a.steps, 1), stepper=stepper)
+        state = run.run(start=start.step, total=a.steps, elapsed_s=start.elapsed)
     final, m = evaluate(model, x, y, loss=loss)
-    return FitResult(model=model, status=loop_status(state, nan_stop), stop_reason=state.stop_reason,
-                     epochs_done=state.step, history=history.rows, metrics=final, margins=m.detach().cpu(),
+    return FitResult(model=model, status=run.status(state), stop_reason=state.stop_reason,
+                     epochs_done=state.step, history=run.history.rows, metrics=final, margins=m.detach().cpu(),
                      wall_time_s=state.wall_time_s, resumed_from=start.step,
                      extra={"ascent": stepper.state()})

@@ -1,10 +1,10 @@
 """Checkpoint and resume, shared by the training loops (:func:`~datarecon.training.fit.fit`,
 :func:`~datarecon.training.fit.ascend_margin` and :func:`~datarecon.training.dp.fit_dp`).
 
-A loop starts from :func:`start_or_resume` (afresh, or where its :class:`TrainingCheckpoint` left
-it), saves through a :class:`CheckpointHook` with :func:`checkpoint_info` as the metadata, and
-reports its end as :func:`loop_status`. A resumed run is bit-identical to an uninterrupted one
-(same device, same dtype).
+Each loop is a :class:`~datarecon.kernel.run_loop.RunLoop`; it starts from :func:`start_or_resume`
+(afresh, or where its :class:`TrainingCheckpoint` left it) and saves through the loop's checkpoint
+with :func:`checkpoint_info` as the metadata. A resumed run is bit-identical to an uninterrupted
+one (same device, same dtype).
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
 
 from datarecon.errors import CheckpointError
 from datarecon.kernel import checkpoint
-from datarecon.kernel.engine import Checkpoint, History, LoopState, NaNStop
-from datarecon.kernel.status import Status
+from datarecon.kernel.engine import LoopState
+from datarecon.kernel.run_loop import RunLoop, check_key
 
-__all__ = ["CheckpointHook", "LoopStart", "TrainingCheckpoint", "checkpoint_info", "loop_status", "start_or_resume"]
+__all__ = ["LoopStart", "TrainingCheckpoint", "checkpoint_info", "start_or_resume"]
 
 
 class TrainingCheckpoint:
@@ -60,32 +60,12 @@ class TrainingCheckpoint:
         if found is None:
             raise CheckpointError(f"no training checkpoint in {self.folder}; train without --resume")
         tensors, info = found
-        if info.get("tag") != self.tag:
-            raise CheckpointError(
-                f"the checkpoint in {self.folder} was written with another configuration "
-                f"(hash {info.get('tag')} != {self.tag}); rerun with the original settings or use --overwrite"
-            )
+        check_key(info, "tag", self.tag, refuse=lambda found: CheckpointError(
+            f"the checkpoint in {self.folder} was written with another configuration "
+            f"(hash {found} != {self.tag}); rerun with the original settings or use --overwrite"))
         model_sd = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
         opt = {k[len("opt."):]: v for k, v in tensors.items() if k.startswith("opt.")}
         return info, model_sd, opt
-
-
-class _Updating(Protocol):
-    """A stepper that says whether it is in the middle of an update (a checkpoint then is no state of the run)."""
-
-    in_update: bool
-
-
-class CheckpointHook(Checkpoint):
-    """:class:`Checkpoint` that skips the final save when the loop was interrupted mid-update."""
-
-    def __init__(self, save: Callable[[LoopState], None], *, every: int, stepper: _Updating) -> None:
-        super().__init__(save, every=every)
-        self.stepper = stepper
-
-    def after_run(self, state: LoopState) -> None:
-        if not self.stepper.in_update:
-            self.save(state)
 
 
 def _restore_model(ckpt: TrainingCheckpoint, model: nn.Module) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -126,10 +106,10 @@ class LoopStart:
         return LoopState(step=self.step, total=total, stop_reason=self.stop_reason, wall_time_s=self.elapsed)
 
 
-def start_or_resume(ckpt: TrainingCheckpoint | None, model: nn.Module, history: History, *, resume: bool,
+def start_or_resume(ckpt: TrainingCheckpoint | None, model: nn.Module, loop: RunLoop, *, resume: bool,
                     load: Callable[[dict[str, Any], dict[str, torch.Tensor]], None]) -> LoopStart:
-    """Resume from ``ckpt`` when asked to and there is one: restore ``model``, then the loop's own
-    state (``load(info, optimiser tensors)``), then ``history``; otherwise a fresh start.
+    """Resume from ``ckpt`` when asked to and there is one: restore ``model``, then the stepper's own
+    state (``load(info, optimiser tensors)``), then ``loop``'s history; otherwise a fresh start.
 
     Raises:
         CheckpointError: an unusable checkpoint.
@@ -140,24 +120,13 @@ def start_or_resume(ckpt: TrainingCheckpoint | None, model: nn.Module, history: 
     load(info, opt_tensors)
     start = LoopStart(step=int(info["epoch"]), elapsed=float(info.get("wall_time_s", 0.0)),
                       stop_reason=info.get("stop_reason", ""), finished=bool(info.get("finished")), info=info)
-    history.rows = list(info.get("history", []))
+    loop.restore(info.get("history", []))
     return start
 
 
-def checkpoint_info(state: LoopState, history: History, nan_stop: NaNStop, own: dict[str, Any]) -> dict[str, Any]:
+def checkpoint_info(state: LoopState, loop: RunLoop, own: dict[str, Any]) -> dict[str, Any]:
     """A training checkpoint's metadata: the loop's progress (history, status, ...) and its own fields ``own``."""
     done = state.stop_reason != "" or state.step >= state.total
-    return {"wall_time_s": state.wall_time_s, "history": history.rows, **own,
-            "finished": done and not nan_stop.tripped, "status": loop_status(state, nan_stop),
+    return {"wall_time_s": state.wall_time_s, "history": loop.history.rows, **own,
+            "finished": done and not loop.diverged, "status": loop.status(state),
             "stop_reason": state.stop_reason}
-
-
-def loop_status(state: LoopState, nan_stop: NaNStop) -> Status:
-    """The loop's :class:`~datarecon.kernel.status.Status` (the one vocabulary of training and attacks)."""
-    if nan_stop.tripped:
-        return Status.DIVERGED
-    if state.stop_reason == "completed" or (not state.stop_reason and state.step >= state.total):
-        return Status.COMPLETE
-    if state.stop_reason:
-        return Status.STOPPED_EARLY
-    return Status.RUNNING

@@ -1,0 +1,166 @@
+"""The one resumable loop below target training, margin ascent, DP-SGD and every attack.
+
+A :class:`RunLoop` owns an :class:`~datarecon.kernel.engine.Engine` over a step function and the
+hooks every such loop has, always in this order:
+
+1. ``prepare``: hooks that complete a step's metrics before they are judged (margin ascent adds
+   the normalised margin; they may stop the loop too);
+2. :class:`~datarecon.kernel.engine.NaNStop` on the watched metrics;
+3. :class:`~datarecon.kernel.engine.History` (rows restored on resume, each new row also handed to
+   an optional sink);
+4. the stop rules (a loss threshold, zero training error, a residual plateau, ...);
+5. the progress display (:class:`Display`);
+6. the checkpoint (:meth:`RunLoop.checkpoint`), which skips the final save while the stepper is in
+   the middle of an update;
+7. the caller's extra hooks (``LoopOptions.hooks``).
+
+Stop rules and NaNStop set ``stop_reason``; a later hook's reason replaces an earlier one's. The
+progress display only reads the state, so where it stands among the hooks before it changes
+nothing. :meth:`RunLoop.status` is the one rule that turns a loop's end into a
+:class:`~datarecon.kernel.status.Status`. What a checkpoint holds and how a run resumes stay with
+the callers (training's :class:`~datarecon.training.resume.TrainingCheckpoint`, an attack's run
+directory); :func:`check_key` is their one refusal of a checkpoint written under another key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from datarecon.kernel.engine import (BaseHook, Checkpoint, Engine, History, Hook, LoopOptions, LoopState, NaNStop,
+                                     ProgressBar, Stepping, StepFn, Updating)
+from datarecon.kernel.status import Status
+
+
+@dataclass(frozen=True)
+class Display:
+    """How a loop's progress is shown (:class:`~datarecon.kernel.engine.ProgressBar`).
+
+    Attributes:
+        desc: Label of the bar and prefix of the plain lines.
+        keys: Metrics shown beside the step count, in order.
+        labels: How a metric is named there, where not by its key.
+        unit: What a step is called ("step", "epoch").
+        every: Steps between updates of the bar's metrics, ≥ 1.
+    """
+
+    desc: str
+    keys: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    unit: str = "step"
+    every: int = 1
+
+
+class _StopRule(BaseHook):
+    """A stop rule whose firing its :class:`RunLoop` remembers (for :meth:`RunLoop.status`)."""
+
+    def __init__(self, rule: Hook, loop: RunLoop) -> None:
+        self.rule, self.loop = rule, loop
+
+    def before_run(self, state: LoopState) -> None:
+        self.rule.before_run(state)
+
+    def after_step(self, state: LoopState) -> bool:
+        stop = bool(self.rule.after_step(state))
+        self.loop.stopped_early = self.loop.stopped_early or stop
+        return stop
+
+    def after_run(self, state: LoopState) -> None:
+        self.rule.after_run(state)
+
+
+class RunLoop:
+    """One resumable loop: the engine over ``step``, its built-in hooks, history and status.
+
+    Args:
+        step: one step; receives the 0-based step index, returns scalar metrics.
+        display: the progress display's label, metrics and unit (:class:`Display`).
+        options: the shared loop settings (:class:`~datarecon.kernel.engine.LoopOptions`): the
+            history period, the progress mode and the extra hooks, run last.
+        watch: metrics whose NaN/inf stops the loop as diverged (None: every metric).
+        stops: stop rules, run after the history; a rule that returns True marks the loop stopped early.
+        prepare: hooks run first, before the NaN stop (they complete the step's metrics).
+        log_every: history period when it is not ``options.log_every`` (e.g. counted in steps, not epochs).
+        sink: called with every new history row (e.g. to append it to a file), or None.
+    """
+
+    def __init__(self, step: StepFn, *, display: Display, options: LoopOptions = LoopOptions(),
+                 watch: Sequence[str] | None = None, stops: Sequence[Hook] = (), prepare: Sequence[Hook] = (),
+                 log_every: int | None = None, sink: Callable[[dict[str, float]], None] | None = None) -> None:
+        self.step, self.display, self.options = step, display, options
+        self.history = History(every=options.log_every if log_every is None else log_every, sink=sink)
+        self.nan_stop = NaNStop(keys=None if watch is None else list(watch))
+        self.stops = [_StopRule(rule, self) for rule in stops]
+        self.prepare = list(prepare)
+        self.stopped_early = False
+        self.saver: Checkpoint | None = None
+
+    def restore(self, history_rows: Sequence[dict[str, float]], *, stopped_early: bool = False) -> None:
+        """Bring back a resumed loop's history rows and whether a stop rule had already ended it."""
+        self.history.rows = list(history_rows)
+        self.stopped_early = stopped_early
+
+    def checkpoint(self, save: Callable[[LoopState], None], *, every: int, stepper: Updating | None = None) -> None:
+        """Save with ``save(state)`` every ``every`` steps and at the end of the loop (not when
+        ``stepper`` was stopped in the middle of an update: that is no state the run passes through)."""
+        self.saver = Checkpoint(save, every=every, stepper=stepper)
+
+    @property
+    def diverged(self) -> bool:
+        """Whether the NaN stop ended the loop."""
+        return self.nan_stop.tripped
+
+    def hooks(self) -> list[Hook]:
+        """The engine's hooks, in the order of the module docstring (a fresh progress display)."""
+        d = self.display
+        progress = ProgressBar(keys=d.keys, labels=d.labels, desc=d.desc, unit=d.unit, every=d.every,
+                               mode=self.options.progress)
+        saver = [self.saver] if self.saver is not None else []
+        return [*self.prepare, self.nan_stop, self.history, *self.stops, progress, *saver, *self.options.hooks]
+
+    def begin(self, *, start: int, total: int, elapsed_s: float = 0.0) -> Stepping:
+        """The loop one step at a time, from ``start`` of ``total`` steps: a driver computes each step
+        (e.g. with the steps of other loops) and hands its metrics to :meth:`Stepping.advance`."""
+        return Engine(self.step, hooks=self.hooks()).begin(start=start, total=total, elapsed_s=elapsed_s)
+
+    def run(self, *, start: int, total: int, elapsed_s: float = 0.0) -> LoopState:
+        """Run steps ``start .. total-1`` (fewer if a hook stops the loop); the final state."""
+        return Engine(self.step, hooks=self.hooks()).run(start=start, total=total, elapsed_s=elapsed_s)
+
+    def status(self, state: LoopState, *, final: bool = True) -> Status:
+        """Where the loop of ``state`` stands: the one status rule of every loop.
+
+        ``diverged`` when the NaN stop tripped; ``stopped-early`` when a stop rule ended it (now or
+        before its resume) or a hook gave another stop reason than ``completed``; ``complete`` when
+        it ran every step; else ``running``. With ``final=False`` (what an attack checkpoint
+        records) a complete loop reads ``running``: the run is complete once its result is written.
+        """
+        if self.diverged:
+            return Status.DIVERGED
+        if self.stopped_early or state.stop_reason not in ("", "completed"):
+            return Status.STOPPED_EARLY
+        if final and (state.stop_reason == "completed" or state.step >= state.total):
+            return Status.COMPLETE
+        return Status.RUNNING
+
+
+def check_key(meta: Mapping[str, Any], field_name: str, key: str, *, refuse: Callable[[Any], Exception]) -> None:
+    """Refuse a checkpoint whose metadata ``meta[field_name]`` is not ``key``: a checkpoint resumes
+    only under the key of the run that wrote it (training's configuration tag, an attack's resume key).
+
+    Args:
+        meta: the checkpoint's metadata.
+        field_name: the metadata field that holds the key.
+        key: the key of the run resuming now.
+        refuse: the error to raise, given the checkpoint's key (None when it has none).
+
+    Raises:
+        Exception: ``refuse(found)`` when the keys differ (a missing field differs from every key).
+    """
+    found = meta.get(field_name)
+    if found != key:
+        raise refuse(found)
+
+
+__all__ = ["Display", "RunLoop", "check_key"]
