@@ -127,6 +127,7 @@ def _one_cost(n: int, steps: int, segment: int, width: int, threads: int, arch: 
     from datarecon.attacks.base import AttackerPrior, Target
     from datarecon.attacks.dynamics import DynamicsAttack, DynamicsConfig, memory_estimate
     from datarecon.attacks.knowledge import KnownInit, KnownRecipe
+    from datarecon.kernel.step import TrainingRecipe
     from datarecon.models.spec import ArchSpec, build_model
 
     dev = torch.device(device)
@@ -137,8 +138,8 @@ def _one_cost(n: int, steps: int, segment: int, width: int, threads: int, arch: 
     params = {k: v + 0.01 * torch.randn_like(v) for k, v in init.items()}
     target = Target(model=model, params=params, loss="cross-entropy", weight_decay=0.0, input_shape=(3, 32, 32),
                     num_outputs=10)
-    recipe = KnownRecipe(n=n, batch_size=n, epochs=steps, lr=0.01, momentum=0.0, order_seed=0,
-                         known=("lr", "momentum", "batch_size", "epochs", "order"))
+    recipe = KnownRecipe(TrainingRecipe(loss="cross-entropy", lr=0.01, epochs=steps, batch_size=n, seed=0),
+                         n=n, known=("lr", "momentum", "batch_size", "epochs", "order"))
     prior = AttackerPrior(labels=(torch.arange(n) % 10).to(dev), input_shape=(3, 32, 32), lower=-0.5, upper=0.5,
                           known_init=KnownInit(params=init, sha256="bench", source="bench"), recipe=recipe)
     attack = DynamicsAttack(DynamicsConfig(segment=segment))

@@ -17,7 +17,7 @@ from datarecon.attacks.knowledge import KnownInit, KnownRecipe, RecipeSettings, 
 from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import run_attack
 from datarecon.errors import DataReconError
-from datarecon.kernel.step import Recipe
+from datarecon.kernel.step import TrainingRecipe
 from datarecon.training.fit import FitRecipe, fit
 
 N, SHAPE = 6, (1, 3, 4)
@@ -41,8 +41,9 @@ def _trained(dtype: torch.dtype = torch.float32, *, batch_size: int = 4, momentu
                                       batch_size=batch_size, seed=5))
     target = Target(model=copy.deepcopy(model), params={k: v.detach().clone() for k, v in model.named_parameters()},
                     loss="logistic", weight_decay=1e-3, input_shape=SHAPE, num_outputs=1, homogeneous=False)
-    recipe = KnownRecipe(n=N, batch_size=batch_size, epochs=epochs, lr=0.2, momentum=momentum, order_seed=5,
-                         known=("lr", "momentum", "batch_size", "epochs", "order"))
+    recipe = KnownRecipe(TrainingRecipe(loss="logistic", weight_decay=1e-3, lr=0.2, momentum=momentum, epochs=epochs,
+                                        batch_size=batch_size, seed=5),
+                         n=N, known=("lr", "momentum", "batch_size", "epochs", "order"))
     prior = AttackerPrior(labels=y.clone(), input_shape=SHAPE, lower=0.0, upper=1.0,
                           known_init=KnownInit(params=init, sha256=init_digest(init), source="test"), recipe=recipe)
     return target, prior, x, y, init
@@ -51,7 +52,7 @@ def _trained(dtype: torch.dtype = torch.float32, *, batch_size: int = 4, momentu
 @pytest.mark.parametrize("batch_size, momentum", [(4, 0.0), (6, 0.0), (2, 0.9)])
 def test_the_simulation_with_the_true_data_is_the_training_bit_for_bit(batch_size: int, momentum: float) -> None:
     target, prior, x, y, init = _trained(batch_size=batch_size, momentum=momentum)
-    schedule = Schedule.replay(Recipe(loss="logistic", weight_decay=1e-3, momentum=momentum), 0.2, n=N,
+    schedule = Schedule.replay(TrainingRecipe(loss="logistic", weight_decay=1e-3, momentum=momentum), 0.2, n=N,
                                batch_size=batch_size, epochs=5, order_seed=5)
     sim = simulate(target.model, init, x, y, schedule, differentiable=False)
     for name, p in target.params.items():
@@ -97,7 +98,8 @@ def test_a_resumed_attack_is_bit_identical(tmp_path, unknown: tuple[str, ...]) -
 
     target, prior, x, y, init = _trained()
     if unknown:
-        prior = dataclasses.replace(prior, recipe=dataclasses.replace(prior.recipe, lr=None, order_seed=None,
+        hidden = dataclasses.replace(prior.recipe.recipe, lr=None, seed=None)
+        prior = dataclasses.replace(prior, recipe=dataclasses.replace(prior.recipe, recipe=hidden,
                                                                       known=("momentum", "batch_size", "epochs")))
     x0 = torch.rand(x.shape, generator=torch.Generator().manual_seed(9))
     attack = DynamicsAttack(DynamicsConfig(steps=6, lr_x=0.05))
@@ -190,7 +192,7 @@ def test_the_distance_objective_is_the_relative_squared_distance_to_theta_star()
     xs = x + 0.1
     terms = DynamicsAttack(DynamicsConfig(dtype="float64", objective="distance")).matching_terms(
         target, prior, xs, 0.2, 5, differentiable=False)
-    schedule = Schedule.replay(Recipe(loss="logistic", weight_decay=1e-3), 0.2, n=N, batch_size=4, epochs=5,
+    schedule = Schedule.replay(TrainingRecipe(loss="logistic", weight_decay=1e-3), 0.2, n=N, batch_size=4, epochs=5,
                                order_seed=5)
     sim = simulate(target.model, {k: v.double() for k, v in init.items()}, xs, y, schedule, differentiable=False)
     num = sum(float(((sim[k] - target.params[k].double()) ** 2).sum()) for k in sim)

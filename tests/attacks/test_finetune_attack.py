@@ -20,7 +20,7 @@ from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import run_attack
 from datarecon.data import DataSpec, load_task
 from datarecon.errors import DataReconError
-from datarecon.kernel.step import Recipe, normalisation_stats
+from datarecon.kernel.step import TrainingRecipe, normalisation_stats
 from datarecon.models.checkpoint import load_model_dir
 from datarecon.training import build_train_config, train_target
 
@@ -89,7 +89,7 @@ def test_the_replay_of_a_fine_tuning_with_batch_norm_is_the_training_bit_for_bit
     assert (recipe.n, recipe.batch_size, recipe.epochs, recipe.momentum) == (20, 10, 3, 0.5)
     task = load_task(DataSpec.model_validate(bundle.data))
     x, y = task.normalisation.to_model(task.train.x), task.train.y
-    schedule = Schedule.replay(Recipe(loss="cross-entropy", momentum=0.5), recipe.lr, n=20, batch_size=10, epochs=3,
+    schedule = Schedule.replay(TrainingRecipe(loss="cross-entropy", momentum=0.5), recipe.lr, n=20, batch_size=10, epochs=3,
                                order_seed=recipe.order_seed, stats=normalisation_stats(target.model))
     sim = simulate(target.model, known.params, x, y, schedule, differentiable=False)
     for name, p in target.params.items():
@@ -121,12 +121,12 @@ def test_the_single_step_rung_recovers_a_planted_image_exactly_float64() -> None
     init = {k: v.detach().clone() for k, v in model.named_parameters()}
     x_true = torch.rand(1, *shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     y = torch.tensor([2])
-    schedule = Schedule(Recipe(loss="cross-entropy"), 0.1, [torch.tensor([0])])
+    schedule = Schedule(TrainingRecipe(loss="cross-entropy"), 0.1, [torch.tensor([0])])
     theta = simulate(model, init, x_true, y, schedule, differentiable=False)
     target = Target(model=model, params=theta, loss="cross-entropy", weight_decay=0.0, input_shape=shape,
                     num_outputs=3)
-    recipe = KnownRecipe(n=1, batch_size=1, epochs=1, lr=0.1, momentum=0.0, order_seed=0,
-                         known=("n", "lr", "momentum", "batch_size", "epochs", "order"))
+    recipe = KnownRecipe(TrainingRecipe(loss="cross-entropy", lr=0.1, epochs=1, batch_size=1, seed=0),
+                         n=1, known=("n", "lr", "momentum", "batch_size", "epochs", "order"))
     prior = AttackerPrior(labels=y, input_shape=shape, lower=0.0, upper=1.0, recipe=recipe,
                           known_init=KnownInit(params=init, sha256=init_digest(init), source="test"))
     attack = DynamicsAttack(DynamicsConfig(steps=1500, lr_x=0.01, dtype="float64"))

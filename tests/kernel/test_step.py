@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from datarecon.kernel.step import Recipe, energy, train_step, update
+from datarecon.kernel.step import TrainingRecipe, energy, train_step, update
 from datarecon.training.fit import FitRecipe, fit
 from datarecon.training.optim import SCHEDULES
 
@@ -36,7 +36,7 @@ def test_replaying_the_pure_step_from_theta_init_reproduces_theta_star_bit_for_b
     init = copy.deepcopy(model)
     fit(model, x, y, recipe=FitRecipe(loss="logistic", weight_decay=weight_decay, lr=0.05, momentum=momentum,
                                       epochs=40, schedule=schedule, max_lr_factor=1e3))
-    recipe = Recipe(loss="logistic", weight_decay=weight_decay, momentum=momentum)
+    recipe = TrainingRecipe(loss="logistic", weight_decay=weight_decay, momentum=momentum)
     params = {k: v.detach().clone().requires_grad_(True) for k, v in init.named_parameters()}
     buffers = {k: torch.zeros_like(v) for k, v in params.items()} if momentum else None
     lr_of = SCHEDULES.get(schedule)
@@ -69,7 +69,7 @@ def test_an_unrolled_step_is_differentiable_in_the_inputs_and_the_lr_float64() -
     model = _net(dtype=torch.float64)
     theta0 = {k: v.detach().clone() for k, v in model.named_parameters()}
     target = {k: v + 0.01 * torch.randn_like(v) for k, v in theta0.items()}
-    recipe = Recipe(loss="logistic", weight_decay=1e-2, momentum=0.5)
+    recipe = TrainingRecipe(loss="logistic", weight_decay=1e-2, momentum=0.5)
 
     def distance(xs: torch.Tensor, log_lr: torch.Tensor) -> torch.Tensor:
         params = {k: v.clone().requires_grad_(True) for k, v in theta0.items()}
@@ -93,7 +93,7 @@ def test_minibatch_training_is_replayed_bit_for_bit_from_the_seed(batch_size: in
     init = copy.deepcopy(model)
     fit(model, x, y, recipe=FitRecipe(loss="logistic", weight_decay=1e-3, lr=0.1, momentum=momentum, epochs=6,
                                       batch_size=batch_size, seed=7))
-    recipe = Recipe(loss="logistic", weight_decay=1e-3, momentum=momentum)
+    recipe = TrainingRecipe(loss="logistic", weight_decay=1e-3, momentum=momentum)
     params = {k: v.detach().clone().requires_grad_(True) for k, v in init.named_parameters()}
     buffers = {k: torch.zeros_like(v) for k, v in params.items()} if momentum else None
     for epoch in range(6):
@@ -156,7 +156,7 @@ def test_a_fine_tuning_with_batch_norm_in_eval_mode_is_replayed_bit_for_bit(batc
     fit(model, x, y, recipe=FitRecipe(loss="cross-entropy", lr=0.05, momentum=momentum, epochs=4,
                                       batch_size=batch_size, seed=2, norm_mode="eval"))
     assert all(torch.equal(stats[k], v) for k, v in normalisation_stats(model).items())  # frozen
-    recipe = Recipe(loss="cross-entropy", momentum=momentum)
+    recipe = TrainingRecipe(loss="cross-entropy", momentum=momentum)
     params = {k: v.detach().clone().requires_grad_(True) for k, v in start.named_parameters()}
     buffers = None
     for epoch in range(4):
@@ -192,5 +192,5 @@ def test_a_batch_norm_in_train_mode_is_refused_by_the_pure_step() -> None:
     with pytest.raises(DataReconError, match=r"^batch norm layer stem_bn is in train mode: the pure training step "
                                              r"runs batch norm in eval mode \(running statistics fixed\); call "
                                              r"model.eval\(\)$"):
-        train_step(model, params, (torch.rand(2, 1, 4, 4), torch.tensor([0, 1])), Recipe(loss="cross-entropy"),
+        train_step(model, params, (torch.rand(2, 1, 4, 4), torch.tensor([0, 1])), TrainingRecipe(loss="cross-entropy"),
                    lr=0.1)

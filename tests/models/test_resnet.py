@@ -14,7 +14,7 @@ from datarecon.attacks.base import AttackerPrior, Target
 from datarecon.attacks.dynamics import DynamicsAttack, DynamicsConfig, Schedule, simulate
 from datarecon.attacks.knowledge import KnownInit, KnownRecipe, init_digest
 from datarecon.errors import DataReconError
-from datarecon.kernel.step import Recipe
+from datarecon.kernel.step import TrainingRecipe
 from datarecon.models.byom import measure_homogeneity
 from datarecon.models.spec import (ARCHITECTURES, ArchSpec, build_model, count_parameters, first_layer_init_std,
                                    is_homogeneous, parameter_shapes)
@@ -86,8 +86,9 @@ def _tiny_resnet_target(dtype: torch.dtype, *, batch_size: int, momentum: float,
                                       batch_size=batch_size, seed=7))
     target = Target(model=copy.deepcopy(model), params={k: v.detach().clone() for k, v in model.named_parameters()},
                     loss="cross-entropy", weight_decay=0.0, input_shape=shape, num_outputs=3, homogeneous=False)
-    recipe = KnownRecipe(n=n, batch_size=batch_size, epochs=epochs, lr=0.1, momentum=momentum, order_seed=7,
-                         known=("lr", "momentum", "batch_size", "epochs", "order"))
+    recipe = KnownRecipe(TrainingRecipe(loss="cross-entropy", lr=0.1, momentum=momentum, epochs=epochs,
+                                        batch_size=batch_size, seed=7),
+                         n=n, known=("lr", "momentum", "batch_size", "epochs", "order"))
     prior = AttackerPrior(labels=y.clone(), input_shape=shape, lower=0.0, upper=1.0,
                           known_init=KnownInit(params=init, sha256=init_digest(init), source="test"), recipe=recipe)
     return target, prior, x, y, init
@@ -96,7 +97,7 @@ def _tiny_resnet_target(dtype: torch.dtype, *, batch_size: int, momentum: float,
 @pytest.mark.parametrize("batch_size, momentum", [(6, 0.0), (4, 0.9)])
 def test_the_simulated_training_of_a_resnet_is_its_training_bit_for_bit(batch_size: int, momentum: float) -> None:
     target, _, x, y, init = _tiny_resnet_target(torch.float32, batch_size=batch_size, momentum=momentum, epochs=3)
-    schedule = Schedule.replay(Recipe(loss="cross-entropy", momentum=momentum), 0.1, n=6, batch_size=batch_size,
+    schedule = Schedule.replay(TrainingRecipe(loss="cross-entropy", momentum=momentum), 0.1, n=6, batch_size=batch_size,
                                epochs=3, order_seed=7)
     sim = simulate(target.model, init, x, y, schedule, differentiable=False)
     for name, p in target.params.items():

@@ -49,7 +49,7 @@ from datarecon.attacks.optim import OptimizerSettings, init_optimizer_state
 from datarecon.config import MAX_STEPS, drop_defaults
 from datarecon.errors import DataReconError
 from datarecon.kernel.losses import loss_name
-from datarecon.kernel.step import Recipe, batch_order, normalisation_stats, train_step
+from datarecon.kernel.step import TrainingRecipe, batch_order, normalisation_stats, train_step
 from datarecon.utils.memory import device_memory_bytes, refuse_if_too_large
 
 __all__ = ["DynamicsAttack", "DynamicsConfig", "Schedule", "memory_estimate", "simulate"]
@@ -128,13 +128,13 @@ class Schedule:
             model's own buffers; a network without batch norm has none).
     """
 
-    recipe: Recipe
+    recipe: TrainingRecipe
     lr: float | torch.Tensor
     batches: list[torch.Tensor]
     stats: Mapping[str, torch.Tensor] | None = None
 
     @classmethod
-    def replay(cls, recipe: Recipe, lr: float | torch.Tensor, *, n: int, batch_size: int, epochs: int,
+    def replay(cls, recipe: TrainingRecipe, lr: float | torch.Tensor, *, n: int, batch_size: int, epochs: int,
                order_seed: int, stats: Mapping[str, torch.Tensor] | None = None) -> Schedule:
         """``epochs`` epochs of ⌈n/b⌉ steps in the order the seed draws (as ``datarecon train`` does)."""
         return cls(recipe, lr, [idx for e in range(epochs)
@@ -370,7 +370,7 @@ class DynamicsAttack(Attack):
         init = {k: v.to(self.dtype) for k, v in prior.known_init.params.items()}
         theta = {k: v.to(self.dtype) for k, v in target.params.items()}
         stats = {k: v.to(self.dtype) for k, v in normalisation_stats(target.model).items()}
-        schedule = Schedule.replay(Recipe(loss=loss_name(target.loss), weight_decay=float(target.weight_decay),
+        schedule = Schedule.replay(TrainingRecipe(loss=loss_name(target.loss), weight_decay=float(target.weight_decay),
                                           momentum=recipe.momentum), lr, n=x.shape[0],
                                    batch_size=recipe.batch_size, epochs=self.epochs(recipe), order_seed=order_seed,
                                    stats=stats or None)

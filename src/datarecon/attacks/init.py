@@ -39,10 +39,10 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from datarecon.attacks.unmix import unmix_candidates
 from datarecon.config import build_config
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
-from datarecon.attacks.unmix import unmix_candidates
 
 CountPolicy = Literal["exact", "cycle"]
 

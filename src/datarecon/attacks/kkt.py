@@ -32,7 +32,6 @@ from typing import Annotated, Any, ClassVar, Literal
 import torch
 from pydantic import Field, field_validator, model_serializer
 
-from datarecon.registry import registered
 from datarecon.attacks import kkt_math
 from datarecon.attacks.base import (
     Attack,
@@ -45,11 +44,11 @@ from datarecon.attacks.kkt_batched import StackedGroup
 from datarecon.attacks.optim import init_optimizer_state
 from datarecon.attacks.priors import add_priors
 from datarecon.attacks.selection import SelectionContext, select
-from datarecon.attacks.surrogate import SURROGATES, make_surrogate
+from datarecon.attacks.surrogate import SURROGATES, count_functional_relus, functional_surrogate, make_surrogate
+from datarecon.config import drop_defaults
 from datarecon.errors import DataReconError
 from datarecon.kernel.losses import LOSSES, loss_name
-from datarecon.config import drop_defaults
-from datarecon.attacks.surrogate import count_functional_relus, functional_surrogate
+from datarecon.registry import registered
 
 LAMBDA_INITS = ("uniform", "uniform-signed", "ones")
 

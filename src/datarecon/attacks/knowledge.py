@@ -43,11 +43,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 from datarecon.config import drop_defaults
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.kernel.files import WEIGHTS
+from datarecon.kernel.step import TrainingRecipe
 from datarecon.models.checkpoint import load_model_dir
 from datarecon.models.pretrained import HEAD_NEW, finetune_start
-from datarecon.models.spec import ArchSpec
+from datarecon.models.spec import ArchSpec, build_model
 from datarecon.utils.dtypes import torch_dtype
-from datarecon.models.spec import build_model
 from datarecon.utils.io import load_tensors, params_digest
 
 __all__ = ["KNOWLEDGE_ITEMS", "KnowledgeSettings", "KnownInit", "KnownRecipe", "RecipeSettings",
@@ -79,21 +79,44 @@ class RecipeSettings(BaseModel):
 
 @dataclass(frozen=True)
 class KnownRecipe:
-    """A resolved training recipe: the replayable part of a model's training.
+    """What the attacker knows of a model's training: the recorded recipe (the one
+    :class:`~datarecon.kernel.step.TrainingRecipe`, ``epochs`` the ones trained, what the attacker does
+    not know as None), the training-set size and the fields it knows.
 
     Attributes:
-        n: training-set size; batch_size: 1 ≤ b ≤ n (b = n: full batch); epochs: epochs trained.
-        lr: η (None: unknown); momentum: μ; order_seed: the seed of the batch order (None: unknown).
+        recipe: the recorded training (``lr`` and ``seed`` None when unknown).
+        n: training-set size.
         known: the fields the attacker knows, in order.
     """
 
+    recipe: TrainingRecipe
     n: int
-    batch_size: int
-    epochs: int
-    lr: float | None
-    momentum: float
-    order_seed: int | None
     known: tuple[str, ...]
+
+    @property
+    def batch_size(self) -> int:
+        """b, 1 ≤ b ≤ n (b = n: full batch)."""
+        return int(self.recipe.batch_size or self.n)
+
+    @property
+    def epochs(self) -> int:
+        """Epochs trained."""
+        return int(self.recipe.epochs)
+
+    @property
+    def lr(self) -> float | None:
+        """η (None: unknown)."""
+        return self.recipe.lr
+
+    @property
+    def momentum(self) -> float:
+        """μ of the heavy-ball buffer."""
+        return float(self.recipe.momentum)
+
+    @property
+    def order_seed(self) -> int | None:
+        """The seed of the batch order (None: unknown)."""
+        return self.recipe.seed
 
     @property
     def steps_per_epoch(self) -> int:
@@ -145,10 +168,12 @@ def resolve_recipe(settings: RecipeSettings, model_meta: Mapping[str, Any] | Non
     hidden = set(settings.unknown)
     # n is part of the recipe: the number of steps per epoch and the candidates the replay trains on
     known = tuple(f for f in ("n", "lr", "momentum", "batch_size", "epochs", "order") if f not in hidden)
-    return KnownRecipe(n=n, batch_size=b, epochs=int(metrics.get("epochs_done", tr.get("epochs", 0))),
-                       lr=None if "lr" in hidden else float(tr["lr"]), momentum=float(tr.get("momentum", 0.0)),
-                       order_seed=None if "order" in hidden else int(model_meta.get("seed", tr.get("seed", 0))),
-                       known=known)
+    recipe = TrainingRecipe(loss=str(model_meta.get("loss", tr.get("loss", ""))),
+                            weight_decay=float(model_meta.get("weight_decay", tr.get("weight_decay", 0.0)) or 0.0),
+                            lr=None if "lr" in hidden else float(tr["lr"]), momentum=float(tr.get("momentum", 0.0)),
+                            epochs=int(metrics.get("epochs_done", tr.get("epochs", 0))), batch_size=b,
+                            seed=None if "order" in hidden else int(model_meta.get("seed", tr.get("seed", 0))))
+    return KnownRecipe(recipe=recipe, n=n, known=known)
 
 _SEED = re.compile(r"^seed:(\d+)$")
 #: ``known_init: seed``: the seed the model directory records (its training seed)

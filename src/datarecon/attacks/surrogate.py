@@ -28,8 +28,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from datarecon.registry import Registry
 from datarecon.errors import DataReconError
+from datarecon.registry import Registry
 
 
 class _SurrogateReLUFn(torch.autograd.Function):

@@ -29,8 +29,6 @@ import yaml
 from datarecon.attacks import ATTACKS, INITS
 from datarecon.attacks.base import Target
 from datarecon.cli._common import resume_command
-from datarecon.utils.device import parse_device
-
 from datarecon.cli.options import (
     Common,
     Flag,
@@ -57,6 +55,7 @@ from datarecon.experiments.reconstruct import (
 from datarecon.kernel.outdir import check_out_dir
 from datarecon.kernel.status import EVALUABLE
 from datarecon.models.byom import build_from_factory, check_outputs, load_weights
+from datarecon.utils.device import parse_device
 
 DATA_INITS = ("ground-truth", "partition", "mix")
 

@@ -30,7 +30,7 @@ from datarecon.data.selection import check_fingerprint
 from datarecon.errors import DataReconError
 from datarecon.evaluation.identifiability import fit_objective, gradient_features
 from datarecon.kernel.files import METRICS_FILE, RUN_JSON
-from datarecon.kernel.step import Recipe
+from datarecon.kernel.step import TrainingRecipe
 from datarecon.models.checkpoint import load_model_dir, read_model_meta
 from datarecon.registry import Registry
 from datarecon.utils.dtypes import torch_dtype
@@ -168,7 +168,7 @@ def _dynamics(bundle: Any, meta: dict[str, Any], init: dict[str, torch.Tensor], 
     if recipe.steps > max_steps:
         return {"note": f"not measured: the recorded training has {recipe.steps} SGD steps, more than "
                         f"--max-replay-steps {max_steps}"}
-    schedule = Schedule.replay(Recipe(loss=bundle.loss, weight_decay=bundle.weight_decay, momentum=recipe.momentum),
+    schedule = Schedule.replay(TrainingRecipe(loss=bundle.loss, weight_decay=bundle.weight_decay, momentum=recipe.momentum),
                                recipe.lr, n=recipe.n, batch_size=recipe.batch_size, epochs=recipe.epochs,
                                order_seed=recipe.order_seed)
     dtype = torch_dtype((meta.get("training") or {}).get("dtype") or "float64")  # replayed as it was trained

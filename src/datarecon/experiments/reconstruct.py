@@ -24,13 +24,12 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
-
-import dataclasses
-import types
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_serializer
@@ -67,6 +66,7 @@ from datarecon.utils.device import parse_device
 from datarecon.utils.dtypes import torch_dtype
 from datarecon.utils.io import load_tensors, read_json
 from datarecon.utils.memory import refuse_if_too_large
+
 DATA_INITS_NOTE = ("initialisation (experimenter's choice): loading {init} images through the model's data spec; "
                    "the attack itself never sees them")
 

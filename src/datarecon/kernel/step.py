@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
@@ -40,18 +41,47 @@ Params = dict[str, torch.Tensor]
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """What one step needs besides the parameters and the batch.
+class TrainingRecipe:
+    """How a model is, or was, trained: the one description ``datarecon train`` runs from, a model
+    directory records and an attacker replays.
 
-    Args:
-        loss: a :data:`datarecon.kernel.losses.LOSSES` name (mean over the batch).
-        weight_decay: wd ≥ 0 of the energy's (wd/2)·‖θ‖² (over the parameters that are trained).
-        momentum: μ ∈ [0, 1) of the heavy-ball buffer.
+    One step (:func:`train_step`) reads ``loss``, ``weight_decay`` and ``momentum``; training
+    (:func:`datarecon.training.fit.fit`, :func:`datarecon.training.dp.fit_dp`) reads all of it; the
+    attacker's knowledge (:class:`datarecon.attacks.knowledge.KnownRecipe`) holds the recipe a model
+    directory records, with what the attacker does not know as None.
+
+    Attributes:
+        loss: a name in :data:`datarecon.kernel.losses.LOSSES` (mean over the batch).
+        weight_decay: wd ≥ 0 of the energy term (wd/2)‖θ‖² (over the parameters that are trained).
+        optimizer: a name in :data:`datarecon.training.optim.OPTIMIZERS` (``gd``, ``lbfgs``).
+        lr: base learning rate η > 0 (initial step for ``lbfgs``); None: unknown (an attacker's recipe).
+        momentum: heavy-ball momentum μ ∈ [0, 1) (``gd`` only).
+        epochs: the number of epochs: at most this many (training), or the ones trained (a recorded
+            recipe); for DP-SGD epochs of round(1/q) steps; ≥ 0.
+        schedule: a name in :data:`datarecon.training.optim.SCHEDULES`.
+        max_lr_factor: cap of the learning rate relative to ``lr`` for growing schedules (None: no cap).
+            ``loss-normalised`` on an exp-tailed loss without weight decay steps lr·min(1, cap·L)·∇log L,
+            computed in the log domain: (lr/L)·∇L without underflow, however small L gets.
+        batch_size: mini-batch SGD with batches of this size, 1 ≤ b ≤ n (``gd`` with a constant
+            schedule; an epoch is ⌈n/b⌉ steps over :func:`batch_order`); None: full batch.
+        seed: the training seed: of the mini-batch order, and of DP-SGD's Poisson batches and noise;
+            None: unknown (an attacker's recipe).
+        norm_mode: how batch norm layers run in the training steps: ``train`` (each batch's statistics,
+            the running ones updated) or ``eval`` (the running statistics fixed, the affine weights
+            trained: fine-tuning, SimuDy's setting). Metrics are always computed in eval mode.
     """
 
     loss: str
     weight_decay: float = 0.0
+    optimizer: str = "gd"
+    lr: float | None = 0.01
     momentum: float = 0.0
+    epochs: int = 1000
+    schedule: str = "constant"
+    max_lr_factor: float | None = 1e6
+    batch_size: int | None = None
+    seed: int | None = 0
+    norm_mode: Literal["train", "eval"] = "train"
 
 
 def energy(model: nn.Module, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, *,
@@ -76,7 +106,7 @@ def energy(model: nn.Module, params: Mapping[str, torch.Tensor], x: torch.Tensor
 
 
 def gradient(model: nn.Module, params: Mapping[str, torch.Tensor], batch: tuple[torch.Tensor, torch.Tensor],
-             recipe: Recipe, *, create_graph: bool = False,
+             recipe: TrainingRecipe, *, create_graph: bool = False,
              stats: Mapping[str, torch.Tensor] | None = None) -> tuple[Params, torch.Tensor]:
     """∇_θ E at ``params`` on ``batch`` (``stats`` as in :func:`energy`); returns (gradients by name, energy)."""
     names = list(params)
@@ -116,7 +146,7 @@ def update(params: Mapping[str, torch.Tensor], grads: Mapping[str, torch.Tensor]
 
 
 def train_step(model: nn.Module, params: Mapping[str, torch.Tensor], batch: tuple[torch.Tensor, torch.Tensor],
-               recipe: Recipe, *, lr: float | torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None,
+               recipe: TrainingRecipe, *, lr: float | torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None,
                create_graph: bool = False, stats: Mapping[str, torch.Tensor] | None = None) -> tuple[Params, Params]:
     """``(params, stats, batch, recipe) -> params``: one gradient-descent step of the training.
 
@@ -179,5 +209,5 @@ def batch_order(n: int, batch_size: int, *, seed: int, epoch: int) -> list[torch
     return list(perm.split(batch_size))
 
 
-__all__ = ["Params", "Recipe", "batch_order", "check_pure", "energy", "gradient", "normalisation_stats", "train_step",
+__all__ = ["Params", "TrainingRecipe", "batch_order", "check_pure", "energy", "gradient", "normalisation_stats", "train_step",
            "update"]

@@ -34,7 +34,8 @@ from datarecon.errors import DataReconError
 from datarecon.kernel.engine import LoopOptions, LoopState
 from datarecon.kernel.losses import LOSSES
 from datarecon.kernel.run_loop import Display, RunLoop
-from datarecon.training.fit import FitRecipe, FitResult, evaluate, training_metrics
+from datarecon.kernel.step import TrainingRecipe
+from datarecon.training.fit import FitResult, evaluate, training_metrics
 from datarecon.training.resume import TrainingCheckpoint, checkpoint_info, start_or_resume
 
 #: Opacus accountants offered (``opacus.accountants`` names); ``rdp`` is the default (see docs/DESIGN.md).
@@ -220,7 +221,7 @@ class DPStepper:
         model: the network (trained in place; the wrapper shares its parameters).
         x: (n, *input_shape) inputs in model input space; y: (n,) labels.
         recipe: ``loss`` (a ``LOSSES`` key, a mean over the batch), and SGD's ``lr``, ``momentum`` and
-            ``weight_decay`` (:class:`~datarecon.training.fit.FitRecipe`; its other fields are not used here).
+            ``weight_decay`` (:class:`~datarecon.kernel.step.TrainingRecipe`; its other fields are not used here).
         mechanism: σ, the clip norm C and the sampling rate q (:class:`DPMechanism`).
         generator: draws the batches and the noise (same seed, same run).
         log_every: full-batch metrics every this many steps (others report the batch loss only).
@@ -229,7 +230,7 @@ class DPStepper:
     then would not be a state the run passes through, so none is written.
     """
 
-    def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe,
+    def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: TrainingRecipe,
                  mechanism: DPMechanism, generator: torch.Generator, log_every: int) -> None:
         import_opacus()
         from opacus import GradSampleModule  # optional dependency (import_opacus)
@@ -290,7 +291,7 @@ class DPStepper:
         self.wrapped._close()
 
 
-def _check_sgd(recipe: FitRecipe) -> None:
+def _check_sgd(recipe: TrainingRecipe) -> None:
     """Refuse a recipe that DP-SGD does not run (it steps plain SGD on Poisson batches).
 
     Raises:
@@ -313,7 +314,7 @@ def _accounting(dp: DPConfig, mechanism: DPMechanism, *, delta: float, steps: in
             "mean_batch_size": sum(batch_sizes) / max(1, len(batch_sizes))}
 
 
-def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe, dp: DPConfig,
+def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: TrainingRecipe, dp: DPConfig,
            loop: LoopOptions = LoopOptions(), checkpoint: TrainingCheckpoint | None = None) -> FitResult:
     """Train ``model`` with DP-SGD for ``recipe.epochs`` epochs and account the privacy spent.
 
@@ -322,7 +323,7 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRec
         x: (n, *input_shape) model-input-space training inputs; y: (n,) labels (±1 floats or classes).
         recipe: ``loss`` (a ``LOSSES`` key), ``epochs`` (of round(1/q) steps each), SGD's ``lr``,
             ``momentum`` and ``weight_decay`` (on the noised gradient), and ``seed``, the seed of the
-            generator of batches and noise (:class:`~datarecon.training.fit.FitRecipe`; optimizer
+            generator of batches and noise (:class:`~datarecon.kernel.step.TrainingRecipe`; optimizer
             ``gd``, schedule ``constant``, no ``batch_size``).
         dp: the DP-SGD settings.
         loop: ``log_every``: full-batch history rows every this many epochs (of round(1/q) steps each), as

@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,7 +30,7 @@ from datarecon.kernel.engine import BaseHook, LoopOptions, LoopState
 from datarecon.kernel.losses import LOSSES, accuracy, margins, squared_norm
 from datarecon.kernel.run_loop import Display, RunLoop
 from datarecon.kernel.status import Status
-from datarecon.kernel.step import batch_order, energy
+from datarecon.kernel.step import TrainingRecipe, batch_order, energy
 from datarecon.training.kkt_regime import homogeneity_degree, normalised_margin
 from datarecon.training.margin import EXP_TAILED, MarginAscentStepper, log_mean_loss
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES, USES_PRECOMPUTED_GRAD
@@ -56,41 +56,9 @@ class StopRule:
     margin_rtol: float = 1e-4
 
 
-@dataclass(frozen=True)
-class FitRecipe:
-    """The optimisation recipe of a training run: what :func:`fit` minimises and how (and the SGD
-    settings of :func:`datarecon.training.dp.fit_dp`). ``TrainConfig.recipe()`` builds it from a config.
-
-    Attributes:
-        loss: a name in :data:`datarecon.kernel.losses.LOSSES`.
-        weight_decay: wd ≥ 0 of the energy term (wd/2)‖θ‖².
-        optimizer: a name in :data:`datarecon.training.optim.OPTIMIZERS` (``gd``, ``lbfgs``).
-        lr: base learning rate η > 0 (initial step for ``lbfgs``).
-        momentum: heavy-ball momentum μ ∈ [0, 1) (``gd`` only).
-        epochs: maximum number of epochs (full-batch updates; for DP-SGD epochs of round(1/q) steps), ≥ 0.
-        schedule: a name in :data:`datarecon.training.optim.SCHEDULES`.
-        max_lr_factor: cap of the learning rate relative to ``lr`` for growing schedules (None: no cap).
-            ``loss-normalised`` on an exp-tailed loss without weight decay steps lr·min(1, cap·L)·∇log L,
-            computed in the log domain: (lr/L)·∇L without underflow, however small L gets.
-        batch_size: mini-batch SGD with batches of this size, 1 ≤ b ≤ n (``gd`` with a constant
-            schedule; an epoch is ⌈n/b⌉ steps over :func:`datarecon.kernel.step.batch_order`); None: full batch.
-        seed: the training seed: of the mini-batch order, and of DP-SGD's Poisson batches and noise.
-        norm_mode: how batch norm layers run in the training steps: ``train`` (each batch's statistics,
-            the running ones updated) or ``eval`` (the running statistics fixed, the affine weights
-            trained: fine-tuning, SimuDy's setting). Metrics are always computed in eval mode.
-    """
-
-    loss: str
-    weight_decay: float = 0.0
-    optimizer: str = "gd"
-    lr: float = 0.01
-    momentum: float = 0.0
-    epochs: int = 1000
-    schedule: str = "constant"
-    max_lr_factor: float | None = 1e6
-    batch_size: int | None = None
-    seed: int = 0
-    norm_mode: Literal["train", "eval"] = "train"
+#: what :func:`fit` trains by: the one :class:`~datarecon.kernel.step.TrainingRecipe`, under the
+#: training API's name
+FitRecipe = TrainingRecipe
 
 
 @contextmanager
@@ -372,7 +340,7 @@ def _check_fit(recipe: FitRecipe, x: torch.Tensor, y: torch.Tensor) -> None:
         raise DataReconError(f"x has {x.shape[0]} samples but y has {y.shape[0]}; pass matching tensors")
     if x.shape[0] == 0:
         raise DataReconError("no training samples; increase n_per_class")
-    if not (r.lr > 0 and math.isfinite(r.lr)):
+    if r.lr is None or not (r.lr > 0 and math.isfinite(r.lr)):
         raise DataReconError(f"learning rate must be positive, got {r.lr}; pass --lr > 0")
     if r.epochs < 0:
         raise DataReconError(f"epochs must be >= 0, got {r.epochs}")

@@ -36,18 +36,25 @@ from datarecon.kernel.files import HISTORY
 from datarecon.kernel.losses import LOSSES
 from datarecon.kernel.outdir import claim_out_dir
 from datarecon.kernel.status import Status
+from datarecon.kernel.step import TrainingRecipe
 from datarecon.models.checkpoint import ModelBundle, ModelDescription, TrainingRecord, save_model_dir
 from datarecon.models.spec import ARCHITECTURES, ArchSpec, build_model, count_parameters, is_homogeneous
 from datarecon.registry import registered
 from datarecon.training.dp import DPConfig, fit_dp
 from datarecon.training.dp import resolve as resolve_dp
-from datarecon.training.fit import (AscentRecipe, FitRecipe, FitResult, StopRule, TrainingCheckpoint, ascend_margin,
-                                    evaluate, fit)
+from datarecon.training.fit import AscentRecipe, FitResult, StopRule, TrainingCheckpoint, ascend_margin, evaluate, fit
 from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
 from datarecon.training.margin import EXP_TAILED
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
-from datarecon.training.pretrained import (PretrainedConfig, PretrainedStart, check_compatible, check_disjoint,
-                                           pretrained_record, resolve_pretrained, start_model)
+from datarecon.training.pretrained import (
+    PretrainedConfig,
+    PretrainedStart,
+    check_compatible,
+    check_disjoint,
+    pretrained_record,
+    resolve_pretrained,
+    start_model,
+)
 from datarecon.utils.device import parse_device
 from datarecon.utils.dtypes import torch_dtype
 from datarecon.utils.io import atomic_write_text, config_hash, params_digest, read_json
@@ -262,10 +269,10 @@ class TrainConfig(BaseModel):
     def _drop_unset_batch_size(self, handler):  # type: ignore[no-untyped-def]
         return drop_defaults(self, handler(self), ("batch_size", "pretrained"))  # unset: model.json as before
 
-    def recipe(self) -> FitRecipe:
+    def recipe(self) -> TrainingRecipe:
         """The optimisation recipe of the epochs (:func:`~datarecon.training.fit.fit`,
         :func:`~datarecon.training.dp.fit_dp`); ``seed`` orders the mini-batches and DP-SGD's batches and noise."""
-        return FitRecipe(loss=self.loss, weight_decay=self.weight_decay, optimizer=self.optimizer, lr=self.lr,
+        return TrainingRecipe(loss=self.loss, weight_decay=self.weight_decay, optimizer=self.optimizer, lr=self.lr,
                          momentum=self.momentum, epochs=self.epochs, schedule=self.schedule,
                          max_lr_factor=self.max_lr_factor, batch_size=self.batch_size, seed=self.seed,
                          norm_mode="eval" if self.pretrained is not None else "train")
