@@ -181,8 +181,10 @@ def test_every_reconstruct_flag_reaches_its_field_and_a_foreign_one_is_refused()
     alternative that lacks it."""
     from datarecon.attacks import ATTACKS
     from datarecon.attacks.init import INITS
-    from datarecon.cli.reconstruct import FLAGS, _attack_fields, _init_fields
-    from datarecon.experiments.reconstruct import ReconstructionRun, build_run
+    from datarecon.cli.reconstruct import FLAGS, ModelOptions, RunSource, _run
+    from datarecon.experiments.reconstruct import ReconstructionRun, RunLayers, build_run, run_from_layers
+
+    model = ModelOptions(model="m", weights=None, input_shape=None, value_range="0,1", loss=None, weight_decay=0.0)
 
     heads = {f.path.split(".")[0] for f in FLAGS}
     assert {"attack", "init", "candidates", "seed", "device", "early_stop", "checkpoint", "knowledge"} <= heads
@@ -195,21 +197,22 @@ def test_every_reconstruct_flag_reaches_its_field_and_a_foreign_one_is_refused()
             method = flag.owners[0]
             value = _another(flag, ATTACKS.get(method).config_cls, name)
             given = overrides_from(FLAGS, {flag.param: value})["attack"]
-            _, config = _attack_fields(method, {}, given, {})
-            assert config[name] == given[name], flag.path
+            run = run_from_layers(RunLayers(flags={"attack": given}, method=method, model="m"))
+            assert run.attack.model_dump()[name] == given[name], flag.path
             foreign = [m for m in ATTACKS.names() if m not in flag.owners]
             if foreign:
                 with pytest.raises(DataReconError, match=f"does not apply to method {foreign[0]!r}"):
-                    _attack_fields(foreign[0], {}, given, {})
+                    run_from_layers(RunLayers(flags={"attack": given}, method=foreign[0], model="m"))
         elif head == "init":
             init = flag.owners[0]
             value = _another(flag, INITS.get(init).params_cls, name)
             given = overrides_from(FLAGS, {flag.param: value})["init"]
-            assert _init_fields(init, {}, given) == (init, given)
+            run = run_from_layers(RunLayers(flags={"init": given}, init=init, model="m"))
+            assert run.init.name == init and run.init_params()[name] == given[name], flag.path
             foreign = [i for i in INITS.names() if i not in flag.owners]
             if foreign:
                 with pytest.raises(DataReconError, match=f"{flag.decls[0]} applies to .* inits, not {foreign[0]!r}"):
-                    _init_fields(foreign[0], {}, given)
+                    _run(model, RunSource(method=None, init=foreign[0], config_file=None, sets=None), {"init": given})
         else:
             owner = ReconstructionRun
             for part in flag.path.split(".")[:-1]:

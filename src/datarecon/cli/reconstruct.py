@@ -6,8 +6,9 @@ YAML/TOML, one-to-one with ``ReconstructionRun``: docs/RUNS.md), the explicit op
 overrides one field: ``--method`` → ``attack.method``, ``--steps`` → ``attack.steps``, ``--init`` →
 ``init.name``, ``--checkpoint-every`` → ``checkpoint.every``, ...; an attack option is refused when
 the method has no such field) and ``--set field=value`` (value parsed as YAML; a plain ``field`` is
-an attack field, a dotted ``init.scale`` any field of the run). The method's config is built from
-the ATTACKS registry, so a new method plugs in by registering itself; no change here.
+an attack field, a dotted ``init.scale`` any field of the run). The command parses; the layers are
+merged and validated once by :func:`~datarecon.experiments.reconstruct.run_from_layers`, the method's
+config from the ATTACKS registry, so a new method plugs in by registering itself.
 
 The attack only receives the attacker's view (θ*, architecture, loss, weight decay, input shape
 and range, labels). The one place this command loads data is a data-dependent initialisation
@@ -40,30 +41,25 @@ from datarecon.cli.options import (
     output_options,
     union_flags,
 )
-from datarecon.config import layered, merge, read_config_mapping, set_dotted
+from datarecon.config import read_config_mapping
 from datarecon.errors import DataReconError
 from datarecon.experiments.reconstruct import (
     DATA_INITS_NOTE,
     OWN_MODEL,
     ReconstructionRun,
+    RunLayers,
     RunOptions,
-    build_run,
     execute,
+    layered_init_name,
     reconstruct_runs,
+    run_from_layers,
     run_name,
 )
 from datarecon.kernel.outdir import check_out_dir
 from datarecon.kernel.status import EVALUABLE
 from datarecon.models.byom import build_from_factory, check_outputs, load_weights
-from datarecon.utils.device import parse_device
 
 DATA_INITS = ("ground-truth", "partition", "mix")
-
-
-def run_fields() -> tuple[str, ...]:
-    """``--set`` keys that are the run's own fields (``--set candidates=8``, ``--set model=DIR``), not its
-    attack's: every field of the typed run but ``attack`` and ``init`` (read from the model)."""
-    return tuple(f for f in ReconstructionRun.model_fields if f not in ("attack", "init"))
 
 
 def parse_set(items: list[str] | None) -> dict[str, Any]:
@@ -256,36 +252,22 @@ def reconstruct(
 
 
 def _run(model_options: ModelOptions, source: RunSource, overrides: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
-    """(the typed run, a user's own model as the target or None, extra run.json fields): defaults <
-    run file < flags < ``--set``."""
+    """(the typed run, a user's own model as the target or None, extra run.json fields): the command
+    line parsed into the run's layers (:func:`~datarecon.experiments.reconstruct.run_from_layers`
+    merges and validates them)."""
     config_file = source.config_file
     fields = read_config_mapping(config_file) if config_file is not None else {}
-    where = f"run file {config_file}" if config_file is not None else "run"
-    for section, example in (("attack", "{method: kkt, steps: 500}"), ("init", "{name: gaussian, scale: 0.05}")):
-        if fields.get(section) is not None and not isinstance(fields[section], dict):
-            raise DataReconError(f"invalid {where}: {section}: must be a mapping like {example}, got "
-                                 f"{fields[section]!r}")
     sets = parse_set(source.sets)
-    run_sets = {k: v for k, v in sets.items() if "." in k or k in run_fields()}  # the rest: attack fields
     _check_counts(overrides)
-    method, attack = _attack_fields(source.method, fields, overrides.pop("attack", {}), sets)
-    init_name, init_fields = _init_fields(source.init, fields, overrides.pop("init", {}))
+    init_name = layered_init_name(fields, source.init)
+    for key in overrides.get("init", {}):  # an init flag the chosen initialisation has no field for
+        flag = next(f for f in FLAGS if f.path == f"init.{key}")
+        if init_name not in flag.owners:
+            raise DataReconError(f"{flag.decls[0]} applies to {', '.join(flag.owners)} inits, not {init_name!r}")
     model, target, record = _own_model(model_options, init_name=init_name)
-    if unknown := [k for k in fields if k not in (*run_fields(), "attack", "init")]:  # before "missing --model"
-        raise DataReconError(f"invalid {where}: {', '.join(map(str, unknown))}: unknown "
-                             f"key{'s' if len(unknown) > 1 else ''} (allowed keys: attack, init, {', '.join(run_fields())})")
-    if model is None and "model" not in fields:
-        raise DataReconError("missing --model; pass the model directory (--model DIR) or a run file with model: DIR")
-    data = merge({k: v for k, v in fields.items() if k not in ("attack", "init")},
-                 {**overrides, "attack": {"method": method, **attack}, "init": {"name": init_name, **init_fields},
-                  **({"model": str(model)} if model is not None else {})})
-    for key, value in run_sets.items():
-        if not key.startswith("attack."):
-            set_dotted(data, key, value)
-    run = build_run(data, where=where)
-    if run.steps < 1:
-        raise DataReconError(f"steps must be at least 1, got {run.steps}; pass --steps N with N >= 1")
-    parse_device(run.device)
+    where = f"run file {config_file}" if config_file is not None else "run"
+    run = run_from_layers(RunLayers(file=fields, flags=overrides, sets=sets, method=source.method, init=source.init,
+                                    model=model, where=where))
     return run, target, record
 
 
@@ -317,42 +299,6 @@ def _check_counts(overrides: dict[str, Any]) -> None:
         raise DataReconError(f"candidate count must be at least 1, got {candidates}; pass --candidates M with M >= 1")
     if any(v is not None and v < 1 for v in overrides.get("checkpoint", {}).values()):
         raise DataReconError("--checkpoint-every and --log-every must be >= 1")
-
-
-def _attack_fields(method: str | None, fields: dict[str, Any], given: dict[str, Any],
-                   sets: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(method, its config fields, not yet validated): run file < flags < ``--set``; a flag the method
-    has no field for is refused, naming the method's fields (the run validates them once)."""
-    attack_file = dict(fields.get("attack") or {})
-    method = method or attack_file.pop("method", None) or "kkt"
-    attack_file.pop("method", None)
-    attack_sets = {k: v for k, v in sets.items() if "." not in k and k not in run_fields()}
-    attack_sets.update({k.split(".", 1)[1]: v for k, v in sets.items() if k.startswith("attack.")})
-    steps = given.get("steps")
-    if isinstance(steps, int) and steps < 1:  # the one message of every count below 1 (not "greater than 0")
-        raise DataReconError(f"steps must be at least 1, got {steps}; pass --steps N with N >= 1")
-    known = set(ATTACKS.get(method).config_cls.model_fields)
-    for key, value in given.items():
-        if value is not None and key not in known:
-            flag = "--" + key.replace("_", "-")
-            raise DataReconError(f"option {flag} does not apply to method {method!r}; "
-                                 f"its fields: {', '.join(sorted(known))}")
-    return method, layered(attack_file, given, attack_sets)
-
-
-def _init_fields(init: str | None, fields: dict[str, Any], given: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(init name, its parameters): the run file's (dropped when ``--init`` names another) < flags; a
-    flag of a parameter the initialisation lacks is refused, naming the ones that have it."""
-    init_file = dict(fields.get("init") or {})
-    name = init or init_file.get("name") or "gaussian"
-    if name != init_file.get("name", "gaussian"):
-        init_file = {}  # --init names another initialisation: the file's parameters were for the old one
-    init_file.pop("name", None)
-    for key in given:
-        flag = next(f for f in FLAGS if f.path == f"init.{key}")
-        if name not in flag.owners:
-            raise DataReconError(f"{flag.decls[0]} applies to {', '.join(flag.owners)} inits, not {name!r}")
-    return name, {**init_file, **given}
 
 
 def drop_none(data: dict[str, Any]) -> dict[str, Any]:

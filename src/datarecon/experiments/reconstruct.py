@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import types
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -51,7 +51,7 @@ from datarecon.attacks.knowledge import KnowledgeSettings, resolve_known_init, r
 from datarecon.attacks.runner import run_attack
 from datarecon.attacks.selection import CRITERIA, ResidualPlateau
 from datarecon.attacks.subspace import SUBSPACE_FILE, analyse, first_dense_layer, save_analysis
-from datarecon.config import MAX_SEED, build_config, build_record, merge, read_config_mapping
+from datarecon.config import MAX_SEED, build_config, build_record, layered, merge, read_config_mapping, set_dotted
 from datarecon.data import DataSpec, Normalisation, load_task
 from datarecon.data.selection import check_fingerprint
 from datarecon.errors import DataReconError, DivergenceError
@@ -265,6 +265,105 @@ def build_run(fields: Mapping[str, Any], *, where: str = "run") -> Reconstructio
             data.pop(key, None)
     return build_config(ReconstructionRun, data, where=where)
 
+
+
+def run_fields() -> tuple[str, ...]:
+    """The run's own fields (``candidates``, ``seed``, ``model``, ...): every field of
+    :class:`ReconstructionRun` but ``attack`` and ``init``."""
+    return tuple(f for f in ReconstructionRun.model_fields if f not in ("attack", "init"))
+
+
+def layered_init_name(file_fields: Mapping[str, Any], init: str | None = None) -> str:
+    """The initialisation a layered run uses: ``init`` when given, else the run file's, else gaussian."""
+    section = file_fields.get("init")
+    return init or (section.get("name") if isinstance(section, Mapping) else None) or "gaussian"
+
+
+@dataclass(frozen=True)
+class RunLayers:
+    """Where one run's fields come from, in increasing priority: the defaults, a run file, the
+    command line's fields, and ``--set`` overrides.
+
+    Attributes:
+        file: the run file's mapping (``{}``: none).
+        flags: the command line's fields as a nested mapping (``attack`` and ``init`` sections and
+            run fields; ``None`` values override nothing).
+        sets: ``field=value`` overrides: a plain field is an attack field (``lr_x``), a dotted one any
+            field of the run (``init.scale``, ``attack.steps``, ``checkpoint.every``).
+        method: the attack method chosen over the file's (``--method``).
+        init: the initialisation chosen over the file's (``--init``; the file's parameters then go).
+        model: the model chosen over the file's (``--model``).
+        where: how errors name the source (``run file F``).
+    """
+
+    file: Mapping[str, Any] = field(default_factory=dict)
+    flags: Mapping[str, Any] = field(default_factory=dict)
+    sets: Mapping[str, Any] = field(default_factory=dict)
+    method: str | None = None
+    init: str | None = None
+    model: str | None = None
+    where: str = "run"
+
+
+def _layered_attack(layers: RunLayers) -> tuple[str, dict[str, Any]]:
+    """(method, its fields, not yet validated): run file < flags < sets; a flag the method has no
+    field for is refused, naming the method's fields."""
+    attack_file = dict(layers.file.get("attack") or {})
+    method = layers.method or attack_file.pop("method", None) or "kkt"
+    attack_file.pop("method", None)
+    given = dict(layers.flags.get("attack") or {})
+    sets = layers.sets
+    attack_sets = {k: v for k, v in sets.items() if "." not in k and k not in run_fields()}
+    attack_sets.update({k.split(".", 1)[1]: v for k, v in sets.items() if k.startswith("attack.")})
+    steps = given.get("steps")
+    if isinstance(steps, int) and steps < 1:  # the one message of every count below 1 (not "greater than 0")
+        raise DataReconError(f"steps must be at least 1, got {steps}; pass --steps N with N >= 1")
+    known = set(ATTACKS.get(method).config_cls.model_fields)
+    for key, value in given.items():
+        if value is not None and key not in known:
+            flag = "--" + key.replace("_", "-")
+            raise DataReconError(f"option {flag} does not apply to method {method!r}; "
+                                 f"its fields: {', '.join(sorted(known))}")
+    return method, layered(attack_file, given, attack_sets)
+
+
+def run_from_layers(layers: RunLayers) -> ReconstructionRun:
+    """The run of ``layers``: defaults < run file < flags < sets, merged as mappings and validated once
+    (:func:`build_run`).
+
+    Raises:
+        DataReconError: a section that is not a mapping, an unknown key of the file, no model, a flag
+            the method has no field for, invalid fields, fewer than 1 step or a bad device (one line).
+    """
+    fields, where = layers.file, layers.where
+    for section, example in (("attack", "{method: kkt, steps: 500}"), ("init", "{name: gaussian, scale: 0.05}")):
+        if fields.get(section) is not None and not isinstance(fields[section], Mapping):
+            raise DataReconError(f"invalid {where}: {section}: must be a mapping like {example}, got "
+                                 f"{fields[section]!r}")
+    method, attack = _layered_attack(layers)
+    init_name = layered_init_name(fields, layers.init)
+    init_file = dict(fields.get("init") or {})
+    if init_name != init_file.get("name", "gaussian"):
+        init_file = {}  # another initialisation was chosen: the file's parameters were for the old one
+    init_file.pop("name", None)
+    if unknown := [k for k in fields if k not in (*run_fields(), "attack", "init")]:  # before "missing --model"
+        raise DataReconError(f"invalid {where}: {', '.join(map(str, unknown))}: unknown "
+                             f"key{'s' if len(unknown) > 1 else ''} (allowed keys: attack, init, {', '.join(run_fields())})")
+    if layers.model is None and "model" not in fields:
+        raise DataReconError("missing --model; pass the model directory (--model DIR) or a run file with model: DIR")
+    run_flags = {k: v for k, v in layers.flags.items() if k not in ("attack", "init")}
+    data = merge({k: v for k, v in fields.items() if k not in ("attack", "init")},
+                 {**run_flags, "attack": {"method": method, **attack},
+                  "init": {"name": init_name, **init_file, **dict(layers.flags.get("init") or {})},
+                  **({"model": str(layers.model)} if layers.model is not None else {})})
+    for key, value in layers.sets.items():
+        if ("." in key or key in run_fields()) and not key.startswith("attack."):
+            set_dotted(data, key, value)
+    run = build_run(data, where=where)
+    if run.steps < 1:
+        raise DataReconError(f"steps must be at least 1, got {run.steps}; pass --steps N with N >= 1")
+    parse_device(run.device)
+    return run
 
 
 def method_config(method: str, fields: Mapping[str, Any] | BaseModel | None = None, **options: Any) -> BaseModel:
