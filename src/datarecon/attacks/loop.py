@@ -20,7 +20,7 @@ import torch
 from datarecon.attacks.base import ATTACK_LOOP, DEFAULT_DIVERGENCE_HINT, Attack, AttackerPrior, Reconstruction, Target
 from datarecon.attacks.subspace import subspace_scores
 from datarecon.kernel.status import Status
-from datarecon.kernel.engine import EarlyStop, LoopOptions, LoopState, Stepping
+from datarecon.kernel.engine import EarlyStop, LoopOptions, LoopState, RunningLoop
 from datarecon.kernel.run_loop import Display, RunLoop
 
 EARLY_STOP_REASON = "stopped early: residual plateau"
@@ -104,9 +104,9 @@ class AttackLoop:
         already spent (restored runs); the final :class:`LoopState`."""
         return self.run_loop.run(start=start, total=total, elapsed_s=elapsed_s)
 
-    def begin(self, *, start: int, total: int, elapsed_s: float) -> Stepping:
+    def begin(self, *, start: int, total: int, elapsed_s: float) -> RunningLoop:
         """The loop of :meth:`run`, one step at a time: a driver computes each step (e.g. with the
-        steps of other runs) and hands its metrics to :meth:`Stepping.advance`."""
+        steps of other runs) and hands its metrics to :meth:`RunningLoop.advance`."""
         return self.run_loop.begin(start=start, total=total, elapsed_s=elapsed_s)
 
     def step(self, index: int) -> dict[str, float]:

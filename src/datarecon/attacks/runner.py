@@ -50,7 +50,7 @@ from datarecon.attacks.run_directory import (
 )
 from datarecon.errors import DataReconError
 from datarecon.kernel.status import Status
-from datarecon.kernel.engine import LoopOptions, LoopState, Stepping
+from datarecon.kernel.engine import LoopOptions, LoopState, RunningLoop
 from datarecon.kernel.losses import loss_name
 from datarecon.utils.io import config_hash, versions
 from datarecon.utils.lock import hold
@@ -138,7 +138,7 @@ def run_attack(attack: Attack, setup: AttackSetup, *, steps: int | None = None, 
 class OpenRun:
     """One attack run, opened: its state is ready (fresh or restored), its run directory begun.
 
-    A driver (:func:`drive`) steps it through :meth:`begin`'s :class:`Stepping` and ends it with
+    A driver (:func:`drive`) steps it through :meth:`begin`'s :class:`RunningLoop` and ends it with
     :meth:`finish`. Built by :func:`open_run`.
     """
 
@@ -211,7 +211,7 @@ class OpenRun:
         self.run_dir.save_checkpoint(self.state, self._progress_meta(ls, self.loop.checkpoint_status(ls)),
                                      generator=self.setup.generator)
 
-    def begin(self) -> Stepping:
+    def begin(self) -> RunningLoop:
         """Start the run's loop at its restored step (checkpointing when it has a directory)."""
         return self.loop.begin(start=self.start, total=self.steps, elapsed_s=self.elapsed)
 
@@ -277,7 +277,7 @@ def step_each(requests: list[StepRequest]) -> None:
         r.metrics = r.run.loop.step(r.step)
 
 
-def _advance(loops: Mapping[int, Stepping], requests: Sequence[StepRequest]) -> None:
+def _advance(loops: Mapping[int, RunningLoop], requests: Sequence[StepRequest]) -> None:
     """Hand every run whose step was taken its metrics (all of them, even if one's hooks fail)."""
     error: BaseException | None = None
     for r in requests:

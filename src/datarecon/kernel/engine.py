@@ -109,7 +109,7 @@ class Engine:
     """Runs ``step`` from ``state.step`` to ``total`` with hooks.
 
     :meth:`run` is the whole loop. :meth:`begin` gives the same loop one step at a time (a
-    :class:`Stepping`): a driver that computes the steps of several loops together (K attack runs
+    :class:`RunningLoop`): a driver that computes the steps of several loops together (K attack runs
     against one target, :mod:`datarecon.attacks.batched`) advances each loop with its metrics, so
     every loop's hooks, stop rules and fault point are the ones :meth:`run` would use.
 
@@ -122,9 +122,9 @@ class Engine:
         self.step = step
         self.hooks = list(hooks)
 
-    def begin(self, *, start: int, total: int, elapsed_s: float = 0.0) -> Stepping:
-        """Start the loop at ``start`` (the hooks' ``before_run`` are called); step it with :meth:`Stepping.advance`."""
-        return Stepping(self.hooks, LoopState(step=start, total=total, wall_time_s=elapsed_s))
+    def begin(self, *, start: int, total: int, elapsed_s: float = 0.0) -> RunningLoop:
+        """Start the loop at ``start`` (the hooks' ``before_run`` are called); step it with :meth:`RunningLoop.advance`."""
+        return RunningLoop(self.hooks, LoopState(step=start, total=total, wall_time_s=elapsed_s))
 
     def run(self, *, start: int, total: int, elapsed_s: float = 0.0) -> LoopState:
         """Run steps ``start .. total-1``; returns the final state."""
@@ -139,7 +139,7 @@ class Engine:
         return loop.state
 
 
-class Stepping:
+class RunningLoop:
     """One running loop of an :class:`Engine`, advanced by its driver one step at a time.
 
     Args:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from datarecon.kernel.engine import (BaseHook, Checkpoint, Engine, History, Hook, LoopOptions, LoopState, NaNStop,
-                                     ProgressBar, Stepping, StepFn, Updating)
+                                     ProgressBar, RunningLoop, StepFn, Updating)
 from datarecon.kernel.status import Status
 
 
@@ -119,9 +119,9 @@ class RunLoop:
         saver = [self.saver] if self.saver is not None else []
         return [*self.prepare, self.nan_stop, self.history, *self.stops, progress, *saver, *self.options.hooks]
 
-    def begin(self, *, start: int, total: int, elapsed_s: float = 0.0) -> Stepping:
+    def begin(self, *, start: int, total: int, elapsed_s: float = 0.0) -> RunningLoop:
         """The loop one step at a time, from ``start`` of ``total`` steps: a driver computes each step
-        (e.g. with the steps of other loops) and hands its metrics to :meth:`Stepping.advance`."""
+        (e.g. with the steps of other loops) and hands its metrics to :meth:`RunningLoop.advance`."""
         return Engine(self.step, hooks=self.hooks()).begin(start=start, total=total, elapsed_s=elapsed_s)
 
     def run(self, *, start: int, total: int, elapsed_s: float = 0.0) -> LoopState:
