@@ -41,6 +41,25 @@ Params = dict[str, torch.Tensor]
 
 
 @dataclass(frozen=True)
+class MarginAscent:
+    """The margin-ascent stage that may end a training (:func:`datarecon.training.fit.ascend_margin`).
+
+    Attributes:
+        steps: number of steps (each one forward + backward), ≥ 0.
+        step_size: initial angle η₀ of a step on the sphere (radians), 0 < η₀ ≤ ``max_step``.
+        growth: η ← growth·η after an accepted step (η ← η/2 after a rejected one), ≥ 1.
+        max_step: upper bound of η.
+        min_step: stop once η < min_step (no step of that size lowers log L any more), > 0.
+    """
+
+    steps: int
+    step_size: float = 0.01
+    growth: float = 1.1
+    max_step: float = 0.1
+    min_step: float = 1e-6
+
+
+@dataclass(frozen=True)
 class TrainingRecipe:
     """How a model is, or was, trained: the one description ``datarecon train`` runs from, a model
     directory records and an attacker replays.
@@ -69,6 +88,7 @@ class TrainingRecipe:
         norm_mode: how batch norm layers run in the training steps: ``train`` (each batch's statistics,
             the running ones updated) or ``eval`` (the running statistics fixed, the affine weights
             trained: fine-tuning, SimuDy's setting). Metrics are always computed in eval mode.
+        margin_ascent: the margin-ascent stage after the epochs (:class:`MarginAscent`), or None.
     """
 
     loss: str
@@ -82,6 +102,7 @@ class TrainingRecipe:
     batch_size: int | None = None
     seed: int | None = 0
     norm_mode: Literal["train", "eval"] = "train"
+    margin_ascent: MarginAscent | None = None
 
 
 def energy(model: nn.Module, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, *,
@@ -209,5 +230,5 @@ def batch_order(n: int, batch_size: int, *, seed: int, epoch: int) -> list[torch
     return list(perm.split(batch_size))
 
 
-__all__ = ["Params", "TrainingRecipe", "batch_order", "check_pure", "energy", "gradient", "normalisation_stats", "train_step",
+__all__ = ["MarginAscent", "Params", "TrainingRecipe", "batch_order", "check_pure", "energy", "gradient", "normalisation_stats", "train_step",
            "update"]

@@ -2,7 +2,7 @@
 ``train_target`` (config -> model directory) and the KKT-regime diagnostics."""
 
 from datarecon.kernel.losses import LOSSES, accuracy, energy, margins, weight_penalty
-from datarecon.kernel.step import TrainingRecipe
+from datarecon.kernel.step import MarginAscent, TrainingRecipe
 from datarecon.training.fit import (
     AscentRecipe,
     FitRecipe,
@@ -33,7 +33,8 @@ from datarecon.training.target import (
 )
 
 __all__ = [
-    "LOSSES", "OPTIMIZERS", "SCHEDULES", "ArchConfig", "AscentRecipe", "FitRecipe", "FitResult", "KKTRegimeScore", "TrainingRecipe",
+    "LOSSES", "OPTIMIZERS", "SCHEDULES", "ArchConfig", "AscentRecipe", "FitRecipe", "FitResult", "KKTRegimeScore",
+    "MarginAscent", "TrainingRecipe",
     "MarginAscentConfig", "StopConfig", "StopRule", "TrainConfig", "TrainResult", "TrainingCheckpoint", "accuracy",
     "ascend_margin", "build_train_config", "energy", "evaluate", "fit", "homogeneity_degree", "kkt_regime_score",
     "margins", "model_card", "normalised_margin", "per_sample_gradients", "train_target", "weight_penalty",

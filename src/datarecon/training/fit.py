@@ -30,7 +30,7 @@ from datarecon.kernel.engine import BaseHook, LoopOptions, LoopState
 from datarecon.kernel.losses import LOSSES, accuracy, margins, squared_norm
 from datarecon.kernel.run_loop import Display, RunLoop
 from datarecon.kernel.status import Status
-from datarecon.kernel.step import TrainingRecipe, batch_order, energy
+from datarecon.kernel.step import MarginAscent, TrainingRecipe, batch_order, energy
 from datarecon.training.kkt_regime import homogeneity_degree, normalised_margin
 from datarecon.training.margin import EXP_TAILED, MarginAscentStepper, log_mean_loss
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES, USES_PRECOMPUTED_GRAD
@@ -73,23 +73,9 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
         model.train(was)
 
 
-@dataclass(frozen=True)
-class AscentRecipe:
-    """The settings of :func:`ascend_margin` (``MarginAscentConfig.recipe()`` builds it from a config).
-
-    Attributes:
-        steps: number of steps (each one forward + backward), ≥ 0.
-        step_size: initial angle η₀ of a step on the sphere (radians), 0 < η₀ ≤ ``max_step``.
-        growth: η ← growth·η after an accepted step (η ← η/2 after a rejected one), ≥ 1.
-        max_step: upper bound of η.
-        min_step: stop once η < min_step (no step of that size lowers log L any more), > 0.
-    """
-
-    steps: int
-    step_size: float = 0.01
-    growth: float = 1.1
-    max_step: float = 0.1
-    min_step: float = 1e-6
+#: what :func:`ascend_margin` runs: the training recipe's margin-ascent stage
+#: (:class:`~datarecon.kernel.step.MarginAscent`), under the training API's name
+AscentRecipe = MarginAscent
 
 
 @dataclass(frozen=True)

@@ -36,13 +36,13 @@ from datarecon.kernel.files import HISTORY
 from datarecon.kernel.losses import LOSSES
 from datarecon.kernel.outdir import claim_out_dir
 from datarecon.kernel.status import Status
-from datarecon.kernel.step import TrainingRecipe
+from datarecon.kernel.step import MarginAscent, TrainingRecipe
 from datarecon.models.checkpoint import ModelBundle, ModelDescription, TrainingRecord, save_model_dir
 from datarecon.models.spec import ARCHITECTURES, ArchSpec, build_model, count_parameters, is_homogeneous
 from datarecon.registry import registered
 from datarecon.training.dp import DPConfig, fit_dp
 from datarecon.training.dp import resolve as resolve_dp
-from datarecon.training.fit import AscentRecipe, FitResult, StopRule, TrainingCheckpoint, ascend_margin, evaluate, fit
+from datarecon.training.fit import FitResult, StopRule, TrainingCheckpoint, ascend_margin, evaluate, fit
 from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
 from datarecon.training.margin import EXP_TAILED
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
@@ -164,9 +164,9 @@ class MarginAscentConfig(BaseModel):
                                  "lower step_size or raise max_step")
         return self
 
-    def recipe(self) -> AscentRecipe:
+    def recipe(self) -> MarginAscent:
         """The settings of :func:`~datarecon.training.fit.ascend_margin`."""
-        return AscentRecipe(steps=self.steps, step_size=self.step_size, growth=self.growth, max_step=self.max_step,
+        return MarginAscent(steps=self.steps, step_size=self.step_size, growth=self.growth, max_step=self.max_step,
                             min_step=self.min_step)
 
 
@@ -270,12 +270,14 @@ class TrainConfig(BaseModel):
         return drop_defaults(self, handler(self), ("batch_size", "pretrained"))  # unset: model.json as before
 
     def recipe(self) -> TrainingRecipe:
-        """The optimisation recipe of the epochs (:func:`~datarecon.training.fit.fit`,
-        :func:`~datarecon.training.dp.fit_dp`); ``seed`` orders the mini-batches and DP-SGD's batches and noise."""
+        """How the target is trained: the epochs (:func:`~datarecon.training.fit.fit`,
+        :func:`~datarecon.training.dp.fit_dp`; ``seed`` orders the mini-batches and DP-SGD's batches and
+        noise) and the margin-ascent stage after them, if any."""
         return TrainingRecipe(loss=self.loss, weight_decay=self.weight_decay, optimizer=self.optimizer, lr=self.lr,
                          momentum=self.momentum, epochs=self.epochs, schedule=self.schedule,
                          max_lr_factor=self.max_lr_factor, batch_size=self.batch_size, seed=self.seed,
-                         norm_mode="eval" if self.pretrained is not None else "train")
+                         norm_mode="eval" if self.pretrained is not None else "train",
+                         margin_ascent=self.margin_ascent.recipe() if self.margin_ascent.steps else None)
 
     def arch_spec(self) -> ArchSpec:
         """The architecture with input shape and output count derived from the data spec."""
