@@ -280,16 +280,15 @@ def layered(*layers: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    """``data[a][b]... = value`` for the dotted ``key`` ``a.b...`` (creating nested mappings)."""
+    """``data[a][b]... = value`` for the dotted ``key`` ``a.b...``: the nested mappings it touches are
+    copied (a mapping shared with another spec is never changed) and created where missing."""
     head, _, rest = key.partition(".")
     if not rest:
         data[head] = value
         return
-    inner = data.get(head)
-    if not isinstance(inner, dict):
-        inner = {}
-    data[head] = inner
+    inner = dict(data[head]) if isinstance(data.get(head), dict) else {}
     set_dotted(inner, rest, value)
+    data[head] = inner
 
 
 def load_config_file(path: str | Path, model: type[M], *, overrides: dict[str, Any] | None = None) -> M:

@@ -54,7 +54,7 @@ class Registry(Generic[T]):
         """
         try:
             return self._items[name]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: an unhashable name read from a file (a list, a mapping)
             raise DataReconError(
                 f"unknown {self.kind} {name!r}; valid names: {', '.join(self.names())}"
             ) from None

@@ -149,3 +149,10 @@ def test_executing_the_run_a_run_json_records_reproduces_it_bit_for_bit(model_di
 
 def load_run_json(run_dir):
     return ReconstructionRun.model_validate(json.loads((run_dir / "run.json").read_text())["run"])
+
+
+@pytest.mark.parametrize("method", [[1], {"a": 1}])
+def test_an_unhashable_method_name_gets_a_one_line_error(method):
+    """A run file's method that is a list or a mapping is an unknown name, not an internal error."""
+    with pytest.raises(DataReconError, match="unknown attack method .*; valid names: "):
+        build_run({"model": "m", "attack": {"method": method}})

@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from datarecon.attacks import ATTACKS
 from datarecon.attacks.knowledge import KnowledgeSettings
-from datarecon.config import MAX_SEED, MAX_STEPS, Seed
+from datarecon.config import MAX_SEED, MAX_STEPS, Seed, set_dotted
 from datarecon.errors import DataReconError
 from datarecon.experiments.reconstruct import build_run, method_config
 from datarecon.registry import Registry, registered
@@ -347,17 +347,6 @@ class RunSpec(BaseModel):
 # expansion
 
 
-def _set_dotted(spec: dict[str, Any], key: str, value: Any) -> None:
-    """``spec[a][b]... = value`` for key ``a.b...``; copies the nested mappings it touches."""
-    root, _, rest = key.partition(".")
-    if not rest:
-        spec[root] = value
-        return
-    inner = dict(spec.get(root) or {})
-    _set_dotted(inner, rest, value)
-    spec[root] = inner
-
-
 def sample_seed(seed: int, sample: int) -> int:
     """The seed of random draw ``sample`` of a sweep with ``seed`` (stable, platform-independent)."""
     digest = hashlib.sha256(f"datarecon-sweep:{seed}:{sample}".encode()).digest()
@@ -428,7 +417,7 @@ def expand(config: SweepConfig, *, model_dir: str | None = None) -> list[RunSpec
                 spec = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
                 params = {**point, **drawn}
                 for key in sorted(params):
-                    _set_dotted(spec, key, params[key])
+                    set_dotted(spec, key, params[key])
                 if len(seeds) > 1 or config.search.seeds is not None:
                     params["seed"] = run_seed
                 specs.append(RunSpec(**spec, seed=run_seed, params=params, index=len(specs)))
