@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from torch import nn
 from torch.func import functional_call
 
@@ -30,9 +31,10 @@ from datarecon.attacks.optim import (
     init_optimizer_state,
     optimizer_step,
 )
-from datarecon.attacks.priors import add_priors
+from datarecon.attacks.grouped import CROSS_RUN_PRIORS, CoupledGroup
+from datarecon.attacks.priors import PriorInput, add_priors, weighted_priors
 from datarecon.attacks.surrogate import count_functional_relus
-from datarecon.config import MAX_STEPS
+from datarecon.config import MAX_STEPS, drop_defaults
 from datarecon.errors import DataReconError
 from datarecon.kernel.engine import LoopOptions
 from datarecon.kernel.status import Status
@@ -348,6 +350,10 @@ ATTACKS: Registry[type[Attack]] = Registry("attack method")
 DEFAULT_DIVERGENCE_HINT = "lower the step sizes (lr_x, lr_lambda) or the surrogate sharpness alpha"
 
 
+#: prior weight fields added after runs were recorded: left out of config dumps at their default 0
+PRIOR_FIELDS = ("feature_stats_weight", "group_weight")
+
+
 class AttackConfig(BaseModel):
     """The fields every attack built on :class:`Attack`'s default step has: steps, the candidates' step
     size and optimiser, the priors' weights and the precision. An attack's own config subclasses it.
@@ -359,6 +365,8 @@ class AttackConfig(BaseModel):
         momentum, nesterov: SGD's momentum in [0, 1) and Nesterov flag.
         adam_beta1, adam_beta2, adam_eps: Adam's constants.
         box_weight: weight of the pixel-box prior (:data:`datarecon.attacks.priors.PRIORS` ``box``), >= 0.
+        feature_stats_weight: weight of the feature-statistics prior of batch-norm targets (``feature_stats``), >= 0.
+        group_weight: weight of group consistency across runs stepped together (``group``), >= 0.
         dtype: the attack's precision.
     """
 
@@ -373,7 +381,15 @@ class AttackConfig(BaseModel):
     adam_beta2: float = Field(default=0.999, ge=0, lt=1, description="Adam's β2 (optimizer adam)")
     adam_eps: float = Field(default=1e-8, gt=0, description="Adam's ε (optimizer adam)")
     box_weight: float = Field(default=1.0, ge=0, description="weight of the pixel-box prior")
+    feature_stats_weight: float = Field(default=0.0, ge=0, description="weight of the feature-statistics prior "
+                                        "(batch-norm targets)")
+    group_weight: float = Field(default=0.0, ge=0, description="weight of group consistency across --runs")
     dtype: Literal["float32", "float64"] = Field(default="float32", description="float32 | float64")
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_priors(self, handler):  # type: ignore[no-untyped-def]
+        # config hashes of runs written before these priors existed stay what they were
+        return drop_defaults(self, handler(self), PRIOR_FIELDS)
 
     def optimizer_settings(self) -> OptimizerSettings:
         """The optimiser's constants (:class:`~datarecon.attacks.optim.OptimizerSettings`)."""
@@ -461,6 +477,8 @@ class Attack:
         resume_ignore: config fields that may differ when a run is resumed (``steps``: extend a run).
         subspace_candidates: the attack can keep its candidates in the training subspace
             (:meth:`uses_subspace`; run.json then records what it did).
+        step_size_fields: the config's step sizes, scaled together by the step-size probe
+            (:mod:`datarecon.attacks.probe`); empty: the attack is not probed.
     """
 
     name: ClassVar[str] = ""
@@ -470,6 +488,7 @@ class Attack:
     divergence_hint: ClassVar[str] = DEFAULT_DIVERGENCE_HINT
     resume_ignore: ClassVar[tuple[str, ...]] = ("steps",)
     subspace_candidates: ClassVar[bool] = False
+    step_size_fields: ClassVar[tuple[str, ...]] = ("lr_x",)
 
     def __init__(self, config: Any = None) -> None:
         self.config = config if config is not None else self.config_cls()
@@ -500,14 +519,23 @@ class Attack:
         return False
 
     def batch_key(self, target: Target, prior: AttackerPrior) -> tuple[Any, ...] | None:
-        """Runs with equal keys share one stacked step (:meth:`stacked_group`); None: stepped alone."""
-        return None
+        """Runs with equal keys share one stacked step (:meth:`stacked_group`); None: stepped alone.
+        By default runs are stepped alone unless a prior couples them (``group_weight`` > 0): then runs
+        of one config form one :class:`~datarecon.attacks.grouped.CoupledGroup`."""
+        if not self.coupled():
+            return None
+        return ("coupled", json.dumps(config_dict(self.config), sort_keys=True))
+
+    def coupled(self) -> bool:
+        """Whether the config weighs a prior that reads every run of a group (``group_weight`` > 0)."""
+        return any(name in CROSS_RUN_PRIORS for name in weighted_priors(self.config))
 
     def stacked_group(self, runs: Mapping[int, Any]) -> Any:
         """The stacked step of runs with one :meth:`batch_key` (run index → opened run): an object with
         ``rows``, ``gradients(target)`` and ``commit(target, requests, ...)``
-        (:mod:`datarecon.attacks.batched`). Only called when :meth:`batch_key` is not None."""
-        raise NotImplementedError(f"attack {self.name!r} has a batch key but no stacked step")
+        (:mod:`datarecon.attacks.batched`). Only called when :meth:`batch_key` is not None; the default
+        couples the runs' own steps (:meth:`step_gradients`, :meth:`apply_step`) by the cross-run priors."""
+        return CoupledGroup.of(runs)
 
     # -- the run ----------------------------------------------------------------------------------
 
@@ -543,12 +571,26 @@ class Attack:
         Returns:
             The step's scalar metrics: the objective's terms, each prior's value and ``loss`` (the total).
         """
+        metrics, grads = self.step_gradients(target, prior, state)
+        return self.apply_step(state, grads, metrics, index)
+
+    def step_gradients(self, target: Target, prior: AttackerPrior,
+                       state: dict[str, torch.Tensor]) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+        """The first half of :meth:`step`: the objective, its gradient in x and the run's own priors
+        (all but the cross-run ones, which a :class:`~datarecon.attacks.grouped.CoupledGroup` adds);
+        the state is not changed. Returns (metrics, gradients by state name)."""
         x = state["x"].detach().requires_grad_(True)
         terms = dict(self.objective(target, prior, x))
         (gx,) = torch.autograd.grad(terms["loss"], [x])
-        terms, gx = add_priors(self.config, x.detach(), *self.bounds(prior, x.device), terms, gx)
-        metrics = {k: float(v.detach()) for k, v in terms.items()}
-        return commit_update(self.config, state, {"x": gx}, {"x": self.config.lr_x}, metrics)
+        given = PriorInput(x.detach(), *self.bounds(prior, x.device), target=target, labels=self.labels(prior, x.device))
+        terms, gx = add_priors(self.config, given, terms, gx, skip=CROSS_RUN_PRIORS)
+        return {k: float(v.detach()) for k, v in terms.items()}, {"x": gx}
+
+    def apply_step(self, state: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], metrics: dict[str, float],
+                   index: int) -> dict[str, float]:
+        """The second half of :meth:`step`: the optimiser's update under the finiteness rule
+        (:func:`commit_update`); returns the step's metrics."""
+        return commit_update(self.config, state, grads, {"x": self.config.lr_x}, metrics)
 
     def finish(self, target: Target, prior: AttackerPrior,
                state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

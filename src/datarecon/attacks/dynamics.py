@@ -43,7 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from torch import nn
 
 from datarecon.attacks import priors
-from datarecon.attacks.base import Attack, AttackerPrior, Target, apply_if_finite
+from datarecon.attacks.base import PRIOR_FIELDS, Attack, AttackerPrior, Target, apply_if_finite
+from datarecon.attacks.grouped import CROSS_RUN_PRIORS
 from datarecon.attacks.knowledge import KnownRecipe
 from datarecon.attacks.optim import OptimizerSettings, init_optimizer_state
 from datarecon.config import MAX_STEPS, drop_defaults
@@ -74,6 +75,9 @@ class DynamicsConfig(BaseModel):
             robust to the gradient's scale, which spans orders of magnitude between runs and layers).
         tv_weight: weight of the mean total variation (a natural-image prior).
         box_weight: weight of the pixel-box prior.
+        feature_stats_weight: weight of the feature-statistics prior of batch-norm targets
+            (:data:`~datarecon.attacks.priors.PRIORS` ``feature_stats``).
+        group_weight: weight of group consistency across the runs stepped together (``group``).
         adam_beta1, adam_beta2, adam_eps: Adam's constants (SimuDy's reference uses β = (0.8, 0.9)).
         dtype: float32 | float64 (the recipe replays bit for bit in the dtype the target trained in).
     """
@@ -89,6 +93,9 @@ class DynamicsConfig(BaseModel):
                                 "recompute; default: none when the whole unroll fits in half the memory, else √T)")
     tv_weight: float = Field(default=0.0, ge=0, description="weight of the mean total variation")
     box_weight: float = Field(default=1.0, ge=0, description="weight of the pixel-box prior")
+    feature_stats_weight: float = Field(default=0.0, ge=0, description="weight of the feature-statistics prior "
+                                        "(batch-norm targets)")
+    group_weight: float = Field(default=0.0, ge=0, description="weight of group consistency across --runs")
     adam_beta1: float = Field(default=0.9, ge=0, lt=1, description="Adam β₁ (x and log lr)")
     adam_beta2: float = Field(default=0.999, ge=0, lt=1, description="Adam β₂")
     adam_eps: float = Field(default=1e-8, gt=0, description="Adam ε")
@@ -102,7 +109,7 @@ class DynamicsConfig(BaseModel):
     @model_serializer(mode="wrap")
     def _drop_unset(self, handler):  # type: ignore[no-untyped-def]
         # run keys (config hashes) of earlier runs unchanged
-        return drop_defaults(self, handler(self), ("objective", "lr_schedule", "signed"))
+        return drop_defaults(self, handler(self), ("objective", "lr_schedule", "signed", *PRIOR_FIELDS))
 
     def lr_x_at(self, index: int) -> float:
         """The Adam step of x at outer step ``index`` (0-based) under :attr:`lr_schedule`."""
@@ -248,6 +255,8 @@ PARAM_COPIES_PER_STEP = 1.5
 ACTIVATION_COPIES_PER_STEP = 4
 #: the whole unroll is kept (no recomputation) while its estimate stays within this share of the memory
 KEEP_FRACTION = 0.5
+#: the priors dynamics matching weighs in its own step (the box, and TV as a mean over pixels)
+_OWN_PRIORS = ("box", "tv")
 #: exclusive upper end of the attack's own batch-order seed, drawn when the order is unknown
 ORDER_SEED_RANGE = 2**31 - 1
 
@@ -300,6 +309,8 @@ class DynamicsAttack(Attack):
     uses: ClassVar[tuple[str, ...]] = ("weights", "known_init", "recipe")
     requires: ClassVar[tuple[str, ...]] = ("known_init", "recipe")
     divergence_hint: ClassVar[str] = "lower lr_x (and lr_lr when the lr is learned)"
+    #: not probed: Adam's step is bounded by lr_x whatever the gradient's scale
+    step_size_fields: ClassVar[tuple[str, ...]] = ()
 
     # -- what the attack replays -----------------------------------------------------------------
 
@@ -385,6 +396,12 @@ class DynamicsAttack(Attack):
 
     def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
              index: int) -> dict[str, float]:
+        metrics, grads = self.step_gradients(target, prior, state)
+        return self.apply_step(state, grads, metrics, index)
+
+    def step_gradients(self, target: Target, prior: AttackerPrior,
+                       state: dict[str, torch.Tensor]) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+        """The matching loss and the run's own priors, and their gradients in x (and log η when learned)."""
         recipe = self._recipe(prior)
         c = self.config
         x = state["x"].detach().requires_grad_(True)
@@ -406,11 +423,36 @@ class DynamicsAttack(Attack):
             metrics["tv"] = float(tv) / x.numel()
             metrics["loss"] += c.tv_weight * metrics["tv"]
             gx = gx.add(tv_grad, alpha=c.tv_weight / x.numel())
+        gx = self.add_network_priors(target, prior, x.detach(), gx, metrics)
+        return metrics, {"x": gx, **({"log_lr": grads[1]} if learned else {})}
+
+    def apply_step(self, state: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], metrics: dict[str, float],
+                   index: int) -> dict[str, float]:
+        """Adam on x (on its gradient's sign with ``signed``) and log η, under the finiteness rule."""
+        c = self.config
+        gx = grads["x"]
         grad_norm = float(gx.norm())
         if c.signed:
             gx = gx.sign()
-        return apply_if_finite("adam", self._settings(), state, {"x": gx, **({"log_lr": grads[1]} if learned else {})},
+        return apply_if_finite("adam", self._settings(), state, {**grads, "x": gx},
                                {"x": c.lr_x_at(index), "log_lr": c.lr_lr}, metrics, norms={"x": grad_norm})
+
+    def add_network_priors(self, target: Target, prior: AttackerPrior, x: torch.Tensor, gx: torch.Tensor,
+                           metrics: dict[str, float], *, run_axis: bool = False,
+                           labels: torch.Tensor | None = None) -> torch.Tensor:
+        """The priors of :data:`~datarecon.attacks.priors.PRIORS` beyond the box and TV (which this attack
+        weighs itself, TV as a mean) and the cross-run ones (a :class:`~datarecon.attacks.grouped.CoupledGroup`
+        adds those): their values into ``metrics`` (``loss`` included), their gradients added to ``gx``
+        (returned)."""
+        skip = _OWN_PRIORS + CROSS_RUN_PRIORS
+        if not any(n not in skip for n in priors.weighted_priors(self.config)):
+            return gx
+        loss = torch.as_tensor(metrics["loss"], dtype=x.dtype, device=x.device)
+        given = priors.PriorInput(x, *self.bounds(prior, x.device), run_axis=run_axis, target=target,
+                                  labels=self.labels(prior, x.device) if labels is None else labels)
+        terms, gx = priors.add_priors(self.config, given, {"loss": loss}, gx, skip=skip)
+        metrics.update({k: float(v) for k, v in terms.items()})
+        return gx
 
     def finish(self, target: Target, prior: AttackerPrior,
                state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -36,13 +36,15 @@ from datarecon.attacks import kkt_math
 from datarecon.attacks.base import (
     Attack,
     AttackConfig,
+    PRIOR_FIELDS,
     AttackerPrior,
     Target,
     commit_update,
 )
+from datarecon.attacks.grouped import CROSS_RUN_PRIORS
 from datarecon.attacks.kkt_batched import StackedGroup
 from datarecon.attacks.optim import init_optimizer_state
-from datarecon.attacks.priors import add_priors
+from datarecon.attacks.priors import PriorInput, add_priors
 from datarecon.attacks.selection import SelectionContext, select
 from datarecon.attacks.surrogate import SURROGATES, count_functional_relus, functional_surrogate, make_surrogate
 from datarecon.config import drop_defaults
@@ -121,7 +123,7 @@ class KKTConfig(SurrogateAttackConfig):
 
 #: KKTConfig fields dropped from dumps at their default (hash compatibility, see ``_drop_defaults``)
 _OPTIONAL_FIELDS = ("compile", "reference", "init_coefficient", "subspace", "tv_weight", "split_every",
-                    "split_fraction", "split_scale", "split_iters")
+                    "split_fraction", "split_scale", "split_iters", *PRIOR_FIELDS)
 
 
 class DecoRecoConfig(KKTConfig):
@@ -284,6 +286,7 @@ class KKTAttack(SurrogateAttack):
     resume_ignore: ClassVar[tuple[str, ...]] = ("steps", "compile")
     uses: ClassVar[tuple[str, ...]] = ("weights", "known_init", "n")
     subspace_candidates: ClassVar[bool] = True
+    step_size_fields: ClassVar[tuple[str, ...]] = ("lr_x", "lr_lambda")
 
     def __init__(self, config: KKTConfig | None = None) -> None:
         super().__init__(config)
@@ -429,7 +432,8 @@ class KKTAttack(SurrogateAttack):
         terms, gx, gl = kkt_math.kkt_residual_and_grads(
             prep.forward, prep.ref, x, self.labels(prior, x.device), lam, objective=self.kkt_objective(target),
             matching=prep.matching())
-        terms, gx = add_priors(self.config, x.detach(), *self.bounds(prior, x.device), terms, gx)
+        given = PriorInput(x.detach(), *self.bounds(prior, x.device), target=target, labels=self.labels(prior, x.device))
+        terms, gx = add_priors(self.config, given, terms, gx, skip=CROSS_RUN_PRIORS)
         return terms, gx, gl
 
     def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],

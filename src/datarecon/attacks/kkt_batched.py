@@ -19,7 +19,7 @@ from torch.func import grad, vmap
 from datarecon.attacks import kkt_math
 from datarecon.attacks.base import Target, committed_metrics
 from datarecon.attacks.optim import stacked_optimizer_step
-from datarecon.attacks.priors import add_priors
+from datarecon.attacks.priors import PriorInput, add_priors
 from datarecon.attacks.runner import OpenRun, StepRequest
 
 __all__ = ["StackedGroup", "kkt_batched_residual_and_grads"]
@@ -111,8 +111,9 @@ class StackedGroup:
         x, lam = self.state["x"].detach(), self.state["lambda"].detach()
         terms, gx, gl = kkt_batched_residual_and_grads(prep.forward, prep.params, x, self.labels, lam,
                                                        objective=first.kkt_objective(target))
-        terms, gx = add_priors(first.config, x, *first.bounds(self.runs[0].setup.prior, x.device), terms, gx,
-                               run_axis=True)
+        given = PriorInput(x, *first.bounds(self.runs[0].setup.prior, x.device), run_axis=True, target=target,
+                           labels=self.labels)
+        terms, gx = add_priors(first.config, given, terms, gx)
         values = {k: v.detach().tolist() for k, v in terms.items()}
         return [{k: float(v[j]) for k, v in values.items()} for j in range(len(self.runs))], gx, gl
 

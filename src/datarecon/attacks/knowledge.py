@@ -194,6 +194,10 @@ class KnowledgeSettings(BaseModel):
             attacker).
         n: the training-set size, if the attacker knows it (sets the subspace dimension and, when
             ``candidates`` is not given, nothing else).
+        labels: the candidates' labels: ``balanced`` (the assumption that the classes are equally
+            frequent, or the init's own labels: the default) or ``restored`` (estimated from the read-out's
+            change θ* − θ_init, :func:`datarecon.attacks.labels.restore_labels`; needs ``known_init`` and a
+            multiclass target).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -202,10 +206,12 @@ class KnowledgeSettings(BaseModel):
                                    "file of θ_init")
     n: int | None = Field(default=None, ge=1, description="training-set size known to the attacker")
     recipe: RecipeSettings | None = Field(default=None, description="the training recipe known to the attacker")
+    labels: Literal["balanced", "restored"] = Field(default="balanced", description="candidate labels: balanced "
+                                                    "(equal class shares assumed) or restored (from θ* − θ_init)")
 
     @model_serializer(mode="wrap")
     def _drop_unset_recipe(self, handler):  # type: ignore[no-untyped-def]
-        return drop_defaults(self, handler(self), ("recipe",))  # records of earlier runs stay valid
+        return drop_defaults(self, handler(self), ("recipe", "labels"))  # records of earlier runs stay valid
 
     @field_validator("known_init")
     @classmethod
@@ -225,7 +231,7 @@ class KnowledgeSettings(BaseModel):
     @property
     def any(self) -> bool:
         """True when the attacker knows more than the weights."""
-        return self.known_init is not None or self.n is not None or self.recipe is not None
+        return self.known_init is not None or self.n is not None or self.recipe is not None or self.labels != "balanced"
 
 
 @dataclass(frozen=True)
@@ -367,12 +373,17 @@ def _pretrained_start(spec: str, model_meta: Mapping[str, Any] | None, *,
 
 
 def threat_model(settings: KnowledgeSettings, known: KnownInit | None, *, uses: tuple[str, ...],
-                 requires: tuple[str, ...] = (), recipe: KnownRecipe | None = None) -> dict[str, Any]:
+                 requires: tuple[str, ...] = (), recipe: KnownRecipe | None = None,
+                 labels: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The run.json record of the attacker's knowledge and what the attack used of it.
+
+    Args:
+        labels: the restored labels' record (:meth:`datarecon.attacks.labels.RestoredLabels.summary`),
+            or None where the labels are the balanced assumption or the init's.
 
     Returns:
         ``{"weights": True, "known_init": {"source", "sha256"} | None, "n": int | None,
-        "used": [...], "summary": one line}``.
+        "used": [...], "summary": one line}`` (and ``"labels"`` when restored).
     """
     has = {"weights": True, "known_init": known is not None, "n": settings.n is not None, "recipe": recipe is not None}
     used = [item for item in KNOWLEDGE_ITEMS if item in uses and has[item]]
@@ -385,9 +396,12 @@ def threat_model(settings: KnowledgeSettings, known: KnownInit | None, *, uses: 
         hidden = [f for f in UNKNOWABLE if f not in recipe.known]
         parts.append("training recipe (" + ", ".join(recipe.known) + (f"; not: {', '.join(hidden)}" if hidden else "")
                      + ")")
+    if labels is not None:
+        parts.append("labels restored from θ* − θ_init (counts " + ", ".join(str(c) for c in labels["counts"]) + ")")
     unused = [item for item in KNOWLEDGE_ITEMS if has[item] and item not in used]
     summary = "attacker knows: " + "; ".join(parts) + (f" (not used by this attack: {', '.join(unused)})"
                                                         if unused else "")
     return {"weights": True, "known_init": None if known is None else {"source": known.source, "sha256": known.sha256},
             "n": settings.n, "used": used, "requires": list(requires), "summary": summary,
-            **({"recipe": recipe.record()} if recipe is not None else {})}
+            **({"recipe": recipe.record()} if recipe is not None else {}),
+            **({"labels": dict(labels)} if labels is not None else {})}

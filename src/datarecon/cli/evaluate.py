@@ -150,6 +150,10 @@ def _headline(summary: dict) -> list[str]:
     lines = headline_lines(summary.get("headline") or {})
     if summary.get("param_distance") is not None:
         lines.append(f"parameter distance ||theta* - theta||^2: {summary['param_distance']:.4g}")
+    labels = summary.get("labels")
+    if labels is not None:
+        lines.append(f"labels restored from theta* - theta_init: {labels['accuracy']:.0%} of the training labels "
+                     f"(counts {labels['counts']}, true {labels['true_counts']})")
     verdict = signal_verdict(summary.get("privacy") or {})
     lines.append("privacy: " + verdict.lead + (f" ({verdict.measured})" if verdict.measured else ""))
     if verdict.needs:

@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from torch import Tensor
 
 from datarecon.attacks.convergence import Convergence, assess_convergence
+from datarecon.attacks.labels import label_accuracy
 from datarecon.attacks.run_directory import INIT_FILE
 from datarecon.config import build_config, build_record
 from datarecon.data import DataSpec, Normalisation, load_task
@@ -726,6 +727,9 @@ def _evaluate_model_run(run: _Run, s: RunEvaluationSettings, *, data_dir: str | 
     summary = dict(ev.summary)
     extra = run.meta.get("extra") or {}
     summary["param_distance"] = extra.get("param_distance")
+    restored = ((run.meta.get("knowledge") or {}).get("labels"))
+    if restored is not None:
+        summary["labels"] = restored_label_accuracy(restored, task.train.y, bundle.arch.num_outputs)
     summary["run"] = {"run_dir": str(run.dir), "model_dir": str(model_dir), "method": run.meta.get("method"),
                       "status": run.status, "steps_done": run.meta.get("steps_done"), "seed": run.meta.get("seed"),
                       "config": run.meta.get("config"), "data": bundle.data, "arch": bundle.arch.model_dump(mode="json")}
@@ -736,6 +740,16 @@ def _evaluate_model_run(run: _Run, s: RunEvaluationSettings, *, data_dir: str | 
             init=None if init is None else init.clamp(0, 1), init_ssim=init_ssim)
         write_evaluation(run.dir, replace(ev, summary=summary, grid=grid))
     return summary
+
+
+def restored_label_accuracy(restored: Mapping[str, Any], truth: Tensor, num_classes: int) -> dict[str, Any]:
+    """The restored labels' record (run.json ``knowledge.labels``) beside the training set's: the share of the
+    true label multiset they hold (:func:`datarecon.attacks.labels.label_accuracy`) and both counts."""
+    counts = torch.tensor([int(c) for c in restored["counts"]], dtype=torch.int64)
+    labels = torch.repeat_interleave(torch.arange(counts.numel()), counts)
+    true_counts = torch.bincount(truth.long().reshape(-1), minlength=num_classes)
+    return {"source": restored.get("source", "restored"), "counts": counts.tolist(),
+            "true_counts": true_counts.tolist(), "accuracy": label_accuracy(labels, truth, num_classes)}
 
 
 def _evaluate_own_run(run: _Run, s: RunEvaluationSettings, *, train: Tensor | None, heldout: Tensor | None,

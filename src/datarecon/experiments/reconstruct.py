@@ -48,10 +48,22 @@ from datarecon.attacks.base import (
 from datarecon.attacks.batched import BatchMember, resolve_mode, run_batched
 from datarecon.attacks.init import INITS, CandidateSpec, InitSources, init_labels, make_init
 from datarecon.attacks.knowledge import KnowledgeSettings, resolve_known_init, resolve_recipe, threat_model
+from datarecon.attacks.labels import RestoredLabels, restore_labels
+from datarecon.attacks.probe import probe_step_sizes
 from datarecon.attacks.runner import run_attack
 from datarecon.attacks.selection import CRITERIA, ResidualPlateau
 from datarecon.attacks.subspace import SUBSPACE_FILE, analyse, first_dense_layer, save_analysis
-from datarecon.config import MAX_SEED, build_config, build_record, layered, merge, read_config_mapping, set_dotted
+from datarecon.config import (
+    MAX_SEED,
+    MAX_STEPS,
+    build_config,
+    build_record,
+    drop_defaults,
+    layered,
+    merge,
+    read_config_mapping,
+    set_dotted,
+)
 from datarecon.data import DataSpec, Normalisation, load_task
 from datarecon.data.selection import check_fingerprint
 from datarecon.errors import DataReconError, DivergenceError
@@ -121,6 +133,11 @@ def _tagged_config(value: Any, *, tag: str, default: str, spec_of: Any, what: st
     return build_config(spec, {**fields, tag: name}, where=f"{name} config" if what == "attack" else f"init {name}")
 
 
+#: default length of the step-size probe before a run (``RunSettings.step_probe``): the divergences it
+#: prevents came within 5 to 25 steps (docs/RESULTS.md, fine-tuned ResNets)
+STEP_PROBE_STEPS = 50
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
@@ -164,6 +181,8 @@ class RunSettings(_Frozen):
         checkpoint: :class:`CheckpointSettings`.
         knowledge: what the attacker knows beyond the weights (:class:`~datarecon.attacks.knowledge.
             KnowledgeSettings`: a known initialisation, n); default: the weights only.
+        step_probe: steps of the step-size probe before the run (:mod:`datarecon.attacks.probe`: the
+            attack's step sizes divided by 10 while a probe of this many steps diverges); 0: off.
     """
 
     attack: Any = Field(default_factory=lambda: attack_spec("kkt")())
@@ -174,11 +193,12 @@ class RunSettings(_Frozen):
     early_stop: EarlyStopSettings = Field(default_factory=EarlyStopSettings)
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
+    step_probe: int = Field(default=STEP_PROBE_STEPS, ge=0, le=MAX_STEPS)
 
     @model_serializer(mode="wrap")
     def _drop_default_knowledge(self, handler):  # type: ignore[no-untyped-def]
         # the weights-only default is left out, so records and hashes of earlier runs stay as they were
-        data = handler(self)
+        data = drop_defaults(self, handler(self), ("step_probe",))
         if isinstance(data, dict) and not self.knowledge.any:
             data.pop("knowledge", None)
         return data
@@ -556,7 +576,25 @@ def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: Knowledg
                            n=knowledge.n, fit_coefficient=target.weight_decay > 0, init_std=init_std,
                            generator=torch.Generator().manual_seed(SUBSPACE_SEED))
     prior = dataclasses.replace(prior, known_init=known, n=knowledge.n, subspace=analysis, recipe=recipe)
-    return prior, threat_model(knowledge, known, uses=uses, requires=requires, recipe=recipe)
+    restored = None
+    if knowledge.labels == "restored":
+        prior, restored = _restored_labels(target, prior)
+    return prior, threat_model(knowledge, known, uses=uses, requires=requires, recipe=recipe,
+                               labels=None if restored is None else restored.summary())
+
+
+def _restored_labels(target: Target, prior: AttackerPrior) -> tuple[AttackerPrior, RestoredLabels]:
+    """The prior with its m labels restored from the read-out's change θ* − θ_init (m: the candidate count,
+    the training-set size n the estimate shares out)."""
+    if prior.known_init is None:
+        raise DataReconError("labels restored from the weights read the read-out's change θ* − θ_init; pass "
+                             "--known-init (e.g. pretrained) or leave --labels at balanced")
+    if target.num_outputs < 2:
+        raise DataReconError("labels are restored for a multiclass read-out; a binary or regression target keeps "
+                             "--labels balanced")
+    restored = restore_labels(target.model, target.params, prior.known_init.params, prior.m)
+    labels = restored.labels.to(device=prior.labels.device)
+    return dataclasses.replace(prior, labels=labels), restored
 
 
 def _own_model(target: Target, *, candidates: int | None, init: str, data_init: bool, sources: Any,
@@ -677,6 +715,8 @@ def execute(run: ReconstructionRun, out: str | Path, options: RunOptions = RunOp
         if setup is None:
             setup = prepare(run, data_dir=options.data_dir, sources=sources, target=target)
         attack = make_attack(run.method, cfg)
+        if attack.coupled():
+            raise DataReconError(_COUPLED_ALONE)
         claim.prepare()  # only now: a bad model or setting leaves the old run untouched
         return _execute(run, out, options, setup=replace(setup, record=_run_record(run, attack, setup, target, record)),
                         attack=attack)
@@ -718,9 +758,19 @@ def run_loop(run: ReconstructionRun, options: RunOptions) -> Any:
                    checkpoint_every=run.checkpoint.every, resume=options.resume, hooks=tuple(options.hooks))
 
 
+def probed(run: ReconstructionRun, attack: Any, setup: AttackSetup) -> tuple[Any, AttackSetup]:
+    """The attack with the step sizes the probe chose for ``run`` (:func:`~datarecon.attacks.probe.probe_step_sizes`),
+    and the set-up whose record says so when they changed."""
+    result = probe_step_sizes(attack, setup, steps=min(run.step_probe, run.steps))
+    if result.scale == 1.0:
+        return attack, setup
+    return result.attack, replace(setup, record={**setup.record, "step_probe": result.record})
+
+
 def _execute(run: ReconstructionRun, out: str | Path, options: RunOptions, *, setup: AttackSetup, attack: Any
              ) -> Reconstruction:
     """The body of :func:`execute` once ``out`` is claimed and prepared (``setup.record``: all of run.json's extras)."""
+    attack, setup = probed(run, attack, setup)
     rec = run_attack(attack, setup, steps=run.steps, out=out, loop=run_loop(run, options), early_stop=early_stop_rule(run))
     save_subspace(out, setup.prior)
     if options.raise_on_divergence and rec.status == Status.DIVERGED:
@@ -761,6 +811,26 @@ def reconstruct(model: str | Path | Target, settings: Mapping[str, Any] | RunSet
     return execute(run, out, options, sources=sources, target=own)
 
 
+#: the refusal of a prior that couples runs (group consistency) in a run stepped alone
+_COUPLED_ALONE = ("group consistency pulls restarts toward their consensus and needs at least two runs stepped "
+                  "together: pass --runs K with K >= 2, or set group_weight to 0")
+
+
+def coupled_mode(run: ReconstructionRun, mode: str, runs: int) -> str:
+    """The batch mode of ``runs`` copies of ``run`` (:func:`~datarecon.attacks.batched.resolve_mode`), where a
+    prior that couples the runs (``group_weight`` > 0) needs them stepped as one group: ``auto`` resolves
+    to ``batched`` then, ``looped`` and a single run are refused."""
+    if not make_attack(run.method, run.method_config()).coupled():
+        return resolve_mode(mode, run.device)
+    if runs < 2:
+        raise DataReconError(_COUPLED_ALONE)
+    resolved = resolve_mode(mode, run.device) if mode != "auto" else "batched"
+    if resolved != "batched":
+        raise DataReconError("group consistency couples the runs in one step; --batch-mode looped steps them "
+                             "one by one: pass --batch-mode batched (or auto)")
+    return resolved
+
+
 def run_name(index: int) -> str:
     """Folder name of run ``index`` of :func:`reconstruct_runs` (``run0``, ``run1``, ...)."""
     return f"run{index}"
@@ -791,10 +861,11 @@ def execute_batch(runs: Sequence[ReconstructionRun], outs: Sequence[str | Path],
     shared = {(run.checkpoint.every, run.checkpoint.log_every) for run in runs}
     if len(shared) != 1:
         raise DataReconError(f"the runs of a batch checkpoint and log at {sorted(shared)} steps; give them one period")
-    members = [BatchMember(attack=make_attack(run.method, run.method_config()), prior=setup.prior, x0=setup.x0,
+    attacks = [probed(run, make_attack(run.method, run.method_config()), setup) for run, setup in zip(runs, setups, strict=True)]
+    members = [BatchMember(attack=attack, prior=setup.prior, x0=setup.x0,
                            generator=setup.generator, out=Path(out), seed=run.seed, early_stop=early_stop_rule(run),
                            record=dict(setup.record))
-               for run, out, setup in zip(runs, outs, setups, strict=True)]
+               for run, out, (attack, setup) in zip(runs, outs, attacks, strict=True)]
     steps = {run.steps for run in runs}
     return run_batched(members, setups[0].target, mode=mode, steps=steps.pop() if len(steps) == 1 else None,
                        loop=run_loop(runs[0], options))
@@ -839,7 +910,7 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, options: RunOption
     if runs > MAX_BATCH_RUNS:
         raise DataReconError(f"--runs {runs} is more than {MAX_BATCH_RUNS:,} runs of one target in one folder; pass "
                              "fewer, or run a sweep with a budget (datarecon sweep)")
-    mode = resolve_mode(mode, run.device)
+    mode = coupled_mode(run, mode, runs)
     if options.overwrite and options.resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     out = Path(out)

@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, TextIO, TypeVar
 
@@ -36,11 +37,26 @@ StepFn = Callable[[int], dict[str, float]]
 #: The kill/resume trials use it instead of killing at a polled, timed moment.
 FAULT_STEP_ENV = "DATARECON_FAULT_AT_STEP"
 _loops_run = 0
+_uncounted = 0
+
+
+@contextmanager
+def uncounted_loops() -> Iterator[None]:
+    """Loops started inside are not counted by the fault injection (a run's own preliminary loops, e.g. the
+    step-size probe, so ``STEP:SIGNAL:LOOP`` keeps naming the loops a user sees)."""
+    global _uncounted
+    _uncounted += 1
+    try:
+        yield
+    finally:
+        _uncounted -= 1
 
 
 def _fault_step() -> tuple[int, int] | None:
     """(step, signal) this loop is to fault at, from :data:`FAULT_STEP_ENV`; None when not this loop."""
     global _loops_run
+    if _uncounted:
+        return None
     loop, _loops_run = _loops_run, _loops_run + 1
     spec = os.environ.get(FAULT_STEP_ENV)
     if not spec:

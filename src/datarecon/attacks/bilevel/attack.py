@@ -334,6 +334,8 @@ class BilevelAttack(Attack):
 
     name: ClassVar[str] = "bilevel"
     config_cls: ClassVar[type[Any]] = BilevelConfig
+    #: not probed: the default step is a line search on the problem itself
+    step_size_fields: ClassVar[tuple[str, ...]] = ()
     divergence_hint: ClassVar[str] = (
         "set a smaller fixed lr_x (or none: the problem-derived step), raise weight_decay_override, "
         "or use curvature gauss-newton / damping")

@@ -1,0 +1,155 @@
+"""The priors of attacks/priors.py against independent references: finite differences in float64,
+a loop for the run axis, and planted cases."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from datarecon.attacks import priors
+from datarecon.attacks.base import Target
+from datarecon.errors import DataReconError
+from datarecon.models.spec import ArchSpec, build_model
+
+
+def _bn_target(seed: int = 0) -> Target:
+    """A tiny ResNet-8 with batch norm in eval mode and non-trivial running statistics, float64."""
+    spec = ArchSpec(name="resnet8", input_shape=(3, 8, 8), num_outputs=3, hidden=(2, 3, 3), bias=False,
+                    batch_norm=True)
+    g = torch.Generator().manual_seed(seed)
+    model = build_model(spec, generator=g, dtype=torch.float64)
+    for mod in model.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.copy_(torch.randn(mod.num_features, generator=g, dtype=torch.float64) * 0.3)
+            mod.running_var.copy_(torch.rand(mod.num_features, generator=g, dtype=torch.float64) + 0.5)
+            mod.weight.data.copy_(torch.rand(mod.num_features, generator=g, dtype=torch.float64) + 0.5)
+    model.eval()
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    return Target(model=model, params=params, loss="cross-entropy", weight_decay=0.0, input_shape=(3, 8, 8),
+                  num_outputs=3)
+
+
+def _central_differences(f, x: torch.Tensor, *, eps: float = 1e-6, coords: int = 40, seed: int = 0) -> tuple:
+    """Central differences of f at ``coords`` random coordinates of x (float64): (indices, values)."""
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randperm(x.numel(), generator=g)[:coords]
+    out = []
+    for i in idx.tolist():
+        e = torch.zeros(x.numel(), dtype=x.dtype)
+        e[i] = eps
+        e = e.reshape(x.shape)
+        out.append((float(f(x + e)) - float(f(x - e))) / (2 * eps))
+    return idx, torch.tensor(out, dtype=torch.float64)
+
+
+def test_the_feature_statistics_gradient_matches_finite_differences_float64() -> None:
+    target = _bn_target()
+    stats = {k: v for k, v in target.model.named_buffers() if v.is_floating_point()}
+    x = torch.rand((5, 3, 8, 8), generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    value, grad = priors.feature_stats_value_and_grad(target.model, target.params, stats, x)
+    assert value.item() > 0
+    idx, fd = _central_differences(lambda z: priors.feature_stats_value(target.model, target.params, stats, z), x)
+    assert torch.allclose(grad.reshape(-1)[idx], fd, rtol=1e-6, atol=1e-8)
+
+
+def test_the_feature_statistics_prior_is_zero_where_the_batch_has_the_running_statistics() -> None:
+    """Planted: running statistics set to a batch's own statistics (a forward in train mode with
+    momentum 1 writes them) give R_BN = 0 at that batch and > 0 at another."""
+    target = _bn_target()
+    x = torch.rand((6, 3, 8, 8), generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    model = target.model
+    for mod in model.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.momentum = 1.0
+    model.train()
+    inputs = {}
+    hooks = [m.register_forward_hook(lambda mod, inp, _o, n=n: inputs.__setitem__(n, inp[0].detach()))
+             for n, m in priors.batch_norm_layers(model)]
+    with torch.no_grad():
+        model(x)
+    for h in hooks:
+        h.remove()
+    model.eval()
+    stats = {k: v.clone() for k, v in model.named_buffers() if v.is_floating_point()}
+    for name, h in inputs.items():  # running_var is written unbiased; the prior compares the biased one
+        stats[f"{name}.running_var"] = h.var(dim=(0, 2, 3), unbiased=False)
+    assert priors.feature_stats_value(model, target.params, stats, x).item() == pytest.approx(0.0, abs=1e-10)
+    other = torch.rand((6, 3, 8, 8), generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    assert priors.feature_stats_value(model, target.params, stats, other).item() > 1e-3
+
+
+def test_the_feature_statistics_prior_per_run_equals_a_loop_over_runs() -> None:
+    target = _bn_target()
+    stats = {k: v for k, v in target.model.named_buffers() if v.is_floating_point()}
+    x = torch.rand((3, 4, 3, 8, 8), generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    values, grads = priors.feature_stats_value_and_grad(target.model, target.params, stats, x, run_axis=True)
+    for k in range(3):
+        v, g = priors.feature_stats_value_and_grad(target.model, target.params, stats, x[k])
+        assert torch.equal(values[k], v) and torch.equal(grads[k], g)
+
+
+def test_a_target_without_batch_norm_is_refused_by_the_feature_statistics_prior_in_one_line() -> None:
+    spec = ArchSpec(name="cnn", input_shape=(1, 6, 6), num_outputs=2, hidden=(2,), bias=False)
+    model = build_model(spec, generator=torch.Generator().manual_seed(0))
+    target = Target(model=model, params=dict(model.named_parameters()), loss="cross-entropy", weight_decay=0.0,
+                    input_shape=(1, 6, 6), num_outputs=2)
+    with pytest.raises(DataReconError, match="feature_stats_weight to 0"):
+        priors.add_priors(_Weights(feature_stats_weight=1.0), priors.PriorInput(torch.rand(2, 1, 6, 6), 0.0, 1.0,
+                                                                                target=target),
+                          {"loss": torch.zeros(())}, torch.zeros(2, 1, 6, 6))
+
+
+class _Weights:
+    """A config stand-in with the prior weight fields (pydantic-style ``model_fields``)."""
+
+    model_fields = {"box_weight": None, "tv_weight": None, "feature_stats_weight": None, "group_weight": None}
+
+    def __init__(self, **weights: float) -> None:
+        self.box_weight, self.tv_weight, self.feature_stats_weight, self.group_weight = 0.0, 0.0, 0.0, 0.0
+        for k, v in weights.items():
+            setattr(self, k, v)
+
+
+def test_the_group_gradient_matches_finite_differences_float64() -> None:
+    """At a fixed registration (random points are far from ties) the closed form 2(x − x̄) is the
+    gradient of Σ_k ‖x^(k) − x̄‖², the mean's dependence included."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand((3, 4, 1, 3, 3), generator=g, dtype=torch.float64)
+    labels = torch.tensor([[0, 0, 1, 1]] * 3)
+    values, grad = priors.group_value_and_grad(x, labels)
+    idx, fd = _central_differences(lambda z: priors.group_value_and_grad(z, labels)[0].sum(), x, coords=60)
+    assert torch.allclose(grad.reshape(-1)[idx], fd, rtol=1e-6, atol=1e-8)
+    assert values.shape == (3,) and (values > 0).all()
+
+
+def test_group_consistency_registers_restarts_that_found_the_same_images_in_another_order() -> None:
+    """Planted: restart 2 holds restart 1's candidates with the two of class 0 swapped: registered, they
+    agree (value 0); across labels nothing is paired (the class-1 candidates stay with class 1)."""
+    x1 = torch.rand((4, 1, 3, 3), generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    x2 = x1[torch.tensor([1, 0, 2, 3])]
+    labels = torch.tensor([[0, 0, 1, 1]] * 2)
+    values, grad = priors.group_value_and_grad(torch.stack([x1, x2]), labels)
+    assert values.abs().max().item() == pytest.approx(0.0, abs=1e-12)
+    assert grad.abs().max().item() == pytest.approx(0.0, abs=1e-12)
+    perm = priors.register_to(x1, x1[torch.tensor([2, 1, 0, 3])], torch.tensor([0, 0, 1, 1]))
+    assert sorted(perm[:2].tolist()) == [0, 1] and sorted(perm[2:].tolist()) == [2, 3]
+
+
+def test_group_consistency_needs_runs_stepped_together() -> None:
+    with pytest.raises(DataReconError, match="--runs K"):
+        priors.add_priors(_Weights(group_weight=1.0), priors.PriorInput(torch.rand(2, 1, 3, 3), 0.0, 1.0),
+                          {"loss": torch.zeros(())}, torch.zeros(2, 1, 3, 3))
+
+
+def test_add_priors_adds_each_weighted_prior_to_loss_and_gradient() -> None:
+    target = _bn_target()
+    x = torch.rand((4, 3, 8, 8), generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    stats = {k: v for k, v in target.model.named_buffers() if v.is_floating_point()}
+    terms, grad = priors.add_priors(_Weights(feature_stats_weight=0.5), priors.PriorInput(x, 0.0, 1.0, target=target),
+                                    {"loss": torch.tensor(1.0, dtype=torch.float64)}, torch.zeros_like(x))
+    value, g = priors.feature_stats_value_and_grad(target.model, target.params, stats, x)
+    assert terms["feature_stats"].item() == pytest.approx(value.item())
+    assert terms["loss"].item() == pytest.approx(1.0 + 0.5 * value.item())
+    assert torch.allclose(grad, 0.5 * g)
+    assert priors.weighted_priors(_Weights(feature_stats_weight=0.5, group_weight=1.0)) == ("feature_stats", "group")
