@@ -51,6 +51,7 @@ from datarecon.training.pretrained import (
     PretrainedStart,
     check_compatible,
     check_disjoint,
+    check_not_its_own_start,
     pretrained_record,
     resolve_pretrained,
     start_model,
@@ -356,11 +357,7 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     with claim_out_dir(out, kind="model", overwrite=overwrite, resume=resume, nested=nested) as claim:
         task = load_task(config.data, data_dir=data_dir)  # before touching out: bad data leaves no folder
-        if config.dp is not None:  # likewise for an unusable DP setting (delta, epsilon, no opacus)
-            resolve_dp(config.dp, n=len(task.train), epochs=config.epochs)
-        start = None
-        if config.pretrained is not None:  # likewise for a pretrained model that does not fit
-            config, start = _resolve_pretrained(config, task)
+        config, start = check_training(config, task, out=out)
         if resume:
             check_resumable_model(out, config=config, task=task)
         claim.prepare()
@@ -368,12 +365,33 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
                       kkt_score=kkt_score, start=start)
 
 
-def _resolve_pretrained(config: TrainConfig, task: Any) -> tuple[TrainConfig, PretrainedStart]:
-    """The pretrained model of ``config`` checked against it and its data, and the config with the
+def check_training(config: TrainConfig, task: Any, *, out: str | Path,
+                   option: str = "--pretrained") -> tuple[TrainConfig, PretrainedStart | None]:
+    """What a training checks before its model directory ``out`` is written (an experiment, before its folder):
+    a usable DP setting and a pretrained model that fits the config and its data and is not ``out`` itself
+    (``option``: how messages name the pretrained setting).
+
+    Returns:
+        The config with the pretrained weights' SHA-256 filled in, and the resolved pretrained start (or None).
+
+    Raises:
+        DataReconError: one line naming the problem.
+    """
+    if config.dp is not None:  # an unusable DP setting (delta, epsilon, no opacus)
+        resolve_dp(config.dp, n=len(task.train), epochs=config.epochs)
+    if config.pretrained is None:
+        return config, None
+    return _resolve_pretrained(config, task, out=out, option=option)
+
+
+def _resolve_pretrained(config: TrainConfig, task: Any, *, out: str | Path,
+                        option: str = "--pretrained") -> tuple[TrainConfig, PretrainedStart]:
+    """The pretrained model of ``config`` checked against it, its data and ``out``, and the config with the
     weights' SHA-256 filled in (what its hash covers)."""
     if config.pretrained is None:
         raise ValueError("no pretrained model in the config")
-    start = resolve_pretrained(config.pretrained)
+    start = resolve_pretrained(config.pretrained, option=option)
+    check_not_its_own_start(start, out)
     check_compatible(start, config.arch_spec(), config.data)
     check_disjoint(start, task)
     pinned = config.pretrained.model_copy(update={"sha256": start.sha256})
