@@ -232,6 +232,12 @@ def read_model_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def model_identity(model_dir: str | Path) -> str:
+    """Content identity of a model directory: its config hash and weight hashes (not its path)."""
+    meta = read_model_meta(model_dir)
+    return config_hash({"config_hash": meta.get("config_hash"), "sha256": meta.get("sha256")})
+
+
 def validate_meta(meta: dict[str, Any], *, where: Path | str = META) -> ModelMeta:
     """Check the fields of ``model.json`` (types, ranges, registered names) without building anything.
 
