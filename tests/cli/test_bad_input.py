@@ -454,8 +454,8 @@ _EXP_TRAIN = ("train: {data: {dataset: digits, task: odd-even, n_per_class: 5}, 
               "bias: false}, epochs: 2}\n")
 
 
-def _member(ws: Workspace, out: Path, *args: str) -> list[str]:
-    return ["membership", "--model", str(ws.model), "--evaluate", "--out", str(out), *args]
+def _member(ws: Workspace, out: Path, *args: str, model: Path | None = None) -> list[str]:
+    return ["membership", "--model", str(model or ws.model), "--evaluate", "--out", str(out), *args]
 
 
 CASES.update({
@@ -551,7 +551,8 @@ CASES.update({
     "evaluate-sweep-of-a-run": Case(lambda ws: ["evaluate", "--no-progress", "--sweep", str(ws.evaluated)],
                                     "is a datarecon run directory, not a results store"),
     "set-empty-field": Case(lambda ws: _rec(ws, "--set", "=1"), "the field name '' is empty"),
-    "set-a-run-field": Case(lambda ws: _rec(ws, "--set", f"model={_foreign(ws)}"),
+    "set-a-run-field": Case(lambda ws: ["reconstruct", "--no-progress", "--steps", "3", "--set",
+                                        f"model={_foreign(ws)}", "--out", str(ws.root / "new-run")],
                             "is not a model directory (it has no model.json)"),
     "run-file-only-unknown-keys": Case(lambda ws: ["reconstruct", "--no-progress", "--config", str(_write(
         ws.root / "r.yaml", "bogus: 1\nfoo: 2\n")), "--out", str(ws.root / "new-run")], "bogus, foo: unknown keys"),
@@ -618,6 +619,91 @@ CASES.update({
     "sweep-model-dir-a-run": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_write(
         ws.root / "sweep.yaml", f"model_dir: {ws.run}\nsteps: 2\n")), "--out", str(ws.root / "s")],
         "set model_dir to the model the run attacked"),
+})
+
+
+# -- issue 46: the fourth adversarial trial (membership with reference models, fine-tuning, run files) ------
+
+
+def _members_of_other(ws: Workspace) -> Path:
+    """A membership folder of the other model (its result, no reference models: K = 0)."""
+    out = ws.root / "mof"
+    assert main(["membership", "--model", str(ws.other), "--evaluate", "--nonmembers", "50", "--population", "10",
+                 "--out", str(out)]) == 0
+    return out
+
+
+def _npz(ws: Workspace) -> Path:
+    import numpy as np
+
+    np.savez(ws.root / "mine.npz", x=np.zeros((2, 1, 8, 8)))
+    return ws.root / "mine.npz"
+
+
+def _fine_tuned_from(ws: Workspace, model: Path, start: Path, digest: str | None = None) -> Path:
+    """``model``'s model.json made to record ``start`` as its pretrained model (weights hash ``digest``; default
+    the start's own), as a fine-tuning writes it."""
+    meta = json.loads((model / "model.json").read_text())
+    start_meta = json.loads((start / "model.json").read_text())
+    meta["pretrained"] = {"path": str(start.resolve()), "weights_sha256": digest or start_meta["sha256"][
+        "weights.safetensors"], "head": "pretrained", "data": start_meta["data"], "config_hash": None}
+    (model / "model.json").write_text(json.dumps(meta))
+    return model
+
+
+def _symlink(ws: Workspace, target: Path, name: str) -> Path:
+    (ws.root / name).symlink_to(target)
+    return ws.root / name
+
+
+_EXP_ZERO_SHA = "0" * 64
+
+CASES.update({
+    # data lost: another model's membership folder (its result, its reference models) is refused, whatever K
+    "membership-into-another-models-folder": Case(lambda ws: _member(ws, _members_of_other(ws)),
+                                                  "is the membership folder of another model"),
+    "membership-images-into-another-models-folder": Case(
+        lambda ws: ["membership", "--model", str(ws.model), "--images", str(_npz(ws)), "--out",
+                    str(_members_of_other(ws))], "is the membership folder of another model"),
+    # wrongly accepted 1: --pretrained never equal to (or a cycle through) --out
+    "train-pretrained-is-out": Case(lambda ws: [*TRAIN, "--pretrained", str(ws.model), "--out", str(ws.model),
+                                                "--overwrite"], "is the pretrained model --pretrained"),
+    "train-pretrained-is-out-through-a-symlink": Case(
+        lambda ws: [*TRAIN, "--pretrained", str(_symlink(ws, ws.model, "start")), "--out", str(ws.model),
+                    "--overwrite"], "would replace the weights the fine-tuning starts from"),
+    "train-pretrained-cycle": Case(lambda ws: [*TRAIN, "--pretrained", str(_fine_tuned_from(ws, ws.other, ws.model)),
+                                               "--out", str(ws.model), "--overwrite"],
+                                   "is a pretrained start of --pretrained"),
+    # wrongly accepted 2: membership checks the recorded hash of a fine-tuned model's pretrained start
+    "membership-pretrained-retrained": Case(
+        lambda ws: _member(ws, ws.root / "m", model=_fine_tuned_from(ws, ws.model, ws.other, _EXP_ZERO_SHA)),
+        "is not the pretrained model this model was fine-tuned from"),
+    # wrongly accepted 6: an experiment is validated before its folder is written
+    "experiment-attack-needs-known-init": Case(lambda ws: ["run", str(_write(ws.root / "exp.yaml", _EXP_TRAIN + (
+        "attack: {attack: {method: loo, steps: 2}}\n"))), "--out", str(ws.root / "e"), "--no-progress"],
+        "attack: this attack needs the initialisation θ_init: set knowledge: {known_init: seed}"),
+    "experiment-known-init-pretrained-not-fine-tuned": Case(lambda ws: ["run", str(_write(
+        ws.root / "exp.yaml", _EXP_TRAIN + "attack: {attack: {method: kkt, steps: 2}, knowledge: {known_init: "
+        "pretrained}}\n")), "--out", str(ws.root / "e"), "--no-progress"],
+        "this model was not fine-tuned from a pretrained model"),
+    "experiment-pretrained-missing": Case(lambda ws: ["run", str(_write(ws.root / "exp.yaml", _EXP_TRAIN.replace(
+        "epochs: 2}", f"epochs: 2, pretrained: {{path: {ws.root / 'nowhere'}}}}}") + (
+        "attack: {attack: {method: kkt, steps: 2}}\n"))), "--out", str(ws.root / "e"), "--no-progress"],
+        "train: pretrained.path"),
+    "experiment-pretrained-other-sha256": Case(lambda ws: ["run", str(_write(ws.root / "exp.yaml", _EXP_TRAIN.replace(
+        "epochs: 2}", f"epochs: 2, pretrained: {{path: {ws.model}, sha256: '{_EXP_ZERO_SHA}'}}}}") + (
+        "attack: {attack: {method: kkt, steps: 2}}\n"))), "--out", str(ws.root / "e"), "--no-progress"],
+        "train: the pretrained model in"),
+    # wrongly accepted 8: a field given by a flag and by --set
+    "reconstruct-set-model-and-model": Case(lambda ws: _rec(ws, "--set", f"model={ws.other}"),
+                                            "model is given twice, by --model"),
+    # wrongly accepted 9: a Ray address that does not answer fails in one line within seconds, before any work
+    "membership-ray-address-unanswered": Case(lambda ws: [*_member(ws, ws.root / "m"), "--backend", "ray",
+                                                          "--ray-address", "127.0.0.1:1"],
+                                              "cannot reach the Ray cluster at '127.0.0.1:1'"),
+    "sweep-ray-address-unanswered": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws)), "--out",
+                                                     str(ws.root / "s"), "--backend", "ray", "--ray-address",
+                                                     "127.0.0.1:1"], "cannot reach the Ray cluster at '127.0.0.1:1'"),
 })
 
 

@@ -102,8 +102,12 @@ def test_images_are_called_against_a_visible_null(trained, capsys, tmp_path):
     (["--evaluate", "--nonmembers", "0"], "nonmembers"),
     (["--evaluate", "--calibration-fraction", "1"], "calibration_fraction"),
     (["--evaluate", "--threads", "-1"], "--threads must be >= 0 (0 = PyTorch's default), got -1"),
+    # K is checked before any reference model is trained, and the number needed is named
+    (["--evaluate", "--references", "1"], "--references 1 is too few"),
+    (["--evaluate", "--references", "2", "--nonmembers", "500"], "; pass --references "),
 ], ids=["neither", "both", "init-hash", "init-form", "init-keys", "init-missing", "rank-too-large", "image-shape",
-        "image-range", "fpr", "signal", "signal-unavailable", "labels", "nonmembers", "calibration", "threads"])
+        "image-range", "fpr", "signal", "signal-unavailable", "labels", "nonmembers", "calibration", "threads",
+        "references-too-few", "references-too-few-names-the-number"])
 def test_bad_input_is_one_line_and_writes_nothing(trained, tmp_path, capsys, monkeypatch, args, message):
     from safetensors.torch import save_file
 
@@ -162,3 +166,83 @@ def test_reference_models_are_kept_and_score_your_images_offline(trained, capsys
     assert main(["membership", "--model", str(trained), "--evaluate", "--config", str(tmp_path / "m.yaml"),
                  "--out", str(out)]) == 0
     assert "(0 trained now, 4 reused)" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def kept(trained, tmp_path_factory) -> Path:
+    """A membership folder of ``trained`` with 4 reference models (weights kept)."""
+    out = tmp_path_factory.mktemp("kept") / "m"
+    assert main(["membership", "--model", str(trained), "--evaluate", "--nonmembers", "200", "--population", "40",
+                 "--references", "4", "--reference-seed", "2", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def other(trained, tmp_path_factory) -> Path:
+    """Another model of the same data and architecture (another learning rate: another recipe)."""
+    out = tmp_path_factory.mktemp("other") / "model"
+    assert main(["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "10", "--n-heldout-per-class",
+                 "60", "--hidden", "200", "--no-bias", "--lr", "0.3", "--epochs", "50", "--dtype", "float64",
+                 "--no-progress", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("args", [
+    ["--evaluate", "--nonmembers", "200", "--population", "40", "--references", "4", "--reference-seed", "2"],
+    ["--evaluate", "--nonmembers", "200", "--population", "40", "--references", "0"],
+    ["--evaluate"],
+    ["--images", "mine.npz"],
+], ids=["references-4", "references-0", "defaults", "images"])
+def test_another_models_membership_folder_is_refused_whatever_k(kept, other, tmp_path, capsys, monkeypatch, args):
+    """The one output rule of membership folders: a call for another model into a folder (its result, its reference
+    models) is refused without --overwrite, and nothing in the folder changes."""
+    monkeypatch.chdir(tmp_path)
+    np.savez(tmp_path / "mine.npz", x=np.zeros((2, 1, 8, 8)))
+    before = _snapshot(kept)
+    code = main(["membership", "--model", str(other), "--out", str(kept), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert f"is the membership folder of another model, {_model_of(kept)};" in err[0], err[0]
+    assert "would replace its result and its 4 reference models" in err[0], err[0]
+    assert "pass --overwrite to replace them" in err[0]
+    assert _snapshot(kept) == before
+
+
+def test_overwrite_replaces_another_models_folder(kept, other, tmp_path, capsys):
+    out = tmp_path / "m"
+    import shutil
+
+    shutil.copytree(kept, out)
+    assert main(["membership", "--model", str(other), "--evaluate", "--nonmembers", "200", "--population", "40",
+                 "--out", str(out), "--overwrite"]) == 0
+    assert json.loads((out / "target.json").read_text())["model"] == str(other.resolve())
+    assert not (out / "references").exists()
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("name", ["stats.safetensors", "weights.safetensors"])
+@pytest.mark.parametrize("mode", ["evaluate", "images"])
+def test_a_flipped_byte_in_a_kept_reference_model_is_refused(kept, tmp_path, capsys, monkeypatch, name, mode):
+    """Every file kept and read back is checked against its checksum (DONE.json), reference models included."""
+    import shutil
+
+    out = tmp_path / "m"
+    shutil.copytree(kept, out)
+    path = out / "references" / "ref-00001" / name
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 1
+    path.write_bytes(bytes(data))
+    monkeypatch.chdir(tmp_path)
+    np.savez(tmp_path / "mine.npz", x=np.zeros((2, 1, 8, 8)))
+    args = (["--evaluate", "--nonmembers", "200", "--population", "40", "--references", "4", "--reference-seed", "2"]
+            if mode == "evaluate" else ["--images", "mine.npz"])
+    before = _snapshot(out)
+    code = main(["membership", "--model", str(_model_of(kept)), "--out", str(out), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert f"{path} does not match the checksum in" in err[0] and "delete" in err[0]
+    assert _snapshot(out) == before
+
+
+def _model_of(folder: Path) -> Path:
+    return Path(json.loads((folder / "target.json").read_text())["model"])

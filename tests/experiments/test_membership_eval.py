@@ -94,16 +94,29 @@ def test_other_draws_into_the_same_folder_are_refused(digits_model, tmp_path):
         _evaluate(digits_model, tmp_path / "m", SETTINGS.model_copy(update={"nonmembers": 200}))
 
 
-def test_without_references_the_strongest_is_chosen_on_a_calibration_part(digits_model):
+def test_without_references_a_calibration_part_too_small_to_measure_is_not_made(digits_model):
+    """30 members: a 30 % calibration part would hold 9, fewer than the 10 of a class any ROC needs (the rule of
+    evaluate too), so nothing is chosen on it and the rule fixed in advance picks the strongest signal."""
     res = evaluate_membership(digits_model, settings=MembershipSettings(nonmembers=300),
                               runtime=Runtime(log=lambda s: None))
     split = res["split"]
-    assert split["calibration"] == {"members": 9, "nonmembers": 90}
-    assert split["report"] == {"members": 21, "nonmembers": 210}
-    assert res["strongest"]["report"]["n_members"] == 21  # its headline: the reported part only
-    assert res["signals"]["loss"]["report"]["n_members"] == 30  # the table: every candidate
+    assert split["calibration"] == {"members": 0, "nonmembers": 0}
+    assert split["report"] == {"members": 30, "nonmembers": 300}
+    assert res["strongest"]["report"]["n_members"] == 30
+    assert res["strongest"]["rule"] == ("the rule fixed in advance (a calibration part of 9 members and 90 non-members "
+                                        "would be too small to choose on: each class needs at least 10)")
     assert res["signals"]["lira-online"]["applicable"] is False
     assert "--references" in res["signals"]["lira-online"]["note"]
+
+
+def test_without_references_the_strongest_is_chosen_on_a_calibration_part():
+    rng = np.random.default_rng(4)
+    mem = np.r_[np.ones(40, bool), np.zeros(400, bool)]
+    res = compare_signals(SignalScores({"loss": rng.normal(size=440) + mem * 2.0}, {}), mem, calibration=0.3, seed=0)
+    assert res["split"]["calibration"] == {"members": 12, "nonmembers": 120}
+    assert res["split"]["report"] == {"members": 28, "nonmembers": 280}
+    assert res["strongest"]["report"]["n_members"] == 28  # its headline: the reported part only
+    assert res["signals"]["loss"]["report"]["n_members"] == 40  # the table: every candidate
     assert "calibration part" in res["strongest"]["rule"]
 
 

@@ -25,8 +25,8 @@ from datarecon.cli.options import Flag, backend_options, config_options, flags, 
 from datarecon.config import build_config, load_config_file
 from datarecon.errors import DataReconError
 from datarecon.experiments.execution import Execution
-from datarecon.experiments.membership import (Calibration, MembershipSettings, Runtime, evaluate_membership,
-                                              score_images)
+from datarecon.experiments.membership import (Calibration, MembershipSettings, Runtime, check_membership_folder,
+                                              evaluate_membership, score_images)
 from datarecon.kernel.outdir import claim_out_dir
 from datarecon.utils.device import parse_device
 
@@ -124,6 +124,8 @@ def membership(
     else:
         with claim_out_dir(where.out, kind="membership", overwrite=where.overwrite,
                            resume=not where.overwrite) as claim:
+            if not claim.clear:
+                check_membership_folder(where.out, model)  # before any work
             result = run.evaluate(claim) if evaluate else run.images(images, claim)  # type: ignore[arg-type]
     _print_evaluation(result) if evaluate else _print_scores(result, calibrated.fpr)
     if where.out is not None:
@@ -171,7 +173,7 @@ def _print_evaluation(result: dict[str, Any]) -> None:
         text = v["line"].split(": ", 1)[1] if v.get("line") else v["note"]
         typer.echo(f"  {name:<{width}}  {v['kind']:<9}  {text}")
     best = result["strongest"]
-    typer.echo(f"strongest: {best['line']} (chosen by the {best['rule']})" if best["name"] else
+    typer.echo(f"strongest: {best['line']} (chosen by {best['rule']})" if best["name"] else
                "strongest: none measured")
     typer.echo(f"loss threshold (baseline): {result['baseline']['line']}")
 

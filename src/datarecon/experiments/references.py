@@ -47,10 +47,11 @@ from datarecon.experiments.reproduce.pieces import Context, Piece, execute, is_d
 from datarecon.models.spec import build_model
 from datarecon.training.target import TrainConfig, fit_on_images
 from datarecon.utils.dtypes import torch_dtype
-from datarecon.utils.io import config_hash, load_tensors, save_tensors
+from datarecon.kernel.files import DONE_MARKER
+from datarecon.utils.io import config_hash, load_tensors, read_json, save_tensors, sha256_file
 
 __all__ = ["POOL_FILE", "REFERENCES_DIR", "ReferenceJob", "ReferencePool", "ReferenceSettings", "ReferenceStatistics",
-           "load_reference_model", "load_statistics", "reference_config", "reference_seed", "reference_worker", "subset", "train_references"]
+           "done_record", "load_reference_model", "load_statistics", "read_checked", "reference_config", "reference_dir", "reference_seed", "reference_worker", "subset", "train_references"]
 
 POOL_FILE = "pool.safetensors"
 REFERENCES_DIR = "references"
@@ -178,13 +179,16 @@ def _piece(index: int, *, config: TrainConfig, pool_key: str, settings: Referenc
         if settings.keep_weights:
             save_tensors(d / REFERENCE_WEIGHTS, {**{f"model.{k}": v for k, v in fitted.model.state_dict().items()},
                                                  "input_mean": fitted.normalisation.mean})
+        kept = (STATS_FILE, REFERENCE_WEIGHTS) if settings.keep_weights else (STATS_FILE,)
         return {"index": index, "train_accuracy": fitted.fit.metrics["train_acc"],
                 "train_loss": fitted.fit.metrics["loss"], "epochs_done": fitted.fit.epochs_done,
+                "pool": pool_key, "sha256": {name: sha256_file(d / name) for name in kept},
                 "wall_time_s": time.perf_counter() - t0}
 
     recipe = config.model_dump(mode="json", exclude={"device", "checkpoint_every", "log_every", "kkt_score", "seed"})
+    # "checksummed": models kept before their files' SHA-256 was recorded are trained again, not read unchecked
     spec = {"recipe": config_hash(recipe), "pool": pool_key, "index": index, "seed": settings.seed,
-            "per_class": per_class, "keep_weights": settings.keep_weights}
+            "per_class": per_class, "keep_weights": settings.keep_weights, "checksummed": True}
     return Piece(key=f"{REFERENCES_DIR}/ref-{index:05d}", run=run, spec=spec, kind="reference")
 
 
@@ -244,17 +248,54 @@ class ReferenceStatistics:
                                    population_loss=self.population_loss[idx])
 
 
+def reference_dir(out: Path, index: int) -> Path:
+    """The folder of reference model ``index`` below the membership folder ``out``."""
+    return out / REFERENCES_DIR / f"ref-{index:05d}"
+
+
+def done_record(out: Path, index: int) -> dict[str, Any]:
+    """The summary the completion marker of reference model ``index`` records ({} when unreadable)."""
+    marker = reference_dir(out, index) / DONE_MARKER
+    try:
+        summary = read_json(marker).get("summary") if marker.is_file() else None
+    except (DataReconError, AttributeError):
+        summary = None
+    return summary if isinstance(summary, dict) else {}
+
+
+def read_checked(out: Path, index: int, name: str) -> dict[str, torch.Tensor]:
+    """The tensors of file ``name`` of finished reference model ``index``, read only after its SHA-256 matched the
+    one its completion marker records (as every other file datarecon reads back).
+
+    Raises:
+        DataReconError: a missing file, no recorded checksum (kept by an earlier version), or another checksum.
+    """
+    d = reference_dir(out, index)
+    path, marker = d / name, d / DONE_MARKER
+    retrain = f"delete {d} and rerun the --evaluate call into {out} to train that reference model again"
+    recorded = (done_record(out, index).get("sha256") or {}).get(name)
+    if not path.is_file():
+        raise DataReconError(f"{path} is missing; {retrain}")
+    if recorded is None:
+        raise DataReconError(f"{marker} records no checksum of {name} (an earlier datarecon version kept it), so a "
+                             f"changed file would go unnoticed; {retrain}")
+    if sha256_file(path) != recorded:
+        raise DataReconError(f"{path} does not match the checksum in {marker} (changed or damaged); {retrain}")
+    return load_tensors(path)
+
+
 def load_reference_model(out: Path, index: int, config: TrainConfig) -> tuple[torch.nn.Module, torch.Tensor]:
     """Reference model ``index`` kept under ``out`` (eval mode) and its input mean (C, H, W).
 
     Raises:
-        DataReconError: its weights were not kept (``keep_weights`` off) or do not fit the architecture.
+        DataReconError: its weights were not kept (``keep_weights`` off), do not match their checksum or do not fit
+            the architecture.
     """
-    path = out / REFERENCES_DIR / f"ref-{index:05d}" / REFERENCE_WEIGHTS
+    path = reference_dir(out, index) / REFERENCE_WEIGHTS
     if not path.is_file():
         raise DataReconError(f"{path} is missing: the reference models' weights were not kept; rerun with "
                              "keep_weights on")
-    tensors = load_tensors(path)
+    tensors = read_checked(out, index, REFERENCE_WEIGHTS)
     model = build_model(config.arch_spec(), dtype=torch_dtype(config.dtype))
     try:
         model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
@@ -268,9 +309,9 @@ def load_statistics(out: Path, count: int, *, trained: int = 0, wall_time_s: flo
     """Stack the statistics of reference models 0 .. ``count`` − 1 kept under ``out``.
 
     Raises:
-        DataReconError: a missing or unreadable statistics file.
+        DataReconError: a missing or unreadable statistics file, or one that does not match its checksum.
     """
-    rows = [load_tensors(out / REFERENCES_DIR / f"ref-{k:05d}" / STATS_FILE) for k in range(count)]
+    rows = [read_checked(out, k, STATS_FILE) for k in range(count)]
 
     def stack(key: str) -> torch.Tensor:
         return torch.stack([r[key].to(torch.float64) for r in rows])

@@ -49,7 +49,7 @@ from datarecon.utils import manifest
 from datarecon.utils.atomic import temp_target
 from datarecon.utils.io import read_json
 from datarecon.utils.lock import LOCK_FILE, check_free, hold
-from datarecon.kernel.files import DONE_MARKER, CANDIDATES, CANDIDATES_CSV, EXPERIMENT_JSON, EXTRAS, HISTORY, INIT_FILE, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG, REPORT_HTML, REPRODUCTION_JSON, RUN_JSON, SUBSPACE_FILE, TASK_FILE, WEIGHTS
+from datarecon.kernel.files import DONE_MARKER, CANDIDATES, CANDIDATES_CSV, EXPERIMENT_JSON, EXTRAS, HISTORY, INIT_FILE, MEMBERSHIP_TARGET, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG, REPORT_HTML, REPRODUCTION_JSON, RUN_JSON, SUBSPACE_FILE, TASK_FILE, WEIGHTS
 from datarecon.kernel.status import Status
 
 
@@ -136,7 +136,7 @@ _register("reproduction", ArtefactKind("reproduction folder", (REPRODUCTION_JSON
 _register("membership", ArtefactKind(
     "membership folder", ("membership.json", "pool.safetensors"),
     ("membership.json", "images.json", "scores.safetensors", "signals.csv", "roc.png", "pool.safetensors", "references",
-     REPORT_HTML)))
+     MEMBERSHIP_TARGET, REPORT_HTML)))
 _register("experiment", ArtefactKind(
     "experiment folder", (EXPERIMENT_JSON,), (EXPERIMENT_JSON, "model", "run", REPORT_HTML)))
 
