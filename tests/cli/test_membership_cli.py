@@ -47,7 +47,10 @@ def test_evaluate_with_a_known_initialisation_separates_members(trained, capsys,
     report = result["signals"]["subspace"]["report"]
     # every one of the 1480 unused digits of the training split: enough to resolve a TPR at 0.1 % FPR
     assert report["n_nonmembers"] == 1480 and report["tpr_at_fpr"]["0.001"] == 1.0
-    assert result["strongest"]["report"]["n_nonmembers"] == 1036  # the headline: the part it was not chosen on
+    # 20 members: a 30 % calibration part (6 members) could measure nothing, so none is made: the rule fixed in
+    # advance chooses, and the headline is measured on every candidate
+    assert result["split"]["calibration"] == {"members": 0, "nonmembers": 0}
+    assert result["strongest"]["report"]["n_nonmembers"] == 1480 and "rule fixed in advance" in result["strongest"]["rule"]
     assert {"roc.png", "signals.csv", "scores.safetensors"} <= {p.name for p in out.iterdir()}
     assert main(["membership", "--model", str(trained), "--evaluate"]) == 0
     weights_only = capsys.readouterr().out
@@ -92,7 +95,9 @@ def test_images_are_called_against_a_visible_null(trained, capsys, tmp_path):
     (["--evaluate", "--known-init", "seed:x"], "seed:N"),
     (["--evaluate", "--known-init", "init.safetensors"], "does not fit the model (missing"),
     (["--evaluate", "--known-init", "absent.safetensors"], "not found"),
-    (["--evaluate", "--known-n", "100000"], "subspace rank n=100000 is not possible"),
+    (["--evaluate", "--known-n", "100000"], "known n = 100000 is not this model's training-set size"),
+    # a false n is refused as a false θ_init is; a true n beyond the layer's width is not (below)
+    (["--evaluate", "--known-n", "8"], "its model directory records n_train 20; pass --known-n 20"),
     (["--images", "wrong.npz"], "do not fit the model's input 1x8x8"),
     (["--images", "range.npz"], "pass display-space images in [0, 1]"),
     (["--images", "ok.npz", "--fpr", "2"], "--fpr must lie in (0, 1)"),
@@ -105,9 +110,9 @@ def test_images_are_called_against_a_visible_null(trained, capsys, tmp_path):
     # K is checked before any reference model is trained, and the number needed is named
     (["--evaluate", "--references", "1"], "--references 1 is too few"),
     (["--evaluate", "--references", "2", "--nonmembers", "500"], "; pass --references "),
-], ids=["neither", "both", "init-hash", "init-form", "init-keys", "init-missing", "rank-too-large", "image-shape",
-        "image-range", "fpr", "signal", "signal-unavailable", "labels", "nonmembers", "calibration", "threads",
-        "references-too-few", "references-too-few-names-the-number"])
+], ids=["neither", "both", "init-hash", "init-form", "init-keys", "init-missing", "known-n-absurd", "known-n-false",
+        "image-shape", "image-range", "fpr", "signal", "signal-unavailable", "labels", "nonmembers", "calibration",
+        "threads", "references-too-few", "references-too-few-names-the-number"])
 def test_bad_input_is_one_line_and_writes_nothing(trained, tmp_path, capsys, monkeypatch, args, message):
     from safetensors.torch import save_file
 
@@ -246,3 +251,15 @@ def test_a_flipped_byte_in_a_kept_reference_model_is_refused(kept, tmp_path, cap
 
 def _model_of(folder: Path) -> Path:
     return Path(json.loads((folder / "target.json").read_text())["model"])
+
+
+def test_a_true_n_wider_than_the_first_layer_is_accepted(tmp_path, capsys):
+    """10 training images, a first layer 8 wide: n = 10 is the truth (the subspace is then the layer's whole span)."""
+    model = tmp_path / "narrow"
+    assert main(["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "5", "--hidden", "8",
+                 "--no-bias", "--epochs", "5", "--no-progress", "--out", str(model)]) == 0
+    assert main(["membership", "--model", str(model), "--evaluate", "--nonmembers", "40", "--known-n", "10",
+                 "--known-init", "seed"]) == 0
+    assert "n = 10" in capsys.readouterr().out
+    assert main(["membership", "--model", str(model), "--evaluate", "--nonmembers", "40", "--known-n", "8"]) == 2
+    assert "records n_train 10" in capsys.readouterr().err

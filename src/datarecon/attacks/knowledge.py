@@ -49,7 +49,7 @@ from datarecon.utils.dtypes import torch_dtype
 from datarecon.utils.io import load_tensors, params_digest
 
 __all__ = ["KNOWLEDGE_ITEMS", "KnowledgeSettings", "KnownInit", "KnownRecipe", "RecipeSettings",
-           "init_digest", "resolve_known_init", "resolve_recipe", "threat_model"]
+           "check_known_n", "init_digest", "resolve_known_init", "resolve_recipe", "threat_model"]
 
 #: Everything an attack may declare in its ``uses`` (the default attacker has ``weights``).
 KNOWLEDGE_ITEMS: tuple[str, ...] = ("weights", "known_init", "n", "recipe")
@@ -357,6 +357,20 @@ def _pretrained_start(spec: str, model_meta: Mapping[str, Any] | None, *,
                          seed=int(meta.get("seed") or 0), dtype=built, new_head=record.get("head") == HEAD_NEW)
     return ({k: v.detach() for k, v in net.named_parameters()}, f"known_init {spec}",
             f"{PRETRAINED}:{path.resolve()}")
+
+
+def check_known_n(n: int | None, model_meta: Mapping[str, Any] | None) -> None:
+    """Refuse a known training-set size that is not the one the model directory records (``metrics.n_train``):
+    the attacker's knowledge is checked as a known θ_init is, so a false n is not used silently.
+
+    Raises:
+        DataReconError: the recorded n and the fix.
+    """
+    recorded = ((model_meta or {}).get("metrics") or {}).get("n_train")
+    if n is None or not isinstance(recorded, int) or isinstance(recorded, bool) or recorded < 1 or n == recorded:
+        return
+    raise DataReconError(f"known n = {n} is not this model's training-set size: its model directory records "
+                         f"n_train {recorded}; pass --known-n {recorded} (knowledge.n in a run file) or leave it out")
 
 
 def threat_model(settings: KnowledgeSettings, known: KnownInit | None, *, uses: tuple[str, ...],

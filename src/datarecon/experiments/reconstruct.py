@@ -47,7 +47,8 @@ from datarecon.attacks.base import (
 )
 from datarecon.attacks.batched import BatchMember, resolve_mode, run_batched
 from datarecon.attacks.init import INITS, CandidateSpec, InitSources, init_labels, make_init
-from datarecon.attacks.knowledge import PRETRAINED, KnowledgeSettings, resolve_known_init, resolve_recipe, threat_model
+from datarecon.attacks.knowledge import (PRETRAINED, KnowledgeSettings, check_known_n, resolve_known_init,
+                                        resolve_recipe, threat_model)
 from datarecon.attacks.runner import run_attack
 from datarecon.attacks.selection import CRITERIA, ResidualPlateau
 from datarecon.attacks.subspace import SUBSPACE_FILE, analyse, first_dense_layer, save_analysis
@@ -581,10 +582,11 @@ def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: Knowledg
     The analysis is skipped (``subspace`` None) for models without a dense layer.
 
     Raises:
-        DataReconError: a known initialisation that does not fit or is not the model's; a known n
-            larger than the first dense layer allows.
+        DataReconError: a known initialisation that does not fit or is not the model's; a known n that is not
+            the recorded training-set size.
     """
 
+    check_known_n(knowledge.n, model_meta)
     known = None
     if knowledge.known_init is not None:
         known = resolve_known_init(knowledge.known_init, target.params, model_meta=model_meta)
