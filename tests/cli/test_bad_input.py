@@ -701,6 +701,12 @@ CASES.update({
     "membership-ray-address-unanswered": Case(lambda ws: [*_member(ws, ws.root / "m"), "--backend", "ray",
                                                           "--ray-address", "127.0.0.1:1"],
                                               "cannot reach the Ray cluster at '127.0.0.1:1'"),
+    # misleading: a model factory named where a model directory is needed
+    "membership-of-a-model-factory": Case(lambda ws: ["membership", "--model", "mypkg.nets:make_mlp", "--evaluate"],
+                                          "names a model factory (package.module:factory), which only `datarecon "
+                                          "reconstruct --model` takes"),
+    "identifiability-of-a-model-factory": Case(lambda ws: ["identifiability", "mypkg.nets:make_mlp"],
+                                               "this command needs a model directory written by `datarecon train`"),
     "sweep-ray-address-unanswered": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws)), "--out",
                                                      str(ws.root / "s"), "--backend", "ray", "--ray-address",
                                                      "127.0.0.1:1"], "cannot reach the Ray cluster at '127.0.0.1:1'"),

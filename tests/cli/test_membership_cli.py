@@ -110,9 +110,12 @@ def test_images_are_called_against_a_visible_null(trained, capsys, tmp_path):
     # K is checked before any reference model is trained, and the number needed is named
     (["--evaluate", "--references", "1"], "--references 1 is too few"),
     (["--evaluate", "--references", "2", "--nonmembers", "500"], "; pass --references "),
+    # misleading messages of the fourth trial: junk called a pickle, model-space candidates told to divide by 255
+    (["--images", "junk.npz"], "junk.npz is not an .npz file (no zip archive of arrays"),
+    (["--images", "run/candidates.safetensors"], "is a run's candidates file: its x are in the model's input space"),
 ], ids=["neither", "both", "init-hash", "init-form", "init-keys", "init-missing", "known-n-absurd", "known-n-false",
         "image-shape", "image-range", "fpr", "signal", "signal-unavailable", "labels", "nonmembers", "calibration",
-        "threads", "references-too-few", "references-too-few-names-the-number"])
+        "threads", "references-too-few", "references-too-few-names-the-number", "npz-junk", "run-candidates"])
 def test_bad_input_is_one_line_and_writes_nothing(trained, tmp_path, capsys, monkeypatch, args, message):
     from safetensors.torch import save_file
 
@@ -122,6 +125,10 @@ def test_bad_input_is_one_line_and_writes_nothing(trained, tmp_path, capsys, mon
     np.savez(tmp_path / "range.npz", x=np.full((2, 1, 8, 8), 3.0))
     np.savez(tmp_path / "ok.npz", x=np.zeros((2, 1, 8, 8)))
     np.savez(tmp_path / "labels.npz", x=np.zeros((2, 1, 8, 8)), y=np.zeros(3))
+    (tmp_path / "junk.npz").write_bytes(b"hello")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.json").write_text("{}")
+    save_file({"x": torch.full((2, 1, 8, 8), -0.5)}, str(tmp_path / "run" / "candidates.safetensors"))
     before, model_before = _snapshot(tmp_path), _snapshot(trained)
     code = main(["membership", "--model", str(trained), "--out", "result", *args])
     err = capsys.readouterr().err.strip().splitlines()
