@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import SHARED_DATA
 from own_nets import NETS
 
 from datarecon.cli.main import main
@@ -707,6 +708,17 @@ CASES.update({
                                           "reconstruct --model` takes"),
     "identifiability-of-a-model-factory": Case(lambda ws: ["identifiability", "mypkg.nets:make_mlp"],
                                                "this command needs a model directory written by `datarecon train`"),
+    # misleading: a dataset of another image size named as one (not "train with the pretrained architecture")
+    "train-pretrained-of-another-image-size": Case(lambda ws: [
+        "train", "--dataset", "mnist", "--task", "odd-even", "--n-per-class", "5", "--hidden", "8", "--no-bias",
+        "--data-dir", os.environ.get("DATARECON_DATA", str(SHARED_DATA)), "--pretrained", str(ws.model), "--out",
+        str(ws.root / "m")], "was trained on digits images of shape (1, 8, 8), the fine-tuning's mnist images have "
+        "shape (1, 28, 28)"),
+    # misleading: --pretrained-sha256 alone (not "pretrained.path: Field required"); a YAML null: key
+    "train-pretrained-sha256-alone": Case(lambda ws: [*TRAIN, "--pretrained-sha256", _EXP_ZERO_SHA, "--out",
+                                                      str(ws.root / "m")], "pass --pretrained DIR too"),
+    "config-null-key": Case(lambda ws: _rec(ws, "--config", str(_write(ws.root / "r.yaml", "steps: 3\nnull: 1\n"))),
+                            "the key 'null' on line 2 is read as null (no name), not as a field name"),
     "sweep-ray-address-unanswered": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws)), "--out",
                                                      str(ws.root / "s"), "--backend", "ray", "--ray-address",
                                                      "127.0.0.1:1"], "cannot reach the Ray cluster at '127.0.0.1:1'"),

@@ -141,7 +141,14 @@ def check_compatible(start: PretrainedStart, spec: ArchSpec, data: DataSpec) -> 
     Raises:
         DataReconError: names the field and the fix.
     """
-    check_same_body(start.bundle.arch, spec)
+    pre = start.bundle
+    if tuple(pre.arch.input_shape) != tuple(spec.input_shape):  # the data, not an architecture option, sets it
+        dataset = pre.data.get("dataset")
+        raise DataReconError(f"the pretrained model in {pre.path} was trained on {dataset} images of shape "
+                             f"{tuple(pre.arch.input_shape)}, the fine-tuning's {data.dataset} images have shape "
+                             f"{tuple(spec.input_shape)}; fine-tune on data of the pretrained images' shape (e.g. "
+                             f"--dataset {dataset}) or pretrain on {data.dataset}")
+    check_same_body(pre.arch, spec)
     if data.normalisation != "unit" or start.bundle.normalisation != "unit":
         raise DataReconError(f"fine-tuning keeps the pretrained model's input space, and a mean fitted on each "
                              f"training set would shift it (pretrained {start.bundle.normalisation}, fine-tuning "

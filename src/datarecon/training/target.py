@@ -400,6 +400,8 @@ def _resolve_pretrained(config: TrainConfig, task: Any, *, out: str | Path,
 
 #: separates the config hash from the data fingerprint in a training checkpoint's tag
 _DATA_TAG = "+data:"
+#: then, for a fine-tuning, the start of its pretrained weights' SHA-256 (a resume names a changed start)
+_PRETRAINED_TAG = "+pretrained:"
 
 
 def _checkpoint_tag(out: Path) -> str | None:
@@ -413,29 +415,41 @@ def _checkpoint_tag(out: Path) -> str | None:
 
 
 def training_tag(config: TrainConfig, task: Any, *, out: Path | None = None) -> str:
-    """The tag of this training's checkpoints: the config hash and a hash of the training data.
+    """The tag of this training's checkpoints: the config hash, a hash of the training data and, for a
+    fine-tuning, its pretrained weights' SHA-256 (16 digits).
 
-    With ``out`` (a resume), a checkpoint written before tags carried the data keeps its old tag
-    (the config hash alone), so it still resumes.
+    With ``out`` (a resume), a checkpoint written before tags carried the data (the config hash alone) or the
+    pretrained weights keeps its old tag, so it still resumes.
     """
     tag = f"{config.hash()}{_DATA_TAG}{config_hash(task.fingerprint())}"
-    if out is not None and _checkpoint_tag(out) == config.hash():
-        return config.hash()
+    found = _checkpoint_tag(out) if out is not None else None
+    if found == config.hash() or (found == tag and config.pretrained is not None):
+        return found
+    if config.pretrained is not None and config.pretrained.sha256:
+        tag += f"{_PRETRAINED_TAG}{config.pretrained.sha256[:16]}"
     return tag
 
 
 def check_resumable_model(out: Path, *, config: TrainConfig, task: Any) -> None:
-    """Refuse to resume a training in ``out`` with other training data than its checkpoint's.
+    """Refuse to resume a training in ``out`` with other training data or other pretrained weights than its
+    checkpoint's, naming which (either changes the config's tag, which would otherwise read as "another
+    configuration").
 
     Raises:
-        DataReconError: the checkpoint was written for the same settings but other data (e.g.
-            another ``--data-dir``).
+        DataReconError: the checkpoint was written for other data (e.g. another ``--data-dir``) or from other
+            pretrained weights (the pretrained folder retrained since).
     """
     found = _checkpoint_tag(out)
     if found is None or _DATA_TAG not in found:
         return
+    found, _, was = found.partition(_PRETRAINED_TAG)
+    pre = config.pretrained
+    if was and pre is not None and was != (pre.sha256 or "")[:16]:
+        raise DataReconError(f"the pretrained weights in {pre.path} changed since the checkpoint in {out} was written "
+                             f"(weights sha256 {was[:12]} then, {(pre.sha256 or '')[:12]} now); restore that pretrained "
+                             "model to resume, or start afresh with --overwrite")
     cfg, data = found.split(_DATA_TAG, 1)
-    mine = training_tag(config, task).split(_DATA_TAG, 1)[1]
+    mine = training_tag(config, task).split(_DATA_TAG, 1)[1].partition(_PRETRAINED_TAG)[0]
     if cfg == config.hash() and data != mine:
         raise DataReconError(f"the training data found now differ from those the checkpoint in {out} was trained "
                              f"on (data fingerprint {mine} != {data}); point --data-dir (or $DATARECON_DATA) at the "
