@@ -659,6 +659,39 @@ def _symlink(ws: Workspace, target: Path, name: str) -> Path:
 
 _EXP_ZERO_SHA = "0" * 64
 
+
+def _read_only_dir(ws: Workspace) -> Path:
+    (ws.root / "ro").mkdir()
+    return ws.root / "ro"
+
+
+def _deny_writes_in(name: str) -> Callable[[pytest.MonkeyPatch], None]:
+    """The permission check of a user who may not write the folder ``name`` (the tests run as root, who may)."""
+    def patch(mp: pytest.MonkeyPatch) -> None:
+        real = os.access
+
+        def access(path, mode, *args, **kwargs):
+            return False if Path(path).name == name and mode & os.W_OK else real(path, mode, *args, **kwargs)
+
+        mp.setattr("datarecon.kernel.outdir.os.access", access)
+
+    return patch
+
+
+def _manifest_full(mp: pytest.MonkeyPatch) -> None:
+    def append(*args, **kwargs) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    mp.setattr("datarecon.utils.manifest._append_line", append)
+
+
+def _unnamed_full(mp: pytest.MonkeyPatch) -> None:
+    """A write deep in a library fails on a full disk without a file name (here: the first checkpoint)."""
+    def save(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    mp.setattr("datarecon.kernel.checkpoint.save", save)
+
 CASES.update({
     # data lost: another model's membership folder (its result, its reference models) is refused, whatever K
     "membership-into-another-models-folder": Case(lambda ws: _member(ws, _members_of_other(ws)),
@@ -719,6 +752,21 @@ CASES.update({
                                                       str(ws.root / "m")], "pass --pretrained DIR too"),
     "config-null-key": Case(lambda ws: _rec(ws, "--config", str(_write(ws.root / "r.yaml", "steps: 3\nnull: 1\n"))),
                             "the key 'null' on line 2 is read as null (no name), not as a field name"),
+    # misleading: a full disk names the file (or at least the folder), never "writing a file"
+    "disk-full-in-the-manifest": Case(lambda ws: _rec(ws), "new-run/.datarecon-manifest; files are replaced "
+                                      "atomically", out=_new_run, patch=_manifest_full),
+    "disk-full-in-the-results-index": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws)), "--out",
+                                                       "s"], "no space left on device writing the results index in s",
+                                           out=lambda ws: ws.root / "s", patch=_sqlite_full),
+    "disk-full-unnamed": Case(lambda ws: _rec(ws), "no space left on device writing a file in", out=_new_run,
+                              patch=_unnamed_full),
+    # misleading: a read-only --out is refused before the work, naming the folder (not the temporary file after it)
+    "identifiability-out-read-only": Case(lambda ws: ["identifiability", str(ws.model), "--out",
+                                                      str(_read_only_dir(ws) / "i.json")],
+                                          "the folder", patch=_deny_writes_in("ro")),
+    "report-out-read-only": Case(lambda ws: ["report", str(ws.evaluated), "--out", str(_read_only_dir(ws) / "r.html")],
+                                 "is not writable for this user; choose an --out in a folder you can write",
+                                 patch=_deny_writes_in("ro")),
     "sweep-ray-address-unanswered": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws)), "--out",
                                                      str(ws.root / "s"), "--backend", "ray", "--ray-address",
                                                      "127.0.0.1:1"], "cannot reach the Ray cluster at '127.0.0.1:1'"),

@@ -270,3 +270,27 @@ def test_a_true_n_wider_than_the_first_layer_is_accepted(tmp_path, capsys):
     assert "n = 10" in capsys.readouterr().out
     assert main(["membership", "--model", str(model), "--evaluate", "--nonmembers", "40", "--known-n", "8"]) == 2
     assert "records n_train 10" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_the_reference_models_says_how_to_continue(trained, tmp_path, capsys, monkeypatch):
+    """Ctrl-C (or SIGTERM) of membership names how to continue, and continuing that way reuses what finished."""
+    from datarecon.experiments import references
+
+    real, calls = references.fit_on_images, []
+
+    def fit(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(references, "fit_on_images", fit)
+    args = ["membership", "--model", str(trained), "--evaluate", "--nonmembers", "200", "--population", "40",
+            "--references", "4", "--reference-seed", "2", "--out", str(tmp_path / "m")]
+    assert main(args) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "interrupted; rerun the same command to continue (the reference models finished in --out are kept and not "
+        "trained again)")
+    monkeypatch.setattr(references, "fit_on_images", real)
+    assert main(args) == 0
+    assert "(2 trained now, 2 reused)" in capsys.readouterr().out
