@@ -287,10 +287,25 @@ def test_ctrl_c_during_the_reference_models_says_how_to_continue(trained, tmp_pa
     monkeypatch.setattr(references, "fit_on_images", fit)
     args = ["membership", "--model", str(trained), "--evaluate", "--nonmembers", "200", "--population", "40",
             "--references", "4", "--reference-seed", "2", "--out", str(tmp_path / "m")]
-    assert main(args) == 130
+    assert main([*args, "--no-progress"]) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "interrupted; rerun the same command to continue (the reference models finished in --out are kept and not "
         "trained again)")
     monkeypatch.setattr(references, "fit_on_images", real)
     assert main(args) == 0
     assert "(2 trained now, 2 reused)" in capsys.readouterr().out
+
+
+def test_progress_of_every_reference_model_and_of_the_scoring(trained, tmp_path, capsys):
+    """In a log (no terminal): a line per model (each is 25 % of four), then the choice on pseudo-targets and the
+    ROCs; nothing of it with --no-progress."""
+    args = ["membership", "--model", str(trained), "--evaluate", "--nonmembers", "200", "--population", "40",
+            "--references", "4", "--reference-seed", "2", "--out", str(tmp_path / "m")]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    for k in range(1, 5):
+        assert f"reference models: model {k}/4 ({25 * k}%)" in err, err
+    assert "reference models: done model 4/4" in err
+    assert "strongest signal: done pseudo-target 4/4" in err and "membership ROCs: done signal 8/8" in err
+    assert main([*args, "--overwrite", "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""

@@ -172,3 +172,34 @@ def test_your_own_module_gets_every_signal_and_reference_models_from_your_traini
     plain = membership_of_module(target, loss="cross-entropy", members=(members.x.double(), members.y),
                                  nonmembers=(non.x.double(), non.y))
     assert "calibration part" in plain["strongest"]["rule"] and plain["signals"]["rmia"]["applicable"] is False
+
+
+def test_progress_counts_reference_models_as_their_markers_appear(tmp_path):
+    """Inside a task of several models (a worker process or Ray), progress still moves one model at a time: the
+    driver counts the completion markers the task writes."""
+    import io
+
+    from datarecon.data import DataSpec
+    from datarecon.experiments.references import ReferenceJob, _Finished
+    from datarecon.experiments.reproduce.pieces import piece_hashes
+    from datarecon.kernel.engine import LineRate, ProgressBar
+    from datarecon.training.target import ArchConfig, TrainConfig
+    from datarecon.utils.io import atomic_write_json
+
+    config = TrainConfig(data=DataSpec(dataset="digits", task="odd-even", n_per_class=5),
+                         arch=ArchConfig(name="mlp", hidden=(4,)))
+    job = ReferenceJob(out=tmp_path, config=config, pool_key="k", settings=ReferenceSettings(count=4), per_class=5)
+    stream = io.StringIO()
+    bar = ProgressBar(desc="reference models", unit="model", mode="lines", stream=stream,
+                      rate=LineRate(interval_s=0.0, min_fraction=0.1))
+    finished = _Finished(job, [0, 1, 2, 3], bar)
+    hashes = piece_hashes(job.pieces())
+    for k in (0, 2):
+        key = job.pieces()[k].key
+        atomic_write_json(tmp_path / key / "DONE.json", {"hash": hashes[key]})
+    atomic_write_json(tmp_path / job.pieces()[3].key / "DONE.json", {"hash": "stale"})  # another recipe's: not done
+    finished.poll()
+    assert finished.state.step == 2 and finished.left == [1, 3]
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("reference models: model 1/4 (25%)") and lines[1].startswith("reference models: model "
+                                                                                            "2/4 (50%)")

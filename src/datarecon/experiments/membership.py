@@ -78,6 +78,7 @@ from datarecon.experiments.references import (
     subset,
     train_references,
 )
+from datarecon.kernel.engine import track
 from datarecon.kernel.files import DONE_MARKER, MEMBERSHIP_TARGET, METRICS_FILE, RUN_JSON
 from datarecon.kernel.outdir import OutDir, is_empty
 from datarecon.models.checkpoint import EXTRAS, model_identity, read_model_meta
@@ -251,7 +252,7 @@ def _calibration_fraction(is_member: np.ndarray, fraction: float) -> tuple[float
 
 
 def compare_signals(signals: SignalScores, is_member: np.ndarray, *, calibration: float, seed: int,
-                    choice: Choice | None = None) -> dict[str, Any]:
+                    choice: Choice | None = None, progress: bool | str = False) -> dict[str, Any]:
     """Every signal's ROC on all members and non-members, and the strongest signal, chosen where its headline is not
     measured.
 
@@ -266,6 +267,7 @@ def compare_signals(signals: SignalScores, is_member: np.ndarray, *, calibration
         is_member: (N,) bool ground truth.
         calibration: the calibration fraction; seed: the split's seed.
         choice: a choice made without the target's ground truth, or None.
+        progress: one step per signal (its bootstrap intervals take a while on thousands of candidates).
 
     Returns:
         JSON-ready: ``split`` (sizes of both parts), ``signals`` (name → ``kind``, ``doc``, ``applicable``,
@@ -280,7 +282,7 @@ def compare_signals(signals: SignalScores, is_member: np.ndarray, *, calibration
     rep, cal = split.report, split.calibration
     out: dict[str, Any] = {}
     power: dict[str, SignalPower] = {} if choice is None else dict(choice.power)
-    for name in SIGNALS.ordered():
+    for name in track(SIGNALS.ordered(), desc="membership ROCs", unit="signal", mode=progress):
         entry = {"kind": SIGNALS.get(name).kind, "doc": SIGNALS.get(name).doc}
         if name not in signals.scores:
             out[name] = {**entry, "applicable": False, "note": signals.not_applicable.get(name, "not measured")}
@@ -416,13 +418,17 @@ class Runtime:
         execution: backend, workers, Ray address, threads per task (:class:`~datarecon.experiments.execution.Execution`).
         device: torch device of the reference models' training.
         data_dir: data folder (None: ``$DATARECON_DATA`` / cache).
-        log: progress sink.
+        log: sink of the lines that say what runs (reference models trained, kept, scoring).
+        progress: progress of the reference models (one step per model) and of the scoring (one step per
+            stage): a :data:`~datarecon.kernel.engine.PROGRESS_MODES` name or a bool (True: a bar on a terminal,
+            plain lines in a log; False: none).
     """
 
     execution: Execution = Execution()
     device: str = "cpu"
     data_dir: str | Path | None = None
     log: Callable[[str], None] = print
+    progress: bool | str = False
 
 
 #: the most reference models :func:`references_needed` tries before it gives up
@@ -506,7 +512,7 @@ def _references(out: Path | None, meta: dict[str, Any], cand: Candidates, settin
     per_class = int(meta["data"]["n_per_class"])
     refs = train_references(ReferenceJob(out=out, config=config, pool_key=key, settings=settings.references,
                                          per_class=per_class), execution=runtime.execution, device=runtime.device,
-                            log=runtime.log)
+                            log=runtime.log, progress=runtime.progress)
     inside = refs.inside.to(torch.float64)
     record = {"count": refs.count, "trained": refs.trained, "reused": refs.count - refs.trained,
               "wall_time_s": refs.wall_time_s, "per_class": per_class, "pool": int(cand.x.shape[0]),
@@ -622,7 +628,7 @@ def _subspace_of_reference(config: Any, knowledge: KnowledgeSettings, seed: int)
     return scores
 
 
-def pseudo_target_choice(p: PseudoTargets) -> Choice | None:
+def pseudo_target_choice(p: PseudoTargets, *, progress: bool | str = False) -> Choice | None:
     """Choose the strongest signal on the attacker's own models: each of the first :data:`PSEUDO_TARGETS` reference
     models in turn plays the target (its members: the pool images it trained on; its references: the others),
     every signal is measured on it, and the signal with the highest mean TPR at 1 % FPR wins (mean AUC breaks
@@ -636,7 +642,7 @@ def pseudo_target_choice(p: PseudoTargets) -> Choice | None:
     if p.refs.count < MIN_PSEUDO_REFERENCES:
         return None
     rocs: dict[str, list[Any]] = {}
-    for r in range(count):
+    for r in track(range(count), desc="strongest signal", unit="pseudo-target", mode=progress):
         mem = p.refs.inside[r].numpy()
         for name, sc in _pseudo_scores(p, r).items():
             rocs.setdefault(name, []).append(membership_roc(sc[mem], sc[~mem], name=name, n_boot=0))
@@ -742,9 +748,10 @@ def evaluate_membership(model_dir: str | Path, *, settings: MembershipSettings =
         if pseudo.model_of is not None and "subspace" in signals.scores:
             sub = _subspace_of_reference(_training_config(setup.meta), knowledge or KnowledgeSettings(),
                                          settings.references.seed)
-        choice = pseudo_target_choice(dataclasses.replace(pseudo, signals=tuple(signals.scores), subspace_of=sub))
+        choice = pseudo_target_choice(dataclasses.replace(pseudo, signals=tuple(signals.scores), subspace_of=sub),
+                                      progress=runtime.progress)
     cmp = compare_signals(signals, cand.is_member, calibration=settings.calibration_fraction, seed=settings.seed,
-                          choice=choice)
+                          choice=choice, progress=runtime.progress)
     cal = cmp.pop("_calibration")
     threat = dict(setup.threat)
     if refs is not None:

@@ -44,6 +44,7 @@ from datarecon.errors import DataReconError
 from datarecon.experiments.backends import Task, make_backend
 from datarecon.experiments.execution import Execution
 from datarecon.experiments.reproduce.pieces import Context, Piece, execute, is_done, piece_hashes
+from datarecon.kernel.engine import LineRate, LoopState, ProgressBar
 from datarecon.models.spec import build_model
 from datarecon.training.target import TrainConfig, fit_on_images
 from datarecon.utils.dtypes import torch_dtype
@@ -61,8 +62,10 @@ REFERENCE_WEIGHTS = "weights.safetensors"
 MAX_REFERENCES = 100_000
 #: reference models per backend task (amortises a worker's start-up; each model is its own piece)
 PER_TASK = 8
-#: seconds between two progress lines (and one when the last model is done)
-LOG_EVERY_S = 30.0
+#: seconds between two looks for models finished inside a running task (their completion markers)
+POLL_S = 1.0
+#: a progress line (in a log) per this fraction of the reference models
+PROGRESS_FRACTION = 0.1
 
 
 class ReferenceSettings(BaseModel):
@@ -351,14 +354,16 @@ class ReferenceJob:
 
 
 def train_references(job: ReferenceJob, *, execution: Execution = Execution(), device: str = "cpu",
-                     log: Callable[[str], None] = print) -> ReferenceStatistics:
+                     log: Callable[[str], None] = print, progress: bool | str = False) -> ReferenceStatistics:
     """Train the reference models that ``job.out`` does not hold yet, then load all K models' statistics.
 
     Args:
         job: the folder, recipe, pool and settings.
         execution: where the tasks run (backend, workers, Ray address, threads per task).
         device: torch device of the training.
-        log: progress sink (a line per finished task, with the count and an estimate of the time left).
+        log: sink of a line when the training starts and when it ends.
+        progress: one step per reference model (a :data:`~datarecon.kernel.engine.PROGRESS_MODES` name or a bool:
+            a bar on a terminal, a line per :data:`PROGRESS_FRACTION` of the models in a log).
 
     Raises:
         DataReconError: a failed reference model (the first error; finished ones are kept, a rerun resumes).
@@ -366,42 +371,69 @@ def train_references(job: ReferenceJob, *, execution: Execution = Execution(), d
     todo = _todo(job.pieces(), job.out)
     t0 = time.perf_counter()
     if todo:
-        _run_tasks(job, todo=todo, execution=execution, device=device, log=log)
+        _run_tasks(job, todo=todo, execution=execution, device=device, log=log, progress=progress)
     return load_statistics(job.out, job.settings.count, trained=len(todo), wall_time_s=time.perf_counter() - t0)
 
 
-def _run_tasks(job: ReferenceJob, *, todo: list[int], execution: Execution, device: str,
-               log: Callable[[str], None]) -> None:
-    """Fan the unfinished models out as tasks of up to :data:`PER_TASK` consecutive models."""
+def _chunks(todo: list[int], size: int) -> list[list[int]]:
+    """Runs of up to ``size`` consecutive model indices."""
     chunks: list[list[int]] = []
     for k in todo:
-        if chunks and chunks[-1][-1] == k - 1 and len(chunks[-1]) < PER_TASK:
+        if chunks and chunks[-1][-1] == k - 1 and len(chunks[-1]) < size:
             chunks[-1].append(k)
         else:
             chunks.append([k])
+    return chunks
+
+
+class _Finished:
+    """Counts finished reference models as their completion markers appear, whichever process wrote them, so that
+    progress moves one model at a time also inside a task of several."""
+
+    def __init__(self, job: ReferenceJob, todo: list[int], bar: ProgressBar) -> None:
+        pieces = job.pieces()
+        self.hashes, self.keys = piece_hashes(pieces), {k: pieces[k].key for k in todo}
+        self.out, self.left, self.bar = job.out, list(todo), bar
+        self.state = LoopState(step=0, total=len(todo))
+        bar.before_run(self.state)
+
+    def poll(self) -> None:
+        done = [k for k in self.left if is_done(self.out / self.keys[k], self.hashes[self.keys[k]])]
+        for k in done:
+            self.left.remove(k)
+            self.state.step += 1
+            self.bar.after_step(self.state)
+
+    def close(self) -> None:
+        self.bar.after_run(self.state)
+
+
+def _run_tasks(job: ReferenceJob, *, todo: list[int], execution: Execution, device: str,
+               log: Callable[[str], None], progress: bool | str) -> None:
+    """Fan the unfinished models out as tasks (one model each in the driver, up to :data:`PER_TASK` consecutive ones
+    in worker processes, where a task's start-up is worth sharing); progress counts models as they finish."""
     base = {"out": str(job.out), "config": job.config.model_dump(mode="json"), "pool_key": job.pool_key,
             "settings": job.settings.model_dump(mode="json"), "per_class": job.per_class, "device": device,
             "threads": execution.threads}
-    tasks = [Task(key=f"ref-{c[0]:05d}-{c[-1]:05d}", payload={**base, "start": c[0], "stop": c[-1] + 1})
-             for c in chunks]
     log(f"training {len(todo)} reference models ({job.settings.count - len(todo)} kept from an earlier call) on "
         f"backend {execution.backend} ({execution.workers or 1} worker(s)) ...")
-    done, failures, t0, last = 0, [], time.perf_counter(), -LOG_EVERY_S
+    failures: list[str] = []
+    t0 = time.perf_counter()
+    bar = ProgressBar(desc="reference models", unit="model", mode=progress,
+                      rate=LineRate(interval_s=0.0, min_fraction=PROGRESS_FRACTION))
     with make_backend(execution.backend, reference_worker, workers=execution.workers,
                       **execution.backend_options()) as be:
+        size = 1 if getattr(be, "in_process", False) else PER_TASK
+        tasks = [Task(key=f"ref-{c[0]:05d}-{c[-1]:05d}", payload={**base, "start": c[0], "stop": c[-1] + 1})
+                 for c in _chunks(todo, size)]
+        finished = _Finished(job, todo, bar)
         while tasks or be.in_flight:
             while tasks and be.in_flight < be.capacity:
                 be.submit(tasks.pop(0))
-            for o in be.wait():
-                if not o.ok:
-                    failures.append(f"{o.task.key}: {o.error}")
-                    continue
-                done += int(o.task.payload["stop"]) - int(o.task.payload["start"])
-                spent = time.perf_counter() - t0
-                if spent - last >= LOG_EVERY_S or done == len(todo):
-                    last = spent
-                    log(f"  {done}/{len(todo)} reference models trained ({spent:.0f} s; about "
-                        f"{spent / done * (len(todo) - done):.0f} s left)")
+            failures += [f"{o.task.key}: {o.error}" for o in be.wait(timeout=POLL_S) if not o.ok]
+            finished.poll()
+        finished.close()
+    log(f"{len(todo) - len(finished.left)} reference models trained in {time.perf_counter() - t0:.0f} s")
     if failures:
         raise DataReconError(f"{len(failures)} reference-model tasks failed (first: {failures[0]}); the finished "
                              "models are kept: fix the cause and rerun into the same --out to resume")
