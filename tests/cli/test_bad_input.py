@@ -660,6 +660,12 @@ def _symlink(ws: Workspace, target: Path, name: str) -> Path:
 _EXP_ZERO_SHA = "0" * 64
 
 
+def _run_exp(ws: Workspace, attack: str) -> list[str]:
+    """``datarecon run`` of an experiment that trains a small target and attacks it as ``attack`` says."""
+    return ["run", str(_write(ws.root / "exp.yaml", f"{_EXP_TRAIN}{attack}\n")), "--out", str(ws.root / "e"),
+            "--no-progress"]
+
+
 def _read_only_dir(ws: Workspace) -> Path:
     (ws.root / "ro").mkdir()
     return ws.root / "ro"
@@ -728,6 +734,15 @@ CASES.update({
         "epochs: 2}", f"epochs: 2, pretrained: {{path: {ws.model}, sha256: '{_EXP_ZERO_SHA}'}}}}") + (
         "attack: {attack: {method: kkt, steps: 2}}\n"))), "--out", str(ws.root / "e"), "--no-progress"],
         "train: the pretrained model in"),
+    "experiment-steps-zero": Case(lambda ws: _run_exp(ws, "attack: {attack: {method: kkt, steps: 0}}"),
+                                  "attack: steps must be at least 1, got 0; set attack.steps"),
+    "experiment-device-unknown": Case(lambda ws: _run_exp(ws, "attack: {attack: {method: kkt, steps: 2}, device: warp}"),
+                                      "attack: unknown device 'warp'"),
+    "experiment-known-n-false": Case(lambda ws: _run_exp(ws, "attack: {attack: {method: kkt, steps: 2}, knowledge: "
+                                                             "{n: 3}}"),
+                                     "known n = 3 is not this model's training-set size"),
+    "experiment-candidates-absurd": Case(lambda ws: _run_exp(ws, "attack: {attack: {method: kkt, steps: 2}, candidates: "
+                                                                 "10000000000}"), "reduce candidates: (its default"),
     # wrongly accepted 8: a field given by a flag and by --set
     "reconstruct-set-model-and-model": Case(lambda ws: _rec(ws, "--set", f"model={ws.other}"),
                                             "model is given twice, by --model"),

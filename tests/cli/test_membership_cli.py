@@ -97,7 +97,7 @@ def test_images_are_called_against_a_visible_null(trained, capsys, tmp_path):
     (["--evaluate", "--known-init", "absent.safetensors"], "not found"),
     (["--evaluate", "--known-n", "100000"], "known n = 100000 is not this model's training-set size"),
     # a false n is refused as a false θ_init is; a true n beyond the layer's width is not (below)
-    (["--evaluate", "--known-n", "8"], "its model directory records n_train 20; pass --known-n 20"),
+    (["--evaluate", "--known-n", "8"], "its model directory records n_train 20; set knowledge.n (--known-n) to 20"),
     (["--images", "wrong.npz"], "do not fit the model's input 1x8x8"),
     (["--images", "range.npz"], "pass display-space images in [0, 1]"),
     (["--images", "ok.npz", "--fpr", "2"], "--fpr must lie in (0, 1)"),

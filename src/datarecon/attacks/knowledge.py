@@ -370,7 +370,7 @@ def check_known_n(n: int | None, model_meta: Mapping[str, Any] | None) -> None:
     if n is None or not isinstance(recorded, int) or isinstance(recorded, bool) or recorded < 1 or n == recorded:
         return
     raise DataReconError(f"known n = {n} is not this model's training-set size: its model directory records "
-                         f"n_train {recorded}; pass --known-n {recorded} (knowledge.n in a run file) or leave it out")
+                         f"n_train {recorded}; set knowledge.n (--known-n) to {recorded} or leave it out")
 
 
 def threat_model(settings: KnowledgeSettings, known: KnownInit | None, *, uses: tuple[str, ...],

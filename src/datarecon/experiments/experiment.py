@@ -46,7 +46,7 @@ from datarecon.evaluation.protocol import ASSIGNMENTS
 from datarecon.evaluation.run_eval import check_reference_sets
 from datarecon.experiments.identifiability import attach_identifiability
 from datarecon.experiments.membership import attach_membership
-from datarecon.experiments.reconstruct import (ReconstructionRun, RunOptions, RunSettings, build_run,
+from datarecon.experiments.reconstruct import (ReconstructionRun, RunOptions, RunSettings, TargetRecord, build_run,
                                                check_before_target, execute)
 from datarecon.kernel.files import EXPERIMENT_JSON, REPORT_HTML
 from datarecon.kernel.outdir import claim_out_dir
@@ -245,16 +245,22 @@ def check_experiment(experiment: Experiment, out: Path, *, state: dict[str, Any]
         raise DataReconError(f"model directory {experiment.model} {what}; train one (`datarecon train`) or "
                              "fix model: in the experiment file")
     trained = ((state or {}).get("stages") or {}).get("train") == Status.COMPLETE.value
-    if experiment.train is not None and not trained:
+    if experiment.train is not None:
         task = load_task(experiment.train.data, data_dir=data_dir)  # missing data: refused before anything is written
-        try:
-            check_training(experiment.train, task, out=out / MODEL_SUBDIR, option="pretrained.path")
-        except DataReconError as exc:
-            raise DataReconError(f"train: {exc}") from None
-    fine_tuned = (experiment.train.pretrained is not None if experiment.train is not None
-                  else isinstance(read_model_meta(str(experiment.model)).get("pretrained"), dict))
+        if not trained:
+            try:
+                check_training(experiment.train, task, out=out / MODEL_SUBDIR, option="pretrained.path")
+            except DataReconError as exc:
+                raise DataReconError(f"train: {exc}") from None
+        target = TargetRecord(fine_tuned=experiment.train.pretrained is not None, n_train=len(task.train),
+                              input_shape=tuple(experiment.train.arch_spec().input_shape))
+    else:
+        meta = read_model_meta(str(experiment.model))
+        target = TargetRecord(fine_tuned=isinstance(meta.get("pretrained"), dict),
+                              n_train=(meta.get("metrics") or {}).get("n_train"),
+                              input_shape=tuple(meta["arch"]["input_shape"]))
     try:
-        check_before_target(experiment.reconstruction_run(out), fine_tuned=fine_tuned, cli=False)
+        check_before_target(experiment.reconstruction_run(out), target, cli=False)
     except DataReconError as exc:
         raise DataReconError(f"attack: {exc}") from None
 

@@ -453,21 +453,38 @@ def _check_knowledge(knowledge: KnowledgeSettings, requires: tuple[str, ...], *,
             "path of a safetensors file"))
 
 
-def check_before_target(run: ReconstructionRun, *, fine_tuned: bool, cli: bool = True) -> None:
+@dataclass(frozen=True)
+class TargetRecord:
+    """What a run can be checked against before its target exists (an experiment, before it trains): whether the
+    target is fine-tuned, its training-set size and its input shape (None: not known)."""
+
+    fine_tuned: bool
+    n_train: int | None = None
+    input_shape: tuple[int, ...] | None = None
+
+
+def check_before_target(run: ReconstructionRun, target: TargetRecord, *, cli: bool = True) -> None:
     """The checks of :func:`prepare` that need no weights, for a caller that checks a run before its target exists
-    (an experiment, before it trains): the attack builds from its config, the knowledge its method requires is
-    given, and a known pretrained start is asked of a fine-tuned model only. ``cli``: fixes name the flags, else
-    the run's fields.
+    (an experiment, before it trains): the steps, the device, the attack built from its config, the knowledge its
+    method requires and a known n and pretrained start that fit the target, the candidates' memory. ``cli``: fixes
+    name the flags, else the run's fields.
 
     Raises:
         DataReconError: one line naming the problem.
     """
+    if run.steps < 1:
+        raise DataReconError(f"steps must be at least 1, got {run.steps}; set attack.steps (--steps N) to N >= 1")
+    parse_device(run.device)
     make_attack(run.method, run.method_config())
     _check_knowledge(run.knowledge, ATTACKS.get(run.method).requires, cli=cli)
     known = run.knowledge.known_init
-    if known is not None and (known == PRETRAINED or known.startswith(f"{PRETRAINED}:")) and not fine_tuned:
+    if known is not None and (known == PRETRAINED or known.startswith(f"{PRETRAINED}:")) and not target.fine_tuned:
         raise DataReconError(f"known_init {known}: this model was not fine-tuned from a pretrained model; pass seed, "
                              "seed:N or a safetensors file of θ_init")
+    check_known_n(run.knowledge.n, {"metrics": {"n_train": target.n_train}})
+    if run.candidates is not None and target.input_shape is not None:
+        _refuse_candidates_beyond_memory(int(run.candidates), target.input_shape, run.dtype,
+                                         option="--candidates" if cli else "candidates:")
 
 
 @dataclass(frozen=True)
@@ -561,16 +578,16 @@ MAX_BATCH_RUNS = 10_000
 
 
 def _refuse_candidates_beyond_memory(m: int, input_shape: tuple[int, ...], dtype: torch.dtype, *,
-                                     runs: int = 1) -> None:
+                                     runs: int = 1, option: str = "--candidates") -> None:
     """One line, before anything is allocated, when m candidates (in each of ``runs`` runs stepped
     together) cannot fit in this machine's memory: :data:`CANDIDATE_COPIES` copies of the candidates,
     plus the m × m cosine matrix of the candidates' selection scores
     (``attacks.selection.candidate_scores``, computed at the end of every run; 3·10⁶ candidates
-    passed the first term and failed there after the whole run)."""
+    passed the first term and failed there after the whole run). ``option``: how messages name the count."""
     need = runs * (CANDIDATE_COPIES * float(m) * float(torch.Size(input_shape).numel()) + float(m) * float(m))
-    what = f"--candidates {m} of {tuple(input_shape)} inputs" + (f" in each of --runs {runs}" if runs > 1 else "")
+    what = f"{option} {m} of {tuple(input_shape)} inputs" + (f" in each of --runs {runs}" if runs > 1 else "")
     refuse_if_too_large(need * dtype.itemsize, what=what,
-                        fix="reduce --candidates (its default is 2n)" + (" or --runs" if runs > 1 else ""))
+                        fix=f"reduce {option} (its default is 2n)" + (" or --runs" if runs > 1 else ""))
 
 
 def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: KnowledgeSettings, *,
