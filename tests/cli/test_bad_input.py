@@ -20,11 +20,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import SHARED_DATA
 from own_nets import NETS
 
 from datarecon.cli.main import main
 from datarecon.utils.io import load_tensors, save_tensors, sha256_file
+
+#: the real data (as tests/conftest.py finds it): ../shared/data beside the checkout, or $DATARECON_DATA
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 TRAIN = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "5", "--hidden", "4", "--no-bias",
          "--epochs", "2", "--no-progress"]
@@ -630,7 +632,7 @@ def _members_of_other(ws: Workspace) -> Path:
     """A membership folder of the other model (its result, no reference models: K = 0)."""
     out = ws.root / "mof"
     assert main(["membership", "--model", str(ws.other), "--evaluate", "--nonmembers", "50", "--population", "10",
-                 "--out", str(out)]) == 0
+                 "--no-progress", "--out", str(out)]) == 0
     return out
 
 

@@ -50,6 +50,7 @@ def test_a_resume_after_the_pretrained_weights_changed_names_them(tmp_path: Path
     before = (ft / "checkpoint" / "state.safetensors").read_bytes()
     assert main([*finetune, "--resume"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"error: the pretrained weights in {pre} changed since the checkpoint in {ft} was written")
-    assert "restore that pretrained model to resume, or start afresh with --overwrite" in err
+    assert err.startswith(f"error: the checkpoint in {ft} was trained from other pretrained weights than those in "
+                          f"{pre} now")
+    assert "retrained or replaced since?); restore those weights" in err and "start afresh with --overwrite" in err
     assert (ft / "checkpoint" / "state.safetensors").read_bytes() == before

@@ -445,9 +445,10 @@ def check_resumable_model(out: Path, *, config: TrainConfig, task: Any) -> None:
     found, _, was = found.partition(_PRETRAINED_TAG)
     pre = config.pretrained
     if was and pre is not None and was != (pre.sha256 or "")[:16]:
-        raise DataReconError(f"the pretrained weights in {pre.path} changed since the checkpoint in {out} was written "
-                             f"(weights sha256 {was[:12]} then, {(pre.sha256 or '')[:12]} now); restore that pretrained "
-                             "model to resume, or start afresh with --overwrite")
+        raise DataReconError(f"the checkpoint in {out} was trained from other pretrained weights than those in "
+                             f"{pre.path} now (weights sha256 {was[:12]} then, {(pre.sha256 or '')[:12]} now: retrained "
+                             "or replaced since?); restore those weights, or pass the directory that holds them, to "
+                             "resume, or start afresh with --overwrite")
     cfg, data = found.split(_DATA_TAG, 1)
     mine = training_tag(config, task).split(_DATA_TAG, 1)[1].partition(_PRETRAINED_TAG)[0]
     if cfg == config.hash() and data != mine:
