@@ -13,13 +13,15 @@ on every pool image and on the population samples (RMIA's z), and its statistics
 
 Storage, below a membership folder (``OUT``)::
 
+    OUT/target.json                        the model the folder measures (another model's call is refused)
     OUT/pool.safetensors                   the pool (display images, labels, task classes) and the population
     OUT/references/ref-00007/DONE.json     completion marker (:mod:`datarecon.experiments.reproduce.pieces`)
     OUT/references/ref-00007/stats.safetensors   its statistics on the pool and the population, its subset
     OUT/references/ref-00007/weights.safetensors its weights and input mean (``keep_weights``)
 
 Every reference model is one piece whose hash covers the recipe, the pool's fingerprint, its index
-and the seed, and not K: a second call with the same or a larger K reuses every finished model and
+and the seed, and not K; its marker records the SHA-256 of its files, checked whenever they are read
+back (:func:`read_checked`): a second call with the same or a larger K reuses every finished model and
 trains only the missing ones; a killed call resumes at the first unfinished model. The pieces run as
 tasks on the sweep backends (:mod:`datarecon.experiments.backends`: a local process pool, or Ray),
 several models per task.
