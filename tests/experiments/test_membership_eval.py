@@ -203,3 +203,30 @@ def test_progress_counts_reference_models_as_their_markers_appear(tmp_path):
     lines = stream.getvalue().splitlines()
     assert lines[0].startswith("reference models: model 1/4 (25%)") and lines[1].startswith("reference models: model "
                                                                                             "2/4 (50%)")
+
+
+def test_the_number_of_reference_models_needed_is_the_fewest_whose_fits_all_work():
+    """The subsets follow from the seed, so the fewest K whose LiRA and RMIA fits all work (also with each of the
+    first pseudo-targets left out) is known before training; a naive search over the subsets agrees."""
+    from datarecon.experiments.membership import PSEUDO_TARGETS, references_needed
+    from datarecon.experiments.references import subset
+
+    classes = torch.tensor([0] * 60 + [1] * 60)
+    needed = references_needed(classes, 5, seed=3, count=1)
+    assert needed is not None and needed > 2
+    assert references_needed(classes, 5, seed=3, count=needed - 1) == needed
+    assert references_needed(classes, 5, seed=3, count=needed + 3) == needed + 3
+
+    def fits(rows):
+        inside = np.array(rows)
+        return (inside.sum(0) >= 2).any() and ((len(rows) - inside.sum(0)) >= 2).any()
+
+    rows = []
+    for k in range(needed):
+        row = np.zeros(120, int)
+        row[subset(classes, 5, seed=3, index=k)] = 1
+        rows.append(row)
+    ok = [fits(rows[:m]) and (m < 3 or all(fits([r for j, r in enumerate(rows[:m]) if j != t])
+                                            for t in range(min(PSEUDO_TARGETS, m))))
+          for m in range(1, needed + 1)]
+    assert ok[-1] and not any(ok[:-1])

@@ -89,7 +89,8 @@ from datarecon.training.target import TrainConfig
 from datarecon.utils.io import atomic_write_json, atomic_write_text, load_tensors, read_json, rows_to_csv, save_tensors
 
 __all__ = ["Calibration", "MembershipSettings", "MembershipSetup", "OwnReferences", "Runtime", "SignalScores",
-           "check_membership_folder", "compare_signals", "evaluate_membership", "membership_of_module", "prepare_membership", "score_images"]
+           "check_membership_folder", "compare_signals", "evaluate_membership", "membership_of_module",
+           "prepare_membership", "references_needed", "score_images"]
 
 #: the file of a membership folder that holds the result
 RESULT_FILE = "membership.json"
@@ -420,8 +421,8 @@ class Runtime:
         data_dir: data folder (None: ``$DATARECON_DATA`` / cache).
         log: sink of the lines that say what runs (reference models trained, kept, scoring).
         progress: progress of the reference models (one step per model) and of the scoring (one step per
-            stage): a :data:`~datarecon.kernel.engine.PROGRESS_MODES` name or a bool (True: a bar on a terminal,
-            plain lines in a log; False: none).
+            pseudo-target, then per signal): a :data:`~datarecon.kernel.engine.PROGRESS_MODES` name or a bool (True:
+            a bar on a terminal, plain lines in a log; False: none).
     """
 
     execution: Execution = Execution()
@@ -452,18 +453,18 @@ def references_needed(classes: torch.Tensor, per_class: int, *, seed: int, count
         DataReconError: a task class with fewer pool images than a model trains on.
     """
     n = int(classes.shape[0])
-    rows: list[np.ndarray] = []
+    first: list[np.ndarray] = []  # the models that play the target in turn (only these are left out)
     in_count = np.zeros(n, dtype=np.int64)
     for k in range(max(count, MAX_NEEDED_SEARCH)):
         row = np.zeros(n, dtype=np.int64)
         row[subset(classes, per_class, seed=seed, index=k)] = 1
-        rows.append(row)
+        if k < PSEUDO_TARGETS:
+            first.append(row)
         in_count += row
         models = k + 1
         if models < count or not _fits(in_count, models):
             continue
-        if models < MIN_PSEUDO_REFERENCES or all(_fits(in_count - rows[r], models - 1)
-                                                 for r in range(min(PSEUDO_TARGETS, models))):
+        if models < MIN_PSEUDO_REFERENCES or all(_fits(in_count - row, models - 1) for row in first):
             return models
     return None
 

@@ -54,7 +54,8 @@ from datarecon.kernel.files import DONE_MARKER
 from datarecon.utils.io import config_hash, load_tensors, read_json, save_tensors, sha256_file
 
 __all__ = ["POOL_FILE", "REFERENCES_DIR", "ReferenceJob", "ReferencePool", "ReferenceSettings", "ReferenceStatistics",
-           "done_record", "load_reference_model", "load_statistics", "read_checked", "reference_config", "reference_dir", "reference_seed", "reference_worker", "subset", "train_references"]
+           "done_record", "load_reference_model", "load_statistics", "read_checked", "reference_config",
+           "reference_dir", "reference_seed", "reference_worker", "subset", "train_references"]
 
 POOL_FILE = "pool.safetensors"
 REFERENCES_DIR = "references"
