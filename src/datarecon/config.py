@@ -40,6 +40,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden
                 continue
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if not isinstance(key, str):  # YAML reads `null:`, `~:`, `1:` or `yes:` as no name at all
+                line = key_node.start_mark.line + 1
+                what = "null (no name)" if key is None else f"the {type(key).__name__} {key!r}"
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key_node.value or 'null'!r} on line {line} is read as {what}, not as a "
+                    f"field name; quote it ('{key_node.value}':) or fix the name", key_node.start_mark)
             try:
                 twice = key in seen
             except TypeError:  # an unhashable key: PyYAML's own error follows

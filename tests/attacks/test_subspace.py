@@ -121,8 +121,11 @@ def test_bad_ranks_and_models_are_one_line_errors():
     x, w, _ = _planted()
     model = _mlp(96, 64)
     params = {"1.weight": w, "3.weight": torch.ones(1, 64, dtype=torch.float64)}
-    with pytest.raises(DataReconError, match="subspace rank n=65 is not possible for the 64 x 96 layer"):
-        analyse(model, params, n=65)
+    with pytest.raises(DataReconError, match="subspace rank k=65 is not possible for the 64 x 96 layer"):
+        analyse(model, params, k=65)
+    # n is a training-set size, not a rank: more images than the layer is wide span the whole layer
+    wide = analyse(model, params, n=65, known_init={k: torch.zeros_like(v) for k, v in params.items()})
+    assert wide.k == 64 and wide.n_known == 65
     with pytest.raises(DataReconError, match="choose a rank between 1 and 64"):
         layer_spectrum(w, q=0)
     conv_only = nn.Sequential(nn.Conv2d(1, 2, 3, bias=False)).double()

@@ -25,6 +25,9 @@ from own_nets import NETS
 from datarecon.cli.main import main
 from datarecon.utils.io import load_tensors, save_tensors, sha256_file
 
+#: the real data (as tests/conftest.py finds it): ../shared/data beside the checkout, or $DATARECON_DATA
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+
 TRAIN = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "5", "--hidden", "4", "--no-bias",
          "--epochs", "2", "--no-progress"]
 
@@ -454,8 +457,8 @@ _EXP_TRAIN = ("train: {data: {dataset: digits, task: odd-even, n_per_class: 5}, 
               "bias: false}, epochs: 2}\n")
 
 
-def _member(ws: Workspace, out: Path, *args: str) -> list[str]:
-    return ["membership", "--model", str(ws.model), "--evaluate", "--out", str(out), *args]
+def _member(ws: Workspace, out: Path, *args: str, model: Path | None = None) -> list[str]:
+    return ["membership", "--model", str(model or ws.model), "--evaluate", "--out", str(out), *args]
 
 
 CASES.update({
@@ -551,7 +554,8 @@ CASES.update({
     "evaluate-sweep-of-a-run": Case(lambda ws: ["evaluate", "--no-progress", "--sweep", str(ws.evaluated)],
                                     "is a datarecon run directory, not a results store"),
     "set-empty-field": Case(lambda ws: _rec(ws, "--set", "=1"), "the field name '' is empty"),
-    "set-a-run-field": Case(lambda ws: _rec(ws, "--set", f"model={_foreign(ws)}"),
+    "set-a-run-field": Case(lambda ws: ["reconstruct", "--no-progress", "--steps", "3", "--set",
+                                        f"model={_foreign(ws)}", "--out", str(ws.root / "new-run")],
                             "is not a model directory (it has no model.json)"),
     "run-file-only-unknown-keys": Case(lambda ws: ["reconstruct", "--no-progress", "--config", str(_write(
         ws.root / "r.yaml", "bogus: 1\nfoo: 2\n")), "--out", str(ws.root / "new-run")], "bogus, foo: unknown keys"),
@@ -621,6 +625,171 @@ CASES.update({
 })
 
 
+# -- issue 46: the fourth adversarial trial (membership with reference models, fine-tuning, run files) ------
+
+
+def _members_of_other(ws: Workspace) -> Path:
+    """A membership folder of the other model (its result, no reference models: K = 0)."""
+    out = ws.root / "mof"
+    assert main(["membership", "--model", str(ws.other), "--evaluate", "--nonmembers", "50", "--population", "10",
+                 "--no-progress", "--out", str(out)]) == 0
+    return out
+
+
+def _npz(ws: Workspace) -> Path:
+    import numpy as np
+
+    np.savez(ws.root / "mine.npz", x=np.zeros((2, 1, 8, 8)))
+    return ws.root / "mine.npz"
+
+
+def _fine_tuned_from(ws: Workspace, model: Path, start: Path, digest: str | None = None) -> Path:
+    """``model``'s model.json made to record ``start`` as its pretrained model (weights hash ``digest``; default
+    the start's own), as a fine-tuning writes it."""
+    meta = json.loads((model / "model.json").read_text())
+    start_meta = json.loads((start / "model.json").read_text())
+    meta["pretrained"] = {"path": str(start.resolve()), "weights_sha256": digest or start_meta["sha256"][
+        "weights.safetensors"], "head": "pretrained", "data": start_meta["data"], "config_hash": None}
+    (model / "model.json").write_text(json.dumps(meta))
+    return model
+
+
+def _symlink(ws: Workspace, target: Path, name: str) -> Path:
+    (ws.root / name).symlink_to(target)
+    return ws.root / name
+
+
+_EXP_ZERO_SHA = "0" * 64
+
+
+def _run_exp(ws: Workspace, attack: str) -> list[str]:
+    """``datarecon run`` of an experiment that trains a small target and attacks it as ``attack`` says."""
+    return ["run", str(_write(ws.root / "exp.yaml", f"{_EXP_TRAIN}{attack}\n")), "--out", str(ws.root / "e"),
+            "--no-progress"]
+
+
+def _read_only_dir(ws: Workspace) -> Path:
+    (ws.root / "ro").mkdir()
+    return ws.root / "ro"
+
+
+def _deny_writes_in(name: str) -> Callable[[pytest.MonkeyPatch], None]:
+    """The permission check of a user who may not write the folder ``name`` (the tests run as root, who may)."""
+    def patch(mp: pytest.MonkeyPatch) -> None:
+        real = os.access
+
+        def access(path, mode, *args, **kwargs):
+            return False if Path(path).name == name and mode & os.W_OK else real(path, mode, *args, **kwargs)
+
+        mp.setattr("datarecon.kernel.outdir.os.access", access)
+
+    return patch
+
+
+def _manifest_full(mp: pytest.MonkeyPatch) -> None:
+    def append(*args, **kwargs) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    mp.setattr("datarecon.utils.manifest._append_line", append)
+
+
+def _unnamed_full(mp: pytest.MonkeyPatch) -> None:
+    """A write deep in a library fails on a full disk without a file name (here: the first checkpoint)."""
+    def save(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    mp.setattr("datarecon.kernel.checkpoint.save", save)
+
+CASES.update({
+    # data lost: another model's membership folder (its result, its reference models) is refused, whatever K
+    "membership-into-another-models-folder": Case(lambda ws: _member(ws, _members_of_other(ws)),
+                                                  "is the membership folder of another model"),
+    "membership-images-into-another-models-folder": Case(
+        lambda ws: ["membership", "--model", str(ws.model), "--images", str(_npz(ws)), "--out",
+                    str(_members_of_other(ws))], "is the membership folder of another model"),
+    # wrongly accepted 1: --pretrained never equal to (or a cycle through) --out
+    "train-pretrained-is-out": Case(lambda ws: [*TRAIN, "--pretrained", str(ws.model), "--out", str(ws.model),
+                                                "--overwrite"], "is the pretrained model --pretrained"),
+    "train-pretrained-is-out-through-a-symlink": Case(
+        lambda ws: [*TRAIN, "--pretrained", str(_symlink(ws, ws.model, "start")), "--out", str(ws.model),
+                    "--overwrite"], "would replace the weights the fine-tuning starts from"),
+    "train-pretrained-cycle": Case(lambda ws: [*TRAIN, "--pretrained", str(_fine_tuned_from(ws, ws.other, ws.model)),
+                                               "--out", str(ws.model), "--overwrite"],
+                                   "is a pretrained start of --pretrained"),
+    # wrongly accepted 2: membership checks the recorded hash of a fine-tuned model's pretrained start
+    "membership-pretrained-retrained": Case(
+        lambda ws: _member(ws, ws.root / "m", model=_fine_tuned_from(ws, ws.model, ws.other, _EXP_ZERO_SHA)),
+        "is not the pretrained model this model was fine-tuned from"),
+    # wrongly accepted 6: an experiment is validated before its folder is written
+    "experiment-attack-needs-known-init": Case(lambda ws: ["run", str(_write(ws.root / "exp.yaml", _EXP_TRAIN + (
+        "attack: {attack: {method: loo, steps: 2}}\n"))), "--out", str(ws.root / "e"), "--no-progress"],
+        "attack: this attack needs the initialisation θ_init: set knowledge: {known_init: seed}"),
+    "experiment-known-init-pretrained-not-fine-tuned": Case(lambda ws: ["run", str(_write(
+        ws.root / "exp.yaml", _EXP_TRAIN + "attack: {attack: {method: kkt, steps: 2}, knowledge: {known_init: "
+        "pretrained}}\n")), "--out", str(ws.root / "e"), "--no-progress"],
+        "this model was not fine-tuned from a pretrained model"),
+    "experiment-pretrained-missing": Case(lambda ws: ["run", str(_write(ws.root / "exp.yaml", _EXP_TRAIN.replace(
+        "epochs: 2}", f"epochs: 2, pretrained: {{path: {ws.root / 'nowhere'}}}}}") + (
+        "attack: {attack: {method: kkt, steps: 2}}\n"))), "--out", str(ws.root / "e"), "--no-progress"],
+        "train: pretrained.path"),
+    "experiment-pretrained-other-sha256": Case(lambda ws: ["run", str(_write(ws.root / "exp.yaml", _EXP_TRAIN.replace(
+        "epochs: 2}", f"epochs: 2, pretrained: {{path: {ws.model}, sha256: '{_EXP_ZERO_SHA}'}}}}") + (
+        "attack: {attack: {method: kkt, steps: 2}}\n"))), "--out", str(ws.root / "e"), "--no-progress"],
+        "train: the pretrained model in"),
+    "experiment-steps-zero": Case(lambda ws: _run_exp(ws, "attack: {attack: {method: kkt, steps: 0}}"),
+                                  "attack: steps must be at least 1, got 0; set attack.steps"),
+    "experiment-device-unknown": Case(lambda ws: _run_exp(ws, "attack: {attack: {method: kkt, steps: 2}, device: warp}"),
+                                      "attack: unknown device 'warp'"),
+    "experiment-known-n-false": Case(lambda ws: _run_exp(ws, "attack: {attack: {method: kkt, steps: 2}, knowledge: "
+                                                             "{n: 3}}"),
+                                     "known n = 3 is not this model's training-set size"),
+    "experiment-candidates-absurd": Case(lambda ws: _run_exp(ws, "attack: {attack: {method: kkt, steps: 2}, candidates: "
+                                                                 "10000000000}"), "reduce candidates: (its default"),
+    # wrongly accepted 8: a field given by a flag and by --set
+    "reconstruct-set-model-and-model": Case(lambda ws: _rec(ws, "--set", f"model={ws.other}"),
+                                            "model is given twice, by --model"),
+    # wrongly accepted 9: a Ray address that does not answer fails in one line within seconds, before any work
+    "membership-ray-address-unanswered": Case(lambda ws: [*_member(ws, ws.root / "m"), "--backend", "ray",
+                                                          "--ray-address", "127.0.0.1:1"],
+                                              "cannot reach the Ray cluster at '127.0.0.1:1'"),
+    # misleading: a model factory named where a model directory is needed
+    "membership-of-a-model-factory": Case(lambda ws: ["membership", "--model", "mypkg.nets:make_mlp", "--evaluate"],
+                                          "names a model factory (package.module:factory), which only `datarecon "
+                                          "reconstruct --model` takes"),
+    "identifiability-of-a-model-factory": Case(lambda ws: ["identifiability", "mypkg.nets:make_mlp"],
+                                               "this command needs a model directory written by `datarecon train`"),
+    # misleading: a dataset of another image size named as one (not "train with the pretrained architecture")
+    "train-pretrained-of-another-image-size": Case(lambda ws: [
+        "train", "--dataset", "mnist", "--task", "odd-even", "--n-per-class", "5", "--hidden", "8", "--no-bias",
+        "--data-dir", os.environ.get("DATARECON_DATA", str(SHARED_DATA)), "--pretrained", str(ws.model), "--out",
+        str(ws.root / "m")], "was trained on digits images of shape (1, 8, 8), the fine-tuning's mnist images have "
+        "shape (1, 28, 28)"),
+    # misleading: --pretrained-sha256 alone (not "pretrained.path: Field required"); a YAML null: key
+    "train-pretrained-sha256-alone": Case(lambda ws: [*TRAIN, "--pretrained-sha256", _EXP_ZERO_SHA, "--out",
+                                                      str(ws.root / "m")], "pass --pretrained DIR too"),
+    "config-null-key": Case(lambda ws: _rec(ws, "--config", str(_write(ws.root / "r.yaml", "steps: 3\nnull: 1\n"))),
+                            "the key 'null' on line 2 is read as null (no name), not as a field name"),
+    # misleading: a full disk names the file (or at least the folder), never "writing a file"
+    "disk-full-in-the-manifest": Case(lambda ws: _rec(ws), "new-run/.datarecon-manifest; files are replaced "
+                                      "atomically", out=_new_run, patch=_manifest_full),
+    "disk-full-in-the-results-index": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws)), "--out",
+                                                       "s"], "no space left on device writing the results index in s",
+                                           out=lambda ws: ws.root / "s", patch=_sqlite_full),
+    "disk-full-unnamed": Case(lambda ws: _rec(ws), "no space left on device writing a file in", out=_new_run,
+                              patch=_unnamed_full),
+    # misleading: a read-only --out is refused before the work, naming the folder (not the temporary file after it)
+    "identifiability-out-read-only": Case(lambda ws: ["identifiability", str(ws.model), "--out",
+                                                      str(_read_only_dir(ws) / "i.json")],
+                                          "the folder", patch=_deny_writes_in("ro")),
+    "report-out-read-only": Case(lambda ws: ["report", str(ws.evaluated), "--out", str(_read_only_dir(ws) / "r.html")],
+                                 "is not writable for this user; choose an --out in a folder you can write",
+                                 patch=_deny_writes_in("ro")),
+    "sweep-ray-address-unanswered": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(ws)), "--out",
+                                                     str(ws.root / "s"), "--backend", "ray", "--ray-address",
+                                                     "127.0.0.1:1"], "cannot reach the Ray cluster at '127.0.0.1:1'"),
+})
+
+
 def _bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
@@ -639,6 +808,7 @@ def _snapshot(root: Path, *, skip: Path | None) -> dict[str, str]:
 def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 98  # 63 before issue 25, 35 added by it
     assert len(CASES) >= 165  # and 67 more by issue 36 (17 of them its adversarial trial's findings)
+    assert len(CASES) >= 205  # and 27 more by the fourth adversarial trial's findings (issue 46)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -32,3 +32,25 @@ def test_the_fine_tuning_flags_reach_the_config_and_the_attack_starts_from_the_p
     knowledge = json.loads((run / "run.json").read_text())["knowledge"]
     assert knowledge["known_init"] == {"source": f"pretrained:{pre.resolve()}", "sha256": meta["init_sha256"]}
     assert "initialisation θ_init (pretrained:" in knowledge["summary"]
+
+
+MLP = ["--dataset", "digits", "--task", "odd-even", "--n-per-class", "5", "--normalisation", "unit", "--hidden", "8",
+       "--no-bias", "--no-progress", "--quiet"]
+
+
+def test_a_resume_after_the_pretrained_weights_changed_names_them(tmp_path: Path, capsys) -> None:
+    """Not "another configuration": the pretrained folder was retrained since the fine-tuning's checkpoint."""
+    pre, ft = tmp_path / "pre", tmp_path / "ft"
+    pretrain = ["train", *MLP, "--skip-per-class", "20", "--epochs", "10", "--out", str(pre)]
+    finetune = ["train", *MLP, "--epochs", "10", "--checkpoint-every", "5", "--pretrained", str(pre), "--out", str(ft)]
+    assert main(pretrain) == 0 and main(finetune) == 0
+    assert main([*finetune, "--resume"]) == 0  # the same start: resumes (here: already finished)
+    assert main([*pretrain, "--seed", "7", "--overwrite"]) == 0
+    capsys.readouterr()
+    before = (ft / "checkpoint" / "state.safetensors").read_bytes()
+    assert main([*finetune, "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: the checkpoint in {ft} was trained from other pretrained weights than those in "
+                          f"{pre} now")
+    assert "retrained or replaced since?); restore those weights" in err and "start afresh with --overwrite" in err
+    assert (ft / "checkpoint" / "state.safetensors").read_bytes() == before

@@ -49,3 +49,30 @@ def test_bad_input_is_one_line(model, tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and message in err[0], err
     assert (tmp_path / "taken.json").read_text() == "mine"
+
+
+def test_fakes_that_repeat_images_are_named_and_progress_is_shown(tmp_path, capsys):
+    """Two held-out images for twelve training images: the held-out fake cycles them, and the output says so;
+    progress goes to stderr one objective at a time (plain lines in a log)."""
+    out = tmp_path / "few"
+    assert main(["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "6", "--n-heldout-per-class",
+                 "1", "--hidden", "20", "--no-bias", "--epochs", "20", "--no-progress", "--quiet", "--out",
+                 str(out)]) == 0
+    capsys.readouterr()
+    assert main(["identifiability", str(out), "--objectives", "kkt,kkt-init", "--out", str(tmp_path / "i.json")]) == 0
+    captured = capsys.readouterr()
+    assert ("note: held-out images: only 2 distinct images for the 12 training images, so each is used up to 6 times"
+            in captured.out)
+    assert "partition images:" not in captured.out  # enough partition images: no note
+    assert "identifiability: done objective 2/2" in captured.err
+    assert json.loads((tmp_path / "i.json").read_text())["notes"][0].startswith("held-out images: only 2 distinct")
+
+
+def test_evaluate_says_how_many_objectives_identify_the_training_set():
+    from datarecon.cli.evaluate import identifiability_lead
+
+    result = {"objectives": {"kkt": {"sets": {}, "identifies": True}, "kkt-init": {"sets": {}, "identifies": False},
+                             "loo": {"sets": {}, "identifies": True}, "path": {"note": "not measured: no θ_init"}}}
+    assert identifiability_lead(result) == ("identifiability: the training set fits 2 of the 3 objectives measured "
+                                            "better than every fake (kkt, loo); details: datarecon identifiability "
+                                            "MODEL")

@@ -46,6 +46,20 @@ def test_tpr_at_low_fpr_needs_enough_negatives():
     assert min_negatives(0.01) == 100 and min_negatives(0.001) == 1000
 
 
+@pytest.mark.parametrize("members, nonmembers", [(20, 2), (90, 8), (9, 500), (3, 0)])
+def test_fewer_than_ten_of_a_class_is_not_measurable_as_in_evaluate(members, nonmembers):
+    """One rule for membership and evaluate's privacy ROCs: an AUC needs MIN_CLASS_SIZE of each class."""
+    from datarecon.evaluation.privacy import MIN_CLASS_SIZE, score_privacy
+
+    r = membership_roc(np.linspace(1, 2, members), np.linspace(-2, 0, nonmembers), name="loss")
+    assert np.isnan(r.auc) and r.auc_ci is None and all(v is None for v in r.tpr_at.values())
+    assert r.line() == (f"loss: not measurable ({members} members and {nonmembers} non-members; an AUC needs at least "
+                        f"{MIN_CLASS_SIZE} of each)")
+    labels = np.r_[np.ones(members, bool), np.zeros(nonmembers, bool)]
+    assert not score_privacy(labels, np.r_[np.linspace(1, 2, members), np.linspace(-2, 0, nonmembers)]).measurable
+    assert np.isfinite(membership_roc(np.linspace(1, 2, 10), np.linspace(-2, 0, 10)).auc)
+
+
 def test_empty_class_and_bad_scores():
     r = membership_roc(np.ones(3), np.zeros(0))
     assert np.isnan(r.auc) and "not measurable" in r.line()

@@ -94,16 +94,29 @@ def test_other_draws_into_the_same_folder_are_refused(digits_model, tmp_path):
         _evaluate(digits_model, tmp_path / "m", SETTINGS.model_copy(update={"nonmembers": 200}))
 
 
-def test_without_references_the_strongest_is_chosen_on_a_calibration_part(digits_model):
+def test_without_references_a_calibration_part_too_small_to_measure_is_not_made(digits_model):
+    """30 members: a 30 % calibration part would hold 9, fewer than the 10 of a class any ROC needs (the rule of
+    evaluate too), so nothing is chosen on it and the rule fixed in advance picks the strongest signal."""
     res = evaluate_membership(digits_model, settings=MembershipSettings(nonmembers=300),
                               runtime=Runtime(log=lambda s: None))
     split = res["split"]
-    assert split["calibration"] == {"members": 9, "nonmembers": 90}
-    assert split["report"] == {"members": 21, "nonmembers": 210}
-    assert res["strongest"]["report"]["n_members"] == 21  # its headline: the reported part only
-    assert res["signals"]["loss"]["report"]["n_members"] == 30  # the table: every candidate
+    assert split["calibration"] == {"members": 0, "nonmembers": 0}
+    assert split["report"] == {"members": 30, "nonmembers": 300}
+    assert res["strongest"]["report"]["n_members"] == 30
+    assert res["strongest"]["rule"] == ("the rule fixed in advance (a calibration part of 9 members and 90 non-members "
+                                        "would be too small to choose on: each class needs at least 10)")
     assert res["signals"]["lira-online"]["applicable"] is False
     assert "--references" in res["signals"]["lira-online"]["note"]
+
+
+def test_without_references_the_strongest_is_chosen_on_a_calibration_part():
+    rng = np.random.default_rng(4)
+    mem = np.r_[np.ones(40, bool), np.zeros(400, bool)]
+    res = compare_signals(SignalScores({"loss": rng.normal(size=440) + mem * 2.0}, {}), mem, calibration=0.3, seed=0)
+    assert res["split"]["calibration"] == {"members": 12, "nonmembers": 120}
+    assert res["split"]["report"] == {"members": 28, "nonmembers": 280}
+    assert res["strongest"]["report"]["n_members"] == 28  # its headline: the reported part only
+    assert res["signals"]["loss"]["report"]["n_members"] == 40  # the table: every candidate
     assert "calibration part" in res["strongest"]["rule"]
 
 
@@ -159,3 +172,61 @@ def test_your_own_module_gets_every_signal_and_reference_models_from_your_traini
     plain = membership_of_module(target, loss="cross-entropy", members=(members.x.double(), members.y),
                                  nonmembers=(non.x.double(), non.y))
     assert "calibration part" in plain["strongest"]["rule"] and plain["signals"]["rmia"]["applicable"] is False
+
+
+def test_progress_counts_reference_models_as_their_markers_appear(tmp_path):
+    """Inside a task of several models (a worker process or Ray), progress still moves one model at a time: the
+    driver counts the completion markers the task writes."""
+    import io
+
+    from datarecon.data import DataSpec
+    from datarecon.experiments.references import ReferenceJob, _Finished
+    from datarecon.experiments.reproduce.pieces import piece_hashes
+    from datarecon.kernel.engine import LineRate, ProgressBar
+    from datarecon.training.target import ArchConfig, TrainConfig
+    from datarecon.utils.io import atomic_write_json
+
+    config = TrainConfig(data=DataSpec(dataset="digits", task="odd-even", n_per_class=5),
+                         arch=ArchConfig(name="mlp", hidden=(4,)))
+    job = ReferenceJob(out=tmp_path, config=config, pool_key="k", settings=ReferenceSettings(count=4), per_class=5)
+    stream = io.StringIO()
+    bar = ProgressBar(desc="reference models", unit="model", mode="lines", stream=stream,
+                      rate=LineRate(interval_s=0.0, min_fraction=0.1))
+    finished = _Finished(job, [0, 1, 2, 3], bar)
+    hashes = piece_hashes(job.pieces())
+    for k in (0, 2):
+        key = job.pieces()[k].key
+        atomic_write_json(tmp_path / key / "DONE.json", {"hash": hashes[key]})
+    atomic_write_json(tmp_path / job.pieces()[3].key / "DONE.json", {"hash": "stale"})  # another recipe's: not done
+    finished.poll()
+    assert finished.state.step == 2 and finished.left == [1, 3]
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("reference models: model 1/4 (25%)") and lines[1].startswith("reference models: model "
+                                                                                            "2/4 (50%)")
+
+
+def test_the_number_of_reference_models_needed_is_the_fewest_whose_fits_all_work():
+    """The subsets follow from the seed, so the fewest K whose LiRA and RMIA fits all work (also with each of the
+    first pseudo-targets left out) is known before training; a naive search over the subsets agrees."""
+    from datarecon.experiments.membership import PSEUDO_TARGETS, references_needed
+    from datarecon.experiments.references import subset
+
+    classes = torch.tensor([0] * 60 + [1] * 60)
+    needed = references_needed(classes, 5, seed=3, count=1)
+    assert needed is not None and needed > 2
+    assert references_needed(classes, 5, seed=3, count=needed - 1) == needed
+    assert references_needed(classes, 5, seed=3, count=needed + 3) == needed + 3
+
+    def fits(rows):
+        inside = np.array(rows)
+        return (inside.sum(0) >= 2).any() and ((len(rows) - inside.sum(0)) >= 2).any()
+
+    rows = []
+    for k in range(needed):
+        row = np.zeros(120, int)
+        row[subset(classes, 5, seed=3, index=k)] = 1
+        rows.append(row)
+    ok = [fits(rows[:m]) and (m < 3 or all(fits([r for j, r in enumerate(rows[:m]) if j != t])
+                                            for t in range(min(PSEUDO_TARGETS, m))))
+          for m in range(1, needed + 1)]
+    assert ok[-1] and not any(ok[:-1])

@@ -87,6 +87,22 @@ def test_a_full_disk_keeps_the_old_file_and_names_it(tmp_path, monkeypatch):
     assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["run.json"]
 
 
+def test_a_folder_that_cannot_be_written_is_named_by_the_file_asked_for(tmp_path, monkeypatch):
+    """Not by the temporary file the atomic writer creates first (``.r.html.x1y2z3ab.tmp``)."""
+    import errno
+    import tempfile
+
+    from datarecon.utils.io import atomic_write_text
+
+    def refused(*, dir, prefix, suffix):  # noqa: A002 - tempfile's own keyword
+        raise PermissionError(errno.EACCES, "Permission denied", f"{dir}/{prefix}x1y2z3ab{suffix}")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    with pytest.raises(PermissionError) as info:
+        atomic_write_text(tmp_path / "r.html", "x")
+    assert info.value.filename == str(tmp_path / "r.html") and info.value.errno == errno.EACCES
+
+
 def test_undefined_numbers_are_written_as_json_null(tmp_path):
     import json
     import math

@@ -41,17 +41,15 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from datarecon.config import drop_defaults
-from datarecon.errors import CheckpointError, DataReconError
-from datarecon.kernel.files import WEIGHTS
+from datarecon.errors import DataReconError
 from datarecon.kernel.step import TrainingRecipe
-from datarecon.models.checkpoint import load_model_dir
-from datarecon.models.pretrained import HEAD_NEW, finetune_start
+from datarecon.models.pretrained import HEAD_NEW, finetune_start, load_recorded_pretrained
 from datarecon.models.spec import ArchSpec, build_model
 from datarecon.utils.dtypes import torch_dtype
 from datarecon.utils.io import load_tensors, params_digest
 
 __all__ = ["KNOWLEDGE_ITEMS", "KnowledgeSettings", "KnownInit", "KnownRecipe", "RecipeSettings",
-           "init_digest", "resolve_known_init", "resolve_recipe", "threat_model"]
+           "check_known_n", "init_digest", "resolve_known_init", "resolve_recipe", "threat_model"]
 
 #: Everything an attack may declare in its ``uses`` (the default attacker has ``weights``).
 KNOWLEDGE_ITEMS: tuple[str, ...] = ("weights", "known_init", "n", "recipe")
@@ -356,20 +354,29 @@ def _pretrained_start(spec: str, model_meta: Mapping[str, Any] | None, *,
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
     try:
-        bundle = load_model_dir(path)
-    except CheckpointError as exc:
+        bundle = load_recorded_pretrained(meta, path=None if spec == PRETRAINED and path.is_absolute() else path)
+    except DataReconError as exc:
         raise DataReconError(f"known_init {spec}: {exc}") from None
-    found = str((bundle.meta.get("sha256") or {}).get(WEIGHTS, ""))
-    if found != record.get("weights_sha256"):
-        raise DataReconError(f"known_init {spec}: the model in {path} is not the pretrained model this model was "
-                             f"fine-tuned from (weights sha256 {found[:12]} vs recorded "
-                             f"{str(record.get('weights_sha256'))[:12]}); pass the directory it records")
     built = torch_dtype((meta.get("training") or {}).get("dtype") or "float64")
     weights = {k: v for k, v in bundle.model.state_dict().items() if v.is_floating_point()}
     net = finetune_start(weights, bundle.arch, ArchSpec.model_validate(meta["arch"]),
                          seed=int(meta.get("seed") or 0), dtype=built, new_head=record.get("head") == HEAD_NEW)
     return ({k: v.detach() for k, v in net.named_parameters()}, f"known_init {spec}",
             f"{PRETRAINED}:{path.resolve()}")
+
+
+def check_known_n(n: int | None, model_meta: Mapping[str, Any] | None) -> None:
+    """Refuse a known training-set size that is not the one the model directory records (``metrics.n_train``):
+    the attacker's knowledge is checked as a known θ_init is, so a false n is not used silently.
+
+    Raises:
+        DataReconError: the recorded n and the fix.
+    """
+    recorded = ((model_meta or {}).get("metrics") or {}).get("n_train")
+    if n is None or not isinstance(recorded, int) or isinstance(recorded, bool) or recorded < 1 or n == recorded:
+        return
+    raise DataReconError(f"known n = {n} is not this model's training-set size: its model directory records "
+                         f"n_train {recorded}; set knowledge.n (--known-n) to {recorded} or leave it out")
 
 
 def threat_model(settings: KnowledgeSettings, known: KnownInit | None, *, uses: tuple[str, ...],

@@ -354,7 +354,8 @@ def analyse(model: nn.Module, params: Mapping[str, torch.Tensor], *,
         known_init: θ_init, when the attacker knows it.
         n: the attacker's prior n (training-set size), if known: the subspace has k = n with a known
             initialisation; from the weights alone the 2n + max(16, n/2) leading directions
-            (:data:`WEIGHTS_ONLY_FACTOR`).
+            (:data:`WEIGHTS_ONLY_FACTOR`); both at most the layer's rank (a layer narrower than n spans
+            at most its rank).
         k: force the subspace dimension (overrides n and the estimate).
         fit_coefficient: fit a in W − a·W_init (:func:`init_coefficient`; for targets trained with
             weight decay); else a = 1.
@@ -366,14 +367,15 @@ def analyse(model: nn.Module, params: Mapping[str, torch.Tensor], *,
         plot and the estimate) when the layer has that many.
 
     Raises:
-        DataReconError: no dense layer; k or n larger than the layer allows.
+        DataReconError: no dense layer; k larger than the layer allows; n below 1.
     """
     layer = first_dense_layer(model, params)
     full_rank = min(layer.out_features, layer.in_features)
-    for name, value in (("k", k), ("n", n)):
-        if value is not None and not 1 <= value <= full_rank:
-            raise DataReconError(f"subspace rank {name}={value} is not possible for the {layer.out_features} x "
-                                 f"{layer.in_features} layer {layer.module!r}; choose 1..{full_rank}")
+    if k is not None and not 1 <= k <= full_rank:
+        raise DataReconError(f"subspace rank k={k} is not possible for the {layer.out_features} x "
+                             f"{layer.in_features} layer {layer.module!r}; choose 1..{full_rank}")
+    if n is not None and n < 1:
+        raise DataReconError(f"the training-set size n must be at least 1, got {n}")
     coefficient = None
     if known_init is not None and fit_coefficient:
         coefficient = init_coefficient(params[layer.weight], known_init[layer.weight])

@@ -16,11 +16,19 @@ from datarecon.errors import DataReconError
 #: thread count; docs/PERFORMANCE.md "Threads" compares the two). ``--threads 0`` asks for PyTorch's default.
 DEFAULT_THREADS = 1
 
+#: why the default is one thread, in every command's help
+THREADS_WHY = "1, the default: fastest for small models, and the same bytes on every machine"
+
+
+def threads_help(*, per: str = "", zero: str = "PyTorch's default, all cores, for large models") -> str:
+    """The help of a ``--threads`` option: what the threads are for (``per``: " per run"), why the default is
+    :data:`DEFAULT_THREADS`, and what 0 means for this command."""
+    return f"CPU threads for PyTorch{per} ({THREADS_WHY}; 0: {zero})."
+
+
 #: ``--threads`` of every command that computes (a negative count, or more than the CPU cores,
-#: is refused by :func:`set_threads`, in the same words for every command)
-ThreadsOption = Annotated[int, typer.Option("--threads", help="CPU threads for PyTorch (1: fastest for small "
-                                            "models, and the same bytes on every machine; 0: PyTorch's default, "
-                                            "all cores, for large models).")]
+#: is refused by :func:`set_threads`, in the same words for every command); default :data:`DEFAULT_THREADS`
+ThreadsOption = Annotated[int, typer.Option("--threads", help=threads_help())]
 
 #: ``--device`` of the commands that run pieces on a device (reproduce, audit); the commands built
 #: from a typed run or config (train, reconstruct) take it from the ``device`` field, whose help reads the same

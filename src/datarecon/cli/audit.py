@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from datarecon.cli._common import DeviceOption, check_threads
+from datarecon.cli._common import DEFAULT_THREADS, DeviceOption, check_threads, threads_help
 from datarecon.cli.options import Output, backend_options, output_options
 from datarecon.config import read_config_mapping
 from datarecon.experiments.audit import SCALES, load_audit_config, run_audit
@@ -37,7 +37,9 @@ def audit_cmd(
                                                 "(one-to-one with datarecon.experiments.audit.AuditConfig).")] = None,
     data_dir: Annotated[Path | None, typer.Option("--data-dir", envvar="DATARECON_DATA", help="Data folder.")] = None,
     device: DeviceOption = "cpu",
-    threads: Annotated[int, typer.Option("--threads", min=0, help="torch threads per target (0: default)")] = 1,
+    threads: Annotated[int, typer.Option("--threads", min=0, help=threads_help(per=" per target",
+                                                                               zero="PyTorch's default"))
+                       ] = DEFAULT_THREADS,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress inside each target "
                                            "(training, attacks) when targets run in-process (--workers 1).")] = True,
     *,

@@ -105,9 +105,16 @@ def _membership(run: Path, data_dir: Path | None) -> None:
                    f"{section['baseline']['line']}")
     identifiability = attach_identifiability(run, data_dir=data_dir)
     if identifiability is not None:
-        found = [k for k, v in identifiability["objectives"].items() if v.get("identifies")]
-        typer.echo(f"identifiability: the training set fits {', '.join(found) or 'none'} of the objectives "
-                   f"{', '.join(identifiability['objectives'])} better than every fake (datarecon identifiability)")
+        typer.echo(identifiability_lead(identifiability))
+
+
+def identifiability_lead(result: dict[str, Any]) -> str:
+    """One line: how many of the measured objectives the training set fits better than every fake, and which."""
+    measured = [k for k, v in result["objectives"].items() if "sets" in v]
+    found = [k for k in measured if result["objectives"][k].get("identifies")]
+    which = f" ({', '.join(found)})" if found else ""
+    return (f"identifiability: the training set fits {len(found)} of the {len(measured)} objectives measured better "
+            f"than every fake{which}; details: datarecon identifiability MODEL")
 
 
 def check_runs(runs: list[Path], settings: RunEvaluationSettings) -> None:

@@ -13,8 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from datarecon.cli._common import ThreadsOption, set_threads
-from datarecon.cli.options import OutFile, config_options, flags, out_file_options
+from datarecon.cli.options import Common, OutFile, common_options, config_options, flags, out_file_options
 from datarecon.config import build_config
 from datarecon.errors import DataReconError
 from datarecon.experiments.identifiability import IdentifiabilitySettings, identifiability, identifiability_lines
@@ -39,25 +38,25 @@ def _is_result(path: Path) -> bool:
 
 @config_options(_flags(), into="settings")
 @out_file_options(out="write the full result as JSON")
+@common_options()
 def identifiability_cmd(
     model: Annotated[Path, typer.Argument(help="model directory (from `datarecon train`)")],
     data_dir: Annotated[Path | None, typer.Option("--data-dir", envvar="DATARECON_DATA", help="data folder")] = None,
-    threads: ThreadsOption = 0,
     *,
     settings: dict[str, Any],
     output: OutFile,
+    common: Common,
 ) -> None:
     """Which attack objective does the training set minimise? Residuals of the truth and of fakes."""
-    set_threads(threads)
     cfg = build_config(IdentifiabilitySettings, settings, where="identifiability settings")
     out = output.check(ours=_is_result, what="identifiability result")  # before any work
-    result = identifiability(model, cfg, data_dir=data_dir)
+    result = identifiability(model, cfg, data_dir=data_dir, progress=common.progress)
     typer.echo(f"{model}: n = {result['n']} training images, {result['formulation']} margins; relative residual "
                "with optimal multipliers (lower fits better)")
     for line in identifiability_lines(result):
         typer.echo("  " + line)
-    if result["weight_decay_note"]:
-        typer.echo(f"note: {result['weight_decay_note']}")
+    for note in [*result["notes"], *([result["weight_decay_note"]] if result["weight_decay_note"] else [])]:
+        typer.echo(f"note: {note}")
     if out is not None:
         atomic_write_json(out, result)
         typer.echo(f"wrote {out}")

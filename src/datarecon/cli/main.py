@@ -81,6 +81,8 @@ _RESUME_HINTS = {
     "reproduce": "rerun the same command with --resume to continue (finished pieces are skipped)",
     "audit": "rerun the same command with --resume to continue (finished pieces are skipped)",
     "demo": "rerun it with --overwrite to start afresh",
+    "membership": "rerun the same command to continue (the reference models finished in --out are kept and not "
+                  "trained again)",
 }
 _RERUN = "rerun the same command"
 
@@ -121,6 +123,16 @@ class _Signals:
             signal.signal(signal.SIGTERM, self._previous)
 
 
+def _option_value(argv: list[str], *names: str) -> str | None:
+    """The value of the first of ``names`` on the command line (``--out X`` or ``--out=X``), or None."""
+    for i, arg in enumerate(argv):
+        if arg in names and i + 1 < len(argv):
+            return argv[i + 1]
+        if any(arg.startswith(f"{n}=") for n in names):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def environment_message(exc: BaseException, argv: list[str]) -> str | None:
     """One line for an error of the environment (disk, permissions, paths, memory, a damaged store
     index), naming the fix; None for anything else (an internal error)."""
@@ -130,16 +142,18 @@ def environment_message(exc: BaseException, argv: list[str]) -> str | None:
             s in str(exc) for s in ("can't allocate memory", "out of memory", "not enough memory"))):
         return ("not enough memory for these sizes (" + " ".join(str(exc).split())[:160] + "); reduce the sizes "
                 "(--candidates, --hidden, --n-per-class, batch sizes) or use a machine with more memory")
+    out = _option_value(argv, "--out", "-o")
     if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc):
-        return disk_full_message(None, hint=continue_hint(argv))
+        return disk_full_message(f"the results index in {out}" if out else "the results index (index.sqlite)",
+                                 hint=continue_hint(argv))
     if isinstance(exc, sqlite3.DatabaseError):
         return (f"the results index is damaged ({exc}); rebuild it from the run folders with "
                 "`datarecon store rebuild STORE` (the runs themselves are intact)")
     if not isinstance(exc, OSError):
         return None
     where = exc.filename if exc.filename is not None else "a file"
-    if exc.errno in DISK_FULL_ERRNOS:
-        return disk_full_message(exc.filename, hint=continue_hint(argv))
+    if exc.errno in DISK_FULL_ERRNOS:  # a write that names no file: the folder it wrote into, at least
+        return disk_full_message(exc.filename or (f"a file in {out}" if out else None), hint=continue_hint(argv))
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return (f"cannot write {where}: {exc.strerror.lower() if exc.strerror else 'permission denied'}; choose an "
                 "--out in a folder you can write (or fix its permissions)")

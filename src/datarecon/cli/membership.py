@@ -20,13 +20,13 @@ from typing import Any
 import typer
 
 from datarecon.attacks.knowledge import KnowledgeSettings
-from datarecon.cli._common import set_threads
+from datarecon.cli._common import DEFAULT_THREADS, set_threads, threads_help
 from datarecon.cli.options import Flag, backend_options, config_options, flags, option_group
 from datarecon.config import build_config, load_config_file
 from datarecon.errors import DataReconError
 from datarecon.experiments.execution import Execution
-from datarecon.experiments.membership import (Calibration, MembershipSettings, Runtime, evaluate_membership,
-                                              score_images)
+from datarecon.experiments.membership import (Calibration, MembershipSettings, Runtime, check_membership_folder,
+                                              evaluate_membership, score_images)
 from datarecon.kernel.outdir import claim_out_dir
 from datarecon.utils.device import parse_device
 
@@ -45,7 +45,8 @@ class Where:
         overwrite: replace a membership folder of another model or other draws.
         data_dir: the data folder.
         device: torch device of the reference models.
-        threads: CPU threads for PyTorch (0: its default).
+        threads: CPU threads for PyTorch, of the driver and of each reference-model task (0: its default).
+        progress: show progress of the reference models and of the scoring.
     """
 
     config: Path | None
@@ -54,6 +55,7 @@ class Where:
     data_dir: Path | None
     device: str
     threads: int
+    progress: bool
 
 
 WHERE = {
@@ -66,7 +68,10 @@ WHERE = {
     "data_dir": (Path | None, None, typer.Option("--data-dir", envvar="DATARECON_DATA",
                                                  help="data folder (the non-members, the default null)")),
     "device": (str, "cpu", typer.Option("--device", help="cpu, cuda or cuda:N (the reference models).")),
-    "threads": (int, 0, typer.Option("--threads", help="CPU threads for PyTorch (0: its default, all cores).")),
+    "threads": (int, DEFAULT_THREADS, typer.Option("--threads", help=threads_help(per=", each reference-model task's "
+                                                                                      "too"))),
+    "progress": (bool, True, typer.Option("--progress/--no-progress", help="Show progress of the reference models "
+                                          "and the scoring (a bar on a terminal, plain lines in a log).")),
 }
 
 
@@ -118,12 +123,14 @@ def membership(
                              "there and reused by the next call")
     threads = where.threads or (1 if (backend.workers or 1) > 1 else None)
     run = _Run(model=model, known=known, settings=cfg, calibration=calibrated, where=where,
-               execution=dataclasses.replace(backend, threads=threads))
+               execution=dataclasses.replace(backend, threads=threads), progress=where.progress)
     if where.out is None:
         result = run.evaluate(None) if evaluate else run.images(images, None)  # type: ignore[arg-type]
     else:
         with claim_out_dir(where.out, kind="membership", overwrite=where.overwrite,
                            resume=not where.overwrite) as claim:
+            if not claim.clear:
+                check_membership_folder(where.out, model)  # before any work
             result = run.evaluate(claim) if evaluate else run.images(images, claim)  # type: ignore[arg-type]
     _print_evaluation(result) if evaluate else _print_scores(result, calibrated.fpr)
     if where.out is not None:
@@ -134,13 +141,13 @@ class _Run:
     """One invocation's inputs, so that the two modes share them."""
 
     def __init__(self, *, model: Path, known: Any, settings: Any, calibration: Calibration, where: Where,
-                 execution: Execution) -> None:
+                 execution: Execution, progress: bool) -> None:
         self.model, self.known, self.settings, self.calibration = model, known, settings, calibration
-        self.where, self.execution = where, execution
+        self.where, self.execution, self.progress = where, execution, progress
 
     def runtime(self) -> Any:
         return Runtime(execution=self.execution, device=self.where.device, data_dir=self.where.data_dir,
-                       log=typer.echo)
+                       log=typer.echo, progress=self.progress)
 
     def evaluate(self, out: Any) -> dict[str, Any]:
         return evaluate_membership(self.model, settings=self.settings, knowledge=self.known, out=out,
@@ -171,7 +178,7 @@ def _print_evaluation(result: dict[str, Any]) -> None:
         text = v["line"].split(": ", 1)[1] if v.get("line") else v["note"]
         typer.echo(f"  {name:<{width}}  {v['kind']:<9}  {text}")
     best = result["strongest"]
-    typer.echo(f"strongest: {best['line']} (chosen by the {best['rule']})" if best["name"] else
+    typer.echo(f"strongest: {best['line']} (chosen by {best['rule']})" if best["name"] else
                "strongest: none measured")
     typer.echo(f"loss threshold (baseline): {result['baseline']['line']}")
 

@@ -36,7 +36,7 @@ from pydantic import BaseModel
 
 from datarecon.cli._common import DEFAULT_THREADS, ThreadsOption, set_threads
 from datarecon.errors import DataReconError
-from datarecon.experiments.backends import BACKENDS
+from datarecon.experiments.backends import BACKENDS, check_ray_address
 from datarecon.experiments.execution import Execution
 from datarecon.kernel.outdir import check_out_file
 
@@ -477,6 +477,7 @@ def backend_options(*, workers: str, default_workers: int | None, backend: str |
         BACKENDS.get(given["backend"])
         execution = Execution(backend=given["backend"], workers=given["workers"], ray_address=given["ray_address"])
         execution.backend_options()  # --ray-address without --backend ray
+        check_ray_address(execution.ray_address)  # before any work: an address that does not answer, in seconds
         return execution
 
     return lambda body: _extend(body, "backend", params, build)

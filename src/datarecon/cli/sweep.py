@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from datarecon.attacks.selection import CRITERIA
-from datarecon.cli._common import set_threads
+from datarecon.cli._common import DEFAULT_THREADS, set_threads, threads_help
 from datarecon.cli.options import OutFile, backend_options, out_file_options
 from datarecon.config import load_config_file
 from datarecon.errors import DataReconError
@@ -39,8 +39,8 @@ def sweep_cmd(
     checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1,
                                          help="steps between run checkpoints (work lost by a crash)"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar over runs"),
-    threads: int = typer.Option(0, "--threads", min=0, help="CPU threads for PyTorch per run (0: the sweep's "
-                                "resources.num_cpus in worker processes, PyTorch's default in-process)"),
+    threads: int = typer.Option(DEFAULT_THREADS, "--threads", min=0, help=threads_help(
+        per=" per run", zero="the sweep's resources.num_cpus in worker processes, PyTorch's default in-process")),
     *,
     backend: Execution,
 ) -> None:

@@ -15,7 +15,7 @@ import typer
 
 from datarecon.cli.options import (Common, Flag, Output, comma_ints, common_options, config_options, flags,
                                    number_or_none, output_options)
-from datarecon.config import load_config_file
+from datarecon.config import load_config_file, read_config_mapping
 from datarecon.errors import DataReconError
 from datarecon.models.checkpoint import load_model_dir
 from datarecon.training.target import TrainConfig, build_train_config, model_card, train_target
@@ -53,6 +53,7 @@ def train_cmd(
     Every field of the training config (docs/RUNS.md) has its flag below; flags override --config.
     The DP-SGD flags (--dp-*) need Opacus: pip install 'datarecon[dp]'.
     """
+    _check_pretrained_flags(overrides, config)
     if config is not None:
         cfg = load_config_file(config, TrainConfig, overrides=overrides)
     else:
@@ -66,6 +67,17 @@ def train_cmd(
     if not common.quiet:
         typer.echo(model_card(load_model_dir(result.out)))
     typer.echo(f"wrote {result.out}")
+
+
+def _check_pretrained_flags(overrides: dict[str, Any], config: Path | None) -> None:
+    """Refuse ``--pretrained-sha256`` without a pretrained directory (flag or config file) in the flags' words."""
+    given = overrides.get("pretrained") or {}
+    if given.get("sha256") is None or given.get("path") is not None:
+        return
+    if config is not None and read_config_mapping(config).get("pretrained") is not None:
+        return
+    raise DataReconError("--pretrained-sha256 names the weights of a pretrained model; pass --pretrained DIR too "
+                         "(the model directory that holds them)")
 
 
 def info_cmd(model_dir: Annotated[Path, typer.Argument(help="A model directory (from datarecon train).")]) -> None:

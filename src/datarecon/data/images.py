@@ -22,6 +22,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from datarecon.errors import DataReconError
+from datarecon.kernel.files import CANDIDATES, RUN_JSON
 from datarecon.utils.io import load_tensors
 
 __all__ = ["IMAGE_SUFFIXES", "load_images", "to_display_array"]
@@ -108,6 +109,7 @@ def load_images(path: str | Path, *, input_shape: tuple[int, ...]) -> tuple[torc
     if path.is_dir():
         arr, names = _read_folder(path, tuple(input_shape))
     elif path.suffix.lower() == ".npz":
+        _check_zip(path)
         try:
             with np.load(path, allow_pickle=False) as data:
                 keys = list(data.keys())
@@ -121,6 +123,10 @@ def load_images(path: str | Path, *, input_shape: tuple[int, ...]) -> tuple[torc
             raise DataReconError(f"{path} is not a readable .npz file ({type(exc).__name__})") from None
         names = [f"{path.name}[{i}]" for i in range(arr.shape[0] if arr.ndim else 0)]
     elif path.suffix.lower() == ".safetensors":
+        if path.name == CANDIDATES and (path.parent / RUN_JSON).is_file():
+            raise DataReconError(f"{path} is a run's candidates file: its x are in the model's input space (the image "
+                                 "minus the model's input_mean, unclipped), not display images in [0, 1]; add the "
+                                 "input_mean of the model's extras.safetensors back, clip to [0, 1] and save them as x")
         tensors = load_tensors(path)
         key = "x" if "x" in tensors else (next(iter(tensors)) if len(tensors) == 1 else None)
         if key is None:
@@ -135,6 +141,20 @@ def load_images(path: str | Path, *, input_shape: tuple[int, ...]) -> tuple[torc
         raise DataReconError(f"{path} holds no images")
     out = to_display_array(np.asarray(arr), input_shape=tuple(input_shape), where=str(path))
     return torch.from_numpy(np.ascontiguousarray(out)), names
+
+
+#: the first bytes of every .npz file (a zip archive of .npy arrays)
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _check_zip(path: Path) -> None:
+    """Refuse a file named .npz that is no zip archive before numpy reads it (numpy would try it as a pickle and
+    call any junk "pickled data")."""
+    with open(path, "rb") as fh:
+        head = fh.read(len(_ZIP_MAGIC))
+    if head != _ZIP_MAGIC:
+        raise DataReconError(f"{path} is not an .npz file (no zip archive of arrays: {len(head)} first bytes "
+                             f"{head!r}); save the images with numpy.savez(path, x=images)")
 
 
 def load_labels(path: str | Path, *, count: int) -> np.ndarray | None:

@@ -111,7 +111,9 @@ def _tpr_bootstrap(pos: np.ndarray, neg: np.ndarray, fpr: float, rng: np.random.
 
 def membership_roc(members: Any, nonmembers: Any, *, name: str = "score", fprs: tuple[float, ...] = LOW_FPRS,
                    n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> MembershipROC:
-    """ROC AUC with its interval and the TPR at each of ``fprs`` where estimable.
+    """ROC AUC with its interval and the TPR at each of ``fprs`` where estimable; not measurable (AUC NaN, no
+    interval, no TPR) with fewer than :data:`~datarecon.evaluation.privacy.MIN_CLASS_SIZE` members or non-members,
+    the rule ``datarecon evaluate`` applies to its privacy ROCs.
 
     Args:
         members: (P,) scores of known members (higher = member).
@@ -128,8 +130,8 @@ def membership_roc(members: Any, nonmembers: Any, *, name: str = "score", fprs: 
     if not (np.isfinite(pos).all() and np.isfinite(neg).all()):
         raise DataReconError(f"membership score {name!r} has non-finite values; check the images and the model")
     notes: list[str] = []
-    if pos.size == 0 or neg.size == 0:
-        notes.append(f"{pos.size} members and {neg.size} non-members: one class is empty")
+    if min(pos.size, neg.size) < MIN_CLASS_SIZE:  # the rule of every ROC datarecon reports (evaluate's too)
+        notes.append(f"{pos.size} members and {neg.size} non-members; an AUC needs at least {MIN_CLASS_SIZE} of each")
         return MembershipROC(name, pos.size, neg.size, float("nan"), None, {f: None for f in fprs},
                              {f: None for f in fprs}, {f: calibrated_threshold(neg, f) for f in fprs}, notes)
     labels = np.r_[np.ones(pos.size, bool), np.zeros(neg.size, bool)]
@@ -292,7 +294,7 @@ def choose_strongest(power: dict[str, SignalPower], *, where: str = "the calibra
     sizes = lambda p: f"{p.members} members, {p.nonmembers} non-members"  # noqa: E731
     if all(p.tpr is not None for p in measured.values()):
         best = max(measured, key=lambda k: (measured[k].tpr, measured[k].auc))
-        return best, (f"highest TPR at {CHOICE_FPR:.0%} FPR on {where} ({sizes(measured[best])}), ties broken by AUC")
+        return best, (f"the highest TPR at {CHOICE_FPR:.0%} FPR on {where} ({sizes(measured[best])}), ties broken by AUC")
     best = max(measured, key=lambda k: measured[k].auc)
-    return best, (f"highest AUC on {where} ({sizes(measured[best])}: too few non-members for a TPR at "
+    return best, (f"the highest AUC on {where} ({sizes(measured[best])}: too few non-members for a TPR at "
                   f"{CHOICE_FPR:.0%} FPR)")

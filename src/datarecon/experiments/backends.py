@@ -402,6 +402,33 @@ def _ray_call(fn: WorkerFn, payload: dict[str, Any], num_threads: int,
     return fn(payload)
 
 
+#: seconds a Ray address may take to accept a connection before it is called unreachable
+RAY_CONNECT_TIMEOUT_S = 5.0
+
+
+def check_ray_address(address: str | None, *, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse, within ``timeout_s``, a Ray address (``HOST:PORT`` or ``ray://HOST:PORT``) where nothing answers:
+    ``ray.init`` would otherwise retry its connection for minutes. ``auto`` and None (an embedded instance) are
+    left to Ray.
+
+    Raises:
+        DataReconError: a malformed address, or one that refuses or does not answer.
+    """
+    if not address or address == "auto":
+        return
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        raise DataReconError(f"--ray-address {address!r} is not auto or HOST:PORT (e.g. 127.0.0.1:6379)")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return
+    except OSError as exc:
+        why = f"no answer within {timeout_s:g} s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise DataReconError(f"cannot reach the Ray cluster at {address!r} ({why.lower()}); start it with `ray start "
+                             "--head` or drop --ray-address for an embedded instance") from None
+
+
 @BACKENDS.register("ray")
 class RayBackend(Backend):
     """Ray core tasks (one per run) with per-task ``num_cpus`` / ``num_gpus``.
@@ -445,6 +472,7 @@ class RayBackend(Backend):
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                       "ignore_reinit_error": True, **self.init_kwargs}
             if self.address:
+                check_ray_address(self.address)
                 kwargs["address"] = self.address
             elif self.num_cpus is not None:
                 kwargs["num_cpus"] = self.num_cpus
@@ -511,5 +539,6 @@ class RayBackend(Backend):
         return outcomes
 
 
-__all__ = ["BACKENDS", "Backend", "LocalBackend", "Outcome", "RayBackend", "Task", "claim_pid", "driver_alive",
+__all__ = ["BACKENDS", "Backend", "LocalBackend", "Outcome", "RayBackend", "Task", "check_ray_address", "claim_pid",
+           "driver_alive",
            "driver_identity", "import_ray", "make_backend", "watch_driver", "watch_remote_driver"]

@@ -46,12 +46,14 @@ from datarecon.evaluation.protocol import ASSIGNMENTS
 from datarecon.evaluation.run_eval import check_reference_sets
 from datarecon.experiments.identifiability import attach_identifiability
 from datarecon.experiments.membership import attach_membership
-from datarecon.experiments.reconstruct import ReconstructionRun, RunOptions, RunSettings, build_run, execute
+from datarecon.experiments.reconstruct import (ReconstructionRun, RunOptions, RunSettings, TargetRecord, build_run,
+                                               check_before_target, execute)
 from datarecon.kernel.files import EXPERIMENT_JSON, REPORT_HTML
 from datarecon.kernel.outdir import claim_out_dir
 from datarecon.kernel.status import Status
 from datarecon.report.html import render_report
-from datarecon.training.target import TrainConfig, train_target
+from datarecon.models.checkpoint import read_model_meta
+from datarecon.training.target import TrainConfig, check_training, train_target
 from datarecon.utils.io import atomic_write_json, config_hash, read_json, versions
 
 FORMAT = "datarecon-experiment/1"
@@ -224,15 +226,43 @@ def run_experiment(experiment: Experiment, out: str | Path, *, data_dir: str | P
         raise DataReconError(f"{out} holds another experiment (config_hash {state.get('config_hash')} != "
                              f"{experiment.hash()}); use a new --out, or --overwrite to start afresh")
     with claim_out_dir(out, kind="experiment", overwrite=overwrite, resume=state is not None) as claim:
-        if experiment.model is not None and not Path(experiment.model).is_dir():
-            what = "is a file, not a model directory" if Path(experiment.model).exists() else "not found"
-            raise DataReconError(f"model directory {experiment.model} {what}; train one (`datarecon train`) or "
-                                 "fix model: in the experiment file")
-        if experiment.train is not None and state is None:
-            load_task(experiment.train.data, data_dir=data_dir)  # missing data: refused before anything is written
+        check_experiment(experiment, out, state=state, data_dir=data_dir)
         claim.prepare()
         return _run_stages(experiment, out, state=state, data_dir=data_dir, progress=progress,
                            run_record=dict(record or {}))
+
+
+def check_experiment(experiment: Experiment, out: Path, *, state: dict[str, Any] | None,
+                     data_dir: str | Path | None) -> None:
+    """Everything an experiment's stages would refuse that can be checked before its folder is written: the
+    model directory, the training's data and pretrained start, and the attack's knowledge against the target.
+
+    Raises:
+        DataReconError: one line naming the field of the experiment file.
+    """
+    if experiment.model is not None and not Path(experiment.model).is_dir():
+        what = "is a file, not a model directory" if Path(experiment.model).exists() else "not found"
+        raise DataReconError(f"model directory {experiment.model} {what}; train one (`datarecon train`) or "
+                             "fix model: in the experiment file")
+    trained = ((state or {}).get("stages") or {}).get("train") == Status.COMPLETE.value
+    if experiment.train is not None:
+        task = load_task(experiment.train.data, data_dir=data_dir)  # missing data: refused before anything is written
+        if not trained:
+            try:
+                check_training(experiment.train, task, out=out / MODEL_SUBDIR, option="pretrained.path")
+            except DataReconError as exc:
+                raise DataReconError(f"train: {exc}") from None
+        target = TargetRecord(fine_tuned=experiment.train.pretrained is not None, n_train=len(task.train),
+                              input_shape=tuple(experiment.train.arch_spec().input_shape))
+    else:
+        meta = read_model_meta(str(experiment.model))
+        target = TargetRecord(fine_tuned=isinstance(meta.get("pretrained"), dict),
+                              n_train=(meta.get("metrics") or {}).get("n_train"),
+                              input_shape=tuple(meta["arch"]["input_shape"]))
+    try:
+        check_before_target(experiment.reconstruction_run(out), target, cli=False)
+    except DataReconError as exc:
+        raise DataReconError(f"attack: {exc}") from None
 
 
 def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | None, data_dir: str | Path | None,

@@ -29,6 +29,7 @@ from datarecon.data import DataSpec, load_task
 from datarecon.data.selection import check_fingerprint
 from datarecon.errors import DataReconError
 from datarecon.evaluation.identifiability import fit_objective, gradient_features
+from datarecon.kernel.engine import track
 from datarecon.kernel.files import METRICS_FILE, RUN_JSON
 from datarecon.kernel.step import TrainingRecipe
 from datarecon.models.checkpoint import load_model_dir, read_model_meta
@@ -123,19 +124,35 @@ def _theta_init(meta: dict[str, Any], bundle: Any, model_dir: str | Path) -> tup
         return None, str(exc)
 
 
-def _sets(bundle: Any, meta: dict[str, Any], seed: int, data_dir: Any) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """The training set and its fakes, in model input space, each with the training labels."""
+def _repeats(name: str, pool: Any, labels: torch.Tensor) -> str:
+    """A note when ``pool`` has fewer images of some label than the training set, so that its fake repeats images
+    (:func:`_matched` cycles); "" otherwise."""
+    distinct = sum(min(int((pool.y == lab).sum()), int((labels == lab).sum())) for lab in torch.unique(labels))
+    if distinct >= labels.shape[0]:
+        return ""
+    times = math.ceil(labels.shape[0] / max(distinct, 1))
+    return (f"{name}: only {distinct} distinct images for the {labels.shape[0]} training images, so each is used up "
+            f"to {times} times; repeated images span less and fit worse than distinct ones, which makes this fake's "
+            f"gap to the truth look larger than it is: train the model with at least as many {name} per class as "
+            "training images")
+
+
+def _sets(bundle: Any, meta: dict[str, Any], seed: int,
+          data_dir: Any) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], list[str]]:
+    """The training set and its fakes, in model input space, each with the training labels; and a note for each fake
+    that repeats images (too few held-out or partition images of a class)."""
     task = load_task(DataSpec.model_validate(meta["data"]), data_dir=data_dir)
     check_fingerprint(task, meta.get("data_fingerprint"), where="the model", splits=("train",))
     norm = task.normalisation
     y = task.train.y
     y = y.double() if y.dtype.is_floating_point else y
     sets = {"training set": task.train.x, "means of two training images": _pair_means(task.train.x, task.train.y, seed)}
-    if len(task.heldout):
-        sets["held-out images"] = _matched(task.heldout, task.train.y)
-    if len(task.partition):
-        sets["partition images"] = _matched(task.partition, task.train.y)
-    return {k: (norm.to_model(sets[k]).double(), y) for k in SETS if k in sets}
+    notes = []
+    for name, pool in (("held-out images", task.heldout), ("partition images", task.partition)):
+        if len(pool):
+            sets[name] = _matched(pool, task.train.y)
+            notes.append(_repeats(name, pool, task.train.y))
+    return {k: (norm.to_model(sets[k]).double(), y) for k in SETS if k in sets}, [n for n in notes if n]
 
 
 def _gradient_objective(name: str, bundle: Any, init: dict[str, torch.Tensor] | None, data: tuple[torch.Tensor, Any],
@@ -187,13 +204,17 @@ def _dynamics(bundle: Any, meta: dict[str, Any], init: dict[str, torch.Tensor], 
 
 
 def identifiability(model_dir: str | Path, settings: IdentifiabilitySettings = IdentifiabilitySettings(), *,
-                    data_dir: str | Path | None = None) -> dict[str, Any]:
+                    data_dir: str | Path | None = None, progress: bool | str = False) -> dict[str, Any]:
     """Each objective's relative residual for the training set and its fakes, with optimal multipliers.
+
+    ``progress``: one step per objective (a bar on a terminal, plain lines in a log; :func:`~datarecon.kernel.
+    engine.track`), for large models where each objective takes a while.
 
     Returns:
         JSON-ready: ``objectives`` (name → ``doc``, ``sets`` (set → ``relative_residual``, ``per_layer``),
         ``identifies`` (the truth fits better than every fake), ``gap`` (best fake − truth), or ``note``
-        when not measured), ``formulation``, ``n``, ``sets`` (their names), ``wall_time_s``.
+        when not measured), ``formulation``, ``n``, ``sets`` (their names), ``notes`` (a fake that repeats
+        images: too few held-out or partition images of a class), ``wall_time_s``.
 
     Raises:
         DataReconError: a bad model directory, missing data.
@@ -201,11 +222,11 @@ def identifiability(model_dir: str | Path, settings: IdentifiabilitySettings = I
     t0 = time.perf_counter()
     meta = read_model_meta(model_dir)
     bundle = load_model_dir(model_dir, dtype=torch.float64)
-    sets = _sets(bundle, meta, settings.seed, data_dir)
+    sets, notes = _sets(bundle, meta, settings.seed, data_dir)
     init, init_missing = _theta_init(meta, bundle, model_dir)
     formulation = _formulation(bundle.arch.num_outputs, bundle.loss)
     result: dict[str, Any] = {}
-    for name in settings.objectives:
+    for name in track(settings.objectives, desc="identifiability", unit="objective", mode=progress):
         doc, needs_init = OBJECTIVES.get(name)
         if needs_init and init is None:
             result[name] = {"doc": doc, "note": f"not measured: θ_init cannot be rebuilt ({init_missing})"}
@@ -219,7 +240,7 @@ def identifiability(model_dir: str | Path, settings: IdentifiabilitySettings = I
                               for s, f in fits.items()}}
         result[name] = {"doc": doc, **entry, **_verdict(entry.get("sets"))}
     return {"model": str(model_dir), "formulation": formulation, "n": int(sets["training set"][0].shape[0]),
-            "sets": list(sets), "objectives": result, "settings": settings.model_dump(mode="json"),
+            "sets": list(sets), "objectives": result, "notes": notes, "settings": settings.model_dump(mode="json"),
             "weight_decay_note": ("θ_init enters with coefficient 1; training with weight decay shrank it, so the "
                                   "θ_init objectives overstate every set's residual" if bundle.weight_decay else ""),
             "wall_time_s": time.perf_counter() - t0}

@@ -60,7 +60,7 @@ from datarecon.evaluation.membership import (
     membership_roc,
     min_negatives,
 )
-from datarecon.evaluation.privacy import roc_curve
+from datarecon.evaluation.privacy import MIN_CLASS_SIZE, roc_curve
 from datarecon.experiments.execution import Execution
 from datarecon.experiments.reconstruct import attacker_knowledge
 from datarecon.experiments.references import (
@@ -70,22 +70,27 @@ from datarecon.experiments.references import (
     ReferenceJob,
     ReferencePool,
     ReferenceSettings,
+    done_record,
     load_reference_model,
     load_statistics,
     reference_config,
     reference_seed,
+    subset,
     train_references,
 )
-from datarecon.kernel.files import DONE_MARKER, METRICS_FILE, RUN_JSON
-from datarecon.kernel.outdir import OutDir
-from datarecon.models.checkpoint import EXTRAS, load_model_dir, read_model_meta
+from datarecon.kernel.engine import track
+from datarecon.kernel.files import DONE_MARKER, MEMBERSHIP_TARGET, METRICS_FILE, RUN_JSON
+from datarecon.kernel.outdir import OutDir, is_empty
+from datarecon.models.checkpoint import EXTRAS, model_identity, read_model_meta
+from datarecon.models.pretrained import load_recorded_pretrained
 from datarecon.models.spec import build_model, first_layer_init_std
 from datarecon.report.figures import membership_roc_figure, save_figure
 from datarecon.training.target import TrainConfig
 from datarecon.utils.io import atomic_write_json, atomic_write_text, load_tensors, read_json, rows_to_csv, save_tensors
 
 __all__ = ["Calibration", "MembershipSettings", "MembershipSetup", "OwnReferences", "Runtime", "SignalScores",
-           "compare_signals", "evaluate_membership", "membership_of_module", "prepare_membership", "score_images"]
+           "check_membership_folder", "compare_signals", "evaluate_membership", "membership_of_module",
+           "prepare_membership", "references_needed", "score_images"]
 
 #: the file of a membership folder that holds the result
 RESULT_FILE = "membership.json"
@@ -93,6 +98,8 @@ RESULT_FILE = "membership.json"
 SCORES_FILE = "scores.safetensors"
 ROC_FIGURE = "roc.png"
 SIGNALS_CSV = "signals.csv"
+#: the format of the record of the model a membership folder measures (:data:`~datarecon.kernel.files.MEMBERSHIP_TARGET`)
+TARGET_FORMAT = "datarecon-membership-target/1"
 
 
 class MembershipSettings(BaseModel):
@@ -232,8 +239,21 @@ class Choice:
     power: dict[str, SignalPower]
 
 
+def _calibration_fraction(is_member: np.ndarray, fraction: float) -> tuple[float, str]:
+    """The calibration fraction to split with, and why there is none: a part with fewer than
+    :data:`~datarecon.evaluation.privacy.MIN_CLASS_SIZE` members or non-members measures nothing (the one rule of
+    every ROC), so the split is not made and the strongest signal follows the rule fixed in advance."""
+    if fraction <= 0:
+        return 0.0, ""
+    sizes = [int(np.floor(fraction * int(n) + 1e-9)) for n in (is_member.sum(), (~is_member).sum())]
+    if min(sizes) >= MIN_CLASS_SIZE:
+        return fraction, ""
+    return 0.0, (f"a calibration part of {sizes[0]} members and {sizes[1]} non-members would be too small to choose "
+                 f"on: each class needs at least {MIN_CLASS_SIZE}")
+
+
 def compare_signals(signals: SignalScores, is_member: np.ndarray, *, calibration: float, seed: int,
-                    choice: Choice | None = None) -> dict[str, Any]:
+                    choice: Choice | None = None, progress: bool | str = False) -> dict[str, Any]:
     """Every signal's ROC on all members and non-members, and the strongest signal, chosen where its headline is not
     measured.
 
@@ -248,6 +268,7 @@ def compare_signals(signals: SignalScores, is_member: np.ndarray, *, calibration
         is_member: (N,) bool ground truth.
         calibration: the calibration fraction; seed: the split's seed.
         choice: a choice made without the target's ground truth, or None.
+        progress: one step per signal (its bootstrap intervals take a while on thousands of candidates).
 
     Returns:
         JSON-ready: ``split`` (sizes of both parts), ``signals`` (name → ``kind``, ``doc``, ``applicable``,
@@ -257,11 +278,12 @@ def compare_signals(signals: SignalScores, is_member: np.ndarray, *, calibration
         writing JSON).
     """
     mem = np.asarray(is_member, dtype=bool)
-    split = calibration_split(mem, fraction=0.0 if choice is not None else calibration, seed=seed)
+    fraction, too_small = _calibration_fraction(mem, 0.0 if choice is not None else calibration)
+    split = calibration_split(mem, fraction=fraction, seed=seed)
     rep, cal = split.report, split.calibration
     out: dict[str, Any] = {}
     power: dict[str, SignalPower] = {} if choice is None else dict(choice.power)
-    for name in SIGNALS.ordered():
+    for name in track(SIGNALS.ordered(), desc="membership ROCs", unit="signal", mode=progress):
         entry = {"kind": SIGNALS.get(name).kind, "doc": SIGNALS.get(name).doc}
         if name not in signals.scores:
             out[name] = {**entry, "applicable": False, "note": signals.not_applicable.get(name, "not measured")}
@@ -279,6 +301,7 @@ def compare_signals(signals: SignalScores, is_member: np.ndarray, *, calibration
         best, rule = choose_strongest(power)
     else:
         best, rule = choose_strongest({k: SignalPower(float("nan"), None, 0, 0) for k in signals.scores})
+        rule = f"the rule fixed in advance ({too_small})" if too_small else rule
     headline = None
     if best is not None:
         s = signals.scores[best]
@@ -330,7 +353,7 @@ def _pretraining_images(meta: dict[str, Any], dataset: str) -> torch.Tensor | No
     if not pre.get("path") or (pre.get("data") or {}).get("dataset") != dataset:
         return None
     try:
-        seen = load_model_dir(pre["path"]).indices.get("train")
+        seen = load_recorded_pretrained(meta).indices.get("train")
     except DataReconError as exc:
         raise DataReconError(f"the model was fine-tuned from {pre['path']}, whose training images cannot be read "
                              f"({exc}); they must be left out of the non-members: restore that directory") from None
@@ -396,13 +419,77 @@ class Runtime:
         execution: backend, workers, Ray address, threads per task (:class:`~datarecon.experiments.execution.Execution`).
         device: torch device of the reference models' training.
         data_dir: data folder (None: ``$DATARECON_DATA`` / cache).
-        log: progress sink.
+        log: sink of the lines that say what runs (reference models trained, kept, scoring).
+        progress: progress of the reference models (one step per model) and of the scoring (one step per
+            pseudo-target, then per signal): a :data:`~datarecon.kernel.engine.PROGRESS_MODES` name or a bool (True:
+            a bar on a terminal, plain lines in a log; False: none).
     """
 
     execution: Execution = Execution()
     device: str = "cpu"
     data_dir: str | Path | None = None
     log: Callable[[str], None] = print
+    progress: bool | str = False
+
+
+#: the most reference models :func:`references_needed` tries before it gives up
+MAX_NEEDED_SEARCH = 2000
+#: the fewest reference models that can take turns as pseudo-targets (one plays the target, two stay references)
+MIN_PSEUDO_REFERENCES = 3
+
+
+def _fits(in_count: np.ndarray, models: int) -> bool:
+    """Whether LiRA's and RMIA's per-candidate fits are possible: some candidate in two models, some outside two."""
+    return bool((in_count >= 2).any()) and bool(((models - in_count) >= 2).any())
+
+
+def references_needed(classes: torch.Tensor, per_class: int, *, seed: int, count: int) -> int | None:
+    """The fewest reference models, ``count`` or more, whose training subsets (known before any is trained: they
+    follow from the seed, :func:`~datarecon.experiments.references.subset`) let every reference signal be fitted,
+    also with each of the first :data:`PSEUDO_TARGETS` left out as a pseudo-target; None beyond
+    :data:`MAX_NEEDED_SEARCH`.
+
+    Raises:
+        DataReconError: a task class with fewer pool images than a model trains on.
+    """
+    n = int(classes.shape[0])
+    first: list[np.ndarray] = []  # the models that play the target in turn (only these are left out)
+    in_count = np.zeros(n, dtype=np.int64)
+    for k in range(max(count, MAX_NEEDED_SEARCH)):
+        row = np.zeros(n, dtype=np.int64)
+        row[subset(classes, per_class, seed=seed, index=k)] = 1
+        if k < PSEUDO_TARGETS:
+            first.append(row)
+        in_count += row
+        models = k + 1
+        if models < count or not _fits(in_count, models):
+            continue
+        if models < MIN_PSEUDO_REFERENCES or all(_fits(in_count - row, models - 1) for row in first):
+            return models
+    return None
+
+
+def check_reference_count(cand: Candidates, meta: dict[str, Any], settings: MembershipSettings) -> None:
+    """Refuse, before any reference model is trained, a count K too small for LiRA's and RMIA's fits, naming the
+    number needed.
+
+    Raises:
+        DataReconError: K too small (with the fewest that suffice), or a class with too few candidates.
+    """
+    k = settings.references.count
+    if not k:
+        return
+    per_class = int(meta["data"]["n_per_class"])
+    needed = references_needed(cand.classes, per_class, seed=settings.references.seed, count=k)
+    if needed == k:
+        return
+    fix = f"pass --references {needed} or more, or" if needed is not None else (
+        f"even {MAX_NEEDED_SEARCH} would not do; pass")
+    raise DataReconError(f"--references {k} is too few: LiRA and RMIA fit each candidate from the reference models "
+                         f"that did and did not train on it (again with each of the first {PSEUDO_TARGETS} left out, to "
+                         f"choose the strongest signal), which {k} models of {per_class} images per class from "
+                         f"{cand.x.shape[0]} candidates cannot do; {fix} fewer --nonmembers (each candidate is then in "
+                         "more of them)")
 
 
 def _references(out: Path | None, meta: dict[str, Any], cand: Candidates, settings: MembershipSettings,
@@ -418,14 +505,15 @@ def _references(out: Path | None, meta: dict[str, Any], cand: Candidates, settin
     key = pool.fingerprint()
     if (out / POOL_FILE).is_file():
         if ReferencePool.load(out / POOL_FILE).fingerprint() != key:
-            raise DataReconError(f"{out} holds reference models of another pool (another model, or other --nonmembers, "
-                                 "--population or --draw-seed); pass --overwrite to replace them or choose another --out")
+            raise DataReconError(f"{out} holds reference models of this model on another pool (other --nonmembers, "
+                                 "--population or --draw-seed, or other data); pass the same draws again, choose "
+                                 "another --out, or pass --overwrite to replace them")
     else:
         pool.save(out / POOL_FILE)
     per_class = int(meta["data"]["n_per_class"])
     refs = train_references(ReferenceJob(out=out, config=config, pool_key=key, settings=settings.references,
                                          per_class=per_class), execution=runtime.execution, device=runtime.device,
-                            log=runtime.log)
+                            log=runtime.log, progress=runtime.progress)
     inside = refs.inside.to(torch.float64)
     record = {"count": refs.count, "trained": refs.trained, "reused": refs.count - refs.trained,
               "wall_time_s": refs.wall_time_s, "per_class": per_class, "pool": int(cand.x.shape[0]),
@@ -541,7 +629,7 @@ def _subspace_of_reference(config: Any, knowledge: KnowledgeSettings, seed: int)
     return scores
 
 
-def pseudo_target_choice(p: PseudoTargets) -> Choice | None:
+def pseudo_target_choice(p: PseudoTargets, *, progress: bool | str = False) -> Choice | None:
     """Choose the strongest signal on the attacker's own models: each of the first :data:`PSEUDO_TARGETS` reference
     models in turn plays the target (its members: the pool images it trained on; its references: the others),
     every signal is measured on it, and the signal with the highest mean TPR at 1 % FPR wins (mean AUC breaks
@@ -552,10 +640,10 @@ def pseudo_target_choice(p: PseudoTargets) -> Choice | None:
         (the caller then splits the target's candidates instead).
     """
     count = min(PSEUDO_TARGETS, p.refs.count)
-    if p.refs.count < 3:
+    if p.refs.count < MIN_PSEUDO_REFERENCES:
         return None
     rocs: dict[str, list[Any]] = {}
-    for r in range(count):
+    for r in track(range(count), desc="strongest signal", unit="pseudo-target", mode=progress):
         mem = p.refs.inside[r].numpy()
         for name, sc in _pseudo_scores(p, r).items():
             rocs.setdefault(name, []).append(membership_roc(sc[mem], sc[~mem], name=name, n_boot=0))
@@ -567,12 +655,58 @@ def pseudo_target_choice(p: PseudoTargets) -> Choice | None:
     return Choice(name=best, rule=rule, power=power)
 
 
-def _ready(out: str | Path | OutDir | None) -> Path | None:
+def target_record(model_dir: str | Path) -> dict[str, Any]:
+    """What a membership folder records of the model it measures: its path and content identity."""
+    return {"format": TARGET_FORMAT, "model": str(Path(model_dir).resolve()), "identity": model_identity(model_dir)}
+
+
+def check_membership_folder(out: str | Path, model_dir: str | Path) -> None:
+    """Refuse a membership folder that measures another model, or does not say which: its result and its reference
+    models (trained with that model's recipe on that model's candidates) are no reuse for this one, and a call into
+    it would replace them. The one output rule of membership folders, whatever the number of reference models.
+
+    Raises:
+        DataReconError: the folder's model, what would be replaced, and the two ways on.
+    """
+    out = Path(out)
+    if not out.is_dir() or is_empty(out):
+        return
+    mine = target_record(model_dir)
+    try:
+        found = read_json(out / MEMBERSHIP_TARGET) if (out / MEMBERSHIP_TARGET).is_file() else None
+    except DataReconError:
+        found = None
+    if isinstance(found, dict) and found.get("identity") == mine["identity"]:
+        return
+    if not isinstance(found, dict) or not found.get("model"):
+        whose = "a model it does not record (written by an earlier datarecon version, or damaged)"
+    elif found["model"] == mine["model"]:
+        whose = f"an earlier version of {found['model']} (its weights or config changed since)"
+    else:
+        whose = f"another model, {found['model']}"
+    kept = len(list((out / REFERENCES_DIR).glob("ref-*"))) if (out / REFERENCES_DIR).is_dir() else 0
+    lost = "its result" + (f" and its {kept} reference models" if kept else "")
+    raise DataReconError(f"--out {out} is the membership folder of {whose}; a call into it would replace {lost}: "
+                         "choose another --out, or pass --overwrite to replace them")
+
+
+def _ready(out: str | Path | OutDir | None, model_dir: str | Path) -> Path | None:
     """The output folder, prepared now (a claimed :class:`~datarecon.kernel.outdir.OutDir` is cleared and started only
-    once every input has been accepted, so a refused call leaves no trace)."""
+    once every input has been accepted, so a refused call leaves no trace), with the record of its model written
+    first. A folder of another model is refused (:func:`check_membership_folder`) unless it is being replaced."""
     if out is None:
         return None
-    return out.prepare() if isinstance(out, OutDir) else Path(out)
+    if isinstance(out, OutDir):
+        if not out.clear:
+            check_membership_folder(out.path, model_dir)
+        path = out.prepare()
+    else:
+        path = Path(out)
+        check_membership_folder(path, model_dir)
+        path.mkdir(parents=True, exist_ok=True)
+    if not (path / MEMBERSHIP_TARGET).is_file():
+        atomic_write_json(path / MEMBERSHIP_TARGET, target_record(model_dir))
+    return path
 
 
 def evaluate_membership(model_dir: str | Path, *, settings: MembershipSettings = MembershipSettings(),
@@ -604,7 +738,10 @@ def evaluate_membership(model_dir: str | Path, *, settings: MembershipSettings =
     if settings.references.count and out is None:
         raise DataReconError(f"--references {settings.references.count} needs --out DIR: the reference models are kept "
                              "there (and reused by the next call)")
-    outp = _ready(out)
+    if settings.references.count:
+        _training_config(setup.meta)  # a model that records no recipe: refused before the folder is written
+    check_reference_count(cand, setup.meta, settings)
+    outp = _ready(out, model_dir)
     signals, refs, pseudo = _signals(setup, cand, settings, outp, runtime)
     choice = None
     if pseudo is not None:
@@ -612,9 +749,10 @@ def evaluate_membership(model_dir: str | Path, *, settings: MembershipSettings =
         if pseudo.model_of is not None and "subspace" in signals.scores:
             sub = _subspace_of_reference(_training_config(setup.meta), knowledge or KnowledgeSettings(),
                                          settings.references.seed)
-        choice = pseudo_target_choice(dataclasses.replace(pseudo, signals=tuple(signals.scores), subspace_of=sub))
+        choice = pseudo_target_choice(dataclasses.replace(pseudo, signals=tuple(signals.scores), subspace_of=sub),
+                                      progress=runtime.progress)
     cmp = compare_signals(signals, cand.is_member, calibration=settings.calibration_fraction, seed=settings.seed,
-                          choice=choice)
+                          choice=choice, progress=runtime.progress)
     cal = cmp.pop("_calibration")
     threat = dict(setup.threat)
     if refs is not None:
@@ -713,6 +851,9 @@ def _offline_reference_scores(setup: MembershipSetup, sets: list[Labelled], out:
     trained on them: the images were not in the pool)."""
     config = _training_config(setup.meta)
     pool = ReferencePool.load(out / POOL_FILE)
+    if any(done_record(out, k).get("pool") != pool.fingerprint() for k in kept):
+        raise DataReconError(f"{out / POOL_FILE} is not the pool its reference models were trained on (changed or "
+                             f"damaged); rerun the --evaluate call into {out} with --overwrite to train them again")
     stats = load_statistics(out, max(kept) + 1).select(kept)
     target = setup.target
     z = example_statistics(target.model, setup.inputs(pool.z_x), pool.z_y, loss=target.loss, params=target.params)
@@ -806,19 +947,10 @@ def score_images(model_dir: str | Path, images: str | Path, *, calibration: Cali
     shape = tuple(setup.target.input_shape)
     x, names = load_images(images, input_shape=shape)
     mine = _labelled(setup, x, load_labels(images, count=x.shape[0]), names)
-    if null is not None:
-        xn, nn_ = load_images(null, input_shape=shape)
-        nul, source = _labelled(setup, xn, load_labels(null, count=xn.shape[0]), nn_), str(null)
-    else:
-        task = _task(setup.meta, runtime.data_dir)
-        if len(task.heldout) == 0:
-            raise DataReconError(f"{model_dir} has no held-out images to calibrate on; pass --null with images "
-                                 "known not to be training images")
-        nul = Labelled(task.heldout.x, task.heldout.y, [], "given")
-        source = "the model's held-out test images (its data spec)"
-    outp = _ready(out)
-    (s_img, s_null), notes = _image_signals(setup, [mine, nul], outp, attacks)
-    chosen, rule = _pick_signal(signal, list(s_img), outp, mine.labels)
+    nul, source = _null(setup, null, model_dir, runtime.data_dir)
+    kept = _kept_folder(out, model_dir)
+    (s_img, s_null), notes = _image_signals(setup, [mine, nul], kept, attacks)
+    chosen, rule = _pick_signal(signal, list(s_img), kept, mine.labels)
     thr = calibrated_threshold(s_null[chosen], fpr)
     pvals = {k: (1.0 + (s_null[k][None, :] >= s_img[k][:, None]).sum(1)) / (1.0 + s_null[k].size) for k in s_img}
     rows = [{"name": nm, "score": float(s_img[chosen][i]), "p_value": float(pvals[chosen][i]),
@@ -835,9 +967,33 @@ def score_images(model_dir: str | Path, images: str | Path, *, calibration: Cali
               "images": rows, "members": int(sum(r["member"] for r in rows)), "n_images": len(rows),
               "labels": mine.labels, "null": {"source": source, "count": int(s_null[chosen].size), "labels": nul.labels},
               "knowledge": setup.threat, "notes": notes, "wall_time_s": time.perf_counter() - t0}
+    outp = _ready(out, model_dir)  # every input accepted: only now is the folder written
     if outp is not None:
         atomic_write_json(outp / IMAGES_FILE, result)
     return result
+
+
+def _null(setup: MembershipSetup, null: Path | None, model_dir: str | Path,
+          data_dir: str | Path | None) -> tuple[Labelled, str]:
+    """The null images of a member call (the given ones, else the model's held-out test images) and their source."""
+    if null is not None:
+        xn, names = load_images(null, input_shape=tuple(setup.target.input_shape))
+        return _labelled(setup, xn, load_labels(null, count=xn.shape[0]), names), str(null)
+    task = _task(setup.meta, data_dir)
+    if len(task.heldout) == 0:
+        raise DataReconError(f"{model_dir} has no held-out images to calibrate on; pass --null with images known not "
+                             "to be training images")
+    return Labelled(task.heldout.x, task.heldout.y, [], "given"), "the model's held-out test images (its data spec)"
+
+
+def _kept_folder(out: str | Path | OutDir | None, model_dir: str | Path) -> Path | None:
+    """The membership folder whose kept evaluation and reference models a call may read (checked to be this
+    model's); None without one, or when ``--overwrite`` replaces it."""
+    if out is None or (isinstance(out, OutDir) and out.clear):
+        return None
+    path = out.path if isinstance(out, OutDir) else Path(out)
+    check_membership_folder(path, model_dir)
+    return path
 
 
 # ---------------------------------------------------------------------------------------------

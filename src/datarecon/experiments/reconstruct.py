@@ -47,7 +47,8 @@ from datarecon.attacks.base import (
 )
 from datarecon.attacks.batched import BatchMember, resolve_mode, run_batched
 from datarecon.attacks.init import INITS, CandidateSpec, InitSources, init_labels, make_init
-from datarecon.attacks.knowledge import KnowledgeSettings, resolve_known_init, resolve_recipe, threat_model
+from datarecon.attacks.knowledge import (PRETRAINED, KnowledgeSettings, check_known_n, resolve_known_init,
+                                        resolve_recipe, threat_model)
 from datarecon.attacks.labels import RestoredLabels, restore_labels
 from datarecon.attacks.probe import probe_step_sizes
 from datarecon.attacks.runner import run_attack
@@ -347,19 +348,46 @@ def _layered_attack(layers: RunLayers) -> tuple[str, dict[str, Any]]:
     return method, layered(attack_file, given, attack_sets)
 
 
+def _dotted(mapping: Mapping[str, Any], prefix: str = "") -> set[str]:
+    """The dotted names of the non-None leaves of a nested mapping."""
+    out: set[str] = set()
+    for key, value in mapping.items():
+        if isinstance(value, Mapping):
+            out |= _dotted(value, f"{prefix}{key}.")
+        elif value is not None:
+            out.add(f"{prefix}{key}")
+    return out
+
+
+def _refuse_set_twice(layers: RunLayers) -> None:
+    """Refuse a ``--set`` of a field that a flag of the same command line sets too (``--model M --set model=C``):
+    one of two values would be used silently."""
+    flagged = _dotted(layers.flags) | {name for name, given in (("model", layers.model), ("attack.method", layers.method),
+                                                                ("init.name", layers.init)) if given is not None}
+    for key, value in layers.sets.items():
+        field = key if "." in key or key in run_fields() else f"attack.{key}"
+        clash = next((f for f in sorted(flagged) if f == field or f.startswith(f"{field}.")
+                      or field.startswith(f"{f}.")), None)
+        if clash is not None:
+            by = f"--model {layers.model}" if clash == "model" else "its flag"
+            raise DataReconError(f"{clash} is given twice, by {by} and by --set {key}={value}; give it once")
+
+
 def run_from_layers(layers: RunLayers) -> ReconstructionRun:
     """The run of ``layers``: defaults < run file < flags < sets, merged as mappings and validated once
     (:func:`build_run`).
 
     Raises:
         DataReconError: a section that is not a mapping, an unknown key of the file, no model, a flag
-            the method has no field for, invalid fields, fewer than 1 step or a bad device (one line).
+            the method has no field for, a field given by a flag and by ``--set``, invalid fields, fewer than 1
+            step or a bad device (one line).
     """
     fields, where = layers.file, layers.where
     for section, example in (("attack", "{method: kkt, steps: 500}"), ("init", "{name: gaussian, scale: 0.05}")):
         if fields.get(section) is not None and not isinstance(fields[section], Mapping):
             raise DataReconError(f"invalid {where}: {section}: must be a mapping like {example}, got "
                                  f"{fields[section]!r}")
+    _refuse_set_twice(layers)
     method, attack = _layered_attack(layers)
     init_name = layered_init_name(fields, layers.init)
     init_file = dict(fields.get("init") or {})
@@ -369,7 +397,7 @@ def run_from_layers(layers: RunLayers) -> ReconstructionRun:
     if unknown := [k for k in fields if k not in (*run_fields(), "attack", "init")]:  # before "missing --model"
         raise DataReconError(f"invalid {where}: {', '.join(map(str, unknown))}: unknown "
                              f"key{'s' if len(unknown) > 1 else ''} (allowed keys: attack, init, {', '.join(run_fields())})")
-    if layers.model is None and "model" not in fields:
+    if layers.model is None and "model" not in fields and "model" not in layers.sets:
         raise DataReconError("missing --model; pass the model directory (--model DIR) or a run file with model: DIR")
     run_flags = {k: v for k, v in layers.flags.items() if k not in ("attack", "init")}
     data = merge({k: v for k, v in fields.items() if k not in ("attack", "init")},
@@ -431,14 +459,52 @@ def init_sources(model_dir: str | Path, *, data_dir: str | Path | None = None) -
                        partition_labels=task.partition.y if has_part else None)
 
 
-def _check_knowledge(knowledge: KnowledgeSettings, requires: tuple[str, ...]) -> None:
-    """Refuse an attack that needs knowledge (the recipe, θ_init) the run does not give."""
+def _check_knowledge(knowledge: KnowledgeSettings, requires: tuple[str, ...], *, cli: bool = True) -> None:
+    """Refuse an attack that needs knowledge (the recipe, θ_init) the run does not give; the fix names the flags
+    (``cli``) or a file's fields."""
     if "recipe" in requires and knowledge.recipe is None:
-        raise DataReconError("this attack replays the training: it needs the training recipe; pass --known-recipe "
-                             "model (knowledge.recipe in a run file)")
+        raise DataReconError("this attack replays the training: it needs the training recipe; " + (
+            "pass --known-recipe model (knowledge.recipe in a run file)" if cli else
+            "set knowledge: {recipe: {source: model}}"))
     if "known_init" in requires and knowledge.known_init is None:
-        raise DataReconError("this attack needs the initialisation θ_init: pass --known-init seed:N (model "
-                             "directories) or --known-init FILE.safetensors (knowledge.known_init in a run file)")
+        raise DataReconError("this attack needs the initialisation θ_init: " + (
+            "pass --known-init seed:N (model directories) or --known-init FILE.safetensors (knowledge.known_init in "
+            "a run file)" if cli else "set knowledge: {known_init: seed} (the seed the model records), seed:N or the "
+            "path of a safetensors file"))
+
+
+@dataclass(frozen=True)
+class TargetRecord:
+    """What a run can be checked against before its target exists (an experiment, before it trains): whether the
+    target is fine-tuned, its training-set size and its input shape (None: not known)."""
+
+    fine_tuned: bool
+    n_train: int | None = None
+    input_shape: tuple[int, ...] | None = None
+
+
+def check_before_target(run: ReconstructionRun, target: TargetRecord, *, cli: bool = True) -> None:
+    """The checks of :func:`prepare` that need no weights, for a caller that checks a run before its target exists
+    (an experiment, before it trains): the steps, the device, the attack built from its config, the knowledge its
+    method requires and a known n and pretrained start that fit the target, the candidates' memory. ``cli``: fixes
+    name the flags, else the run's fields.
+
+    Raises:
+        DataReconError: one line naming the problem.
+    """
+    if run.steps < 1:
+        raise DataReconError(f"steps must be at least 1, got {run.steps}; set attack.steps (--steps N) to N >= 1")
+    parse_device(run.device)
+    make_attack(run.method, run.method_config())
+    _check_knowledge(run.knowledge, ATTACKS.get(run.method).requires, cli=cli)
+    known = run.knowledge.known_init
+    if known is not None and (known == PRETRAINED or known.startswith(f"{PRETRAINED}:")) and not target.fine_tuned:
+        raise DataReconError(f"known_init {known}: this model was not fine-tuned from a pretrained model; pass seed, "
+                             "seed:N or a safetensors file of θ_init")
+    check_known_n(run.knowledge.n, {"metrics": {"n_train": target.n_train}})
+    if run.candidates is not None and target.input_shape is not None:
+        _refuse_candidates_beyond_memory(int(run.candidates), target.input_shape, run.dtype,
+                                         option="--candidates" if cli else "candidates:")
 
 
 @dataclass(frozen=True)
@@ -532,16 +598,16 @@ MAX_BATCH_RUNS = 10_000
 
 
 def _refuse_candidates_beyond_memory(m: int, input_shape: tuple[int, ...], dtype: torch.dtype, *,
-                                     runs: int = 1) -> None:
+                                     runs: int = 1, option: str = "--candidates") -> None:
     """One line, before anything is allocated, when m candidates (in each of ``runs`` runs stepped
     together) cannot fit in this machine's memory: :data:`CANDIDATE_COPIES` copies of the candidates,
     plus the m × m cosine matrix of the candidates' selection scores
     (``attacks.selection.candidate_scores``, computed at the end of every run; 3·10⁶ candidates
-    passed the first term and failed there after the whole run)."""
+    passed the first term and failed there after the whole run). ``option``: how messages name the count."""
     need = runs * (CANDIDATE_COPIES * float(m) * float(torch.Size(input_shape).numel()) + float(m) * float(m))
-    what = f"--candidates {m} of {tuple(input_shape)} inputs" + (f" in each of --runs {runs}" if runs > 1 else "")
+    what = f"{option} {m} of {tuple(input_shape)} inputs" + (f" in each of --runs {runs}" if runs > 1 else "")
     refuse_if_too_large(need * dtype.itemsize, what=what,
-                        fix="reduce --candidates (its default is 2n)" + (" or --runs" if runs > 1 else ""))
+                        fix=f"reduce {option} (its default is 2n)" + (" or --runs" if runs > 1 else ""))
 
 
 def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: KnowledgeSettings, *,
@@ -553,10 +619,11 @@ def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: Knowledg
     The analysis is skipped (``subspace`` None) for models without a dense layer.
 
     Raises:
-        DataReconError: a known initialisation that does not fit or is not the model's; a known n
-            larger than the first dense layer allows.
+        DataReconError: a known initialisation that does not fit or is not the model's; a known n that is not
+            the recorded training-set size.
     """
 
+    check_known_n(knowledge.n, model_meta)
     known = None
     if knowledge.known_init is not None:
         known = resolve_known_init(knowledge.known_init, target.params, model_meta=model_meta)

@@ -13,13 +13,15 @@ on every pool image and on the population samples (RMIA's z), and its statistics
 
 Storage, below a membership folder (``OUT``)::
 
+    OUT/target.json                        the model the folder measures (another model's call is refused)
     OUT/pool.safetensors                   the pool (display images, labels, task classes) and the population
     OUT/references/ref-00007/DONE.json     completion marker (:mod:`datarecon.experiments.reproduce.pieces`)
     OUT/references/ref-00007/stats.safetensors   its statistics on the pool and the population, its subset
     OUT/references/ref-00007/weights.safetensors its weights and input mean (``keep_weights``)
 
 Every reference model is one piece whose hash covers the recipe, the pool's fingerprint, its index
-and the seed, and not K: a second call with the same or a larger K reuses every finished model and
+and the seed, and not K; its marker records the SHA-256 of its files, checked whenever they are read
+back (:func:`read_checked`): a second call with the same or a larger K reuses every finished model and
 trains only the missing ones; a killed call resumes at the first unfinished model. The pieces run as
 tasks on the sweep backends (:mod:`datarecon.experiments.backends`: a local process pool, or Ray),
 several models per task.
@@ -44,13 +46,16 @@ from datarecon.errors import DataReconError
 from datarecon.experiments.backends import Task, make_backend
 from datarecon.experiments.execution import Execution
 from datarecon.experiments.reproduce.pieces import Context, Piece, execute, is_done, piece_hashes
+from datarecon.kernel.engine import LineRate, LoopState, ProgressBar
 from datarecon.models.spec import build_model
 from datarecon.training.target import TrainConfig, fit_on_images
 from datarecon.utils.dtypes import torch_dtype
-from datarecon.utils.io import config_hash, load_tensors, save_tensors
+from datarecon.kernel.files import DONE_MARKER
+from datarecon.utils.io import config_hash, load_tensors, read_json, save_tensors, sha256_file
 
 __all__ = ["POOL_FILE", "REFERENCES_DIR", "ReferenceJob", "ReferencePool", "ReferenceSettings", "ReferenceStatistics",
-           "load_reference_model", "load_statistics", "reference_config", "reference_seed", "reference_worker", "subset", "train_references"]
+           "done_record", "load_reference_model", "load_statistics", "read_checked", "reference_config",
+           "reference_dir", "reference_seed", "reference_worker", "subset", "train_references"]
 
 POOL_FILE = "pool.safetensors"
 REFERENCES_DIR = "references"
@@ -60,8 +65,10 @@ REFERENCE_WEIGHTS = "weights.safetensors"
 MAX_REFERENCES = 100_000
 #: reference models per backend task (amortises a worker's start-up; each model is its own piece)
 PER_TASK = 8
-#: seconds between two progress lines (and one when the last model is done)
-LOG_EVERY_S = 30.0
+#: seconds between two looks for models finished inside a running task (their completion markers)
+POLL_S = 1.0
+#: a progress line (in a log) per this fraction of the reference models
+PROGRESS_FRACTION = 0.1
 
 
 class ReferenceSettings(BaseModel):
@@ -178,13 +185,16 @@ def _piece(index: int, *, config: TrainConfig, pool_key: str, settings: Referenc
         if settings.keep_weights:
             save_tensors(d / REFERENCE_WEIGHTS, {**{f"model.{k}": v for k, v in fitted.model.state_dict().items()},
                                                  "input_mean": fitted.normalisation.mean})
+        kept = (STATS_FILE, REFERENCE_WEIGHTS) if settings.keep_weights else (STATS_FILE,)
         return {"index": index, "train_accuracy": fitted.fit.metrics["train_acc"],
                 "train_loss": fitted.fit.metrics["loss"], "epochs_done": fitted.fit.epochs_done,
+                "pool": pool_key, "sha256": {name: sha256_file(d / name) for name in kept},
                 "wall_time_s": time.perf_counter() - t0}
 
     recipe = config.model_dump(mode="json", exclude={"device", "checkpoint_every", "log_every", "kkt_score", "seed"})
+    # "checksummed": models kept before their files' SHA-256 was recorded are trained again, not read unchecked
     spec = {"recipe": config_hash(recipe), "pool": pool_key, "index": index, "seed": settings.seed,
-            "per_class": per_class, "keep_weights": settings.keep_weights}
+            "per_class": per_class, "keep_weights": settings.keep_weights, "checksummed": True}
     return Piece(key=f"{REFERENCES_DIR}/ref-{index:05d}", run=run, spec=spec, kind="reference")
 
 
@@ -244,17 +254,54 @@ class ReferenceStatistics:
                                    population_loss=self.population_loss[idx])
 
 
+def reference_dir(out: Path, index: int) -> Path:
+    """The folder of reference model ``index`` below the membership folder ``out``."""
+    return out / REFERENCES_DIR / f"ref-{index:05d}"
+
+
+def done_record(out: Path, index: int) -> dict[str, Any]:
+    """The summary the completion marker of reference model ``index`` records ({} when unreadable)."""
+    marker = reference_dir(out, index) / DONE_MARKER
+    try:
+        summary = read_json(marker).get("summary") if marker.is_file() else None
+    except (DataReconError, AttributeError):
+        summary = None
+    return summary if isinstance(summary, dict) else {}
+
+
+def read_checked(out: Path, index: int, name: str) -> dict[str, torch.Tensor]:
+    """The tensors of file ``name`` of finished reference model ``index``, read only after its SHA-256 matched the
+    one its completion marker records (as every other file datarecon reads back).
+
+    Raises:
+        DataReconError: a missing file, no recorded checksum (kept by an earlier version), or another checksum.
+    """
+    d = reference_dir(out, index)
+    path, marker = d / name, d / DONE_MARKER
+    retrain = f"delete {d} and rerun the --evaluate call into {out} to train that reference model again"
+    recorded = (done_record(out, index).get("sha256") or {}).get(name)
+    if not path.is_file():
+        raise DataReconError(f"{path} is missing; {retrain}")
+    if recorded is None:
+        raise DataReconError(f"{marker} records no checksum of {name} (an earlier datarecon version kept it), so a "
+                             f"changed file would go unnoticed; {retrain}")
+    if sha256_file(path) != recorded:
+        raise DataReconError(f"{path} does not match the checksum in {marker} (changed or damaged); {retrain}")
+    return load_tensors(path)
+
+
 def load_reference_model(out: Path, index: int, config: TrainConfig) -> tuple[torch.nn.Module, torch.Tensor]:
     """Reference model ``index`` kept under ``out`` (eval mode) and its input mean (C, H, W).
 
     Raises:
-        DataReconError: its weights were not kept (``keep_weights`` off) or do not fit the architecture.
+        DataReconError: its weights were not kept (``keep_weights`` off), do not match their checksum or do not fit
+            the architecture.
     """
-    path = out / REFERENCES_DIR / f"ref-{index:05d}" / REFERENCE_WEIGHTS
+    path = reference_dir(out, index) / REFERENCE_WEIGHTS
     if not path.is_file():
         raise DataReconError(f"{path} is missing: the reference models' weights were not kept; rerun with "
                              "keep_weights on")
-    tensors = load_tensors(path)
+    tensors = read_checked(out, index, REFERENCE_WEIGHTS)
     model = build_model(config.arch_spec(), dtype=torch_dtype(config.dtype))
     try:
         model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
@@ -268,9 +315,9 @@ def load_statistics(out: Path, count: int, *, trained: int = 0, wall_time_s: flo
     """Stack the statistics of reference models 0 .. ``count`` − 1 kept under ``out``.
 
     Raises:
-        DataReconError: a missing or unreadable statistics file.
+        DataReconError: a missing or unreadable statistics file, or one that does not match its checksum.
     """
-    rows = [load_tensors(out / REFERENCES_DIR / f"ref-{k:05d}" / STATS_FILE) for k in range(count)]
+    rows = [read_checked(out, k, STATS_FILE) for k in range(count)]
 
     def stack(key: str) -> torch.Tensor:
         return torch.stack([r[key].to(torch.float64) for r in rows])
@@ -310,14 +357,16 @@ class ReferenceJob:
 
 
 def train_references(job: ReferenceJob, *, execution: Execution = Execution(), device: str = "cpu",
-                     log: Callable[[str], None] = print) -> ReferenceStatistics:
+                     log: Callable[[str], None] = print, progress: bool | str = False) -> ReferenceStatistics:
     """Train the reference models that ``job.out`` does not hold yet, then load all K models' statistics.
 
     Args:
         job: the folder, recipe, pool and settings.
         execution: where the tasks run (backend, workers, Ray address, threads per task).
         device: torch device of the training.
-        log: progress sink (a line per finished task, with the count and an estimate of the time left).
+        log: sink of a line when the training starts and when it ends.
+        progress: one step per reference model (a :data:`~datarecon.kernel.engine.PROGRESS_MODES` name or a bool:
+            a bar on a terminal, a line per :data:`PROGRESS_FRACTION` of the models in a log).
 
     Raises:
         DataReconError: a failed reference model (the first error; finished ones are kept, a rerun resumes).
@@ -325,42 +374,69 @@ def train_references(job: ReferenceJob, *, execution: Execution = Execution(), d
     todo = _todo(job.pieces(), job.out)
     t0 = time.perf_counter()
     if todo:
-        _run_tasks(job, todo=todo, execution=execution, device=device, log=log)
+        _run_tasks(job, todo=todo, execution=execution, device=device, log=log, progress=progress)
     return load_statistics(job.out, job.settings.count, trained=len(todo), wall_time_s=time.perf_counter() - t0)
 
 
-def _run_tasks(job: ReferenceJob, *, todo: list[int], execution: Execution, device: str,
-               log: Callable[[str], None]) -> None:
-    """Fan the unfinished models out as tasks of up to :data:`PER_TASK` consecutive models."""
+def _chunks(todo: list[int], size: int) -> list[list[int]]:
+    """Runs of up to ``size`` consecutive model indices."""
     chunks: list[list[int]] = []
     for k in todo:
-        if chunks and chunks[-1][-1] == k - 1 and len(chunks[-1]) < PER_TASK:
+        if chunks and chunks[-1][-1] == k - 1 and len(chunks[-1]) < size:
             chunks[-1].append(k)
         else:
             chunks.append([k])
+    return chunks
+
+
+class _Finished:
+    """Counts finished reference models as their completion markers appear, whichever process wrote them, so that
+    progress moves one model at a time also inside a task of several."""
+
+    def __init__(self, job: ReferenceJob, todo: list[int], bar: ProgressBar) -> None:
+        pieces = job.pieces()
+        self.hashes, self.keys = piece_hashes(pieces), {k: pieces[k].key for k in todo}
+        self.out, self.left, self.bar = job.out, list(todo), bar
+        self.state = LoopState(step=0, total=len(todo))
+        bar.before_run(self.state)
+
+    def poll(self) -> None:
+        done = [k for k in self.left if is_done(self.out / self.keys[k], self.hashes[self.keys[k]])]
+        for k in done:
+            self.left.remove(k)
+            self.state.step += 1
+            self.bar.after_step(self.state)
+
+    def close(self) -> None:
+        self.bar.after_run(self.state)
+
+
+def _run_tasks(job: ReferenceJob, *, todo: list[int], execution: Execution, device: str,
+               log: Callable[[str], None], progress: bool | str) -> None:
+    """Fan the unfinished models out as tasks (one model each in the driver, up to :data:`PER_TASK` consecutive ones
+    in worker processes, where a task's start-up is worth sharing); progress counts models as they finish."""
     base = {"out": str(job.out), "config": job.config.model_dump(mode="json"), "pool_key": job.pool_key,
             "settings": job.settings.model_dump(mode="json"), "per_class": job.per_class, "device": device,
             "threads": execution.threads}
-    tasks = [Task(key=f"ref-{c[0]:05d}-{c[-1]:05d}", payload={**base, "start": c[0], "stop": c[-1] + 1})
-             for c in chunks]
     log(f"training {len(todo)} reference models ({job.settings.count - len(todo)} kept from an earlier call) on "
         f"backend {execution.backend} ({execution.workers or 1} worker(s)) ...")
-    done, failures, t0, last = 0, [], time.perf_counter(), -LOG_EVERY_S
+    failures: list[str] = []
+    t0 = time.perf_counter()
+    bar = ProgressBar(desc="reference models", unit="model", mode=progress,
+                      rate=LineRate(interval_s=0.0, min_fraction=PROGRESS_FRACTION))
     with make_backend(execution.backend, reference_worker, workers=execution.workers,
                       **execution.backend_options()) as be:
+        size = 1 if getattr(be, "in_process", False) else PER_TASK
+        tasks = [Task(key=f"ref-{c[0]:05d}-{c[-1]:05d}", payload={**base, "start": c[0], "stop": c[-1] + 1})
+                 for c in _chunks(todo, size)]
+        finished = _Finished(job, todo, bar)
         while tasks or be.in_flight:
             while tasks and be.in_flight < be.capacity:
                 be.submit(tasks.pop(0))
-            for o in be.wait():
-                if not o.ok:
-                    failures.append(f"{o.task.key}: {o.error}")
-                    continue
-                done += int(o.task.payload["stop"]) - int(o.task.payload["start"])
-                spent = time.perf_counter() - t0
-                if spent - last >= LOG_EVERY_S or done == len(todo):
-                    last = spent
-                    log(f"  {done}/{len(todo)} reference models trained ({spent:.0f} s; about "
-                        f"{spent / done * (len(todo) - done):.0f} s left)")
+            failures += [f"{o.task.key}: {o.error}" for o in be.wait(timeout=POLL_S) if not o.ok]
+            finished.poll()
+        finished.close()
+    log(f"{len(todo) - len(finished.left)} reference models trained in {time.perf_counter() - t0:.0f} s")
     if failures:
         raise DataReconError(f"{len(failures)} reference-model tasks failed (first: {failures[0]}); the finished "
                              "models are kept: fix the cause and rerun into the same --out to resume")

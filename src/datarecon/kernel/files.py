@@ -39,3 +39,6 @@ REPRODUCTION_JSON = "reproduction.json"
 TIMINGS_JSON = "timings.json"
 TASK_FILE = "task.json"
 AUDIT_JSON = "audit.json"
+
+# membership folders: the model the folder measures (written first)
+MEMBERSHIP_TARGET = "target.json"

@@ -49,7 +49,7 @@ from datarecon.utils import manifest
 from datarecon.utils.atomic import temp_target
 from datarecon.utils.io import read_json
 from datarecon.utils.lock import LOCK_FILE, check_free, hold
-from datarecon.kernel.files import DONE_MARKER, CANDIDATES, CANDIDATES_CSV, EXPERIMENT_JSON, EXTRAS, HISTORY, INIT_FILE, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG, REPORT_HTML, REPRODUCTION_JSON, RUN_JSON, SUBSPACE_FILE, TASK_FILE, WEIGHTS
+from datarecon.kernel.files import DONE_MARKER, CANDIDATES, CANDIDATES_CSV, EXPERIMENT_JSON, EXTRAS, HISTORY, INIT_FILE, MEMBERSHIP_TARGET, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG, REPORT_HTML, REPRODUCTION_JSON, RUN_JSON, SUBSPACE_FILE, TASK_FILE, WEIGHTS
 from datarecon.kernel.status import Status
 
 
@@ -136,7 +136,7 @@ _register("reproduction", ArtefactKind("reproduction folder", (REPRODUCTION_JSON
 _register("membership", ArtefactKind(
     "membership folder", ("membership.json", "pool.safetensors"),
     ("membership.json", "images.json", "scores.safetensors", "signals.csv", "roc.png", "pool.safetensors", "references",
-     REPORT_HTML)))
+     MEMBERSHIP_TARGET, REPORT_HTML)))
 _register("experiment", ArtefactKind(
     "experiment folder", (EXPERIMENT_JSON,), (EXPERIMENT_JSON, "model", "run", REPORT_HTML)))
 
@@ -317,6 +317,22 @@ def check_outside(path: str | Path, *, option: str = "--out") -> None:
                              f"writes into another datarecon folder; choose an {option} outside it")
 
 
+def check_writable(path: str | Path, *, option: str = "--out") -> None:
+    """Refuse, before any work, an output file whose folder (the nearest existing one above it) this process cannot
+    write into: the atomic writer creates its temporary file there, and the refusal would otherwise come after the
+    work and name that temporary file.
+
+    Raises:
+        DataReconError: the folder, and the fix.
+    """
+    folder = Path(os.path.abspath(path)).parent
+    while not folder.exists() and folder.parent != folder:
+        folder = folder.parent
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        raise DataReconError(f"cannot write {option} {path}: the folder {folder} is not writable for this user; "
+                             f"choose an {option} in a folder you can write (or fix its permissions)")
+
+
 def check_out_file(path: str | Path, *, overwrite: bool, ours: Callable[[Path], bool], what: str,
                    option: str = "--out") -> Path:
     """The output rule for a command that writes one file (``report``, ``store export``, ``membership``),
@@ -335,13 +351,15 @@ def check_out_file(path: str | Path, *, overwrite: bool, ours: Callable[[Path], 
 
     Raises:
         DataReconError: ``path`` is a folder or not a regular file, lies inside another datarecon
-            folder, exists without ``--overwrite``, or exists and is not a {what} datarecon wrote.
+            folder, lies in a folder this process cannot write, exists without ``--overwrite``, or exists
+            and is not a {what} datarecon wrote.
     """
     path = Path(path)
     if path.is_dir():
         raise DataReconError(f"{option} {path} is a folder; pass a file name for {option}")
     check_path(path, option=option)
     check_outside(path, option=option)
+    check_writable(path, option=option)
     if not (path.exists() or path.is_symlink()):
         return path
     if not path.is_file():
@@ -575,5 +593,5 @@ def claim_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
 
 
 __all__ = ["ARTEFACTS", "BOOKKEEPING", "ArtefactKind", "OutDir", "check_out_dir", "check_out_file", "check_outside",
-           "check_path",
+           "check_path", "check_writable",
            "claim_out_dir", "clear_out_dir", "enclosing_artefact", "identify", "is_empty", "is_temp_file", "prepare_out_dir", "remove_written", "unlisted"]

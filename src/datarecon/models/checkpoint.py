@@ -15,6 +15,7 @@ message; a pickle posing as weights is refused before it is parsed.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -42,6 +43,8 @@ FORMAT = "datarecon-model/1"
 
 
 META = MODEL_JSON
+#: a model given as ``package.module:factory`` (a user's own model), not a folder
+_FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
 def _known_loss(name: str) -> str:
@@ -215,6 +218,10 @@ def read_model_meta(path: str | Path) -> dict[str, Any]:
         if path.exists():
             raise CheckpointError(f"{path} is a file, not a model directory; pass the folder `datarecon train --out` "
                                   "wrote")
+        if _FACTORY.fullmatch(str(path)):
+            raise CheckpointError(f"{path} names a model factory (package.module:factory), which only `datarecon "
+                                  "reconstruct --model` takes (with --weights); this command needs a model directory "
+                                  "written by `datarecon train`")
         raise CheckpointError(f"model directory {path} not found; train one with `datarecon train --out {path}`")
     if not (path / META).is_file() and (path / RUN_JSON).is_file():
         raise CheckpointError(f"{path} is a run directory, not a model directory; pass the --model the run "
@@ -230,6 +237,12 @@ def read_model_meta(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path / META} is not a datarecon model file (expected format {FORMAT!r})")
     validate_meta(meta, where=path / META)
     return meta
+
+
+def model_identity(model_dir: str | Path) -> str:
+    """Content identity of a model directory: its config hash and weight hashes (not its path)."""
+    meta = read_model_meta(model_dir)
+    return config_hash({"config_hash": meta.get("config_hash"), "sha256": meta.get("sha256")})
 
 
 def validate_meta(meta: dict[str, Any], *, where: Path | str = META) -> ModelMeta:

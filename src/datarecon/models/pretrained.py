@@ -15,14 +15,18 @@ the MLP's and CNN's read-out).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from datarecon.errors import DataReconError
+from datarecon.kernel.files import WEIGHTS
+from datarecon.models.checkpoint import ModelBundle, load_model_dir
 from datarecon.models.spec import ArchSpec, build_model
 
-__all__ = ["HEAD_KEPT", "HEAD_NEW", "check_same_body", "finetune_start", "head_names"]
+__all__ = ["HEAD_KEPT", "HEAD_NEW", "check_same_body", "finetune_start", "head_names", "load_recorded_pretrained"]
 
 #: how a fine-tuning treats the pretrained read-out (recorded in model.json ``pretrained.head``)
 HEAD_KEPT, HEAD_NEW = "pretrained", "new"
@@ -99,3 +103,25 @@ def finetune_start(pretrained: Mapping[str, torch.Tensor], pretrained_arch: Arch
         state[name] = value.to(dtype=state[name].dtype) if value.is_floating_point() else value
     model.load_state_dict(state)
     return model
+
+
+def load_recorded_pretrained(meta: Mapping[str, Any], *, path: str | Path | None = None) -> ModelBundle:
+    """The pretrained model a fine-tuned model's ``model.json`` records, loaded and checked: the weights of the
+    directory (``path``; default the recorded one) must have the recorded SHA-256. Every command that reads a
+    fine-tuned model's start goes through here, so a pretrained folder retrained since is refused, not used.
+
+    Raises:
+        DataReconError: a model that was not fine-tuned; a missing or invalid directory; other weights than recorded.
+    """
+    record = meta.get("pretrained")
+    if not isinstance(record, dict):
+        raise DataReconError("this model was not fine-tuned from a pretrained model (its model.json records none)")
+    where = Path(path) if path is not None else Path(str(record.get("path")))
+    bundle = load_model_dir(where)
+    found, recorded = str((bundle.meta.get("sha256") or {}).get(WEIGHTS, "")), str(record.get("weights_sha256"))
+    if found != recorded:
+        fix = ("pass the directory it records" if path is not None else
+               "it was retrained or replaced since: restore the pretrained model it records")
+        raise DataReconError(f"the model in {where} is not the pretrained model this model was fine-tuned from "
+                             f"(weights sha256 {found[:12]} vs recorded {recorded[:12]}); {fix}")
+    return bundle

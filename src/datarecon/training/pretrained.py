@@ -33,12 +33,12 @@ from datarecon.data import DataSpec, TaskData
 from datarecon.data.tasks import resolve_task
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.kernel.files import WEIGHTS
-from datarecon.models.checkpoint import ModelBundle, load_model_dir
+from datarecon.models.checkpoint import ModelBundle, load_model_dir, read_model_meta
 from datarecon.models.pretrained import HEAD_KEPT, HEAD_NEW, check_same_body, finetune_start
 from datarecon.models.spec import ArchSpec
 
-__all__ = ["PretrainedConfig", "PretrainedStart", "check_compatible", "check_disjoint", "pretrained_record",
-           "resolve_pretrained", "start_model"]
+__all__ = ["PretrainedConfig", "PretrainedStart", "check_compatible", "check_disjoint", "check_not_its_own_start",
+           "pretrained_record", "resolve_pretrained", "start_model"]
 
 _SHA256_HEX = 64
 
@@ -78,8 +78,10 @@ class PretrainedStart:
     sha256: str
 
 
-def resolve_pretrained(config: PretrainedConfig) -> PretrainedStart:
+def resolve_pretrained(config: PretrainedConfig, *, option: str = "--pretrained") -> PretrainedStart:
     """Load the pretrained model directory (hashes and shapes checked by the loader).
+
+    ``option`` is how messages name the setting (``--pretrained``; an experiment file's ``train: pretrained.path``).
 
     Raises:
         DataReconError: a missing or invalid directory, or weights that are not the ``sha256`` named.
@@ -88,12 +90,49 @@ def resolve_pretrained(config: PretrainedConfig) -> PretrainedStart:
     try:
         bundle = load_model_dir(path)
     except CheckpointError as exc:
-        raise DataReconError(f"--pretrained {path}: {exc}") from None
+        raise DataReconError(f"{option} {path}: {exc}") from None
     digest = str((bundle.meta.get("sha256") or {}).get(WEIGHTS, ""))
     if config.sha256 is not None and digest != config.sha256:
         raise DataReconError(f"the pretrained model in {path} is not the one the config names (weights sha256 "
                              f"{digest[:12]} vs {config.sha256[:12]}); pass the directory those weights are in")
     return PretrainedStart(bundle=bundle, sha256=digest)
+
+
+def _starts(start: PretrainedStart) -> list[Path]:
+    """The pretrained model and, in turn, the pretrained models it and they were fine-tuned from (resolved paths)."""
+    chain: list[Path] = []
+    path, meta = Path(str(start.bundle.path)).resolve(), start.bundle.meta
+    while path not in chain:
+        chain.append(path)
+        record = meta.get("pretrained")
+        if not isinstance(record, dict) or not record.get("path"):
+            break
+        path = Path(str(record["path"])).resolve()
+        try:
+            meta = read_model_meta(path)
+        except DataReconError:  # a start that is gone cannot be written over
+            break
+    return chain
+
+
+def check_not_its_own_start(start: PretrainedStart, out: str | Path) -> None:
+    """Refuse a fine-tuning whose output folder is its pretrained model, or a model that one descends from: writing
+    there would destroy the weights it starts from (and the model would record itself as its own start, or a
+    cycle A ← B, B ← A). Symbolic links are followed.
+
+    Raises:
+        DataReconError: which start ``out`` is, and the fix.
+    """
+    target = Path(out).resolve()
+    chain = _starts(start)
+    if target not in chain:
+        return
+    if target == chain[0]:
+        raise DataReconError(f"--out {out} is the pretrained model --pretrained {start.bundle.path} names: training "
+                             "there would replace the weights the fine-tuning starts from; choose another --out")
+    line = " <- ".join(str(p) for p in chain[: chain.index(target) + 1])
+    raise DataReconError(f"--out {out} is a pretrained start of --pretrained {start.bundle.path} ({line}): training "
+                         "there would replace the weights that model descends from (a cycle); choose another --out")
 
 
 def check_compatible(start: PretrainedStart, spec: ArchSpec, data: DataSpec) -> None:
@@ -102,7 +141,14 @@ def check_compatible(start: PretrainedStart, spec: ArchSpec, data: DataSpec) -> 
     Raises:
         DataReconError: names the field and the fix.
     """
-    check_same_body(start.bundle.arch, spec)
+    pre = start.bundle
+    if tuple(pre.arch.input_shape) != tuple(spec.input_shape):  # the data, not an architecture option, sets it
+        dataset = pre.data.get("dataset")
+        raise DataReconError(f"the pretrained model in {pre.path} was trained on {dataset} images of shape "
+                             f"{tuple(pre.arch.input_shape)}, the fine-tuning's {data.dataset} images have shape "
+                             f"{tuple(spec.input_shape)}; fine-tune on data of the pretrained images' shape (e.g. "
+                             f"--dataset {dataset}) or pretrain on {data.dataset}")
+    check_same_body(pre.arch, spec)
     if data.normalisation != "unit" or start.bundle.normalisation != "unit":
         raise DataReconError(f"fine-tuning keeps the pretrained model's input space, and a mean fitted on each "
                              f"training set would shift it (pretrained {start.bundle.normalisation}, fine-tuning "

@@ -51,6 +51,7 @@ from datarecon.training.pretrained import (
     PretrainedStart,
     check_compatible,
     check_disjoint,
+    check_not_its_own_start,
     pretrained_record,
     resolve_pretrained,
     start_model,
@@ -356,11 +357,7 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     with claim_out_dir(out, kind="model", overwrite=overwrite, resume=resume, nested=nested) as claim:
         task = load_task(config.data, data_dir=data_dir)  # before touching out: bad data leaves no folder
-        if config.dp is not None:  # likewise for an unusable DP setting (delta, epsilon, no opacus)
-            resolve_dp(config.dp, n=len(task.train), epochs=config.epochs)
-        start = None
-        if config.pretrained is not None:  # likewise for a pretrained model that does not fit
-            config, start = _resolve_pretrained(config, task)
+        config, start = check_training(config, task, out=out)
         if resume:
             check_resumable_model(out, config=config, task=task)
         claim.prepare()
@@ -368,12 +365,33 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
                       kkt_score=kkt_score, start=start)
 
 
-def _resolve_pretrained(config: TrainConfig, task: Any) -> tuple[TrainConfig, PretrainedStart]:
-    """The pretrained model of ``config`` checked against it and its data, and the config with the
+def check_training(config: TrainConfig, task: Any, *, out: str | Path,
+                   option: str = "--pretrained") -> tuple[TrainConfig, PretrainedStart | None]:
+    """What a training checks before its model directory ``out`` is written (an experiment, before its folder):
+    a usable DP setting and a pretrained model that fits the config and its data and is not ``out`` itself
+    (``option``: how messages name the pretrained setting).
+
+    Returns:
+        The config with the pretrained weights' SHA-256 filled in, and the resolved pretrained start (or None).
+
+    Raises:
+        DataReconError: one line naming the problem.
+    """
+    if config.dp is not None:  # an unusable DP setting (delta, epsilon, no opacus)
+        resolve_dp(config.dp, n=len(task.train), epochs=config.epochs)
+    if config.pretrained is None:
+        return config, None
+    return _resolve_pretrained(config, task, out=out, option=option)
+
+
+def _resolve_pretrained(config: TrainConfig, task: Any, *, out: str | Path,
+                        option: str = "--pretrained") -> tuple[TrainConfig, PretrainedStart]:
+    """The pretrained model of ``config`` checked against it, its data and ``out``, and the config with the
     weights' SHA-256 filled in (what its hash covers)."""
     if config.pretrained is None:
         raise ValueError("no pretrained model in the config")
-    start = resolve_pretrained(config.pretrained)
+    start = resolve_pretrained(config.pretrained, option=option)
+    check_not_its_own_start(start, out)
     check_compatible(start, config.arch_spec(), config.data)
     check_disjoint(start, task)
     pinned = config.pretrained.model_copy(update={"sha256": start.sha256})
@@ -382,6 +400,8 @@ def _resolve_pretrained(config: TrainConfig, task: Any) -> tuple[TrainConfig, Pr
 
 #: separates the config hash from the data fingerprint in a training checkpoint's tag
 _DATA_TAG = "+data:"
+#: then, for a fine-tuning, the start of its pretrained weights' SHA-256 (a resume names a changed start)
+_PRETRAINED_TAG = "+pretrained:"
 
 
 def _checkpoint_tag(out: Path) -> str | None:
@@ -395,29 +415,42 @@ def _checkpoint_tag(out: Path) -> str | None:
 
 
 def training_tag(config: TrainConfig, task: Any, *, out: Path | None = None) -> str:
-    """The tag of this training's checkpoints: the config hash and a hash of the training data.
+    """The tag of this training's checkpoints: the config hash, a hash of the training data and, for a
+    fine-tuning, its pretrained weights' SHA-256 (16 digits).
 
-    With ``out`` (a resume), a checkpoint written before tags carried the data keeps its old tag
-    (the config hash alone), so it still resumes.
+    With ``out`` (a resume), a checkpoint written before tags carried the data (the config hash alone) or the
+    pretrained weights keeps its old tag, so it still resumes.
     """
     tag = f"{config.hash()}{_DATA_TAG}{config_hash(task.fingerprint())}"
-    if out is not None and _checkpoint_tag(out) == config.hash():
-        return config.hash()
+    found = _checkpoint_tag(out) if out is not None else None
+    if found == config.hash() or (found == tag and config.pretrained is not None):
+        return found
+    if config.pretrained is not None and config.pretrained.sha256:
+        tag += f"{_PRETRAINED_TAG}{config.pretrained.sha256[:16]}"
     return tag
 
 
 def check_resumable_model(out: Path, *, config: TrainConfig, task: Any) -> None:
-    """Refuse to resume a training in ``out`` with other training data than its checkpoint's.
+    """Refuse to resume a training in ``out`` with other training data or other pretrained weights than its
+    checkpoint's, naming which (either changes the config's tag, which would otherwise read as "another
+    configuration").
 
     Raises:
-        DataReconError: the checkpoint was written for the same settings but other data (e.g.
-            another ``--data-dir``).
+        DataReconError: the checkpoint was written for other data (e.g. another ``--data-dir``) or from other
+            pretrained weights (the pretrained folder retrained since).
     """
     found = _checkpoint_tag(out)
     if found is None or _DATA_TAG not in found:
         return
+    found, _, was = found.partition(_PRETRAINED_TAG)
+    pre = config.pretrained
+    if was and pre is not None and was != (pre.sha256 or "")[:16]:
+        raise DataReconError(f"the checkpoint in {out} was trained from other pretrained weights than those in "
+                             f"{pre.path} now (weights sha256 {was[:12]} then, {(pre.sha256 or '')[:12]} now: retrained "
+                             "or replaced since?); restore those weights, or pass the directory that holds them, to "
+                             "resume, or start afresh with --overwrite")
     cfg, data = found.split(_DATA_TAG, 1)
-    mine = training_tag(config, task).split(_DATA_TAG, 1)[1]
+    mine = training_tag(config, task).split(_DATA_TAG, 1)[1].partition(_PRETRAINED_TAG)[0]
     if cfg == config.hash() and data != mine:
         raise DataReconError(f"the training data found now differ from those the checkpoint in {out} was trained "
                              f"on (data fingerprint {mine} != {data}); point --data-dir (or $DATARECON_DATA) at the "

@@ -62,6 +62,7 @@ def replace_atomically(path: Path, data: bytes, *, before: Callable[[Path], None
     Raises:
         DiskFullError: the disk (or quota) is full; ``path`` keeps its previous content and the
             temporary file is removed.
+        PermissionError: the folder cannot be written; named by ``path`` (not by the temporary file).
     """
     tmp = None
     try:
@@ -84,4 +85,7 @@ def replace_atomically(path: Path, data: bytes, *, before: Callable[[Path], None
                 pass
         if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
             raise DiskFullError(disk_full_message(path), path=str(path)) from None
+        if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            # the file the user asked for, not the temporary file beside it that failed first
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from None
         raise

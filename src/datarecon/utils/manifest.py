@@ -25,7 +25,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from datarecon.utils.atomic import current_umask, replace_atomically
+from datarecon.errors import DiskFullError
+from datarecon.utils.atomic import DISK_FULL_ERRNOS, current_umask, disk_full_message, replace_atomically
 
 try:  # POSIX; elsewhere updates are not serialised (one writer per folder is then assumed)
     import fcntl
@@ -43,7 +44,20 @@ def _mode() -> int:
 
 
 def _update(folder: Path, line: str | None = None, *, kind: str | None = None) -> None:
-    """Append ``line`` to ``folder``'s manifest unless listed (creating it, with ``kind`` as its header)."""
+    """Append ``line`` to ``folder``'s manifest unless listed (creating it, with ``kind`` as its header).
+
+    Raises:
+        DiskFullError: the disk (or quota) is full (named: the manifest file).
+    """
+    try:
+        _append_line(folder, line, kind=kind)
+    except OSError as exc:
+        if exc.errno in DISK_FULL_ERRNOS:
+            raise DiskFullError(disk_full_message(folder / MANIFEST), path=str(folder / MANIFEST)) from None
+        raise
+
+
+def _append_line(folder: Path, line: str | None, *, kind: str | None) -> None:
     fd = os.open(folder / MANIFEST, os.O_RDWR | os.O_CREAT | os.O_APPEND, _mode())
     try:
         if fcntl is not None:

@@ -28,7 +28,7 @@ from datarecon.kernel.engine import LoopState, ProgressBar
 from datarecon.kernel.files import RUN_JSON
 from datarecon.kernel.outdir import ARTEFACTS, check_out_dir, claim_out_dir, is_empty
 from datarecon.kernel.status import Status
-from datarecon.models.checkpoint import read_model_meta
+from datarecon.models.checkpoint import model_identity
 from datarecon.utils.io import atomic_write_json, config_hash, read_json
 
 FAULTS_ENV = "DATARECON_SWEEP_FAULTS"
@@ -72,12 +72,6 @@ class SweepResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
-
-
-def model_identity(model_dir: str | Path) -> str:
-    """Content identity of a model directory: its config hash and weight hashes (not its path)."""
-    meta = read_model_meta(model_dir)
-    return config_hash({"config_hash": meta.get("config_hash"), "sha256": meta.get("sha256")})
 
 
 def plan(config: SweepConfig, out: str | Path) -> tuple[str, list[PlannedRun]]:
