@@ -63,7 +63,7 @@ def _setup(network: str, steps: int, *, memory_format: str = "contiguous"):
     params = {k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in init.items()}
     target = Target(model=model, params=params, loss="cross-entropy", weight_decay=0.0, input_shape=SHAPE,
                     num_outputs=CLASSES)
-    recipe = KnownRecipe(TrainingRecipe(loss="cross-entropy", lr=0.01, epochs=steps, batch_size=N, seed=0),
+    recipe = KnownRecipe(TrainingRecipe(loss="cross-entropy", lr=0.01, epochs=steps, batch_size=N, seed=0, norm_mode="eval"),
                          n=N, known=("lr", "momentum", "batch_size", "epochs", "order"))
     labels = torch.arange(N) % CLASSES
     prior = AttackerPrior(labels=labels, input_shape=SHAPE, lower=0.0, upper=1.0,

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from datarecon.attacks.base import AttackerPrior, AttackSetup, Target
-from datarecon.attacks.dynamics import DynamicsAttack, DynamicsConfig, Schedule, simulate
+from datarecon.attacks.dynamics import DynamicsAttack, DynamicsConfig, Schedule, simulate, simulate_state
 from datarecon.attacks.knowledge import (KnowledgeSettings, KnownInit, KnownRecipe, RecipeSettings, init_digest,
                                          resolve_known_init, resolve_recipe)
 from datarecon.attacks.loop import ATTACK_LOOP
@@ -89,7 +89,8 @@ def test_the_replay_of_a_fine_tuning_with_batch_norm_is_the_training_bit_for_bit
     assert (recipe.n, recipe.batch_size, recipe.epochs, recipe.momentum) == (20, 10, 3, 0.5)
     task = load_task(DataSpec.model_validate(bundle.data))
     x, y = task.normalisation.to_model(task.train.x), task.train.y
-    schedule = Schedule.replay(TrainingRecipe(loss="cross-entropy", momentum=0.5), recipe.lr, n=20, batch_size=10, epochs=3,
+    schedule = Schedule.replay(TrainingRecipe(loss="cross-entropy", momentum=0.5, norm_mode="eval"), recipe.lr, n=20,
+                               batch_size=10, epochs=3,
                                order_seed=recipe.order_seed, stats=normalisation_stats(target.model))
     sim = simulate(target.model, known.params, x, y, schedule, differentiable=False)
     for name, p in target.params.items():
@@ -104,11 +105,67 @@ def test_the_replay_of_a_fine_tuning_with_batch_norm_is_the_training_bit_for_bit
     assert not torch.equal(other["head.weight"], target.params["head.weight"])
 
 
-def test_a_training_with_batch_norm_in_train_mode_is_not_replayed(models) -> None:
-    pre = load_model_dir(models[0])
-    with pytest.raises(DataReconError, match=r"^the recorded training ran batch norm in train mode .* it replays "
-                                             r"fine-tunings \(train --pretrained\)"):
-        resolve_recipe(RecipeSettings(), pre.meta)
+@pytest.mark.parametrize("which", ["from-scratch", "fine-tuned-in-train-mode"])
+def test_a_training_with_batch_norm_in_train_mode_is_replayed_bit_for_bit_with_its_statistics(models, tmp_path,
+                                                                                           which) -> None:
+    """Train mode: every step normalises with its batch's statistics and moves the running ones. The
+    replay from the start (its parameters and statistics) with the true data gives θ* bit for bit, and
+    the running statistics the model ends with up to rounding (the replay computes r ← (1 − m)r + m·s
+    itself, differentiable in the batch)."""
+    pre = models[0]
+    if which == "from-scratch":
+        model_dir, known_init = pre, "seed"
+    else:
+        model_dir = _train(tmp_path / "ft-train", PRIVATE, pretrained=str(pre), momentum=0.5, batch_size=10,
+                           epochs=2, norm_mode="train")
+        known_init = "pretrained"
+    bundle = load_model_dir(model_dir)
+    recipe = resolve_recipe(RecipeSettings(), bundle.meta)
+    assert recipe.norm_mode == "train" and recipe.record()["norm_mode"] == "train"
+    target = Target.from_model_dir(model_dir, dtype=torch.float32)
+    known = resolve_known_init(known_init, target.params, model_meta=bundle.meta)
+    assert known.stats and set(known.stats) == set(normalisation_stats(target.model))
+    task = load_task(DataSpec.model_validate(bundle.data))
+    x, y = task.normalisation.to_model(task.train.x), task.train.y
+    schedule = Schedule.replay(recipe.recipe, recipe.lr, n=recipe.n, batch_size=recipe.batch_size,
+                               epochs=recipe.epochs, order_seed=recipe.order_seed, stats=known.stats)
+    sim, stats = simulate_state(target.model, known.params, x, y, schedule, differentiable=False)
+    for name, p in target.params.items():
+        assert torch.equal(sim[name], p), name
+    for name, r in normalisation_stats(target.model).items():
+        assert torch.allclose(stats[name], r, rtol=1e-5, atol=1e-6), name
+        assert not torch.equal(known.stats[name], r), name  # the statistics moved: the check can fail
+    prior = AttackerPrior(labels=y, input_shape=(1, 8, 8), lower=0.0, upper=1.0, known_init=known, recipe=recipe)
+    attack = DynamicsAttack(DynamicsConfig(feature_stats_weight=1.0))
+    terms = attack.matching_terms(target, prior, x, recipe.lr, recipe.order_seed, differentiable=False)
+    assert float(terms["cosine"]) == pytest.approx(1.0) and float(terms["feature_stats"]) < 1e-4
+    noise = attack.matching_terms(target, prior, torch.rand_like(x), recipe.lr, recipe.order_seed, differentiable=False)
+    assert float(noise["feature_stats"]) > 1e-2
+
+
+def test_the_replayed_statistics_gradient_matches_finite_differences_float64(models) -> None:
+    """The feature-statistics term of a train-mode replay (the statistics it produces against the model's) is
+    differentiable in the candidates: its gradient against central differences, float64."""
+    bundle = load_model_dir(models[0])
+    recipe = resolve_recipe(RecipeSettings(), bundle.meta)
+    target = Target.from_model_dir(models[0], dtype=torch.float64)
+    known = resolve_known_init("seed", target.params, model_meta=bundle.meta)
+    short = replace(recipe, recipe=replace(recipe.recipe, epochs=1, batch_size=4), n=4)
+    y = torch.tensor([0, 1, 2, 3])
+    prior = AttackerPrior(labels=y, input_shape=(1, 8, 8), lower=0.0, upper=1.0, known_init=known, recipe=short)
+    attack = DynamicsAttack(DynamicsConfig(dtype="float64", feature_stats_weight=1.0))
+    x = torch.rand((4, 1, 8, 8), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+    def value(z: torch.Tensor) -> torch.Tensor:
+        return attack.matching_terms(target, prior, z, short.lr, short.order_seed)["feature_stats"]
+
+    xg = x.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(value(xg), [xg])
+    for i in torch.randperm(x.numel(), generator=torch.Generator().manual_seed(1))[:12].tolist():
+        e = torch.zeros(x.numel(), dtype=torch.float64)
+        e[i] = 1e-6
+        fd = (float(value(x + e.reshape(x.shape))) - float(value(x - e.reshape(x.shape)))) / 2e-6
+        assert grad.reshape(-1)[i].item() == pytest.approx(fd, rel=1e-5, abs=1e-8)
 
 
 def test_the_single_step_rung_recovers_a_planted_image_exactly_float64() -> None:

@@ -50,10 +50,17 @@ from datarecon.attacks.optim import OptimizerSettings, init_optimizer_state
 from datarecon.config import MAX_STEPS, drop_defaults
 from datarecon.errors import DataReconError
 from datarecon.kernel.losses import loss_name
-from datarecon.kernel.step import TrainingRecipe, batch_order, normalisation_stats, train_step
+from datarecon.kernel.step import (
+    TrainingRecipe,
+    batch_norm_modules,
+    batch_order,
+    normalisation_stats,
+    replay_step,
+)
 from datarecon.utils.memory import device_memory_bytes, refuse_if_too_large
 
-__all__ = ["DynamicsAttack", "DynamicsConfig", "Schedule", "memory_estimate", "simulate"]
+__all__ = ["DynamicsAttack", "DynamicsConfig", "Schedule", "memory_estimate", "simulate", "simulate_state",
+           "statistics_distance"]
 
 
 class DynamicsConfig(BaseModel):
@@ -119,6 +126,17 @@ class DynamicsConfig(BaseModel):
         return self.lr_x * 0.1 ** passed
 
 
+def statistics_distance(stats: Mapping[str, torch.Tensor], reference: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Σ over batch-norm layers of ‖μ − μ_ref‖₂ + ‖σ² − σ²_ref‖₂ (the running means and variances by buffer
+    name; the feature-statistics prior's form, here between the statistics a replay produces and the
+    model's)."""
+    names = sorted(k for k in stats if k.endswith(("running_mean", "running_var")))
+    total = next(iter(stats.values())).new_zeros(())
+    for name in names:
+        total = total + (stats[name] - reference[name]).norm()
+    return total
+
+
 def _flat(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
     return torch.cat([v.reshape(-1) for v in params.values()])
 
@@ -148,21 +166,32 @@ class Schedule:
                                 for idx in batch_order(n, batch_size, seed=order_seed, epoch=e)], stats)
 
 
+def _stat_names(schedule: Schedule) -> list[str]:
+    """The running statistics a replay carries in its state: all of them in train mode (they move with every
+    step), none in eval mode (constants of the schedule)."""
+    return sorted(schedule.stats or {}) if schedule.recipe.norm_mode == "train" else []
+
+
 def _segment(model: nn.Module, names: list[str], part: Schedule, x: torch.Tensor, y: torch.Tensor,
              differentiable: bool, *flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The steps of ``part`` from the parameters (and momentum buffers) ``flat``; returns the new ones
-    (with the graph of every step when ``differentiable``, else detached leaves)."""
-    k, momentum = len(names), bool(part.recipe.momentum)
+    """The steps of ``part`` from the state ``flat`` (parameters, then the momentum buffers with momentum,
+    then the running statistics in train mode, :func:`_stat_names`); returns the new state (with the
+    graph of every step when ``differentiable``, else detached leaves)."""
+    k, momentum, stat_names = len(names), bool(part.recipe.momentum), _stat_names(part)
     params = dict(zip(names, flat[:k]))
-    buffers = dict(zip(names, flat[k:])) if momentum else None
+    buffers = dict(zip(names, flat[k:2 * k])) if momentum else None
+    stats = dict(zip(stat_names, flat[len(flat) - len(stat_names):])) if stat_names else part.stats
     for idx in part.batches:
-        params, new_buffers = train_step(model, params, (x[idx], y[idx]), part.recipe, lr=part.lr, buffers=buffers,
-                                         create_graph=differentiable, stats=part.stats)
-        buffers = new_buffers if momentum else None
+        out = replay_step(model, params, (x[idx], y[idx]), part.recipe, lr=part.lr, buffers=buffers,
+                          create_graph=differentiable, stats=stats)
+        params, buffers = out.params, out.buffers if momentum else None
+        stats = out.stats if stat_names else stats
         if not differentiable:
             params = {n: v.detach().requires_grad_(True) for n, v in params.items()}
             buffers = {n: v.detach() for n, v in buffers.items()} if buffers is not None else None
-    return tuple(params[n] for n in names) + (tuple(buffers[n] for n in names) if momentum else ())
+            stats = {n: v.detach() for n, v in stats.items()} if stat_names else stats
+    return (tuple(params[n] for n in names) + (tuple(buffers[n] for n in names) if momentum else ())
+            + tuple(stats[n] for n in stat_names))
 
 
 class _RecomputedUnroll(torch.autograd.Function):
@@ -216,7 +245,16 @@ class _RecomputedUnroll(torch.autograd.Function):
 
 def simulate(model: nn.Module, theta_init: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
              schedule: Schedule, *, segment: int = 0, differentiable: bool = True) -> dict[str, torch.Tensor]:
-    """θ_T: the training of ``model`` from ``theta_init`` on (x, y), step by step as ``datarecon train`` does.
+    """θ_T: the parameters of :func:`simulate_state`."""
+    return simulate_state(model, theta_init, x, y, schedule, segment=segment, differentiable=differentiable)[0]
+
+
+def simulate_state(model: nn.Module, theta_init: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                   schedule: Schedule, *, segment: int = 0, differentiable: bool = True
+                   ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """θ_T and the running statistics at T: the training of ``model`` from ``theta_init`` on (x, y), step by
+    step as ``datarecon train`` does (batch norm in the recipe's ``norm_mode``; in train mode the
+    statistics start at ``schedule.stats`` and move with every step, :func:`~datarecon.kernel.step.replay_step`).
 
     Args:
         model: the architecture (its own parameters are not read).
@@ -229,22 +267,26 @@ def simulate(model: nn.Module, theta_init: Mapping[str, torch.Tensor], x: torch.
         differentiable: keep the graph (θ_T differentiable in x and a tensor lr); False: values only.
 
     Returns:
-        name → θ_T.
+        (name → θ_T, name → running statistics at T: the given ones in eval mode, {} without batch norm).
     """
     names = list(theta_init)
     k = len(names)
+    stat_names = _stat_names(schedule)
     state = tuple(v.detach() for v in theta_init.values())
     if schedule.recipe.momentum:
         state = state + tuple(torch.zeros_like(v) for v in theta_init.values())
+    state = state + tuple(schedule.stats[n].detach() for n in stat_names)  # type: ignore[index]
     if segment and differentiable:
         lr = schedule.lr if isinstance(schedule.lr, torch.Tensor) else None
-        final = _RecomputedUnroll.apply((model, names, schedule, y, segment), x, lr, *state)
-        return dict(zip(names, final[:k]))
-    with torch.enable_grad():  # the inner gradients need autograd even when θ_T's graph is not kept
-        flat = tuple(v.requires_grad_(True) if i < k else v for i, v in enumerate(state))
-        flat = _segment(model, names, schedule, x, y, differentiable, *flat)
-    out = dict(zip(names, flat[:k]))
-    return out if differentiable else {n: v.detach() for n, v in out.items()}
+        flat = _RecomputedUnroll.apply((model, names, schedule, y, segment), x, lr, *state)
+    else:
+        with torch.enable_grad():  # the inner gradients need autograd even when θ_T's graph is not kept
+            flat = tuple(v.requires_grad_(True) if i < k else v for i, v in enumerate(state))
+            flat = _segment(model, names, schedule, x, y, differentiable, *flat)
+        if not differentiable:
+            flat = tuple(v.detach() for v in flat)
+    stats = dict(zip(stat_names, flat[len(flat) - len(stat_names):])) if stat_names else dict(schedule.stats or {})
+    return dict(zip(names, flat[:k])), stats
 
 
 #: parameter-sized tensors one kept simulated step holds (the new parameters and what its
@@ -331,6 +373,10 @@ class DynamicsAttack(Attack):
         if self.config.epochs is not None and self.config.epochs > recipe.epochs:
             raise DataReconError(f"the model trained {recipe.epochs} epochs; simulate at most that many "
                                  f"(--set epochs={recipe.epochs}, or leave epochs unset)")
+        if self.replays_statistics(target, prior) and not prior.known_init.stats:
+            raise DataReconError("the recorded training ran batch norm in train mode: its replay starts from the "
+                                 "running statistics of the start, which a file of parameters does not hold; pass "
+                                 "--known-init seed, seed:N or pretrained")
         steps = self.epochs(recipe) * recipe.steps_per_epoch
         need = memory_estimate(target, m=prior.m, batch_size=recipe.batch_size, steps=steps,
                                segment=self.segment(target, prior), dtype=self.dtype, momentum=bool(recipe.momentum))
@@ -380,19 +426,34 @@ class DynamicsAttack(Attack):
         recipe = self._recipe(prior)
         init = {k: v.to(self.dtype) for k, v in prior.known_init.params.items()}
         theta = {k: v.to(self.dtype) for k, v in target.params.items()}
-        stats = {k: v.to(self.dtype) for k, v in normalisation_stats(target.model).items()}
+        final = {k: v.to(self.dtype) for k, v in normalisation_stats(target.model).items()}
+        train_mode = self.replays_statistics(target, prior)
+        # train mode: the statistics start at the start's and move with every step; eval: the model's, fixed
+        stats = {k: v.to(self.dtype) for k, v in prior.known_init.stats.items()} if train_mode else final
         schedule = Schedule.replay(TrainingRecipe(loss=loss_name(target.loss), weight_decay=float(target.weight_decay),
-                                          momentum=recipe.momentum), lr, n=x.shape[0],
-                                   batch_size=recipe.batch_size, epochs=self.epochs(recipe), order_seed=order_seed,
-                                   stats=stats or None)
-        sim = simulate(target.model, init, x, self.labels(prior, x.device), schedule,
-                       segment=self.segment(target, prior), differentiable=differentiable)
+                                                  momentum=recipe.momentum, norm_mode=recipe.norm_mode),
+                                   lr, n=x.shape[0], batch_size=recipe.batch_size, epochs=self.epochs(recipe),
+                                   order_seed=order_seed, stats=stats or None)
+        sim, sim_stats = simulate_state(target.model, init, x, self.labels(prior, x.device), schedule,
+                                        segment=self.segment(target, prior), differentiable=differentiable)
         moved = _flat(sim) - _flat(init)
         goal = _flat(theta) - _flat(init)
         cosine = torch.dot(moved, goal) / (moved.norm() * goal.norm()).clamp_min(1e-300)
         distance = (moved - goal).pow(2).sum() / goal.pow(2).sum().clamp_min(1e-300)
-        return {"loss": 1.0 - cosine if self.config.objective == "cosine" else distance, "cosine": cosine,
-                "relative_distance": distance, "update_norm_ratio": moved.norm() / goal.norm()}
+        terms = {"loss": 1.0 - cosine if self.config.objective == "cosine" else distance, "cosine": cosine,
+                 "relative_distance": distance, "update_norm_ratio": moved.norm() / goal.norm()}
+        if train_mode:  # the statistics the replay produces against the model's: the feature-statistics prior
+            terms["feature_stats"] = statistics_distance(sim_stats, final)
+            if self.config.feature_stats_weight > 0:
+                terms["loss"] = terms["loss"] + self.config.feature_stats_weight * terms["feature_stats"]
+        return terms
+
+    def replays_statistics(self, target: Target, prior: AttackerPrior) -> bool:
+        """Whether the replay moves batch norm's statistics (a training in train mode of a network with batch
+        norm): then the feature-statistics prior compares the statistics the replay produces with the
+        model's, inside the matching terms, instead of the candidates' with the model's."""
+        recipe = self._recipe(prior)
+        return recipe.norm_mode == "train" and bool(batch_norm_modules(target.model))
 
     def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
              index: int) -> dict[str, float]:
@@ -438,18 +499,17 @@ class DynamicsAttack(Attack):
                                {"x": c.lr_x_at(index), "log_lr": c.lr_lr}, metrics, norms={"x": grad_norm})
 
     def add_network_priors(self, target: Target, prior: AttackerPrior, x: torch.Tensor, gx: torch.Tensor,
-                           metrics: dict[str, float], *, run_axis: bool = False,
-                           labels: torch.Tensor | None = None) -> torch.Tensor:
+                           metrics: dict[str, float]) -> torch.Tensor:
         """The priors of :data:`~datarecon.attacks.priors.PRIORS` beyond the box and TV (which this attack
-        weighs itself, TV as a mean) and the cross-run ones (a :class:`~datarecon.attacks.grouped.CoupledGroup`
-        adds those): their values into ``metrics`` (``loss`` included), their gradients added to ``gx``
-        (returned)."""
-        skip = _OWN_PRIORS + CROSS_RUN_PRIORS
+        weighs itself, TV as a mean), the cross-run ones (a :class:`~datarecon.attacks.grouped.CoupledGroup`
+        adds those) and, for a replay of batch norm in train mode, the feature statistics (the matching
+        terms compare the replayed statistics): their values into ``metrics`` (``loss`` included), their
+        gradients added to ``gx`` (returned)."""
+        skip = _OWN_PRIORS + CROSS_RUN_PRIORS + (("feature_stats",) if self.replays_statistics(target, prior) else ())
         if not any(n not in skip for n in priors.weighted_priors(self.config)):
             return gx
         loss = torch.as_tensor(metrics["loss"], dtype=x.dtype, device=x.device)
-        given = priors.PriorInput(x, *self.bounds(prior, x.device), run_axis=run_axis, target=target,
-                                  labels=self.labels(prior, x.device) if labels is None else labels)
+        given = priors.PriorInput(x, *self.bounds(prior, x.device), target=target, labels=self.labels(prior, x.device))
         terms, gx = priors.add_priors(self.config, given, {"loss": loss}, gx, skip=skip)
         metrics.update({k: float(v) for k, v in terms.items()})
         return gx

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -125,6 +125,11 @@ class KnownRecipe:
         """Training steps in all: epochs · ⌈n/b⌉."""
         return self.epochs * self.steps_per_epoch
 
+    @property
+    def norm_mode(self) -> str:
+        """How the training ran batch norm (``train``: batch statistics; ``eval``: the running ones fixed)."""
+        return self.recipe.norm_mode
+
     def record(self) -> dict[str, Any]:
         """run.json / report form: every field, with the unknown ones as None, and ``known``.
 
@@ -133,7 +138,8 @@ class KnownRecipe:
         as constants, known to the attacker with the model's loss."""
         return {"n": self.n, "batch_size": self.batch_size, "epochs": self.epochs, "lr": self.lr,
                 "momentum": self.momentum, "order_seed": self.order_seed, "optimizer": "sgd",
-                "schedule": "constant", "augmentation": "none", "known": list(self.known)}
+                "schedule": "constant", "augmentation": "none", "known": list(self.known),
+                **({"norm_mode": "train"} if self.norm_mode == "train" else {})}
 
 
 def resolve_recipe(settings: RecipeSettings, model_meta: Mapping[str, Any] | None) -> KnownRecipe:
@@ -152,10 +158,6 @@ def resolve_recipe(settings: RecipeSettings, model_meta: Mapping[str, Any] | Non
         raise DataReconError(f"the recorded training (optimizer {tr.get('optimizer')}, schedule {tr.get('schedule')}"
                              f"{', DP-SGD' if tr.get('dp') else ''}) cannot be replayed: dynamics matching replays "
                              "gd / SGD with a constant learning rate; train the target with those")
-    if (model_meta.get("arch") or {}).get("batch_norm") and not model_meta.get("pretrained"):
-        raise DataReconError("the recorded training ran batch norm in train mode (from scratch: each batch's own "
-                             "statistics), which dynamics matching does not replay; it replays fine-tunings "
-                             "(train --pretrained), where batch norm runs in eval mode")
     if (tr.get("margin_ascent") or {}).get("steps") or "margin_ascent_steps" in metrics:
         raise DataReconError("the recorded training ends with margin ascent, which dynamics matching does not "
                              "replay; train the target without it")
@@ -170,8 +172,18 @@ def resolve_recipe(settings: RecipeSettings, model_meta: Mapping[str, Any] | Non
                             weight_decay=float(model_meta.get("weight_decay", tr.get("weight_decay", 0.0)) or 0.0),
                             lr=None if "lr" in hidden else float(tr["lr"]), momentum=float(tr.get("momentum", 0.0)),
                             epochs=int(metrics.get("epochs_done", tr.get("epochs", 0))), batch_size=b,
-                            seed=None if "order" in hidden else int(model_meta.get("seed", tr.get("seed", 0))))
+                            seed=None if "order" in hidden else int(model_meta.get("seed", tr.get("seed", 0))),
+                            norm_mode=recorded_norm_mode(model_meta))
     return KnownRecipe(recipe=recipe, n=n, known=known)
+
+
+def recorded_norm_mode(model_meta: Mapping[str, Any]) -> Literal["train", "eval"]:
+    """How the recorded training ran batch norm: its ``norm_mode``, or (``auto``, and model directories
+    written before the field existed) eval for a fine-tuning and train from scratch."""
+    mode = (model_meta.get("training") or {}).get("norm_mode", "auto")
+    if mode in ("train", "eval"):
+        return mode
+    return "eval" if model_meta.get("pretrained") else "train"
 
 _SEED = re.compile(r"^seed:(\d+)$")
 #: ``known_init: seed``: the seed the model directory records (its training seed)
@@ -240,15 +252,20 @@ class KnownInit:
         params: name → tensor, the target's parameter names and shapes.
         sha256: :func:`init_digest` of ``params``.
         source: ``seed:N`` or the file's absolute path.
+        stats: batch norm's running statistics at the start, by buffer name (a rebuilt initialisation's
+            fresh ones, a pretrained model's own); empty when unknown (a file of parameters) or when the
+            network has no batch norm. A replay of a training in train mode starts from them.
     """
 
     params: dict[str, torch.Tensor]
     sha256: str
     source: str
+    stats: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def to(self, *, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> KnownInit:
         return KnownInit(params={k: v.to(device=device, dtype=dtype) for k, v in self.params.items()},
-                         sha256=self.sha256, source=self.source)
+                         sha256=self.sha256, source=self.source,
+                         stats={k: v.to(device=device, dtype=dtype) for k, v in self.stats.items()})
 
 
 def init_digest(params: Mapping[str, torch.Tensor]) -> str:
@@ -302,8 +319,9 @@ def resolve_known_init(spec: str, params: Mapping[str, torch.Tensor], *, model_m
                                  "none; pass seed:N or a safetensors file of θ_init")
         spec = f"seed:{int(recorded)}"
     match = _SEED.match(spec)
+    stats: dict[str, torch.Tensor] = {}
     if spec == PRETRAINED or spec.startswith(f"{PRETRAINED}:"):
-        init, where, source = _pretrained_start(spec, model_meta, base_dir=base_dir)
+        init, stats, where, source = _pretrained_start(spec, model_meta, base_dir=base_dir)
     elif match:
         if model_meta is None or "arch" not in model_meta:
             raise DataReconError(f"known_init {spec} needs a model directory to rebuild the architecture from; "
@@ -315,6 +333,7 @@ def resolve_known_init(spec: str, params: Mapping[str, torch.Tensor], *, model_m
         built = torch_dtype((model_meta.get("training") or {}).get("dtype") or "float64")
         net = build_model(arch, generator=torch.Generator().manual_seed(int(match.group(1))), dtype=built)
         init = {k: v.detach() for k, v in net.named_parameters()}
+        stats = {k: v.detach() for k, v in net.named_buffers() if v.is_floating_point()}
         where, source = f"known_init {spec}", spec
     else:
         path = Path(spec)
@@ -334,12 +353,13 @@ def resolve_known_init(spec: str, params: Mapping[str, torch.Tensor], *, model_m
         raise DataReconError(f"{where} is not the initialisation this model was trained from (sha256 "
                              f"{digest[:12]} vs recorded {recorded[:12]}); {hint}")
     return KnownInit(params={k: init[k].to(device=device, dtype=dtype) for k in params}, sha256=digest,
-                     source=source)
+                     source=source, stats={k: v.to(device=device, dtype=dtype) for k, v in stats.items()})
 
 
 def _pretrained_start(spec: str, model_meta: Mapping[str, Any] | None, *,
-                      base_dir: str | Path | None) -> tuple[dict[str, torch.Tensor], str, str]:
-    """θ_init of a fine-tuned model from its public pretrained model: (params, where, source).
+                      base_dir: str | Path | None
+                      ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], str, str]:
+    """θ_init of a fine-tuned model from its public pretrained model: (params, running statistics, where, source).
 
     Raises:
         DataReconError: a model that was not fine-tuned, a missing or invalid pretrained directory,
@@ -361,7 +381,8 @@ def _pretrained_start(spec: str, model_meta: Mapping[str, Any] | None, *,
     weights = {k: v for k, v in bundle.model.state_dict().items() if v.is_floating_point()}
     net = finetune_start(weights, bundle.arch, ArchSpec.model_validate(meta["arch"]),
                          seed=int(meta.get("seed") or 0), dtype=built, new_head=record.get("head") == HEAD_NEW)
-    return ({k: v.detach() for k, v in net.named_parameters()}, f"known_init {spec}",
+    return ({k: v.detach() for k, v in net.named_parameters()},
+            {k: v.detach() for k, v in net.named_buffers() if v.is_floating_point()}, f"known_init {spec}",
             f"{PRETRAINED}:{path.resolve()}")
 
 

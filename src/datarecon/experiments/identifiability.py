@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,7 +24,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from datarecon.attacks.dynamics import Schedule, simulate
-from datarecon.attacks.knowledge import PRETRAINED, RECORDED_SEED, RecipeSettings, resolve_known_init, resolve_recipe
+from datarecon.attacks.knowledge import (PRETRAINED, RECORDED_SEED, KnownInit, RecipeSettings, resolve_known_init,
+                                        resolve_recipe)
 from datarecon.config import Seed
 from datarecon.data import DataSpec, load_task
 from datarecon.data.selection import check_fingerprint
@@ -31,7 +33,6 @@ from datarecon.errors import DataReconError
 from datarecon.evaluation.identifiability import fit_objective, gradient_features
 from datarecon.kernel.engine import track
 from datarecon.kernel.files import METRICS_FILE, RUN_JSON
-from datarecon.kernel.step import TrainingRecipe
 from datarecon.models.checkpoint import load_model_dir, read_model_meta
 from datarecon.registry import Registry
 from datarecon.utils.dtypes import torch_dtype
@@ -105,8 +106,9 @@ def _formulation(num_outputs: int, loss: str) -> str:
     return "regression" if loss in ("mse", "huber") else "binary"
 
 
-def _theta_init(meta: dict[str, Any], bundle: Any, model_dir: str | Path) -> tuple[dict[str, torch.Tensor] | None, str]:
-    """θ_init as the attacker with a known start has it, as float64, and why it is missing if it is.
+def _theta_init(meta: dict[str, Any], bundle: Any, model_dir: str | Path) -> tuple[KnownInit | None, str]:
+    """θ_init (with batch norm's statistics at the start) as the attacker with a known start has it, as float64,
+    and why it is missing if it is.
 
     A fine-tuned model's start is its pretrained model (``known_init pretrained``, resolved against the model
     directory); any other model's is rebuilt from the recorded seed in the dtype training drew it in. Both are
@@ -119,7 +121,7 @@ def _theta_init(meta: dict[str, Any], bundle: Any, model_dir: str | Path) -> tup
     if spec == RECORDED_SEED and meta.get("seed") is None:
         return None, "the model directory records no seed"
     try:
-        return dict(resolve_known_init(spec, bundle.params, model_meta=meta, base_dir=model_dir).params), ""
+        return resolve_known_init(spec, bundle.params, model_meta=meta, base_dir=model_dir), ""
     except DataReconError as exc:
         return None, str(exc)
 
@@ -175,7 +177,7 @@ def _gradient_objective(name: str, bundle: Any, init: dict[str, torch.Tensor] | 
     return fit_objective(feats, target, signed=formulation == "regression")
 
 
-def _dynamics(bundle: Any, meta: dict[str, Any], init: dict[str, torch.Tensor], sets: dict[str, Any],
+def _dynamics(bundle: Any, meta: dict[str, Any], known: KnownInit, sets: dict[str, Any],
               max_steps: int) -> dict[str, Any]:
     """1 − cos of each set's replayed change with the true one, or why it was not measured."""
     try:
@@ -185,10 +187,13 @@ def _dynamics(bundle: Any, meta: dict[str, Any], init: dict[str, torch.Tensor], 
     if recipe.steps > max_steps:
         return {"note": f"not measured: the recorded training has {recipe.steps} SGD steps, more than "
                         f"--max-replay-steps {max_steps}"}
-    schedule = Schedule.replay(TrainingRecipe(loss=bundle.loss, weight_decay=bundle.weight_decay, momentum=recipe.momentum),
-                               recipe.lr, n=recipe.n, batch_size=recipe.batch_size, epochs=recipe.epochs,
-                               order_seed=recipe.order_seed)
     dtype = torch_dtype((meta.get("training") or {}).get("dtype") or "float64")  # replayed as it was trained
+    # batch norm in train mode: the statistics start at the start's and move; in eval mode: the model's own
+    stats = {k: v.to(dtype) for k, v in known.stats.items()} if recipe.norm_mode == "train" else None
+    schedule = Schedule.replay(replace(recipe.recipe, loss=bundle.loss, weight_decay=bundle.weight_decay),
+                               recipe.lr, n=recipe.n, batch_size=recipe.batch_size, epochs=recipe.epochs,
+                               order_seed=recipe.order_seed, stats=stats or None)
+    init = known.params
     model = copy.deepcopy(bundle.model).to(dtype)
     start = {k: v.to(dtype) for k, v in init.items()}
     star = {k: v.detach().double() for k, v in bundle.params.items()}
@@ -223,7 +228,8 @@ def identifiability(model_dir: str | Path, settings: IdentifiabilitySettings = I
     meta = read_model_meta(model_dir)
     bundle = load_model_dir(model_dir, dtype=torch.float64)
     sets, notes = _sets(bundle, meta, settings.seed, data_dir)
-    init, init_missing = _theta_init(meta, bundle, model_dir)
+    known, init_missing = _theta_init(meta, bundle, model_dir)
+    init = None if known is None else dict(known.params)
     formulation = _formulation(bundle.arch.num_outputs, bundle.loss)
     result: dict[str, Any] = {}
     for name in track(settings.objectives, desc="identifiability", unit="objective", mode=progress):
@@ -232,7 +238,7 @@ def identifiability(model_dir: str | Path, settings: IdentifiabilitySettings = I
             result[name] = {"doc": doc, "note": f"not measured: θ_init cannot be rebuilt ({init_missing})"}
             continue
         if name == "dynamics":
-            entry = _dynamics(bundle, meta, init, sets, settings.max_replay_steps)  # type: ignore[arg-type]
+            entry = _dynamics(bundle, meta, known, sets, settings.max_replay_steps)  # type: ignore[arg-type]
         else:
             fits = {s: _gradient_objective(name, bundle, init, data, formulation, settings.path_points)
                     for s, data in sets.items()}

@@ -9,13 +9,15 @@ same update, and, from the same θ_init with the true data, the same θ* bit for
 parameters and in the batch's inputs (second-order autograd), which is what unrolling needs.
 
 Batch norm (the ResNets' ``batch_norm``) enters the step as ``stats``: its running mean and
-variance, read and never written. A fine-tuning runs it in eval mode (SimuDy's setting: the
-statistics stay the pretrained ones, the affine weights are trained), so the step is still a pure
-function of (parameters, statistics, batch), and a replay from the same start with the true data
-reproduces θ* bit for bit (``tests/kernel/test_step.py``). A network in train mode normalises with
-each batch's own statistics and updates the running ones in place: :func:`train_step` refuses it
-(``datarecon train`` from scratch still trains it so, through :func:`energy` on the module's own
-buffers).
+variance. A fine-tuning runs it in eval mode by default (SimuDy's setting: the statistics stay the
+pretrained ones, the affine weights are trained), so the step is a pure function of (parameters,
+statistics, batch), and a replay from the same start with the true data reproduces θ* bit for bit
+(``tests/kernel/test_step.py``). A training in train mode (``norm_mode: train``: from scratch, or a
+fine-tuning that asks for it) normalises with each batch's own statistics and moves the running
+ones toward them: :func:`replay_step` runs that step as a function too, statistics in and out,
+the new ones r ← (1 − m)·r + m·s computed from the batch's per-channel mean and unbiased variance s
+(differentiable in the batch, as an attack replaying it needs); :func:`train_step` is the eval-mode
+step alone.
 
 The update is gradient descent with heavy-ball momentum, written as ``torch.optim.SGD`` does it:
 b ← μ·b + g, θ ← θ − η·b (b₀ = 0; μ = 0: θ ← θ − η·g), g = ∇_θ E(θ; x, y) with
@@ -26,7 +28,8 @@ E = L(Φ(x; θ), y) + (wd/2)·‖θ‖². The learning rate η of a step is a nu
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -191,6 +194,101 @@ def train_step(model: nn.Module, params: Mapping[str, torch.Tensor], batch: tupl
     return update(params, grads, buffers, lr=lr, momentum=recipe.momentum)
 
 
+@dataclass(frozen=True)
+class StepOutput:
+    """What one replayed step returns.
+
+    Attributes:
+        params: θ_{t+1} by name.
+        buffers: the momentum buffers after the step (empty without momentum).
+        stats: batch norm's running statistics after the step: in train mode moved toward the batch's
+            (differentiable in the batch), in eval mode the ones given; empty for a network without
+            batch norm.
+    """
+
+    params: Params
+    buffers: Params
+    stats: Params
+
+
+def batch_norm_modules(model: nn.Module) -> list[tuple[str, nn.modules.batchnorm._BatchNorm]]:
+    """The batch-norm layers of ``model`` by module name, in registration order."""
+    return [(name, mod) for name, mod in model.named_modules() if isinstance(mod, nn.modules.batchnorm._BatchNorm)]
+
+
+@contextmanager
+def _batch_norm_in_train_mode(model: nn.Module) -> Iterator[dict[str, torch.Tensor]]:
+    """Batch-norm layers in train mode for the block; yields the inputs each receives (name → (b, C, ...)),
+    filled by the forward. The layers' modes are restored after."""
+    layers = batch_norm_modules(model)
+    modes = [mod.training for _, mod in layers]
+    inputs: dict[str, torch.Tensor] = {}
+    hooks = [mod.register_forward_hook(lambda _m, inp, _o, name=name: inputs.__setitem__(name, inp[0]))
+             for name, mod in layers]
+    try:
+        for _, mod in layers:
+            mod.train(True)
+        yield inputs
+    finally:
+        for h in hooks:
+            h.remove()
+        for (_, mod), mode in zip(layers, modes, strict=True):
+            mod.train(mode)
+
+
+def running_update(model: nn.Module, stats: Mapping[str, torch.Tensor],
+                   inputs: Mapping[str, torch.Tensor]) -> Params:
+    """Batch norm's running statistics after one train-mode forward: r ← (1 − m)·r + m·s per layer, with s the
+    per-channel mean and unbiased variance of the layer's input over the batch and its pixels and m the
+    layer's momentum (as ``torch.nn.functional.batch_norm`` updates them; differentiable in the inputs).
+
+    Raises:
+        DataReconError: a layer with a cumulative average (momentum None), which depends on a step count.
+    """
+    new = dict(stats)
+    for name, mod in batch_norm_modules(model):
+        if mod.momentum is None:
+            raise DataReconError(f"batch norm layer {name} keeps a cumulative average (momentum None), which a "
+                                 "replay does not follow; give it a momentum")
+        h = inputs[name]
+        dims = [0] + list(range(2, h.dim()))
+        m = float(mod.momentum)
+        mean, var = h.mean(dim=dims), h.var(dim=dims, unbiased=True)
+        new[f"{name}.running_mean"] = stats[f"{name}.running_mean"] * (1 - m) + mean * m
+        new[f"{name}.running_var"] = stats[f"{name}.running_var"] * (1 - m) + var * m
+    return new
+
+
+def replay_step(model: nn.Module, params: Mapping[str, torch.Tensor], batch: tuple[torch.Tensor, torch.Tensor],
+                recipe: TrainingRecipe, *, lr: float | torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None,
+                stats: Mapping[str, torch.Tensor] | None = None, create_graph: bool = False) -> StepOutput:
+    """One training step as a function, in the batch-norm mode of ``recipe.norm_mode``.
+
+    Eval mode (or no batch norm): :func:`train_step`, the statistics passed through. Train mode: the
+    forward normalises with the batch's own statistics (the arithmetic ``datarecon train`` runs, so
+    θ_{t+1} is the training's bit for bit) and the running statistics move toward them
+    (:func:`running_update`; the module's own buffers are never written).
+
+    Args:
+        as :func:`train_step`; ``stats``: the running statistics before the step (None: the module's).
+
+    Returns:
+        :class:`StepOutput`.
+    """
+    if recipe.norm_mode != "train" or not batch_norm_modules(model):
+        new_params, new_buffers = train_step(model, params, batch, recipe, lr=lr, buffers=buffers,
+                                             create_graph=create_graph, stats=stats)
+        return StepOutput(new_params, new_buffers, dict(stats or {}))
+    given = dict(stats) if stats is not None else normalisation_stats(model)
+    # every buffer the forward may write (the running statistics, the step counters) is a copy
+    scratch = {k: v.detach().clone() for k, v in model.named_buffers()}
+    scratch.update({k: v.detach().clone() for k, v in given.items()})
+    with _batch_norm_in_train_mode(model) as inputs:
+        grads, _ = gradient(model, params, batch, recipe, create_graph=create_graph, stats=scratch)
+    new_params, new_buffers = update(params, grads, buffers, lr=lr, momentum=recipe.momentum)
+    return StepOutput(new_params, new_buffers, running_update(model, given, inputs))
+
+
 def check_pure(model: nn.Module) -> None:
     """Refuse a network whose forward is not a pure function of its tensors and the batch: a batch norm in
     train mode (call ``model.eval()``: the replayed trainings run batch norm in eval mode).
@@ -230,5 +328,5 @@ def batch_order(n: int, batch_size: int, *, seed: int, epoch: int) -> list[torch
     return list(perm.split(batch_size))
 
 
-__all__ = ["MarginAscent", "Params", "TrainingRecipe", "batch_order", "check_pure", "energy", "gradient", "normalisation_stats", "train_step",
-           "update"]
+__all__ = ["MarginAscent", "Params", "StepOutput", "TrainingRecipe", "batch_norm_modules", "batch_order", "check_pure",
+           "energy", "gradient", "normalisation_stats", "replay_step", "running_update", "train_step", "update"]

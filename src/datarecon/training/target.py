@@ -205,6 +205,9 @@ class TrainConfig(BaseModel):
         pretrained: fine-tune from this pretrained model directory (its weights, batch norm in eval
             mode, a new head drawn from ``seed`` where the classes differ; its training images must
             not be this training's); None: train from ``seed``'s initialisation.
+        norm_mode: how batch norm runs in the training steps: ``train`` (each batch's statistics, the
+            running ones moved toward them), ``eval`` (the running statistics fixed, the affine weights
+            trained) or ``auto`` (eval when fine-tuning, as SimuDy does; train from scratch).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -230,6 +233,7 @@ class TrainConfig(BaseModel):
     dp: DPConfig | None = None
     batch_size: int | None = Field(default=None, ge=1)
     pretrained: PretrainedConfig | None = None
+    norm_mode: Literal["auto", "train", "eval"] = "auto"
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
@@ -268,7 +272,7 @@ class TrainConfig(BaseModel):
 
     @model_serializer(mode="wrap")
     def _drop_unset_batch_size(self, handler):  # type: ignore[no-untyped-def]
-        return drop_defaults(self, handler(self), ("batch_size", "pretrained"))  # unset: model.json as before
+        return drop_defaults(self, handler(self), ("batch_size", "pretrained", "norm_mode"))  # unset: as before
 
     def recipe(self) -> TrainingRecipe:
         """How the target is trained: the epochs (:func:`~datarecon.training.fit.fit`,
@@ -277,8 +281,15 @@ class TrainConfig(BaseModel):
         return TrainingRecipe(loss=self.loss, weight_decay=self.weight_decay, optimizer=self.optimizer, lr=self.lr,
                          momentum=self.momentum, epochs=self.epochs, schedule=self.schedule,
                          max_lr_factor=self.max_lr_factor, batch_size=self.batch_size, seed=self.seed,
-                         norm_mode="eval" if self.pretrained is not None else "train",
+                         norm_mode=self.resolved_norm_mode,
                          margin_ascent=self.margin_ascent.recipe() if self.margin_ascent.steps else None)
+
+    @property
+    def resolved_norm_mode(self) -> Literal["train", "eval"]:
+        """``norm_mode`` with ``auto`` resolved: eval when fine-tuning, train from scratch."""
+        if self.norm_mode != "auto":
+            return self.norm_mode
+        return "eval" if self.pretrained is not None else "train"
 
     def arch_spec(self) -> ArchSpec:
         """The architecture with input shape and output count derived from the data spec."""
