@@ -115,6 +115,13 @@ def test_readme_cli_examples_run(tmp_path: Path, monkeypatch, data_dir: Path, ca
     assert knowledge["known_init"]["sha256"] == finetuned["init_sha256"]
     assert knowledge["known_init"]["source"] == f"pretrained:{(tmp_path / 'runs' / 'pretrained').resolve()}"
     assert (tmp_path / "runs" / "dynamics-ft" / "metrics.json").is_file()
+    # batch norm in train mode, with the priors: the statistics replayed, the labels restored and scored
+    bn = read_json(tmp_path / "runs" / "dynamics-bn" / "run0" / "run.json")
+    assert bn["knowledge"]["recipe"]["norm_mode"] == "train" and bn["knowledge"]["labels"]["source"] == "restored"
+    rows = (tmp_path / "runs" / "dynamics-bn" / "run0" / "history.jsonl").read_text().splitlines()
+    assert all("feature_stats" in row and "group" in row for row in rows)
+    labels = read_json(tmp_path / "runs" / "dynamics-bn" / "run0" / "metrics.json")["labels"]
+    assert labels["true_counts"] == [2] * 10 and 0.0 <= labels["accuracy"] <= 1.0
 
 
 def test_readme_experiment_file_is_the_shipped_example() -> None:
