@@ -27,7 +27,7 @@
 # WORK/ROW/dyn). Prior weights are chosen attacker-side before the variant runs: SELECT_STEPS (default 300) outer
 # steps at each weight of FS_GRID (default 0.001 0.01 0.1) and GROUP_GRID (default 1e-6 1e-5 1e-4), the weight whose
 # run ends at the highest cosine kept (the attack's own objective; the choice and every trial's cosine in
-# WORK/ROW/choice-VARIANT.json). ONLY_DYN=1 skips Loo and the KKT attacks.
+# WORK/ROW/choice-VARIANT.json). ONLY_DYN=1 skips Loo and the KKT attacks; SKIP_DYN=1 runs only them.
 # Budgets can be lowered for a trial: DYN_STEPS (outer steps per restart), RESTARTS, LOO_STEPS, KKT_REF_STEPS,
 # KKT_STEPS; SETTINGS=simudy runs dynamics matching as the from-scratch rows did. The table goes to WORK/ROW/table.json,
 # the log of every command to WORK/ROW/log.txt. DATARECON (default: datarecon) is the command, PYTHON (default:
@@ -167,10 +167,13 @@ if [[ $variant == *group ]] && ! done_dyn; then
   echo "== $variant: group_weight $gw (highest mean final cosine)" | tee -a "$log"
   chosen+=(--group-weight "$gw")
 fi
-done_dyn || attack "${dyn#"$dir"/}" "${dyn_base[@]}" "${chosen[@]}" --steps "$dyn_steps" --runs "$restarts"
-best=$(best_cosine "$dyn")
-echo "== ${dyn#"$dir"/}: kept $best (highest final cosine)" | tee -a "$log"
-step dyn-eval "${dr[@]}" evaluate "$best"
+best=
+if [[ -z ${SKIP_DYN:-} ]]; then
+  done_dyn || attack "${dyn#"$dir"/}" "${dyn_base[@]}" "${chosen[@]}" --steps "$dyn_steps" --runs "$restarts"
+  best=$(best_cosine "$dyn")
+  echo "== ${dyn#"$dir"/}: kept $best (highest final cosine)" | tee -a "$log"
+  step dyn-eval "${dr[@]}" evaluate "$best"
+fi
 if [[ -n ${ONLY_DYN:-} ]]; then
   step table "$py" "$here/bench_dynamics.py" table "$best" --out "$dir/table-$variant.json"
   grep -E "mean best SSIM|training images reconstructed" "$log"
@@ -184,6 +187,6 @@ step kkt-ref-eval "${dr[@]}" evaluate "$dir/kkt-ref"
 attack kkt-init --method kkt --known-init pretrained --init uniform --steps "${KKT_STEPS:-1000}"
 step kkt-init-eval "${dr[@]}" evaluate "$dir/kkt-init"
 runs=()
-for r in "$best" "$dir/loo" "$dir/kkt-ref" "$dir/kkt-init"; do [[ -f $r/candidates.safetensors ]] && runs+=("$r"); done
+for r in $best "$dir/loo" "$dir/kkt-ref" "$dir/kkt-init"; do [[ -f $r/candidates.safetensors ]] && runs+=("$r"); done
 step table "$py" "$here/bench_dynamics.py" table "${runs[@]}" --out "$dir/table.json"
 grep -E "mean best SSIM|training images reconstructed" "$log"
