@@ -168,7 +168,7 @@ def test_every_training_config_field_is_reachable_from_the_cli(tmp_path: Path) -
                 "dp": None}  # DP-SGD excludes margin ascent: its fields are flipped in the test below
     # a new config field must get an option here (mini-batches exclude margin ascent: the test below; the
     # fine-tuning fields, which need a ResNet and a pretrained model: tests/cli/test_finetune_cli.py)
-    finetune = {"pretrained", "data.skip_per_class", "arch.batch_norm"}
+    finetune = {"pretrained", "data.skip_per_class", "arch.batch_norm", "norm_mode"}
     assert set(expected) | {"batch_size"} | finetune == _leaf_fields(TrainConfig)
     for dotted, value in expected.items():
         node = tr
