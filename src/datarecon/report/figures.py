@@ -18,19 +18,17 @@ import io
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
+import numpy as np
+import torch
 
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from datarecon.errors import DataReconError
+from datarecon.report.style import series
+from datarecon.utils.io import atomic_write_bytes
 
-from datarecon.errors import DataReconError  # noqa: E402
-from datarecon.report.style import series  # noqa: E402
-from datarecon.utils.io import atomic_write_bytes  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "figure_png",
@@ -54,12 +52,23 @@ SET_TITLES = {"train": "training", "partition": "partition", "noise": "noise", "
               "init": "start"}
 
 
+def _pyplot() -> Any:
+    """matplotlib's pyplot (Agg backend), imported at the first figure: a measured start-up cost (about 0.2 s
+    that every command paid before it drew anything; docs/PERFORMANCE.md, "Start-up")."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def figure_png(fig: Figure, *, dpi: int = 100, close: bool = True) -> bytes:
     """Render ``fig`` to PNG bytes (and close it unless ``close=False``)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     if close:
-        plt.close(fig)
+        _pyplot().close(fig)
     return buf.getvalue()
 
 
@@ -119,7 +128,7 @@ def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor]
     gpr = max(1, min(groups_per_row, k))
     rows = math.ceil(k / gpr)
     header = (1 if title else 0) + len(indices or {}) + (1 if total is not None or sorted_by else 0)
-    fig, axes = plt.subplots(rows, gpr * width, figsize=(1.1 * gpr * width, 1.5 * rows + 0.2 * header), squeeze=False)
+    fig, axes = _pyplot().subplots(rows, gpr * width, figsize=(1.1 * gpr * width, 1.5 * rows + 0.2 * header), squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     for i in range(k):
@@ -169,7 +178,7 @@ def sorted_ssim_curve(curves: Mapping[str, Sequence[float | None]], *, threshold
         window: SSIM window named in the axis label (it changes the values).
         title: Axes title.
     """
-    fig, ax = plt.subplots(figsize=(5, 3.4))
+    fig, ax = _pyplot().subplots(figsize=(5, 3.4))
     n = 0
     for key, vals in sorted(curves.items(), key=lambda kv: series(kv[0]).dashed):  # the attack first
         v = _clean(vals)
@@ -209,7 +218,7 @@ def convergence_curve(steps: Sequence[int], values: Sequence[float], *, key: str
         label: What the metric is called on the axis and in the title (default: ``key``).
     """
     name = label or key.replace("_", " ")
-    fig, ax = plt.subplots(figsize=(5, 3.0))
+    fig, ax = _pyplot().subplots(figsize=(5, 3.0))
     st, v = np.asarray(steps, dtype=float), _clean(values)
     ok = ~np.isnan(v) & (v > 0)
     ax.plot(st[ok], v[ok], color=series("reconstructions").color, lw=1.6, marker="." if ok.sum() < 20 else None)
@@ -238,7 +247,7 @@ def ssim_vs_margin(ssim: Sequence[float | None], margin: Sequence[float], *,
     if s.shape != m.shape:
         raise DataReconError(f"ssim ({s.size}) and margin ({m.size}) have different lengths")
     ok = ~(np.isnan(s) | np.isnan(m))
-    fig, ax = plt.subplots(figsize=(4.5, 3.4))
+    fig, ax = _pyplot().subplots(figsize=(4.5, 3.4))
     ax.scatter(m[ok], s[ok], s=8, alpha=0.7)
     if threshold is not None:
         ax.axhline(threshold, color="gray", lw=0.8, ls=":")
@@ -263,7 +272,7 @@ def scree_plot(values: Sequence[float], *, n_hat: int | None = None, interval: S
         title: Axes title.
     """
     v = _clean(values)
-    fig, ax = plt.subplots(figsize=(5, 3.0))
+    fig, ax = _pyplot().subplots(figsize=(5, 3.0))
     idx = np.arange(1, v.size + 1)
     ok = ~np.isnan(v) & (v > 0)
     ax.plot(idx[ok], v[ok], color=series("reconstructions").color, lw=1.4)
@@ -297,7 +306,7 @@ def roc_curves(rocs: Mapping[str, tuple[Sequence[float], Sequence[float], float]
         rocs: ``{score name: (fpr, tpr, auc)}``; ``auc`` None or NaN is shown as "n/a".
         log: Log-scaled axes (to read TPR at low FPR).
     """
-    fig, ax = plt.subplots(figsize=(4.2, 4))
+    fig, ax = _pyplot().subplots(figsize=(4.2, 4))
     for name, (fpr, tpr, auc) in rocs.items():
         f, t = _clean(fpr), _clean(tpr)
         if f.size and not np.isnan(f).any():
@@ -328,7 +337,7 @@ def membership_roc_figure(rocs: Mapping[str, tuple[Sequence[float], Sequence[flo
             the lowest false-positive rate the non-members resolve).
         strongest: the signal chosen on the calibration part (drawn thicker, named in the legend).
     """
-    fig, ax = plt.subplots(figsize=(4.8, 4.4))
+    fig, ax = _pyplot().subplots(figsize=(4.8, 4.4))
     floor = 1.0 / max(n_nonmembers, 1)
     tfloor = 0.5 / max(n_members, 1)  # below one member in the TPR
     for name, (fpr, tpr, auc) in rocs.items():
@@ -387,7 +396,7 @@ def landscape_heatmaps(results: Mapping[tuple[float, float], Mapping[str, Any]],
         Figure with one heatmap per set (λ₁ on x, λ₂ on y); missing cells blank.
     """
     l1, l2 = _grid(results)
-    fig, axes = plt.subplots(1, len(sets), figsize=(3.6 * len(sets), 3.2), squeeze=False)
+    fig, axes = _pyplot().subplots(1, len(sets), figsize=(3.6 * len(sets), 3.2), squeeze=False)
     for ax, name in zip(axes[0], sets, strict=True):
         grid = np.full((len(l2), len(l1)), np.nan)
         for (a, b), met in results.items():
@@ -424,7 +433,7 @@ def interpolation_curves(results: Mapping[Any, Any], *, sets: Sequence[str] = LA
         by_method = {"": results}
     else:
         by_method = dict(results)
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, axes = _pyplot().subplots(1, 2, figsize=(9, 3.4))
     styles = ["-", "--", ":", "-."]
     for mi, (method, res) in enumerate(by_method.items()):
         _grid(res)
