@@ -4,11 +4,24 @@ A :class:`Registry` maps names to objects (classes, functions, factories).
 Registering a name twice is refused unless ``force=True``; looking up an
 unknown name raises :class:`~datarecon.errors.DataReconError` listing the valid
 names taken from the registry itself (never from a hand-kept list).
+
+Installed packages add entries through an entry-point group (:meth:`Registry.load_entry_points`; the
+groups datarecon reads are :data:`PLUGIN_GROUPS`): a package that declares, in its ``pyproject.toml``,
+
+.. code-block:: toml
+
+    [project.entry-points."datarecon.attacks"]
+    inversion = "mypkg.attacks:InversionAttack"
+
+has its attack registered as ``inversion`` when datarecon's attacks are imported, so it is a
+``--method`` of ``datarecon reconstruct`` like a built-in one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
+from importlib.metadata import entry_points
 from typing import Generic, TypeVar
 
 from pydantic import AfterValidator
@@ -16,6 +29,13 @@ from pydantic import AfterValidator
 from datarecon.errors import DataReconError
 
 T = TypeVar("T")
+
+#: the entry-point groups datarecon reads: group → what its entries are (:meth:`Registry.load_entry_points`)
+PLUGIN_GROUPS = {
+    "datarecon.attacks": "an Attack subclass (datarecon.attacks.base.Attack): a --method of reconstruct",
+    "datarecon.membership_signals": "a SignalDef (datarecon.attacks.mia.SignalDef) with its score function: a "
+                                    "membership signal of every evaluation",
+}
 
 
 class Registry(Generic[T]):
@@ -85,6 +105,38 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def load_entry_points(self, group: str, *, check: Callable[[str, object], str] | None = None) -> list[str]:
+        """Register the objects installed packages declare under the entry-point group ``group``, each under its
+        entry point's name.
+
+        A plug-in is skipped with a warning (one line naming its package, its entry point and why) when it cannot
+        be imported, when ``check(name, obj)`` returns a reason ("" accepts it) or when its name is taken: a broken
+        plug-in never stops datarecon itself.
+
+        Returns:
+            The names registered now.
+        """
+        added = []
+        for ep in sorted(entry_points(group=group), key=lambda e: e.name):
+            where = f"plug-in {ep.name!r} ({group} = {ep.value}" + (f", package {ep.dist.name}" if ep.dist else "") + ")"
+            if ep.name in self._items:
+                warnings.warn(f"{where} is not registered: {self.kind} {ep.name!r} exists already; rename its "
+                              "entry point", stacklevel=2)
+                continue
+            try:
+                obj = ep.load()
+            except Exception as exc:  # noqa: BLE001 - any failure of a third-party import is reported, not raised
+                warnings.warn(f"{where} is not registered: importing it failed ({type(exc).__name__}: {exc})",
+                              stacklevel=2)
+                continue
+            reason = check(ep.name, obj) if check is not None else ""
+            if reason:
+                warnings.warn(f"{where} is not registered: {reason}", stacklevel=2)
+                continue
+            self._items[ep.name] = obj
+            added.append(ep.name)
+        return added
 
 
 def registered(registry: Registry) -> object:

@@ -27,6 +27,8 @@ from datarecon.errors import DataReconError
 from datarecon.experiments.execution import Execution
 from datarecon.experiments.membership import (Calibration, MembershipSettings, Runtime, check_membership_folder,
                                               evaluate_membership, score_images)
+from datarecon.experiments.membership import HALF_IN
+from datarecon.experiments.references import AUTO
 from datarecon.kernel.outdir import claim_out_dir
 from datarecon.utils.device import parse_device
 
@@ -75,13 +77,27 @@ WHERE = {
 }
 
 
+def _count(text: str) -> int | str:
+    """``--references``: ``auto`` or a number of reference models."""
+    if text.strip() == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise DataReconError(f"--references takes auto or a number of reference models, got {text!r}") from None
+
+
+_count.metavar = "<int|auto>"  # type: ignore[attr-defined]
+
+
 def _flags() -> tuple[tuple[Flag, ...], tuple[Flag, ...], tuple[Flag, ...]]:
     """The flags of the attacker's knowledge (``--known-init``, ``--known-n``; the recipe is not used
     here), of the calibration (``--null``, ``--fpr``, ``--signal``) and of the evaluation's settings."""
     knowledge = flags(KnowledgeSettings, rename={"known_init": "--known-init", "n": "--known-n"},
                       skip=("recipe.source", "recipe.unknown"))
     settings = flags(MembershipSettings, prefix={"references": "reference-", "attacks": ""},
-                     rename={"references.count": "--references", "seed": "--draw-seed"})
+                     rename={"references.count": "--references", "references.budget_minutes": "--budget-minutes",
+                             "seed": "--draw-seed"}, parse={"references.count": _count})
     return knowledge, flags(Calibration, parse={"null": Path}), settings
 
 
@@ -118,7 +134,7 @@ def membership(
     cfg = (load_config_file(where.config, MembershipSettings, overrides=settings) if where.config is not None
            else build_config(MembershipSettings, settings, where="membership settings"))
     calibrated = build_config(Calibration, calibration, where="calibration")
-    if cfg.references.count and where.out is None and evaluate:
+    if not cfg.references.auto and cfg.references.count and where.out is None and evaluate:
         raise DataReconError(f"--references {cfg.references.count} needs --out DIR: the reference models are kept "
                              "there and reused by the next call")
     threads = where.threads or (1 if (backend.workers or 1) > 1 else None)
@@ -159,28 +175,70 @@ class _Run:
 
 
 def _print_evaluation(result: dict[str, Any]) -> None:
-    """What ``--evaluate`` prints: the knowledge, where the images came from, one line per signal, the strongest."""
+    """What ``--evaluate`` prints: the knowledge, where the images came from, the reference models (or why and what
+    they would cost), one line per signal, the strongest beside the loss threshold, and the empirical ε bound."""
     typer.echo(result["knowledge"]["summary"])
     candidates = result["candidates"]
     typer.echo(f"members: {candidates['members']['source']}")
     typer.echo(f"non-members: {candidates['nonmembers']['count']} {candidates['nonmembers']['source']}")
-    refs = result.get("references")
-    if refs:
-        typer.echo(f"reference models: {refs['note']} ({refs['trained']} trained now, {refs['reused']} reused)")
+    for line in reference_lines(result.get("references")):
+        typer.echo(line)
     split = result["split"]
     if split["calibration"]["members"]:
         typer.echo(f"the strongest signal is chosen on a calibration part of {split['calibration']['members']} "
                    f"members + {split['calibration']['nonmembers']} non-members and its headline measured on the "
                    f"other {split['report']['members']} + {split['report']['nonmembers']}; every signal below is "
-                   "measured on all of them")
+                   "measured on all the candidates of its scope")
     width = max(len(k) for k in result["signals"])
     for name, v in result["signals"].items():
         text = v["line"].split(": ", 1)[1] if v.get("line") else v["note"]
-        typer.echo(f"  {name:<{width}}  {v['kind']:<9}  {text}")
+        where = " (the half-in pool)" if v.get("scope") == HALF_IN else ""
+        typer.echo(f"  {name:<{width}}  {v['kind']:<9}  {text}{where}")
+        if v.get("line") and v.get("note"):
+            typer.echo(f"  {'':<{width}}  {'':<9}  note: {v['note']}")
+        if v.get("baseline_line"):
+            typer.echo(f"  {'':<{width}}  {'':<9}  beside it, {v['baseline_line']}")
+    for line in strongest_lines(result):
+        typer.echo(line)
+
+
+def reference_lines(refs: dict[str, Any] | None) -> list[str]:
+    """The reference models in words: how many and how chosen, where they trained and their IN counts; or why none
+    were trained and what they would cost."""
+    if not refs:
+        return ["reference models: none (--references K or auto); the reference attacks (LiRA, RMIA) were not run"]
+    auto = refs.get("auto") or {}
+    if not refs.get("count"):
+        return [auto.get("skipped", "reference models: none")]
+    lines = [f"reference models: {refs['note']} ({refs['trained']} trained now, {refs['reused']} reused"
+             + ("" if refs.get("kept") else "; not kept: pass --out DIR to keep and reuse them") + ")"]
+    if auto:
+        lines.append(f"reference models: {refs['count']} chosen by --references auto within --budget-minutes "
+                     f"{auto['budget_minutes']:g} ({auto['seconds_per_model']:.1f} s per model measured on the first "
+                     f"{auto['probe_models']}, {auto['workers']} worker(s); the largest of "
+                     f"{', '.join(map(str, auto['counts_tried']))} that fits)")
+    return lines
+
+
+def strongest_lines(result: dict[str, Any]) -> list[str]:
+    """The headline beside the loss threshold, how it was chosen (and why the loss threshold replaced a weaker
+    choice), and the empirical ε bound of the headline."""
     best = result["strongest"]
-    typer.echo(f"strongest: {best['line']} (chosen by {best['rule']})" if best["name"] else
-               "strongest: none measured")
-    typer.echo(f"loss threshold (baseline): {result['baseline']['line']}")
+    lines = []
+    if best["name"] is None:
+        lines.append("strongest: none measured")
+    elif best.get("demoted"):
+        lines.append(f"strongest: {best['line']} (the loss threshold: {best['chosen']} was chosen by {best['rule']}, "
+                     f"but {best['demoted']})")
+    else:
+        lines.append(f"strongest: {best['line']} (chosen by {best['rule']})")
+        if best.get("baseline_same"):
+            lines.append(f"beside it, on the same candidates: {best['baseline_same']}")
+    lines.append(f"loss threshold (baseline): {result['baseline']['line']}")
+    eps = result.get("epsilon") or {}
+    if eps.get("line"):
+        lines.append(f"{eps['line']} ({eps.get('signal')})" if eps.get("signal") else eps["line"])
+    return lines
 
 
 def _print_scores(result: dict[str, Any], fpr: float) -> None:

@@ -156,7 +156,7 @@ class AuditConfig(BaseModel):
     selection: str = "relative_residual"
     evaluation: EvalSettings = EvalSettings(n_floor_noise=500, grid_max=20)
     bound_samples: int = Field(default=20_000, ge=100)
-    membership: MembershipSettings = MembershipSettings()
+    membership: MembershipSettings = MembershipSettings().without_references()
 
     @model_validator(mode="after")
     def _valid(self) -> AuditConfig:
@@ -228,7 +228,7 @@ def membership_piece(key: str, model_key: str, settings: MembershipSettings) -> 
     """Every membership signal of the target in ``OUT/<model_key>`` (reference models in this piece's folder)."""
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        out = d if settings.references.count else None
+        out = d if settings.references.count and not settings.references.auto else None
         res = evaluate_membership(ctx.dir(model_key) / "model", settings=settings, out=out,
                                   runtime=MembershipRuntime(data_dir=ctx.data_dir, device=ctx.device,
                                                             log=lambda _: None))

@@ -132,11 +132,12 @@ _register("store", ArtefactKind(
     "results store", ("index.sqlite",),
     ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm", "index.sqlite-journal", "runs", "pools", "sweeps")))
 _register("reproduction", ArtefactKind("reproduction folder", (REPRODUCTION_JSON,), None, resumable=True))
-# a membership folder (``datarecon membership --out``): its result, scores, figure, pool and reference models
+# a membership folder (``datarecon membership --out``): its result, scores, figure, the most exposed members, pool and
+# reference models
 _register("membership", ArtefactKind(
     "membership folder", ("membership.json", "pool.safetensors"),
-    ("membership.json", "images.json", "scores.safetensors", "signals.csv", "roc.png", "pool.safetensors", "references",
-     MEMBERSHIP_TARGET, REPORT_HTML)))
+    ("membership.json", "images.json", "scores.safetensors", "signals.csv", "roc.png", "exposed.csv",
+     "exposed.safetensors", "pool.safetensors", "references", MEMBERSHIP_TARGET, REPORT_HTML)))
 _register("experiment", ArtefactKind(
     "experiment folder", (EXPERIMENT_JSON,), (EXPERIMENT_JSON, "model", "run", REPORT_HTML)))
 
