@@ -266,3 +266,42 @@ def test_the_number_of_reference_models_needed_is_the_fewest_whose_fits_all_work
                                             for t in range(min(PSEUDO_TARGETS, m))))
           for m in range(1, needed + 1)]
     assert ok[-1] and not any(ok[:-1])
+
+
+def test_auto_picks_the_largest_count_whose_estimated_time_fits_the_budget(digits_model, tmp_path, monkeypatch):
+    """references auto: the first model is trained and timed (its completion marker's wall time, here set to 1 s),
+    then the largest of 16..256 models whose remaining time fits the budget is trained; the IN count of each
+    candidate of the half-in pool is K/2 on average."""
+    from datarecon.experiments import membership
+
+    monkeypatch.setattr(membership, "trained_times", lambda out, indices: [1.0 for _ in indices])
+    settings = SETTINGS.model_copy(update={"references": ReferenceSettings(count="auto", budget_minutes=1.0, seed=3)})
+    res = _evaluate(digits_model, tmp_path / "m", settings)
+    auto = res["references"]["auto"]
+    assert auto["probe_models"] == 1 and auto["seconds_per_model"] == 1.0 and "skipped" not in auto
+    assert res["references"]["count"] == 32  # 31 more models at 1 s fit in the minute; 63 would not
+    assert res["references"]["in_models"]["mean"] == 16.0 and res["references"]["half_in"] == 60
+    assert res["strongest"]["chosen"] is not None and "pseudo-targets" in res["strongest"]["rule"]
+
+
+def test_auto_skips_what_does_not_fit_and_says_what_it_would_cost_and_gain(digits_model, tmp_path, monkeypatch):
+    from datarecon.experiments import membership
+
+    monkeypatch.setattr(membership, "trained_times", lambda out, indices: [30.0 for _ in indices])
+    settings = SETTINGS.model_copy(update={"references": ReferenceSettings(count="auto", budget_minutes=2.0)})
+    res = _evaluate(digits_model, tmp_path / "m", settings)
+    skipped = res["references"]["auto"]["skipped"]
+    assert res["references"]["count"] == 0 and res["signals"]["lira-online"]["applicable"] is False
+    assert "16 reference models would take about 8.0 min (30.0 s each, measured on the first 1" in skipped
+    assert "raised the TPR at 1% FPR" in skipped and "--budget-minutes 10" in skipped
+    assert res["signals"]["lira-online"]["note"] == skipped
+
+
+def test_without_a_folder_auto_trains_in_a_temporary_one(digits_model, monkeypatch):
+    from datarecon.experiments import membership
+
+    monkeypatch.setattr(membership, "trained_times", lambda out, indices: [1.0 for _ in indices])
+    settings = SETTINGS.model_copy(update={"references": ReferenceSettings(count="auto", budget_minutes=0.5)})
+    res = evaluate_membership(digits_model, settings=settings, runtime=Runtime(log=lambda s: None))
+    assert res["references"]["count"] == 16 and res["references"]["kept"] is False
+    assert res["signals"]["lira-online"]["applicable"]

@@ -207,8 +207,10 @@ class MembershipSetup:
         return subspace_scores(self.target.model, self.target.params, self.analysis, self.inputs(display)).numpy()
 
     def inputs(self, display: torch.Tensor) -> torch.Tensor:
-        """Display-space images as model inputs (float64)."""
-        return display.to(torch.float64) - self.mean.to(torch.float64)
+        """Display-space images as model inputs, in the dtype of the model's parameters (float64 for a model
+        directory; a user's model as its weights are)."""
+        dtype = next(iter(self.target.params.values())).dtype
+        return (display.to(torch.float64) - self.mean.to(torch.float64)).to(dtype)
 
     def subspace_note(self) -> str:
         """Why the subspace signal is not measured ("" where it is)."""

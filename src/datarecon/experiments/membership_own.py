@@ -81,10 +81,11 @@ class OwnSets:
     sources: tuple[str, str, str] = ("given as tensors", "given as tensors", "given as tensors")
 
 
-def own_record(name: str, params: dict[str, torch.Tensor], *, weights: str | Path | None = None) -> dict[str, Any]:
+def own_record(name: str, *, weights: str | Path | None = None,
+               params: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
     """What a membership folder records of a user's model: its name (the factory, or the module's class) and content
     identity (the weights file's SHA-256, else the parameters' digest)."""
-    identity = sha256_file(Path(weights)) if weights is not None else params_digest(params)
+    identity = sha256_file(Path(weights)) if weights is not None else params_digest(params or {})
     return {"format": TARGET_FORMAT, "model": name, "identity": config_hash({"own": name, "weights": identity})}
 
 
@@ -165,7 +166,7 @@ def membership_of_module(model: nn.Module, *, loss: Any, members: Pair, nonmembe
         trainer = FunctionTrainer(train=references.train, blank=lambda: copy.deepcopy(net), loss=loss,
                                   name=f"{references.train.__module__}.{references.train.__qualname__}")
         ref = ReferenceSettings(count=references.count, seed=references.seed, budget_minutes=references.budget_minutes)
-    record = own_record(f"{type(model).__module__}.{type(model).__qualname__}", dict(target.params))
+    record = own_record(f"{type(model).__module__}.{type(model).__qualname__}", params=dict(target.params))
     case = own_case(target, OwnSets(members, nonmembers, population), trainer=trainer, record=record,
                     seed=settings.seed)
     settings = settings.model_copy(update={"nonmembers": int(nonmembers[0].shape[0]), "references": ref})
@@ -208,6 +209,6 @@ def evaluate_own_membership(target: Target, sets: OwnSets, model: OwnModel, *,
         factory = import_callable(model.factory, what="--model")
         trainer = FunctionTrainer(train=import_callable(model.recipe, what="--recipe"), blank=factory,
                                   loss=target.loss, name=model.recipe, factory=model.factory)
-    record = own_record(model.factory, dict(target.params), weights=model.weights)
+    record = own_record(model.factory, weights=model.weights)
     case = own_case(target, sets, trainer=trainer, record=record, knowledge=knowledge, seed=settings.seed)
     return evaluate_case(case, settings=settings, out=out, runtime=runtime)
