@@ -29,6 +29,7 @@ from datarecon.experiments.execution import Execution
 from datarecon.experiments.membership import (Calibration, MembershipSettings, Runtime, check_membership_folder,
                                               evaluate_membership, score_images)
 from datarecon.experiments.membership import HALF_IN
+from datarecon.report.text import reference_lines, strongest_lines
 from datarecon.experiments.membership_own import OwnModel, OwnSets, evaluate_own_membership, own_record
 from datarecon.experiments.references import AUTO
 from datarecon.kernel.outdir import claim_out_dir
@@ -300,45 +301,6 @@ def _print_evaluation(result: dict[str, Any]) -> None:
             typer.echo(f"  {'':<{width}}  {'':<9}  beside it, {v['baseline_line']}")
     for line in strongest_lines(result):
         typer.echo(line)
-
-
-def reference_lines(refs: dict[str, Any] | None) -> list[str]:
-    """The reference models in words: how many and how chosen, where they trained and their IN counts; or why none
-    were trained and what they would cost."""
-    if not refs:
-        return ["reference models: none (--references K or auto); the reference attacks (LiRA, RMIA) were not run"]
-    auto = refs.get("auto") or {}
-    if not refs.get("count"):
-        return [auto.get("skipped", "reference models: none")]
-    lines = [f"reference models: {refs['note']} ({refs['trained']} trained now, {refs['reused']} reused"
-             + ("" if refs.get("kept") else "; not kept: pass --out DIR to keep and reuse them") + ")"]
-    if auto:
-        lines.append(f"reference models: {refs['count']} chosen by --references auto within --budget-minutes "
-                     f"{auto['budget_minutes']:g} ({auto['seconds_per_model']:.1f} s per model measured on the first "
-                     f"{auto['probe_models']}, {auto['workers']} worker(s); the largest of "
-                     f"{', '.join(map(str, auto['counts_tried']))} that fits)")
-    return lines
-
-
-def strongest_lines(result: dict[str, Any]) -> list[str]:
-    """The headline beside the loss threshold, how it was chosen (and why the loss threshold replaced a weaker
-    choice), and the empirical ε bound of the headline."""
-    best = result["strongest"]
-    lines = []
-    if best["name"] is None:
-        lines.append("strongest: none measured")
-    elif best.get("demoted"):
-        lines.append(f"strongest: {best['line']} (the loss threshold: {best['chosen']} was chosen by {best['rule']}, "
-                     f"but {best['demoted']})")
-    else:
-        lines.append(f"strongest: {best['line']} (chosen by {best['rule']})")
-        if best.get("baseline_same"):
-            lines.append(f"beside it, on the same candidates: {best['baseline_same']}")
-    lines.append(f"loss threshold (baseline): {result['baseline']['line']}")
-    eps = result.get("epsilon") or {}
-    if eps.get("line"):
-        lines.append(f"{eps['line']} ({eps.get('signal')})" if eps.get("signal") else eps["line"])
-    return lines
 
 
 def _print_scores(result: dict[str, Any], fpr: float) -> None:

@@ -57,6 +57,7 @@ from datarecon.data.images import load_images, load_labels
 from datarecon.data.selection import check_fingerprint, draw_outside
 from datarecon.errors import DataReconError
 from datarecon.evaluation.membership import (
+    EXPECTED_GAIN,
     MembershipROC,
     SignalPower,
     calibrated_threshold,
@@ -90,7 +91,16 @@ from datarecon.experiments.references import (
     trained_times,
 )
 from datarecon.kernel.engine import track
-from datarecon.kernel.files import DONE_MARKER, MEMBERSHIP_TARGET, METRICS_FILE, RUN_JSON
+from datarecon.kernel.files import (
+    DONE_MARKER,
+    MEMBERSHIP_EXPOSED,
+    MEMBERSHIP_EXPOSED_CSV,
+    MEMBERSHIP_RESULT,
+    MEMBERSHIP_SCORES,
+    MEMBERSHIP_TARGET,
+    METRICS_FILE,
+    RUN_JSON,
+)
 from datarecon.kernel.outdir import OutDir, is_empty
 from datarecon.models.checkpoint import EXTRAS, model_identity, read_model_meta
 from datarecon.models.pretrained import load_recorded_pretrained
@@ -105,14 +115,14 @@ __all__ = ["AUTO_COUNTS", "Calibration", "Candidates", "MembershipCase", "Member
            "target_record"]
 
 #: the file of a membership folder that holds the result
-RESULT_FILE = "membership.json"
+RESULT_FILE = MEMBERSHIP_RESULT
 #: the per-candidate scores, membership and split
-SCORES_FILE = "scores.safetensors"
+SCORES_FILE = MEMBERSHIP_SCORES
 ROC_FIGURE = "roc.png"
 SIGNALS_CSV = "signals.csv"
 #: the most exposed members' images (the report shows them) and every member ranked (a table)
-EXPOSED_FILE = "exposed.safetensors"
-EXPOSED_CSV = "exposed.csv"
+EXPOSED_FILE = MEMBERSHIP_EXPOSED
+EXPOSED_CSV = MEMBERSHIP_EXPOSED_CSV
 #: how many of the most exposed members keep their images in :data:`EXPOSED_FILE`
 EXPOSED_KEPT = 32
 #: the format of the record of the model a membership folder measures (:data:`~datarecon.kernel.files.MEMBERSHIP_TARGET`)
@@ -121,10 +131,6 @@ TARGET_FORMAT = "datarecon-membership-target/1"
 AUTO_COUNTS = (16, 32, 64, 128, 256)
 #: the online signals are flagged when the candidates of the half-in pool are IN for fewer models than this on average
 FEW_IN_MODELS = 8
-#: what the reference attacks found on the networks measured (docs/RESULTS.md, "Membership on the networks people
-#: train"): said where they were skipped, as the gain they may bring
-EXPECTED_GAIN = ("on the CNNs measured they raised the TPR at 1% FPR over the loss threshold's from 0.12 to 0.68 "
-                 "(CIFAR CNN, n = 100) and from 0 to 0.50 (a fine-tuned CNN); docs/RESULTS.md")
 #: the place of the signals measured on the half-in pool, in words
 HALF_IN = "the half-in pool"
 

@@ -39,6 +39,9 @@ __all__ = [
     "ssim_vs_margin",
     "roc_curves",
     "scree_plot",
+    "membership_roc_figure",
+    "score_histograms",
+    "image_strip",
     "landscape_heatmaps",
     "interpolation_curves",
     "LANDSCAPE_SETS",
@@ -362,6 +365,70 @@ def membership_roc_figure(rocs: Mapping[str, tuple[Sequence[float], Sequence[flo
         ax.legend(fontsize=6.5, loc="lower right")
     ax.set_title(f"Membership: {n_members} members against {n_nonmembers} non-members", fontsize=9)
     fig.tight_layout()
+    return fig
+
+
+def score_histograms(panels: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, bins: int = 30,
+                     columns: int = 4) -> Figure:
+    """Members' and non-members' score distributions of each membership signal, one panel each (density, so that
+    classes of very different sizes compare; the counts are in the legend). The range runs from the 1st percentile
+    of both classes' scores to their maximum; the long tail of a loss-type score below it is gathered in the first
+    bin.
+
+    Args:
+        panels: ``{signal: (member scores, non-member scores)}`` (higher = member).
+        bins: histogram bins over the range of both classes.
+        columns: panels per row.
+    """
+    if not panels:
+        raise DataReconError("no membership scores to draw")
+    cols = max(1, min(columns, len(panels)))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = _pyplot().subplots(rows, cols, figsize=(3.1 * cols, 2.3 * rows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, (name, (mem, non)) in zip(axes.flat, panels.items()):
+        m, n = np.asarray(mem, dtype=float), np.asarray(non, dtype=float)
+        both = np.r_[m, n]
+        both = both[np.isfinite(both)]
+        if not both.size:
+            continue
+        ax.axis("on")
+        lo, hi = float(np.percentile(both, 1)), float(both.max())
+        hi = hi if hi > lo else lo + 1.0
+        edges = np.linspace(lo, hi, bins + 1)
+        m, n = np.clip(m, lo, hi), np.clip(n, lo, hi)
+        ax.hist(n, bins=edges, density=True, alpha=0.55, color=series("heldout").color, label=f"non-members ({n.size})")
+        ax.hist(m, bins=edges, density=True, alpha=0.55, color=series("reconstructions").color,
+                label=f"members ({m.size})")
+        ax.set_title(name, fontsize=8)
+        ax.tick_params(labelsize=6)
+        ax.set_yticks([])
+        ax.legend(fontsize=5.5, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def image_strip(images: torch.Tensor, titles: Sequence[str], *, columns: int = 8) -> Figure:
+    """Images in rows of ``columns``, each with its title (e.g. the most exposed training images, ranked).
+
+    Args:
+        images: (k, C, H, W) in [0, 1] (values outside are clipped; a user's model's inputs are scaled to their
+            range first by the caller).
+        titles: one per image.
+    """
+    k = int(images.shape[0])
+    if k == 0:
+        raise DataReconError("no images to show")
+    cols = max(1, min(columns, k))
+    rows = math.ceil(k / cols)
+    fig, axes = _pyplot().subplots(rows, cols, figsize=(1.15 * cols, 1.35 * rows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for i, ax in zip(range(k), axes.flat):
+        ax.imshow(_img(images[i]), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+        ax.set_title(titles[i], fontsize=6)
+    fig.tight_layout(h_pad=0.4)
     return fig
 
 
