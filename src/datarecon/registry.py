@@ -13,7 +13,7 @@ groups datarecon reads are :data:`PLUGIN_GROUPS`): a package that declares, in i
     [project.entry-points."datarecon.attacks"]
     inversion = "mypkg.attacks:InversionAttack"
 
-has its attack registered as ``inversion`` when datarecon's attacks are imported, so it is a
+has its attack registered as ``inversion`` when the attacks registry is first read, so it is a
 ``--method`` of ``datarecon reconstruct`` like a built-in one.
 """
 
@@ -48,6 +48,7 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._plugins: list[tuple[str, Callable[[str, object], str] | None]] = []
 
     def register(self, name: str, obj: T | None = None, *, force: bool = False):
         """Register ``obj`` under ``name``; usable as a decorator when ``obj`` is None.
@@ -72,6 +73,7 @@ class Registry(Generic[T]):
         Raises:
             DataReconError: unknown name; the message lists the valid names.
         """
+        self._load_plugins()
         try:
             return self._items[name]
         except (KeyError, TypeError):  # TypeError: an unhashable name read from a file (a list, a mapping)
@@ -81,13 +83,16 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         """Registered names, sorted."""
+        self._load_plugins()
         return sorted(self._items)
 
     def ordered(self) -> list[str]:
         """Registered names, in the order they were registered (e.g. weakest attacker first, for tables)."""
+        self._load_plugins()
         return list(self._items)
 
     def __contains__(self, name: object) -> bool:
+        self._load_plugins()
         return name in self._items
 
     def __iter__(self) -> Iterator[str]:
@@ -104,11 +109,23 @@ class Registry(Generic[T]):
         return entry
 
     def __len__(self) -> int:
+        self._load_plugins()
         return len(self._items)
+
+    def use_entry_points(self, group: str, *, check: Callable[[str, object], str] | None = None) -> None:
+        """Take the entries installed packages declare under the entry-point group ``group``: they are registered
+        (:meth:`load_entry_points`) when the registry is first read, not now, so that a plug-in module may import
+        the package that declares its registry (its base class, its config types) without an import cycle."""
+        self._plugins.append((group, check))
+
+    def _load_plugins(self) -> None:
+        while self._plugins:
+            group, check = self._plugins.pop(0)  # popped first: a plug-in that reads this registry does not reload
+            self.load_entry_points(group, check=check)
 
     def load_entry_points(self, group: str, *, check: Callable[[str, object], str] | None = None) -> list[str]:
         """Register the objects installed packages declare under the entry-point group ``group``, each under its
-        entry point's name.
+        entry point's name, now.
 
         A plug-in is skipped with a warning (one line naming its package, its entry point and why) when it cannot
         be imported, when ``check(name, obj)`` returns a reason ("" accepts it) or when its name is taken: a broken

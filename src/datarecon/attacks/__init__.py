@@ -46,7 +46,7 @@ def _plugin_attack(name: str, obj: object) -> str:
     return ""
 
 
-ATTACKS.load_entry_points(ATTACK_PLUGINS, check=_plugin_attack)
+ATTACKS.use_entry_points(ATTACK_PLUGINS, check=_plugin_attack)
 
 __all__ = ["ATTACKS", "ATTACK_LOOP", "ATTACK_PLUGINS", "INITS", "AttackSetup", "AttackerPrior", "CandidateSpec", "InitSources",
            "Attack", "AttackConfig", "Reconstruction", "Target", "init_labels", "make_init", "run_attack"]

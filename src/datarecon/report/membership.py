@@ -155,8 +155,10 @@ def _figures(result: Mapping[str, Any], scores: Mapping[str, torch.Tensor], expo
     return figs
 
 
-def _tables(result: Mapping[str, Any], exposed: Mapping[str, torch.Tensor] | None) -> list[Table]:
-    rows = []
+def _tables(result: Mapping[str, Any], exposed: Mapping[str, torch.Tensor] | None) -> tuple[list[Table], list[str]]:
+    """The table of every signal and of the most exposed members; the signals' notes (shown under the tables, not
+    in a column: the table stays within the page)."""
+    rows, notes = [], []
     for name in _ordered(result):
         v = result["signals"][name]
         rep = v.get("report") or {}
@@ -166,21 +168,23 @@ def _tables(result: Mapping[str, Any], exposed: Mapping[str, torch.Tensor] | Non
             t, c = tpr.get(f), tci.get(f)
             return None if t is None else f"{t:.3f}" + (f" [{c[0]:.2f}–{c[1]:.2f}]" if c else "")
 
+        measured = v.get("applicable")
         rows.append([name + (" (strongest)" if name == result["strongest"]["name"] else ""), v.get("kind"),
-                     v.get("scope") if v.get("applicable") else "not measured", rep.get("n_members"),
-                     rep.get("n_nonmembers"), rep.get("auc"), f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else None,
-                     with_ci("0.01"), with_ci("0.001"), v.get("note") or ""])
+                     v.get("scope") if measured else "not measured", rep.get("n_members"), rep.get("n_nonmembers"),
+                     rep.get("auc"), f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else None, with_ci("0.01"), with_ci("0.001")])
+        if v.get("note"):
+            notes.append(f"{name}: {v['note']}")
     tables = [Table("Every signal on the candidates of its scope (all candidates, or the half-in pool for the online "
                     "signals); TPR with its bootstrap 95% interval",
                     ["signal", "kind", "measured on", "members", "non-members", "ROC AUC", "95% CI", "TPR @ 1% FPR",
-                     "TPR @ 0.1% FPR", "note"], rows, transpose=False)]
+                     "TPR @ 0.1% FPR"], rows, transpose=False)]
     if exposed is not None and exposed["x"].shape[0]:
         k = min(EXPOSED_SHOWN, int(exposed["x"].shape[0]))
         tables.append(Table(f"The most exposed training images by {result['strongest']['name']} (all members ranked: "
                             "exposed.csv)", ["rank", "index in its split", "label", "score", "p-value"],
                             [[i + 1, int(exposed["index"][i]), float(exposed["y"][i]), float(exposed["score"][i]),
                               float(exposed["p_value"][i])] for i in range(k)]))
-    return tables
+    return tables, notes
 
 
 def membership_sections(folder: str | Path) -> Section:
@@ -197,8 +201,9 @@ def membership_sections(folder: str | Path) -> Section:
     result = read_json(folder / MEMBERSHIP_RESULT)
     scores = load_tensors(folder / MEMBERSHIP_SCORES)
     exposed = load_tensors(folder / MEMBERSHIP_EXPOSED) if (folder / MEMBERSHIP_EXPOSED).is_file() else None
+    tables, notes = _tables(result, exposed)
     children = (Section("Figures", figures=_figures(result, scores, exposed), level=3),
-                Section("Tables", tables=_tables(result, exposed), level=3))
+                Section("Tables", tables=tables, notes=notes, level=3))
     return Section(f"{folder.name}: membership of {result.get('model')}", cards=_cards(result),
                    text=[str(folder)], children=children,
                    code=json.dumps(result.get("settings"), indent=2, sort_keys=True),

@@ -154,7 +154,7 @@ def _plugin_signal(name: str, obj: object) -> str:
     return "" if obj.score is not None else "its SignalDef has no score function"
 
 
-SIGNALS.load_entry_points(SIGNAL_PLUGINS, check=_plugin_signal)
+SIGNALS.use_entry_points(SIGNAL_PLUGINS, check=_plugin_signal)
 
 
 def signal_kinds() -> dict[str, str]:
