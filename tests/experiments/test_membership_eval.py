@@ -279,7 +279,7 @@ def test_auto_picks_the_largest_count_whose_estimated_time_fits_the_budget(digit
     res = _evaluate(digits_model, tmp_path / "m", settings)
     auto = res["references"]["auto"]
     assert auto["probe_models"] == 1 and auto["seconds_per_model"] == 1.0 and "skipped" not in auto
-    assert res["references"]["count"] == 32  # 31 more models at 1 s fit in the minute; 63 would not
+    assert res["references"]["count"] == 32  # at 1 s a model 16, then 32 fit in the minute; 64 would not
     assert res["references"]["in_models"]["mean"] == 16.0 and res["references"]["half_in"] == 60
     assert res["strongest"]["chosen"] is not None and "pseudo-targets" in res["strongest"]["rule"]
 

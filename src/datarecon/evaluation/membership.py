@@ -378,7 +378,8 @@ class EpsilonBound:
     Attributes:
         lower: ε that holds with probability ``confidence`` (Clopper–Pearson bounds of TPR and FPR, Bonferroni
             over the thresholds tried); 0 when nothing is shown.
-        estimate: the same with the observed TPR and FPR (FPR floored at one non-member), at the best threshold.
+        estimate: the same with the observed TPR and FPR at that threshold (the error rates floored at one example,
+            so that a perfect separation gives a finite number).
         fpr: the false-positive rate of the threshold that gave ``lower``; tpr: its observed TPR.
         delta: the δ assumed; confidence: the level of ``lower``.
         members, nonmembers: the class sizes; note: how it was computed.
@@ -451,7 +452,7 @@ def epsilon_lower_bound(members: Any, nonmembers: Any, *, delta: float = 0.0, co
         tpr_lo, _ = clopper_pearson(tp, pos.size, alpha=alpha)
         _, fpr_hi = clopper_pearson(fp, neg.size, alpha=alpha)
         lower = _epsilon(tpr_lo, fpr_hi, delta)
-        estimate = _epsilon(tp / pos.size, max(fp, 1) / neg.size, delta)
+        estimate = _epsilon(min(tp, pos.size - 1) / pos.size, max(fp, 1) / neg.size, delta)
         if lower > best[0] or (lower == best[0] and estimate > best[1]):
             best = (lower, estimate, f, tp / pos.size)
     note = (f"thresholds at {', '.join(f'{f:.1%}' for f in usable)} FPR of the non-members; Clopper-Pearson "

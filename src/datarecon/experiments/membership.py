@@ -692,33 +692,44 @@ def _job(case: MembershipCase, folder: Path, settings: ReferenceSettings) -> Ref
 
 def _auto_count(case: MembershipCase, folder: Path, settings: ReferenceSettings,
                 runtime: Runtime) -> tuple[int | None, dict[str, Any]]:
-    """``count: auto``: train the first model(s) (one per worker), time them, and pick the largest of
-    :data:`AUTO_COUNTS` whose remaining models fit the budget on the workers given (never fewer than the fits need);
-    None when even the smallest does not fit, with the line that says what they would cost and may gain."""
+    """``count: auto``: train the first model(s) (one per worker) and time them, then climb :data:`AUTO_COUNTS`: the
+    next count is trained when its remaining models, at the time per model of the models trained last, fit what is
+    left of the budget (the models' own training times, as their completion markers record them, on the workers
+    given; on a machine whose load changes the estimate follows it, one count at a time); None when even the
+    smallest does not fit, with the line that says what the reference models would cost and may gain."""
     workers = max(int(runtime.execution.workers or 1), 1)
-    probe = min(workers, AUTO_COUNTS[0])
-    t0 = time.perf_counter()
-    train_references(_job(case, folder, settings.fixed(probe)), execution=runtime.execution, device=runtime.device,
-                     log=runtime.log, progress=False)
-    spent = time.perf_counter() - t0
-    per_model = float(np.median(trained_times(folder, range(probe)) or [spent / probe]))
-    left = settings.budget_minutes * 60 - spent
-    record = {"mode": "auto", "budget_minutes": settings.budget_minutes, "probe_models": probe, "workers": workers,
-              "seconds_per_model": per_model, "counts_tried": list(AUTO_COUNTS)}
     cand = case.candidates
-    fits = []
+    done = min(workers, AUTO_COUNTS[0])
+    t0 = time.perf_counter()
+    train_references(_job(case, folder, settings.fixed(done)), execution=runtime.execution, device=runtime.device,
+                     log=runtime.log, progress=False)
+    times = trained_times(folder, range(done)) or [time.perf_counter() - t0]
+    first = per_model = float(np.median(times))
+    budget = settings.budget_minutes * 60
+    count = None
     for k in AUTO_COUNTS:
-        k = references_needed(cand.classes, cand.per_class, seed=settings.seed, count=k, eligible=cand.eligible) or k
-        if (k - probe) * per_model / workers <= left:
-            fits.append(k)
-    if fits:
-        return max(fits), record
+        k = max(k, references_needed(cand.classes, cand.per_class, seed=settings.seed, count=k,
+                                     eligible=cand.eligible) or k)
+        if (sum(times) + (k - done) * per_model) / workers > budget:
+            break
+        train_references(_job(case, folder, settings.fixed(k)), execution=runtime.execution, device=runtime.device,
+                         log=runtime.log, progress=runtime.progress)
+        latest = trained_times(folder, range(done, k))
+        times += latest
+        per_model = float(np.median(latest)) if latest else per_model
+        count, done = k, k
+    record = {"mode": "auto", "budget_minutes": settings.budget_minutes, "probe_models": min(workers, AUTO_COUNTS[0]),
+              "workers": workers, "seconds_per_model": first, "counts_tried": list(AUTO_COUNTS),
+              "wall_time_s": time.perf_counter() - t0}
+    if count is not None:
+        return count, record
     smallest = AUTO_COUNTS[0]
-    minutes = (smallest * per_model / workers) / 60
+    minutes = smallest * first / workers / 60
     record["skipped"] = (f"reference attacks (LiRA, RMIA) not run: {smallest} reference models would take about "
-                         f"{minutes:.1f} min ({per_model:.1f} s each, measured on the first {probe}, on {workers} "
-                         f"worker(s)), more than --budget-minutes {settings.budget_minutes:g}; {EXPECTED_GAIN}; pass "
-                         f"--budget-minutes {math.ceil(minutes * 1.2)} or --references {smallest} --out DIR")
+                         f"{minutes:.1f} min ({first:.1f} s each, measured on the first {record['probe_models']}, on "
+                         f"{workers} worker(s)), more than --budget-minutes {settings.budget_minutes:g}; "
+                         f"{EXPECTED_GAIN}; pass --budget-minutes {math.ceil(minutes * 1.2)} or --references "
+                         f"{smallest} --out DIR")
     return None, record
 
 

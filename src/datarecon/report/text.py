@@ -113,7 +113,8 @@ def reference_lines(refs: dict[str, Any] | None) -> list[str]:
         lines.append(f"reference models: {refs['count']} chosen by --references auto within --budget-minutes "
                      f"{auto['budget_minutes']:g} ({auto['seconds_per_model']:.1f} s per model measured on the first "
                      f"{auto['probe_models']}, {auto['workers']} worker(s); the largest of "
-                     f"{', '.join(map(str, auto['counts_tried']))} that fits)")
+                     f"{', '.join(map(str, auto['counts_tried']))} whose time, as measured so far, fit; "
+                     f"{auto['wall_time_s']:.0f} s in all)")
     return lines
 
 
