@@ -374,6 +374,10 @@ def check_out_file(path: str | Path, *, overwrite: bool, ours: Callable[[Path], 
     return path
 
 
+#: how the options these refusals name are spelled in the Python API (the same message reaches both)
+PYTHON_SPELLING = "in Python: resume=True, overwrite=True, another out"
+
+
 def _unfinished(out: Path, kind: str) -> str | None:
     """" (stopped at step N)"-like note when ``out`` holds an unfinished run of ``kind`` (None otherwise)."""
     try:
@@ -400,8 +404,8 @@ def _exists_message(out: Path, entry: ArtefactKind) -> str:
     unfinished = _unfinished(out, entry.name) if entry.recognises(out) else None
     if unfinished and entry.resumable:
         return (f"{out} holds {unfinished}; pass --resume to continue it, --overwrite to start afresh, "
-                "or choose another --out")
-    return f"output directory {out} exists; pass --overwrite to replace it or choose another --out"
+                f"or choose another --out ({PYTHON_SPELLING})")
+    return f"output directory {out} exists; pass --overwrite to replace it or choose another --out ({PYTHON_SPELLING})"
 
 
 def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume: bool = False,
