@@ -8,7 +8,6 @@ import sys
 import textwrap
 
 import pytest
-import torch
 from safetensors.torch import save_file
 
 from datarecon.cli.main import main

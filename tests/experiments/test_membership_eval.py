@@ -305,3 +305,18 @@ def test_without_a_folder_auto_trains_in_a_temporary_one(digits_model, monkeypat
     res = evaluate_membership(digits_model, settings=settings, runtime=Runtime(log=lambda s: None))
     assert res["references"]["count"] == 16 and res["references"]["kept"] is False
     assert res["signals"]["lira-online"]["applicable"]
+
+
+def test_keeping_weights_or_not_chooses_the_same_strongest_signal(digits_model, tmp_path):
+    """The first four reference models keep their weights whatever keep_weights says (they play the target, and the
+    white-box signals need their weights there), so --no-reference-keep-weights changes what is kept, not the
+    choice."""
+    kept = _evaluate(digits_model, tmp_path / "kept")
+    lean = _evaluate(digits_model, tmp_path / "lean", SETTINGS.model_copy(
+        update={"references": ReferenceSettings(count=6, seed=3, keep_weights=False)}))
+    assert lean["strongest"]["chosen"] == kept["strongest"]["chosen"] and lean["strongest"]["rule"] == \
+        kept["strongest"]["rule"]
+    assert lean["signals"]["gradient-norm"]["chosen_on"] is not None  # it competed on the pseudo-targets
+    assert lean["signals"]["gradient-norm"]["chosen_on"] == kept["signals"]["gradient-norm"]["chosen_on"]
+    weights = sorted(p.parent.name for p in (tmp_path / "lean" / REFERENCES_DIR).glob("*/weights.safetensors"))
+    assert weights == ["ref-00000", "ref-00001", "ref-00002", "ref-00003"]

@@ -560,8 +560,10 @@ def _membership_card(m: Mapping[str, Any]) -> Card:
     title = "Membership: can the attacker tell its training images from unseen ones"
     mem = m.get("membership")
     if not mem:
-        return Card(title, [("measured", "no: datarecon evaluate measures it for runs of a model directory; run "
-                                         "`datarecon membership --model M --evaluate`")],
+        return Card(title, [("measured", "no: datarecon evaluate measures it for runs of a model directory; for "
+                                         "your own model run `datarecon membership --model package.module:factory "
+                                         "--weights FILE --train FILE --heldout FILE --evaluate --out DIR` and "
+                                         "`datarecon report DIR`")],
                     lead="Membership was not measured for this run.", status="warn")
     strongest = mem.get("strongest") or {}
     best = strongest.get("name")
