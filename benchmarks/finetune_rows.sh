@@ -27,7 +27,8 @@
 # WORK/ROW/dyn). Prior weights are chosen attacker-side before the variant runs: SELECT_STEPS (default 300) outer
 # steps at each weight of FS_GRID (default 0.001 0.01 0.1) and GROUP_GRID (default 1e-6 1e-5 1e-4), the weight whose
 # run ends at the highest cosine kept (the attack's own objective; the choice and every trial's cosine in
-# WORK/ROW/choice-VARIANT.json). ONLY_DYN=1 skips Loo and the KKT attacks; SKIP_DYN=1 runs only them.
+# WORK/ROW/choice-VARIANT.json). ONLY_DYN=1 skips Loo and the KKT attacks; SKIP_DYN=1 runs only them; TAG names
+# another run of a variant (WORK/ROW/dyn-VARIANT-TAG, e.g. a larger budget).
 # Budgets can be lowered for a trial: DYN_STEPS (outer steps per restart), RESTARTS, LOO_STEPS, KKT_REF_STEPS,
 # KKT_STEPS; SETTINGS=simudy runs dynamics matching as the from-scratch rows did. The table goes to WORK/ROW/table.json,
 # the log of every command to WORK/ROW/log.txt. DATARECON (default: datarecon) is the command, PYTHON (default:
@@ -153,6 +154,7 @@ EOF
 # one (highest final cosine, what the attack optimises) kept; evaluated alone, so the nulls keep m = 20 candidates
 dyn=$dir/dyn
 [[ $variant == base ]] || dyn=$dir/dyn-$variant
+[[ -z ${TAG:-} ]] || dyn=$dyn-$TAG   # another budget of the same variant (its weights chosen once per variant)
 chosen=()
 select_runs=()
 done_dyn() { [[ -f $dyn/candidates.safetensors ]]; }
@@ -175,7 +177,7 @@ if [[ -z ${SKIP_DYN:-} ]]; then
   step dyn-eval "${dr[@]}" evaluate "$best"
 fi
 if [[ -n ${ONLY_DYN:-} ]]; then
-  step table "$py" "$here/bench_dynamics.py" table "$best" --out "$dir/table-$variant.json"
+  step table "$py" "$here/bench_dynamics.py" table "$best" --out "$dir/table-$variant${TAG:+-$TAG}.json"
   grep -E "mean best SSIM|training images reconstructed" "$log"
   exit 0
 fi
