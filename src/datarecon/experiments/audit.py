@@ -10,7 +10,7 @@ count and mean best SSIM against ε, weight decay and epochs, each with its null
 held-out accuracy, with the DP-SGD reconstruction bound (:mod:`datarecon.evaluation.dp_bound`)
 beside the measured count.
 
-Every (setting, seed) is one group of resumable pieces (:mod:`.reproduce.pieces`: a ``DONE.json``
+Every (setting, seed) is one group of resumable pieces (:mod:`.pipeline.pieces`: a ``DONE.json``
 marker per piece) run as one task on a sweep backend (:mod:`.backends`: a process pool by
 default, Ray for large grids); the tables, figures and report run in the driver afterwards.
 A rerun into the same folder skips every finished piece.
@@ -40,8 +40,8 @@ from datarecon.experiments.membership import (
     membership_section,
 )
 from datarecon.experiments.membership import Runtime as MembershipRuntime
-from datarecon.experiments.reproduce import PRESETS_DIR, Runtime
-from datarecon.experiments.reproduce.common import (
+from datarecon.experiments.pipeline.pieces import PRESETS_DIR, Runtime
+from datarecon.experiments.pipeline.common import (
     BatchRun,
     EvalSettings,
     TargetTraining,
@@ -51,8 +51,8 @@ from datarecon.experiments.reproduce.common import (
     model_dir,
     write_csv,
 )
-from datarecon.experiments.reproduce.haim2022 import KKTRunSpec, pool_piece
-from datarecon.experiments.reproduce.pieces import (
+from datarecon.experiments.pipeline.common import KKTRunSpec, pool_piece
+from datarecon.experiments.pipeline.pieces import (
     Context,
     Piece,
     claim_reproduction,
@@ -432,7 +432,7 @@ def run_audit(cfg: AuditConfig, *, out: str | Path, scale: str = "custom", runti
         cfg: the audit config (:func:`load_audit_config`).
         out: output folder; a rerun into it skips finished pieces (``DONE.json`` markers).
         scale: label for the report.
-        runtime: where each target computes (:class:`~datarecon.experiments.reproduce.Runtime`): the
+        runtime: where each target computes (:class:`~datarecon.experiments.pipeline.pieces.Runtime`): the
             data folder (default ``$DATARECON_DATA`` / cache); the device, ``cpu`` | ``cuda[:N]``;
             ``resume``: let an unfinished attack continue from its checkpoint; ``progress``: progress
             bars inside each target's training and attacks (in-process targets only).

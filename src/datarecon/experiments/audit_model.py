@@ -2,7 +2,7 @@
 
 The audit's grid trains its own targets; a user who trained a model (the README's, a DP-SGD one) asks
 what it leaks. For a given model directory :func:`audit_model` runs, as resumable pieces
-(:mod:`.reproduce.pieces`: a rerun skips what finished):
+(:mod:`.pipeline.pieces`: a rerun skips what finished):
 
 * membership: every signal, the reference attacks within their time budget
   (:attr:`~datarecon.experiments.audit.AuditConfig.model_membership`), into ``OUT/membership`` (a membership
@@ -27,10 +27,10 @@ from datarecon.errors import DataReconError
 from datarecon.experiments.audit import AuditConfig
 from datarecon.experiments.membership import Runtime as MembershipRuntime
 from datarecon.experiments.membership import evaluate_membership, membership_section
-from datarecon.experiments.reproduce import Runtime
-from datarecon.experiments.reproduce.common import BatchRun, attack_piece, evaluate_piece
-from datarecon.experiments.reproduce.haim2022 import pool_piece
-from datarecon.experiments.reproduce.pieces import Context, Piece, claim_reproduction, entries, execute, piece_hashes
+from datarecon.experiments.pipeline.pieces import Runtime
+from datarecon.experiments.pipeline.common import BatchRun, attack_piece, evaluate_piece
+from datarecon.experiments.pipeline.common import pool_piece
+from datarecon.experiments.pipeline.pieces import Context, Piece, claim_reproduction, entries, execute, piece_hashes
 from datarecon.kernel.files import METRICS_FILE, REPORT_HTML, REPRODUCTION_JSON
 from datarecon.models.checkpoint import model_identity, read_model_meta
 from datarecon.report.html import Section, write_report
@@ -40,7 +40,7 @@ from datarecon.utils.io import atomic_write_json, config_hash, read_json, versio
 
 __all__ = ["NAME", "audit_model", "model_plan"]
 
-#: the name a given model's audit folder records (:func:`~datarecon.experiments.reproduce.pieces.claim_reproduction`)
+#: the name a given model's audit folder records (:func:`~datarecon.experiments.pipeline.pieces.claim_reproduction`)
 NAME = "audit-model"
 #: the piece that names the given model (its summary's absolute ``model_dir``)
 GIVEN = "model"
