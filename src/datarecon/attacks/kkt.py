@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Literal
 
 import torch
@@ -228,10 +229,20 @@ class SurrogateAttack(Attack):
     divergence_hint: ClassVar[str] = "lower lr_x, lr_lambda or the surrogate sharpness alpha (and check box_weight)"
     #: the residual relative to ‖θ*‖² (or to the matched change): scale-free, so one tolerance fits every target
     early_stop_metric: ClassVar[str | None] = "rel_residual"
+    early_stop_reason: ClassVar[str] = "stopped early: residual plateau"
+    progress_keys: ClassVar[tuple[str, ...]] = ("loss", "rel_residual", "residual", "box", "lambda_hinge")
+    #: the history's ``rel_residual`` is computed with the surrogate derivative during the run, the
+    #: "relative residual" printed at the end with the exact ReLU (``selection.relative_residual``)
+    progress_labels: ClassVar[Mapping[str, str]] = MappingProxyType({"rel_residual": "surrogate_rel_residual"})
 
     def __init__(self, config: SurrogateAttackConfig | None = None) -> None:
         super().__init__(config)
         self._cache: dict[tuple[int, str | None], PreparedTarget] = {}
+
+    def multipliers(self, prior: AttackerPrior, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The multipliers λ (m,) where the attack learns them (KKT, DecoReco, Loo); ones otherwise."""
+        lam = state.get("lambda")
+        return lam if lam is not None else super().multipliers(prior, state)
 
     def prepared(self, target: Target, prior: AttackerPrior | None = None) -> PreparedTarget:
         """The target prepared for this attack's steps (cached while the target object lives)."""
