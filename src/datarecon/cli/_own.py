@@ -47,6 +47,7 @@ class OwnOptions:
         return [k for k, v in given.items() if v is not None] + (["--weight-decay"] if self.weight_decay else [])
 
 
+@dataclass(frozen=True)
 class OwnFields:
     """The own-model fields of a command's option group (``weights`` … ``weight_decay``, those of
     :data:`OWN_OPTIONS`) as one :class:`OwnOptions`."""

@@ -60,11 +60,6 @@ class OwnModel(OwnFields):
         known_init: its initial weights (a safetensors state dict), for the objectives that need θ_init, or None.
     """
 
-    weights: Path | None
-    input_shape: str | None
-    value_range: str
-    loss: str | None
-    weight_decay: float
     train: Path | None
     heldout: Path | None
     known_init: Path | None

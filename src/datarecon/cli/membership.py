@@ -123,11 +123,6 @@ class Subject(OwnFields):
     """
 
     model: str
-    weights: Path | None
-    input_shape: str | None
-    value_range: str
-    loss: str | None
-    weight_decay: float
     train: Path | None
     heldout: Path | None
     public: Path | None
