@@ -489,7 +489,7 @@ class DynamicsAttack(Attack):
         metrics["box"] = float(box)
         metrics["loss"] += c.box_weight * metrics["box"]
         gx = gx.add(box_grad, alpha=c.box_weight)
-        if c.tv_weight > 0:
+        if c.tv_weight > 0:  # per pixel, as the TV prior of every attack (priors.tv_mean_value_and_grad)
             tv, tv_grad = priors.tv_value_and_grad(x)
             metrics["tv"] = float(tv) / x.numel()
             metrics["loss"] += c.tv_weight * metrics["tv"]
