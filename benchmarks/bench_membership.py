@@ -62,10 +62,10 @@ ROWS: dict[str, list[str]] = {
 
 def measure(model_dir: Path, *, known: bool, seed: int) -> dict:
     from datarecon.attacks.knowledge import KnowledgeSettings
-    from datarecon.experiments.membership import evaluate_membership
+    from datarecon.experiments.membership import MembershipSettings, evaluate_membership
 
     knowledge = KnowledgeSettings(known_init=f"seed:{seed}" if known else None)
-    res = evaluate_membership(model_dir, knowledge=knowledge)
+    res = evaluate_membership(model_dir, knowledge=knowledge, settings=MembershipSettings().without_references())
     sub = res["signals"]["subspace"]
     roc = sub.get("report") or {}
     return {"auc": roc.get("auc"), "auc_ci": roc.get("auc_ci"), "tpr_at_fpr": roc.get("tpr_at_fpr"),

@@ -49,9 +49,9 @@ ROWS: dict[str, tuple[list[str], list[list[str]]]] = {
                      "100", "--no-bias", "--init-scale", "1e-3", "--loss", "logistic", "--lr", "0.5", "--epochs", "2000",
                      "--dtype", "float64"], [["--references", "256", "--workers", "2"]]),
     "cifar-med": (["--dataset", "cifar10", "--task", "vehicles-animals", "--n-heldout-per-class", "400", *HAIM],
-                  [[], ["--known-init", "seed"]]),
+                  [["--references", "0"], ["--known-init", "seed", "--references", "0"]]),
     "mnist-med": (["--dataset", "mnist", "--task", "odd-even", "--n-heldout-per-class", "1000", *HAIM],
-                  [[], ["--known-init", "seed"]]),
+                  [["--references", "0"], ["--known-init", "seed", "--references", "0"]]),
 }
 
 
@@ -73,7 +73,7 @@ def _summary(folder: Path) -> dict:
     refs = res.get("references") or {}
     return {"signals": signals, "strongest": res["strongest"], "candidates": res["candidates"], "split": res["split"],
             "references": {k: refs.get(k) for k in ("count", "trained", "reused", "wall_time_s",
-                                                    "mean_models_per_candidate")} if refs else None,
+                                                    "in_models", "auto")} if refs else None,
             "knowledge": res["knowledge"]["summary"], "wall_time_s": res["wall_time_s"]}
 
 

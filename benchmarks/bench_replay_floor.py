@@ -43,14 +43,18 @@ NETWORKS = {
 N, CLASSES, SHAPE = 20, 10, (3, 32, 32)
 
 
-def _median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
+def _interleaved_medians(fns: dict, repeats: int) -> dict[str, float]:
+    """Median seconds of each function, timed in turn within every repeat (so a change in the machine's load
+    reaches all of them alike: the ratios stay fair on a shared machine)."""
+    for fn in fns.values():
+        fn()  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def _setup(network: str, steps: int, *, memory_format: str = "contiguous"):
@@ -100,10 +104,9 @@ def measure(network: str, threads: int, steps: int, repeats: int) -> dict:
     def replay_forward_backward() -> None:
         torch.autograd.grad(replay_forward(), [xs])
 
-    fb = _median_seconds(forward_backward, repeats)
-    outer = _median_seconds(outer_step, repeats)
-    fwd = _median_seconds(replay_forward, repeats)
-    both = _median_seconds(replay_forward_backward, repeats)
+    med = _interleaved_medians({"fb": forward_backward, "outer": outer_step, "fwd": replay_forward,
+                                "both": replay_forward_backward}, repeats)
+    fb, outer, fwd, both = med["fb"], med["outer"], med["fwd"], med["both"]
     row = {"network": network, "threads": threads, "T": steps, "n": N, "dtype": "float32",
            "forward_backward_s": fb, "outer_step_s": outer, "replay_forward_s": fwd,
            "replay_backward_s": max(both - fwd, 0.0), "ratio": outer / (steps * fb),

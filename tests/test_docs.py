@@ -58,3 +58,22 @@ def test_the_run_file_lists_the_registered_methods_and_inits() -> None:
     builtin = [m for m in ATTACKS.ordered() if ATTACKS.get(m).__module__.startswith("datarecon.")]
     assert methods is not None and methods.group(1).split(" | ") == builtin
     assert inits is not None and inits.group(1).split(" | ") == INITS.ordered()
+
+
+def test_the_readmes_first_screen_states_findings_with_their_nulls_and_sources() -> None:
+    """The first screen (before "## Set up") says what datarecon found, membership and reconstruction side by side,
+    each number beside its null; the numbers of targets too large for the test suite are those docs/RESULTS.md
+    records with their commands (the README's own targets are re-run by tests/test_readme.py)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first = readme.split("## Set up", 1)[0]
+    assert len(first.splitlines()) <= 50
+    assert "membership" in first and "reconstruction" in first and "loss threshold" in first and "null" in first
+    assert "create-graph" not in first  # implementation details belong further down
+    results = (ROOT / "docs" / "RESULTS.md").read_text(encoding="utf-8")
+    for number in ("0.916", "0.808", "12 of 20", "0.429", "0.129"):  # the fine-tuned CNN's row
+        assert number in first and number in results, number
+    default_row = [line for line in first.splitlines() if "no flags" in line]
+    assert default_row, "the first screen lost the no-flag membership measurement"
+    section = results.split("## Membership with the defaults", 1)[1]
+    for number in re.findall(r"TPR \*\*([0-9.]+) at 1 %\*\*", default_row[0]):
+        assert number in section, number

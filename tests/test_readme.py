@@ -76,11 +76,15 @@ def test_readme_cli_examples_run(tmp_path: Path, monkeypatch, data_dir: Path, ca
     monkeypatch.setenv("DATARECON_DATA", str(data_dir))
     commands = cli_commands()
     assert len(commands) >= 5
+    first_screen = None
     for argv in commands:
         code = main(argv)
         err = capsys.readouterr().err
         assert code == 0, (argv, err[-2000:])
+        if argv[:1] == ["membership"] and "64" in argv and first_screen is None:
+            first_screen = read_json(tmp_path / "runs" / "membership" / "membership.json")
     assert (tmp_path / "runs" / "report.html").is_file()
+    _first_screen_membership_holds(first_screen)
     # the MNIST pipeline and the experiment file beat their held-out nulls by the margins the README states
     text = README.read_text(encoding="utf-8")
     assert "checks the count beats its held-out\nnull by at least 5" in text
@@ -115,6 +119,28 @@ def test_readme_cli_examples_run(tmp_path: Path, monkeypatch, data_dir: Path, ca
     assert knowledge["known_init"]["sha256"] == finetuned["init_sha256"]
     assert knowledge["known_init"]["source"] == f"pretrained:{(tmp_path / 'runs' / 'pretrained').resolve()}"
     assert (tmp_path / "runs" / "dynamics-ft" / "metrics.json").is_file()
+    # batch norm in train mode, with the priors: the statistics replayed, the labels restored and scored
+    bn = read_json(tmp_path / "runs" / "dynamics-bn" / "run0" / "run.json")
+    assert bn["knowledge"]["recipe"]["norm_mode"] == "train" and bn["knowledge"]["labels"]["source"] == "restored"
+    rows = (tmp_path / "runs" / "dynamics-bn" / "run0" / "history.jsonl").read_text().splitlines()
+    assert all("feature_stats" in row and "group" in row for row in rows)
+    labels = read_json(tmp_path / "runs" / "dynamics-bn" / "run0" / "metrics.json")["labels"]
+    assert labels["true_counts"] == [2] * 10 and 0.0 <= labels["accuracy"] <= 1.0
+
+
+def _first_screen_membership_holds(result: dict | None) -> None:
+    """The first screen's membership claims of the MNIST MLP (``--references 64``), within 0.1: the subspace test's
+    TPR 1.00 at 1 % and 0.90 at 0.1 % FPR, the loss threshold's 0.00 and 0.00, offline LiRA's 0.65 and 0.60, and an
+    empirical epsilon of at least 5.0."""
+    text = README.read_text(encoding="utf-8")
+    assert "TPR **1.00 at 1 %** and 0.90 at 0.1 % FPR against 2 000 unseen digits" in text
+    assert result is not None, "the README lost its --references 64 membership command"
+    assert result["references"]["count"] == 64 and result["candidates"]["nonmembers"]["count"] == 2000
+    claims = {"subspace": (1.00, 0.90), "loss": (0.00, 0.00), "lira-offline": (0.65, 0.60)}
+    for name, (at1, at01) in claims.items():
+        tpr = result["signals"][name]["report"]["tpr_at_fpr"]
+        assert abs(tpr["0.01"] - at1) <= 0.1 and abs(tpr["0.001"] - at01) <= 0.1, (name, tpr)
+    assert result["epsilon"]["lower"] >= 4.9 and "empirical ε ≥ 5.0" in text
 
 
 def test_readme_experiment_file_is_the_shipped_example() -> None:

@@ -4,11 +4,24 @@ A :class:`Registry` maps names to objects (classes, functions, factories).
 Registering a name twice is refused unless ``force=True``; looking up an
 unknown name raises :class:`~datarecon.errors.DataReconError` listing the valid
 names taken from the registry itself (never from a hand-kept list).
+
+Installed packages add entries through an entry-point group (:meth:`Registry.load_entry_points`; the
+groups datarecon reads are :data:`PLUGIN_GROUPS`): a package that declares, in its ``pyproject.toml``,
+
+.. code-block:: toml
+
+    [project.entry-points."datarecon.attacks"]
+    inversion = "mypkg.attacks:InversionAttack"
+
+has its attack registered as ``inversion`` when the attacks registry is first read, so it is a
+``--method`` of ``datarecon reconstruct`` like a built-in one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
+from importlib.metadata import entry_points
 from typing import Generic, TypeVar
 
 from pydantic import AfterValidator
@@ -16,6 +29,13 @@ from pydantic import AfterValidator
 from datarecon.errors import DataReconError
 
 T = TypeVar("T")
+
+#: the entry-point groups datarecon reads: group → what its entries are (:meth:`Registry.load_entry_points`)
+PLUGIN_GROUPS = {
+    "datarecon.attacks": "an Attack subclass (datarecon.attacks.base.Attack): a --method of reconstruct",
+    "datarecon.membership_signals": "a SignalDef (datarecon.attacks.mia.SignalDef) with its score function: a "
+                                    "membership signal of every evaluation",
+}
 
 
 class Registry(Generic[T]):
@@ -28,6 +48,7 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._plugins: list[tuple[str, Callable[[str, object], str] | None]] = []
 
     def register(self, name: str, obj: T | None = None, *, force: bool = False):
         """Register ``obj`` under ``name``; usable as a decorator when ``obj`` is None.
@@ -52,6 +73,7 @@ class Registry(Generic[T]):
         Raises:
             DataReconError: unknown name; the message lists the valid names.
         """
+        self._load_plugins()
         try:
             return self._items[name]
         except (KeyError, TypeError):  # TypeError: an unhashable name read from a file (a list, a mapping)
@@ -61,13 +83,16 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         """Registered names, sorted."""
+        self._load_plugins()
         return sorted(self._items)
 
     def ordered(self) -> list[str]:
         """Registered names, in the order they were registered (e.g. weakest attacker first, for tables)."""
+        self._load_plugins()
         return list(self._items)
 
     def __contains__(self, name: object) -> bool:
+        self._load_plugins()
         return name in self._items
 
     def __iter__(self) -> Iterator[str]:
@@ -84,7 +109,51 @@ class Registry(Generic[T]):
         return entry
 
     def __len__(self) -> int:
+        self._load_plugins()
         return len(self._items)
+
+    def use_entry_points(self, group: str, *, check: Callable[[str, object], str] | None = None) -> None:
+        """Take the entries installed packages declare under the entry-point group ``group``: they are registered
+        (:meth:`load_entry_points`) when the registry is first read, not now, so that a plug-in module may import
+        the package that declares its registry (its base class, its config types) without an import cycle."""
+        self._plugins.append((group, check))
+
+    def _load_plugins(self) -> None:
+        while self._plugins:
+            group, check = self._plugins.pop(0)  # popped first: a plug-in that reads this registry does not reload
+            self.load_entry_points(group, check=check)
+
+    def load_entry_points(self, group: str, *, check: Callable[[str, object], str] | None = None) -> list[str]:
+        """Register the objects installed packages declare under the entry-point group ``group``, each under its
+        entry point's name, now.
+
+        A plug-in is skipped with a warning (one line naming its package, its entry point and why) when it cannot
+        be imported, when ``check(name, obj)`` returns a reason ("" accepts it) or when its name is taken: a broken
+        plug-in never stops datarecon itself.
+
+        Returns:
+            The names registered now.
+        """
+        added = []
+        for ep in sorted(entry_points(group=group), key=lambda e: e.name):
+            where = f"plug-in {ep.name!r} ({group} = {ep.value}" + (f", package {ep.dist.name}" if ep.dist else "") + ")"
+            if ep.name in self._items:
+                warnings.warn(f"{where} is not registered: {self.kind} {ep.name!r} exists already; rename its "
+                              "entry point", stacklevel=2)
+                continue
+            try:
+                obj = ep.load()
+            except Exception as exc:  # noqa: BLE001 - any failure of a third-party import is reported, not raised
+                warnings.warn(f"{where} is not registered: importing it failed ({type(exc).__name__}: {exc})",
+                              stacklevel=2)
+                continue
+            reason = check(ep.name, obj) if check is not None else ""
+            if reason:
+                warnings.warn(f"{where} is not registered: {reason}", stacklevel=2)
+                continue
+            self._items[ep.name] = obj
+            added.append(ep.name)
+        return added
 
 
 def registered(registry: Registry) -> object:

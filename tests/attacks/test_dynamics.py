@@ -172,7 +172,8 @@ def test_the_segment_is_chosen_from_the_memory_when_unset(monkeypatch) -> None:
     attack = DynamicsAttack()
     assert attack.segment(target, prior) == 0  # the whole unroll fits
     monkeypatch.setattr(dynamics, "device_memory_bytes", lambda _device: 2048)
-    assert attack.segment(target, prior) == 5  # ⌈√18⌉
+    assert DynamicsAttack().segment(target, prior) == 5  # ⌈√18⌉ (an attack decides once per problem)
+    assert attack.segment(target, prior) == 0  # ... and keeps its choice
     assert DynamicsAttack(DynamicsConfig(segment=2)).segment(target, prior) == 2
 
 

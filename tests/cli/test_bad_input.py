@@ -752,12 +752,11 @@ CASES.update({
     "membership-ray-address-unanswered": Case(lambda ws: [*_member(ws, ws.root / "m"), "--backend", "ray",
                                                           "--ray-address", "127.0.0.1:1"],
                                               "cannot reach the Ray cluster at '127.0.0.1:1'"),
-    # misleading: a model factory named where a model directory is needed
+    # a model factory without its weights (membership and identifiability take a user's model as reconstruct does)
     "membership-of-a-model-factory": Case(lambda ws: ["membership", "--model", "mypkg.nets:make_mlp", "--evaluate"],
-                                          "names a model factory (package.module:factory), which only `datarecon "
-                                          "reconstruct --model` takes"),
+                                          "--model mypkg.nets:make_mlp needs --weights FILE.safetensors"),
     "identifiability-of-a-model-factory": Case(lambda ws: ["identifiability", "mypkg.nets:make_mlp"],
-                                               "this command needs a model directory written by `datarecon train`"),
+                                               "--model mypkg.nets:make_mlp needs --weights FILE.safetensors"),
     # misleading: a dataset of another image size named as one (not "train with the pretrained architecture")
     "train-pretrained-of-another-image-size": Case(lambda ws: [
         "train", "--dataset", "mnist", "--task", "odd-even", "--n-per-class", "5", "--hidden", "8", "--no-bias",

@@ -20,12 +20,13 @@ def test_the_fine_tuning_flags_reach_the_config_and_the_attack_starts_from_the_p
     digest = json.loads((pre / "model.json").read_text())["sha256"]["weights.safetensors"]
     assert main(["train", "--dataset", "digits", "--task", "all", "--n-per-class", "2", "--n-heldout-per-class", "4",
                  *RESNET, "--pretrained", str(pre), "--pretrained-sha256", digest, "--lr", "0.01", "--batch-size",
-                 "20", "--epochs", "2", "--out", str(ft)]) == 0
+                 "20", "--epochs", "2", "--norm-mode", "eval", "--out", str(ft)]) == 0
     pre_meta, meta = json.loads((pre / "model.json").read_text()), json.loads((ft / "model.json").read_text())
     assert pre_meta["training"]["data"]["skip_per_class"] == 10 and pre_meta["arch"]["batch_norm"] is True
     assert "skip_per_class" not in meta["training"]["data"]  # 0: left out, as before the field existed
     assert meta["training"]["pretrained"] == {"path": str(pre), "sha256": digest}
     assert meta["training"]["arch"]["batch_norm"] is True and meta["pretrained"]["head"] == "pretrained"
+    assert meta["training"]["norm_mode"] == "eval"  # --norm-mode reaches the config (auto: left out)
     assert main(["reconstruct", "--model", str(ft), "--method", "dynamics", "--known-init", "pretrained",
                  "--known-recipe", "model", "--candidates", "20", "--init", "uniform", "--steps", "2",
                  "--no-progress", "--out", str(run)]) == 0

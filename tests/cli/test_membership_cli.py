@@ -35,7 +35,7 @@ def _snapshot(root: Path) -> dict[str, str]:
 def test_evaluate_with_a_known_initialisation_separates_members(trained, capsys, tmp_path):
     """A standard-initialised MLP: W alone hides the training span, W − W_init reveals it."""
     out = tmp_path / "m"
-    assert main(["membership", "--model", str(trained), "--evaluate", "--known-init", "seed",
+    assert main(["membership", "--model", str(trained), "--evaluate", "--known-init", "seed", "--references", "0",
                  "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "initialisation θ_init (seed:0)" in text
@@ -52,7 +52,7 @@ def test_evaluate_with_a_known_initialisation_separates_members(trained, capsys,
     assert result["split"]["calibration"] == {"members": 0, "nonmembers": 0}
     assert result["strongest"]["report"]["n_nonmembers"] == 1480 and "rule fixed in advance" in result["strongest"]["rule"]
     assert {"roc.png", "signals.csv", "scores.safetensors"} <= {p.name for p in out.iterdir()}
-    assert main(["membership", "--model", str(trained), "--evaluate"]) == 0
+    assert main(["membership", "--model", str(trained), "--evaluate", "--references", "0"]) == 0
     weights_only = capsys.readouterr().out
     sub = next(line for line in weights_only.splitlines() if line.strip().startswith("subspace"))
     assert "AUC 1.000" not in sub  # the default initialisation is as large as the change
@@ -109,7 +109,7 @@ def test_images_are_called_against_a_visible_null(trained, capsys, tmp_path):
     (["--evaluate", "--threads", "-1"], "--threads must be >= 0 (0 = PyTorch's default), got -1"),
     # K is checked before any reference model is trained, and the number needed is named
     (["--evaluate", "--references", "1"], "--references 1 is too few"),
-    (["--evaluate", "--references", "2", "--nonmembers", "500"], "; pass --references "),
+    (["--evaluate", "--references", "1", "--nonmembers", "500"], "; pass --references 2 or more"),
     # misleading messages of the fourth trial: junk called a pickle, model-space candidates told to divide by 255
     (["--images", "junk.npz"], "junk.npz is not an .npz file (no zip archive of arrays"),
     (["--images", "run/candidates.safetensors"], "is a run's candidates file: its x are in the model's input space"),
@@ -226,7 +226,7 @@ def test_overwrite_replaces_another_models_folder(kept, other, tmp_path, capsys)
 
     shutil.copytree(kept, out)
     assert main(["membership", "--model", str(other), "--evaluate", "--nonmembers", "200", "--population", "40",
-                 "--out", str(out), "--overwrite"]) == 0
+                 "--references", "0", "--out", str(out), "--overwrite"]) == 0
     assert json.loads((out / "target.json").read_text())["model"] == str(other.resolve())
     assert not (out / "references").exists()
     capsys.readouterr()
@@ -266,7 +266,7 @@ def test_a_true_n_wider_than_the_first_layer_is_accepted(tmp_path, capsys):
     assert main(["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "5", "--hidden", "8",
                  "--no-bias", "--epochs", "5", "--no-progress", "--out", str(model)]) == 0
     assert main(["membership", "--model", str(model), "--evaluate", "--nonmembers", "40", "--known-n", "10",
-                 "--known-init", "seed"]) == 0
+                 "--known-init", "seed", "--references", "0"]) == 0
     assert "n = 10" in capsys.readouterr().out
     assert main(["membership", "--model", str(model), "--evaluate", "--nonmembers", "40", "--known-n", "8"]) == 2
     assert "records n_train 10" in capsys.readouterr().err

@@ -128,7 +128,7 @@ def test_every_train_config_field_has_its_flag_and_reaches_the_config():
              "data.normalisation": "unit", "loss": "mse", "optimizer": "gd", "schedule": "increasing",
              "dtype": "float64", "device": "cpu", "data.dataset": "mnist", "data.task": "odd-even",
              "dp.accountant": "prv", "momentum": "0.5", "margin_ascent.growth": "1.5",
-             "pretrained.path": "runs/pre", "pretrained.sha256": "ab" * 32}
+             "pretrained.path": "runs/pre", "pretrained.sha256": "ab" * 32, "norm_mode": "train"}
     for flag in table:
         value = texts.get(flag.path, samples.get(flag.kind))
         merged = merge(base, overrides_from(table, {flag.param: value}))

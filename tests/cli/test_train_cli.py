@@ -81,7 +81,8 @@ def test_existing_out_dir_needs_overwrite(tmp_path: Path, capsys) -> None:
     assert main([*DIGITS, "--out", str(out), "--quiet"]) == 0
     first = (out / "weights.safetensors").read_bytes()
     assert _err(capsys, [*DIGITS, "--out", str(out)]) == (
-        f"error: output directory {out} exists; pass --overwrite to replace it or choose another --out")
+        f"error: output directory {out} exists; pass --overwrite to replace it or choose another --out (in Python: "
+        "resume=True, overwrite=True, another out)")
     (out / ".weights.safetensors.abc12345.tmp").write_text("left by a killed writer")
     assert main([*DIGITS, "--out", str(out), "--overwrite", "--quiet", "--seed", "1"]) == 0
     assert (out / "weights.safetensors").read_bytes() != first
@@ -170,7 +171,7 @@ def test_every_training_config_field_is_reachable_from_the_cli(tmp_path: Path) -
                 "norm_mode": "eval", "dp": None}  # DP-SGD excludes margin ascent: its fields are flipped in the test below
     # a new config field must get an option here (mini-batches exclude margin ascent: the test below; the
     # fine-tuning fields, which need a ResNet and a pretrained model: tests/cli/test_finetune_cli.py)
-    finetune = {"pretrained", "data.skip_per_class", "arch.batch_norm"}
+    finetune = {"pretrained", "data.skip_per_class", "arch.batch_norm", "norm_mode"}
     assert set(expected) | {"batch_size"} | finetune == _leaf_fields(TrainConfig)
     for dotted, value in expected.items():
         node = tr

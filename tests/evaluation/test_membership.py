@@ -88,3 +88,37 @@ def test_candidate_roc_names_a_signal_only_when_its_interval_excludes_one_half()
     assert candidate_roc(sim, 0.4, {"noise": noise})["best"] is None
     few = candidate_roc(np.r_[np.full(3, 0.6), np.full(197, 0.2)], 0.4, {"good": np.r_[np.full(3, 9.0), noise[3:]]})
     assert not few["measurable"] and few["best"] is None and "not measurable: 3 candidates" in few["note"]
+
+
+def test_lines_say_where_an_interval_covers_chance() -> None:
+    """An AUC interval over 0.5 and a TPR interval over its FPR are said to be no better than chance."""
+    rng = np.random.default_rng(0)
+    weak = membership_roc(rng.normal(0.2, 1, 14), rng.normal(0, 1, 500), name="gradient-norm")
+    assert weak.chance and "covers 0.5: no better than chance" in weak.line()
+    assert "covers 1.0%: not above chance" in weak.line() and "[14 members, 500 non-members]" in weak.line()
+    strong = membership_roc(rng.normal(4, 1, 200), rng.normal(0, 1, 2000), name="lira-online")
+    assert not strong.chance and "chance" not in strong.line()
+
+
+def test_the_epsilon_bound_is_the_clopper_pearson_bound_of_the_dp_inequalities() -> None:
+    """A perfect test: TPR 1 at every threshold; the bound is log(TPR_lo / FPR_hi) with one-sided Clopper-Pearson
+    bounds (scipy's beta quantiles) at 5 % / 6 (three thresholds, two rates each); no leak: no bound above 0."""
+    import math
+
+    from scipy.stats import beta
+
+    from datarecon.evaluation.membership import clopper_pearson, epsilon_lower_bound
+
+    pos, neg = np.full(100, 10.0), np.linspace(-1, 0, 2000)
+    bound = epsilon_lower_bound(pos, neg)
+    alpha = 0.05 / 6
+    # at the 0.1 % threshold 100 of 100 members and 2 of 2000 non-members pass (it lets through at most 0.1 %)
+    tpr_lo, fpr_hi = beta.ppf(alpha, 100, 1), beta.ppf(1 - alpha, 3, 1998)
+    assert bound.fpr == 0.001 and math.isclose(bound.lower, math.log(tpr_lo / fpr_hi), rel_tol=1e-9)
+    assert bound.estimate > bound.lower and "empirical epsilon >= " in bound.line()
+    assert clopper_pearson(3, 10, alpha=0.05) == pytest.approx((beta.ppf(0.05, 3, 8), beta.ppf(0.95, 4, 7)))
+    rng = np.random.default_rng(1)
+    none = epsilon_lower_bound(rng.normal(size=100), rng.normal(size=2000))
+    assert none.lower == 0.0 and none.fpr is None and "no lower bound above 0" in none.line()
+    few = epsilon_lower_bound(pos[:5], neg)
+    assert few.fpr is None and "too few" in few.note

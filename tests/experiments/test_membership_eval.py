@@ -1,6 +1,7 @@
-"""``evaluate_membership`` with reference models: every signal on the same members and non-members, reference
-models reproducible by seed, kept and reused, resumed after a kill, and a strongest signal that never reads
-the numbers it headlines."""
+"""``evaluate_membership`` with reference models: every signal on the same members and non-members (the online
+signals on LiRA's half-in pool, each of its candidates IN for half of the models), reference models reproducible
+by seed, kept and reused, resumed after a kill, a strongest signal that never reads the numbers it headlines and
+is never weaker than the loss threshold, and the automatic count within a time budget."""
 
 from __future__ import annotations
 
@@ -47,15 +48,18 @@ def test_every_signal_is_measured_on_the_same_candidates_and_the_folder_is_compl
     measured = {k for k, v in sig.items() if v["applicable"]}
     assert measured == {"loss", "confidence", "gradient-norm", "subspace", "lira-offline", "lira-online", "rmia",
                         "rmia-online"}
-    sizes = {(v["report"]["n_members"], v["report"]["n_nonmembers"]) for k, v in sig.items() if k in measured}
-    assert sizes == {(30, 300)}  # chosen on reference models: every candidate is reported, for every signal
+    sizes = {k: (v["report"]["n_members"], v["report"]["n_nonmembers"]) for k, v in sig.items() if k in measured}
+    # chosen on reference models: every candidate of a signal's scope is reported; the online signals on the half-in
+    # pool (the 30 members and 30 non-members of the same classes), the others on all 300 non-members
+    assert sizes == {k: (30, 30) if k in ("lira-online", "rmia-online") else (30, 300) for k in measured}
+    assert sig["lira-online"]["scope"] == "the half-in pool" and "loss: AUC" in sig["lira-online"]["baseline_line"]
     assert res["split"]["calibration"] == {"members": 0, "nonmembers": 0}
-    assert res["strongest"]["name"] in measured and "pseudo-targets" in res["strongest"]["rule"]
+    assert res["strongest"]["chosen"] in measured and "pseudo-targets" in res["strongest"]["rule"]
     assert res["candidates"]["nonmembers"]["count"] == 300 and "did not train the model" in \
         res["candidates"]["nonmembers"]["source"]
     assert res["references"]["count"] == 6 and res["references"]["trained"] == 6
-    assert 0 < res["references"]["mean_models_per_candidate"] < 6
-    for f in ("membership.json", "signals.csv", "roc.png", "scores.safetensors", "pool.safetensors"):
+    for f in ("membership.json", "signals.csv", "roc.png", "scores.safetensors", "pool.safetensors", "exposed.csv",
+              "exposed.safetensors"):
         assert (tmp_path / "m" / f).is_file(), f
     written = json.loads((tmp_path / "m" / "membership.json").read_text())
     assert written["strongest"] == res["strongest"]
@@ -97,14 +101,16 @@ def test_other_draws_into_the_same_folder_are_refused(digits_model, tmp_path):
 def test_without_references_a_calibration_part_too_small_to_measure_is_not_made(digits_model):
     """30 members: a 30 % calibration part would hold 9, fewer than the 10 of a class any ROC needs (the rule of
     evaluate too), so nothing is chosen on it and the rule fixed in advance picks the strongest signal."""
-    res = evaluate_membership(digits_model, settings=MembershipSettings(nonmembers=300),
+    res = evaluate_membership(digits_model, settings=MembershipSettings(nonmembers=300).without_references(),
                               runtime=Runtime(log=lambda s: None))
     split = res["split"]
     assert split["calibration"] == {"members": 0, "nonmembers": 0}
     assert split["report"] == {"members": 30, "nonmembers": 300}
     assert res["strongest"]["report"]["n_members"] == 30
-    assert res["strongest"]["rule"] == ("the rule fixed in advance (a calibration part of 9 members and 90 non-members "
-                                        "would be too small to choose on: each class needs at least 10)")
+    # the rule is stated: the order it follows, and why nothing was chosen on data
+    assert res["strongest"]["rule"] == ("the rule fixed in advance, the first measured of subspace, loss, confidence, "
+                                        "gradient-norm (a calibration part of 9 members and 90 non-members would be "
+                                        "too small to choose on: each class needs at least 10)")
     assert res["signals"]["lira-online"]["applicable"] is False
     assert "--references" in res["signals"]["lira-online"]["note"]
 
@@ -131,20 +137,43 @@ def test_the_strongest_choice_never_reads_the_reported_part():
     changed["loss"][~cal] = mem[~cal] * 10.0 + rng.normal(size=(~cal).sum())  # loss is perfect on the reported part
     changed["gradient-norm"][~cal] = rng.normal(size=(~cal).sum())  # and gradient-norm useless there
     second = compare_signals(SignalScores(changed, {}), mem, calibration=0.3, seed=1)
-    assert first["strongest"]["name"] == second["strongest"]["name"] == "gradient-norm"
-    # its headline is measured on the reported part only, where it is now useless; the table is on all candidates
-    assert second["strongest"]["report"]["auc"] < 0.7 < first["strongest"]["report"]["auc"]
+    assert first["strongest"]["chosen"] == second["strongest"]["chosen"] == "gradient-norm"
+    assert first["strongest"]["name"] == "gradient-norm" and first["strongest"]["demoted"] == ""
+    # on the reported part the chosen signal is now useless, its AUC interval below the loss threshold's: the headline
+    # is the loss threshold, with the reason, measured on the reported part only
+    assert second["strongest"]["name"] == "loss"
+    assert "gradient-norm's AUC interval" in second["strongest"]["demoted"] and "lies below" in \
+        second["strongest"]["demoted"]
     assert second["strongest"]["report"]["n_members"] == 42 and second["signals"]["loss"]["report"]["n_members"] == 60
     assert second["signals"]["loss"]["report"]["auc"] > first["signals"]["loss"]["report"]["auc"]
 
 
-def test_your_own_module_gets_every_signal_and_reference_models_from_your_training(data_dir):
-    """Bring your own model: a torch MLP on 20 digits, reference models from the same training function."""
+def test_the_headline_is_never_below_the_loss_threshold():
+    """A chosen signal whose AUC interval lies below 0.5, below the loss threshold's, or that is weaker in AUC and in
+    TPR at 1 % FPR, is replaced by the loss threshold in the headline (the rule is the same pure function)."""
+    from datarecon.evaluation.membership import headline_verdict, membership_roc
+
+    rng = np.random.default_rng(3)
+    pos, neg = rng.normal(size=(2, 100)), rng.normal(size=(2, 1000))
+    loss = membership_roc(pos[0] + 1.0, neg[0], name="loss")
+    below_half = membership_roc(pos[1] - 1.0, neg[1], name="rmia-online")
+    assert "lies below 0.5" in headline_verdict(below_half, loss)
+    weaker = membership_roc(pos[1] + 0.3, neg[1], name="subspace")
+    assert "lies below the loss threshold's" in headline_verdict(weaker, loss)
+    close = membership_roc(pos[0] + 0.9, neg[0], name="gradient-norm")  # the same images, slightly weaker
+    assert "weaker than the loss threshold" in headline_verdict(close, loss)
+    stronger = membership_roc(pos[1] + 2.0, neg[1], name="lira-online")
+    assert headline_verdict(stronger, loss) == "" and headline_verdict(loss, loss) == ""
+
+
+def test_your_own_module_gets_every_signal_and_reference_models_from_your_training(data_dir, tmp_path):
+    """Bring your own model: a torch MLP on 20 digits, reference models from the same training function, kept in a
+    membership folder that a second call reuses; the subspace signal where its first dense layer reads the inputs."""
     from torch import nn
 
     from datarecon.data import DataSpec
     from datarecon.data.selection import draw_outside
-    from datarecon.experiments.membership import OwnReferences, membership_of_module
+    from datarecon.experiments.membership_own import OwnReferences, membership_of_module
 
     spec = DataSpec(dataset="digits", task="all", n_per_class=2, n_heldout_per_class=0)
     members, _ = draw_outside(spec, split="train", count=20, seed=0)
@@ -162,13 +191,19 @@ def test_your_own_module_gets_every_signal_and_reference_models_from_your_traini
         return net
 
     target = train(members.x, members.y, 0)
-    res = membership_of_module(target, loss="cross-entropy", members=(members.x.double(), members.y),
-                               nonmembers=(non.x.double(), non.y), population=(pop.x.double(), pop.y),
-                               references=OwnReferences(train, count=5))
+    args = {"loss": "cross-entropy", "members": (members.x.double(), members.y), "nonmembers": (non.x.double(), non.y),
+            "population": (pop.x.double(), pop.y), "references": OwnReferences(train, count=6), "out": tmp_path / "m"}
+    res = membership_of_module(target, **args)
     measured = {k for k, v in res["signals"].items() if v["applicable"]}
-    assert measured == {"loss", "confidence", "gradient-norm", "lira-offline", "lira-online", "rmia", "rmia-online"}
-    assert "pseudo-targets" in res["strongest"]["rule"] and res["strongest"]["name"] in measured
+    assert measured == {"loss", "confidence", "gradient-norm", "subspace", "lira-offline", "lira-online", "rmia",
+                        "rmia-online"}
+    assert "pseudo-targets" in res["strongest"]["rule"] and res["strongest"]["chosen"] in measured
     assert res["signals"]["loss"]["report"]["n_members"] == 20
+    # LiRA's design: each of the 40 candidates of the half-in pool is IN for exactly half of the 6 models on average
+    assert res["references"]["in_models"]["mean"] == 3.0 and res["references"]["half_in"] == 40
+    assert {"membership.json", "roc.png", "exposed.csv", "references"} <= {p.name for p in (tmp_path / "m").iterdir()}
+    again = membership_of_module(target, **args)
+    assert again["references"]["trained"] == 0 and again["references"]["reused"] == 6
     plain = membership_of_module(target, loss="cross-entropy", members=(members.x.double(), members.y),
                                  nonmembers=(non.x.double(), non.y))
     assert "calibration part" in plain["strongest"]["rule"] and plain["signals"]["rmia"]["applicable"] is False
@@ -180,7 +215,7 @@ def test_progress_counts_reference_models_as_their_markers_appear(tmp_path):
     import io
 
     from datarecon.data import DataSpec
-    from datarecon.experiments.references import ReferenceJob, _Finished
+    from datarecon.experiments.references import RecipeTrainer, ReferenceJob, _Finished
     from datarecon.experiments.reproduce.pieces import piece_hashes
     from datarecon.kernel.engine import LineRate, ProgressBar
     from datarecon.training.target import ArchConfig, TrainConfig
@@ -188,7 +223,8 @@ def test_progress_counts_reference_models_as_their_markers_appear(tmp_path):
 
     config = TrainConfig(data=DataSpec(dataset="digits", task="odd-even", n_per_class=5),
                          arch=ArchConfig(name="mlp", hidden=(4,)))
-    job = ReferenceJob(out=tmp_path, config=config, pool_key="k", settings=ReferenceSettings(count=4), per_class=5)
+    job = ReferenceJob(out=tmp_path, trainer=RecipeTrainer(config), pool_key="k", settings=ReferenceSettings(count=4),
+                       per_class=5)
     stream = io.StringIO()
     bar = ProgressBar(desc="reference models", unit="model", mode="lines", stream=stream,
                       rate=LineRate(interval_s=0.0, min_fraction=0.1))
@@ -230,3 +266,57 @@ def test_the_number_of_reference_models_needed_is_the_fewest_whose_fits_all_work
                                             for t in range(min(PSEUDO_TARGETS, m))))
           for m in range(1, needed + 1)]
     assert ok[-1] and not any(ok[:-1])
+
+
+def test_auto_picks_the_largest_count_whose_estimated_time_fits_the_budget(digits_model, tmp_path, monkeypatch):
+    """references auto: the first model is trained and timed (its completion marker's wall time, here set to 1 s),
+    then the largest of 16..256 models whose remaining time fits the budget is trained; the IN count of each
+    candidate of the half-in pool is K/2 on average."""
+    from datarecon.experiments import membership
+
+    monkeypatch.setattr(membership, "trained_times", lambda out, indices: [1.0 for _ in indices])
+    settings = SETTINGS.model_copy(update={"references": ReferenceSettings(count="auto", budget_minutes=1.0, seed=3)})
+    res = _evaluate(digits_model, tmp_path / "m", settings)
+    auto = res["references"]["auto"]
+    assert auto["probe_models"] == 1 and auto["seconds_per_model"] == 1.0 and "skipped" not in auto
+    assert res["references"]["count"] == 32  # at 1 s a model 16, then 32 fit in the minute; 64 would not
+    assert res["references"]["in_models"]["mean"] == 16.0 and res["references"]["half_in"] == 60
+    assert res["strongest"]["chosen"] is not None and "pseudo-targets" in res["strongest"]["rule"]
+
+
+def test_auto_skips_what_does_not_fit_and_says_what_it_would_cost_and_gain(digits_model, tmp_path, monkeypatch):
+    from datarecon.experiments import membership
+
+    monkeypatch.setattr(membership, "trained_times", lambda out, indices: [30.0 for _ in indices])
+    settings = SETTINGS.model_copy(update={"references": ReferenceSettings(count="auto", budget_minutes=2.0)})
+    res = _evaluate(digits_model, tmp_path / "m", settings)
+    skipped = res["references"]["auto"]["skipped"]
+    assert res["references"]["count"] == 0 and res["signals"]["lira-online"]["applicable"] is False
+    assert "16 reference models would take about 8.0 min (30.0 s each, measured on the first 1" in skipped
+    assert "raised the TPR at 1% FPR" in skipped and "--budget-minutes 10" in skipped
+    assert res["signals"]["lira-online"]["note"] == skipped
+
+
+def test_without_a_folder_auto_trains_in_a_temporary_one(digits_model, monkeypatch):
+    from datarecon.experiments import membership
+
+    monkeypatch.setattr(membership, "trained_times", lambda out, indices: [1.0 for _ in indices])
+    settings = SETTINGS.model_copy(update={"references": ReferenceSettings(count="auto", budget_minutes=0.5)})
+    res = evaluate_membership(digits_model, settings=settings, runtime=Runtime(log=lambda s: None))
+    assert res["references"]["count"] == 16 and res["references"]["kept"] is False
+    assert res["signals"]["lira-online"]["applicable"]
+
+
+def test_keeping_weights_or_not_chooses_the_same_strongest_signal(digits_model, tmp_path):
+    """The first four reference models keep their weights whatever keep_weights says (they play the target, and the
+    white-box signals need their weights there), so --no-reference-keep-weights changes what is kept, not the
+    choice."""
+    kept = _evaluate(digits_model, tmp_path / "kept")
+    lean = _evaluate(digits_model, tmp_path / "lean", SETTINGS.model_copy(
+        update={"references": ReferenceSettings(count=6, seed=3, keep_weights=False)}))
+    assert lean["strongest"]["chosen"] == kept["strongest"]["chosen"] and lean["strongest"]["rule"] == \
+        kept["strongest"]["rule"]
+    assert lean["signals"]["gradient-norm"]["chosen_on"] is not None  # it competed on the pseudo-targets
+    assert lean["signals"]["gradient-norm"]["chosen_on"] == kept["signals"]["gradient-norm"]["chosen_on"]
+    weights = sorted(p.parent.name for p in (tmp_path / "lean" / REFERENCES_DIR).glob("*/weights.safetensors"))
+    assert weights == ["ref-00000", "ref-00001", "ref-00002", "ref-00003"]

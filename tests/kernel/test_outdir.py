@@ -189,3 +189,15 @@ def test_overwrite_refuses_a_listed_entry_the_kind_never_writes(tmp_path: Path) 
     with pytest.raises(DataReconError, match="it holds 'sub', which another datarecon command wrote there"):
         prepare_out_dir(model, kind="model", overwrite=True)
     assert _files(model) == before
+
+
+def test_the_python_api_is_told_its_own_spelling(tmp_path):
+    """A refusal reaches the command line and the Python API alike: it names the options in both spellings."""
+    from datarecon.data import DataSpec
+    from datarecon.training.target import ArchConfig, TrainConfig, train_target
+
+    cfg = TrainConfig(data=DataSpec(dataset="digits", task="odd-even", n_per_class=2),
+                      arch=ArchConfig(name="mlp", hidden=(4,)), epochs=1)
+    train_target(cfg, out=tmp_path / "m", progress=False)
+    with pytest.raises(DataReconError, match=r"pass --overwrite .*\(in Python: resume=True, overwrite=True"):
+        train_target(cfg, out=tmp_path / "m", progress=False)

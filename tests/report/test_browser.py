@@ -139,3 +139,24 @@ def test_own_model_report(tmp_path, shots) -> None:
     _check_page(r, "own-model", shots)
     assert "evaluated from tensors" in r.text and "? / ?" not in r.text and "None" not in r.text
     assert "(held-out null " in r.text and "Can the attacker tell which candidates match a training image?" in r.text
+
+
+def test_membership_report(tmp_path, shots) -> None:
+    """A membership folder as an audit report: the headline beside the loss threshold, the epsilon bound, the log-log
+    ROC, the score histograms and the most exposed training images load, and every figure names its split."""
+    from datarecon.cli.main import main
+
+    model, folder = tmp_path / "model", tmp_path / "m"
+    assert main(["train", "--dataset", "digits", "--task", "all", "--n-per-class", "3", "--n-heldout-per-class", "6",
+                 "--hidden", "64", "--loss", "cross-entropy", "--lr", "0.5", "--epochs", "200", "--dtype", "float64",
+                 "--no-progress", "--out", str(model)]) == 0
+    assert main(["membership", "--model", str(model), "--evaluate", "--nonmembers", "300", "--population", "100",
+                 "--references", "8", "--no-progress", "--out", str(folder)]) == 0
+    assert main(["report", str(folder), "--out", str(tmp_path / "membership.html")]) == 0
+    r = render(tmp_path / "membership.html")
+    _check_page(r, "membership", shots)
+    assert r.images == 3
+    text = r.text
+    assert "Membership: the strongest signal beside the loss threshold" in text and "Empirical epsilon" in text
+    assert "ROC of every signal on log-log axes" in text and "Score of the members and of the non-members" in text
+    assert "the half-in pool (30 members, 30 non-members)" in text and "scores highest" in text

@@ -11,7 +11,9 @@
 
 Importing this package registers every attack in ATTACKS, here and only here: the registry
 feeds the CLI's ``--method`` errors, the run file's attack union
-(:mod:`datarecon.experiments.reconstruct`) and sweep workers (which import this package).
+(:mod:`datarecon.experiments.reconstruct`) and sweep workers (which import this package). Attacks of
+installed packages join through the ``datarecon.attacks`` entry-point group (:data:`ATTACK_PLUGINS`;
+:meth:`datarecon.registry.Registry.load_entry_points`), after the built-in ones.
 """
 
 from __future__ import annotations
@@ -31,5 +33,20 @@ ATTACKS.register("bilevel", BilevelAttack)
 ATTACKS.register("loo", LooAttack)
 ATTACKS.register("dynamics", DynamicsAttack)
 
-__all__ = ["ATTACKS", "ATTACK_LOOP", "INITS", "AttackSetup", "AttackerPrior", "CandidateSpec", "InitSources",
+#: the entry-point group of attack plug-ins: ``name = "package.module:AttackClass"``
+ATTACK_PLUGINS = "datarecon.attacks"
+
+
+def _plugin_attack(name: str, obj: object) -> str:
+    """Why an entry point's object cannot be the attack ``name`` ("" when it can)."""
+    if not (isinstance(obj, type) and issubclass(obj, Attack)):
+        return f"{obj!r} is not a subclass of datarecon.attacks.base.Attack"
+    if obj.name != name:
+        return f"its class declares name = {obj.name!r}; name the entry point {obj.name!r}"
+    return ""
+
+
+ATTACKS.use_entry_points(ATTACK_PLUGINS, check=_plugin_attack)
+
+__all__ = ["ATTACKS", "ATTACK_LOOP", "ATTACK_PLUGINS", "INITS", "AttackSetup", "AttackerPrior", "CandidateSpec", "InitSources",
            "Attack", "AttackConfig", "Reconstruction", "Target", "init_labels", "make_init", "run_attack"]

@@ -479,6 +479,8 @@ class Attack:
             (:meth:`uses_subspace`; run.json then records what it did).
         step_size_fields: the config's step sizes, scaled together by the step-size probe
             (:mod:`datarecon.attacks.probe`); empty: the attack is not probed.
+        early_stop_metric: the step metric an early stop watches for a plateau (it must decrease as the
+            attack progresses; None: the attack has none, and an early stop is refused).
     """
 
     name: ClassVar[str] = ""
@@ -489,6 +491,7 @@ class Attack:
     resume_ignore: ClassVar[tuple[str, ...]] = ("steps",)
     subspace_candidates: ClassVar[bool] = False
     step_size_fields: ClassVar[tuple[str, ...]] = ("lr_x",)
+    early_stop_metric: ClassVar[str | None] = "loss"
 
     def __init__(self, config: Any = None) -> None:
         self.config = config if config is not None else self.config_cls()

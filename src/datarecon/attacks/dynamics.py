@@ -354,6 +354,10 @@ class DynamicsAttack(Attack):
     #: not probed: Adam's step is bounded by lr_x whatever the gradient's scale
     step_size_fields: ClassVar[tuple[str, ...]] = ()
 
+    def __init__(self, config: DynamicsConfig | None = None) -> None:
+        super().__init__(config)
+        self._segments: dict[tuple[Any, ...], int] = {}
+
     # -- what the attack replays -----------------------------------------------------------------
 
     def _recipe(self, prior: AttackerPrior) -> KnownRecipe:
@@ -394,10 +398,15 @@ class DynamicsAttack(Attack):
             return self.config.segment
         recipe = self._recipe(prior)
         steps = self.epochs(recipe) * recipe.steps_per_epoch
-        whole = memory_estimate(target, m=prior.m, batch_size=recipe.batch_size, steps=steps, segment=0,
-                                dtype=self.dtype, momentum=bool(recipe.momentum))
-        total = device_memory_bytes(_device(target))
-        return 0 if total is None or whole <= total * KEEP_FRACTION else math.isqrt(steps - 1) + 1
+        # what the choice depends on (the estimate runs a forward: once per problem, not per outer step)
+        key = (type(target.model).__name__, tuple(target.input_shape), target.num_parameters, steps,
+               recipe.batch_size, prior.m, str(_device(target)), bool(recipe.momentum))
+        if key not in self._segments:
+            whole = memory_estimate(target, m=prior.m, batch_size=recipe.batch_size, steps=steps, segment=0,
+                                    dtype=self.dtype, momentum=bool(recipe.momentum))
+            total = device_memory_bytes(_device(target))
+            self._segments[key] = 0 if total is None or whole <= total * KEEP_FRACTION else math.isqrt(steps - 1) + 1
+        return self._segments[key]
 
     def init_state(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
                    generator: torch.Generator) -> dict[str, torch.Tensor]:

@@ -226,6 +226,8 @@ class SurrogateAttack(Attack):
 
     config_cls: ClassVar[type[Any]] = SurrogateAttackConfig
     divergence_hint: ClassVar[str] = "lower lr_x, lr_lambda or the surrogate sharpness alpha (and check box_weight)"
+    #: the residual relative to ‖θ*‖² (or to the matched change): scale-free, so one tolerance fits every target
+    early_stop_metric: ClassVar[str | None] = "rel_residual"
 
     def __init__(self, config: SurrogateAttackConfig | None = None) -> None:
         super().__init__(config)

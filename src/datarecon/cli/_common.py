@@ -6,15 +6,14 @@ import os
 import shlex
 from typing import Annotated
 
-import torch
 import typer
 
 from datarecon.errors import DataReconError
+from datarecon.utils import threads as _threads
 
-#: the default of ``--threads``: one thread, the fastest for the small models of the examples and the
-#: only setting whose results are the same bytes on every machine (results are bit-identical only at one
-#: thread count; docs/PERFORMANCE.md "Threads" compares the two). ``--threads 0`` asks for PyTorch's default.
-DEFAULT_THREADS = 1
+#: the default of ``--threads``: datarecon's one thread default (:data:`datarecon.utils.threads.DEFAULT_THREADS`,
+#: which the Python API applies too); ``--threads 0`` asks for PyTorch's default
+DEFAULT_THREADS = _threads.DEFAULT_THREADS
 
 #: why the default is one thread, in every command's help
 THREADS_WHY = "1, the default: fastest for small models, and the same bytes on every machine"
@@ -65,16 +64,17 @@ def cpu_count() -> int:
 
 
 def set_threads(threads: int | None) -> None:
-    """Apply ``--threads`` (0 or None: leave PyTorch's default).
+    """Apply ``--threads`` (0: PyTorch's default, restored even after the import applied datarecon's one thread;
+    None: leave the setting).
 
     Raises:
         DataReconError: a negative count, or more threads than this process has CPU cores
             (``--threads 10000``: a typo; more threads than cores only adds contention).
     """
-    if threads is None or threads == 0:
+    if threads is None:
         return
     check_threads(threads)
-    torch.set_num_threads(int(threads))
+    _threads.set_threads(int(threads))
 
 
 def check_threads(threads: int) -> int:

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from datarecon.cli.options import Common, Flag, common_options, config_options, flags
+from datarecon.cli.options import Common, Flag, common_options, config_options, flags, option_group
 from datarecon.config import build_config
 from datarecon.errors import DataReconError
 from datarecon.evaluation import evaluate_run
+from datarecon.evaluation.membership import EXPECTED_GAIN
 from datarecon.evaluation.privacy import signal_verdict
 from datarecon.evaluation.run_eval import RunEvaluationSettings, check_reference_sets, check_run, run_convergence
 from datarecon.experiments.identifiability import attach_identifiability
 from datarecon.experiments.membership import attach_membership
 from datarecon.experiments.sweep import pool_candidates
+from datarecon.report.text import strongest_lines
 from datarecon.utils.io import load_tensors
 
 
@@ -57,27 +60,54 @@ def _evaluate(run: Path, settings: RunEvaluationSettings, *, data_dir: Path | No
                         train=_images(train, "--train"), heldout=_images(heldout, "--heldout"))
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """What an evaluation reads besides the run: a user's own model's examples and a membership folder.
+
+    Attributes:
+        train: runs of your own model (``--model package.module:factory``): its training inputs (tensor ``x``).
+        heldout: runs of your own model: held-out inputs, the null (tensor ``x``).
+        membership: a membership folder of the run's model (``datarecon membership --evaluate --out DIR``): its
+            result, reference attacks included, becomes the run's membership section.
+    """
+
+    train: Path | None
+    heldout: Path | None
+    membership: Path | None
+
+
+INPUTS = {
+    "train": (Path | None, None, typer.Option("--train", help="Runs of your own model (--model package.module:factory):"
+                                              " its training inputs, safetensors tensor 'x'.")),
+    "heldout": (Path | None, None, typer.Option("--heldout", help="Runs of your own model: held-out inputs (the null), "
+                                                "safetensors tensor 'x'.")),
+    "membership": (Path | None, None, typer.Option("--membership", help="A membership folder of the run's model "
+                                                   "(datarecon membership --evaluate --out DIR): its result, reference "
+                                                   "attacks included, in the run's membership card.")),
+}
+
+
 def register(app: typer.Typer) -> None:
     """Add ``evaluate`` to ``app``."""
 
     @app.command("evaluate")
     @config_options(_flags())
+    @option_group("inputs", Inputs, INPUTS)
     @common_options()
     def evaluate_cmd(
         runs: Annotated[list[Path] | None, typer.Argument(help="Run directories to evaluate.")] = None,
         sweep: Annotated[Path | None, typer.Option(help="Evaluate the pooled candidates of a sweep directory.")] = None,
         top: Annotated[int, typer.Option(help="With --sweep: pool the K best runs (attacker-side criterion).")] = 5,
         data_dir: Annotated[Path | None, typer.Option(envvar="DATARECON_DATA", help="Data folder.")] = None,
-        train: Annotated[Path | None, typer.Option(help="Runs of your own model (--model package.module:factory): "
-                                                       "its training inputs, safetensors tensor 'x'.")] = None,
-        heldout: Annotated[Path | None, typer.Option(help="Runs of your own model: held-out inputs (the null), "
-                                                         "safetensors tensor 'x'.")] = None,
         *,
+        inputs: Inputs,
         common: Common,
         overrides: dict[str, Any],
     ) -> None:
         """Write RUN/metrics.json and RUN/candidates.csv (nearest neighbours, Haim protocol, baselines, privacy ROC,
-        and membership: every signal but the reference attacks, on the attacked model)."""
+        and membership of the attacked model: every signal but the reference attacks, or with --membership DIR the
+        result of a membership folder, reference attacks included)."""
+        train, heldout = inputs.train, inputs.heldout
         settings = build_config(RunEvaluationSettings, overrides, where="evaluation settings")
         targets = list(runs or [])
         if sweep is not None:
@@ -91,18 +121,21 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{run}: wrote metrics.json and candidates.csv")
             for line in _headline(summary):
                 typer.echo(line)
-            _membership(Path(run), data_dir)
+            _membership(Path(run), data_dir, inputs.membership)
             for line in convergence_lines(Path(run)):
                 typer.echo(line)
 
 
-def _membership(run: Path, data_dir: Path | None) -> None:
+def _membership(run: Path, data_dir: Path | None, folder: Path | None) -> None:
     """Add the membership and identifiability sections to the run's metrics (a run of a model directory) and print
     their leads."""
-    section = attach_membership(run, data_dir=data_dir)
+    section = attach_membership(run, data_dir=data_dir, folder=folder)
     if section is not None and section["strongest"]["name"]:
-        typer.echo(f"membership: strongest signal {section['strongest']['line']}; loss threshold "
-                   f"{section['baseline']['line']}")
+        for line in strongest_lines(section):
+            typer.echo(f"membership: {line}")
+        if not (section.get("references") or {}).get("count"):
+            typer.echo(f"membership: the reference attacks (LiRA, RMIA) were not run: {EXPECTED_GAIN}; `datarecon "
+                       "membership --model M --evaluate --out DIR` runs them, `--membership DIR` shows them here")
     identifiability = attach_identifiability(run, data_dir=data_dir)
     if identifiability is not None:
         typer.echo(identifiability_lead(identifiability))

@@ -25,6 +25,13 @@ from typing import Any
 # Modules that contribute commands, in help order.
 _COMMAND_MODULES = ("data", "train", "reconstruct", "evaluate", "membership", "identifiability", "report", "run",
                     "sweep", "reproduce", "audit", "demo", "examples")
+#: the top-level command each module registers → the module: a command line naming one of them imports that module
+#: alone (the others load torch, scipy and matplotlib for nothing; docs/PERFORMANCE.md "Start-up").
+#: ``tests/cli/test_commands.py`` checks it against what the modules register.
+COMMAND_MODULE = {"data": "data", "train": "train", "info": "train", "reconstruct": "reconstruct",
+                  "evaluate": "evaluate", "membership": "membership", "identifiability": "identifiability",
+                  "report": "report", "run": "run", "sweep": "sweep", "store": "sweep", "reproduce": "reproduce",
+                  "audit": "audit", "demo": "demo", "examples": "examples"}
 
 
 def version_cmd() -> None:
@@ -38,8 +45,9 @@ def version_cmd() -> None:
 
 
 @functools.cache
-def make_app() -> Any:
-    """The typer application with every area's commands registered (built once per process)."""
+def make_app(only: str | None = None) -> Any:
+    """The typer application with every area's commands registered (built once per process), or only those of the
+    command module ``only`` (a name of :data:`_COMMAND_MODULES`: what a command line naming one command needs)."""
     import typer
 
     app = typer.Typer(
@@ -62,9 +70,18 @@ def make_app() -> Any:
                                            help="Print the versions that determine numerical results, as "
                                            "`datarecon version` does, and exit.")) -> None:
         """Training-data reconstruction attacks (KKT, DecoReco, bilevel) and their evaluation."""
-    for name in _COMMAND_MODULES:
+    for name in _COMMAND_MODULES if only is None else tuple(m for m in (only,) if m):
         importlib.import_module(f"datarecon.cli.{name}").register(app)
     return app
+
+
+def module_for(args: list[str]) -> str | None:
+    """The one command module a command line needs (its first argument names a command of it), "" for none
+    (``version``, ``--version``), else None: every module (``--help`` of the whole program, a typo)."""
+    first = args[0] if args else ""
+    if first in ("version", "--version"):
+        return ""
+    return COMMAND_MODULE.get(first)
 
 
 #: exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it
@@ -175,8 +192,9 @@ def _walk_commands(cmd: Any) -> Iterator[Any]:
         yield from _walk_commands(sub)
 
 
-def build_command() -> Any:
-    """The (click) command tree of :func:`make_app`, with flags shown as flags.
+def build_command(args: list[str] | None = None) -> Any:
+    """The (click) command tree of :func:`make_app` (only the module ``args`` names a command of, when it names
+    one), with flags shown as flags.
 
     typer labels boolean flags ``<bool>`` in the help, which reads as if ``--resume true`` were
     accepted; flags take no value, so their type column is left empty here.
@@ -185,7 +203,7 @@ def build_command() -> Any:
 
     from datarecon.cli._repeats import refuse_repeats
 
-    cmd = typer.main.get_command(make_app())
+    cmd = typer.main.get_command(make_app(module_for(args or [])))
     for command in _walk_commands(cmd):
         if not getattr(command, "commands", None):  # a leaf command: a single-valued option given twice is an error
             refuse_repeats(command, _usage_errors()[0])
@@ -273,7 +291,7 @@ def _run(args: list[str], usage_error: type[Exception], no_args_is_help: type[Ex
         if (empty := empty_argument(args)) is not None:
             raise DataReconError(empty)
         with cli_warnings():  # one line each, "warning: ...", once per topic
-            returned = build_command().main(args=args, standalone_mode=False, prog_name="datarecon")
+            returned = build_command(args).main(args=args, standalone_mode=False, prog_name="datarecon")
         # typer.Exit(code) comes back as code
         code = returned if isinstance(returned, int) and not isinstance(returned, bool) else 0
         if code == INTERRUPTED:  # typer turns KeyboardInterrupt into a silent Exit(130)

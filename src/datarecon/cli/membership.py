@@ -21,12 +21,17 @@ import typer
 
 from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.cli._common import DEFAULT_THREADS, set_threads, threads_help
+from datarecon.cli._own import OWN_OPTIONS, OwnOptions, is_own_model, labelled, own_model_target
 from datarecon.cli.options import Flag, backend_options, config_options, flags, option_group
 from datarecon.config import build_config, load_config_file
 from datarecon.errors import DataReconError
 from datarecon.experiments.execution import Execution
 from datarecon.experiments.membership import (Calibration, MembershipSettings, Runtime, check_membership_folder,
                                               evaluate_membership, score_images)
+from datarecon.experiments.membership import HALF_IN
+from datarecon.report.text import reference_lines, strongest_lines
+from datarecon.experiments.membership_own import OwnModel, OwnSets, evaluate_own_membership, own_record
+from datarecon.experiments.references import AUTO
 from datarecon.kernel.outdir import claim_out_dir
 from datarecon.utils.device import parse_device
 
@@ -75,17 +80,84 @@ WHERE = {
 }
 
 
+def _count(text: str) -> int | str:
+    """``--references``: ``auto`` or a number of reference models."""
+    if text.strip() == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise DataReconError(f"--references takes auto or a number of reference models, got {text!r}") from None
+
+
+_count.metavar = "<int|auto>"  # type: ignore[attr-defined]
+
+
 def _flags() -> tuple[tuple[Flag, ...], tuple[Flag, ...], tuple[Flag, ...]]:
     """The flags of the attacker's knowledge (``--known-init``, ``--known-n``; the recipe is not used
     here), of the calibration (``--null``, ``--fpr``, ``--signal``) and of the evaluation's settings."""
     knowledge = flags(KnowledgeSettings, rename={"known_init": "--known-init", "n": "--known-n"},
                       skip=("recipe.source", "recipe.unknown"))
     settings = flags(MembershipSettings, prefix={"references": "reference-", "attacks": ""},
-                     rename={"references.count": "--references", "seed": "--draw-seed"})
+                     rename={"references.count": "--references", "references.budget_minutes": "--budget-minutes",
+                             "seed": "--draw-seed"}, parse={"references.count": _count})
     return knowledge, flags(Calibration, parse={"null": Path}), settings
 
 
 KNOWLEDGE_FLAGS, CALIBRATION_FLAGS, SETTINGS_FLAGS = _flags()
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The model measured: a model directory, or a user's own model with its examples and training function.
+
+    Attributes:
+        model: the model directory, or ``package.module:factory`` returning the user's nn.Module.
+        weights, input_shape, value_range, loss, weight_decay: the user's model
+            (:class:`~datarecon.cli._own.OwnOptions`).
+        train: its training examples (the members): a safetensors file of inputs x and labels y.
+        heldout: examples it did not train on (the non-members), the same form.
+        public: further examples it did not train on, never a candidate (RMIA's population), or None.
+        recipe: ``package.module:train``, the function ``train(x, y, seed) -> nn.Module`` that trains it, for the
+            reference models, or None (no reference attacks).
+    """
+
+    model: str
+    weights: Path | None
+    input_shape: str | None
+    value_range: str
+    loss: str | None
+    weight_decay: float
+    train: Path | None
+    heldout: Path | None
+    public: Path | None
+    recipe: str | None
+
+    @property
+    def own(self) -> OwnOptions:
+        return OwnOptions(weights=self.weights, input_shape=self.input_shape, value_range=self.value_range,
+                          loss=self.loss, weight_decay=self.weight_decay)
+
+    def given(self) -> list[str]:
+        """The options given that only a user's own model takes."""
+        return self.own.given() + [k for k, v in {"--train": self.train, "--heldout": self.heldout,
+                                                  "--public": self.public, "--recipe": self.recipe}.items()
+                                   if v is not None]
+
+
+SUBJECT = {
+    "model": (str, ..., typer.Option(..., "--model", help="model directory (from `datarecon train`), or "
+                                     "package.module:factory returning your nn.Module (with --weights)")),
+    **OWN_OPTIONS,
+    "train": (Path | None, None, typer.Option("--train", help="your model: its training examples, the members "
+                                              "(safetensors: inputs x, labels y)")),
+    "heldout": (Path | None, None, typer.Option("--heldout", help="your model: examples it did not train on, the "
+                                                "non-members (safetensors: x, y)")),
+    "public": (Path | None, None, typer.Option("--public", help="your model: further unseen examples for RMIA's "
+                                               "population (safetensors: x, y)")),
+    "recipe": (str | None, None, typer.Option("--recipe", help="your model: package.module:train, the function "
+                                              "train(x, y, seed) -> nn.Module for the reference models")),
+}
 
 
 @config_options(KNOWLEDGE_FLAGS, into="knowledge")
@@ -93,13 +165,14 @@ KNOWLEDGE_FLAGS, CALIBRATION_FLAGS, SETTINGS_FLAGS = _flags()
 @config_options(SETTINGS_FLAGS, into="settings")
 @backend_options(workers="Reference-model tasks in flight (1: in-process).", default_workers=1)
 @option_group("where", Where, WHERE)
+@option_group("subject", Subject, SUBJECT, first=True)
 def membership(
-    model: Path = typer.Option(..., "--model", help="model directory (from `datarecon train`)"),
     images: Path | None = typer.Option(None, "--images", help="images to score: a folder of PNGs, an .npz or a "
                                        ".safetensors file (values 0-255 or [0, 1]; labels as array y)"),
     evaluate: bool = typer.Option(False, "--evaluate", help="measure every signal on the model's own training "
                                   "images against non-members it never saw (ROC AUC, TPR at 1% and 0.1% FPR)"),
     *,
+    subject: Subject,
     where: Where,
     knowledge: dict[str, Any],
     calibration: dict[str, Any],
@@ -112,44 +185,88 @@ def membership(
     if evaluate and calibration:
         raise DataReconError("--null, --fpr and --signal set the member call of --images; --evaluate measures every "
                              "signal's whole ROC: drop them")
+    mine = _own_model(subject, images=images)
+    model = subject.model
     set_threads(where.threads)
     parse_device(where.device)
     known = build_config(KnowledgeSettings, knowledge, where="knowledge")
     cfg = (load_config_file(where.config, MembershipSettings, overrides=settings) if where.config is not None
            else build_config(MembershipSettings, settings, where="membership settings"))
     calibrated = build_config(Calibration, calibration, where="calibration")
-    if cfg.references.count and where.out is None and evaluate:
+    if not cfg.references.auto and cfg.references.count and where.out is None and evaluate:
         raise DataReconError(f"--references {cfg.references.count} needs --out DIR: the reference models are kept "
                              "there and reused by the next call")
     threads = where.threads or (1 if (backend.workers or 1) > 1 else None)
     run = _Run(model=model, known=known, settings=cfg, calibration=calibrated, where=where,
-               execution=dataclasses.replace(backend, threads=threads), progress=where.progress)
+               execution=dataclasses.replace(backend, threads=threads), progress=where.progress, own=mine)
     if where.out is None:
         result = run.evaluate(None) if evaluate else run.images(images, None)  # type: ignore[arg-type]
     else:
         with claim_out_dir(where.out, kind="membership", overwrite=where.overwrite,
                            resume=not where.overwrite) as claim:
             if not claim.clear:
-                check_membership_folder(where.out, model)  # before any work
+                check_membership_folder(where.out, run.record())  # before any work
             result = run.evaluate(claim) if evaluate else run.images(images, claim)  # type: ignore[arg-type]
     _print_evaluation(result) if evaluate else _print_scores(result, calibrated.fpr)
     if where.out is not None:
         typer.echo(f"wrote {where.out}")
 
 
+@dataclass(frozen=True)
+class _Own:
+    """A user's model as the command line gave it: its target, examples and factory, weights and recipe."""
+
+    target: Any
+    sets: OwnSets
+    model: OwnModel
+
+
+def _own_model(data: Subject, *, images: Path | None) -> _Own | None:
+    """The user's model of ``--model package.module:factory --weights FILE``, its examples read and checked; None
+    for a model directory (whose data spec names its examples: the own-model options are refused)."""
+    model, own = data.model, data.own
+    if not is_own_model(model, own.weights):
+        given = data.given()
+        if given:
+            raise DataReconError(f"{', '.join(given)} apply to --model package.module:factory only; a model directory "
+                                 "records its recipe and data itself")
+        return None
+    if images is not None:
+        raise DataReconError("--images calls images against a model directory's held-out null; for your own model "
+                             "measure the signals with --evaluate --train FILE --heldout FILE")
+    target = own_model_target(model, own, homogeneity=False)
+    if data.train is None or data.heldout is None:
+        raise DataReconError(f"--model {model} needs --train FILE (its training examples) and --heldout FILE "
+                             "(examples it did not train on): safetensors files of inputs x and labels y")
+    shape = tuple(target.input_shape)
+    sets = OwnSets(members=labelled(data.train, "--train", input_shape=shape),
+                   nonmembers=labelled(data.heldout, "--heldout", input_shape=shape),
+                   population=None if data.public is None else labelled(data.public, "--public", input_shape=shape),
+                   sources=(str(data.train), str(data.heldout), str(data.public)))
+    return _Own(target=target, sets=sets, model=OwnModel(factory=model, weights=Path(own.weights),  # type: ignore[arg-type]
+                                                           recipe=data.recipe))
+
+
 class _Run:
     """One invocation's inputs, so that the two modes share them."""
 
-    def __init__(self, *, model: Path, known: Any, settings: Any, calibration: Calibration, where: Where,
-                 execution: Execution, progress: bool) -> None:
+    def __init__(self, *, model: str, known: Any, settings: Any, calibration: Calibration, where: Where,
+                 execution: Execution, progress: bool, own: _Own | None) -> None:
         self.model, self.known, self.settings, self.calibration = model, known, settings, calibration
-        self.where, self.execution, self.progress = where, execution, progress
+        self.where, self.execution, self.progress, self.own = where, execution, progress, own
+
+    def record(self) -> Any:
+        """The model as the membership folder records it (a model directory, or the user's model)."""
+        return self.model if self.own is None else own_record(self.model, weights=self.own.model.weights)
 
     def runtime(self) -> Any:
         return Runtime(execution=self.execution, device=self.where.device, data_dir=self.where.data_dir,
                        log=typer.echo, progress=self.progress)
 
     def evaluate(self, out: Any) -> dict[str, Any]:
+        if self.own is not None:
+            return evaluate_own_membership(self.own.target, self.own.sets, self.own.model, settings=self.settings,
+                                           knowledge=self.known, out=out, runtime=self.runtime())
         return evaluate_membership(self.model, settings=self.settings, knowledge=self.known, out=out,
                                    runtime=self.runtime())
 
@@ -159,28 +276,31 @@ class _Run:
 
 
 def _print_evaluation(result: dict[str, Any]) -> None:
-    """What ``--evaluate`` prints: the knowledge, where the images came from, one line per signal, the strongest."""
+    """What ``--evaluate`` prints: the knowledge, where the images came from, the reference models (or why and what
+    they would cost), one line per signal, the strongest beside the loss threshold, and the empirical ε bound."""
     typer.echo(result["knowledge"]["summary"])
     candidates = result["candidates"]
     typer.echo(f"members: {candidates['members']['source']}")
     typer.echo(f"non-members: {candidates['nonmembers']['count']} {candidates['nonmembers']['source']}")
-    refs = result.get("references")
-    if refs:
-        typer.echo(f"reference models: {refs['note']} ({refs['trained']} trained now, {refs['reused']} reused)")
+    for line in reference_lines(result.get("references")):
+        typer.echo(line)
     split = result["split"]
     if split["calibration"]["members"]:
         typer.echo(f"the strongest signal is chosen on a calibration part of {split['calibration']['members']} "
                    f"members + {split['calibration']['nonmembers']} non-members and its headline measured on the "
                    f"other {split['report']['members']} + {split['report']['nonmembers']}; every signal below is "
-                   "measured on all of them")
+                   "measured on all the candidates of its scope")
     width = max(len(k) for k in result["signals"])
     for name, v in result["signals"].items():
         text = v["line"].split(": ", 1)[1] if v.get("line") else v["note"]
-        typer.echo(f"  {name:<{width}}  {v['kind']:<9}  {text}")
-    best = result["strongest"]
-    typer.echo(f"strongest: {best['line']} (chosen by {best['rule']})" if best["name"] else
-               "strongest: none measured")
-    typer.echo(f"loss threshold (baseline): {result['baseline']['line']}")
+        where = " (the half-in pool)" if v.get("scope") == HALF_IN else ""
+        typer.echo(f"  {name:<{width}}  {v['kind']:<9}  {text}{where}")
+        if v.get("line") and v.get("note"):
+            typer.echo(f"  {'':<{width}}  {'':<9}  note: {v['note']}")
+        if v.get("baseline_line"):
+            typer.echo(f"  {'':<{width}}  {'':<9}  beside it, {v['baseline_line']}")
+    for line in strongest_lines(result):
+        typer.echo(line)
 
 
 def _print_scores(result: dict[str, Any], fpr: float) -> None:

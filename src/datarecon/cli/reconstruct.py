@@ -18,8 +18,6 @@ data spec and labelled as such in the output and in run.json.
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +26,8 @@ import typer
 import yaml
 
 from datarecon.attacks import ATTACKS, INITS
-from datarecon.attacks.base import Target
 from datarecon.cli._common import resume_command
+from datarecon.cli._own import OwnOptions, is_own_model, own_model_target, own_options_refused
 from datarecon.cli.options import (
     Common,
     Flag,
@@ -57,7 +55,6 @@ from datarecon.experiments.reconstruct import (
 )
 from datarecon.kernel.outdir import check_out_dir
 from datarecon.kernel.status import EVALUABLE
-from datarecon.models.byom import build_from_factory, check_outputs, load_weights
 
 DATA_INITS = ("ground-truth", "partition", "mix")
 
@@ -275,20 +272,17 @@ def _own_model(options: ModelOptions, *, init_name: str) -> tuple[str | None, An
     """(run.model, target, record): a model given as package.module:factory becomes the target itself
     (run.model the placeholder OWN_MODEL, the record naming it); the own-model options are refused
     for a model directory (it records them)."""
-    model, weights, input_shape, value_range = options.model, options.weights, options.input_shape, options.value_range
-    loss, weight_decay = options.loss, options.weight_decay
-    if model is not None and (weights is not None or (":" in model and not Path(model).is_dir())):
-        target = own_model_target(model, weights=weights, input_shape=input_shape, value_range=value_range,
-                                  loss=loss, weight_decay=weight_decay)
+    model, weights = options.model, options.weights
+    own = OwnOptions(weights=weights, input_shape=options.input_shape, value_range=options.value_range,
+                     loss=options.loss, weight_decay=options.weight_decay)
+    if model is not None and is_own_model(model, weights):
+        target = own_model_target(model, own)
         if init_name in DATA_INITS:
             raise DataReconError(f"--init {init_name} needs the model's training data; a model given as "
                                  "package.module:factory has none: use --init gaussian or uniform")
         return OWN_MODEL, target, {"own_model": {"factory": model,
                                                  "weights": str(Path(weights).resolve()) if weights else None}}
-    given = [k for k, v in {"--input-shape": input_shape, "--loss": loss}.items() if v is not None]
-    if given or weight_decay:
-        raise DataReconError(f"{', '.join(given + (['--weight-decay'] if weight_decay else []))} apply to "
-                             "--model package.module:factory only; a model directory records them itself")
+    own_options_refused(own)
     return model, None, {}
 
 
@@ -304,45 +298,6 @@ def _check_counts(overrides: dict[str, Any]) -> None:
 def drop_none(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` without ``None`` values, recursively (an option left out overrides nothing)."""
     return {k: drop_none(v) if isinstance(v, dict) else v for k, v in data.items() if v is not None}
-
-
-def _floats(text: str, option: str, *, kind: type = float) -> tuple:
-    try:
-        return tuple(kind(v) for v in text.split(","))
-    except ValueError:
-        raise DataReconError(f"{option} must be comma-separated numbers like 3,32,32 or 0,1; got {text!r}") from None
-
-
-def own_model_target(spec: str, *, weights: Path | None, input_shape: str | None, value_range: str,
-                     loss: str | None, weight_decay: float) -> Any:
-    """The :class:`~datarecon.attacks.base.Target` of ``--model package.module:factory --weights FILE``.
-
-    Imports the factory (the user's own code; the current folder is searched first, as ``python -m``
-    does), loads the safetensors weights (never a pickle) and checks the module with
-    :meth:`Target.from_module`.
-
-    Raises:
-        DataReconError: missing --weights / --input-shape, unknown module or factory, weights that do
-            not match the module (first tensor named), outputs or loss that do not fit.
-    """
-    if weights is None:
-        raise DataReconError(f"--model {spec} needs --weights FILE.safetensors (the trained state dict)")
-    if input_shape is None:
-        raise DataReconError(f"--model {spec} needs --input-shape, the shape of one input, e.g. 3,32,32")
-    shape = _floats(input_shape, "--input-shape", kind=int)
-    lo_hi = _floats(value_range, "--value-range")
-    if len(lo_hi) != 2:
-        raise DataReconError(f"--value-range must be lower,upper like 0,1; got {value_range!r}")
-
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    module = build_from_factory(spec)
-    params = load_weights(module, weights)
-    if loss is None:
-        outputs = check_outputs(module, params, shape, value_range=(lo_hi[0], lo_hi[1]))
-        loss = "logistic" if outputs == 1 else "cross-entropy"
-    return Target.from_module(module, loss=loss, input_shape=shape, value_range=(lo_hi[0], lo_hi[1]),
-                              weight_decay=weight_decay)
 
 
 def _reconstruct_runs(run: ReconstructionRun, out: Path, options: RunOptions, *, runs: int, batch_mode: str, record: dict[str, Any]) -> None:

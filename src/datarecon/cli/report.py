@@ -12,6 +12,9 @@ from datarecon.cli.options import OutFile, out_file_options
 from datarecon.errors import DataReconError
 from datarecon.evaluation.records import read_metrics
 from datarecon.kernel.files import METRICS_FILE, REPORT_HTML
+from datarecon.report import render_report
+from datarecon.report.html import is_report
+from datarecon.report.membership import is_membership_folder, membership_sections
 from datarecon.utils.io import read_json
 
 #: what every ``metrics.json`` of ``datarecon evaluate`` holds (a report needs them)
@@ -56,21 +59,21 @@ def register(app: typer.Typer) -> None:
     @app.command("report")
     @out_file_options(out="Output HTML file.", default=Path(REPORT_HTML))
     def report_cmd(
-        runs: Annotated[list[Path], typer.Argument(help="Evaluated run directories.")],
+        runs: Annotated[list[Path], typer.Argument(help="Evaluated run directories and membership folders "
+                                                        "(datarecon membership --evaluate --out DIR).")],
         title: Annotated[str, typer.Option(help="Report title.")] = "datarecon report",
         threads: ThreadsOption = DEFAULT_THREADS,
         *,
         output: OutFile,
     ) -> None:
-        """Write a self-contained HTML report (images embedded; opens offline)."""
-        # lazy: datarecon.report loads matplotlib, which would slow the start of every other command
-        from datarecon.report import render_report
-        from datarecon.report.html import is_report
-
+        """Write a self-contained HTML report (images embedded; opens offline) of evaluated runs and membership
+        folders."""
         set_threads(threads)
         check_distinct(runs)
         for run in runs:
-            check_evaluated(run)
+            if not is_membership_folder(run):
+                check_evaluated(run)
         out = output.check(ours=is_report, what="report")
-        path = render_report(runs, out=out, title=title)
+        items = [membership_sections(run) if is_membership_folder(run) else run for run in runs]
+        path = render_report(items, out=out, title=title)
         typer.echo(f"wrote {path}")

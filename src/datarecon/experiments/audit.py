@@ -48,6 +48,7 @@ from datarecon.experiments.reproduce.common import (
     attack_piece,
     evaluate_piece,
     finite,
+    model_dir,
     write_csv,
 )
 from datarecon.experiments.reproduce.haim2022 import KKTRunSpec, pool_piece
@@ -131,6 +132,8 @@ class AuditConfig(BaseModel):
         bound_samples: Monte Carlo draws of the DP-SGD bound.
         membership: the membership measurement of every target (:func:`~datarecon.experiments.membership.
             evaluate_membership`; ``references.count`` > 0 adds LiRA and RMIA, trained per target).
+        model_membership: the membership measurement of ``audit --model DIR`` (one given model: the reference attacks
+            by default, as many as their time budget allows).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -156,7 +159,8 @@ class AuditConfig(BaseModel):
     selection: str = "relative_residual"
     evaluation: EvalSettings = EvalSettings(n_floor_noise=500, grid_max=20)
     bound_samples: int = Field(default=20_000, ge=100)
-    membership: MembershipSettings = MembershipSettings()
+    membership: MembershipSettings = MembershipSettings().without_references()
+    model_membership: MembershipSettings = MembershipSettings()
 
     @model_validator(mode="after")
     def _valid(self) -> AuditConfig:
@@ -229,7 +233,7 @@ def membership_piece(key: str, model_key: str, settings: MembershipSettings) -> 
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
         out = d if settings.references.count else None
-        res = evaluate_membership(ctx.dir(model_key) / "model", settings=settings, out=out,
+        res = evaluate_membership(model_dir(ctx, model_key), settings=settings, out=out,
                                   runtime=MembershipRuntime(data_dir=ctx.data_dir, device=ctx.device,
                                                             log=lambda _: None))
         return membership_section(res)
@@ -556,6 +560,26 @@ def report_sections(ctx: Context, cfg: AuditConfig, *, scale: str, wall_s: float
     return secs
 
 
+def summary_lines(out: str | Path) -> list[str]:
+    """One line per target of a finished audit in ``out``: its defence, the reconstruction count beside its held-out
+    and noise nulls, and the strongest membership signal beside the loss threshold."""
+    rows = read_json(Path(out) / "tables" / AUDIT_JSON)["rows"]
+    lines = []
+    for r in rows:
+        eps = f", DP epsilon {r['dp_epsilon']:.3g}" if isinstance(r.get("dp_epsilon"), float) and math.isfinite(
+            r["dp_epsilon"]) else ""
+        member = (f"; membership {r.get('membership_signal')} AUC {_num(r.get('membership_auc'))}, TPR at 1% FPR "
+                  f"{_num(r.get('membership_tpr_1pct'))} (loss threshold AUC {_num(r.get('membership_loss_auc'))})"
+                  if r.get("membership_signal") else "")
+        lines.append(f"  {r['setting']} seed {r['seed']}{eps}: {r.get('count')} of {r.get('n_train')} reconstructed "
+                     f"(held-out null {r.get('count_heldout')}, noise {r.get('count_noise')}){member}")
+    return lines
+
+
+def _num(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, float) and math.isfinite(v) else "n/a"
+
+
 def _caption(f: str) -> str:
     axis = f.removesuffix(".png")
     what = {"dp": "DP-SGD ε", "weight_decay": "weight decay", "epochs": "training epochs"}.get(axis, axis)
@@ -572,4 +596,4 @@ def _table_cell(v: Any) -> Any:
 
 
 __all__ = ["AXES", "AuditConfig", "DPAxis", "SCALES", "Setting", "audit_worker", "group_plan", "load_audit_config",
-           "membership_piece", "plan", "report_sections", "row_for", "run_audit", "settings"]
+           "membership_piece", "plan", "report_sections", "row_for", "run_audit", "settings", "summary_lines"]

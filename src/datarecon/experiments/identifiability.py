@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -38,8 +39,8 @@ from datarecon.registry import Registry
 from datarecon.utils.dtypes import torch_dtype
 from datarecon.utils.io import atomic_write_json, read_json
 
-__all__ = ["OBJECTIVES", "QUICK", "IdentifiabilitySettings", "attach_identifiability", "identifiability",
-           "identifiability_lines", "kkt_gap_probe", "task_sets"]
+__all__ = ["OBJECTIVES", "QUICK", "Examined", "IdentifiabilitySettings", "attach_identifiability", "identifiability",
+           "identifiability_lines", "kkt_gap_probe", "measure", "module_sets", "task_sets"]
 
 #: objective name → (what it is, needs θ_init)
 OBJECTIVES: Registry[tuple[str, bool]] = Registry("identifiability objective")
@@ -166,7 +167,8 @@ def task_sets(task: Any, seed: int) -> tuple[dict[str, tuple[torch.Tensor, torch
 
 def _gradient_objective(name: str, bundle: Any, init: dict[str, torch.Tensor] | None, data: tuple[torch.Tensor, Any],
                         formulation: str, points: int) -> Any:
-    """The fit of one gradient objective for one set (``bundle``: the model and its parameters θ*)."""
+    """The fit of one gradient objective for one set (``bundle``: anything with ``model`` and ``params``: a model
+    directory's bundle, an :class:`Examined` model, or a network in training)."""
     star = {k: v.detach().double() for k, v in bundle.params.items()}
     x, y = data
     if name == "kkt":
@@ -215,6 +217,32 @@ def _dynamics(bundle: Any, meta: dict[str, Any], known: KnownInit, sets: dict[st
     return {"sets": out}
 
 
+@dataclass(frozen=True)
+class Examined:
+    """The model the check reads and what it is measured on.
+
+    Attributes:
+        model, params: the network and θ* (float64); num_outputs, loss, weight_decay: its training.
+        sets: set name → (x, y) in model input space, the training set first (:data:`SETS`).
+        init: θ_init (float64), or None with ``init_missing`` saying why.
+        dynamics: ``dynamics(init, sets, max_steps) -> entry`` of the replay objective, or None: not measured
+            (``dynamics_missing`` says why).
+        notes: notes on the sets (a fake that repeats images).
+    """
+
+    model: torch.nn.Module
+    params: dict[str, torch.Tensor]
+    num_outputs: int
+    loss: Any
+    weight_decay: float
+    sets: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    init: dict[str, torch.Tensor] | None
+    init_missing: str
+    dynamics: Callable[..., dict[str, Any]] | None
+    dynamics_missing: str = ""
+    notes: tuple[str, ...] = ()
+
+
 def identifiability(model_dir: str | Path, settings: IdentifiabilitySettings = IdentifiabilitySettings(), *,
                     data_dir: str | Path | None = None, progress: bool | str = False) -> dict[str, Any]:
     """Each objective's relative residual for the training set and its fakes, with optimal multipliers.
@@ -237,26 +265,65 @@ def identifiability(model_dir: str | Path, settings: IdentifiabilitySettings = I
     sets, notes = _sets(bundle, meta, settings.seed, data_dir)
     known, init_missing = _theta_init(meta, bundle, model_dir)
     init = None if known is None else dict(known.params)
-    formulation = _formulation(bundle.arch.num_outputs, bundle.loss)
+    examined = Examined(model=bundle.model, params=dict(bundle.params), num_outputs=bundle.arch.num_outputs,
+                        loss=bundle.loss, weight_decay=bundle.weight_decay, sets=sets, init=init,
+                        init_missing=init_missing, notes=tuple(notes),
+                        dynamics=lambda _init, s, steps: _dynamics(bundle, meta, known, s, steps))
+    return {**measure(examined, settings, progress=progress), "model": str(model_dir),
+            "wall_time_s": time.perf_counter() - t0}
+
+
+def module_sets(train: tuple[torch.Tensor, torch.Tensor], heldout: tuple[torch.Tensor, torch.Tensor] | None, *,
+                seed: int) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], list[str]]:
+    """The training set of a user's model and its fakes (held-out examples matched by label, means of two training
+    examples), from its own inputs and labels; and a note for a fake that repeats examples."""
+    x, y = train
+    y = y.double() if y.dtype.is_floating_point else y
+    sets = {"training set": (x.double(), y), "means of two training images": (_pair_means(x, y, seed).double(), y)}
+    notes = []
+    if heldout is not None:
+        pool = _Pool(x=heldout[0].double(), y=heldout[1].to(y.dtype))
+        sets["held-out images"] = (_matched(pool, y), y)
+        notes.append(_repeats("held-out images", pool, y))
+    return {k: sets[k] for k in SETS if k in sets}, [n for n in notes if n]
+
+
+@dataclass(frozen=True)
+class _Pool:
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def measure(examined: Examined, settings: IdentifiabilitySettings = IdentifiabilitySettings(), *,
+            progress: bool | str = False) -> dict[str, Any]:
+    """Each objective of ``settings`` on the model and sets of ``examined`` (a model directory's, or a user's own
+    model's: :func:`module_sets`).
+
+    Returns:
+        JSON-ready, as :func:`identifiability` (without ``model`` and ``wall_time_s``).
+    """
+    sets, init = examined.sets, examined.init
+    formulation = _formulation(examined.num_outputs, examined.loss)
     result: dict[str, Any] = {}
     for name in track(settings.objectives, desc="identifiability", unit="objective", mode=progress):
         doc, needs_init = OBJECTIVES.get(name)
         if needs_init and init is None:
-            result[name] = {"doc": doc, "note": f"not measured: θ_init cannot be rebuilt ({init_missing})"}
+            result[name] = {"doc": doc, "note": f"not measured: θ_init cannot be rebuilt ({examined.init_missing})"}
             continue
         if name == "dynamics":
-            entry = _dynamics(bundle, meta, known, sets, settings.max_replay_steps)  # type: ignore[arg-type]
+            entry = (examined.dynamics(init, sets, settings.max_replay_steps) if examined.dynamics is not None
+                     else {"note": f"not measured: {examined.dynamics_missing}"})
         else:
-            fits = {s: _gradient_objective(name, bundle, init, data, formulation, settings.path_points)
+            fits = {s: _gradient_objective(name, examined, init, data, formulation, settings.path_points)
                     for s, data in sets.items()}
             entry = {"sets": {s: {"relative_residual": f.relative_residual, "per_layer": f.per_layer}
                               for s, f in fits.items()}}
         result[name] = {"doc": doc, **entry, **_verdict(entry.get("sets"))}
-    return {"model": str(model_dir), "formulation": formulation, "n": int(sets["training set"][0].shape[0]),
-            "sets": list(sets), "objectives": result, "notes": notes, "settings": settings.model_dump(mode="json"),
+    return {"formulation": formulation, "n": int(sets["training set"][0].shape[0]),
+            "sets": list(sets), "objectives": result, "notes": list(examined.notes),
+            "settings": settings.model_dump(mode="json"),
             "weight_decay_note": ("θ_init enters with coefficient 1; training with weight decay shrank it, so the "
-                                  "θ_init objectives overstate every set's residual" if bundle.weight_decay else ""),
-            "wall_time_s": time.perf_counter() - t0}
+                                  "θ_init objectives overstate every set's residual" if examined.weight_decay else "")}
 
 
 @dataclass(frozen=True)

@@ -826,9 +826,20 @@ def _run_record(run: ReconstructionRun, attack: Any, setup: AttackSetup, target:
 
 
 def early_stop_rule(run: ReconstructionRun) -> Any:
-    """The run's attacker-side early stop (a residual plateau), or None when ``patience`` is 0."""
+    """The run's attacker-side early stop (a plateau of the metric its attack declares,
+    :attr:`~datarecon.attacks.base.Attack.early_stop_metric`), or None when ``patience`` is 0.
+
+    Raises:
+        DataReconError: an early stop asked of an attack that declares no metric for it.
+    """
     stop = run.early_stop
-    return ResidualPlateau(key="rel_residual", patience=stop.patience, rel_tol=stop.rel_tol) if stop.patience else None
+    if not stop.patience:
+        return None
+    metric = ATTACKS.get(run.method).early_stop_metric
+    if metric is None:
+        raise DataReconError(f"attack {run.method!r} declares no metric an early stop can watch; drop "
+                             "--early-stop-patience (early_stop.patience 0)")
+    return ResidualPlateau(key=metric, patience=stop.patience, rel_tol=stop.rel_tol)
 
 
 def run_loop(run: ReconstructionRun, options: RunOptions) -> Any:

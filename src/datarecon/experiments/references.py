@@ -2,13 +2,16 @@
 
 The reference-model attacks (LiRA, RMIA; :mod:`datarecon.attacks.mia.reference`) compare the target
 with K models the attacker trains itself, with the recipe it knows (the target's model directory
-records it: architecture, loss, optimiser, learning rate, batch size, epochs, dtype), on random
-subsets of a **pool** of images: reference model k trains on ``per_class`` images of every task
-class drawn from the pool by a generator seeded with SHA-256 of (seed, k) (:func:`subset`), so each
-pool image is in about n / |pool| of the models and the attacker knows which. The pool is the set of
-candidates whose membership is asked (members and non-members alike, as in LiRA's online setting):
-an attacker who does not know the answer treats every candidate the same. Each model is then queried
-on every pool image and on the population samples (RMIA's z), and its statistics
+records it: architecture, loss, optimiser, learning rate, batch size, epochs, dtype; or, for a
+user's own model, the user's training function: :class:`RecipeTrainer`, :class:`FunctionTrainer`) on
+random subsets of a **pool** of images. The pool holds every candidate whose membership is asked;
+the models train only on its **eligible** part, the target's members and as many non-members of each
+class (LiRA's design, Carlini et al. 2022 §4.2): reference model k trains on ``per_class`` images of
+every task class drawn from the eligible ones by a generator seeded with SHA-256 of (seed, k)
+(:func:`subset`), so each eligible candidate is in half of the models, and the attacker knows which.
+An attacker who does not know the answer treats every eligible candidate the same. Each model is then
+queried on every pool image (the large non-member draw included, which no model trains on) and on
+the population samples (RMIA's z), and its statistics
 (:class:`~datarecon.attacks.mia.statistics.ExampleStatistics`) are kept.
 
 Storage, below a membership folder (``OUT``)::
@@ -17,7 +20,8 @@ Storage, below a membership folder (``OUT``)::
     OUT/pool.safetensors                   the pool (display images, labels, task classes) and the population
     OUT/references/ref-00007/DONE.json     completion marker (:mod:`datarecon.experiments.reproduce.pieces`)
     OUT/references/ref-00007/stats.safetensors   its statistics on the pool and the population, its subset
-    OUT/references/ref-00007/weights.safetensors its weights and input mean (``keep_weights``)
+    OUT/references/ref-00007/weights.safetensors its weights and input mean (``keep_weights``, and always for
+                                           the first :data:`KEPT_ALWAYS`, which play the target in turn)
 
 Every reference model is one piece whose hash covers the recipe, the pool's fingerprint, its index
 and the seed, and not K; its marker records the SHA-256 of its files, checked whenever they are read
@@ -29,16 +33,22 @@ several models per task.
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
+import importlib
+import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from torch import nn
 
 from datarecon.attacks.mia.statistics import example_statistics
 from datarecon.config import MAX_SEED, Seed
@@ -50,12 +60,14 @@ from datarecon.kernel.engine import LineRate, LoopState, ProgressBar
 from datarecon.models.spec import build_model
 from datarecon.training.target import TrainConfig, fit_on_images
 from datarecon.utils.dtypes import torch_dtype
+from datarecon.utils.threads import set_threads
 from datarecon.kernel.files import DONE_MARKER
 from datarecon.utils.io import config_hash, load_tensors, read_json, save_tensors, sha256_file
 
-__all__ = ["POOL_FILE", "REFERENCES_DIR", "ReferenceJob", "ReferencePool", "ReferenceSettings", "ReferenceStatistics",
-           "done_record", "load_reference_model", "load_statistics", "read_checked", "reference_config",
-           "reference_dir", "reference_seed", "reference_worker", "subset", "train_references"]
+__all__ = ["AUTO", "FunctionTrainer", "KEPT_ALWAYS", "POOL_FILE", "REFERENCES_DIR", "RecipeTrainer", "ReferenceJob",
+           "ReferencePool", "ReferenceSettings", "ReferenceStatistics", "done_record", "import_callable",
+           "load_reference_model", "load_statistics", "read_checked", "reference_config", "reference_dir",
+           "reference_seed", "reference_worker", "subset", "train_references", "trained_times"]
 
 POOL_FILE = "pool.safetensors"
 REFERENCES_DIR = "references"
@@ -69,22 +81,47 @@ PER_TASK = 8
 POLL_S = 1.0
 #: a progress line (in a log) per this fraction of the reference models
 PROGRESS_FRACTION = 0.1
+#: the first reference models keep their weights whatever ``keep_weights`` says: they play the target in turn to
+#: choose the strongest signal, and the white-box signals need their weights there
+KEPT_ALWAYS = 4
+#: ``count: auto``: the number of reference models follows from the time budget
+AUTO = "auto"
 
 
 class ReferenceSettings(BaseModel):
     """How many reference models, and how they are drawn.
 
     Attributes:
-        count: reference models K (0: none; the loss, confidence, gradient-norm and subspace signals only)
+        count: reference models K; auto: as many as the time budget allows, estimated from the first models trained
+            (0: none; the loss, confidence, gradient-norm and subspace signals only)
+        budget_minutes: with count auto, the wall time the reference models may take (their training, on the
+            workers given)
         seed: seed of the reference models' training subsets and initialisations
-        keep_weights: keep each reference model's weights in the folder (to score other images later)
+        keep_weights: keep every reference model's weights in the folder (to score other images later); the first
+            four are kept in any case (they play the target to choose the strongest signal)
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    count: int = Field(default=0, ge=0, le=MAX_REFERENCES)
+    count: int | Literal["auto"] = Field(default=AUTO, union_mode="left_to_right")
+    budget_minutes: float = Field(default=3.0, gt=0, le=24 * 60)
     seed: Seed = 0
     keep_weights: bool = True
+
+    @property
+    def auto(self) -> bool:
+        return self.count == AUTO
+
+    def fixed(self, count: int) -> ReferenceSettings:
+        """These settings with ``count`` models."""
+        return self.model_copy(update={"count": int(count)})
+
+    @field_validator("count")
+    @classmethod
+    def _count(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 0 <= value <= MAX_REFERENCES:
+            raise ValueError(f"count must be auto or between 0 and {MAX_REFERENCES}, got {value}")
+        return value
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,10 +129,13 @@ class ReferencePool:
     """The images the reference models train on and are queried on.
 
     Attributes:
-        x: (N, C, H, W) display-space pool images in [0, 1] (the candidates).
+        x: (N, C, H, W) pool images (the candidates): display-space images in [0, 1] of a model directory, the
+            model's own inputs for a user's model.
         y: (N,) their labels in the task's convention.
         classes: (N,) int64 task-class index of each (the subsets are class-balanced).
         z_x: (M, C, H, W) population samples (never in a reference model's training set); z_y: (M,).
+        eligible: (N,) bool, the candidates the reference models train on (the members and as many non-members of
+            each class: each is in half of the models).
     """
 
     x: torch.Tensor
@@ -103,24 +143,30 @@ class ReferencePool:
     classes: torch.Tensor
     z_x: torch.Tensor
     z_y: torch.Tensor
+    eligible: torch.Tensor
 
     def fingerprint(self) -> str:
         """SHA-256 (16 hex digits) of every tensor of the pool."""
         h = hashlib.sha256()
-        for t in (self.x.to(torch.float32), self.y, self.classes, self.z_x.to(torch.float32), self.z_y):
+        for t in (self.x.to(torch.float32), self.y, self.classes, self.z_x.to(torch.float32), self.z_y,
+                  self.eligible.to(torch.bool)):
             t = t.detach().contiguous().cpu()
             h.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
             h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
         return h.hexdigest()[:16]
 
     def save(self, path: Path) -> None:
-        save_tensors(path, {"x": self.x, "y": self.y, "classes": self.classes, "z_x": self.z_x, "z_y": self.z_y})
+        save_tensors(path, {"x": self.x, "y": self.y, "classes": self.classes, "z_x": self.z_x, "z_y": self.z_y,
+                            "eligible": self.eligible.to(torch.bool)})
 
     @classmethod
     def load(cls, path: Path) -> ReferencePool:
         t = load_tensors(path)
+        if "eligible" not in t and "x" in t:
+            raise DataReconError(f"{path} holds reference models trained on the whole pool by an earlier datarecon "
+                                 "version; pass --overwrite to train them in LiRA's half-in design")
         try:
-            return cls(x=t["x"], y=t["y"], classes=t["classes"], z_x=t["z_x"], z_y=t["z_y"])
+            return cls(x=t["x"], y=t["y"], classes=t["classes"], z_x=t["z_x"], z_y=t["z_y"], eligible=t["eligible"])
         except KeyError as exc:
             raise DataReconError(f"{path} lacks the tensor {exc.args[0]!r}; rerun with --overwrite") from None
 
@@ -131,24 +177,28 @@ def reference_seed(seed: int, index: int, what: str) -> int:
     return int.from_bytes(digest[:8], "little") % MAX_SEED
 
 
-def subset(classes: torch.Tensor | np.ndarray, per_class: int, *, seed: int, index: int) -> np.ndarray:
-    """The pool positions reference model ``index`` trains on: ``per_class`` of each task class, sorted.
+def subset(classes: torch.Tensor | np.ndarray, per_class: int | Mapping[int, int], *, seed: int, index: int,
+           eligible: torch.Tensor | np.ndarray | None = None) -> np.ndarray:
+    """The pool positions reference model ``index`` trains on: ``per_class`` of each task class (a count, or a count
+    per class) among the eligible positions (None: all), sorted.
 
     Drawn by ``torch.randperm`` per class from a generator seeded with SHA-256 of (``seed``, ``index``),
     so any model's subset is recomputed from the seed alone.
 
     Raises:
-        DataReconError: a class with fewer than ``per_class`` pool images.
+        DataReconError: a class with fewer than ``per_class`` eligible pool images.
     """
     c = np.asarray(classes, dtype=np.int64)
+    ok = np.ones(c.size, dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool)
     gen = torch.Generator().manual_seed(reference_seed(seed, index, "subset"))
     parts = []
-    for k in np.unique(c):
-        pos = np.flatnonzero(c == k)
-        if pos.size < per_class:
-            raise DataReconError(f"the pool has {pos.size} images of task class {int(k)}, fewer than the {per_class} "
+    for k in np.unique(c[ok]):
+        need = per_class if isinstance(per_class, int) else int(per_class.get(int(k), 0))
+        pos = np.flatnonzero((c == k) & ok)
+        if pos.size < need:
+            raise DataReconError(f"the pool has {pos.size} images of task class {int(k)}, fewer than the {need} "
                                  "per class a reference model trains on; draw more non-members")
-        parts.append(pos[torch.randperm(pos.size, generator=gen).numpy()[:per_class]])
+        parts.append(pos[torch.randperm(pos.size, generator=gen).numpy()[:need]])
     return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
 
@@ -159,64 +209,207 @@ def reference_config(config: TrainConfig, *, seed: int, index: int, device: str)
                                      "kkt_score": False, "log_every": max(config.epochs, 1)})
 
 
-def _statistics_of(fitted: Any, x: torch.Tensor, y: torch.Tensor, loss: str) -> dict[str, torch.Tensor]:
-    model = fitted.model
+def _statistics_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss: Any) -> dict[str, torch.Tensor]:
     dtype = next(model.parameters()).dtype
-    return example_statistics(model, fitted.normalisation.to_model(x).to(dtype), y, loss=loss).tensors()
+    return example_statistics(model, x.to(dtype), y, loss=loss).tensors()
 
 
-def _piece(index: int, *, config: TrainConfig, pool_key: str, settings: ReferenceSettings, per_class: int) -> Piece:
+def import_callable(spec: str, *, what: str) -> Callable[..., Any]:
+    """``package.module:name`` imported (the user's own code; the current folder is searched first, as ``python -m``
+    does).
+
+    Raises:
+        DataReconError: not of the form package.module:name, a module that cannot be imported, no such name, or
+            not callable.
+    """
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise DataReconError(f"{what} {spec!r} must be package.module:function")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        raise DataReconError(f"{what} {spec!r}: module {exc.name!r} not found; run from the folder that holds "
+                             "it or install it") from None
+    except AttributeError:
+        raise DataReconError(f"{what} {spec!r}: {module} has no {name!r}") from None
+    if not callable(found):
+        raise DataReconError(f"{what} {spec!r} is not callable")
+    return found
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A trained reference model: the network (eval mode, CPU), the shift of its inputs (model input = pool image −
+    shift) and what its training reported."""
+
+    model: nn.Module
+    shift: torch.Tensor
+    record: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RecipeTrainer:
+    """Reference models trained by datarecon's own training with a model directory's recorded recipe
+    (:func:`~datarecon.training.target.fit_on_images`, a new initialisation and batch order per model).
+
+    Attributes:
+        config: the target's training config (the recipe the attacker knows).
+    """
+
+    config: TrainConfig
+
+    @property
+    def loss(self) -> Any:
+        return self.config.loss
+
+    @property
+    def label(self) -> str:
+        """How the reference models train, in words."""
+        return "the model's recorded training recipe"
+
+    def identity(self) -> dict[str, Any]:
+        """What the reference models' piece hash covers of the recipe."""
+        recipe = self.config.model_dump(mode="json", exclude={"device", "checkpoint_every", "log_every", "kkt_score",
+                                                               "seed"})
+        return {"recipe": config_hash(recipe)}
+
+    def payload(self) -> dict[str, Any] | None:
+        return {"kind": "recipe", "config": self.config.model_dump(mode="json")}
+
+    def fit(self, x: torch.Tensor, y: torch.Tensor, *, seed: int, index: int, device: str) -> Fitted:
+        cfg = reference_config(self.config, seed=seed, index=index, device=device)
+        fitted = fit_on_images(cfg, x, y, device=device)
+        return Fitted(model=fitted.model, shift=fitted.normalisation.mean.to(torch.float64),
+                      record={"train_accuracy": fitted.fit.metrics["train_acc"], "train_loss": fitted.fit.metrics["loss"],
+                              "epochs_done": fitted.fit.epochs_done})
+
+    def build(self) -> nn.Module:
+        return build_model(self.config.arch_spec(), dtype=torch_dtype(self.config.dtype))
+
+
+@dataclass(frozen=True)
+class FunctionTrainer:
+    """Reference models of a user's own model, trained by the user's function ``train(x, y, seed) -> nn.Module`` on
+    the model's own inputs.
+
+    Attributes:
+        train: the training function (the seed is drawn per model from the reference seed).
+        blank: ``blank() -> nn.Module`` of the architecture (to load kept weights into).
+        loss: the training loss (a ``LOSSES`` name or a callable).
+        name: ``package.module:function`` when the function can be imported by name (reference models may then
+            train in worker processes), else its qualified name (trained in this process).
+        factory: ``package.module:factory`` of the architecture when importable (for the workers), else None.
+    """
+
+    train: Callable[..., nn.Module]
+    blank: Callable[[], nn.Module]
+    loss: Any
+    name: str
+    factory: str | None = None
+
+    @property
+    def label(self) -> str:
+        """How the reference models train, in words."""
+        return f"your training function {self.name}"
+
+    def identity(self) -> dict[str, Any]:
+        return {"train": self.name, "loss": self.loss if isinstance(self.loss, str) else getattr(self.loss,
+                                                                                                  "__qualname__", "")}
+
+    def payload(self) -> dict[str, Any] | None:
+        if ":" not in self.name or self.factory is None or not isinstance(self.loss, str):
+            return None
+        return {"kind": "function", "train": self.name, "factory": self.factory, "loss": self.loss, "cwd": os.getcwd()}
+
+    def fit(self, x: torch.Tensor, y: torch.Tensor, *, seed: int, index: int, device: str) -> Fitted:
+        model = self.train(x, y, reference_seed(seed, index, "init"))
+        if not isinstance(model, nn.Module):
+            raise DataReconError(f"the training function {self.name} returned {type(model).__name__}, not an "
+                                 "nn.Module; return the trained network")
+        return Fitted(model=model.to("cpu").eval(), shift=torch.zeros(x.shape[1:], dtype=torch.float64), record={})
+
+    def build(self) -> nn.Module:
+        return self.blank()
+
+
+Trainer = RecipeTrainer | FunctionTrainer
+
+
+def trainer_from_payload(payload: dict[str, Any]) -> Trainer:
+    """The trainer a worker process rebuilds from :meth:`RecipeTrainer.payload` / :meth:`FunctionTrainer.payload`."""
+    if payload["kind"] == "recipe":
+        return RecipeTrainer(TrainConfig.model_validate(payload["config"]))
+    if payload.get("cwd") and payload["cwd"] not in sys.path:
+        sys.path.insert(0, payload["cwd"])
+    factory = import_callable(payload["factory"], what="--model")
+    return FunctionTrainer(train=import_callable(payload["train"], what="--recipe"), blank=factory,
+                           loss=payload["loss"], name=payload["train"], factory=payload["factory"])
+
+
+def _piece(index: int, job: ReferenceJob) -> Piece:
     """Train reference model ``index`` and keep its statistics (and weights)."""
+    settings, pool_key = job.settings, job.pool_key
+    keep = settings.keep_weights or index < KEPT_ALWAYS
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
         pool = ReferencePool.load(ctx.out / POOL_FILE)
         if pool.fingerprint() != pool_key:
             raise DataReconError(f"{ctx.out / POOL_FILE} changed since this membership folder was planned; rerun "
                                  "with --overwrite")
-        pos = subset(pool.classes, per_class, seed=settings.seed, index=index)
-        cfg = reference_config(config, seed=settings.seed, index=index, device=ctx.device)
+        pos = subset(pool.classes, job.per_class, seed=settings.seed, index=index, eligible=pool.eligible)
         t0 = time.perf_counter()
-        fitted = fit_on_images(cfg, pool.x[pos], pool.y[pos], device=ctx.device)
+        fitted = job.trainer.fit(pool.x[pos], pool.y[pos], seed=settings.seed, index=index, device=ctx.device)
         inside = torch.zeros(pool.x.shape[0], dtype=torch.bool)
         inside[torch.as_tensor(pos)] = True
-        stats = {f"pool.{k}": v for k, v in _statistics_of(fitted, pool.x, pool.y, cfg.loss).items()}
-        stats.update({f"population.{k}": v for k, v in _statistics_of(fitted, pool.z_x, pool.z_y, cfg.loss).items()})
+        shift = fitted.shift
+        stats = {f"pool.{k}": v for k, v in _statistics_of(fitted.model, pool.x - shift, pool.y, job.trainer.loss).items()}
+        stats.update({f"population.{k}": v for k, v in _statistics_of(fitted.model, pool.z_x - shift, pool.z_y,
+                                                                      job.trainer.loss).items()})
         save_tensors(d / STATS_FILE, {**stats, "inside": inside})
-        if settings.keep_weights:
+        if keep:
             save_tensors(d / REFERENCE_WEIGHTS, {**{f"model.{k}": v for k, v in fitted.model.state_dict().items()},
-                                                 "input_mean": fitted.normalisation.mean})
-        kept = (STATS_FILE, REFERENCE_WEIGHTS) if settings.keep_weights else (STATS_FILE,)
-        return {"index": index, "train_accuracy": fitted.fit.metrics["train_acc"],
-                "train_loss": fitted.fit.metrics["loss"], "epochs_done": fitted.fit.epochs_done,
-                "pool": pool_key, "sha256": {name: sha256_file(d / name) for name in kept},
+                                                 "input_mean": shift})
+        kept = (STATS_FILE, REFERENCE_WEIGHTS) if keep else (STATS_FILE,)
+        return {"index": index, **fitted.record, "pool": pool_key, "sha256": {name: sha256_file(d / name) for name in kept},
                 "wall_time_s": time.perf_counter() - t0}
 
-    recipe = config.model_dump(mode="json", exclude={"device", "checkpoint_every", "log_every", "kkt_score", "seed"})
     # "checksummed": models kept before their files' SHA-256 was recorded are trained again, not read unchecked
-    spec = {"recipe": config_hash(recipe), "pool": pool_key, "index": index, "seed": settings.seed,
-            "per_class": per_class, "keep_weights": settings.keep_weights, "checksummed": True}
+    spec = {**job.trainer.identity(), "pool": pool_key, "index": index, "seed": settings.seed,
+            "per_class": job.per_class, "keep_weights": keep, "checksummed": True}
     return Piece(key=f"{REFERENCES_DIR}/ref-{index:05d}", run=run, spec=spec, kind="reference")
-
-
-def plan(config: TrainConfig, pool_key: str, settings: ReferenceSettings, *, per_class: int) -> list[Piece]:
-    """The pieces of reference models 0 .. K−1."""
-    return [_piece(k, config=config, pool_key=pool_key, settings=settings, per_class=per_class)
-            for k in range(settings.count)]
 
 
 def reference_worker(payload: dict[str, Any]) -> dict[str, Any]:
     """Backend task: train reference models ``start`` .. ``stop`` − 1 (top level: spawn and Ray import it).
 
-    Payload: ``out``, ``config`` (TrainConfig JSON), ``pool_key``, ``settings`` (ReferenceSettings JSON),
-    ``per_class``, ``start``, ``stop``, ``device``, ``threads``.
+    Payload: ``out``, ``trainer`` (:func:`trainer_from_payload`), ``pool_key``, ``settings`` (ReferenceSettings
+    JSON), ``per_class``, ``start``, ``stop``, ``device``, ``threads``.
     """
-    if payload.get("threads"):
-        torch.set_num_threads(int(payload["threads"]))
-    config = TrainConfig.model_validate(payload["config"])
-    settings = ReferenceSettings.model_validate(payload["settings"])
-    pieces = [_piece(k, config=config, pool_key=payload["pool_key"], settings=settings,
-                     per_class=int(payload["per_class"])) for k in range(int(payload["start"]), int(payload["stop"]))]
-    ctx = Context(out=Path(payload["out"]), device=payload.get("device", "cpu"))
+    set_threads(payload.get("threads"))
+    job = ReferenceJob(out=Path(payload["out"]), trainer=trainer_from_payload(payload["trainer"]),
+                       pool_key=payload["pool_key"], settings=ReferenceSettings.model_validate(payload["settings"]),
+                       per_class=_per_class(payload["per_class"]))
+    return _train_range(job, payload)
+
+
+def _per_class(value: int | Mapping[str, int]) -> int | dict[int, int]:
+    """``per_class`` as JSON carried it (the keys of a per-class count became strings)."""
+    return int(value) if isinstance(value, int) else {int(k): int(v) for k, v in value.items()}
+
+
+def trained_times(out: Path, indices: Iterable[int]) -> list[float]:
+    """The training wall times (seconds) the completion markers of reference models ``indices`` record (those that
+    record one)."""
+    times = [done_record(out, k).get("wall_time_s") for k in indices]
+    return [float(t) for t in times if isinstance(t, (int, float))]
+
+
+def _train_range(job: ReferenceJob, payload: dict[str, Any]) -> dict[str, Any]:
+    """Train reference models ``payload["start"]`` .. ``payload["stop"]`` − 1 of ``job`` in this process."""
+    pieces = [_piece(k, job) for k in range(int(payload["start"]), int(payload["stop"]))]
+    ctx = Context(out=job.out, device=payload.get("device", "cpu"))
     t0 = time.perf_counter()
     records = execute(pieces, ctx, log=lambda _: None)
     return {"ran": sum(r.status == "ran" for r in records), "wall_time_s": time.perf_counter() - t0}
@@ -290,8 +483,8 @@ def read_checked(out: Path, index: int, name: str) -> dict[str, torch.Tensor]:
     return load_tensors(path)
 
 
-def load_reference_model(out: Path, index: int, config: TrainConfig) -> tuple[torch.nn.Module, torch.Tensor]:
-    """Reference model ``index`` kept under ``out`` (eval mode) and its input mean (C, H, W).
+def load_reference_model(out: Path, index: int, trainer: Trainer) -> tuple[torch.nn.Module, torch.Tensor]:
+    """Reference model ``index`` kept under ``out`` (eval mode) and its input shift (C, H, W).
 
     Raises:
         DataReconError: its weights were not kept (``keep_weights`` off), do not match their checksum or do not fit
@@ -302,7 +495,7 @@ def load_reference_model(out: Path, index: int, config: TrainConfig) -> tuple[to
         raise DataReconError(f"{path} is missing: the reference models' weights were not kept; rerun with "
                              "keep_weights on")
     tensors = read_checked(out, index, REFERENCE_WEIGHTS)
-    model = build_model(config.arch_spec(), dtype=torch_dtype(config.dtype))
+    model = copy.deepcopy(trainer.build())
     try:
         model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
     except RuntimeError as exc:
@@ -340,20 +533,22 @@ class ReferenceJob:
 
     Attributes:
         out: the membership folder (``out/pool.safetensors`` written).
-        config: the target's training config (the recipe the attacker knows).
+        trainer: how a reference model trains (the recipe the attacker knows).
         pool_key: the pool's fingerprint (:meth:`ReferencePool.fingerprint`).
-        settings: K, the seed, whether to keep weights.
-        per_class: training images per task class of each model (the target's n per class).
+        settings: K (a number), the seed, whether to keep weights.
+        per_class: training images per task class of each model (the target's members per class), a count or a
+            count per class.
     """
 
     out: Path
-    config: TrainConfig
+    trainer: Trainer
     pool_key: str
     settings: ReferenceSettings
-    per_class: int
+    per_class: int | dict[int, int]
 
     def pieces(self) -> list[Piece]:
-        return plan(self.config, self.pool_key, self.settings, per_class=self.per_class)
+        """The pieces of reference models 0 .. K − 1."""
+        return [_piece(k, self) for k in range(int(self.settings.count))]
 
 
 def train_references(job: ReferenceJob, *, execution: Execution = Execution(), device: str = "cpu",
@@ -415,7 +610,15 @@ def _run_tasks(job: ReferenceJob, *, todo: list[int], execution: Execution, devi
                log: Callable[[str], None], progress: bool | str) -> None:
     """Fan the unfinished models out as tasks (one model each in the driver, up to :data:`PER_TASK` consecutive ones
     in worker processes, where a task's start-up is worth sharing); progress counts models as they finish."""
-    base = {"out": str(job.out), "config": job.config.model_dump(mode="json"), "pool_key": job.pool_key,
+    trainer = job.trainer.payload()
+    worker: Callable[[dict[str, Any]], dict[str, Any]] = reference_worker
+    if trainer is None:  # a function that cannot be imported by name: it trains in this process only
+        if not (execution.backend == "local" and (execution.workers or 1) == 1):
+            raise DataReconError(f"{job.trainer.label} cannot be imported by "
+                                 "name, so its reference models train in this process only; use one worker (or "
+                                 "name it package.module:function)")
+        worker = functools.partial(_train_range, job)
+    base = {"out": str(job.out), "trainer": trainer, "pool_key": job.pool_key,
             "settings": job.settings.model_dump(mode="json"), "per_class": job.per_class, "device": device,
             "threads": execution.threads}
     log(f"training {len(todo)} reference models ({job.settings.count - len(todo)} kept from an earlier call) on "
@@ -424,7 +627,7 @@ def _run_tasks(job: ReferenceJob, *, todo: list[int], execution: Execution, devi
     t0 = time.perf_counter()
     bar = ProgressBar(desc="reference models", unit="model", mode=progress,
                       rate=LineRate(interval_s=0.0, min_fraction=PROGRESS_FRACTION))
-    with make_backend(execution.backend, reference_worker, workers=execution.workers,
+    with make_backend(execution.backend, worker, workers=execution.workers,
                       **execution.backend_options()) as be:
         size = 1 if getattr(be, "in_process", False) else PER_TASK
         tasks = [Task(key=f"ref-{c[0]:05d}-{c[-1]:05d}", payload={**base, "start": c[0], "stop": c[-1] + 1})

@@ -40,5 +40,10 @@ TIMINGS_JSON = "timings.json"
 TASK_FILE = "task.json"
 AUDIT_JSON = "audit.json"
 
-# membership folders: the model the folder measures (written first)
+# membership folders: the model the folder measures (written first), the result, the per-candidate scores, the most
+# exposed members (ranked table; images of the first ones)
 MEMBERSHIP_TARGET = "target.json"
+MEMBERSHIP_RESULT = "membership.json"
+MEMBERSHIP_SCORES = "scores.safetensors"
+MEMBERSHIP_EXPOSED = "exposed.safetensors"
+MEMBERSHIP_EXPOSED_CSV = "exposed.csv"

@@ -132,11 +132,12 @@ _register("store", ArtefactKind(
     "results store", ("index.sqlite",),
     ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm", "index.sqlite-journal", "runs", "pools", "sweeps")))
 _register("reproduction", ArtefactKind("reproduction folder", (REPRODUCTION_JSON,), None, resumable=True))
-# a membership folder (``datarecon membership --out``): its result, scores, figure, pool and reference models
+# a membership folder (``datarecon membership --out``): its result, scores, figure, the most exposed members, pool and
+# reference models
 _register("membership", ArtefactKind(
     "membership folder", ("membership.json", "pool.safetensors"),
-    ("membership.json", "images.json", "scores.safetensors", "signals.csv", "roc.png", "pool.safetensors", "references",
-     MEMBERSHIP_TARGET, REPORT_HTML)))
+    ("membership.json", "images.json", "scores.safetensors", "signals.csv", "roc.png", "exposed.csv",
+     "exposed.safetensors", "pool.safetensors", "references", MEMBERSHIP_TARGET, REPORT_HTML)))
 _register("experiment", ArtefactKind(
     "experiment folder", (EXPERIMENT_JSON,), (EXPERIMENT_JSON, "model", "run", REPORT_HTML)))
 
@@ -373,6 +374,10 @@ def check_out_file(path: str | Path, *, overwrite: bool, ours: Callable[[Path], 
     return path
 
 
+#: how the options these refusals name are spelled in the Python API (the same message reaches both)
+PYTHON_SPELLING = "in Python: resume=True, overwrite=True, another out"
+
+
 def _unfinished(out: Path, kind: str) -> str | None:
     """" (stopped at step N)"-like note when ``out`` holds an unfinished run of ``kind`` (None otherwise)."""
     try:
@@ -399,8 +404,8 @@ def _exists_message(out: Path, entry: ArtefactKind) -> str:
     unfinished = _unfinished(out, entry.name) if entry.recognises(out) else None
     if unfinished and entry.resumable:
         return (f"{out} holds {unfinished}; pass --resume to continue it, --overwrite to start afresh, "
-                "or choose another --out")
-    return f"output directory {out} exists; pass --overwrite to replace it or choose another --out"
+                f"or choose another --out ({PYTHON_SPELLING})")
+    return f"output directory {out} exists; pass --overwrite to replace it or choose another --out ({PYTHON_SPELLING})"
 
 
 def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume: bool = False,

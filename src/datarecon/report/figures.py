@@ -18,19 +18,17 @@ import io
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
+import numpy as np
+import torch
 
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from datarecon.errors import DataReconError
+from datarecon.report.style import series
+from datarecon.utils.io import atomic_write_bytes
 
-from datarecon.errors import DataReconError  # noqa: E402
-from datarecon.report.style import series  # noqa: E402
-from datarecon.utils.io import atomic_write_bytes  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "figure_png",
@@ -41,6 +39,9 @@ __all__ = [
     "ssim_vs_margin",
     "roc_curves",
     "scree_plot",
+    "membership_roc_figure",
+    "score_histograms",
+    "image_strip",
     "landscape_heatmaps",
     "interpolation_curves",
     "LANDSCAPE_SETS",
@@ -54,12 +55,23 @@ SET_TITLES = {"train": "training", "partition": "partition", "noise": "noise", "
               "init": "start"}
 
 
+def _pyplot() -> Any:
+    """matplotlib's pyplot (Agg backend), imported at the first figure: a measured start-up cost (about 0.2 s
+    that every command paid before it drew anything; docs/PERFORMANCE.md, "Start-up")."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def figure_png(fig: Figure, *, dpi: int = 100, close: bool = True) -> bytes:
     """Render ``fig`` to PNG bytes (and close it unless ``close=False``)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     if close:
-        plt.close(fig)
+        _pyplot().close(fig)
     return buf.getvalue()
 
 
@@ -119,7 +131,7 @@ def neighbour_grid(candidates: torch.Tensor, matches: Mapping[str, torch.Tensor]
     gpr = max(1, min(groups_per_row, k))
     rows = math.ceil(k / gpr)
     header = (1 if title else 0) + len(indices or {}) + (1 if total is not None or sorted_by else 0)
-    fig, axes = plt.subplots(rows, gpr * width, figsize=(1.1 * gpr * width, 1.5 * rows + 0.2 * header), squeeze=False)
+    fig, axes = _pyplot().subplots(rows, gpr * width, figsize=(1.1 * gpr * width, 1.5 * rows + 0.2 * header), squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     for i in range(k):
@@ -169,7 +181,7 @@ def sorted_ssim_curve(curves: Mapping[str, Sequence[float | None]], *, threshold
         window: SSIM window named in the axis label (it changes the values).
         title: Axes title.
     """
-    fig, ax = plt.subplots(figsize=(5, 3.4))
+    fig, ax = _pyplot().subplots(figsize=(5, 3.4))
     n = 0
     for key, vals in sorted(curves.items(), key=lambda kv: series(kv[0]).dashed):  # the attack first
         v = _clean(vals)
@@ -209,7 +221,7 @@ def convergence_curve(steps: Sequence[int], values: Sequence[float], *, key: str
         label: What the metric is called on the axis and in the title (default: ``key``).
     """
     name = label or key.replace("_", " ")
-    fig, ax = plt.subplots(figsize=(5, 3.0))
+    fig, ax = _pyplot().subplots(figsize=(5, 3.0))
     st, v = np.asarray(steps, dtype=float), _clean(values)
     ok = ~np.isnan(v) & (v > 0)
     ax.plot(st[ok], v[ok], color=series("reconstructions").color, lw=1.6, marker="." if ok.sum() < 20 else None)
@@ -238,7 +250,7 @@ def ssim_vs_margin(ssim: Sequence[float | None], margin: Sequence[float], *,
     if s.shape != m.shape:
         raise DataReconError(f"ssim ({s.size}) and margin ({m.size}) have different lengths")
     ok = ~(np.isnan(s) | np.isnan(m))
-    fig, ax = plt.subplots(figsize=(4.5, 3.4))
+    fig, ax = _pyplot().subplots(figsize=(4.5, 3.4))
     ax.scatter(m[ok], s[ok], s=8, alpha=0.7)
     if threshold is not None:
         ax.axhline(threshold, color="gray", lw=0.8, ls=":")
@@ -263,7 +275,7 @@ def scree_plot(values: Sequence[float], *, n_hat: int | None = None, interval: S
         title: Axes title.
     """
     v = _clean(values)
-    fig, ax = plt.subplots(figsize=(5, 3.0))
+    fig, ax = _pyplot().subplots(figsize=(5, 3.0))
     idx = np.arange(1, v.size + 1)
     ok = ~np.isnan(v) & (v > 0)
     ax.plot(idx[ok], v[ok], color=series("reconstructions").color, lw=1.4)
@@ -297,7 +309,7 @@ def roc_curves(rocs: Mapping[str, tuple[Sequence[float], Sequence[float], float]
         rocs: ``{score name: (fpr, tpr, auc)}``; ``auc`` None or NaN is shown as "n/a".
         log: Log-scaled axes (to read TPR at low FPR).
     """
-    fig, ax = plt.subplots(figsize=(4.2, 4))
+    fig, ax = _pyplot().subplots(figsize=(4.2, 4))
     for name, (fpr, tpr, auc) in rocs.items():
         f, t = _clean(fpr), _clean(tpr)
         if f.size and not np.isnan(f).any():
@@ -328,7 +340,7 @@ def membership_roc_figure(rocs: Mapping[str, tuple[Sequence[float], Sequence[flo
             the lowest false-positive rate the non-members resolve).
         strongest: the signal chosen on the calibration part (drawn thicker, named in the legend).
     """
-    fig, ax = plt.subplots(figsize=(4.8, 4.4))
+    fig, ax = _pyplot().subplots(figsize=(4.8, 4.4))
     floor = 1.0 / max(n_nonmembers, 1)
     tfloor = 0.5 / max(n_members, 1)  # below one member in the TPR
     for name, (fpr, tpr, auc) in rocs.items():
@@ -353,6 +365,70 @@ def membership_roc_figure(rocs: Mapping[str, tuple[Sequence[float], Sequence[flo
         ax.legend(fontsize=6.5, loc="lower right")
     ax.set_title(f"Membership: {n_members} members against {n_nonmembers} non-members", fontsize=9)
     fig.tight_layout()
+    return fig
+
+
+def score_histograms(panels: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, bins: int = 30,
+                     columns: int = 4) -> Figure:
+    """Members' and non-members' score distributions of each membership signal, one panel each (density, so that
+    classes of very different sizes compare; the counts are in the legend). The range runs from the 1st percentile
+    of both classes' scores to their maximum; the long tail of a loss-type score below it is gathered in the first
+    bin.
+
+    Args:
+        panels: ``{signal: (member scores, non-member scores)}`` (higher = member).
+        bins: histogram bins over the range of both classes.
+        columns: panels per row.
+    """
+    if not panels:
+        raise DataReconError("no membership scores to draw")
+    cols = max(1, min(columns, len(panels)))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = _pyplot().subplots(rows, cols, figsize=(3.1 * cols, 2.3 * rows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, (name, (mem, non)) in zip(axes.flat, panels.items()):
+        m, n = np.asarray(mem, dtype=float), np.asarray(non, dtype=float)
+        both = np.r_[m, n]
+        both = both[np.isfinite(both)]
+        if not both.size:
+            continue
+        ax.axis("on")
+        lo, hi = float(np.percentile(both, 1)), float(both.max())
+        hi = hi if hi > lo else lo + 1.0
+        edges = np.linspace(lo, hi, bins + 1)
+        m, n = np.clip(m, lo, hi), np.clip(n, lo, hi)
+        ax.hist(n, bins=edges, density=True, alpha=0.55, color=series("heldout").color, label=f"non-members ({n.size})")
+        ax.hist(m, bins=edges, density=True, alpha=0.55, color=series("reconstructions").color,
+                label=f"members ({m.size})")
+        ax.set_title(name, fontsize=8)
+        ax.tick_params(labelsize=6)
+        ax.set_yticks([])
+        ax.legend(fontsize=5.5, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def image_strip(images: torch.Tensor, titles: Sequence[str], *, columns: int = 8) -> Figure:
+    """Images in rows of ``columns``, each with its title (e.g. the most exposed training images, ranked).
+
+    Args:
+        images: (k, C, H, W) in [0, 1] (values outside are clipped; a user's model's inputs are scaled to their
+            range first by the caller).
+        titles: one per image.
+    """
+    k = int(images.shape[0])
+    if k == 0:
+        raise DataReconError("no images to show")
+    cols = max(1, min(columns, k))
+    rows = math.ceil(k / cols)
+    fig, axes = _pyplot().subplots(rows, cols, figsize=(1.15 * cols, 1.35 * rows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for i, ax in zip(range(k), axes.flat):
+        ax.imshow(_img(images[i]), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+        ax.set_title(titles[i], fontsize=6)
+    fig.tight_layout(h_pad=0.4)
     return fig
 
 
@@ -387,7 +463,7 @@ def landscape_heatmaps(results: Mapping[tuple[float, float], Mapping[str, Any]],
         Figure with one heatmap per set (λ₁ on x, λ₂ on y); missing cells blank.
     """
     l1, l2 = _grid(results)
-    fig, axes = plt.subplots(1, len(sets), figsize=(3.6 * len(sets), 3.2), squeeze=False)
+    fig, axes = _pyplot().subplots(1, len(sets), figsize=(3.6 * len(sets), 3.2), squeeze=False)
     for ax, name in zip(axes[0], sets, strict=True):
         grid = np.full((len(l2), len(l1)), np.nan)
         for (a, b), met in results.items():
@@ -424,7 +500,7 @@ def interpolation_curves(results: Mapping[Any, Any], *, sets: Sequence[str] = LA
         by_method = {"": results}
     else:
         by_method = dict(results)
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, axes = _pyplot().subplots(1, 2, figsize=(9, 3.4))
     styles = ["-", "--", ":", "-."]
     for mi, (method, res) in enumerate(by_method.items()):
         _grid(res)

@@ -22,6 +22,7 @@ from typing import Any
 from datarecon.attacks.convergence import RESIDUAL_TOL, Convergence, assess_convergence
 from datarecon.errors import DataReconError
 from datarecon.evaluation import Evaluation
+from datarecon.evaluation.membership import EXPECTED_GAIN
 from datarecon.evaluation.privacy import NEGATIVE, POSITIVE, signal_verdict
 from datarecon.evaluation.records import read_metrics, read_run_fields
 from datarecon.kernel.files import HISTORY, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RUN_JSON, SUBSPACE_FILE
@@ -547,7 +548,8 @@ def _identifiability_card(m: Mapping[str, Any]) -> Card | None:
 
 
 def _membership_line(v: Mapping[str, Any]) -> str:
-    """``AUC 0.989 [0.98–0.99]; TPR 0.71 @1%, 0.29 @0.1%`` for one membership signal, or why it was not measured."""
+    """``AUC 0.989 [0.98–0.99]; TPR 0.71 @1%, 0.29 @0.1% (20 members, 1480 non-members)`` for one membership signal,
+    with the members and non-members it was measured on, or why it was not measured."""
     auc = _finite_float(v.get("auc"))
     if not v.get("applicable") or auc is None:
         return v.get("note") or "not measured"
@@ -557,36 +559,56 @@ def _membership_line(v: Mapping[str, Any]) -> str:
     for f in ("0.01", "0.001"):
         t = _finite_float(tpr.get(f))
         parts.append(f"TPR {t:.2f} @{100 * float(f):g}%" if t is not None else f"TPR @{100 * float(f):g}% not estimable")
-    return "; ".join(parts)
+    where = f" ({v.get('n_members')} members, {v.get('n_nonmembers')} non-members"
+    where += "; the half-in pool)" if v.get("scope") == "the half-in pool" else ")"
+    return "; ".join(parts) + where
 
 
 def _membership_card(m: Mapping[str, Any]) -> Card:
-    """Is an image in the model's training set? Every membership signal of the run's model, the strongest first."""
+    """Is an image in the model's training set? Every membership signal of the run's model (reference attacks
+    included when ``datarecon evaluate --membership DIR`` read a membership folder), the strongest beside the loss
+    threshold, and the empirical ε bound."""
     title = "Membership: can the attacker tell its training images from unseen ones"
     mem = m.get("membership")
     if not mem:
-        return Card(title, [("measured", "no: datarecon evaluate measures it for runs of a model directory; run "
-                                         "`datarecon membership --model M --evaluate`")],
+        return Card(title, [("measured", "no: datarecon evaluate measures it for runs of a model directory; for "
+                                         "your own model run `datarecon membership --model package.module:factory "
+                                         "--weights FILE --train FILE --heldout FILE --evaluate --out DIR` and "
+                                         "`datarecon report DIR`")],
                     lead="Membership was not measured for this run.", status="warn")
-    best = (mem.get("strongest") or {}).get("name")
+    strongest = mem.get("strongest") or {}
+    best = strongest.get("name")
     signals = mem.get("signals") or {}
     rows: list[tuple[str, Any]] = []
     cand = mem.get("candidates") or {}
     non = cand.get("nonmembers") or {}
     rows.append(("members / non-members", f"{(cand.get('members') or {}).get('count')} training images / "
                                           f"{non.get('count')} {non.get('source', '')}"))
-    rows.append(("strongest, chosen on", (mem.get("strongest") or {}).get("rule", "")))
+    rows.append(("strongest, chosen by", strongest.get("rule", "")))
+    if strongest.get("demoted"):
+        rows.append(("replaced by the loss threshold", f"{strongest.get('chosen')}: {strongest['demoted']}"))
     kinds = ("black-box", "white-box", "reference")  # weakest attacker first (metrics.json sorts the names)
     for name, v in sorted(signals.items(), key=lambda kv: kinds.index(kv[1].get("kind")) if kv[1].get("kind") in
                           kinds else len(kinds)):
         rows.append((f"{name} ({v.get('kind')})" + (" — strongest" if name == best else ""), _membership_line(v)))
-    if not mem.get("references"):
-        rows.append(("reference attacks", "not run with this evaluation: `datarecon membership --model M --evaluate "
-                                          "--references 64 --out DIR` trains the reference models (LiRA, RMIA)"))
+    refs = mem.get("references") or {}
+    if refs.get("count"):
+        ins = refs.get("in_models") or {}
+        rows.append(("reference models", f"{refs['count']}; each half-in candidate IN for {ins.get('mean', 0):.1f} "
+                                         "of them on average"))
+    else:
+        rows.append(("reference attacks", ((refs.get("auto") or {}).get("skipped") or
+                                           f"not run with this evaluation; usually the strongest: {EXPECTED_GAIN}. "
+                                           "`datarecon membership --model M --evaluate --out DIR` runs them, "
+                                           "`datarecon evaluate RUN --membership DIR` shows them here")))
+    eps = mem.get("epsilon") or {}
+    if eps.get("line"):
+        rows.append(("empirical epsilon", eps["line"].split("empirical epsilon ", 1)[-1]))
     lead = (f"Strongest signal: {best}, {_membership_line(signals[best])}; the loss threshold: "
             f"{_membership_line(signals.get('loss') or {})}." if best in signals else "No signal was measured.")
-    strong = _finite_float((signals.get(best) or {}).get("auc"))
-    return Card(title, rows, lead=lead, status="warn" if strong is not None and strong > 0.6 else "ok")
+    ci = (signals.get(best) or {}).get("auc_ci")
+    leak = isinstance(ci, list) and len(ci) == 2 and ci[0] > 0.5
+    return Card(title, rows, lead=lead, status="warn" if leak else "ok")
 
 
 def _signal_text(sc: Mapping[str, Any], fprs: Sequence[Any]) -> str:
@@ -808,9 +830,10 @@ def render_report(run_dirs: Sequence[str | os.PathLike | Any], *, out: str | os.
     interpolation curves (one set per method).
 
     Args:
-        run_dirs: Run directories evaluated by :func:`datarecon.evaluation.evaluate_run`, or
+        run_dirs: Run directories evaluated by :func:`datarecon.evaluation.evaluate_run`,
             :class:`~datarecon.evaluation.Evaluation` results of :func:`datarecon.evaluation.evaluate`
-            (a user's own model: no run directory; its section has no attack record).
+            (a user's own model: no run directory; its section has no attack record), or sections built
+            elsewhere (a membership folder's: :func:`datarecon.report.membership.membership_sections`).
         out: Output HTML path.
         title: Report title.
 
@@ -823,9 +846,9 @@ def render_report(run_dirs: Sequence[str | os.PathLike | Any], *, out: str | os.
     items = list(run_dirs)
     if not items:
         raise DataReconError("no run directories given; pass at least one evaluated run")
-    sections = [_evaluation_section(d, i) if isinstance(d, Evaluation) else _run_sections(Path(d))
-                for i, d in enumerate(items)]
-    run_dirs = [Path(d) for d in items if not isinstance(d, Evaluation)]
+    sections = [d if isinstance(d, Section) else _evaluation_section(d, i) if isinstance(d, Evaluation)
+                else _run_sections(Path(d)) for i, d in enumerate(items)]
+    run_dirs = [Path(d) for d in items if not isinstance(d, (Evaluation, Section))]
     land = landscape_results(run_dirs)
     if land:
         figs = []

@@ -2,8 +2,10 @@
 
 The numbers come from :mod:`datarecon.evaluation` (``metrics.json``: ``headline`` from
 :func:`datarecon.evaluation.reports.headline`, ``privacy`` from
-:func:`datarecon.evaluation.reports.privacy_section`); this module only turns them into sentences,
-so the demo, ``datarecon evaluate``, the HTML report and the reproductions say the same thing.
+:func:`datarecon.evaluation.reports.privacy_section`) and from a membership result
+(:func:`datarecon.experiments.membership.evaluate_case`); this module only turns them into sentences,
+so the demo, ``datarecon evaluate``, ``datarecon membership``, the HTML report and the reproductions say the
+same thing.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["headline_lead", "headline_lines", "threshold_text", "fraction", "count_of"]
+__all__ = ["headline_lead", "headline_lines", "threshold_text", "fraction", "count_of", "reference_lines",
+           "strongest_lines"]
 
 
 def fraction(k: int | None, n: int | None) -> str:
@@ -93,4 +96,44 @@ def headline_lines(h: Mapping[str, Any], *, what: str = "images") -> list[str]:
         lines.append(f"as the papers' code scores it (uniform 3x3 SSIM window, matches may repeat, SSIM > "
                      f"{ref['threshold']:g}): {ref['count']} of {n}, {held}, noise {ref.get('noise')}")
     lines.extend(note for note in h.get("notes") or [] if note not in lead)
+    return lines
+
+
+def reference_lines(refs: dict[str, Any] | None) -> list[str]:
+    """The reference models in words: how many and how chosen, where they trained and their IN counts; or why none
+    were trained and what they would cost."""
+    if not refs:
+        return ["reference models: none (--references K or auto); the reference attacks (LiRA, RMIA) were not run"]
+    auto = refs.get("auto") or {}
+    if not refs.get("count"):
+        return [auto.get("skipped", "reference models: none")]
+    lines = [f"reference models: {refs['note']} ({refs['trained']} trained now, {refs['reused']} reused"
+             + ("" if refs.get("kept") else "; not kept: pass --out DIR to keep and reuse them") + ")"]
+    if auto:
+        lines.append(f"reference models: {refs['count']} chosen by --references auto within --budget-minutes "
+                     f"{auto['budget_minutes']:g} ({auto['seconds_per_model']:.1f} s per model measured on the first "
+                     f"{auto['probe_models']}, {auto['workers']} worker(s); the largest of "
+                     f"{', '.join(map(str, auto['counts_tried']))} whose time, as measured so far, fit; "
+                     f"{auto['wall_time_s']:.0f} s in all)")
+    return lines
+
+
+def strongest_lines(result: dict[str, Any]) -> list[str]:
+    """The headline beside the loss threshold, how it was chosen (and why the loss threshold replaced a weaker
+    choice), and the empirical ε bound of the headline."""
+    best = result["strongest"]
+    lines = []
+    if best["name"] is None:
+        lines.append("strongest: none measured")
+    elif best.get("demoted"):
+        lines.append(f"strongest: {best['line']} (the loss threshold: {best['chosen']} was chosen by {best['rule']}, "
+                     f"but {best['demoted']})")
+    else:
+        lines.append(f"strongest: {best['line']} (chosen by {best['rule']})")
+        if best.get("baseline_same"):
+            lines.append(f"beside it, on the same candidates: {best['baseline_same']}")
+    lines.append(f"loss threshold (baseline): {result['baseline']['line']}")
+    eps = result.get("epsilon") or {}
+    if eps.get("line"):
+        lines.append(f"{eps['line']} ({eps.get('signal')})" if eps.get("signal") else eps["line"])
     return lines

@@ -151,7 +151,11 @@ def checkpoint_period(steps: int) -> int:
 
 
 def model_dir(ctx: Context, key: str) -> Path:
-    """The model directory written by :func:`train_piece` ``key``."""
+    """The model directory of piece ``key``: the one :func:`train_piece` wrote in its folder, or the existing model
+    directory a piece names by its absolute path (``audit --model DIR``)."""
+    named = (ctx.summaries.get(key) or {}).get("model_dir")
+    if isinstance(named, str) and Path(named).is_absolute():
+        return Path(named)
     return ctx.dir(key) / "model"
 
 

@@ -247,6 +247,7 @@ def _membership_piece(name: str, model_key: str, *, known_init: bool) -> Piece:
             if spec is not None and not known_init:
                 continue
             res = membership.evaluate_membership(model_dir(ctx, model_key),
+                                                 settings=membership.MembershipSettings().without_references(),
                                                  knowledge=KnowledgeSettings(known_init=spec),
                                                  runtime=membership.Runtime(data_dir=ctx.data_dir, log=lambda _: None))
             sub = res["signals"]["subspace"]

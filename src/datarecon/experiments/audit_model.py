@@ -1,0 +1,151 @@
+"""``datarecon audit --model DIR``: audit one trained model, as a privacy auditor would, in one folder.
+
+The audit's grid trains its own targets; a user who trained a model (the README's, a DP-SGD one) asks
+what it leaks. For a given model directory :func:`audit_model` runs, as resumable pieces
+(:mod:`.reproduce.pieces`: a rerun skips what finished):
+
+* membership: every signal, the reference attacks within their time budget
+  (:attr:`~datarecon.experiments.audit.AuditConfig.model_membership`), into ``OUT/membership`` (a membership
+  folder: the report's audit section);
+* reconstruction: the audit's KKT runs (its ``runs``, ``attack``, ``keep``, ``selection``) on the model, the best
+  runs pooled by the attacker-side criterion, evaluated against the held-out and noise nulls;
+* ``OUT/report.html``: the membership audit section and the reconstruction headline.
+
+It returns (and the command prints) the answer in a few lines: the reconstruction count beside its nulls, the
+strongest membership signal beside the loss threshold, the empirical ε lower bound, and the model's own DP-SGD ε
+where it was trained with one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from datarecon.errors import DataReconError
+from datarecon.experiments.audit import AuditConfig
+from datarecon.experiments.membership import Runtime as MembershipRuntime
+from datarecon.experiments.membership import evaluate_membership, membership_section
+from datarecon.experiments.reproduce import Runtime
+from datarecon.experiments.reproduce.common import BatchRun, attack_piece, evaluate_piece
+from datarecon.experiments.reproduce.haim2022 import pool_piece
+from datarecon.experiments.reproduce.pieces import Context, Piece, claim_reproduction, entries, execute, piece_hashes
+from datarecon.kernel.files import METRICS_FILE, REPORT_HTML, REPRODUCTION_JSON
+from datarecon.models.checkpoint import model_identity, read_model_meta
+from datarecon.report.html import Section, write_report
+from datarecon.report.membership import membership_sections
+from datarecon.report.text import headline_lines, strongest_lines
+from datarecon.utils.io import atomic_write_json, config_hash, read_json, versions
+
+__all__ = ["NAME", "audit_model", "model_plan"]
+
+#: the name a given model's audit folder records (:func:`~datarecon.experiments.reproduce.pieces.claim_reproduction`)
+NAME = "audit-model"
+#: the piece that names the given model (its summary's absolute ``model_dir``)
+GIVEN = "model"
+
+
+def _given_piece(model_dir: Path) -> Piece:
+    """The given model directory, named by its absolute path (the attack and evaluation pieces read it there)."""
+    path = model_dir.resolve()
+
+    def run(ctx: Context, d: Path) -> dict[str, Any]:
+        meta = read_model_meta(path)
+        return {"model_dir": str(path), "metrics": meta.get("metrics") or {}}
+
+    return Piece(key=GIVEN, run=run, spec={"model": str(path), "identity": model_identity(path)}, kind="train")
+
+
+def _membership_piece(cfg: AuditConfig) -> Piece:
+    """Every membership signal of the given model, its membership folder this piece's own."""
+
+    def run(ctx: Context, d: Path) -> dict[str, Any]:
+        res = evaluate_membership(Path(ctx.summary(GIVEN)["model_dir"]), settings=cfg.model_membership, out=d,
+                                  runtime=MembershipRuntime(data_dir=ctx.data_dir, device=ctx.device,
+                                                            log=lambda _: None, progress=ctx.progress))
+        return membership_section(res)
+
+    return Piece(key="membership", run=run, spec=cfg.model_membership.model_dump(mode="json"), deps=(GIVEN,),
+                 kind="evaluate")
+
+
+def model_plan(cfg: AuditConfig, model_dir: Path) -> list[Piece]:
+    """The pieces of one given model's audit: the model, membership, the KKT runs, their pool, its evaluation."""
+    pieces = [_given_piece(model_dir), _membership_piece(cfg)]
+    run_keys: list[tuple[str, str | None]] = []
+    for j, r in enumerate(cfg.runs):
+        acfg = cfg.attack.model_copy(update={"lr_x": r.lr_x, "lambda_min": r.lambda_min, "alpha": r.alpha})
+        key = f"runs/run{j}"
+        pieces.append(attack_piece(key, model_key=GIVEN, method="kkt",
+                                   attack=BatchRun(config=acfg, init={"name": "gaussian", "scale": r.init_scale},
+                                                   seed=r.seed),
+                                   candidates_factor=cfg.candidates_factor))
+        run_keys.append((key, None))
+    pieces.append(pool_piece("pool", run_keys, keep=cfg.keep, criterion=cfg.selection))
+    pieces.append(evaluate_piece("eval", model_key=GIVEN, run_key="pool", settings=cfg.evaluation))
+    return pieces
+
+
+def summary_lines(ctx: Context, meta: dict[str, Any]) -> list[str]:
+    """The audit's answer in a few lines: reconstruction beside its nulls, membership beside the loss threshold
+    and the empirical ε bound, and the model's own DP-SGD ε where it has one."""
+    metrics = read_json(ctx.dir("eval") / METRICS_FILE)
+    lines = ["reconstruction (the audit's KKT runs, pooled): " + line for line in
+             headline_lines(metrics.get("headline") or {})[:1]]
+    lines += ["membership: " + line for line in strongest_lines(ctx.summary("membership"))]
+    dp = (meta.get("metrics") or {}).get("dp_epsilon")
+    if dp is not None:
+        lines.append(f"DP-SGD: the model was trained with epsilon {float(dp):.3g} at delta "
+                     f"{(meta.get('metrics') or {}).get('dp_delta')} (its accountant's upper bound; the empirical "
+                     "bound above is a lower one)")
+    return lines
+
+
+def audit_model(model_dir: str | Path, cfg: AuditConfig, *, out: str | Path, runtime: Runtime = Runtime(),
+                overwrite: bool = False, log: Callable[[str], None] = print) -> tuple[Path, list[str]]:
+    """Audit the model in ``model_dir`` into ``out``: membership (reference attacks within their budget),
+    reconstruction by the audit's KKT runs, and ``out/report.html``.
+
+    Args:
+        model_dir: a model directory (``datarecon train``).
+        cfg: the audit config (its attack runs, pool, evaluation and ``model_membership``).
+        out: the audit folder; a rerun into it skips finished pieces.
+        runtime: data folder, device, resume, progress.
+        overwrite: replace a folder of another audit.
+        log: progress sink.
+
+    Returns:
+        (the report's path, the summary lines).
+
+    Raises:
+        DataReconError: a bad model directory, a folder of another audit, a failed piece.
+    """
+    model_dir = Path(model_dir)
+    meta = read_model_meta(model_dir)
+    pieces = model_plan(cfg, model_dir)
+    piece_hashes(pieces)
+    chash = config_hash({"config": cfg.model_dump(mode="json"), "model": model_identity(model_dir)})
+    out = Path(out)
+    t0 = time.perf_counter()
+    with claim_reproduction(out, name=NAME, config_hash_=chash, overwrite=overwrite, resume=runtime.resume) as claim:
+        claim.prepare()
+        atomic_write_json(out / REPRODUCTION_JSON, {"name": NAME, "config_hash": chash, "model": str(model_dir.resolve()),
+                                                    "config": cfg.model_dump(mode="json"), "versions": versions(),
+                                                    "entries": entries(pieces)})
+        ctx = Context(out=out, data_dir=runtime.data_dir, device=runtime.device, resume=runtime.resume,
+                      progress=runtime.progress)
+        ref = cfg.model_membership.references
+        refs = (f"reference attacks within {ref.budget_minutes:g} min" if ref.auto else f"{ref.count} reference models")
+        log(f"audit of {model_dir}: membership ({refs}), {len(cfg.runs)} KKT runs -> {out}")
+        execute(pieces, ctx, log=log)
+        lines = summary_lines(ctx, meta)
+        if not (ctx.dir("membership") / "membership.json").is_file():
+            raise DataReconError(f"{out}/membership holds no result; rerun with --overwrite")
+        sections = [membership_sections(ctx.dir("membership")),
+                    Section(f"Reconstruction: {len(cfg.runs)} KKT runs, the best {cfg.keep} pooled by "
+                            f"{cfg.selection}", text=headline_lines(read_json(ctx.dir("eval") / METRICS_FILE)
+                                                                    .get("headline") or {}))]
+        report = write_report(sections, out=out / REPORT_HTML, title=f"Audit of {model_dir}")
+    log(f"wrote {report} ({time.perf_counter() - t0:.0f} s)")
+    return report, lines

@@ -1,0 +1,42 @@
+"""``datarecon audit --model DIR``: one trained model audited in one folder (membership with the reference attacks,
+the scale's KKT runs, a report) and its answer printed; a rerun skips what finished."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from datarecon.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    out = tmp_path_factory.mktemp("audit-model") / "model"
+    assert main(["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "10", "--hidden", "32",
+                 "--no-bias", "--init-scale", "1e-3", "--lr", "0.5", "--epochs", "300", "--dtype", "float64",
+                 "--no-progress", "--out", str(out)]) == 0
+    return out
+
+
+def test_audit_a_given_model_prints_the_answer_and_writes_a_report(model, tmp_path, capsys):
+    (tmp_path / "cfg.yaml").write_text("model_membership: {nonmembers: 300, population: 60, references: {count: 4}}\n")
+    args = ["audit", "--scale", "smoke", "--model", str(model), "--config", str(tmp_path / "cfg.yaml"),
+            "--no-progress", "--out", str(tmp_path / "a")]
+    assert main(args) == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    assert "reconstruction (the audit's KKT runs, pooled): " in text and "(held-out null" in text
+    assert "membership: strongest: " in text and "membership: loss threshold (baseline): loss: AUC" in text
+    assert "membership: empirical epsilon" in text and "report: " in text
+    result = json.loads((tmp_path / "a" / "membership" / "membership.json").read_text())
+    assert result["references"]["count"] == 4 and result["references"]["in_models"]["mean"] == 2.0
+    page = (tmp_path / "a" / "report.html").read_text(encoding="utf-8")
+    assert "Membership: the strongest signal beside the loss threshold" in page and "Reconstruction: 2 KKT runs" in page
+    assert main(args) == 0  # a rerun: every piece done earlier, the same answer
+    again = capsys.readouterr().out
+    assert again.count("done earlier, skipped") == 6 and "membership: strongest: " in again
+
+
+def test_audit_of_a_model_is_one_process(model, tmp_path, capsys):
+    assert main(["audit", "--scale", "smoke", "--model", str(model), "--workers", "2", "--out", str(tmp_path / "a")]) == 2
+    assert "drop --backend and --workers" in capsys.readouterr().err and not (tmp_path / "a").exists()
