@@ -66,7 +66,7 @@ def attack_and_count(model_dir: Path, *, unit_norm: bool, steps: int, runs: int,
     from datarecon.attacks.runner import run_attack
     from datarecon.evaluation.protocol import haim_protocol
     from datarecon.experiments.reconstruct import build_run, prepare
-    from datarecon.experiments.reproduce.common import load_model_and_task
+    from datarecon.experiments.pipeline.common import load_model_and_task
 
     _, task, norm = load_model_and_task(model_dir, data_dir=data_dir)
     n = len(task.train)

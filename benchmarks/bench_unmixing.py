@@ -42,6 +42,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "loo": {"method": "loo", "knowledge": True},
     "subspace": {"attack": {"subspace": True}},
     "subspace-known-init": {"attack": {"subspace": True}, "knowledge": True},
+    # results recorded before 2026-11-28 weighed TV as a sum over pixels (1e-4); tv_weight is per pixel since,
+    # and the same prior is 1e-4 · m·C·H·W (here 0.3072 · m for CIFAR candidates)
     "tv": {"attack": {"tv_weight": 1e-4}},
     "split": {"attack": {"split_every": 500, "split_fraction": 0.1}},
     "split-known-init": {"attack": {"split_every": 500, "split_fraction": 0.1, "subspace": False}, "knowledge": True},

@@ -42,7 +42,7 @@ def collect(out: Path) -> dict[str, Any]:
         run_json = marker.parent / "run" / "run.json"
         batch = (done.get("summary") or {}).get("runs")
         if done.get("kind") == "attack" and isinstance(batch, dict) and batch:
-            # a batch piece (experiments/reproduce/common.attack_batch_piece): its runs step together, so
+            # a batch piece (experiments/pipeline/common.attack_batch_piece): its runs step together, so
             # one step of the piece is a step of every run still going
             runs = [json.loads((marker.parent / name / "run" / "run.json").read_text(encoding="utf-8"))
                     for name in sorted(batch)]

@@ -153,3 +153,68 @@ def test_add_priors_adds_each_weighted_prior_to_loss_and_gradient() -> None:
     assert terms["loss"].item() == pytest.approx(1.0 + 0.5 * value.item())
     assert torch.allclose(grad, 0.5 * g)
     assert priors.weighted_priors(_Weights(feature_stats_weight=0.5, group_weight=1.0)) == ("feature_stats", "group")
+
+
+def test_the_tv_prior_is_per_pixel_and_its_gradient_matches_finite_differences_float64() -> None:
+    """One meaning of ``tv_weight``: the total variation per element of the candidates (m·C·H·W), per
+    run on a run axis; the gradient at the default ε against central differences."""
+    x = torch.rand((3, 2, 5, 5), generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    total, _ = priors.tv_value_and_grad(x)
+    value, grad = priors.tv_mean_value_and_grad(x)
+    assert torch.allclose(value, total / x.numel())
+    idx, fd = _central_differences(lambda z: priors.tv_mean_value_and_grad(z)[0], x, coords=60)
+    assert torch.allclose(grad.reshape(-1)[idx], fd, rtol=1e-5, atol=1e-9)
+    stacked = torch.stack([x, x.flip(0)])
+    terms, g = priors.add_priors(_Weights(tv_weight=2.0), priors.PriorInput(stacked, 0.0, 1.0, run_axis=True),
+                                 {"loss": torch.zeros(2, dtype=x.dtype)}, torch.zeros_like(stacked))
+    assert torch.allclose(terms["tv"], torch.stack([value, value])) and torch.allclose(g[0], 2.0 * grad)
+
+
+def test_dynamics_matching_and_the_kkt_family_weigh_tv_alike() -> None:
+    """The same ``tv_weight`` on the same candidates adds the same TV term to the dynamics attack's
+    loss as the prior registry adds to any other attack's (it was a sum over pixels for the KKT family)."""
+    import copy
+
+    from datarecon.attacks.dynamics import DynamicsAttack, DynamicsConfig
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 4), nn.ReLU(), nn.Linear(4, 1)).double()
+    init = {k: v.detach().clone() for k, v in model.named_parameters()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01)
+    from datarecon.attacks.base import AttackerPrior
+    from datarecon.attacks.knowledge import KnownInit, KnownRecipe, init_digest
+    from datarecon.kernel.step import TrainingRecipe
+
+    target = Target(model=copy.deepcopy(model), params={k: v.detach().clone() for k, v in model.named_parameters()},
+                    loss="logistic", weight_decay=0.0, input_shape=(1, 3, 4), num_outputs=1, homogeneous=False)
+    recipe = KnownRecipe(TrainingRecipe(loss="logistic", weight_decay=0.0, lr=0.1, momentum=0.0, epochs=1,
+                                        batch_size=4, seed=0), n=4, known=("lr", "momentum", "batch_size", "epochs",
+                                                                             "order"))
+    prior = AttackerPrior(labels=torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64), input_shape=(1, 3, 4),
+                          lower=0.0, upper=1.0, recipe=recipe,
+                          known_init=KnownInit(params=init, sha256=init_digest(init), source="test"))
+    x = torch.rand((4, 1, 3, 4), generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    attack = DynamicsAttack(DynamicsConfig(steps=1, tv_weight=0.5, box_weight=0.0, dtype="float64"))
+    state = attack.init_state(target, prior, x0=x, generator=torch.Generator().manual_seed(0))
+    metrics, _ = attack.step_gradients(target, prior, state)
+    value, _ = priors.tv_mean_value_and_grad(x)
+    assert metrics["tv"] == pytest.approx(float(value), rel=1e-12)
+    terms, _ = priors.add_priors(_Weights(tv_weight=0.5), priors.PriorInput(x, 0.0, 1.0),
+                                 {"loss": torch.zeros((), dtype=x.dtype)}, torch.zeros_like(x))
+    assert float(terms["tv"]) == pytest.approx(metrics["tv"], rel=1e-12)
+
+
+def test_a_kkt_config_records_the_meaning_of_its_tv_weight() -> None:
+    """A run with TV records ``tv_reduction: mean`` (so one of the sum's weight is not resumed under it);
+    without TV the dump, and so every recorded hash, is unchanged; a recorded ``sum`` is refused."""
+    from pydantic import ValidationError
+
+    from datarecon.attacks.kkt import KKTConfig
+
+    assert "tv_reduction" not in KKTConfig().model_dump(mode="json")
+    dumped = KKTConfig(tv_weight=1e-3).model_dump(mode="json")
+    assert dumped["tv_reduction"] == "mean" and KKTConfig.model_validate(dumped) == KKTConfig(tv_weight=1e-3)
+    with pytest.raises(ValidationError, match="per pixel"):
+        KKTConfig.model_validate({**dumped, "tv_reduction": "sum"})

@@ -129,7 +129,7 @@ def test_memory_estimates_are_the_hand_count_and_match_the_measured_activations(
 def test_dry_run_says_time_and_memory_of_every_piece_kind(tmp_path):
     """Every train and attack piece has a memory estimate; the summary gives the modelled time, a range
     for the pieces without a cost model and the expected peak resident memory."""
-    from datarecon.experiments.reproduce.pieces import format_plan
+    from datarecon.experiments.pipeline.pieces import format_plan
 
     for name in ("runkel2024", "haim2022"):
         planned = plan_reproduction(name, out=tmp_path / "none", scale="smoke")

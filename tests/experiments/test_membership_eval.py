@@ -216,7 +216,7 @@ def test_progress_counts_reference_models_as_their_markers_appear(tmp_path):
 
     from datarecon.data import DataSpec
     from datarecon.experiments.references import RecipeTrainer, ReferenceJob, _Finished
-    from datarecon.experiments.reproduce.pieces import piece_hashes
+    from datarecon.experiments.pipeline.pieces import piece_hashes
     from datarecon.kernel.engine import LineRate, ProgressBar
     from datarecon.training.target import ArchConfig, TrainConfig
     from datarecon.utils.io import atomic_write_json

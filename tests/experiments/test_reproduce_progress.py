@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from datarecon.experiments.reproduce.common import TargetTraining, train_piece
-from datarecon.experiments.reproduce.pieces import Context
+from datarecon.experiments.pipeline.common import TargetTraining, train_piece
+from datarecon.experiments.pipeline.pieces import Context
 from datarecon.training.target import ArchConfig
 
 DATA = {"dataset": "digits", "task": "odd-even", "n_per_class": 5, "selection": "first",

@@ -214,7 +214,7 @@ def test_scales_follow_the_ladder_and_missing_rungs_are_refused(tmp_path, monkey
 def test_dry_run_lists_pieces_and_marks_finished_ones(runkel, tmp_path):
     """plan_reproduction runs nothing; pieces finished in OUT show as done, an empty OUT as todo."""
     from datarecon.experiments.reproduce import plan_reproduction
-    from datarecon.experiments.reproduce.pieces import format_plan
+    from datarecon.experiments.pipeline.pieces import format_plan
 
     out, _, _ = runkel
     done = plan_reproduction("runkel2024", out=out, scale="smoke")
@@ -273,7 +273,7 @@ def test_overwrite_deletes_only_what_the_reproduction_wrote(runkel):
     there is refused with a one-line error and nothing is deleted."""
     import shutil
 
-    from datarecon.experiments.reproduce.pieces import check_manifest
+    from datarecon.experiments.pipeline.pieces import check_manifest
     from datarecon.kernel.files import REPRODUCTION_JSON as MANIFEST
 
     src, _, _ = runkel

@@ -4,7 +4,7 @@ are no run field (--resume, --out, --overwrite) are not turned into fields that 
 
 from __future__ import annotations
 
-from datarecon.experiments.runs import sweep_message
+from datarecon.experiments.sweep.runs import sweep_message
 
 
 def test_only_run_options_become_sweep_fields() -> None:

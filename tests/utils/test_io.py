@@ -43,8 +43,8 @@ def test_write_csv_overwrites_and_handles_no_rows(tmp_path):
     assert _read(path) == []
 
 
-def test_reproduce_common_reexports_write_csv():
-    from datarecon.experiments.reproduce import common
+def test_pipeline_common_reexports_write_csv():
+    from datarecon.experiments.pipeline import common
 
     assert common.write_csv is write_csv
 

@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Literal
 
 import torch
@@ -346,8 +347,9 @@ class AttackSetup:
 
 ATTACKS: Registry[type[Attack]] = Registry("attack method")
 
-#: what a run's failure message tells the user to lower when an attack does not say
-DEFAULT_DIVERGENCE_HINT = "lower the step sizes (lr_x, lr_lambda) or the surrogate sharpness alpha"
+#: what a run's failure message tells the user to lower when an attack does not say (the default
+#: step's one step size)
+DEFAULT_DIVERGENCE_HINT = "lower the step size lr_x"
 
 
 #: prior weight fields added after runs were recorded: left out of config dumps at their default 0
@@ -463,7 +465,8 @@ class Attack:
     lr) overrides :meth:`init_state` and :meth:`step`.
 
     State: every mutable tensor of a run lives in one flat ``dict[str, Tensor]`` (at least ``"x"``
-    (m, C, H, W), optionally ``"lambda"`` (m,) and the optimiser's ``opt.*`` buffers), so the runner
+    (m, C, H, W), the optimiser's ``opt.*`` buffers and what the attack adds, e.g. its per-candidate
+    weights, read through :meth:`multipliers`), so the runner
     checkpoints and restores it bit for bit. A step updates it in place and never applies a
     non-finite update (:func:`commit_update`).
 
@@ -481,6 +484,10 @@ class Attack:
             (:mod:`datarecon.attacks.probe`); empty: the attack is not probed.
         early_stop_metric: the step metric an early stop watches for a plateau (it must decrease as the
             attack progresses; None: the attack has none, and an early stop is refused).
+        early_stop_reason: the stop reason a run stopped by that plateau records (run.json ``stop_reason``).
+        progress_keys: the step metrics the progress line shows, in order (a key a step does not log is
+            left out).
+        progress_labels: how the progress line names a metric, where not by its key.
     """
 
     name: ClassVar[str] = ""
@@ -492,6 +499,9 @@ class Attack:
     subspace_candidates: ClassVar[bool] = False
     step_size_fields: ClassVar[tuple[str, ...]] = ("lr_x",)
     early_stop_metric: ClassVar[str | None] = "loss"
+    early_stop_reason: ClassVar[str] = "stopped early: loss plateau"
+    progress_keys: ClassVar[tuple[str, ...]] = ("loss", "box")
+    progress_labels: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     def __init__(self, config: Any = None) -> None:
         self.config = config if config is not None else self.config_cls()
@@ -600,3 +610,8 @@ class Attack:
         """(per-candidate attacker-side scores name → (m,), summary): the summary may hold
         ``selection`` (criterion → {"value": ...}) and ``extra`` (method-specific). Default: none."""
         return {}, {}
+
+    def multipliers(self, prior: AttackerPrior, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(m,) the candidates' weights in the reconstruction (``Reconstruction.multipliers``). Default:
+        ones; an attack that learns a weight per candidate (the KKT family's λ) returns it."""
+        return torch.ones(prior.m, dtype=state["x"].dtype, device=state["x"].device)

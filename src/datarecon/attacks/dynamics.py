@@ -353,6 +353,7 @@ class DynamicsAttack(Attack):
     divergence_hint: ClassVar[str] = "lower lr_x (and lr_lr when the lr is learned)"
     #: not probed: Adam's step is bounded by lr_x whatever the gradient's scale
     step_size_fields: ClassVar[tuple[str, ...]] = ()
+    progress_keys: ClassVar[tuple[str, ...]] = ("loss", "cosine", "box")
 
     def __init__(self, config: DynamicsConfig | None = None) -> None:
         super().__init__(config)
@@ -488,7 +489,7 @@ class DynamicsAttack(Attack):
         metrics["box"] = float(box)
         metrics["loss"] += c.box_weight * metrics["box"]
         gx = gx.add(box_grad, alpha=c.box_weight)
-        if c.tv_weight > 0:
+        if c.tv_weight > 0:  # per pixel, as the TV prior of every attack (priors.tv_mean_value_and_grad)
             tv, tv_grad = priors.tv_value_and_grad(x)
             metrics["tv"] = float(tv) / x.numel()
             metrics["loss"] += c.tv_weight * metrics["tv"]

@@ -27,10 +27,11 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Literal
 
 import torch
-from pydantic import Field, field_validator, model_serializer
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from datarecon.attacks import kkt_math
 from datarecon.attacks.base import (
@@ -96,11 +97,23 @@ class KKTConfig(SurrogateAttackConfig):
         default=None, description="keep the candidates in the first dense layer's training subspace: x = V z with "
         "V from W1 (or W1 − a·W1_init), k from attacks.subspace.analyse; null (default): on when the attacker "
         "knows θ_init and the first dense layer reads the input (the best measured combination), else off")
-    tv_weight: float = Field(default=0.0, ge=0, description="weight of a total-variation prior on the candidates")
+    tv_weight: float = Field(default=0.0, ge=0, description="weight of a total-variation prior on the candidates "
+                             "(per pixel)")
     split_every: int = Field(default=0, ge=0, description="sample splitting (Shen et al. 2026) every N steps; 0: off")
     split_fraction: float = Field(default=0.1, gt=0, le=0.5, description="fraction of candidates split each time")
     split_scale: float = Field(default=0.05, gt=0, description="split offset ‖δ‖ relative to ‖x_i‖")
     split_iters: int = Field(default=10, ge=1, description="power iterations for the splitting direction")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tv_meaning(cls, data: Any) -> Any:
+        # a recorded config names the meaning of tv_weight it ran with (the dump adds it): read it back
+        if isinstance(data, dict) and "tv_reduction" in data:
+            data = dict(data)
+            if data.pop("tv_reduction") != "mean":
+                raise ValueError("tv_reduction: this run weighed TV as a sum over pixels; tv_weight is now per pixel "
+                                 "(divide the sum's weight by m·C·H·W) and the run cannot be resumed")
+        return data
 
     @field_validator("formulation")
     @classmethod
@@ -113,7 +126,12 @@ class KKTConfig(SurrogateAttackConfig):
     def _drop_defaults(self, handler):  # type: ignore[no-untyped-def]
         # fields added after the first release are left out of dumps while at their default, so
         # config hashes (resume keys, reproduction pieces, sweeps) of existing folders stay valid
-        return drop_defaults(self, handler(self), _OPTIONAL_FIELDS)
+        data = drop_defaults(self, handler(self), _OPTIONAL_FIELDS)
+        if isinstance(data, dict) and self.tv_weight > 0:
+            # TV per pixel since 2026-11-28 (it was the sum): the meaning recorded, so a run of the
+            # sum's weight is not resumed or pooled under it
+            data["tv_reduction"] = "mean"
+        return data
 
     @property
     def extended(self) -> bool:
@@ -228,10 +246,20 @@ class SurrogateAttack(Attack):
     divergence_hint: ClassVar[str] = "lower lr_x, lr_lambda or the surrogate sharpness alpha (and check box_weight)"
     #: the residual relative to ‖θ*‖² (or to the matched change): scale-free, so one tolerance fits every target
     early_stop_metric: ClassVar[str | None] = "rel_residual"
+    early_stop_reason: ClassVar[str] = "stopped early: residual plateau"
+    progress_keys: ClassVar[tuple[str, ...]] = ("loss", "rel_residual", "residual", "box", "lambda_hinge")
+    #: the history's ``rel_residual`` is computed with the surrogate derivative during the run, the
+    #: "relative residual" printed at the end with the exact ReLU (``selection.relative_residual``)
+    progress_labels: ClassVar[Mapping[str, str]] = MappingProxyType({"rel_residual": "surrogate_rel_residual"})
 
     def __init__(self, config: SurrogateAttackConfig | None = None) -> None:
         super().__init__(config)
         self._cache: dict[tuple[int, str | None], PreparedTarget] = {}
+
+    def multipliers(self, prior: AttackerPrior, state: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The multipliers λ (m,) where the attack learns them (KKT, DecoReco, Loo); ones otherwise."""
+        lam = state.get("lambda")
+        return lam if lam is not None else super().multipliers(prior, state)
 
     def prepared(self, target: Target, prior: AttackerPrior | None = None) -> PreparedTarget:
         """The target prepared for this attack's steps (cached while the target object lives)."""
@@ -274,7 +302,7 @@ class KKTAttack(SurrogateAttack):
     * **subspace candidates** (``subspace``): x = V z with V (d × k) the training subspace of the first
       dense layer (``prior.subspace``); the step is the projected gradient V Vᵀ ∂L/∂x, the same
       update as gradient descent on z (SGD), and x is re-projected after each update;
-    * a **total-variation prior** (``tv_weight``, :func:`~datarecon.attacks.priors.tv_value_and_grad`);
+    * a **total-variation prior** (``tv_weight``, per pixel: :func:`~datarecon.attacks.priors.tv_mean_value_and_grad`);
     * **sample splitting** (``split_every``; Shen et al. 2026): every N steps the candidates whose
       splitting matrix S_i = ∇²_x⟨r, ∇_θ out_i(x_i)⟩ (r = goal − g) has the largest positive
       eigenvalue (times λ_i) are split into x_i ± δ·v_i with λ_i/2 each; the copy replaces the

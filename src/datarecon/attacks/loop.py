@@ -23,12 +23,6 @@ from datarecon.kernel.status import Status
 from datarecon.kernel.engine import EarlyStop, LoopOptions, LoopState, RunningLoop
 from datarecon.kernel.run_loop import Display, RunLoop
 
-EARLY_STOP_REASON = "stopped early: residual plateau"
-PROGRESS_KEYS = ("loss", "rel_residual", "residual", "box", "lambda_hinge")
-#: how the progress names them: the history's ``rel_residual`` is computed with the surrogate
-#: derivative during the run, the "relative residual" printed at the end with the exact ReLU
-#: (``selection.relative_residual``); the reports call the first "objective residual (surrogate)"
-PROGRESS_LABELS = {"rel_residual": "surrogate_rel_residual"}
 
 
 @dataclass(frozen=True)
@@ -75,8 +69,8 @@ class AttackLoop:
         load = getattr(early_stop, "load_state_dict", None)
         if load is not None and restored.early_stop_state:
             load(dict(restored.early_stop_state))
-        stops = [EarlyStop(early_stop, reason=EARLY_STOP_REASON)] if early_stop is not None else []
-        self.run_loop = RunLoop(self.step, display=Display(attack.name, keys=PROGRESS_KEYS, labels=PROGRESS_LABELS),
+        stops = [EarlyStop(early_stop, reason=attack.early_stop_reason)] if early_stop is not None else []
+        self.run_loop = RunLoop(self.step, display=Display(attack.name, keys=attack.progress_keys, labels=attack.progress_labels),
                                 options=loop, stops=stops, sink=sink)
         self.run_loop.restore(restored.history_rows, stopped_early=restored.stopped_early and early_stop is not None)
 
@@ -143,7 +137,7 @@ class AttackLoop:
         extra = summary.pop("extra", {})
         final = {k: v for k, v in (loop.metrics or {}).items()}
         final.update({k: v for k, v in summary.items() if isinstance(v, (int, float))})
-        multipliers = state.get("lambda", torch.ones(prior.m, dtype=state["x"].dtype, device=state["x"].device))
+        multipliers = attack.multipliers(prior, state)
         return Reconstruction(
             x=state["x"].detach().clone(), labels=prior.labels.clone(), multipliers=multipliers.detach().clone(),
             history=list(self.history), scores={k: v.detach().clone() for k, v in scores.items()},

@@ -236,10 +236,19 @@ def _box(p: PriorInput) -> tuple[torch.Tensor, torch.Tensor]:
     return box_value_and_grad(p.x, p.lower, p.upper, run_axis=p.run_axis)
 
 
+def tv_mean_value_and_grad(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`tv_value_and_grad` divided by the number of elements of ``x`` (m·C·H·W): the total
+    variation per pixel, the one meaning of ``tv_weight`` in every attack (dynamics matching's and
+    Geiping et al.'s), so one weight fits any number and size of candidates."""
+    value, grad = tv_value_and_grad(x)
+    n = x.numel()
+    return value / n, grad.div_(n)
+
+
 def _tv(p: PriorInput) -> tuple[torch.Tensor, torch.Tensor]:
     if not p.run_axis:
-        return tv_value_and_grad(p.x)
-    rows = [tv_value_and_grad(xk) for xk in p.x]
+        return tv_mean_value_and_grad(p.x)
+    rows = [tv_mean_value_and_grad(xk) for xk in p.x]
     return torch.stack([v for v, _ in rows]), torch.stack([g for _, g in rows])
 
 
@@ -279,7 +288,8 @@ class Prior:
 PRIORS: Registry[Prior] = Registry("prior")
 PRIORS.register("box", Prior(_box, "box_weight", "Σ (x − clamp(x, lower, upper))²: candidates inside the pixel box",
                              reported=True))
-PRIORS.register("tv", Prior(_tv, "tv_weight", "smoothed total variation: one image has fewer edges than a mixture"))
+PRIORS.register("tv", Prior(_tv, "tv_weight", "smoothed total variation per pixel: one image has fewer edges than a "
+                                             "mixture"))
 PRIORS.register("feature_stats", Prior(_feature_stats, "feature_stats_weight", "Σ over batch-norm layers of the "
                                        "distance of the candidates' per-channel mean and variance to the running ones"))
 PRIORS.register("group", Prior(_group, "group_weight", "Σ ‖x − consensus‖² over restarts stepped together "
@@ -328,4 +338,4 @@ def weighted_priors(config: Any) -> tuple[str, ...]:
 
 __all__ = ["PRIORS", "Prior", "PriorInput", "add_priors", "batch_norm_layers", "box_penalty", "box_value_and_grad",
            "feature_stats_value", "feature_stats_value_and_grad", "group_value_and_grad", "register_to",
-           "tv_value_and_grad", "weighted_priors"]
+           "tv_mean_value_and_grad", "tv_value_and_grad", "weighted_priors"]

@@ -165,6 +165,8 @@ def margin_positive(ctx: SelectionContext) -> float:
 
 
 CRITERIA.register("relative_residual", Criterion(relative_residual, "lower", "||theta*-g||^2/||theta*||^2"))
+#: the criterion runs are ranked and pooled by when none is named (sweeps, ``--runs K``, the paper pools)
+DEFAULT_CRITERION = "relative_residual"
 CRITERIA.register("lambda_at_min", Criterion(lambda_at_min, "lower", "fraction of lambda at lambda_min"))
 CRITERIA.register("lambda_spread", Criterion(lambda_spread, "info", "std(lambda)/mean|lambda|"))
 CRITERIA.register("mean_cosine", Criterion(mean_cosine, "lower", "mean pairwise cosine of candidates"))

@@ -20,7 +20,7 @@ from datarecon.errors import DataReconError
 from datarecon.models.byom import build_from_factory, check_outputs, load_weights
 from datarecon.utils.io import load_tensors
 
-__all__ = ["OWN_OPTIONS", "OwnOptions", "is_own_model", "labelled", "own_model_target", "own_options_refused"]
+__all__ = ["OWN_OPTIONS", "OwnFields", "OwnOptions", "is_own_model", "labelled", "own_model_target", "own_options_refused"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,23 @@ class OwnOptions:
         """The options given that only a model given as package.module:factory takes."""
         given = {"--weights": self.weights, "--input-shape": self.input_shape, "--loss": self.loss}
         return [k for k, v in given.items() if v is not None] + (["--weight-decay"] if self.weight_decay else [])
+
+
+@dataclass(frozen=True)
+class OwnFields:
+    """The own-model fields of a command's option group (``weights`` … ``weight_decay``, those of
+    :data:`OWN_OPTIONS`) as one :class:`OwnOptions`."""
+
+    weights: Path | None
+    input_shape: str | None
+    value_range: str
+    loss: str | None
+    weight_decay: float
+
+    @property
+    def own(self) -> OwnOptions:
+        return OwnOptions(weights=self.weights, input_shape=self.input_shape, value_range=self.value_range,
+                          loss=self.loss, weight_decay=self.weight_decay)
 
 
 OWN_OPTIONS = {

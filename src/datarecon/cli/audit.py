@@ -23,7 +23,7 @@ from datarecon.errors import DataReconError
 from datarecon.experiments.audit import SCALES, load_audit_config, run_audit, summary_lines
 from datarecon.experiments.audit_model import audit_model
 from datarecon.experiments.execution import Execution
-from datarecon.experiments.reproduce import Runtime
+from datarecon.experiments.pipeline.pieces import Runtime
 from datarecon.utils.device import parse_device
 
 #: what each audit scale is for (one entry per scale with a preset), shown by ``--scale``'s help

@@ -18,7 +18,7 @@ import torch
 import typer
 
 from datarecon.attacks.knowledge import resolve_known_init
-from datarecon.cli._own import OWN_OPTIONS, OwnOptions, is_own_model, labelled, own_model_target
+from datarecon.cli._own import OWN_OPTIONS, OwnFields, is_own_model, labelled, own_model_target
 from datarecon.cli.options import Common, OutFile, common_options, config_options, flags, option_group, out_file_options
 from datarecon.config import build_config
 from datarecon.errors import DataReconError
@@ -50,7 +50,7 @@ def _is_result(path: Path) -> bool:
 
 
 @dataclass(frozen=True)
-class OwnModel:
+class OwnModel(OwnFields):
     """A user's own model: what a model directory would record, its examples and its initialisation.
 
     Attributes:
@@ -60,19 +60,9 @@ class OwnModel:
         known_init: its initial weights (a safetensors state dict), for the objectives that need θ_init, or None.
     """
 
-    weights: Path | None
-    input_shape: str | None
-    value_range: str
-    loss: str | None
-    weight_decay: float
     train: Path | None
     heldout: Path | None
     known_init: Path | None
-
-    @property
-    def own(self) -> OwnOptions:
-        return OwnOptions(weights=self.weights, input_shape=self.input_shape, value_range=self.value_range,
-                          loss=self.loss, weight_decay=self.weight_decay)
 
 
 OWN_MODEL = {**OWN_OPTIONS,

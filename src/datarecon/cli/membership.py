@@ -21,7 +21,7 @@ import typer
 
 from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.cli._common import DEFAULT_THREADS, set_threads, threads_help
-from datarecon.cli._own import OWN_OPTIONS, OwnOptions, is_own_model, labelled, own_model_target
+from datarecon.cli._own import OWN_OPTIONS, OwnFields, is_own_model, labelled, own_model_target
 from datarecon.cli.options import Flag, backend_options, config_options, flags, option_group
 from datarecon.config import build_config, load_config_file
 from datarecon.errors import DataReconError
@@ -108,7 +108,7 @@ KNOWLEDGE_FLAGS, CALIBRATION_FLAGS, SETTINGS_FLAGS = _flags()
 
 
 @dataclass(frozen=True)
-class Subject:
+class Subject(OwnFields):
     """The model measured: a model directory, or a user's own model with its examples and training function.
 
     Attributes:
@@ -123,20 +123,10 @@ class Subject:
     """
 
     model: str
-    weights: Path | None
-    input_shape: str | None
-    value_range: str
-    loss: str | None
-    weight_decay: float
     train: Path | None
     heldout: Path | None
     public: Path | None
     recipe: str | None
-
-    @property
-    def own(self) -> OwnOptions:
-        return OwnOptions(weights=self.weights, input_shape=self.input_shape, value_range=self.value_range,
-                          loss=self.loss, weight_decay=self.weight_decay)
 
     def given(self) -> list[str]:
         """The options given that only a user's own model takes."""

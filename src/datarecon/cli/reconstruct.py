@@ -27,7 +27,7 @@ import yaml
 
 from datarecon.attacks import ATTACKS, INITS
 from datarecon.cli._common import resume_command
-from datarecon.cli._own import OwnOptions, is_own_model, own_model_target, own_options_refused
+from datarecon.cli._own import OWN_OPTIONS, OwnOptions, is_own_model, own_model_target, own_options_refused
 from datarecon.cli.options import (
     Common,
     Flag,
@@ -139,13 +139,7 @@ class ModelOptions:
 MODEL_OPTIONS = {
     "model": (str | None, None, typer.Option("--model", help="model directory (from `datarecon train`; run.model), or "
                                              "package.module:factory returning your nn.Module (with --weights)")),
-    "weights": (Path | None, None, typer.Option("--weights", help="your model's weights (safetensors state dict; "
-                                                "with --model package.module:factory)")),
-    "input_shape": (str | None, None, typer.Option("--input-shape", help="your model: shape of one input, e.g. 3,32,32")),
-    "value_range": (str, "0,1", typer.Option("--value-range", help="your model: lower,upper of valid inputs")),
-    "loss": (str | None, None, typer.Option("--loss", help="your model: training loss (default logistic for one "
-                                            "output, cross-entropy for several)")),
-    "weight_decay": (float, 0.0, typer.Option("--weight-decay", help="your model: training weight decay")),
+    **OWN_OPTIONS,
 }
 
 

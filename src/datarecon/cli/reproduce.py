@@ -17,7 +17,7 @@ from datarecon.cli.options import Common, Output, common_options, output_options
 from datarecon.config import read_config_mapping
 from datarecon.experiments.reproduce import REPRODUCTIONS, SCALES, Runtime, plan_reproduction, reproduce
 from datarecon.experiments.reproduce.cost import device_note
-from datarecon.experiments.reproduce.pieces import format_plan
+from datarecon.experiments.pipeline.pieces import format_plan
 from datarecon.utils.device import parse_device
 
 #: the help of ``datarecon reproduce NAME``, one entry per registered reproduction

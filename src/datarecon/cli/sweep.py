@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 
+from datarecon.attacks.selection import DEFAULT_CRITERION
 from datarecon.attacks.selection import CRITERIA
 from datarecon.cli._common import DEFAULT_THREADS, set_threads, threads_help
 from datarecon.cli.options import OutFile, backend_options, out_file_options
@@ -68,7 +69,7 @@ def sweep_cmd(
 def pool_cmd(
     sweep_dir: Path = typer.Argument(..., help="the sweep's store directory"),
     top: int = typer.Option(5, "--top", "-k", min=1, help="number of best runs to pool"),
-    criterion: str = typer.Option("relative_residual", "--criterion",
+    criterion: str = typer.Option(DEFAULT_CRITERION, "--criterion",
                                   help="attacker-side selection criterion (attacks.selection.CRITERIA)"),
     mode: Optional[str] = typer.Option(None, "--mode", help="min | max (default: the criterion's direction)"),
     sweep_id: Optional[str] = typer.Option(None, "--sweep", help="pool only this sweep id of the store"),

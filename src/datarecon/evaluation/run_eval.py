@@ -41,6 +41,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, field_validator
 from torch import Tensor
 
+from datarecon.attacks.base import ATTACKS, DEFAULT_DIVERGENCE_HINT
 from datarecon.attacks.convergence import Convergence, assess_convergence
 from datarecon.attacks.labels import label_accuracy
 from datarecon.attacks.run_directory import INIT_FILE
@@ -469,6 +470,13 @@ def how_to_finish(run_dir: Path, meta: Mapping[str, Any]) -> str:
     return "finish it (`datarecon reconstruct` with its original options and --resume)"
 
 
+def _divergence_hint(method: Any) -> str:
+    """What the attack ``method`` of a diverged run tells the user to change (its ``divergence_hint``; a
+    method this installation does not know: the default step's)."""
+    return ATTACKS.get(method).divergence_hint if isinstance(method, str) and method in ATTACKS \
+        else DEFAULT_DIVERGENCE_HINT
+
+
 def _incomplete(run_dir: Path, missing: str) -> str:
     """Why ``run_dir`` cannot be evaluated yet (``missing`` is absent) and exactly how to continue."""
     batch = sorted((p for p in run_dir.glob("run[0-9]*") if p.is_dir()), key=lambda p: int(p.name[3:] or 0)) \
@@ -660,8 +668,8 @@ def check_run(run_dir: str | Path, settings: RunEvaluationSettings) -> dict[str,
     status = meta.get("status", Status.COMPLETE)
     if status == Status.DIVERGED and not settings.allow_incomplete:  # a resume would diverge again
         raise DataReconError(f"run {run_dir} diverged (it kept its last finite state); evaluate that state with "
-                             "--allow-incomplete (allow_incomplete=True in Python), or rerun the attack with a "
-                             "lower lr_x, lr_lambda or alpha")
+                             "--allow-incomplete (allow_incomplete=True in Python), or rerun the attack: "
+                             f"{_divergence_hint(meta.get('method'))}")
     if status not in EVALUABLE and not settings.allow_incomplete:
         raise DataReconError(f"run {run_dir} has status {status!r}; {how_to_finish(run_dir, meta)}, or pass "
                              "--allow-incomplete (allow_incomplete=True in Python)")

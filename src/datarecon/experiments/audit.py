@@ -10,7 +10,7 @@ count and mean best SSIM against ε, weight decay and epochs, each with its null
 held-out accuracy, with the DP-SGD reconstruction bound (:mod:`datarecon.evaluation.dp_bound`)
 beside the measured count.
 
-Every (setting, seed) is one group of resumable pieces (:mod:`.reproduce.pieces`: a ``DONE.json``
+Every (setting, seed) is one group of resumable pieces (:mod:`.pipeline.pieces`: a ``DONE.json``
 marker per piece) run as one task on a sweep backend (:mod:`.backends`: a process pool by
 default, Ray for large grids); the tables, figures and report run in the driver afterwards.
 A rerun into the same folder skips every finished piece.
@@ -40,8 +40,8 @@ from datarecon.experiments.membership import (
     membership_section,
 )
 from datarecon.experiments.membership import Runtime as MembershipRuntime
-from datarecon.experiments.reproduce import PRESETS_DIR, Runtime
-from datarecon.experiments.reproduce.common import (
+from datarecon.experiments.pipeline.pieces import PRESETS_DIR, Runtime
+from datarecon.experiments.pipeline.common import (
     BatchRun,
     EvalSettings,
     TargetTraining,
@@ -51,8 +51,8 @@ from datarecon.experiments.reproduce.common import (
     model_dir,
     write_csv,
 )
-from datarecon.experiments.reproduce.haim2022 import KKTRunSpec, pool_piece
-from datarecon.experiments.reproduce.pieces import (
+from datarecon.experiments.pipeline.common import KKTRunSpec, pool_piece
+from datarecon.experiments.pipeline.pieces import (
     Context,
     Piece,
     claim_reproduction,
@@ -241,6 +241,23 @@ def membership_piece(key: str, model_key: str, settings: MembershipSettings) -> 
     return Piece(key=key, run=run, spec=settings.model_dump(mode="json"), deps=(model_key,), kind="evaluate")
 
 
+
+def attacks_and_pool(cfg: AuditConfig, *, model_key: str, runs: str, pool: str) -> list[Piece]:
+    """The KKT runs of ``cfg.runs`` on the model of piece ``model_key`` (pieces ``<runs>/run<j>``) and
+    their attacker-side pool (piece ``pool``: the best ``cfg.keep`` by ``cfg.selection``)."""
+    pieces: list[Piece] = []
+    run_keys: list[tuple[str, str | None]] = []
+    for j, r in enumerate(cfg.runs):
+        acfg = cfg.attack.model_copy(update={"lr_x": r.lr_x, "lambda_min": r.lambda_min, "alpha": r.alpha})
+        key = f"{runs}/run{j}"
+        pieces.append(attack_piece(key, model_key=model_key, method="kkt",
+                                   attack=BatchRun(config=acfg, init={"name": "gaussian", "scale": r.init_scale},
+                                                   seed=r.seed),
+                                   candidates_factor=cfg.candidates_factor))
+        run_keys.append((key, None))
+    pieces.append(pool_piece(pool, run_keys, keep=cfg.keep, criterion=cfg.selection))
+    return pieces
+
 def group_plan(cfg: AuditConfig, setting: Setting, seed: int) -> list[Piece]:
     """The pieces of one (setting, seed): train → membership → attack runs → attacker-side pool → evaluation."""
     g = _group(setting.name, seed)
@@ -248,16 +265,7 @@ def group_plan(cfg: AuditConfig, setting: Setting, seed: int) -> list[Piece]:
     training = setting.training.model_copy(update={"seed": seed})
     pieces = [dp_train_piece(mkey, training, cfg.data_spec(), dp=setting.dp),
               membership_piece(f"membership/{g}", mkey, cfg.membership)]
-    run_keys: list[tuple[str, str | None]] = []
-    for j, r in enumerate(cfg.runs):
-        acfg = cfg.attack.model_copy(update={"lr_x": r.lr_x, "lambda_min": r.lambda_min, "alpha": r.alpha})
-        key = f"runs/{g}/run{j}"
-        pieces.append(attack_piece(key, model_key=mkey, method="kkt",
-                                   attack=BatchRun(config=acfg, init={"name": "gaussian", "scale": r.init_scale},
-                                                   seed=r.seed),
-                                   candidates_factor=cfg.candidates_factor))
-        run_keys.append((key, None))
-    pieces.append(pool_piece(f"pool/{g}", run_keys, keep=cfg.keep, criterion=cfg.selection))
+    pieces += attacks_and_pool(cfg, model_key=mkey, runs=f"runs/{g}", pool=f"pool/{g}")
     pieces.append(evaluate_piece(f"eval/{g}", model_key=mkey, run_key=f"pool/{g}", settings=cfg.evaluation))
     return pieces
 
@@ -432,7 +440,7 @@ def run_audit(cfg: AuditConfig, *, out: str | Path, scale: str = "custom", runti
         cfg: the audit config (:func:`load_audit_config`).
         out: output folder; a rerun into it skips finished pieces (``DONE.json`` markers).
         scale: label for the report.
-        runtime: where each target computes (:class:`~datarecon.experiments.reproduce.Runtime`): the
+        runtime: where each target computes (:class:`~datarecon.experiments.pipeline.pieces.Runtime`): the
             data folder (default ``$DATARECON_DATA`` / cache); the device, ``cpu`` | ``cuda[:N]``;
             ``resume``: let an unfinished attack continue from its checkpoint; ``progress``: progress
             bars inside each target's training and attacks (in-process targets only).

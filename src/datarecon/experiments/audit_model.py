@@ -2,7 +2,7 @@
 
 The audit's grid trains its own targets; a user who trained a model (the README's, a DP-SGD one) asks
 what it leaks. For a given model directory :func:`audit_model` runs, as resumable pieces
-(:mod:`.reproduce.pieces`: a rerun skips what finished):
+(:mod:`.pipeline.pieces`: a rerun skips what finished):
 
 * membership: every signal, the reference attacks within their time budget
   (:attr:`~datarecon.experiments.audit.AuditConfig.model_membership`), into ``OUT/membership`` (a membership
@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from datarecon.errors import DataReconError
-from datarecon.experiments.audit import AuditConfig
+from datarecon.experiments.audit import AuditConfig, attacks_and_pool
 from datarecon.experiments.membership import Runtime as MembershipRuntime
 from datarecon.experiments.membership import evaluate_membership, membership_section
-from datarecon.experiments.reproduce import Runtime
-from datarecon.experiments.reproduce.common import BatchRun, attack_piece, evaluate_piece
-from datarecon.experiments.reproduce.haim2022 import pool_piece
-from datarecon.experiments.reproduce.pieces import Context, Piece, claim_reproduction, entries, execute, piece_hashes
+from datarecon.experiments.pipeline.pieces import Runtime
+from datarecon.experiments.pipeline.common import evaluate_piece
+from datarecon.experiments.pipeline.pieces import Context, Piece, claim_reproduction, entries, execute, piece_hashes
 from datarecon.kernel.files import METRICS_FILE, REPORT_HTML, REPRODUCTION_JSON
 from datarecon.models.checkpoint import model_identity, read_model_meta
 from datarecon.report.html import Section, write_report
@@ -40,7 +39,7 @@ from datarecon.utils.io import atomic_write_json, config_hash, read_json, versio
 
 __all__ = ["NAME", "audit_model", "model_plan"]
 
-#: the name a given model's audit folder records (:func:`~datarecon.experiments.reproduce.pieces.claim_reproduction`)
+#: the name a given model's audit folder records (:func:`~datarecon.experiments.pipeline.pieces.claim_reproduction`)
 NAME = "audit-model"
 #: the piece that names the given model (its summary's absolute ``model_dir``)
 GIVEN = "model"
@@ -73,16 +72,7 @@ def _membership_piece(cfg: AuditConfig) -> Piece:
 def model_plan(cfg: AuditConfig, model_dir: Path) -> list[Piece]:
     """The pieces of one given model's audit: the model, membership, the KKT runs, their pool, its evaluation."""
     pieces = [_given_piece(model_dir), _membership_piece(cfg)]
-    run_keys: list[tuple[str, str | None]] = []
-    for j, r in enumerate(cfg.runs):
-        acfg = cfg.attack.model_copy(update={"lr_x": r.lr_x, "lambda_min": r.lambda_min, "alpha": r.alpha})
-        key = f"runs/run{j}"
-        pieces.append(attack_piece(key, model_key=GIVEN, method="kkt",
-                                   attack=BatchRun(config=acfg, init={"name": "gaussian", "scale": r.init_scale},
-                                                   seed=r.seed),
-                                   candidates_factor=cfg.candidates_factor))
-        run_keys.append((key, None))
-    pieces.append(pool_piece("pool", run_keys, keep=cfg.keep, criterion=cfg.selection))
+    pieces += attacks_and_pool(cfg, model_key=GIVEN, runs="runs", pool="pool")
     pieces.append(evaluate_piece("eval", model_key=GIVEN, run_key="pool", settings=cfg.evaluation))
     return pieces
 

@@ -53,7 +53,7 @@ from datarecon.attacks.knowledge import (PRETRAINED, KnowledgeSettings, check_kn
 from datarecon.attacks.labels import RestoredLabels, restore_labels
 from datarecon.attacks.probe import probe_step_sizes, scaled
 from datarecon.attacks.runner import run_attack
-from datarecon.attacks.selection import CRITERIA, ResidualPlateau
+from datarecon.attacks.selection import CRITERIA, DEFAULT_CRITERION, ResidualPlateau
 from datarecon.attacks.subspace import SUBSPACE_FILE, analyse, first_dense_layer, save_analysis
 from datarecon.config import (
     MAX_SEED,
@@ -1011,7 +1011,7 @@ def execute_batch(runs: Sequence[ReconstructionRun], outs: Sequence[str | Path],
 
 def reconstruct_runs(run: ReconstructionRun, out: str | Path, options: RunOptions = RunOptions(), *, runs: int,
                      mode: str = "auto", sources: Any = None, record: Mapping[str, Any] | None = None,
-                     criterion: str = "relative_residual") -> list[Reconstruction]:
+                     criterion: str = DEFAULT_CRITERION) -> list[Reconstruction]:
     """``runs`` copies of ``run`` with seeds ``run.seed + j``, executed as one batch (:func:`execute_batch`),
     and their pool.
 
@@ -1078,7 +1078,7 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, options: RunOption
         return recs
 
 
-def pool_runs(out: Path, recs: Sequence[Reconstruction], *, model_dir: str, criterion: str = "relative_residual",
+def pool_runs(out: Path, recs: Sequence[Reconstruction], *, model_dir: str, criterion: str = DEFAULT_CRITERION,
               record: Mapping[str, Any] | None = None) -> Path | None:
     """Pool the finished runs ``out/run<j>`` of :func:`reconstruct_runs` into the run directory ``out``.
 

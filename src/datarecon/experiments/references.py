@@ -18,7 +18,7 @@ Storage, below a membership folder (``OUT``)::
 
     OUT/target.json                        the model the folder measures (another model's call is refused)
     OUT/pool.safetensors                   the pool (display images, labels, task classes) and the population
-    OUT/references/ref-00007/DONE.json     completion marker (:mod:`datarecon.experiments.reproduce.pieces`)
+    OUT/references/ref-00007/DONE.json     completion marker (:mod:`datarecon.experiments.pipeline.pieces`)
     OUT/references/ref-00007/stats.safetensors   its statistics on the pool and the population, its subset
     OUT/references/ref-00007/weights.safetensors its weights and input mean (``keep_weights``, and always for
                                            the first :data:`KEPT_ALWAYS`, which play the target in turn)
@@ -55,7 +55,7 @@ from datarecon.config import MAX_SEED, Seed
 from datarecon.errors import DataReconError
 from datarecon.experiments.backends import Task, make_backend
 from datarecon.experiments.execution import Execution
-from datarecon.experiments.reproduce.pieces import Context, Piece, execute, is_done, piece_hashes
+from datarecon.experiments.pipeline.pieces import Context, Piece, execute, is_done, piece_hashes
 from datarecon.kernel.engine import LineRate, LoopState, ProgressBar
 from datarecon.models.spec import build_model
 from datarecon.training.target import TrainConfig, fit_on_images

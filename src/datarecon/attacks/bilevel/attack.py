@@ -336,6 +336,8 @@ class BilevelAttack(Attack):
     config_cls: ClassVar[type[Any]] = BilevelConfig
     #: not probed: the default step is a line search on the problem itself
     step_size_fields: ClassVar[tuple[str, ...]] = ()
+    #: the upper loss, ‖θ − θ*‖² and the inner residual
+    progress_keys: ClassVar[tuple[str, ...]] = ("loss", "param_distance", "residual", "box")
     divergence_hint: ClassVar[str] = (
         "set a smaller fixed lr_x (or none: the problem-derived step), raise weight_decay_override, "
         "or use curvature gauss-newton / damping")

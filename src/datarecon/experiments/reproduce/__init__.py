@@ -20,13 +20,20 @@ from pydantic import BaseModel
 from datarecon.config import build_config, merge, read_config_mapping
 from datarecon.errors import DataReconError
 from datarecon.experiments.reproduce import haim2022, runkel2024
-from datarecon.experiments.reproduce.pieces import Context, claim_reproduction, dry_run, entries, execute
+from datarecon.experiments.pipeline.pieces import (
+    PRESETS_DIR,
+    Context,
+    Runtime,
+    claim_reproduction,
+    dry_run,
+    entries,
+    execute,
+)
 from datarecon.kernel.files import REPORT_HTML, REPRODUCTION_JSON, TIMINGS_JSON
 from datarecon.registry import Registry
 from datarecon.report.html import write_report
 from datarecon.utils.io import atomic_write_json, config_hash, versions
 
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 #: The scale ladder, smallest first. ``paper`` is each config's defaults (its preset file only
 #: documents that); a reproduction offers the other rungs for which it ships a preset file.
 SCALES = ("smoke", "small", "medium", "paper")
@@ -98,31 +105,6 @@ def plan_reproduction(name: str, *, out: str | Path, scale: str = "smoke", data_
     entry = REPRODUCTIONS.get(name)
     cfg = load_config(name, scale=scale, overrides=overrides)
     return dry_run(entry.plan(cfg), Context(out=Path(out), data_dir=data_dir, device=device))
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """Where and how the pieces of a reproduction (or an audit) compute: a
-    :class:`~.pieces.Context` without its output folder.
-
-    Attributes:
-        data_dir: data folder (None: ``$DATARECON_DATA`` / cache).
-        device: torch device name, ``cpu`` or ``cuda[:N]``.
-        resume: inside an unfinished piece, continue a training or an attack from its checkpoint
-            (and reuse an output folder of the same configuration).
-        progress: progress inside long pieces (training epochs, attack steps) on stderr: a bar on a
-            terminal, plain rate-limited lines with rate and ETA otherwise.
-    """
-
-    data_dir: str | Path | None = None
-    device: str = "cpu"
-    resume: bool = False
-    progress: bool = False
-
-    def context(self, out: Path) -> Context:
-        """The :class:`~.pieces.Context` of the pieces writing into ``out``."""
-        return Context(out=out, data_dir=self.data_dir, device=self.device, resume=self.resume,
-                       progress=self.progress)
 
 
 def reproduce(name: str, *, out: str | Path, scale: str = "smoke", runtime: Runtime = Runtime(),

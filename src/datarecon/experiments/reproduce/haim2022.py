@@ -23,19 +23,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from datarecon.attacks.kkt import KKTConfig
 from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.attacks.selection import CRITERIA
-from datarecon.config import MAX_SEED, drop_defaults
+from datarecon.config import drop_defaults
 from datarecon.evaluation.privacy import signal_verdict
 from datarecon.experiments.reproduce import cost
-from datarecon.experiments.reproduce.common import (
-    RUN_SUBDIR,
+from datarecon.experiments.pipeline.common import (
     BatchRun,
     EvalSettings,
+    KKTRunSpec,
     RunGrouping,
     TargetTraining,
     attack_batch_piece,
@@ -47,32 +46,18 @@ from datarecon.experiments.reproduce.common import (
     finite,
     grid_figure,
     model_dir,
-    run_dir,
-    run_summary,
+    pool_piece,
     train_piece,
     write_csv,
 )
-from datarecon.experiments.reproduce.pieces import Context, Piece
-from datarecon.kernel.files import CANDIDATES, METRICS_FILE, PRIVACY_CSV, RECONSTRUCTIONS_PNG, RUN_JSON
-from datarecon.kernel.status import EVALUABLE, Status
+from datarecon.experiments.pipeline.pieces import Context, Piece
+from datarecon.kernel.files import METRICS_FILE, PRIVACY_CSV, RECONSTRUCTIONS_PNG
 from datarecon.report.figures import save_figure, sorted_ssim_curve, ssim_vs_margin
 from datarecon.report.html import FigureItem, Section, Table
 from datarecon.report.style import figure_caption
 from datarecon.report.text import headline_lead
 from datarecon.training.target import ArchConfig, MarginAscentConfig, StopConfig
-from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors
-
-
-class KKTRunSpec(BaseModel):
-    """One attack run: x₀ scale and the hyper-parameters that differ between runs."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    init_scale: float = Field(gt=0)
-    lr_x: float = Field(gt=0)
-    lambda_min: float = Field(ge=0)
-    alpha: float = Field(gt=0)
-    seed: int = Field(default=0, ge=0, le=MAX_SEED)
+from datarecon.utils.io import atomic_write_json, read_json
 
 
 class HaimDataset(BaseModel):
@@ -222,7 +207,7 @@ def plan(cfg: HaimConfig) -> list[Piece]:
             pieces.append(attack_batch_piece(f"runs/{name}", model_key=mkey, method="kkt", runs=batch,
                                              candidates_factor=cfg.candidates_factor, mode=cfg.run_grouping,
                                              estimate=_sum_estimates(parts, together=cfg.run_grouping != "looped")))
-        pieces.append(_pool_piece(f"pool/{name}", refs, keep=cfg.keep, criterion=cfg.selection))
+        pieces.append(pool_piece(f"pool/{name}", refs, keep=cfg.keep, criterion=cfg.selection))
         pieces.append(evaluate_piece(f"eval/{name}", model_key=mkey, run_key=f"pool/{name}",
                                      settings=cfg.evaluation))
         pieces.append(_figures_piece(name, cfg))
@@ -321,50 +306,6 @@ def _sum_estimates(parts: list[Any], *, together: bool = False) -> Any:
     if mem and all(v is not None for v in mem):
         estimate.memory_bytes = sum(mem) if together else max(mem)  # type: ignore[attr-defined]
     return estimate
-
-
-def _ref_name(ref: tuple[str, str | None]) -> str:
-    return f"{ref[0]}/{ref[1]}" if ref[1] is not None else ref[0]
-
-
-def _pool_piece(key: str, refs: list[tuple[str, str | None]], *, keep: int, criterion: str) -> Piece:
-    """Rank runs by an attacker-side criterion, pool the candidates of the best ``keep``.
-
-    ``refs``: (attack piece key, run name in a batch piece or None) of every run; a run is named
-    ``<piece key>/<run name>`` (``runs/cifar10/run0`` in either layout). The direction (lower /
-    higher is better) comes from the runs' own selection record.
-    """
-    names = {_ref_name(r): r for r in refs}
-
-    def run(ctx: Context, d: Path) -> dict[str, Any]:
-        ranked = []
-        direction = "lower"
-        for k, ref in names.items():
-            s = run_summary(ctx, *ref)
-            direction = (s.get("selection_direction") or {}).get(criterion, direction)
-            lower = direction != "higher"
-            v = finite((s.get("selection") or {}).get(criterion))
-            ok = s.get("status") in EVALUABLE and v == v
-            ranked.append((0 if ok else 1, (v if lower else -v) if ok else 0.0, k, v))
-        ranked.sort()
-        chosen = [k for _, _, k, _ in ranked[:keep]]
-        parts = [load_tensors(run_dir(ctx, *names[k]) / CANDIDATES) for k in chosen]
-        common = set.intersection(*(set(p) for p in parts))
-        pooled = {name: torch.cat([p[name] for p in parts]) for name in sorted(common)}
-        pooled["source_run"] = torch.cat([torch.full((p["x"].shape[0],), j, dtype=torch.int64)
-                                          for j, p in enumerate(parts)])
-        save_tensors(d / RUN_SUBDIR / CANDIDATES, pooled)
-        first = read_json(run_dir(ctx, *names[chosen[0]]) / RUN_JSON)
-        atomic_write_json(d / RUN_SUBDIR / RUN_JSON, {
-            "method": f"{first.get('method')}-pooled", "model_dir": first.get("model_dir"), "status": Status.COMPLETE,
-            "steps_done": None, "init": "pooled", "pooled_from": chosen, "extra": {},
-            "selection": {"criterion": criterion, "direction": direction,
-                          "values": {k: v for _, _, k, v in ranked}}})
-        return {"chosen": chosen, "criterion": criterion, "values": {k: v for _, _, k, v in ranked},
-                "m": int(pooled["x"].shape[0])}
-
-    deps = tuple(dict.fromkeys(r[0] for r in refs))
-    return Piece(key=key, run=run, spec={"keep": keep, "criterion": criterion}, deps=deps, kind="select")
 
 
 def _figures_piece(name: str, cfg: HaimConfig) -> Piece:
@@ -506,6 +447,3 @@ def report_sections(ctx: Context, cfg: HaimConfig, *, scale: str, timings: Mappi
                                                        rows=[[k, v] for k, v in timings.items()])]))
     return secs
 
-
-#: public name of the attacker-side pooling piece (used by the defence audit, experiments/audit.py)
-pool_piece = _pool_piece

@@ -32,7 +32,7 @@ from datarecon.config import MAX_SEED, MAX_STEPS
 from datarecon.evaluation.membership import membership_roc
 from datarecon.evaluation.privacy import signal_verdict
 from datarecon.experiments.reproduce import cost
-from datarecon.experiments.reproduce.common import (
+from datarecon.experiments.pipeline.common import (
     BatchRun,
     EvalSettings,
     RunGrouping,
@@ -49,7 +49,7 @@ from datarecon.experiments.reproduce.common import (
     train_piece,
     write_csv,
 )
-from datarecon.experiments.reproduce.pieces import Context, Piece
+from datarecon.experiments.pipeline.pieces import Context, Piece
 from datarecon.kernel.files import CANDIDATES_CSV, METRICS_FILE, PRIVACY_CSV
 from datarecon.report.figures import interpolation_curves, landscape_heatmaps, neighbour_grid, save_figure
 from datarecon.report.html import FigureItem, Section, Table

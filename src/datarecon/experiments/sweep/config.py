@@ -48,6 +48,7 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from datarecon.attacks.selection import DEFAULT_CRITERION
 from datarecon.attacks import ATTACKS
 from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.config import MAX_SEED, MAX_STEPS, Seed, set_dotted
@@ -222,7 +223,7 @@ class Selection(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    criterion: str = "relative_residual"
+    criterion: str = DEFAULT_CRITERION
     mode: Literal["min", "max"] | None = None
 
 

@@ -20,7 +20,7 @@ from datarecon.errors import DataReconError
 from datarecon.experiments.backends import Backend, Outcome, Task, make_backend
 from datarecon.experiments.execution import Execution
 from datarecon.experiments.pool import criterion_mode, score_of
-from datarecon.experiments.runs import validate_spec
+from datarecon.experiments.sweep.runs import validate_spec
 from datarecon.experiments.store import FINISHED, TASK_FILE, Store, row_from_dir
 from datarecon.experiments.sweep.config import RunSpec, SweepConfig, expand
 from datarecon.experiments.sweep.worker import CLAIM_FILE, execute_task

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from datarecon.attacks.selection import DEFAULT_CRITERION
 from datarecon.errors import DataReconError
 from datarecon.experiments.pool import PoolSpec, criterion_mode, same_pool, score_of, write_pool
 from datarecon.experiments.store import Store, check_store, row_from_dir
@@ -35,7 +36,7 @@ def rank_runs(store: Store, *, criterion: str, mode: str | None = None, sweep_id
     return ranked
 
 
-def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = "relative_residual",
+def pool_candidates(sweep_dir: str | Path, *, top: int, criterion: str = DEFAULT_CRITERION,
                     mode: str | None = None, sweep_id: str | None = None, out: str | Path | None = None,
                     merge: float | None = None, overwrite: bool = False) -> Path:
     """Gather the candidates of the ``top`` best runs of a store into a pooled run directory.

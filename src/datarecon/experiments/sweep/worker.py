@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from datarecon.experiments.runs import run_from_spec
+from datarecon.experiments.sweep.runs import run_from_spec
 from datarecon.experiments.sweep.config import RunSpec
 from datarecon.kernel.engine import BaseHook, LoopState
 from datarecon.kernel.files import RUN_JSON

@@ -1,5 +1,5 @@
 """Building blocks shared by the paper reproductions: target training, attack runs,
-evaluation and figure pieces (each a :class:`~datarecon.experiments.reproduce.pieces.Piece`).
+evaluation and figure pieces (each a :class:`~datarecon.experiments.pipeline.pieces.Piece`).
 
 The attack pieces respect the threat model: an attack sees a :class:`~datarecon.attacks.base.Target`
 (θ*, architecture, loss, weight decay) and an :class:`~datarecon.attacks.base.AttackerPrior`
@@ -28,7 +28,8 @@ from datarecon.errors import DataReconError
 from datarecon.evaluation import EvaluationConfig, evaluate_candidates, noise_images
 from datarecon.evaluation.run_eval import RunRecord, init_name_of, read_init
 from datarecon.experiments.reconstruct import RunOptions, build_run, execute, execute_batch, prepare
-from datarecon.experiments.reproduce.pieces import Context, Piece
+from datarecon.experiments.pipeline.pieces import Context, Piece
+from datarecon.kernel.status import EVALUABLE, Status
 from datarecon.kernel.files import CANDIDATES, CANDIDATES_CSV, METRICS_FILE, RUN_JSON
 from datarecon.kernel.losses import margins as out_margins
 from datarecon.models.checkpoint import load_model_dir
@@ -546,3 +547,59 @@ def figure_piece(key: str, *, deps: Sequence[str], draw: Callable[[Context, Path
         return {"files": list(files)}
 
     return Piece(key=key, run=run, spec=dict(spec or {}), deps=tuple(deps), kind="figure")
+
+
+class KKTRunSpec(BaseModel):
+    """One attack run: x₀ scale and the hyper-parameters that differ between runs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    init_scale: float = Field(gt=0)
+    lr_x: float = Field(gt=0)
+    lambda_min: float = Field(ge=0)
+    alpha: float = Field(gt=0)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
+
+
+def _ref_name(ref: tuple[str, str | None]) -> str:
+    return f"{ref[0]}/{ref[1]}" if ref[1] is not None else ref[0]
+
+
+def pool_piece(key: str, refs: list[tuple[str, str | None]], *, keep: int, criterion: str) -> Piece:
+    """Rank runs by an attacker-side criterion, pool the candidates of the best ``keep``.
+
+    ``refs``: (attack piece key, run name in a batch piece or None) of every run; a run is named
+    ``<piece key>/<run name>`` (``runs/cifar10/run0`` in either layout). The direction (lower /
+    higher is better) comes from the runs' own selection record.
+    """
+    names = {_ref_name(r): r for r in refs}
+
+    def run(ctx: Context, d: Path) -> dict[str, Any]:
+        ranked = []
+        direction = "lower"
+        for k, ref in names.items():
+            s = run_summary(ctx, *ref)
+            direction = (s.get("selection_direction") or {}).get(criterion, direction)
+            lower = direction != "higher"
+            v = finite((s.get("selection") or {}).get(criterion))
+            ok = s.get("status") in EVALUABLE and v == v
+            ranked.append((0 if ok else 1, (v if lower else -v) if ok else 0.0, k, v))
+        ranked.sort()
+        chosen = [k for _, _, k, _ in ranked[:keep]]
+        parts = [load_tensors(run_dir(ctx, *names[k]) / CANDIDATES) for k in chosen]
+        common = set.intersection(*(set(p) for p in parts))
+        pooled = {name: torch.cat([p[name] for p in parts]) for name in sorted(common)}
+        pooled["source_run"] = torch.cat([torch.full((p["x"].shape[0],), j, dtype=torch.int64)
+                                          for j, p in enumerate(parts)])
+        save_tensors(d / RUN_SUBDIR / CANDIDATES, pooled)
+        first = read_json(run_dir(ctx, *names[chosen[0]]) / RUN_JSON)
+        atomic_write_json(d / RUN_SUBDIR / RUN_JSON, {
+            "method": f"{first.get('method')}-pooled", "model_dir": first.get("model_dir"), "status": Status.COMPLETE,
+            "steps_done": None, "init": "pooled", "pooled_from": chosen, "extra": {},
+            "selection": {"criterion": criterion, "direction": direction,
+                          "values": {k: v for _, _, k, v in ranked}}})
+        return {"chosen": chosen, "criterion": criterion, "values": {k: v for _, _, k, v in ranked},
+                "m": int(pooled["x"].shape[0])}
+
+    deps = tuple(dict.fromkeys(r[0] for r in refs))
+    return Piece(key=key, run=run, spec={"keep": keep, "criterion": criterion}, deps=deps, kind="select")

@@ -12,14 +12,12 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from datarecon.attacks.base import ATTACKS, Reconstruction
 from datarecon.errors import DataReconError
 from datarecon.experiments.reconstruct import RunOptions, execute
-
-if TYPE_CHECKING:  # the sweep package imports this module
-    from datarecon.experiments.sweep.config import RunSpec
+from datarecon.experiments.sweep.config import RunSpec
 
 #: ``datarecon reconstruct`` options whose sweep field is not ``attack.<name>``
 SWEEP_FIELDS = {"--candidates": "candidates", "--steps": "steps", "--dtype": "dtype", "--seed": "seed",
@@ -87,8 +85,6 @@ def run_from_spec(spec: RunSpec | Mapping[str, Any], *, out: str | Path, resume:
     Raises:
         DataReconError: bad attack/init fields, unknown names, or a model that does not fit.
     """
-    from datarecon.experiments.sweep.config import RunSpec  # the sweep package imports this module
-
     if not isinstance(spec, RunSpec):
         spec = RunSpec.model_validate(spec)
     with in_sweep_terms(spec):

@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from datarecon.errors import DataReconError
-from datarecon.experiments.reproduce.cost import format_bytes, resident_bytes
+from datarecon.experiments.pipeline.memory import format_bytes, resident_bytes
 from datarecon.kernel.files import DONE_MARKER, REPORT_HTML, REPRODUCTION_JSON, TIMINGS_JSON
 from datarecon.kernel.outdir import OutDir, claim_out_dir, remove_written
 from datarecon.utils.io import atomic_write_json, config_hash, read_json
+
+#: the presets of reproductions and audits (``<name>-<scale>.yaml``)
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,32 @@ class Context:
             return self.summaries[key]
         except KeyError:
             raise DataReconError(f"piece {key!r} has not run yet; this is a bug in the reproduction plan") from None
+
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where and how the pieces of a reproduction (or an audit) compute: a
+    :class:`Context` without its output folder.
+
+    Attributes:
+        data_dir: data folder (None: ``$DATARECON_DATA`` / cache).
+        device: torch device name, ``cpu`` or ``cuda[:N]``.
+        resume: inside an unfinished piece, continue a training or an attack from its checkpoint
+            (and reuse an output folder of the same configuration).
+        progress: progress inside long pieces (training epochs, attack steps) on stderr: a bar on a
+            terminal, plain rate-limited lines with rate and ETA otherwise.
+    """
+
+    data_dir: str | Path | None = None
+    device: str = "cpu"
+    resume: bool = False
+    progress: bool = False
+
+    def context(self, out: Path) -> Context:
+        """The :class:`Context` of the pieces writing into ``out``."""
+        return Context(out=out, data_dir=self.data_dir, device=self.device, resume=self.resume,
+                       progress=self.progress)
 
 
 @dataclass(frozen=True)
