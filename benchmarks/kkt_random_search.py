@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--known-init", default=None, help="e.g. seed: the θ_init-known objective")
+    ap.add_argument("--merge", type=float, default=None,
+                    help="attacker-side deduplication of the pool: drop a candidate whose cosine to a kept one of a "
+                         "better run exceeds this (sweep pool --merge)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", type=Path, default=Path("runs/random-search"))
     ap.add_argument("--out", type=Path, default=RESULTS_DIR / "kkt_random_search.json")
@@ -77,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     while k <= args.samples:
         pool = args.work / f"pool-top{k}"
         if not (pool / "metrics.json").is_file():
-            _cli(["sweep", "pool", str(store), "--top", str(k), "--out", str(pool), "--overwrite"])
+            merge = ["--merge", str(args.merge)] if args.merge is not None else []
+            _cli(["sweep", "pool", str(store), "--top", str(k), *merge, "--out", str(pool), "--overwrite"])
             _cli(["evaluate", str(pool), "--no-progress", "--threads", str(args.threads)])
         m = json.loads((pool / "metrics.json").read_text())
         h = m["headline"]
@@ -89,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{h.get('noise')}); papers' scoring {(h.get('reference_scoring') or {}).get('count')}", flush=True)
         k *= 2
     args.out.write_text(json.dumps({"model": str(args.model), "samples": args.samples, "steps": args.steps,
-                                    "known_init": args.known_init, "sweep_wall_s": sweep_s, "rows": rows,
+                                    "known_init": args.known_init, "merge": args.merge, "sweep_wall_s": sweep_s, "rows": rows,
                                     "command": " ".join(sys.argv), "machine": machine(),
                                     "date": time.strftime("%Y-%m-%d")}, indent=1) + "\n")
     print(f"wrote {args.out}")

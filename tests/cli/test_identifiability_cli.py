@@ -76,3 +76,34 @@ def test_evaluate_says_how_many_objectives_identify_the_training_set():
     assert identifiability_lead(result) == ("identifiability: the training set fits 2 of the 3 objectives measured "
                                             "better than every fake (kkt, loo); details: datarecon identifiability "
                                             "MODEL")
+
+
+def test_train_records_the_ascent_curve_whose_gaps_are_the_diagnostic_of_the_model_at_those_steps(tmp_path, capsys):
+    """``datarecon train`` with margin ascent to convergence: the curve's gap at its end equals ``datarecon
+    identifiability`` of the model written, and its gap at 2 windows equals the diagnostic of a model ascended for
+    exactly those steps (the curve measures the model in training, the diagnostic a model directory); ``info``
+    shows the curve."""
+    common = ["--dataset", "digits", "--task", "odd-even", "--n-per-class", "6", "--hidden", "30", "--no-bias",
+              "--init-scale", "1e-3", "--lr", "0.5", "--epochs", "200", "--dtype", "float64", "--no-progress",
+              "--quiet"]
+    conv, short = tmp_path / "conv", tmp_path / "short"
+    assert main(["train", *common, "--margin-ascent-steps", "400", "--margin-ascent-rtol", "0.001",
+                 "--margin-ascent-window", "10", "--out", str(conv)]) == 0
+    assert main(["train", *common, "--margin-ascent-steps", "20", "--out", str(short)]) == 0
+    capsys.readouterr()
+    meta = json.loads((conv / "model.json").read_text())["metrics"]
+    curve = meta["margin_ascent_curve"]
+    assert meta["margin_ascent_stop_reason"].startswith("converged") and curve[-1]["step"] == meta["margin_ascent_steps"]
+    probed = [p["step"] for p in curve if "kkt_gap" in p]
+    assert probed[:4] == [0, 10, 20, 40] and probed[-1] == curve[-1]["step"] and len(curve) > len(probed)
+    for model, point in ((conv, curve[-1]), (short, next(p for p in curve if p["step"] == 20))):
+        found = tmp_path / f"{model.name}.json"
+        assert main(["identifiability", str(model), "--objectives", "kkt", "--out", str(found)]) == 0
+        kkt = json.loads(found.read_text())["objectives"]["kkt"]
+        assert point["kkt_gap"] == pytest.approx(kkt["gap"], rel=1e-9, abs=1e-12)
+        assert point["kkt_truth"] == pytest.approx(kkt["sets"]["training set"]["relative_residual"], rel=1e-9)
+    capsys.readouterr()
+    assert main(["info", str(conv)]) == 0
+    card = capsys.readouterr().out
+    assert "ascent curve (step: normalised margin, KKT weights-only residual truth / best fake, gap" in card
+    assert f"gap {curve[-1]['kkt_gap']:+.3f}" in card

@@ -50,7 +50,7 @@ def test_copy_refuses_to_overwrite_and_unknown_names_list_the_valid_ones(tmp_pat
         copy_example("sweep-tiny.yaml", out=target)
     assert main(["examples", "nope.yaml", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: unknown example 'nope.yaml'; shipped examples: experiment-digits.yaml, haim2022-medium-cifar.yaml, haim2022-medium-mnist.yaml, runkel2024-paper-dryrun.yaml")
+    assert err.startswith("error: unknown example 'nope.yaml'; shipped examples: experiment-digits.yaml, haim2022-medium-cifar.yaml, haim2022-medium-mnist.yaml, haim2022-paper-cifar-stand-in.yaml, runkel2024-paper-dryrun.yaml")
     assert main(["examples", "sweep-tiny.yaml", "--out", str(target), "--overwrite"]) == 0
     assert target.read_bytes() == read_example("sweep-tiny.yaml")
 
@@ -66,6 +66,10 @@ def test_reproduction_override_examples_load_over_their_presets() -> None:
     cfg = load_config("haim2022", scale="medium", overrides=yaml.safe_load(read_example("haim2022-medium-mnist.yaml")))
     assert [d.dataset for d in cfg.datasets] == ["mnist"] and len(cfg.datasets[0].runs) == 3
     assert cfg.target.epochs == 3000 and cfg.target.arch.hidden == (1000, 1000)
+    cfg = load_config("haim2022", scale="paper",
+                      overrides=yaml.safe_load(read_example("haim2022-paper-cifar-stand-in.yaml")))
+    assert [d.dataset for d in cfg.datasets] == ["cifar10"] and len(cfg.datasets[0].runs) == 2
+    assert cfg.stand_in is not None and cfg.stand_in.rtol == 0.01 and cfg.attack.steps == 30000
 
 
 def example_commands(name: str) -> list[list[str]]:

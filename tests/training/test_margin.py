@@ -166,3 +166,102 @@ def test_train_target_skips_the_ascent_with_a_warning_when_the_data_are_not_sepa
     with pytest.warns(UserWarning, match="margin ascent skipped"):
         res = train_target(cfg, out=tmp_path / "m", progress=False)
     assert res.metrics["margin_ascent_status"] == "skipped" and res.metrics["epochs_done"] == 3
+
+
+def _separated_mlp():
+    """The toy MLP after GD has separated its data (the start of every ascent test below)."""
+    x, y = _toy()
+    base = _mlp()
+    fit(base, x, y, recipe=FitRecipe(loss="logistic", lr=1.0, epochs=800, schedule="loss-normalised",
+                                     max_lr_factor=1e4))
+    state = {k: v.clone() for k, v in base.state_dict().items()}
+
+    def fresh() -> torch.nn.Module:
+        m = _mlp(seed=9)
+        m.load_state_dict(state)
+        return m
+
+    return x, y, fresh
+
+
+def test_margin_ascent_to_convergence_stops_at_the_first_window_whose_relative_gain_is_below_rtol() -> None:
+    """The stop rule against a naive replay of the same trajectory: a fixed-step ascent's history, read every
+    ``window`` steps, gives the first window whose gain falls below rtol; the converged run stops exactly there
+    with the same weights bit for bit."""
+    x, y, fresh = _separated_mlp()
+    window, rtol = 20, 0.02
+    fixed = ascend_margin(fresh(), x, y, loss="logistic", ascent=AscentRecipe(steps=600))
+    nm = [r["normalised_margin"] for r in fixed.history]  # log_every 1: row k is step k + 1
+    start = float(fixed.extra["curve"][0]["normalised_margin"])
+    checks = [start] + [nm[k - 1] for k in range(window, 601, window)]
+    expected = next(window * (j + 1) for j in range(len(checks) - 1)
+                    if (checks[j + 1] - checks[j]) / checks[j] < rtol)
+    assert window < expected < 600  # the rule fires inside the budget, after the first window
+    conv = ascend_margin(fresh(), x, y, loss="logistic", ascent=AscentRecipe(steps=600, rtol=rtol, window=window))
+    assert conv.epochs_done == expected and conv.status == "stopped-early"
+    assert conv.stop_reason.startswith("converged: normalised margin")
+    stopped = ascend_margin(fresh(), x, y, loss="logistic", ascent=AscentRecipe(steps=expected))
+    for a, b in zip(conv.model.state_dict().values(), stopped.model.state_dict().values()):
+        assert torch.equal(a, b)
+    curve = conv.extra["curve"]
+    assert [p["step"] for p in curve] == list(range(0, expected + 1, window))
+    assert [p["normalised_margin"] for p in curve[1:]] == [nm[k - 1] for k in range(window, expected + 1, window)]
+
+
+def test_margin_ascent_curve_probes_the_start_powers_of_two_windows_and_the_end_without_changing_the_weights() -> None:
+    x, y, fresh = _separated_mlp()
+    calls = []
+
+    def probe(model: torch.nn.Module) -> dict[str, float]:
+        calls.append(float(sum(p.detach().abs().sum() for p in model.parameters())))
+        return {"probe": float(len(calls))}
+
+    plain = ascend_margin(fresh(), x, y, loss="logistic", ascent=AscentRecipe(steps=110, window=10))
+    probed = ascend_margin(fresh(), x, y, loss="logistic", ascent=AscentRecipe(steps=110, window=10), probe=probe)
+    for a, b in zip(plain.model.state_dict().values(), probed.model.state_dict().values()):
+        assert torch.equal(a, b)
+    curve = probed.extra["curve"]
+    assert [p["step"] for p in curve] == list(range(0, 111, 10))
+    assert [p["step"] for p in curve if "probe" in p] == [0, 10, 20, 40, 80, 110]
+    assert len(calls) == 6 and len(set(calls)) == 6  # each at another θ
+
+
+def test_margin_ascent_to_convergence_kill_and_resume_is_bit_identical(kill_after, tmp_path: Path) -> None:
+    """Killed between two convergence checks and resumed: the same stop step, weights, history and curve."""
+    x, y, fresh = _separated_mlp()
+    ascent = AscentRecipe(steps=600, rtol=0.02, window=20)
+
+    def probe(model: torch.nn.Module) -> dict[str, float]:
+        return {"w0": float(next(model.parameters()).detach().reshape(-1)[0])}
+
+    full = ascend_margin(fresh(), x, y, loss="logistic", ascent=ascent, loop=LoopOptions(log_every=7), probe=probe)
+    ck = TrainingCheckpoint(tmp_path / "ck", tag="t")
+    kill_at = full.epochs_done - 13  # after the last check but one, before the stop
+    with pytest.raises(KeyboardInterrupt):
+        ascend_margin(fresh(), x, y, loss="logistic", ascent=ascent, checkpoint=ck, probe=probe,
+                      loop=LoopOptions(log_every=7, checkpoint_every=30, hooks=(kill_after(kill_at),)))
+    res = ascend_margin(_mlp(seed=4), x, y, loss="logistic", ascent=ascent, checkpoint=ck, probe=probe,
+                        loop=LoopOptions(log_every=7, checkpoint_every=30, resume=True))
+    assert res.resumed_from == kill_at and res.epochs_done == full.epochs_done
+    assert res.stop_reason == full.stop_reason
+    for a, b in zip(full.model.state_dict().values(), res.model.state_dict().values()):
+        assert torch.equal(a, b)
+    assert res.history == full.history
+    assert res.extra["curve"] == full.extra["curve"]
+
+
+def test_margin_ascent_rtol_needs_a_budget_of_a_window_and_leaves_hashes_of_fixed_step_configs_alone() -> None:
+    from datarecon.training.target import build_train_config
+
+    base = {"data": {"dataset": "digits", "task": "odd-even", "n_per_class": 8},
+            "arch": {"name": "mlp", "hidden": [4], "bias": False}, "epochs": 3}
+    with pytest.raises(DataReconError, match="budget"):
+        build_train_config({**base, "margin_ascent": {"steps": 100, "rtol": 1e-3, "window": 500}})
+    fixed = build_train_config({**base, "margin_ascent": {"steps": 100}})
+    assert "rtol" not in fixed.model_dump()["margin_ascent"] and "window" not in fixed.model_dump()["margin_ascent"]
+    # without the stop rule the window only places curve points: same weights, same hash
+    assert build_train_config({**base, "margin_ascent": {"steps": 100, "window": 7}}).hash() == fixed.hash()
+    conv = build_train_config({**base, "margin_ascent": {"steps": 1000, "rtol": 1e-3}})
+    assert conv.hash() != build_train_config({**base, "margin_ascent": {"steps": 1000}}).hash()
+    assert conv.hash() != build_train_config({**base, "margin_ascent": {"steps": 1000, "rtol": 1e-3,
+                                                                          "window": 100}}).hash()

@@ -14,6 +14,7 @@ from datarecon.config import load_config_file
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.models.checkpoint import load_model_dir
 from datarecon.training import TrainConfig, build_train_config, model_card, train_target
+from datarecon.training.target import TargetMeasures
 from datarecon.kernel.losses import margins
 
 BASE = {"data": {"dataset": "digits", "task": "odd-even", "n_per_class": 20, "n_heldout_per_class": 30},
@@ -31,7 +32,7 @@ def _cfg(**over) -> TrainConfig:
 
 
 def test_train_writes_complete_model_directory(tmp_path: Path) -> None:
-    res = train_target(_cfg(), out=tmp_path / "m", progress=False, kkt_score=True)
+    res = train_target(_cfg(), out=tmp_path / "m", progress=False, measures=TargetMeasures(kkt_score=True))
     b = load_model_dir(tmp_path / "m")
     assert b.arch.input_shape == (1, 8, 8) and b.arch.num_outputs == 1 and not b.arch.bias
     assert b.loss == "logistic" and b.weight_decay == 0.0 and b.normalisation == "unit-minus-mean"

@@ -122,8 +122,9 @@ class AttackLoop:
         if status is Status.DIVERGED or not all_finite(state):
             status = Status.DIVERGED
             hint = attack.divergence_hint
-            message = (f"{attack.name} diverged at step {loop.step} ({nan_stop.bad_key or 'state'} not finite); "
-                       f"kept the last finite state; {hint}")
+            sizes = ", ".join(f"{f} {getattr(attack.config, f):.4g}" for f in attack.step_size_fields)
+            message = (f"{attack.name} diverged at step {loop.step} ({nan_stop.bad_key or 'state'} not finite)"
+                       + (f" with {sizes}" if sizes else "") + f"; kept the last finite state; {hint}")
         steps_done = loop.step - (1 if nan_stop.tripped else 0)  # the non-finite step was not applied
 
         scores, summary = attack.finish(self.target, prior, state)

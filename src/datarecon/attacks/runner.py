@@ -190,7 +190,8 @@ class OpenRun:
             raise DataReconError(f"{path} has already done {self.start} steps, more than the {self.steps} asked for; "
                                  f"resume with steps (--steps) of at least {self.start}, or start afresh with --overwrite")
         if meta.get("status") == Status.DIVERGED:
-            raise DataReconError(f"{path} diverged at step {self.start}; start a new run with lower step sizes")
+            raise DataReconError(f"{path} diverged at step {self.start}; start a new run with lower step sizes, or "
+                                 "resume it with --retry-diverged N (retries at step sizes divided by 10)")
         if meta.get("status") == Status.STOPPED_EARLY:
             self.steps = self.start  # its own early stop ended it: nothing left to run
         return tensors

@@ -8,6 +8,7 @@ Options override the fields of ``--config FILE`` (YAML/TOML mapping one-to-one t
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,8 +18,9 @@ from datarecon.cli.options import (Common, Flag, Output, comma_ints, common_opti
                                    number_or_none, output_options)
 from datarecon.config import load_config_file, read_config_mapping
 from datarecon.errors import DataReconError
+from datarecon.experiments.identifiability import kkt_gap_probe
 from datarecon.models.checkpoint import load_model_dir
-from datarecon.training.target import TrainConfig, build_train_config, model_card, train_target
+from datarecon.training.target import TargetMeasures, TrainConfig, build_train_config, model_card, train_target
 
 
 def _flags() -> tuple[Flag, ...]:
@@ -62,8 +64,9 @@ def train_cmd(
         if missing:
             raise DataReconError(f"missing {', '.join(missing)}; pass them or a --config FILE")
         cfg = build_train_config(overrides)
+    probe = partial(kkt_gap_probe, loss=cfg.loss)  # the ascent curve's identifiability gap at its points
     result = train_target(cfg, data_dir=data_dir, out=output.out, resume=output.resume, overwrite=output.overwrite,
-                          progress=common.progress)
+                          progress=common.progress, measures=TargetMeasures(ascent_probe=probe))
     if not common.quiet:
         typer.echo(model_card(load_model_dir(result.out)))
     typer.echo(f"wrote {result.out}")

@@ -67,7 +67,7 @@ from datarecon.report.figures import save_figure
 from datarecon.report.html import FigureItem, Section, Table, write_report
 from datarecon.training import dp as dpm
 from datarecon.training.dp import DPConfig
-from datarecon.training.target import ArchConfig, TrainConfig, train_target
+from datarecon.training.target import ArchConfig, TargetMeasures, TrainConfig, train_target
 from datarecon.utils.io import atomic_write_json, config_hash, read_json, versions
 
 NAME = "audit"
@@ -220,7 +220,7 @@ def dp_train_piece(key: str, training: TargetTraining, data: Mapping[str, Any], 
         base = training.train_config(data, device=ctx.device).model_dump(mode="json")
         cfg = TrainConfig.model_validate({**base, "dp": None if dp is None else dp.model_dump(mode="json")})
         res = train_target(cfg, data_dir=ctx.data_dir, out=d / "model", resume=ctx.resume, overwrite=not ctx.resume,
-                           progress=ctx.progress, kkt_score=training.kkt_score, nested=True)
+                           progress=ctx.progress, measures=TargetMeasures(kkt_score=training.kkt_score), nested=True)
         return {"metrics": res.metrics, "model_dir": "model", "config_hash": cfg.hash()}
 
     spec = {"training": training.model_dump(mode="json"), "data": dict(data),

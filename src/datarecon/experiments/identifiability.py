@@ -40,7 +40,7 @@ from datarecon.utils.dtypes import torch_dtype
 from datarecon.utils.io import atomic_write_json, read_json
 
 __all__ = ["OBJECTIVES", "QUICK", "Examined", "IdentifiabilitySettings", "attach_identifiability", "identifiability",
-           "identifiability_lines", "measure", "module_sets"]
+           "identifiability_lines", "kkt_gap_probe", "measure", "module_sets", "task_sets"]
 
 #: objective name → (what it is, needs θ_init)
 OBJECTIVES: Registry[tuple[str, bool]] = Registry("identifiability objective")
@@ -146,6 +146,13 @@ def _sets(bundle: Any, meta: dict[str, Any], seed: int,
     that repeats images (too few held-out or partition images of a class)."""
     task = load_task(DataSpec.model_validate(meta["data"]), data_dir=data_dir)
     check_fingerprint(task, meta.get("data_fingerprint"), where="the model", splits=("train",))
+    return task_sets(task, seed)
+
+
+def task_sets(task: Any, seed: int) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], list[str]]:
+    """The training set of ``task`` and its fakes (held-out images, means of two training images, partition
+    images), in model input space as float64, each with the training labels; and a note for each fake that
+    repeats images."""
     norm = task.normalisation
     y = task.train.y
     y = y.double() if y.dtype.is_floating_point else y
@@ -160,7 +167,8 @@ def _sets(bundle: Any, meta: dict[str, Any], seed: int,
 
 def _gradient_objective(name: str, bundle: Any, init: dict[str, torch.Tensor] | None, data: tuple[torch.Tensor, Any],
                         formulation: str, points: int) -> Any:
-    """The fit of one gradient objective for one set (``bundle``: anything with ``model`` and ``params``)."""
+    """The fit of one gradient objective for one set (``bundle``: anything with ``model`` and ``params``: a model
+    directory's bundle, an :class:`Examined` model, or a network in training)."""
     star = {k: v.detach().double() for k, v in bundle.params.items()}
     x, y = data
     if name == "kkt":
@@ -316,6 +324,38 @@ def measure(examined: Examined, settings: IdentifiabilitySettings = Identifiabil
             "settings": settings.model_dump(mode="json"),
             "weight_decay_note": ("θ_init enters with coefficient 1; training with weight decay shrank it, so the "
                                   "θ_init objectives overstate every set's residual" if examined.weight_decay else "")}
+
+
+@dataclass(frozen=True)
+class _Weights:
+    """A network and its parameters as :func:`_gradient_objective` reads them (a model directory's bundle, or a
+    network in training)."""
+
+    model: torch.nn.Module
+    params: dict[str, torch.Tensor]
+
+
+def kkt_gap_probe(task: Any, *, loss: str, seed: int = 0) -> Any:
+    """A margin-ascent curve probe (:data:`datarecon.training.fit.CurveProbe`): the weights-only KKT objective's
+    relative residual for ``task``'s training set and its best fake at the network's current weights.
+
+    Returns:
+        ``probe(model) -> {"kkt_truth", "kkt_best_fake", "kkt_gap"}`` (gap = best fake − truth; NaN without fakes).
+    """
+    sets, _ = task_sets(task, seed)
+
+    def probe(model: torch.nn.Module) -> dict[str, float]:
+        net = copy.deepcopy(model).double()
+        weights = _Weights(net, {k: v.detach() for k, v in net.named_parameters()})
+        formulation = _formulation(int(net(sets["training set"][0][:1]).shape[-1]), loss)
+        fits = {s: _gradient_objective("kkt", weights, None, data, formulation, 2).relative_residual
+                for s, data in sets.items()}
+        verdict = _verdict({k: {"relative_residual": v} for k, v in fits.items()})
+        fakes = [v for k, v in fits.items() if k != "training set"]
+        return {"kkt_truth": fits["training set"], "kkt_best_fake": min(fakes) if fakes else math.nan,
+                "kkt_gap": float(verdict.get("gap", math.nan))}
+
+    return probe
 
 
 def _verdict(sets: dict[str, Any] | None) -> dict[str, Any]:

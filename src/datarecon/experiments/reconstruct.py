@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -50,7 +51,7 @@ from datarecon.attacks.init import INITS, CandidateSpec, InitSources, init_label
 from datarecon.attacks.knowledge import (PRETRAINED, KnowledgeSettings, check_known_n, resolve_known_init,
                                         resolve_recipe, threat_model)
 from datarecon.attacks.labels import RestoredLabels, restore_labels
-from datarecon.attacks.probe import probe_step_sizes
+from datarecon.attacks.probe import probe_step_sizes, scaled
 from datarecon.attacks.runner import run_attack
 from datarecon.attacks.selection import CRITERIA, DEFAULT_CRITERION, ResidualPlateau
 from datarecon.attacks.subspace import SUBSPACE_FILE, analyse, first_dense_layer, save_analysis
@@ -139,6 +140,14 @@ def _tagged_config(value: Any, *, tag: str, default: str, spec_of: Any, what: st
 STEP_PROBE_STEPS = 50
 
 
+#: most retries of a diverged run (``RunSettings.retry_diverged``): each divides the step sizes by 10, so
+#: beyond this the steps are too small to move in float32
+MAX_RETRIES = 6
+
+#: the factor on every step size of a diverged run's retry
+RETRY_FACTOR = 0.1
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
@@ -184,6 +193,9 @@ class RunSettings(_Frozen):
             KnowledgeSettings`: a known initialisation, n); default: the weights only.
         step_probe: steps of the step-size probe before the run (:mod:`datarecon.attacks.probe`: the
             attack's step sizes divided by 10 while a probe of this many steps diverges); 0: off.
+        retry_diverged: a run that diverges later starts again from its start with every step size
+            divided by 10, up to this many times (run.json's ``retry_diverged`` records each setting that
+            diverged and where); 0: a diverged run stays diverged.
     """
 
     attack: Any = Field(default_factory=lambda: attack_spec("kkt")())
@@ -195,11 +207,12 @@ class RunSettings(_Frozen):
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
     step_probe: int = Field(default=STEP_PROBE_STEPS, ge=0, le=MAX_STEPS)
+    retry_diverged: int = Field(default=0, ge=0, le=MAX_RETRIES)
 
     @model_serializer(mode="wrap")
     def _drop_default_knowledge(self, handler):  # type: ignore[no-untyped-def]
         # the weights-only default is left out, so records and hashes of earlier runs stay as they were
-        data = drop_defaults(self, handler(self), ("step_probe",))
+        data = drop_defaults(self, handler(self), ("step_probe", "retry_diverged"))
         if isinstance(data, dict) and not self.knowledge.any:
             data.pop("knowledge", None)
         return data
@@ -847,13 +860,60 @@ def probed(run: ReconstructionRun, attack: Any, setup: AttackSetup) -> tuple[Any
 
 def _execute(run: ReconstructionRun, out: str | Path, options: RunOptions, *, setup: AttackSetup, attack: Any
              ) -> Reconstruction:
-    """The body of :func:`execute` once ``out`` is claimed and prepared (``setup.record``: all of run.json's extras)."""
+    """The body of :func:`execute` once ``out`` is claimed and prepared (``setup.record``: all of run.json's extras):
+    the probe, the run, and its retries at smaller step sizes while it diverges and ``run.retry_diverged`` allows."""
     attack, setup = probed(run, attack, setup)
-    rec = run_attack(attack, setup, steps=run.steps, out=out, loop=run_loop(run, options), early_stop=early_stop_rule(run))
+    start = setup.generator.get_state()
+    attack, setup, resume = _resumed_retries(run, Path(out), options, attack, setup)
+    while True:
+        rec = run_attack(attack, setup, steps=run.steps, out=out, loop=replace(run_loop(run, options), resume=resume),
+                         early_stop=early_stop_rule(run))
+        if rec.status != Status.DIVERGED or len(_retries(setup)["tried"]) >= run.retry_diverged:
+            break
+        attack, setup = _retried(run, attack, setup, diverged_at=rec.steps_done, start=start)
+        resume = False
     save_subspace(out, setup.prior)
     if options.raise_on_divergence and rec.status == Status.DIVERGED:
         raise DivergenceError(rec.summary.get("message", f"{run.method} diverged") + f" (last finite state in {out})")
     return rec
+
+
+def _retries(setup: AttackSetup) -> dict[str, Any]:
+    """run.json's ``retry_diverged`` of ``setup``: the factor on the probed step sizes and the settings that diverged."""
+    return setup.record.get("retry_diverged") or {"scale": 1.0, "tried": []}
+
+
+def _retried(run: ReconstructionRun, attack: Any, setup: AttackSetup, *, diverged_at: int,
+             start: torch.Tensor) -> tuple[Any, AttackSetup]:
+    """The next try of a run whose ``attack`` diverged at step ``diverged_at``: every step size times
+    :data:`RETRY_FACTOR`, the generator back at its ``start`` state (the same x₀ and λ₀), the record saying so."""
+    done = _retries(setup)
+    sizes = {f: getattr(attack.config, f) for f in attack.step_size_fields}
+    tried = [*done["tried"], {"scale": done["scale"], "diverged_at": diverged_at, "step_sizes": sizes}]
+    shown = ", ".join(f"{k} {v:.4g}" for k, v in sizes.items())
+    warnings.warn(f"{run.method} diverged at step {diverged_at} with {shown}; retrying from the start with every step "
+                  f"size x{RETRY_FACTOR:g} (retry {len(tried)} of {run.retry_diverged})", UserWarning, stacklevel=3)
+    generator = torch.Generator(device=setup.generator.device).set_state(start)
+    record = {**setup.record, "retry_diverged": {"scale": done["scale"] * RETRY_FACTOR, "tried": tried}}
+    return scaled(attack, RETRY_FACTOR), replace(setup, generator=generator, record=record)
+
+
+def _resumed_retries(run: ReconstructionRun, out: Path, options: RunOptions, attack: Any,
+                     setup: AttackSetup) -> tuple[Any, AttackSetup, bool]:
+    """A resumed run continues at the step sizes of its last retry; one that had diverged is retried now when
+    ``run.retry_diverged`` allows another try. Returns (attack, set-up, whether to resume the checkpoint)."""
+    if not (options.resume and (out / RUN_JSON).is_file()):
+        return attack, setup, options.resume
+    recorded = read_json(out / RUN_JSON)
+    done = recorded.get("retry_diverged")
+    if isinstance(done, dict):
+        attack = scaled(attack, float(done["scale"]))
+        setup = replace(setup, record={**setup.record, "retry_diverged": done})
+    if recorded.get("status") == Status.DIVERGED and len(_retries(setup)["tried"]) < run.retry_diverged:
+        attack, setup = _retried(run, attack, setup, diverged_at=int(recorded.get("steps_done") or 0),
+                                 start=setup.generator.get_state())
+        return attack, setup, False
+    return attack, setup, True
 
 
 def save_subspace(out: str | Path, prior: AttackerPrior) -> None:
@@ -1003,7 +1063,14 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, options: RunOption
                                          "run": member.model_dump(mode="json"), **dict(record or {})})
                   for j, (member, setup) in enumerate(zip(members, setups, strict=True))]
         claim.prepare()  # only now: a bad model or setting leaves the old runs untouched
+        starts = [setup.generator.get_state() for setup in setups]
         recs = execute_batch(members, [out / run_name(j) for j in range(runs)], options, setups=setups, mode=mode)
+        for j, rec in enumerate(recs):  # a diverged run is retried alone at smaller step sizes when asked
+            if rec.status == Status.DIVERGED and run.retry_diverged:
+                fresh = torch.Generator(device=setups[j].generator.device).set_state(starts[j])
+                recs[j] = _execute(members[j], out / run_name(j), replace(options, resume=True, overwrite=False),
+                                   setup=replace(setups[j], generator=fresh),
+                                   attack=make_attack(run.method, members[j].method_config()))
         for j, setup in enumerate(setups):
             save_subspace(out / run_name(j), setup.prior)
         pool_runs(out, recs, model_dir=str(run.model), criterion=criterion,

@@ -48,11 +48,15 @@ class MarginAscent:
     """The margin-ascent stage that may end a training (:func:`datarecon.training.fit.ascend_margin`).
 
     Attributes:
-        steps: number of steps (each one forward + backward), ≥ 0.
+        steps: number of steps (each one forward + backward), ≥ 0; with ``rtol`` the budget: at most
+            this many.
         step_size: initial angle η₀ of a step on the sphere (radians), 0 < η₀ ≤ ``max_step``.
         growth: η ← growth·η after an accepted step (η ← η/2 after a rejected one), ≥ 1.
         max_step: upper bound of η.
         min_step: stop once η < min_step (no step of that size lowers log L any more), > 0.
+        rtol: stop to convergence: once the normalised margin rose by less than this fraction of its
+            value over the last ``window`` steps (checked every ``window`` steps); None: run ``steps``.
+        window: steps between the convergence checks and the points of the margin curve, ≥ 1.
     """
 
     steps: int
@@ -60,6 +64,8 @@ class MarginAscent:
     growth: float = 1.1
     max_step: float = 0.1
     min_step: float = 1e-6
+    rtol: float | None = None
+    window: int = 500
 
 
 @dataclass(frozen=True)

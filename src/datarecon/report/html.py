@@ -42,6 +42,7 @@ from datarecon.report.figures import (
 )
 from datarecon.report.style import column_label, series
 from datarecon.report.text import count_of, fraction, headline_lead, threshold_text
+from datarecon.training.target import ascent_curve_lines
 from datarecon.utils.io import atomic_write_text, load_tensors, read_json_lines
 
 __all__ = ["Table", "FigureItem", "Card", "Section", "render_html", "write_report", "render_report", "landscape_results"]
@@ -364,10 +365,20 @@ def _target_card(m: Mapping[str, Any], run_dir: Path) -> Card:
             ("train / held-out acc", f"{_fmt(_finite_float(met.get('train_accuracy')))} / "
                                      f"{_fmt(_finite_float(met.get('heldout_accuracy')))}" if met else None),
             ("normalised margin", _finite_float(met.get("normalised_margin"))),
+            ("margin ascent", _ascent_text(met)),
             ("KKT-regime score", _finite_float(kkt) if kkt is not None else "not computed")]
     ok = _finite_float(met.get("train_accuracy")) == 1.0
     return Card("Target (what was attacked)", [(k, v) for k, v in rows if v is not None],
                 status="" if model_json is None else ("ok" if ok else "warn"))
+
+
+def _ascent_text(met: Mapping[str, Any]) -> str | None:
+    """The margin-ascent stage of a model's metrics in one cell: its steps and stop reason, then its curve (the
+    points where the identifiability gap was measured); None for a model trained without it."""
+    if "margin_ascent_steps" not in met:
+        return None
+    head = f"{met['margin_ascent_steps']} steps ({met.get('margin_ascent_stop_reason') or met.get('margin_ascent_status')})"
+    return "; ".join([head, *(line.strip() for line in ascent_curve_lines(dict(met))[1:])])
 
 
 def _threat_card(run: Mapping[str, Any], n_true: int | None = None) -> Card:

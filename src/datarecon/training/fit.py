@@ -17,7 +17,7 @@ Every epoch's metrics describe θ_t *before* that epoch's update: ``loss`` (mean
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -315,6 +315,67 @@ class _AscentConverged(BaseHook):
         return False
 
 
+#: what the margin curve measures besides the margin (e.g. the identifiability gap): called with the model at a
+#: curve point, returns scalars; the training side defines the slot, a caller that holds more fills it
+CurveProbe = Callable[[nn.Module], dict[str, float]]
+
+
+class _AscentStop(BaseHook):
+    """Stops margin ascent at convergence: at every ``window``-th step, once the normalised margin rose by less
+    than ``rtol`` times its value ``window`` steps before (a fall counts as no rise). ``last``, the margin at
+    the previous check (or at the start), is checkpointed."""
+
+    def __init__(self, *, rtol: float, window: int, start: float) -> None:
+        self.rtol, self.window, self.last = rtol, window, start
+
+    def after_step(self, state: LoopState) -> bool:
+        if state.step % self.window:
+            return False
+        now = state.metrics.get("normalised_margin", math.nan)
+        prev, self.last = self.last, now
+        if not (math.isfinite(now) and math.isfinite(prev) and prev > 0):
+            return False
+        gain = (now - prev) / prev
+        if gain >= self.rtol:
+            return False
+        state.stop_reason = (f"converged: normalised margin {prev:.6g} -> {now:.6g} over the last {self.window} "
+                             f"steps (relative gain {gain:.2g} < {self.rtol:g})")
+        return True
+
+
+class _AscentCurve(BaseHook):
+    """The margin curve of an ascent: a point every ``window`` steps and at the end (step, normalised margin),
+    with ``probe``'s measurements at the start, at 1, 2, 4, ... windows and at the end. ``points`` is
+    checkpointed; the probe only reads the model, so the weights are the same with or without it."""
+
+    def __init__(self, model: nn.Module, *, window: int, probe: CurveProbe | None) -> None:
+        self.model, self.window, self.probe = model, window, probe
+        self.points: list[dict[str, float]] = []
+
+    def point(self, step: int, margin: float, *, end: bool = False) -> dict[str, float]:
+        """The curve's point at ``step`` (``end``: the ascent's last step, always probed)."""
+        row = {"step": step, "normalised_margin": margin}
+        k = step // self.window
+        if self.probe is not None and (end or k & (k - 1) == 0):  # the start, powers of two and the end
+            with eval_mode(self.model):  # the probe may differentiate (per-example gradients): no no_grad here
+                row.update(self.probe(self.model))
+        return row
+
+    def after_step(self, state: LoopState) -> bool:
+        if state.step % self.window == 0:
+            self.points.append(self.point(state.step, state.metrics.get("normalised_margin", math.nan)))
+        return False
+
+    def after_run(self, state: LoopState) -> None:
+        if state.stop_reason == "":  # interrupted: the end point comes when the resumed run ends
+            return
+        if self.points and self.points[-1]["step"] == state.step:
+            if self.probe is None or len(self.points[-1]) > 2:
+                return
+            self.points.pop()  # a window's point that is also the end: probed as the end
+        self.points.append(self.point(state.step, state.metrics.get("normalised_margin", math.nan), end=True))
+
+
 def _check_fit(recipe: FitRecipe, x: torch.Tensor, y: torch.Tensor) -> None:
     """Refuse a training problem :func:`fit` cannot run (the checks in the order :func:`fit` documents).
 
@@ -421,22 +482,28 @@ def _check_separated(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None
 
 
 def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, ascent: AscentRecipe,
-                  loop: LoopOptions = LoopOptions(), checkpoint: TrainingCheckpoint | None = None) -> FitResult:
+                  loop: LoopOptions = LoopOptions(), checkpoint: TrainingCheckpoint | None = None,
+                  probe: CurveProbe | None = None) -> FitResult:
     """Margin ascent (:mod:`datarecon.training.margin`): minimise log L on the sphere ‖θ‖ = ‖θ₀‖.
 
     For a homogeneous network on separated data this keeps raising the normalised margin after the
     training loss has stalled, towards a KKT point of the max-margin problem (θ* ∝ Σ λ_i y_i ∇Φ_i).
+    It runs ``ascent.steps`` steps, or with ``ascent.rtol`` until the normalised margin rose by less
+    than that fraction over the last ``ascent.window`` steps (``steps`` then the budget), and records
+    the margin curve (:class:`_AscentCurve`).
 
     Args:
         model: the trained network (modified in place); its training data must be separated.
         x: (n, *input_shape) inputs in model input space; y: (n,) labels (±1 or classes).
         loss: ``logistic`` or ``cross-entropy`` (exponentially tailed).
-        ascent: the number of steps and the step-angle schedule (:class:`AscentRecipe`).
+        ascent: the number of steps, the step-angle schedule and the stop rule (:class:`AscentRecipe`).
         loop, checkpoint: as in :func:`fit` (periods count ascent steps).
+        probe: measured at the curve's points besides the margin (:data:`CurveProbe`); None: the margin only.
 
     Returns:
         :class:`FitResult` (``epochs_done`` counts ascent steps; history rows carry ``step_size``,
-        ``accepted``, ``log_loss``, ``normalised_margin``).
+        ``accepted``, ``log_loss``, ``normalised_margin``; ``extra`` holds the stepper's state under
+        ``ascent`` and the curve's points under ``curve``).
 
     Raises:
         DataReconError: a loss that is not exponentially tailed, weights all zero, or training data
@@ -448,25 +515,31 @@ def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: s
     a = ascent
     if a.steps < 0:
         raise DataReconError(f"margin ascent steps must be >= 0, got {a.steps}")
-    if not (0 < a.step_size <= a.max_step and 0 < a.min_step and a.growth >= 1.0):
-        raise DataReconError("margin ascent needs 0 < step_size <= max_step, min_step > 0 and growth >= 1; got "
-                             f"step_size {a.step_size}, max_step {a.max_step}, min_step {a.min_step}, "
-                             f"growth {a.growth}")
+    if not (0 < a.step_size <= a.max_step and 0 < a.min_step and a.growth >= 1.0 and a.window >= 1):
+        raise DataReconError("margin ascent needs 0 < step_size <= max_step, min_step > 0, growth >= 1 and window >= 1; "
+                             f"got step_size {a.step_size}, max_step {a.max_step}, min_step {a.min_step}, "
+                             f"growth {a.growth}, window {a.window}")
     degree = homogeneity_degree(model)
     stepper = MarginAscentStepper(model, x, y, loss=loss, step_size=a.step_size, growth=a.growth,
                                   max_step=a.max_step, min_step=a.min_step)
     converged = _AscentConverged(stepper, degree=degree, min_step=a.min_step)
+    curve = _AscentCurve(model, window=a.window, probe=probe)
+    stop = _AscentStop(rtol=a.rtol, window=a.window, start=math.nan) if a.rtol is not None else None
     run = RunLoop(stepper, display=Display("margin ascent", keys=("normalised_margin", "step_size"),
                                            every=max(1, loop.log_every)),
-                  options=loop, watch=("log_loss",), prepare=(converged,))
+                  options=loop, watch=("log_loss",), prepare=(converged, curve), stops=(stop,) if stop else ())
     start = start_or_resume(checkpoint, model, run, resume=loop.resume,
-                            load=lambda info, _: stepper.load_state(info["ascent"]))
+                            load=lambda info, _: _load_ascent(info, stepper, curve, stop))
     if start.info is None:
         _check_separated(model, x, y)
+        first = evaluate(model, x, y, loss=loss)[0]["normalised_margin"]
+        curve.points.append(curve.point(0, first))
+        if stop is not None:
+            stop.last = first
 
     def _save(state: LoopState) -> None:
-        checkpoint.save(epoch=state.step, model=model, opt_tensors={},
-                        info=checkpoint_info(state, run, {"ascent": stepper.state()}))
+        own = {"ascent": stepper.state(), "curve": curve.points, "last_margin": stop.last if stop else None}
+        checkpoint.save(epoch=state.step, model=model, opt_tensors={}, info=checkpoint_info(state, run, own))
 
     if start.finished:
         state = start.finished_state(a.steps)
@@ -478,4 +551,13 @@ def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: s
     return FitResult(model=model, status=run.status(state), stop_reason=state.stop_reason,
                      epochs_done=state.step, history=run.history.rows, metrics=final, margins=m.detach().cpu(),
                      wall_time_s=state.wall_time_s, resumed_from=start.step,
-                     extra={"ascent": stepper.state()})
+                     extra={"ascent": stepper.state(), "curve": list(curve.points)})
+
+
+def _load_ascent(info: dict[str, Any], stepper: MarginAscentStepper, curve: _AscentCurve,
+                 stop: _AscentStop | None) -> None:
+    """Restore an ascent's stepper, curve and stop-rule state from its checkpoint's metadata."""
+    stepper.load_state(info["ascent"])
+    curve.points = list(info.get("curve") or [])
+    if stop is not None and info.get("last_margin") is not None:
+        stop.last = float(info["last_margin"])

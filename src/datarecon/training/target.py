@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -42,7 +43,8 @@ from datarecon.models.spec import ARCHITECTURES, ArchSpec, build_model, count_pa
 from datarecon.registry import registered
 from datarecon.training.dp import DPConfig, fit_dp
 from datarecon.training.dp import resolve as resolve_dp
-from datarecon.training.fit import FitResult, StopRule, TrainingCheckpoint, ascend_margin, evaluate, fit
+from datarecon.training.fit import (CurveProbe, FitResult, StopRule, TrainingCheckpoint, ascend_margin, evaluate,
+                                    fit)
 from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
 from datarecon.training.margin import EXP_TAILED
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
@@ -148,6 +150,10 @@ class MarginAscentConfig(BaseModel):
         growth: factor on the angle after an accepted step (a rejected step halves it).
         max_step: largest angle.
         min_step: the stage stops once the angle falls below this (converged to that resolution).
+        rtol: run to convergence: stop once the normalised margin rose by less than this fraction of its
+            value over the last ``window`` steps (``steps`` is then the budget); None: run ``steps`` steps.
+        window: steps between the convergence checks and the points of the margin curve the model card
+            shows (the identifiability gap is measured at 1, 2, 4, ... windows and at the end).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -157,18 +163,29 @@ class MarginAscentConfig(BaseModel):
     growth: float = Field(default=1.1, ge=1)
     max_step: float = Field(default=0.1, gt=0, le=1)
     min_step: float = Field(default=1e-6, gt=0)
+    rtol: float | None = Field(default=None, gt=0, lt=1)
+    window: int = Field(default=500, ge=1, le=MAX_STEPS)
 
     @model_validator(mode="after")
     def _ordered(self) -> MarginAscentConfig:
         if self.step_size > self.max_step:
             raise DataReconError(f"margin_ascent step_size {self.step_size} exceeds max_step {self.max_step}; "
                                  "lower step_size or raise max_step")
+        if self.rtol is not None and self.steps < self.window:
+            raise DataReconError(f"margin_ascent rtol stops at a window of {self.window} steps, but the budget "
+                                 f"(steps) is {self.steps}: pass a budget of at least one window, e.g. "
+                                 "--margin-ascent-steps 20000")
         return self
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_stop(self, handler):  # type: ignore[no-untyped-def]
+        # a fixed step count with the default window: dumps and hashes stay those of configs written before
+        return drop_defaults(self, handler(self), ("rtol", "window"))
 
     def recipe(self) -> MarginAscent:
         """The settings of :func:`~datarecon.training.fit.ascend_margin`."""
         return MarginAscent(steps=self.steps, step_size=self.step_size, growth=self.growth, max_step=self.max_step,
-                            min_step=self.min_step)
+                            min_step=self.min_step, rtol=self.rtol, window=self.window)
 
 
 class TrainConfig(BaseModel):
@@ -305,6 +322,8 @@ class TrainConfig(BaseModel):
             data["arch"].pop("kernel")  # unset: hashes stay those of configs written before the field existed
         if not self.margin_ascent.steps:
             data.pop("margin_ascent")  # off: hashes stay those of configs written before the field existed
+        elif self.margin_ascent.rtol is None:
+            data["margin_ascent"].pop("window", None)  # without the stop rule it places curve points only
         if self.dp is None:
             data.pop("dp")  # likewise
         if self.pretrained is not None:  # the weights, not where they lie (unresolved: the path)
@@ -339,9 +358,24 @@ class TrainResult:
     config: TrainConfig
 
 
+@dataclass(frozen=True)
+class TargetMeasures:
+    """What a training measures on its target besides its own metrics (none of it changes a weight).
+
+    Attributes:
+        kkt_score: compute the KKT-regime score (as ``TrainConfig.kkt_score``; either one turns it on).
+        ascent_probe: given the loaded task, what the margin-ascent curve measures at its points besides the
+            margin (e.g. :func:`datarecon.experiments.identifiability.kkt_gap_probe`: the identifiability gap;
+            the training side defines the slot, the caller who holds more fills it); None: the margin only.
+    """
+
+    kkt_score: bool = False
+    ascent_probe: Callable[[Any], CurveProbe] | None = None
+
+
 def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out: str | Path,
                  resume: bool = False, overwrite: bool = False, progress: bool = True,
-                 kkt_score: bool = False, nested: bool = False) -> TrainResult:
+                 measures: TargetMeasures = TargetMeasures(), nested: bool = False) -> TrainResult:
     """Train the target described by ``config`` and write its model directory to ``out``.
 
     Args:
@@ -351,7 +385,7 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
         resume: continue from ``out/checkpoint/`` when present (the config hash must match).
         overwrite: replace an existing ``out``.
         progress: show a progress bar.
-        kkt_score: also compute the KKT-regime score (as ``config.kkt_score``; either one turns it on).
+        measures: the KKT-regime score and the margin-ascent curve's probe (:class:`TargetMeasures`).
         nested: ``out`` lies inside a folder the caller claimed itself (a demo, an experiment, a
             reproduction piece); otherwise a path inside another datarecon folder is refused.
 
@@ -372,8 +406,10 @@ def train_target(config: TrainConfig, *, data_dir: str | Path | None = None, out
         if resume:
             check_resumable_model(out, config=config, task=task)
         claim.prepare()
+        probe = measures.ascent_probe
         return _train(config, task, out=out, device=device, resume=resume, progress=progress,
-                      kkt_score=kkt_score, start=start)
+                      measures=TargetMeasures(measures.kkt_score, probe(task) if probe and config.margin_ascent.steps
+                                              else None), start=start)
 
 
 def check_training(config: TrainConfig, task: Any, *, out: str | Path,
@@ -478,8 +514,10 @@ def _initial_model(config: TrainConfig, arch: ArchSpec, *, dtype: torch.dtype,
 
 
 def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, resume: bool, progress: bool,
-           kkt_score: bool, start: PretrainedStart | None = None) -> TrainResult:
-    """The body of :func:`train_target` once ``out`` is claimed and prepared."""
+           measures: TargetMeasures, start: PretrainedStart | None = None) -> TrainResult:
+    """The body of :func:`train_target` once ``out`` is claimed and prepared (``measures.ascent_probe``: the
+    curve's probe itself, built from the task)."""
+    kkt_score, probe = measures.kkt_score, measures.ascent_probe
     dtype = torch_dtype(config.dtype)
     tag = training_tag(config, task, out=out if resume else None)
     arch = config.arch_spec()
@@ -509,13 +547,14 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
                   "margin_ascent_stop_reason": "training data not separated"}
     if config.margin_ascent.steps and result.status != Status.RUNNING and separated:
         result = ascend_margin(model, x, y, loss=config.loss, ascent=config.margin_ascent.recipe(), loop=loop,
-                               checkpoint=TrainingCheckpoint(out / ASCENT_CHECKPOINT_DIR, tag=tag))
+                               checkpoint=TrainingCheckpoint(out / ASCENT_CHECKPOINT_DIR, tag=tag), probe=probe)
         history += [{**row, "stage": "margin-ascent", "step": gd_result.epochs_done + row["step"]}
                     for row in result.history]
         ascent = {"margin_ascent_steps": result.epochs_done, "margin_ascent_status": result.status,
                   "margin_ascent_stop_reason": result.stop_reason,
                   "margin_ascent_wall_time_s": result.wall_time_s,
-                  "normalised_margin_before_ascent": gd_result.metrics["normalised_margin"]}
+                  "normalised_margin_before_ascent": gd_result.metrics["normalised_margin"],
+                  "margin_ascent_curve": [_nonfinite_as_text(p) for p in result.extra["curve"]]}
     metrics: dict[str, Any] = {
         "status": gd_result.status, "stop_reason": gd_result.stop_reason, "epochs_done": gd_result.epochs_done,
         "wall_time_s": gd_result.wall_time_s + float(ascent.get("margin_ascent_wall_time_s", 0.0)),
@@ -630,6 +669,35 @@ def _format_value(v: Any) -> str:
     return str(v)
 
 
+def ascent_curve_lines(metrics: dict[str, Any]) -> list[str]:
+    """The margin-ascent curve a model directory records (``margin_ascent_curve`` of its metrics), one line per
+    point where the identifiability gap was measured (the start, 1, 2, 4, ... windows, the end); without
+    gaps, the margin at the start, the middle and the end. Empty for a model without the curve."""
+    points = [p for p in metrics.get("margin_ascent_curve") or [] if isinstance(p, dict)]
+    if not points:
+        return []
+    probed = [p for p in points if "kkt_gap" in p]
+    shown = probed or [points[i] for i in sorted({0, len(points) // 2, len(points) - 1})]
+    head = "ascent curve (step: normalised margin" + (", KKT weights-only residual truth / best fake, gap" if probed
+                                                       else "")
+    lines = [f"{head}; {len(points)} points)"]
+    for p in shown:
+        text = f"  {int(p['step']):>7}: {_format_value(_as_float(p.get('normalised_margin')))}"
+        if "kkt_gap" in p:
+            text += (f", {_format_value(_as_float(p.get('kkt_truth')))} / "
+                     f"{_format_value(_as_float(p.get('kkt_best_fake')))}, gap {_as_float(p.get('kkt_gap')):+.3f}")
+        lines.append(text)
+    return lines
+
+
+def _as_float(value: Any) -> float:
+    """A recorded number (non-finite ones are stored as text) as a float."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def model_card(bundle: ModelBundle) -> str:
     """A human-readable summary of a model directory (used by ``datarecon info`` and the demo).
 
@@ -667,6 +735,7 @@ def model_card(bundle: ModelBundle) -> str:
                          f"({m.get('margin_ascent_stop_reason') or m.get('margin_ascent_status')}), normalised margin "
                          f"{m.get('normalised_margin_before_ascent', float('nan')):.4g} -> "
                          f"{m.get('normalised_margin', float('nan')):.4g}")
+            lines += [f"            {line}" for line in ascent_curve_lines(m)]
     pre = meta.get("pretrained")
     if isinstance(pre, dict):
         lines.append(f"pretrained  {pre.get('path')} (weights sha256 {str(pre.get('weights_sha256'))[:12]}), head "

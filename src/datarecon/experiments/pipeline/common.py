@@ -35,7 +35,8 @@ from datarecon.kernel.losses import margins as out_margins
 from datarecon.models.checkpoint import load_model_dir
 from datarecon.report.figures import neighbour_grid, save_figure
 from datarecon.report.html import Table
-from datarecon.training.target import ArchConfig, MarginAscentConfig, StopConfig, TrainConfig, train_target
+from datarecon.training.target import (ArchConfig, MarginAscentConfig, StopConfig, TargetMeasures, TrainConfig,
+                                      train_target)
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
 
 RUN_SUBDIR = "run"
@@ -136,7 +137,7 @@ def train_piece(key: str, training: TargetTraining, data: Mapping[str, Any], *,
     def run(ctx: Context, d: Path) -> dict[str, Any]:
         cfg = training.train_config(data, device=ctx.device)
         res = train_target(cfg, data_dir=ctx.data_dir, out=d / "model", resume=ctx.resume, overwrite=not ctx.resume,
-                           progress=ctx.progress, kkt_score=training.kkt_score, nested=True)
+                           progress=ctx.progress, measures=TargetMeasures(kkt_score=training.kkt_score), nested=True)
         return {"metrics": res.metrics, "model_dir": "model", "config_hash": cfg.hash()}
 
     return Piece(key=key, run=run, spec={"training": training.model_dump(mode="json"), "data": dict(data)},

@@ -23,11 +23,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from datarecon.attacks.kkt import KKTConfig
 from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.attacks.selection import CRITERIA
+from datarecon.config import drop_defaults
 from datarecon.evaluation.privacy import signal_verdict
 from datarecon.experiments.reproduce import cost
 from datarecon.experiments.pipeline.common import (
@@ -55,7 +56,7 @@ from datarecon.report.figures import save_figure, sorted_ssim_curve, ssim_vs_mar
 from datarecon.report.html import FigureItem, Section, Table
 from datarecon.report.style import figure_caption
 from datarecon.report.text import headline_lead
-from datarecon.training.target import ArchConfig, StopConfig
+from datarecon.training.target import ArchConfig, MarginAscentConfig, StopConfig
 from datarecon.utils.io import atomic_write_json, read_json
 
 
@@ -105,6 +106,10 @@ class HaimConfig(BaseModel):
         keep: number of runs whose candidates are pooled, chosen by ``selection``.
         selection: attacker-side run criterion (``datarecon.attacks.selection``).
         strongest: the strongest attacker's row (:class:`StrongestAttacker`).
+        stand_in: a second target per task, a stand-in for the reference's 10⁶ constant-lr epochs: the same
+            training continued by margin ascent (this stage, e.g. to convergence), attacked, pooled and evaluated
+            the same way, its rows beside the loss-normalised target's (docs/RESULTS.md: the regime that identified
+            the training data best); None: the loss-normalised target alone.
 
     The published scale trains 30 000 epochs (the loss-normalised step freezes the weights long before
     that, docs/RESULTS.md) and attacks in float32 (float64's counts and residual curves on the measured
@@ -131,6 +136,11 @@ class HaimConfig(BaseModel):
     # objective in one vmapped gradient; attacks/batched.py, benchmarks/bench_batched_runs.py)
     run_grouping: RunGrouping = "auto"
     strongest: StrongestAttacker = StrongestAttacker()
+    stand_in: MarginAscentConfig | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_stand_in(self, handler):  # type: ignore[no-untyped-def]
+        return drop_defaults(self, handler(self), ("stand_in",))  # unset: the config as before
 
     def data_spec(self, ds: HaimDataset) -> dict[str, Any]:
         return {"dataset": ds.dataset, "task": ds.task, "n_per_class": self.n_per_class, "selection": "first",
@@ -142,17 +152,30 @@ def _name(ds: HaimDataset) -> str:
     return ds.dataset
 
 
+#: how the table and the report name the stand-in's target (the loss-normalised one is named by its schedule)
+STAND_IN_LABEL = "margin ascent (a stand-in for the reference's 10^6 epochs)"
+
+
+def variants(cfg: HaimConfig) -> list[tuple[HaimDataset, str, TargetTraining]]:
+    """Every target the reproduction attacks: (task, piece name, training) — per task the configured target and,
+    with ``cfg.stand_in``, the same training continued by that margin ascent (named ``<dataset>-ascent``)."""
+    out = []
+    for ds in cfg.datasets:
+        out.append((ds, _name(ds), cfg.target))
+        if cfg.stand_in is not None:
+            out.append((ds, f"{_name(ds)}-ascent", cfg.target.model_copy(update={"margin_ascent": cfg.stand_in})))
+    return out
+
+
 def plan(cfg: HaimConfig) -> list[Piece]:
     """All pieces, in dependency order."""
     CRITERIA.get(cfg.selection)  # unknown name: DataReconError listing the registered criteria
     pieces: list[Piece] = []
-    for ds in cfg.datasets:
-        name = _name(ds)
+    for ds, name, t in variants(cfg):
         mkey = f"models/{name}"
         shape = cost.INPUT_SHAPES.get(ds.dataset, cost.CIFAR_SHAPE)
         n = 2 * cfg.n_per_class
-        t = cfg.target
-        pieces.append(train_piece(mkey, cfg.target, cfg.data_spec(ds), estimate=cost.estimate_training(
+        pieces.append(train_piece(mkey, t, cfg.data_spec(ds), estimate=cost.estimate_training(
             t.arch, n=n, epochs=t.epochs + t.margin_ascent.steps, optimizer=t.optimizer, dtype=t.dtype,
             input_shape=shape)))
         refs: list[tuple[str, str | None]] = []
@@ -188,7 +211,7 @@ def plan(cfg: HaimConfig) -> list[Piece]:
         pieces.append(evaluate_piece(f"eval/{name}", model_key=mkey, run_key=f"pool/{name}",
                                      settings=cfg.evaluation))
         pieces.append(_figures_piece(name, cfg))
-        if cfg.strongest.membership:
+        if cfg.strongest.membership and name == _name(ds):  # membership of the configured target only
             pieces.append(_membership_piece(name, mkey, known_init=cfg.strongest.known_init))
     pieces.append(_tables_piece(cfg))
     return pieces
@@ -312,8 +335,7 @@ def _figures_piece(name: str, cfg: HaimConfig) -> Piece:
 def table_rows(ctx: Context, cfg: HaimConfig) -> list[dict[str, Any]]:
     """One row per dataset: target diagnostics, selection, Haim counts with null baselines."""
     rows = []
-    for ds in cfg.datasets:
-        name = _name(ds)
+    for ds, name, _ in variants(cfg):
         tm = ctx.summary(f"models/{name}").get("metrics", {})
         m = read_json(ctx.dir(f"eval/{name}") / METRICS_FILE)
         haim = m.get("haim") or {}
@@ -325,11 +347,14 @@ def table_rows(ctx: Context, cfg: HaimConfig) -> list[dict[str, Any]]:
 
         head = m.get("headline") or {}
         cal = head.get("calibrated") or {}
+        regime = {} if cfg.stand_in is None else {"target": STAND_IN_LABEL if name != _name(ds) else
+                                                  f"{cfg.target.schedule} GD, {tm.get('epochs_done')} epochs"}
         rows.append({
-            "dataset": name, "task": ds.task, "n_train": tm.get("n_train"),
+            "dataset": name, **regime, "task": ds.task, "n_train": tm.get("n_train"),
             "train_epochs": tm.get("epochs_done"), "train_accuracy": finite(tm.get("train_accuracy")),
             "train_loss": finite(tm.get("train_loss")), "normalised_margin": finite(tm.get("normalised_margin")),
             "kkt_regime_score": finite(tm.get("kkt_regime_score")),
+            **({} if cfg.stand_in is None else {"ascent_steps": tm.get("margin_ascent_steps", 0)}),
             "runs": len(ds.runs), "pooled_runs": len(pool.get("chosen", [])), "m_pooled": pool.get("m"),
             "ssim_window": f"{m.get('window')} {m.get('window_size')}",
             # the headline of every report: the count at max(0.4, t) beside its nulls ...
@@ -344,19 +369,19 @@ def table_rows(ctx: Context, cfg: HaimConfig) -> list[dict[str, Any]]:
 
 
 def _tables_piece(cfg: HaimConfig) -> Piece:
-    deps = [f"models/{_name(ds)}" for ds in cfg.datasets] + [f"pool/{_name(ds)}" for ds in cfg.datasets] + \
-           [f"eval/{_name(ds)}" for ds in cfg.datasets] + \
+    names = [name for _, name, _ in variants(cfg)]
+    deps = [f"models/{n}" for n in names] + [f"pool/{n}" for n in names] + [f"eval/{n}" for n in names] + \
            ([f"membership/{_name(ds)}" for ds in cfg.datasets] if cfg.strongest.membership else [])
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
         rows = table_rows(ctx, cfg)
         write_csv(d / "haim.csv", rows)
         priv = []
-        for ds in cfg.datasets:
-            p = ctx.summary(f"eval/{_name(ds)}").get("privacy") or {}
+        for name in names:
+            p = ctx.summary(f"eval/{name}").get("privacy") or {}
             for score, v in sorted((p.get("scores") or {}).items()):  # stable row order
                 ci = v.get("auc_ci_95") or [None, None]
-                priv.append({"dataset": _name(ds), "score": score, "n_real": p.get("n_real"), "n_fake": p.get("n_fake"),
+                priv.append({"dataset": name, "score": score, "n_real": p.get("n_real"), "n_fake": p.get("n_fake"),
                              "auc": finite(v.get("auc")), "auc_ci_low": finite(ci[0]), "auc_ci_high": finite(ci[1]),
                              **{f"tpr_at_fpr_{f}": finite(t) for f, t in by_fpr(v.get("tpr_at_fpr") or {})}})
         write_csv(d / PRIVACY_CSV, priv)
@@ -366,23 +391,34 @@ def _tables_piece(cfg: HaimConfig) -> Piece:
     return Piece(key="tables", run=run, spec={}, deps=tuple(deps), kind="table")
 
 
+def _stand_in_text(cfg: HaimConfig) -> list[str]:
+    """The report's sentence on the stand-in target (none without one)."""
+    a = cfg.stand_in
+    if a is None:
+        return []
+    stop = f", stopped once the normalised margin rose by less than {a.rtol:g} over {a.window} steps" if a.rtol else ""
+    return [f"Each task has a second target, <dataset>-ascent: the same training continued by margin ascent "
+            f"({a.steps} steps at most{stop}), a stand-in for the reference's 10^6 constant-lr epochs, which this "
+            "scale cannot train; the loss-normalised target's rows stay beside it."]
+
+
 def report_sections(ctx: Context, cfg: HaimConfig, *, scale: str, timings: Mapping[str, float]) -> list[Any]:
     """The report's sections."""
     priv_notes, head_notes = [], []
-    for ds in cfg.datasets:
-        summary = ctx.summary(f"eval/{_name(ds)}")
+    for _, name, _ in variants(cfg):
+        summary = ctx.summary(f"eval/{name}")
         v = signal_verdict(summary.get("privacy") or {})
-        priv_notes.append(f"{_name(ds)}: {v.lead}" + (f" ({v.measured})" if v.measured else "")
+        priv_notes.append(f"{name}: {v.lead}" + (f" ({v.measured})" if v.measured else "")
                           + (f" — {v.needs}" if v.needs else ""))
         if summary.get("headline"):
             h = summary["headline"]
-            head_notes.append(f"{_name(ds)}: {headline_lead(h)}" + "".join(f"; {n}" for n in h.get("notes") or []))
+            head_notes.append(f"{name}: {headline_lead(h)}" + "".join(f"; {n}" for n in h.get("notes") or []))
     secs = [Section(title="Setup", text=[
         f"Scale: {scale}. n = {2 * cfg.n_per_class} per task (first {cfg.n_per_class} per side), "
         f"m = {cfg.candidates_factor}n candidates per run; the best {cfg.keep} runs by the attacker-side "
         f"criterion {cfg.selection!r} are pooled. Targets trained with the loss-normalised step size; "
         "their KKT-regime score (0 = θ* is exactly a non-negative combination of the training gradients) "
-        "is in the table."], code=cfg.model_dump_json(indent=2)),
+        "is in the table.", *_stand_in_text(cfg)], code=cfg.model_dump_json(indent=2)),
         Section(title="Summary", text=head_notes + [
             "Headline rule (every report): a training image counts when the SSIM of its matched candidate exceeds "
             "max(0.4, t), t the threshold that held-out images used as candidates pass for at most 5% of the "
@@ -401,11 +437,11 @@ def report_sections(ctx: Context, cfg: HaimConfig, *, scale: str, timings: Mappi
             "subspace of the first layer (W from the weights alone, W − θ_init with the initialisation known), the "
             "training images against the held-out images."],
             tables=[_strongest_table(strongest)]))
-    for ds in cfg.datasets:
-        d = ctx.dir(f"figures/{_name(ds)}")
-        secs.append(Section(title=f"{_name(ds)} ({ds.task})", figures=[
-            FigureItem(caption=f"{_name(ds)}: {figure_caption(f)}", png=(d / f).read_bytes())
-            for f in ctx.summary(f"figures/{_name(ds)}")["files"]]))
+    for ds, name, _ in variants(cfg):
+        d = ctx.dir(f"figures/{name}")
+        secs.append(Section(title=f"{name} ({ds.task})", figures=[
+            FigureItem(caption=f"{name}: {figure_caption(f)}", png=(d / f).read_bytes())
+            for f in ctx.summary(f"figures/{name}")["files"]]))
     secs.append(Section(title="Timings", tables=[Table(caption="wall time per piece kind (s, this invocation)",
                                                        header=["kind", "seconds"],
                                                        rows=[[k, v] for k, v in timings.items()])]))
