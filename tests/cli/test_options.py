@@ -141,6 +141,8 @@ def test_every_train_config_field_has_its_flag_and_reaches_the_config():
             merged.setdefault("arch", {})["name"] = "resnet8"
         if flag.path == "pretrained.sha256":
             merged["pretrained"]["path"] = "runs/pre"
+        if flag.path in ("margin_ascent.rtol", "margin_ascent.window"):  # a stop rule needs a budget of a window
+            merged["margin_ascent"]["steps"] = 1000
         cfg = build_train_config(merged)
         got = cfg
         for part in flag.path.split("."):
