@@ -163,6 +163,10 @@ class MarginAscentConfig(BaseModel):
         if self.step_size > self.max_step:
             raise DataReconError(f"margin_ascent step_size {self.step_size} exceeds max_step {self.max_step}; "
                                  "lower step_size or raise max_step")
+        if self.min_step >= self.step_size:
+            raise DataReconError(f"margin_ascent min_step {self.min_step:g} is not below step_size {self.step_size:g}, "
+                                 "so the stage would stop before its first step; lower min_step "
+                                 "(--margin-ascent-min-step) below step_size")
         return self
 
     def recipe(self) -> MarginAscent:
@@ -245,6 +249,10 @@ class TrainConfig(BaseModel):
             raise DataReconError(f"momentum applies to optimizer gd only; set momentum 0 for {self.optimizer}")
         if self.optimizer != "gd" and self.schedule != "constant":
             raise DataReconError(f"schedule {self.schedule!r} applies to optimizer gd only; use constant")
+        if self.norm_mode != "auto" and not self.arch.batch_norm:
+            raise DataReconError(f"norm_mode {self.norm_mode!r} sets how batch norm runs in the training steps and "
+                                 f"this {self.arch.name} has no batch norm; drop --norm-mode (norm_mode), or train a "
+                                 "ResNet with --batch-norm")
         if self.margin_ascent.steps:
             if self.loss not in EXP_TAILED:
                 raise DataReconError(f"margin ascent needs an exponentially tailed loss ({', '.join(EXP_TAILED)}), "
