@@ -33,8 +33,9 @@ def installed(tmp_path_factory) -> Path:
 
 
 def _datarecon(args: list[str], *, path: list[Path], cwd: Path) -> subprocess.CompletedProcess:
-    """``datarecon ARGS`` in a fresh interpreter whose path holds ``path`` (the installed plug-ins)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
+    """``datarecon ARGS`` in a fresh interpreter whose path holds ``path`` (the installed plug-ins) before the
+    caller's own PYTHONPATH (the source tree under test, where one is given)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, path), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-c", "from datarecon.cli.main import entry; entry()", *args],
                           capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 
@@ -149,3 +150,16 @@ def test_a_plugin_that_fails_is_named_in_one_line(tmp_path, model, entry, argv, 
     res = _datarecon([*argv, "--model", str(model), "--no-progress", "--out", "out"], path=[site], cwd=tmp_path)
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith(words), res.stderr
+
+
+def test_damaged_installed_metadata_is_named_in_one_line(tmp_path, model):
+    """An installed package whose entry_points.txt is not UTF-8 stops PyTorch loading (it reads every package's
+    entry points): one line naming the package's metadata folder, exit 2 (it was a traceback)."""
+    site = _hand_installed(tmp_path / "site", "", "")
+    (site / "hostile_plugin-1.0.dist-info" / "entry_points.txt").write_bytes(b"[datarecon.attacks]\nx\xff = y:Z\n")
+    res = _datarecon(["reconstruct", "--model", str(model), "--steps", "2", "--no-progress", "--out", "run"],
+                     path=[site], cwd=tmp_path)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert "hostile_plugin-1.0.dist-info cannot be read (UnicodeDecodeError" in lines[0]
+    assert lines[0].endswith("reinstall or remove that package")

@@ -865,14 +865,22 @@ CASES.update({
     "reconstruct-restored-labels-without-init-names-the-flag": Case(lambda ws: _rec(ws, "--known-labels", "restored"),
                                                                     "reconstruct --known-labels balanced"),
     "reconstruct-known-init-seed-of-a-fine-tuned-model": Case(lambda ws: _rec(
-        ws, "--known-init", "seed:0", model=_fine_tuned_from(ws, ws.model, ws.other)),
-        "was fine-tuned from the pretrained model in"),
+        ws, "--known-init", "seed:0", model=_fine_tuned_from(ws, ws.model, ws.other) and ws.edit_meta(
+            lambda m: m.update(init_sha256=_EXP_ZERO_SHA))), "was fine-tuned from the pretrained model in"),
     "reconstruct-dynamics-of-an-own-model": Case(lambda ws: _own(ws, "make", "--method", "dynamics", "--known-recipe",
                                                                  "model"),
                                                  "a model of your own records none; attack a model directory"),
     "evaluate-membership-of-another-model": Case(lambda ws: ["evaluate", "--no-progress", str(ws.evaluated),
                                                              "--membership", str(_members_of_other(ws))],
                                                  "not of", out=lambda ws: ws.root / "mof"),
+    "membership-weights-with-a-model-directory": Case(lambda ws: _member(ws, ws.root / "m", "--weights",
+                                                                         str(ws.model / "weights.safetensors")),
+                                                      "is a folder, and --weights goes with --model "
+                                                      "package.module:factory"),
+    "train-margin-ascent-step-size-nan": Case(lambda ws: [*TRAIN, "--margin-ascent-steps", "5",
+                                                          "--margin-ascent-step-size", "nan", "--out",
+                                                          str(ws.root / "m")],
+                                              "margin_ascent.step_size: Input should be a finite number"),
     "evaluate-membership-a-run-folder": Case(lambda ws: ["evaluate", "--no-progress", str(ws.evaluated),
                                                          "--membership", str(ws.run)],
                                              "holds no membership.json; run `datarecon membership --model"),
@@ -898,7 +906,7 @@ def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 98  # 63 before issue 25, 35 added by it
     assert len(CASES) >= 165  # and 67 more by issue 36 (17 of them its adversarial trial's findings)
     assert len(CASES) >= 205  # and 27 more by the fourth adversarial trial's findings (issue 46)
-    assert len(CASES) >= 225  # and 20 more by the fifth's (issue 46 item 3)
+    assert len(CASES) >= 227  # and 22 more by the fifth's (issue 46 item 3)
 
 
 @pytest.mark.parametrize("name", list(CASES))

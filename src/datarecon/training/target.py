@@ -150,7 +150,7 @@ class MarginAscentConfig(BaseModel):
         min_step: the stage stops once the angle falls below this (converged to that resolution).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     steps: int = Field(default=0, ge=0, le=MAX_STEPS)
     step_size: float = Field(default=0.01, gt=0, le=1)
