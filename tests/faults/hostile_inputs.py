@@ -1,7 +1,8 @@
-"""A catalogue of hostile inputs, run through the real command line and counted: the third
-adversarial trial (docs/RELIABILITY.md, "Adversarial trials").
+"""A catalogue of hostile inputs, run through the real command line and counted: the third and fifth
+adversarial trials (docs/RELIABILITY.md, "Adversarial trials").
 
     python tests/faults/hostile_inputs.py                     # the current source (several minutes)
+    python tests/faults/hostile_inputs.py --only fifth        # the fifth trial (its groups start with "fifth")
     python tests/faults/hostile_inputs.py --src /old/src      # another source tree, e.g. before a fix
     python tests/faults/hostile_inputs.py --only perm         # the trials whose group starts with "perm"
     python tests/faults/hostile_inputs.py --name manifest     # the trials whose name contains "manifest"
