@@ -19,6 +19,7 @@ has its attack registered as ``inversion`` when the attacks registry is first re
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
@@ -36,6 +37,23 @@ PLUGIN_GROUPS = {
     "datarecon.membership_signals": "a SignalDef (datarecon.attacks.mia.SignalDef) with its score function: a "
                                     "membership signal of every evaluation",
 }
+
+
+#: the source file of every plug-in registered so far → how messages name it (entry point, package)
+PLUGIN_FILES: dict[str, str] = {}
+
+
+def plugin_failure(exc: BaseException) -> str | None:
+    """One line naming the plug-in whose code raised ``exc`` (the innermost plug-in frame of its traceback), or
+    None when no registered plug-in's code is in it: a plug-in's failure is its author's to fix, not datarecon's
+    internal error."""
+    where, tb = None, exc.__traceback__
+    while tb is not None:
+        where = PLUGIN_FILES.get(tb.tb_frame.f_code.co_filename, where)
+        tb = tb.tb_next
+    if where is None:
+        return None
+    return f"{where} failed: {type(exc).__name__}: {exc}; fix the plug-in, or uninstall its package"
 
 
 class Registry(Generic[T]):
@@ -143,7 +161,7 @@ class Registry(Generic[T]):
                 continue
             try:
                 obj = ep.load()
-            except Exception as exc:  # noqa: BLE001 - any failure of a third-party import is reported, not raised
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a third-party import's failure (a sys.exit too)
                 warnings.warn(f"{where} is not registered: importing it failed ({type(exc).__name__}: {exc})",
                               stacklevel=2)
                 continue
@@ -153,6 +171,12 @@ class Registry(Generic[T]):
                 continue
             self._items[ep.name] = obj
             added.append(ep.name)
+            source = getattr(sys.modules.get(ep.module), "__file__", None)
+            if source:  # several entry points may share a module: the message names them all
+                entries = PLUGIN_FILES.get(source, "").split(": ", 1)[-1].removesuffix(")")
+                names = ", ".join(n for n in (entries, f"{group} {ep.name!r}") if n)
+                PLUGIN_FILES[source] = f"the plug-in module {ep.module} (" + (
+                    f"package {ep.dist.name}: " if ep.dist else "entry points: ") + names + ")"
         return added
 
 

@@ -171,3 +171,14 @@ def test_seed_rebuilds_the_initialisation_in_the_dtype_training_used(tmp_path, d
                       dtype=getattr(torch, dtype))
     assert known.sha256 == meta["init_sha256"]
     assert all(torch.equal(known.params[k], v.detach()) for k, v in net.named_parameters())
+
+
+def test_a_recorded_norm_mode_no_training_writes_is_refused():
+    """A model.json whose training.norm_mode was changed by hand is named as such, not replayed in a guessed mode
+    (the fifth adversarial trial: dynamics matching ran with 'bogus'); auto still resolves by the pretrained start."""
+    from datarecon.attacks.knowledge import recorded_norm_mode
+
+    with pytest.raises(DataReconError, match="records training.norm_mode 'bogus', which no training writes"):
+        recorded_norm_mode({"training": {"norm_mode": "bogus"}})
+    assert recorded_norm_mode({"training": {"norm_mode": "auto"}, "pretrained": {"path": "p"}}) == "eval"
+    assert recorded_norm_mode({"training": {}}) == "train"

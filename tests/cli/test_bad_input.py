@@ -789,6 +789,104 @@ CASES.update({
 })
 
 
+# -- issue 46 item 3: the fifth adversarial trial (priors, labels, the probe, train-mode batch norm, the membership
+# package and plug-ins): each row fails on the source before its fix
+
+
+def _own_membership(ws: Workspace, heldout: str) -> list[str]:
+    """``membership`` of a user's model (the package of :func:`_own`) with its members as ``--train`` and ``heldout``
+    (``same``: the members again; ``mixed``: half of them) as ``--heldout``."""
+    from safetensors.torch import save_file
+
+    _own(ws, "make")
+    x, y = torch.rand(6, 1, 8, 8, generator=torch.Generator().manual_seed(0)), torch.tensor([0., 1] * 3)
+    save_file({"x": x, "y": y}, str(ws.root / "members.safetensors"))
+    others = torch.cat([x[:3], torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(1))])
+    save_file({"x": x if heldout == "same" else others, "y": y}, str(ws.root / "heldout.safetensors"))
+    return ["membership", "--model", "dr_issue25_nets:make", "--weights", str(ws.root / "net.safetensors"),
+            "--input-shape", "1,8,8", "--evaluate", "--train", str(ws.root / "members.safetensors"), "--heldout",
+            str(ws.root / "heldout.safetensors"), "--no-progress", "--out", str(ws.root / "m")]
+
+
+def _damaged_membership(ws: Workspace, change: Callable[[dict], None]) -> Path:
+    folder = _members_of_other(ws)
+    result = json.loads((folder / "membership.json").read_text())
+    change(result)
+    (folder / "membership.json").write_text(json.dumps(result))
+    return folder
+
+
+CASES.update({
+    # internal error: a prior weight beyond the attack dtype's range (weight x gradient overflowed in the step)
+    "reconstruct-prior-weight-beyond-float32": Case(lambda ws: _rec(ws, "--box-weight", "1e300"),
+                                                    "box_weight 1e+300 is beyond the range of float32"),
+    # internal errors: a sweep's runs failed one by one (exit 1) where the sweep file could be refused at once
+    "sweep-group-weight": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(
+        ws, "attack: {group_weight: 1}\n")), "--out", str(ws.root / "s")], "this run is stepped alone; set "
+        "group_weight to 0 in the sweep file"),
+    "sweep-feature-stats-without-batch-norm": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(
+        ws, "search: {grid: {attack.feature_stats_weight: [0, 1]}}\n")), "--out", str(ws.root / "s")],
+        "the feature-statistics prior reads batch-norm layers and the target has none"),
+    "sweep-restored-labels-without-known-init": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_sweep(
+        ws, "knowledge: {labels: restored}\n")), "--out", str(ws.root / "s")],
+        "labels restored from the weights read the read-out's change"),
+    # late validation: an experiment's group consistency refused only after it trained (its folder written)
+    "experiment-group-weight": Case(lambda ws: _run_exp(ws, "attack: {attack: {method: kkt, steps: 2, group_weight: "
+                                                            "1}}"), "this run is stepped alone"),
+    # internal errors: a membership.json without signals, a plug-in's failure (tests/attacks/test_entry_point_plugins)
+    "report-membership-json-without-signals": Case(lambda ws: ["report", str(_damaged_membership(
+        ws, lambda r: r.pop("signals"))), "--out", str(ws.root / "r.html")], "membership.json is damaged"),
+    # one line: the data-dependent initialisation's note came before the refusal
+    "reconstruct-ground-truth-count-one-line": Case(lambda ws: _rec(ws, "--init", "ground-truth"),
+                                                    "4 candidates but 10 ground-truth images"),
+    # wrongly accepted
+    "train-norm-mode-without-batch-norm": Case(lambda ws: [*TRAIN, "--norm-mode", "train", "--out",
+                                                           str(ws.root / "m")],
+                                               "this mlp has no batch norm; drop --norm-mode"),
+    "train-margin-ascent-min-step-above-step-size": Case(lambda ws: [
+        *TRAIN, "--margin-ascent-steps", "5", "--margin-ascent-min-step", "1", "--out", str(ws.root / "m")],
+        "margin_ascent min_step 1 is not below step_size 0.01"),
+    "reconstruct-early-stop-patience-beyond-step-limit": Case(lambda ws: _rec(ws, "--early-stop-patience",
+                                                                              "10000000000"),
+                                                              "early_stop.patience: Input should be less than or "
+                                                              "equal to 1000000000"),
+    "reconstruct-runs-resume-of-a-single-run": Case(lambda ws: _rec(ws, "--runs", "2", "--resume", out="run"),
+                                                    "holds a single kkt run, not the folder of --runs K"),
+    "membership-own-heldout-is-train": Case(lambda ws: _own_membership(ws, "same"),
+                                            "6 of the 6 --heldout examples"),
+    "membership-own-heldout-shares-train": Case(lambda ws: _own_membership(ws, "mixed"),
+                                                "3 of the 6 --heldout examples"),
+    "report-membership-auc-beyond-one": Case(lambda ws: ["report", str(_damaged_membership(
+        ws, lambda r: r["signals"]["loss"]["report"].update(auc=7.0))), "--out", str(ws.root / "r.html")],
+        "signals.loss.report.auc"),
+    # misleading
+    "reconstruct-restored-labels-binary-names-the-flag": Case(lambda ws: _rec(
+        ws, "--known-labels", "restored", "--known-init", "seed:0"), "reconstruct --known-labels balanced"),
+    "reconstruct-restored-labels-without-init-names-the-flag": Case(lambda ws: _rec(ws, "--known-labels", "restored"),
+                                                                    "reconstruct --known-labels balanced"),
+    "reconstruct-known-init-seed-of-a-fine-tuned-model": Case(lambda ws: _rec(
+        ws, "--known-init", "seed:0", model=_fine_tuned_from(ws, ws.model, ws.other) and ws.edit_meta(
+            lambda m: m.update(init_sha256=_EXP_ZERO_SHA))), "was fine-tuned from the pretrained model in"),
+    "reconstruct-dynamics-of-an-own-model": Case(lambda ws: _own(ws, "make", "--method", "dynamics", "--known-recipe",
+                                                                 "model"),
+                                                 "a model of your own records none; attack a model directory"),
+    "evaluate-membership-of-another-model": Case(lambda ws: ["evaluate", "--no-progress", str(ws.evaluated),
+                                                             "--membership", str(_members_of_other(ws))],
+                                                 "not of", out=lambda ws: ws.root / "mof"),
+    "membership-weights-with-a-model-directory": Case(lambda ws: _member(ws, ws.root / "m", "--weights",
+                                                                         str(ws.model / "weights.safetensors")),
+                                                      "is a folder, and --weights goes with --model "
+                                                      "package.module:factory"),
+    "train-margin-ascent-step-size-nan": Case(lambda ws: [*TRAIN, "--margin-ascent-steps", "5",
+                                                          "--margin-ascent-step-size", "nan", "--out",
+                                                          str(ws.root / "m")],
+                                              "margin_ascent.step_size: Input should be a finite number"),
+    "evaluate-membership-a-run-folder": Case(lambda ws: ["evaluate", "--no-progress", str(ws.evaluated),
+                                                         "--membership", str(ws.run)],
+                                             "holds no membership.json; run `datarecon membership --model"),
+})
+
+
 def _bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
@@ -808,6 +906,7 @@ def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 98  # 63 before issue 25, 35 added by it
     assert len(CASES) >= 165  # and 67 more by issue 36 (17 of them its adversarial trial's findings)
     assert len(CASES) >= 205  # and 27 more by the fourth adversarial trial's findings (issue 46)
+    assert len(CASES) >= 227  # and 22 more by the fifth's (issue 46 item 3)
 
 
 @pytest.mark.parametrize("name", list(CASES))

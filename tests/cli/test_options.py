@@ -128,7 +128,8 @@ def test_every_train_config_field_has_its_flag_and_reaches_the_config():
              "data.normalisation": "unit", "loss": "mse", "optimizer": "gd", "schedule": "increasing",
              "dtype": "float64", "device": "cpu", "data.dataset": "mnist", "data.task": "odd-even",
              "dp.accountant": "prv", "momentum": "0.5", "margin_ascent.growth": "1.5",
-             "pretrained.path": "runs/pre", "pretrained.sha256": "ab" * 32, "norm_mode": "train"}
+             "pretrained.path": "runs/pre", "pretrained.sha256": "ab" * 32, "norm_mode": "train",
+             "margin_ascent.min_step": "1e-7"}  # below the step size: a larger one could never step
     for flag in table:
         value = texts.get(flag.path, samples.get(flag.kind))
         merged = merge(base, overrides_from(table, {flag.param: value}))
@@ -139,6 +140,8 @@ def test_every_train_config_field_has_its_flag_and_reaches_the_config():
                 del merged["dp"]["noise_multiplier"]
         if flag.path == "arch.batch_norm":  # the ResNets' only
             merged.setdefault("arch", {})["name"] = "resnet8"
+        if flag.path == "norm_mode":  # networks with batch norm only
+            merged.setdefault("arch", {}).update(name="resnet8", batch_norm=True)
         if flag.path == "pretrained.sha256":
             merged["pretrained"]["path"] = "runs/pre"
         if flag.path in ("margin_ascent.rtol", "margin_ascent.window"):  # a stop rule needs a budget of a window

@@ -1,7 +1,8 @@
-"""A catalogue of hostile inputs, run through the real command line and counted: the third
-adversarial trial (docs/RELIABILITY.md, "Adversarial trials").
+"""A catalogue of hostile inputs, run through the real command line and counted: the third and fifth
+adversarial trials (docs/RELIABILITY.md, "Adversarial trials").
 
     python tests/faults/hostile_inputs.py                     # the current source (several minutes)
+    python tests/faults/hostile_inputs.py --only fifth        # the fifth trial (its groups start with "fifth")
     python tests/faults/hostile_inputs.py --src /old/src      # another source tree, e.g. before a fix
     python tests/faults/hostile_inputs.py --only perm         # the trials whose group starts with "perm"
     python tests/faults/hostile_inputs.py --name manifest     # the trials whose name contains "manifest"
@@ -28,6 +29,7 @@ pins the words a trial's message has to contain, and a clean refusal without the
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -75,6 +77,7 @@ class Trial:
         must: words the refusal must contain (else it is counted ``misleading``).
         user: run as the unprivileged :data:`USER` (the permission trials).
         out: a further path the command may create or change.
+        warn: ``warning: ...`` lines may come before the outcome (a broken plug-in is named in one and skipped).
     """
 
     group: str
@@ -84,6 +87,7 @@ class Trial:
     must: str | None = None
     user: bool = False
     out: str | None = None
+    warn: bool = False
 
 
 def _w(ws: Path, rel: str, data: str | bytes) -> str:
@@ -584,7 +588,660 @@ PERMISSIONS = [
           if _mode(ws, _w(ws, "run/secret.txt", "mine"), 0) else [], must="secret.txt"),
 ]
 
-TRIALS: list[Trial] = [*PATHS, *FILES, *OPTIONS, *CONFIGS, *STATE, *PERMISSIONS]
+# -- the fifth trial (issue 46 item 3): priors, labels, the probe, train-mode batch norm, the membership
+# package and plug-ins. Its trials use the extra models of :func:`build_fifth_extras` (a multiclass MLP ``mc``
+# and its fine-tuning ``ft``, a ResNet-8 with batch norm ``bn`` and its fine-tuning ``bnft``, a membership
+# folder ``memdir`` of ``mc`` with two reference models).
+FT_DATA = ["--dataset", "digits", "--task", "classes:0,1,2", "--n-per-class", "4", "--loss", "cross-entropy",
+           "--normalisation", "unit", "--no-progress"]
+TRAIN_BN = ["train", *FT_DATA, "--arch", "resnet8", "--batch-norm", "--epochs", "1"]
+TRAIN_MC = ["train", *FT_DATA, "--hidden", "8", "--no-bias", "--epochs", "2"]
+MEM = ["membership", "--model", "mc", "--evaluate", "--references", "0", "--nonmembers", "50", "--no-progress"]
+OWN_MEM = ["membership", "--model", "nets:make", "--weights", "net.safetensors", "--input-shape", "1,8,8",
+           "--no-progress"]
+
+
+def build_fifth_extras(ws: Path) -> None:
+    """The fifth trial's models and membership folder, added to the pristine workspace."""
+    steps = [
+        ["train", *FT_DATA, "--hidden", "8", "--no-bias", "--epochs", "5", "--skip-per-class", "10", "--out", "mc"],
+        ["train", *FT_DATA, "--hidden", "8", "--no-bias", "--epochs", "5", "--pretrained", "mc", "--out", "ft"],
+        ["train", *FT_DATA, "--arch", "resnet8", "--batch-norm", "--epochs", "2", "--skip-per-class", "10", "--out",
+         "bn"],
+        ["train", *FT_DATA, "--arch", "resnet8", "--batch-norm", "--epochs", "2", "--pretrained", "bn", "--out",
+         "bnft"],
+        ["membership", "--model", "mc", "--evaluate", "--references", "2", "--nonmembers", "50", "--no-progress",
+         "--out", "memdir"],
+        ["report", "memdir", "--out", "memdir.html"],
+    ]
+    for args in steps:
+        res = adversarial_trials.cli(*args, cwd=ws)
+        assert res.returncode == 0, (args, res.stderr[-2000:])
+    code = ("import torch; from safetensors.torch import load_file, save_file; torch.manual_seed(0); "
+            "save_file({'x': torch.rand(6, 1, 8, 8), 'y': torch.tensor([0., 1, 0, 1, 0, 1])}, 'members.safetensors'); "
+            "save_file({'x': torch.rand(6, 1, 8, 8), 'y': torch.tensor([0., 1, 0, 1, 0, 1])}, 'others.safetensors'); "
+            "save_file({'x': torch.rand(6, 64), 'y': torch.tensor([0., 1, 0, 1, 0, 1])}, 'flat.safetensors'); "
+            "save_file({'x': torch.rand(6, 1, 8, 8), 'y': torch.tensor([0., 1])}, 'short.safetensors'); "
+            "m = load_file('members.safetensors'); o = load_file('others.safetensors'); "
+            "save_file({'x': torch.cat([m['x'][:3], o['x'][3:]]), 'y': torch.cat([m['y'][:3], o['y'][3:]])}, "
+            "'mixed.safetensors')")
+    subprocess.run([sys.executable, "-c", code], cwd=ws, check=True, env=ENV)
+
+
+def _rc(*args: str, model: str = "model", out: str = "n") -> Callable[[Path], list[str]]:
+    """A reconstruct trial's command (steps 2, candidates 4) on ``model``."""
+    return lambda ws: [*REC, "--model", model, "--out", out, *args]
+
+
+def _cfg(text: str, *args: str, name: str = "c.yaml") -> Callable[[Path], list[str]]:
+    """``reconstruct --config FILE`` of a run file holding ``text``."""
+    return lambda ws: ["reconstruct", "--config", _yaml(ws, name, text), "--out", "n", "--no-progress", "--steps", "2",
+                       "--candidates", "4", *args]
+
+
+def _x(*argv: str) -> Callable[[Path], list[str]]:
+    return lambda ws: list(argv)
+
+
+def _plugin(ws: Path, entry_points: str, code: str = "", *, name: str = "hostile_plugin") -> None:
+    """A plug-in package in the working directory (on the command's sys.path): ``NAME.py`` holding ``code`` and
+    an installed distribution's metadata declaring ``entry_points`` (entry_points.txt text)."""
+    _w(ws, f"{name}.py", code)
+    _w(ws, f"{name}-0.1.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    _w(ws, f"{name}-0.1.dist-info/entry_points.txt", entry_points)
+
+
+def _plug(entry_points: str, code: str, argv: list[str]) -> Callable[[Path], list[str]]:
+    def prepare(ws: Path) -> list[str]:
+        _plugin(ws, entry_points, code)
+        return argv
+    return prepare
+
+
+PLUG_ATTACK = """from typing import ClassVar
+import torch.nn.functional as F
+from datarecon.attacks.base import Attack, AttackConfig
+
+
+class Inv(Attack):
+    name: ClassVar[str] = "inv"
+    config_cls: ClassVar[type] = AttackConfig
+
+    def objective(self, target, prior, x):
+        margin = self.labels(prior, x.device) * target.forward(x).squeeze(1)
+        return {"loss": F.softplus(-margin).mean()}
+
+
+class Wrong(Inv):
+    name: ClassVar[str] = "other"
+
+
+class Boom(Inv):
+    name: ClassVar[str] = "boom"
+
+    def objective(self, target, prior, x):
+        raise RuntimeError("the plug-in's objective failed")
+
+
+class Nan(Inv):
+    name: ClassVar[str] = "nanloss"
+
+    def objective(self, target, prior, x):
+        return {"loss": (x * float("nan")).sum()}
+"""
+PLUG_SIGNAL = """import torch
+from datarecon.attacks.mia import SignalDef
+
+
+def _boom(view):
+    raise RuntimeError("the plug-in's score failed")
+
+
+BOOM = SignalDef("black-box", "raises", score=_boom)
+SHORT = SignalDef("black-box", "one score too few", score=lambda v: torch.zeros(max(len(v.y) - 1, 0)))
+NAN = SignalDef("black-box", "NaN scores", score=lambda v: torch.full((len(v.y),), float("nan")))
+NOSCORE = SignalDef("black-box", "no score")
+NOTDEF = 42
+"""
+REC_MODEL = [*REC, "--model", "model", "--out", "n"]
+
+
+def _t(group: str, name: str, prepare: Callable[[Path], list[str]], **kw) -> Trial:
+    return Trial("fifth-" + group, name, prepare, **kw)
+
+
+FIFTH_PRIORS = [
+    _t("priors", "--feature-stats-weight -1", _rc("--feature-stats-weight", "-1", model="bn")),
+    _t("priors", "--feature-stats-weight nan", _rc("--feature-stats-weight", "nan", model="bn")),
+    _t("priors", "--feature-stats-weight inf", _rc("--feature-stats-weight", "inf", model="bn")),
+    _t("priors", "--feature-stats-weight abc", _rc("--feature-stats-weight", "abc", model="bn")),
+    _t("priors", "--feature-stats-weight '' ", _rc("--feature-stats-weight", "", model="bn")),
+    _t("priors", "--feature-stats-weight 1 on an MLP (no batch norm)", _rc("--feature-stats-weight", "1"),
+       must="batch-norm"),
+    _t("priors", "--feature-stats-weight 1 on a ResNet without batch norm... of your own (nets:make)",
+       lambda ws: [*OWN, "--model", "nets:make", "--weights", "net.safetensors", "--feature-stats-weight", "1"],
+       must="batch-norm"),
+    _t("priors", "--feature-stats-weight 1 on a ResNet with batch norm", _rc("--feature-stats-weight", "1",
+                                                                             model="bn"), expect="accept"),
+    _t("priors", "--feature-stats-weight 0 on an MLP", _rc("--feature-stats-weight", "0"), expect="accept"),
+    _t("priors", "--feature-stats-weight 1e300 on batch norm", _rc("--feature-stats-weight", "1e300", model="bn"),
+       must="beyond the range of float32"),
+    _t("priors", "--box-weight 1e300", _rc("--box-weight", "1e300"), must="beyond the range of float32"),
+    _t("priors", "--tv-weight 1e39", _rc("--tv-weight", "1e39"), must="beyond the range of float32"),
+    _t("priors", "--group-weight 1e300 --runs 2", _rc("--group-weight", "1e300", "--runs", "2"),
+       must="beyond the range of float32"),
+    _t("priors", "--box-weight 1e300 --dtype float64 (in its range)", _rc("--box-weight", "1e300", "--dtype", "float64"),
+       must="diverged"),
+    _t("priors", "--feature-stats-weight 1 --method bilevel", _rc("--feature-stats-weight", "1", "--method",
+                                                                  "bilevel", model="bn"), must="bilevel"),
+    _t("priors", "--feature-stats-weight 1 --method gradnorm on batch norm",
+       _rc("--feature-stats-weight", "1", "--method", "gradnorm", model="bn"), expect="accept"),
+    _t("priors", "--feature-stats-weight 1 --method decoreco on the fine-tuned ResNet",
+       _rc("--feature-stats-weight", "1", "--method", "decoreco", model="bnft"), expect="accept"),
+    _t("priors", "--feature-stats-weight 1 --method dynamics, known start, on the fine-tuned ResNet",
+       _rc("--feature-stats-weight", "1", "--method", "dynamics", "--known-init", "pretrained", "--known-recipe",
+           "model", "--candidates", "12", model="bnft"),
+       expect="accept"),
+    _t("priors", "--group-weight 1 without --runs", _rc("--group-weight", "1"), must="--runs"),
+    _t("priors", "--group-weight 1 --runs 1", _rc("--group-weight", "1", "--runs", "1"), must="--runs"),
+    _t("priors", "--group-weight 1 --runs 2", _rc("--group-weight", "1", "--runs", "2"), expect="accept"),
+    _t("priors", "--group-weight 1 --runs 2 --batch-mode looped", _rc("--group-weight", "1", "--runs", "2",
+                                                                      "--batch-mode", "looped"), must="looped"),
+    _t("priors", "--group-weight 1 --runs 2 --batch-mode batched", _rc("--group-weight", "1", "--runs", "2",
+                                                                       "--batch-mode", "batched"), expect="accept"),
+    _t("priors", "--group-weight -1 --runs 2", _rc("--group-weight", "-1", "--runs", "2")),
+    _t("priors", "--group-weight nan --runs 2", _rc("--group-weight", "nan", "--runs", "2")),
+    _t("priors", "--group-weight inf --runs 2", _rc("--group-weight", "inf", "--runs", "2")),
+    _t("priors", "--group-weight one --runs 2", _rc("--group-weight", "one", "--runs", "2")),
+    _t("priors", "--group-weight 1e-300 --runs 2", _rc("--group-weight", "1e-300", "--runs", "2"), expect="accept"),
+    _t("priors", "--group-weight 1 --runs 2 --method bilevel", _rc("--group-weight", "1", "--runs", "2", "--method",
+                                                                   "bilevel"), must="bilevel"),
+    _t("priors", "--group-weight 1 --runs 2 on batch norm with the feature prior",
+       _rc("--group-weight", "1", "--feature-stats-weight", "1", "--runs", "2", model="bn"), expect="accept"),
+    _t("priors", "--group-weight 1 --runs 2 --resume of a single run", _rc("--group-weight", "1", "--runs", "2",
+                                                                           "--resume", out="run"),
+       must="holds a single kkt run"),
+    _t("priors", "--runs 2 --resume of a single run (its candidates replaced by a pool)", _rc(
+        "--runs", "2", "--resume", out="run"), must="holds a single kkt run"),
+    _t("priors", "--group-weight 1 --runs 2 --overwrite of a user's folder", lambda ws: [
+        *REC, "--model", "model", "--group-weight", "1", "--runs", "2", "--overwrite", "--out",
+        str(Path(_w(ws, "mine/notes.txt", "mine")).parent)], must="not a datarecon run directory"),
+    _t("priors", "--tv-weight -1", _rc("--tv-weight", "-1")),
+    _t("priors", "--tv-weight nan", _rc("--tv-weight", "nan")),
+    _t("priors", "--tv-weight 1 --method gradnorm", _rc("--tv-weight", "1", "--method", "gradnorm"),
+       must="gradnorm"),
+    _t("priors", "--tv-weight 1 with the feature prior on batch norm",
+       _rc("--tv-weight", "1", "--feature-stats-weight", "1", model="bn"), expect="accept"),
+    _t("priors", "--box-weight -1", _rc("--box-weight", "-1")),
+    _t("priors", "--box-weight inf", _rc("--box-weight", "inf")),
+    _t("priors", "run file: feature_stats_weight -1", _cfg("model: bn\nattack: {feature_stats_weight: -1}\n")),
+    _t("priors", "run file: group_weight .nan", _cfg("model: model\nattack: {group_weight: .nan}\n", "--runs", "2")),
+    # a quoted number is read as the number, as in every numeric field of a run file
+    _t("priors", "run file: group_weight '1' (a string)", _cfg("model: model\nattack: {group_weight: '1'}\n",
+                                                               "--runs", "2"), expect="accept"),
+    _t("priors", "run file: group_weight 1 without --runs", _cfg("model: model\nattack: {group_weight: 1}\n"),
+       must="--runs"),
+    _t("priors", "run file: feature_stats_weight 1 on an MLP", _cfg("model: model\nattack: {feature_stats_weight: 1}\n"),
+       must="batch-norm"),
+    _t("priors", "run file: feature_stats_weight true", _cfg("model: bn\nattack: {feature_stats_weight: true}\n"),
+       must="true/false"),
+    _t("priors", "run file: group_weight [1, 2]", _cfg("model: model\nattack: {group_weight: [1, 2]}\n", "--runs", "2")),
+    _t("priors", "run file: group_weight for bilevel", _cfg("model: model\nattack: {method: bilevel, group_weight: 1}\n",
+                                                            "--runs", "2")),
+    _t("priors", "--set attack.group_weight=-1", _rc("--set", "attack.group_weight=-1", "--runs", "2")),
+    _t("priors", "--set attack.feature_stats_weight=inf", _rc("--set", "attack.feature_stats_weight=inf", model="bn")),
+    _t("priors", "--set attack.group_weight=1 --runs 2", _rc("--set", "attack.group_weight=1", "--runs", "2"),
+       expect="accept"),
+    _t("priors", "sweep: group_weight 1 (a sweep's runs are single)", lambda ws: [
+        "sweep", "--config", _yaml(ws, "s.yaml", SWEEP + "attack: {group_weight: 1}\n"), "--out", "s",
+        "--no-progress"], must="group_weight"),
+    _t("priors", "sweep: grid of feature_stats_weight on an MLP", lambda ws: [
+        "sweep", "--config", _yaml(ws, "s.yaml", SWEEP + "search: {grid: {attack.feature_stats_weight: [0, 1]}}\n"),
+        "--out", "s", "--no-progress"], must="batch-norm"),
+    _t("priors", "sweep: grid of group_weight with a negative value", lambda ws: [
+        "sweep", "--config", _yaml(ws, "s.yaml", SWEEP + "search: {grid: {attack.group_weight: [0, -1]}}\n"),
+        "--out", "s", "--no-progress"]),
+    _t("priors", "experiment: group_weight 1 (runs single)", lambda ws: [
+        "run", _yaml(ws, "e.yaml", EXP_TRAIN + "attack: {attack: {method: kkt, steps: 2, group_weight: 1}}\n"),
+        "--out", "e", "--no-progress"], must="group_weight"),
+    _t("priors", "experiment: feature_stats_weight 1 on an MLP it trains", lambda ws: [
+        "run", _yaml(ws, "e.yaml", EXP_TRAIN + "attack: {attack: {method: kkt, steps: 2, feature_stats_weight: 1}}\n"),
+        "--out", "e", "--no-progress"], must="batch-norm"),
+]
+
+FIFTH_LABELS = [
+    _t("labels", "--known-labels bogus", _rc("--known-labels", "bogus"), must="balanced"),
+    _t("labels", "--known-labels ''", _rc("--known-labels", "")),
+    _t("labels", "--known-labels RESTORED", _rc("--known-labels", "RESTORED", "--known-init", "pretrained",
+                                                model="ft")),
+    _t("labels", "--known-labels restored without a known start", _rc("--known-labels", "restored", model="ft"),
+       must="--known-init"),
+    _t("labels", "--known-labels restored on a binary model", _rc("--known-labels", "restored", "--known-init",
+                                                                  "seed:0"), must="--known-labels balanced"),
+    _t("labels", "--known-labels restored, the pretrained start, a fine-tuned model",
+       _rc("--known-labels", "restored", "--known-init", "pretrained", model="ft"), expect="accept"),
+    _t("labels", "--known-labels restored --known-init pretrained on a model not fine-tuned",
+       _rc("--known-labels", "restored", "--known-init", "pretrained", model="mc"), must="not fine-tuned"),
+    _t("labels", "--known-labels restored --known-init seed:0 (trained from seed 0)",
+       _rc("--known-labels", "restored", "--known-init", "seed:0", model="mc"), expect="accept"),
+    _t("labels", "--known-labels restored --known-init seed:0 on a fine-tuned model",
+       _rc("--known-labels", "restored", "--known-init", "seed:0", model="ft"), must="--known-init pretrained"),
+    _t("labels", "--known-labels restored --known-init pretrained:mc", _rc(
+        "--known-labels", "restored", "--known-init", "pretrained:mc", model="ft"), expect="accept"),
+    _t("labels", "--known-labels restored --known-init pretrained:bn (another start)", _rc(
+        "--known-labels", "restored", "--known-init", "pretrained:bn", model="ft")),
+    _t("labels", "--known-labels restored --known-init the ResNet's weights file", _rc(
+        "--known-labels", "restored", "--known-init", "bn/weights.safetensors", model="ft")),
+    _t("labels", "--known-labels restored on the fine-tuned ResNet", _rc(
+        "--known-labels", "restored", "--known-init", "pretrained", model="bnft"), expect="accept"),
+    _t("labels", "--known-labels restored --candidates 1", lambda ws: [
+        "reconstruct", "--steps", "2", "--candidates", "1", "--no-progress", "--model", "ft", "--out", "n",
+        "--known-labels", "restored", "--known-init", "pretrained"], expect="accept"),
+    _t("labels", "--known-labels restored --known-n 0", _rc("--known-labels", "restored", "--known-init",
+                                                            "pretrained", "--known-n", "0", model="ft")),
+    _t("labels", "--known-labels restored --known-n 1000", _rc("--known-labels", "restored", "--known-init",
+                                                               "pretrained", "--known-n", "1000", model="ft")),
+    _t("labels", "--known-labels restored --init ground-truth", _rc(
+        "--known-labels", "restored", "--known-init", "pretrained", "--init", "ground-truth", model="ft")),
+    _t("labels", "--known-labels restored --init ground-truth --runs 2", _rc(
+        "--known-labels", "restored", "--known-init", "pretrained", "--init", "ground-truth", "--runs", "2",
+        model="ft"), must="ground-truth images"),
+    _t("labels", "--known-labels restored --runs 2", _rc("--known-labels", "restored", "--known-init", "pretrained",
+                                                         "--runs", "2", model="ft"), expect="accept"),
+    _t("labels", "--known-labels restored on your own model", lambda ws: [
+        *OWN, "--model", "nets:make", "--weights", "net.safetensors", "--known-labels", "restored", "--known-init",
+        "seed:0"]),
+    _t("labels", "--known-labels restored --method bilevel", _rc("--known-labels", "restored", "--known-init",
+                                                                 "pretrained", "--method", "bilevel", model="ft")),
+    _t("labels", "run file: knowledge.labels restored without known_init",
+       _cfg("model: ft\nknowledge: {labels: restored}\n"), must="known"),
+    _t("labels", "run file: knowledge.labels 1", _cfg("model: ft\nknowledge: {labels: 1}\n")),
+    _t("labels", "run file: knowledge.labels null", _cfg("model: ft\nknowledge: {labels: null}\n")),
+    _t("labels", "run file: knowledge.labels [restored]", _cfg("model: ft\nknowledge: {labels: [restored]}\n")),
+    _t("labels", "--set knowledge.labels=restored without known init",
+       _rc("--set", "knowledge.labels=restored", model="ft"), must="known"),
+    _t("labels", "--set knowledge.labels=bogus", _rc("--set", "knowledge.labels=bogus", model="ft")),
+    _t("labels", "membership --labels bogus", _x(*MEM, "--labels", "bogus", "--out", "m")),
+    _t("labels", "membership --labels restored without a known start", _x(*MEM, "--labels", "restored", "--out", "m"),
+       must="known"),
+    _t("labels", "experiment: knowledge labels restored, not fine-tuned", lambda ws: [
+        "run", _yaml(ws, "e.yaml", EXP_TRAIN + "attack: {attack: {method: kkt, steps: 2}, knowledge: {labels: "
+                     "restored}}\n"), "--out", "e", "--no-progress"], must="known"),
+    _t("labels", "sweep: knowledge labels restored without known init", lambda ws: [
+        "sweep", "--config", _yaml(ws, "s.yaml", SWEEP.replace("model_dir: model", "model_dir: ft") +
+                                   "knowledge: {labels: restored}\n"), "--out", "s", "--no-progress"], must="known"),
+]
+
+#: what each method needs to run on the workspace's model (n = 10 training images)
+DYNAMICS = ["--known-init", "seed:0", "--known-recipe", "model", "--candidates", "10"]
+METHODS = {"kkt": [], "decoreco": [], "gradnorm": [], "bilevel": ["--weight-decay-override", "0.01"],
+           "loo": ["--known-init", "seed:0"], "dynamics": DYNAMICS}
+
+FIFTH_PROBE = [
+    _t("probe", "--step-probe -1", _rc("--step-probe", "-1")),
+    _t("probe", "--step-probe nan", _rc("--step-probe", "nan")),
+    _t("probe", "--step-probe 1.5", _rc("--step-probe", "1.5")),
+    _t("probe", "--step-probe abc", _rc("--step-probe", "abc")),
+    _t("probe", "--step-probe 10**9 + 1", _rc("--step-probe", str(10**9 + 1))),
+    _t("probe", "--step-probe 10**30", _rc("--step-probe", str(10**30))),
+    _t("probe", "--step-probe 0", _rc("--step-probe", "0"), expect="accept"),
+    _t("probe", "--step-probe 1000000 with --steps 2", _rc("--step-probe", "1000000"), expect="accept"),
+    _t("probe", "--step-probe 3 --method bilevel", _rc("--step-probe", "3", "--method", "bilevel",
+                                                       *METHODS["bilevel"]), expect="accept"),
+    _t("probe", "--step-probe 3 --method dynamics", _rc("--step-probe", "3", "--method", "dynamics", *DYNAMICS),
+       expect="accept"),
+    _t("probe", "--step-probe 3 --runs 2", _rc("--step-probe", "3", "--runs", "2"), expect="accept"),
+    _t("probe", "--step-probe 3 --runs 2 with group consistency", _rc("--step-probe", "3", "--runs", "2",
+                                                                      "--group-weight", "1"), expect="accept"),
+    _t("probe", "--step-probe 3 with --lr-x 1e30", _rc("--step-probe", "3", "--lr-x", "1e30")),
+    _t("probe", "--step-probe 7 --resume of a finished run", _rc("--step-probe", "7", "--resume", out="run")),
+    _t("probe", "run file: step_probe -5", _cfg("model: model\nstep_probe: -5\n")),
+    _t("probe", "run file: step_probe true", _cfg("model: model\nstep_probe: true\n"), must="true/false"),
+    _t("probe", "run file: step_probe '50'", _cfg("model: model\nstep_probe: '50'\n"), expect="accept"),
+    _t("probe", "run file: step_probe 1e3", _cfg("model: model\nstep_probe: 1e3\n")),
+    _t("probe", "--set step_probe=-1", _rc("--set", "step_probe=-1")),
+    _t("probe", "--set step_probe=x", _rc("--set", "step_probe=x")),
+    _t("probe", "sweep: step_probe -1", lambda ws: [
+        "sweep", "--config", _yaml(ws, "s.yaml", SWEEP + "step_probe: -1\n"), "--out", "s", "--no-progress"]),
+    _t("probe", "experiment: step_probe -1", lambda ws: [
+        "run", _yaml(ws, "e.yaml", EXP_TRAIN + "attack: {attack: {method: kkt, steps: 2}, step_probe: -1}\n"),
+        "--out", "e", "--no-progress"], must="step_probe"),
+    *[_t("probe", f"--early-stop-patience -1 --method {m}", _rc("--early-stop-patience", "-1", "--method", m, *extra))
+      for m, extra in METHODS.items()],
+    *[_t("probe", f"--early-stop-patience 1 --method {m}", _rc("--early-stop-patience", "1", "--method", m, *extra,
+                                                                "--steps", "5"), expect="accept")
+      for m, extra in METHODS.items()],
+    _t("probe", "--early-stop-patience 0 --method dynamics", _rc("--early-stop-patience", "0", "--method", "dynamics",
+                                                                 *DYNAMICS), expect="accept"),
+    _t("probe", "--early-stop-patience 10**10", _rc("--early-stop-patience", str(10**10))),
+    _t("probe", "--early-stop-patience 2.5", _rc("--early-stop-patience", "2.5")),
+    _t("probe", "--early-stop-tol 0", _rc("--early-stop-patience", "1", "--early-stop-tol", "0")),
+    _t("probe", "--early-stop-tol nan", _rc("--early-stop-patience", "1", "--early-stop-tol", "nan")),
+    _t("probe", "--early-stop-tol -1", _rc("--early-stop-patience", "1", "--early-stop-tol", "-1")),
+    _t("probe", "--early-stop-tol inf", _rc("--early-stop-patience", "1", "--early-stop-tol", "inf")),
+    _t("probe", "run file: early_stop_patience -1", _cfg("model: model\nearly_stop_patience: -1\n")),
+    _t("probe", "--early-stop-patience 1 --runs 2 (batched)", _rc("--early-stop-patience", "1", "--runs", "2",
+                                                                  "--batch-mode", "batched", "--steps", "5"),
+       expect="accept"),
+]
+
+FIFTH_NORM = [
+    _t("norm", "train --norm-mode bogus", _x(*TRAIN_BN, "--norm-mode", "bogus", "--out", "m"), must="auto"),
+    _t("norm", "train --norm-mode ''", _x(*TRAIN_BN, "--norm-mode", "", "--out", "m")),
+    _t("norm", "train --norm-mode TRAIN", _x(*TRAIN_BN, "--norm-mode", "TRAIN", "--out", "m")),
+    _t("norm", "train --norm-mode 1", _x(*TRAIN_BN, "--norm-mode", "1", "--out", "m")),
+    _t("norm", "train --norm-mode train on an MLP (no batch norm)", _x(*TRAIN_MC, "--norm-mode", "train", "--out",
+                                                                       "m"), must="batch norm"),
+    _t("norm", "train --norm-mode eval on an MLP (no batch norm)", _x(*TRAIN_MC, "--norm-mode", "eval", "--out", "m"),
+       must="batch norm"),
+    _t("norm", "train --norm-mode train --pretrained an MLP", _x(*TRAIN_MC, "--norm-mode", "train", "--pretrained",
+                                                                 "mc", "--out", "m"), must="batch norm"),
+    _t("norm", "train --norm-mode train on a ResNet without batch norm", _x(
+        "train", *FT_DATA, "--arch", "resnet8", "--epochs", "1", "--norm-mode", "train", "--out", "m"),
+       must="batch norm"),
+    _t("norm", "train --norm-mode auto on an MLP", _x(*TRAIN_MC, "--norm-mode", "auto", "--out", "m"),
+       expect="accept"),
+    _t("norm", "train --norm-mode train, batch norm from scratch", _x(*TRAIN_BN, "--norm-mode", "train", "--out",
+                                                                      "m"), expect="accept"),
+    # eval from scratch: the running statistics stay at their start (mean 0, variance 1), the affine weights train
+    _t("norm", "train --norm-mode eval, batch norm from scratch", _x(*TRAIN_BN, "--norm-mode", "eval", "--out", "m"),
+       expect="accept"),
+    _t("norm", "train --norm-mode train --pretrained bn", _x(*TRAIN_BN, "--norm-mode", "train", "--pretrained", "bn",
+                                                             "--out", "m"), expect="accept"),
+    _t("norm", "train --norm-mode eval --pretrained bn", _x(*TRAIN_BN, "--norm-mode", "eval", "--pretrained", "bn",
+                                                            "--out", "m"), expect="accept"),
+    _t("norm", "train --norm-mode train --pretrained bn with DP-SGD", _x(
+        *TRAIN_BN, "--norm-mode", "train", "--pretrained", "bn", "--dp-noise", "1", "--out", "m")),
+    _t("norm", "train --norm-mode train --batch-norm on an MLP", _x(*TRAIN_MC, "--batch-norm", "--norm-mode", "train",
+                                                                    "--out", "m"), must="batch_norm"),
+    _t("norm", "train --batch-norm --arch cnn", _x("train", *FT_DATA, "--arch", "cnn", "--batch-norm", "--epochs", "1",
+                                                   "--out", "m"), must="batch_norm"),
+    _t("norm", "train config: norm_mode bogus", lambda ws: [
+        "train", "--config", _yaml(ws, "t.yaml", "norm_mode: bogus\n"), *FT_DATA, "--arch", "resnet8",
+        "--batch-norm", "--epochs", "1", "--out", "m"]),
+    _t("norm", "train config: norm_mode null", lambda ws: [
+        "train", "--config", _yaml(ws, "t.yaml", "norm_mode: null\n"), *FT_DATA, "--arch", "resnet8",
+        "--batch-norm", "--epochs", "1", "--out", "m"]),
+    _t("norm", "experiment: train norm_mode train on an MLP", lambda ws: [
+        "run", _yaml(ws, "e.yaml", EXP_TRAIN.replace("epochs: 2", "epochs: 2, norm_mode: train")),
+        "--out", "e", "--no-progress"], must="batch norm"),
+    _t("norm", "--known-init pretrained on a ResNet trained from scratch", _rc("--known-init", "pretrained",
+                                                                              model="bn"), must="not fine-tuned"),
+    _t("norm", "--known-init seed:0 on the fine-tuned ResNet", _rc("--known-init", "seed:0", model="bnft"),
+       must="--known-init pretrained"),
+    _t("norm", "--method dynamics without a known start on the fine-tuned ResNet", _rc("--method", "dynamics",
+                                                                                       model="bnft"),
+       must="known"),
+    _t("norm", "--method dynamics --known-init pretrained --known-recipe model:-lr on the fine-tuned ResNet",
+       _rc("--method", "dynamics", "--known-init", "pretrained", "--known-recipe", "model:-lr", "--candidates", "12",
+           model="bnft"), expect="accept"),
+    _t("norm", "--method dynamics --known-recipe model:-bogus", _rc("--method", "dynamics", "--known-init",
+                                                                    "pretrained", "--known-recipe", "model:-bogus",
+                                                                    model="bnft"), must="model:-lr"),
+    _t("norm", "--known-recipe model on your own model", lambda ws: [
+        *OWN, "--model", "nets:make", "--weights", "net.safetensors", "--method", "dynamics", "--known-recipe",
+        "model"], must="a model of your own records none"),
+    # knowledge is the threat model's statement: recorded in run.json whether or not the method reads it
+    _t("norm", "--known-recipe model --method kkt (not read by it)", _rc("--known-recipe", "model"), expect="accept"),
+    _t("norm", "model.json: norm_mode bogus in the recorded training", lambda ws: _rc(
+        "--method", "dynamics", "--known-init", "pretrained", "--known-recipe", "model", "--candidates", "12", model=_json(
+            ws, "bnft/model.json", lambda m: m["training"].update(norm_mode="bogus")))(ws)),
+    _t("norm", "train --margin-ascent-steps -1", _x(*TRAIN, "--margin-ascent-steps", "-1", "--out", "m")),
+    _t("norm", "train --margin-ascent-steps 5 with weight decay", _x(*TRAIN, "--margin-ascent-steps", "5",
+                                                                      "--weight-decay", "0.1", "--out", "m"),
+       must="weight decay"),
+    _t("norm", "train --margin-ascent-step-size nan", _x(*TRAIN, "--margin-ascent-steps", "5",
+                                                         "--margin-ascent-step-size", "nan", "--out", "m"),
+       must="finite"),
+    _t("norm", "train --margin-ascent-min-step above the max step", _x(
+        *TRAIN, "--margin-ascent-steps", "5", "--margin-ascent-min-step", "1", "--margin-ascent-max-step", "0.1",
+        "--out", "m")),
+    _t("norm", "train --margin-ascent-growth 0.5", _x(*TRAIN, "--margin-ascent-steps", "5", "--margin-ascent-growth",
+                                                      "0.5", "--out", "m")),
+    _t("norm", "train --margin-rtol nan", _x(*TRAIN, "--margin-patience", "2", "--margin-rtol", "nan", "--out", "m")),
+    _t("norm", "train --margin-patience -1", _x(*TRAIN, "--margin-patience", "-1", "--out", "m")),
+    # the stage runs where the data are separated (a warning says when they are not): a valid recipe
+    _t("norm", "train --margin-ascent-steps 3 on the ResNet with batch norm", _x(
+        *TRAIN_BN, "--margin-ascent-steps", "3", "--out", "m"), expect="accept"),
+]
+
+FIFTH_MEMBERSHIP = [
+    _t("membership", "--fpr 0 --evaluate", _x(*MEM, "--fpr", "0", "--out", "m")),
+    *[_t("membership", f"--fpr {v} --images", _x("membership", "--model", "mc", "--images", "members.safetensors",
+                                                   "--references", "0", "--fpr", v, "--no-progress", "--out", "m"),
+         must="fpr") for v in ("0", "-0.1", "inf")],
+    _t("membership", "--fpr -0.1", _x(*MEM, "--fpr", "-0.1", "--out", "m")),
+    _t("membership", "--fpr 1", _x(*MEM, "--fpr", "1", "--out", "m")),
+    _t("membership", "--fpr inf", _x(*MEM, "--fpr", "inf", "--out", "m")),
+    _t("membership", "--fpr abc", _x(*MEM, "--fpr", "abc", "--out", "m")),
+    _t("membership", "--references -1", _x(*MEM, "--references", "-1", "--out", "m")),
+    _t("membership", "--references abc", _x(*MEM, "--references", "abc", "--out", "m")),
+    _t("membership", "--references 1.5", _x(*MEM, "--references", "1.5", "--out", "m")),
+    _t("membership", "--references 1000000", _x(*MEM, "--references", "1000000", "--out", "m")),
+    _t("membership", "--references auto --budget-minutes 0", _x(*MEM, "--references", "auto", "--budget-minutes", "0",
+                                                                "--out", "m")),
+    _t("membership", "--budget-minutes -1", _x(*MEM, "--references", "auto", "--budget-minutes", "-1", "--out", "m")),
+    _t("membership", "--budget-minutes nan", _x(*MEM, "--references", "auto", "--budget-minutes", "nan", "--out",
+                                                "m")),
+    _t("membership", "--budget-minutes inf", _x(*MEM, "--references", "auto", "--budget-minutes", "inf", "--out",
+                                                "m")),
+    _t("membership", "--nonmembers 0", _x(*MEM, "--nonmembers", "0", "--out", "m")),
+    _t("membership", "--nonmembers -5", _x(*MEM, "--nonmembers", "-5", "--out", "m")),
+    _t("membership", "--population 0 with reference models", _x(*MEM, "--references", "2", "--population", "0",
+                                                                 "--out", "m")),
+    # 0: no calibration part; the strongest signal is then the rule fixed in advance (a valid choice)
+    _t("membership", "--calibration-fraction 0", _x(*MEM, "--calibration-fraction", "0", "--out", "m"),
+       expect="accept"),
+    _t("membership", "--calibration-fraction 1", _x(*MEM, "--calibration-fraction", "1", "--out", "m")),
+    _t("membership", "--calibration-fraction nan", _x(*MEM, "--calibration-fraction", "nan", "--out", "m")),
+    _t("membership", "--variance-prior -1", _x(*MEM, "--variance-prior", "-1", "--out", "m")),
+    _t("membership", "--variance-prior nan", _x(*MEM, "--variance-prior", "nan", "--out", "m")),
+    _t("membership", "--rmia-a 2", _x(*MEM, "--rmia-a", "2", "--out", "m")),
+    _t("membership", "--rmia-gamma 0", _x(*MEM, "--rmia-gamma", "0", "--out", "m")),
+    _t("membership", "--rmia-gamma nan", _x(*MEM, "--rmia-gamma", "nan", "--out", "m")),
+    _t("membership", "--signal bogus", _x(*MEM, "--signal", "bogus", "--out", "m")),
+    _t("membership", "--signal lira-online --images without reference models", lambda ws: [
+        "membership", "--model", "mc", "--images", "members.safetensors", "--references", "0", "--signal",
+        "lira-online", "--no-progress", "--out", "m"]),
+    _t("membership", "--draw-seed -1", _x(*MEM, "--draw-seed", "-1", "--out", "m")),
+    _t("membership", "--reference-seed -1", _x(*MEM, "--reference-seed", "-1", "--out", "m")),
+    _t("membership", "--workers 0", _x(*MEM, "--workers", "0", "--out", "m")),
+    _t("membership", "--backend bogus", _x(*MEM, "--backend", "bogus", "--out", "m")),
+    _t("membership", "--threads -1", _x(*MEM, "--threads", "-1", "--out", "m")),
+    _t("membership", "--images and --evaluate", _x(*MEM, "--images", "members.safetensors", "--out", "m")),
+    _t("membership", "neither --images nor --evaluate", _x("membership", "--model", "mc", "--no-progress")),
+    _t("membership", "--out a user's file", lambda ws: [*MEM, "--out", _w(ws, "mine.json", "{}")]),
+    _t("membership", "--out a user's folder", lambda ws: [*MEM, "--out", str(Path(_w(ws, "mine/a.txt", "a")).parent)],
+       must="not a membership folder datarecon wrote"),
+    _t("membership", "--out a user's folder --overwrite", lambda ws: [
+        *MEM, "--overwrite", "--out", str(Path(_w(ws, "mine/a.txt", "a")).parent)],
+       must="not a datarecon membership folder"),
+    _t("membership", "--out the membership folder of the same model (a rerun)", _x(
+        "membership", "--model", "mc", "--evaluate", "--references", "2", "--nonmembers", "50", "--no-progress",
+        "--out", "memdir"), expect="accept", out="memdir"),
+    _t("membership", "--out the membership folder of another model", _x(
+        "membership", "--model", "ft", "--evaluate", "--references", "0", "--nonmembers", "50", "--no-progress",
+        "--out", "memdir"), must="another model"),
+    _t("membership", "--out a run folder", _x(*MEM, "--out", "run"), must="run"),
+    _t("membership", "--out a model folder", _x(*MEM, "--out", "mc"), must="model"),
+    _t("membership", "--out a store", _x(*MEM, "--out", "store")),
+    _t("membership", "--out the report of a membership folder", _x(*MEM, "--out", "memdir.html")),
+    _t("membership", "--out inside the reference models", _x(*MEM, "--out", "memdir/references/x")),
+    _t("membership", "--config with an unknown key", lambda ws: [*MEM, "--config", _yaml(ws, "m.yaml", "bogus: 1\n"),
+                                                                 "--out", "m"]),
+    _t("membership", "--config references -1", lambda ws: [
+        "membership", "--model", "mc", "--evaluate", "--no-progress", "--config",
+        _yaml(ws, "m.yaml", "references: {count: -1}\n"), "--out", "m"]),
+    _t("membership", "--config fpr .nan", lambda ws: [*MEM, "--config", _yaml(ws, "m.yaml", "fpr: .nan\n"),
+                                                      "--out", "m"]),
+    _t("membership", "--config a list", lambda ws: [*MEM, "--config", _yaml(ws, "m.yaml", "- 1\n"), "--out", "m"]),
+    _t("membership", "--known-init pretrained on a model not fine-tuned", _x(*MEM, "--known-init", "pretrained",
+                                                                             "--out", "m"), must="not fine-tuned"),
+    _t("membership", "--weights with a model directory", _x(*MEM, "--weights", "net.safetensors", "--out", "m"),
+       must="drop --weights"),
+    _t("membership", "--train with a model directory", _x(*MEM, "--train", "members.safetensors", "--out", "m")),
+    _t("membership", "own model: --evaluate without --train", _x(*OWN_MEM, "--evaluate", "--out", "m"),
+       must="--train"),
+    _t("membership", "own model: --train missing", _x(*OWN_MEM, "--evaluate", "--train", "nope.safetensors",
+                                                      "--heldout", "others.safetensors", "--out", "m")),
+    _t("membership", "own model: --train a garbage file", lambda ws: [
+        *OWN_MEM, "--evaluate", "--train", _w(ws, "g.safetensors", b"garbage" * 9), "--heldout",
+        "others.safetensors", "--out", "m"]),
+    _t("membership", "own model: --train of another input shape", _x(*OWN_MEM, "--evaluate", "--train",
+                                                                     "flat.safetensors", "--heldout",
+                                                                     "others.safetensors", "--out", "m")),
+    _t("membership", "own model: --train labels of another length", _x(*OWN_MEM, "--evaluate", "--train",
+                                                                       "short.safetensors", "--heldout",
+                                                                       "others.safetensors", "--out", "m")),
+    _t("membership", "own model: --evaluate without --heldout", _x(*OWN_MEM, "--evaluate", "--train",
+                                                                   "members.safetensors", "--out", "m")),
+    _t("membership", "own model: --train and --heldout the same file", _x(
+        *OWN_MEM, "--evaluate", "--train", "members.safetensors", "--heldout", "members.safetensors", "--out", "m")),
+    _t("membership", "own model: --heldout sharing examples with --train", _x(
+        *OWN_MEM, "--evaluate", "--train", "members.safetensors", "--heldout", "mixed.safetensors", "--out", "m"),
+       must="are also --train examples"),
+    _t("membership", "own model: --recipe of a missing package", _x(
+        *OWN_MEM, "--evaluate", "--train", "members.safetensors", "--heldout", "others.safetensors", "--references",
+        "2", "--recipe", "nopkg_xyz:train", "--out", "m")),
+    _t("membership", "own model: --recipe not callable", _x(
+        *OWN_MEM, "--evaluate", "--train", "members.safetensors", "--heldout", "others.safetensors", "--references",
+        "2", "--recipe", "nets:sys", "--out", "m")),
+    _t("membership", "own model: --recipe that raises", _x(
+        *OWN_MEM, "--evaluate", "--train", "members.safetensors", "--heldout", "others.safetensors", "--references",
+        "2", "--recipe", "nets:boom", "--out", "m")),
+    _t("membership", "own model: reference models without --recipe", _x(
+        *OWN_MEM, "--evaluate", "--train", "members.safetensors", "--heldout", "others.safetensors", "--references",
+        "2", "--out", "m"), must="--recipe"),
+    _t("membership", "own model: NaN weights", lambda ws: [
+        "membership", "--model", "nets:make", "--weights", "nan.safetensors", "--input-shape", "1,8,8",
+        "--no-progress", "--evaluate", "--train", "members.safetensors", "--heldout", "others.safetensors", "--out",
+        "m"]),
+    _t("membership", "own model: a valid evaluation", _x(
+        *OWN_MEM, "--evaluate", "--train", "members.safetensors", "--heldout", "others.safetensors", "--references",
+        "0", "--out", "m"), expect="accept"),
+    _t("membership", "own model: --out the membership folder of a model directory", _x(
+        *OWN_MEM, "--evaluate", "--train", "members.safetensors", "--heldout", "others.safetensors", "--references",
+        "0", "--out", "memdir"), must="another model"),
+    _t("membership", "report of a membership folder into it", _x("report", "memdir", "--out", "memdir/r.html"),
+       must="lies inside"),
+    _t("membership", "report over a user's file", lambda ws: ["report", "memdir", "--out",
+                                                              _w(ws, "mine.html", "<p>mine</p>"), "--overwrite"],
+       must="datarecon"),
+    _t("membership", "report over its own earlier report without --overwrite", _x("report", "memdir", "--out",
+                                                                                  "memdir.html"), must="--overwrite"),
+    _t("membership", "report over its own earlier report with --overwrite", _x("report", "memdir", "--out",
+                                                                               "memdir.html", "--overwrite"),
+       expect="accept", out="memdir.html"),
+    _t("membership", "report of a membership folder with membership.json garbage", lambda ws: [
+        "report", str(Path(_w(ws, "memdir/membership.json", "{garbage")).parent), "--out", "r.html"],
+       must="membership.json"),
+    _t("membership", "report of a membership folder with membership.json {}", lambda ws: [
+        "report", str(Path(_w(ws, "memdir/membership.json", "{}")).parent), "--out", "r.html"]),
+    _t("membership", "report of a membership folder without scores", lambda ws: [
+        "report", "memdir", "--out", "r.html"] if (ws / "memdir/scores.safetensors").unlink() is None else []),
+    _t("membership", "report of a membership folder with exposed.safetensors garbage", lambda ws: [
+        "report", str(Path(_w(ws, "memdir/exposed.safetensors", b"garbage")).parent), "--out", "r.html"]),
+    # a report shows runs and membership folders side by side (report --help)
+    _t("membership", "report of a membership folder and a run together", _x("report", "memdir", "evaluated", "--out",
+                                                                            "r.html"), expect="accept"),
+    _t("membership", "report of a membership folder whose AUC is 7", lambda ws: [
+        "report", _json(ws, "memdir/membership.json", lambda m: [s["report"].update(auc=7.0) for s in m[
+            "signals"].values() if isinstance(s, dict) and isinstance(s.get("report"), dict)]), "--out", "r.html"]),
+    _t("membership", "evaluate --membership of another model's folder", _x(
+        "evaluate", "evaluated", "--membership", "memdir", "--no-progress"), must="the model this run attacked"),
+    _t("membership", "evaluate --membership a run folder", _x("evaluate", "evaluated", "--membership", "run",
+                                                              "--no-progress"), must="--out DIR"),
+    _t("membership", "evaluate --membership of a damaged membership.json", lambda ws: [
+        "evaluate", "evaluated", "--membership", "memmodel", "--no-progress"] if adversarial_trials.cli(
+        *MEM[:2], "model", *MEM[3:], "--out", "memmodel", cwd=ws).returncode == 0 and _json(
+        ws, "memmodel/membership.json", lambda m: m.update(signals=[])) else [], must="membership.json"),
+    _t("membership", "evaluate --membership missing", _x("evaluate", "evaluated", "--membership", "nowhere",
+                                                         "--no-progress")),
+    _t("membership", "audit --model a run folder", _x("audit", "--model", "run", "--scale", "smoke", "--out", "a"),
+       must="run"),
+    _t("membership", "audit --model missing", _x("audit", "--model", "nowhere", "--scale", "smoke", "--out", "a")),
+    _t("membership", "audit --model mc --out its membership folder", _x("audit", "--model", "mc", "--scale", "smoke",
+                                                                        "--out", "memdir")),
+    _t("membership", "audit --model mc --out the model folder", _x("audit", "--model", "mc", "--scale", "smoke",
+                                                                   "--out", "mc")),
+    _t("membership", "audit --model of your own (a factory)", _x("audit", "--model", "nets:make", "--scale", "smoke",
+                                                                 "--out", "a")),
+    _t("membership", "audit --model mc --scale bogus", _x("audit", "--model", "mc", "--scale", "bogus", "--out", "a")),
+]
+
+BROKEN = "[datarecon.attacks]\nbroken = nopkg_hostile_xyz:Attack\n"
+FIFTH_PLUGINS = [
+    _t("plugins", "an attack plug-in that cannot be imported; reconstruct --method kkt",
+       _plug(BROKEN, "", REC_MODEL), expect="accept"),
+    _t("plugins", "an attack plug-in that cannot be imported; --method of it", _plug(BROKEN, "", [
+        *REC_MODEL, "--method", "broken"]), must="broken"),
+    _t("plugins", "an attack plug-in whose module exits at import", _plug(
+        "[datarecon.attacks]\nbye = hostile_plugin:X\n", "import sys\nsys.exit(3)\n", REC_MODEL), expect="accept"),
+    _t("plugins", "an attack plug-in that is not an Attack", _plug(
+        "[datarecon.attacks]\nnotattack = hostile_plugin:X\n", "X = 42\n", [*REC_MODEL, "--method", "notattack"]),
+       must="notattack"),
+    _t("plugins", "an attack plug-in whose class declares another name", _plug(
+        "[datarecon.attacks]\nwrongname = hostile_plugin:Wrong\n", PLUG_ATTACK, [*REC_MODEL, "--method",
+                                                                                   "wrongname"]), must="wrongname"),
+    _t("plugins", "an attack plug-in named kkt (a built-in name)", _plug(
+        "[datarecon.attacks]\nkkt = hostile_plugin:Inv\n", PLUG_ATTACK, REC_MODEL), expect="accept"),
+    _t("plugins", "an entry point without an attribute", _plug(
+        "[datarecon.attacks]\nnoattr = hostile_plugin\n", PLUG_ATTACK, REC_MODEL), expect="accept"),
+    _t("plugins", "an entry point value that is not a name", _plug(
+        "[datarecon.attacks]\nbad = ::: not a name\n", PLUG_ATTACK, REC_MODEL), expect="accept"),
+    _t("plugins", "entry_points.txt that does not parse", _plug("[datarecon.attacks\nx = = y\n", PLUG_ATTACK,
+                                                                REC_MODEL), expect="accept"),
+    _t("plugins", "entry_points.txt not UTF-8", lambda ws: REC_MODEL if _plug("", PLUG_ATTACK, [])(ws) is not None
+       and _w(ws, "hostile_plugin-0.1.dist-info/entry_points.txt", b"[datarecon.attacks]\nx\xff = hostile_plugin:Inv\n")
+       else [], must="cannot be read"),
+    _t("plugins", "a working attack plug-in (inv)", _plug("[datarecon.attacks]\ninv = hostile_plugin:Inv\n",
+                                                          PLUG_ATTACK, [*REC_MODEL, "--method", "inv"]),
+       expect="accept"),
+    _t("plugins", "an attack plug-in whose objective raises", _plug(
+        "[datarecon.attacks]\nboom = hostile_plugin:Boom\n", PLUG_ATTACK, [*REC_MODEL, "--method", "boom"]),
+       must="boom"),
+    _t("plugins", "an attack plug-in whose loss is NaN", _plug(
+        "[datarecon.attacks]\nnanloss = hostile_plugin:Nan\n", PLUG_ATTACK, [*REC_MODEL, "--method", "nanloss"])),
+    _t("plugins", "a plug-in attack with --feature-stats-weight", _plug(
+        "[datarecon.attacks]\ninv = hostile_plugin:Inv\n", PLUG_ATTACK, [*REC_MODEL, "--method", "inv",
+                                                                         "--feature-stats-weight", "1"])),
+    # the base Attack's step splits into gradient and update, so a plug-in's runs couple like the built-in ones
+    _t("plugins", "a plug-in attack with --group-weight --runs 2", _plug(
+        "[datarecon.attacks]\ninv = hostile_plugin:Inv\n", PLUG_ATTACK, [*REC_MODEL, "--method", "inv",
+                                                                         "--group-weight", "1", "--runs", "2"]),
+       expect="accept"),
+    _t("plugins", "a plug-in attack with --early-stop-patience -1", _plug(
+        "[datarecon.attacks]\ninv = hostile_plugin:Inv\n", PLUG_ATTACK, [*REC_MODEL, "--method", "inv",
+                                                                         "--early-stop-patience", "-1"])),
+    _t("plugins", "a membership signal that raises", _plug(
+        "[datarecon.membership_signals]\nboom = hostile_plugin:BOOM\n", PLUG_SIGNAL, [*MEM, "--out", "m"]),
+       must="boom"),
+    _t("plugins", "a membership signal of one score too few", _plug(
+        "[datarecon.membership_signals]\nshort = hostile_plugin:SHORT\n", PLUG_SIGNAL, [*MEM, "--out", "m"]),
+       must="short"),
+    _t("plugins", "a membership signal of NaN scores", _plug(
+        "[datarecon.membership_signals]\nnans = hostile_plugin:NAN\n", PLUG_SIGNAL, [*MEM, "--out", "m"])),
+    _t("plugins", "a membership signal without a score", _plug(
+        "[datarecon.membership_signals]\nnoscore = hostile_plugin:NOSCORE\n", PLUG_SIGNAL, [*MEM, "--out", "m"]),
+       expect="accept"),
+    _t("plugins", "a membership signal that is not a SignalDef", _plug(
+        "[datarecon.membership_signals]\nnotdef = hostile_plugin:NOTDEF\n", PLUG_SIGNAL, [*MEM, "--out", "m"]),
+       expect="accept"),
+    _t("plugins", "a membership signal named loss (a built-in name)", _plug(
+        "[datarecon.membership_signals]\nloss = hostile_plugin:NAN\n", PLUG_SIGNAL, [*MEM, "--out", "m"]),
+       expect="accept"),
+    _t("plugins", "--signal of a broken plug-in signal", _plug(
+        "[datarecon.membership_signals]\nbroken = nopkg_hostile_xyz:S\n", "", [
+            "membership", "--model", "mc", "--images", "members.safetensors", "--references", "0", "--signal",
+            "broken", "--no-progress", "--out", "m"]), must="broken"),
+    _t("plugins", "reconstruct --help with a broken plug-in", _plug(BROKEN, "", ["reconstruct", "--help"]),
+       expect="accept"),
+]
+
+FIFTH_PLUGINS = [dataclasses.replace(t, warn=True) for t in FIFTH_PLUGINS]
+FIFTH = [*FIFTH_PRIORS, *FIFTH_LABELS, *FIFTH_PROBE, *FIFTH_NORM, *FIFTH_MEMBERSHIP, *FIFTH_PLUGINS]
+
+TRIALS: list[Trial] = [*PATHS, *FILES, *OPTIONS, *CONFIGS, *STATE, *PERMISSIONS, *FIFTH]
 
 
 def ensure_user() -> bool:
@@ -651,6 +1308,8 @@ def run_trial(pristine: Path, trial: Trial, scratch: Path) -> tuple[str, str]:
             f"still running after {TIMEOUT_S:.0f} s"
     after = snapshot_safe(ws, skip)
     lines = res.stderr.strip().splitlines()
+    if trial.warn:  # each warning one line, then the outcome
+        lines = [line for line in lines if not line.startswith("warning: ")]
     message = lines[-1] if lines else res.stdout.strip().splitlines()[-1:] and res.stdout.strip().splitlines()[-1]
     lost = [k for k, v in before.items() if after.get(k) != v]
     if lost:
@@ -711,7 +1370,7 @@ def snapshot_file(path: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", help="source tree to test (default: the installed datarecon)")
-    parser.add_argument("--only", default="", help="only the trials whose group starts with this")
+    parser.add_argument("--only", default="", help="only the trials whose group starts with this (several: comma-separated)")
     parser.add_argument("--name", default="", help="only the trials whose name contains this")
     parser.add_argument("--log", type=Path, help="write each trial's outcome and message here (JSON lines)")
     opts = parser.parse_args()
@@ -719,7 +1378,8 @@ def main() -> None:
     if opts.src:
         ENV["PYTHONPATH"] = str(Path(opts.src).resolve())
     adversarial_trials.ENV.update(ENV)  # the workspace is built with the same source and environment
-    trials = [t for t in TRIALS if t.group.startswith(opts.only) and opts.name in t.name]
+    only = tuple(opts.only.split(","))  # several prefixes, comma-separated
+    trials = [t for t in TRIALS if t.group.startswith(only) and opts.name in t.name]
     has_user = ensure_user()
     if not has_user:
         print(f"note: no user {USER} (not root, or no useradd): the permission trials are left out", file=sys.stderr)
@@ -729,6 +1389,8 @@ def main() -> None:
         root = Path(tmp)
         os.chmod(root, 0o755)
         pristine = build_workspace(root)
+        if any(t.group.startswith("fifth") for t in trials):
+            build_fifth_extras(pristine)
         for trial in trials:
             scratch = root / "scratch"
             scratch.mkdir(exist_ok=True)

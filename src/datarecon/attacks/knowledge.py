@@ -183,6 +183,10 @@ def recorded_norm_mode(model_meta: Mapping[str, Any]) -> Literal["train", "eval"
     mode = (model_meta.get("training") or {}).get("norm_mode", "auto")
     if mode in ("train", "eval"):
         return mode
+    if mode != "auto":
+        raise DataReconError(f"the model directory records training.norm_mode {mode!r}, which no training writes "
+                             "(auto, train or eval): its model.json was changed; re-create the model with "
+                             "`datarecon train`")
     return "eval" if model_meta.get("pretrained") else "train"
 
 _SEED = re.compile(r"^seed:(\d+)$")
@@ -348,8 +352,15 @@ def resolve_known_init(spec: str, params: Mapping[str, torch.Tensor], *, model_m
     digest = init_digest(init)
     recorded = (model_meta or {}).get("init_sha256")
     if recorded and recorded != digest:
-        hint = (f"the model was trained with seed {model_meta.get('seed')}" if model_meta and
-                model_meta.get("seed") is not None else "pass the initialisation the model was trained from")
+        pretrained = (model_meta or {}).get("pretrained") or ((model_meta or {}).get("training") or {}).get(
+            "pretrained")
+        if isinstance(pretrained, dict):  # its start is the pretrained model, whatever seed it records
+            hint = (f"the model was fine-tuned from the pretrained model in {pretrained.get('path')}: pass "
+                    f"{PRETRAINED} (--known-init {PRETRAINED})")
+        elif model_meta and model_meta.get("seed") is not None:
+            hint = f"the model was trained with seed {model_meta.get('seed')}"
+        else:
+            hint = "pass the initialisation the model was trained from"
         raise DataReconError(f"{where} is not the initialisation this model was trained from (sha256 "
                              f"{digest[:12]} vs recorded {recorded[:12]}); {hint}")
     return KnownInit(params={k: init[k].to(device=device, dtype=dtype) for k in params}, sha256=digest,

@@ -116,6 +116,11 @@ def batch_norm_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return [(name, mod) for name, mod in model.named_modules() if isinstance(mod, nn.modules.batchnorm._BatchNorm)]
 
 
+#: the refusal of the feature-statistics prior on a target without batch norm
+NO_BATCH_NORM = ("the feature-statistics prior reads batch-norm layers and the target has none; set "
+                 "feature_stats_weight to 0")
+
+
 def feature_stats_value(model: nn.Module, params: Mapping[str, torch.Tensor], stats: Mapping[str, torch.Tensor],
                         x: torch.Tensor) -> torch.Tensor:
     """The feature-statistics prior R_BN(x) = Σ_l ‖μ_l(x) − μ_l‖₂ + ‖σ²_l(x) − σ²_l‖₂ (scalar, differentiable in x).
@@ -138,8 +143,7 @@ def feature_stats_value(model: nn.Module, params: Mapping[str, torch.Tensor], st
     """
     layers = batch_norm_layers(model)
     if not layers:
-        raise DataReconError("the feature-statistics prior reads batch-norm layers and the target has none; "
-                             "set feature_stats_weight to 0")
+        raise DataReconError(NO_BATCH_NORM)
     inputs: dict[str, torch.Tensor] = {}
     hooks = [mod.register_forward_hook(lambda _m, inp, _o, name=name: inputs.__setitem__(name, inp[0]))
              for name, mod in layers]
@@ -329,6 +333,23 @@ def add_priors(config: Any, given: PriorInput, terms: dict[str, torch.Tensor], g
     return terms, grad
 
 
+def check_weights(config: Any) -> None:
+    """Refuse a prior weight beyond the range of the attack's dtype (``config.dtype``, float32 without one): the
+    step adds weight · gradient in that dtype, which cannot hold the weight.
+
+    Raises:
+        DataReconError: one line naming the field, its value and the largest the dtype holds.
+    """
+    fields = type(config).model_fields
+    dtype = str(getattr(config, "dtype", "float32"))
+    largest = torch.finfo(getattr(torch, dtype, torch.float32)).max
+    for name in PRIORS.ordered():
+        field = PRIORS.get(name).weight_field
+        if field in fields and getattr(config, field) > largest:
+            raise DataReconError(f"{field} {getattr(config, field):g} is beyond the range of {dtype} (largest "
+                                 f"{largest:.3g}); pass a smaller --{field.replace('_', '-')} ({field})")
+
+
 def weighted_priors(config: Any) -> tuple[str, ...]:
     """The names of the priors ``config`` weighs above 0 (registry order)."""
     fields = type(config).model_fields
@@ -337,5 +358,6 @@ def weighted_priors(config: Any) -> tuple[str, ...]:
 
 
 __all__ = ["PRIORS", "Prior", "PriorInput", "add_priors", "batch_norm_layers", "box_penalty", "box_value_and_grad",
+           "check_weights",
            "feature_stats_value", "feature_stats_value_and_grad", "group_value_and_grad", "register_to",
            "tv_mean_value_and_grad", "tv_value_and_grad", "weighted_priors"]

@@ -102,6 +102,9 @@ def own_model_target(spec: str, options: OwnOptions, *, homogeneity: bool = True
     """
     if options.weights is None:
         raise DataReconError(f"--model {spec} needs --weights FILE.safetensors (the trained state dict)")
+    if Path(spec).is_dir():  # --weights made a model directory read as a factory
+        raise DataReconError(f"--model {spec} is a folder, and --weights goes with --model package.module:factory "
+                             "(your own module); drop --weights to use the model directory")
     if options.input_shape is None:
         raise DataReconError(f"--model {spec} needs --input-shape, the shape of one input, e.g. 3,32,32")
     shape = _floats(options.input_shape, "--input-shape", kind=int)

@@ -16,7 +16,7 @@ from datarecon.evaluation.membership import EXPECTED_GAIN
 from datarecon.evaluation.privacy import signal_verdict
 from datarecon.evaluation.run_eval import RunEvaluationSettings, check_reference_sets, check_run, run_convergence
 from datarecon.experiments.identifiability import attach_identifiability
-from datarecon.experiments.membership import attach_membership
+from datarecon.experiments.membership import attach_membership, read_membership_folder
 from datarecon.experiments.sweep import pool_candidates
 from datarecon.report.text import strongest_lines
 from datarecon.utils.io import load_tensors
@@ -115,6 +115,9 @@ def register(app: typer.Typer) -> None:
         if not targets:
             raise DataReconError("nothing to evaluate; pass RUN directories or --sweep DIR")
         check_runs(targets, settings)
+        if inputs.membership is not None:  # every run's membership folder checked before the first run's metrics
+            for run in targets:
+                read_membership_folder(run, inputs.membership)
         for run in targets:
             summary = _evaluate(Path(run), settings, data_dir=data_dir, progress=common.progress, train=train,
                                 heldout=heldout)

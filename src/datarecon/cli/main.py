@@ -245,7 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        from datarecon.cli._common import set_invocation
+        try:
+            from datarecon.cli._common import set_invocation
+        except Exception as exc:  # loading failed: an installed package's damaged metadata is named, else re-raised
+            damaged = damaged_metadata()
+            if damaged is None or os.environ.get("DATARECON_DEBUG"):
+                raise
+            print(f"error: {damaged}, and PyTorch reads every installed package's entry points as it loads "
+                  f"({type(exc).__name__}); reinstall or remove that package", file=sys.stderr)
+            return 2
 
         usage_error, no_args_is_help = _usage_errors()
         set_invocation(args)
@@ -255,6 +263,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while the command line was still loading (nothing was written)
         print(interrupt_message(args), file=sys.stderr)
         return INTERRUPTED
+
+
+def damaged_metadata() -> str | None:
+    """The first installed distribution whose metadata cannot be read (its ``entry_points.txt`` not UTF-8 or not
+    parsed), in words; None when every one reads."""
+    from importlib.metadata import distributions
+
+    for dist in distributions():
+        try:
+            dist.entry_points  # noqa: B018 - read for its failure
+        except Exception as exc:  # noqa: BLE001 - any failure of third-party metadata is the answer
+            return (f"the installed package metadata in {getattr(dist, '_path', '?')} cannot be read "
+                    f"({type(exc).__name__}: {exc})")
+    return None
 
 
 def _stopped(args: list[str]) -> int:
@@ -285,6 +307,7 @@ def _run(args: list[str], usage_error: type[Exception], no_args_is_help: type[Ex
 
     from datarecon.cli._warnings import cli_warnings
     from datarecon.errors import DataReconError, DiskFullError
+    from datarecon.registry import plugin_failure
     from datarecon.utils.atomic import disk_full_message
 
     try:
@@ -314,7 +337,7 @@ def _run(args: list[str], usage_error: type[Exception], no_args_is_help: type[Ex
     except KeyboardInterrupt:
         return _stopped(args)
     except Exception as exc:
-        message = environment_message(exc, args)
+        message = environment_message(exc, args) or plugin_failure(exc)
         if message is not None:
             typer.echo(f"error: {_one_line(message)}", err=True)
             return 2

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 import typer
 
 from datarecon.attacks.knowledge import KnowledgeSettings
@@ -229,12 +230,24 @@ def _own_model(data: Subject, *, images: Path | None) -> _Own | None:
         raise DataReconError(f"--model {model} needs --train FILE (its training examples) and --heldout FILE "
                              "(examples it did not train on): safetensors files of inputs x and labels y")
     shape = tuple(target.input_shape)
-    sets = OwnSets(members=labelled(data.train, "--train", input_shape=shape),
-                   nonmembers=labelled(data.heldout, "--heldout", input_shape=shape),
+    members, nonmembers = labelled(data.train, "--train", input_shape=shape), labelled(data.heldout, "--heldout",
+                                                                                      input_shape=shape)
+    shared = _shared_examples(members[0], nonmembers[0])
+    if shared:
+        raise DataReconError(f"{shared} of the {len(nonmembers[0])} --heldout examples ({data.heldout}) are also "
+                             f"--train examples ({data.train}); the non-members must be examples the model did not "
+                             "train on: pass other --heldout examples")
+    sets = OwnSets(members=members, nonmembers=nonmembers,
                    population=None if data.public is None else labelled(data.public, "--public", input_shape=shape),
                    sources=(str(data.train), str(data.heldout), str(data.public)))
     return _Own(target=target, sets=sets, model=OwnModel(factory=model, weights=Path(own.weights),  # type: ignore[arg-type]
                                                            recipe=data.recipe))
+
+
+def _shared_examples(a: torch.Tensor, b: torch.Tensor) -> int:
+    """How many rows of ``b`` equal a row of ``a`` exactly (the same example given as a member and a non-member)."""
+    seen = {row.numpy().tobytes() for row in a.reshape(len(a), -1)}
+    return sum(row.numpy().tobytes() in seen for row in b.reshape(len(b), -1))
 
 
 class _Run:

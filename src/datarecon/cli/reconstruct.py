@@ -49,6 +49,7 @@ from datarecon.experiments.reconstruct import (
     RunOptions,
     execute,
     layered_init_name,
+    prepare,
     reconstruct_runs,
     run_from_layers,
     run_name,
@@ -230,12 +231,14 @@ def reconstruct(
                           record={"resume_command": resume_command()})
         return
     check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)  # before the note below
-    if run.init.name in DATA_INITS:
+    setup = None
+    if run.init.name in DATA_INITS:  # the note once the images are read and fit the run: a refusal stays one line
+        setup = prepare(run, data_dir=data_dir, target=target)
         typer.echo(DATA_INITS_NOTE.format(init=run.init.name), err=True)
     record["resume_command"] = resume_command()
     options = RunOptions(resume=resume, overwrite=overwrite, progress=common.progress, data_dir=data_dir,
                      raise_on_divergence=True)
-    rec = execute(run, out, options, record=record, target=target)
+    rec = execute(run, out, options, setup=setup, record=record, target=target)
     final = rec.summary.get("final", {})
     rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
     shown = f"loss {final.get('loss', float('nan')):.4g}" + (f", relative residual {rel:.4g}" if rel is not None else "")
@@ -298,7 +301,8 @@ def _reconstruct_runs(run: ReconstructionRun, out: Path, options: RunOptions, *,
     """``--runs K``: K run directories OUT/run<j> pooled into OUT (experiments.reconstruct.reconstruct_runs);
     one line per run, then the one result: the pool."""
     method = run.method
-    if run.init.name in DATA_INITS:
+    if run.init.name in DATA_INITS:  # the note once the images are read and fit the run: a refusal stays one line
+        prepare(run, data_dir=options.data_dir)
         typer.echo(DATA_INITS_NOTE.format(init=run.init.name), err=True)
     recs = reconstruct_runs(run, out, options, runs=runs, mode=batch_mode, record=record)
     rels = []

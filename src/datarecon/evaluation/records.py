@@ -215,6 +215,32 @@ class Metrics(_Record):
     run: dict[str, Any] | None = None
 
 
+class MembershipReport(_Record):
+    """A membership signal's ``report`` in ``membership.json``: its ROC summary."""
+
+    auc: Unit = None
+    auc_ci: list[Unit] | None = None
+    tpr_at_fpr: dict[str, Unit] | None = None
+    n_members: Count | None = None
+    n_nonmembers: Count | None = None
+
+
+class MembershipSignal(_Record):
+    """One signal of ``membership.json``: whether it was measured and its report."""
+
+    applicable: bool | None = None
+    kind: str | None = None
+    report: MembershipReport | None = None
+
+
+class MembershipResult(_Record):
+    """``membership.json`` as ``datarecon membership --evaluate`` writes it (the fields reports read)."""
+
+    signals: dict[str, MembershipSignal]
+    settings: dict[str, Any] | None = None
+    strongest: dict[str, Any] | str | None = None
+
+
 def _status(value: Any) -> Any:
     """A run's status word (the legacy training words included); another word is damage."""
     if value is None:
@@ -273,6 +299,16 @@ def read_metrics(run_dir: str | Path) -> dict[str, Any]:
     return check_record(read_json(path), Metrics, path=path, fix=f"rerun `datarecon evaluate {run_dir}` to rewrite it")
 
 
+def read_membership_result(path: str | Path) -> dict[str, Any]:
+    """A membership folder's ``membership.json``, checked (:class:`MembershipResult`).
+
+    Raises:
+        CheckpointError: missing, not JSON, or a field of the wrong type or range (one line).
+    """
+    fix = f"rerun `datarecon membership --model M --evaluate --out {Path(path).parent}` to rewrite it"
+    return check_record(read_json(path), MembershipResult, path=path, fix=fix)
+
+
 def read_run_fields(path: str | Path) -> dict[str, Any]:
     """A ``run.json``, checked for the fields evaluations and reports read (:class:`RunFields`).
 
@@ -283,4 +319,5 @@ def read_run_fields(path: str | Path) -> dict[str, Any]:
                         "datarecon)")
 
 
-__all__ = ["Headline", "Metrics", "RunFields", "check_record", "read_metrics", "read_run_fields"]
+__all__ = ["Headline", "MembershipResult", "Metrics", "RunFields", "check_record", "read_membership_result", "read_metrics",
+           "read_run_fields"]

@@ -253,12 +253,14 @@ def check_experiment(experiment: Experiment, out: Path, *, state: dict[str, Any]
             except DataReconError as exc:
                 raise DataReconError(f"train: {exc}") from None
         target = TargetRecord(fine_tuned=experiment.train.pretrained is not None, n_train=len(task.train),
-                              input_shape=tuple(experiment.train.arch_spec().input_shape))
+                              input_shape=tuple(experiment.train.arch_spec().input_shape),
+                              batch_norm=experiment.train.arch.batch_norm)
     else:
         meta = read_model_meta(str(experiment.model))
         target = TargetRecord(fine_tuned=isinstance(meta.get("pretrained"), dict),
                               n_train=(meta.get("metrics") or {}).get("n_train"),
-                              input_shape=tuple(meta["arch"]["input_shape"]))
+                              input_shape=tuple(meta["arch"]["input_shape"]),
+                              batch_norm=bool(meta["arch"].get("batch_norm", False)))
     try:
         check_before_target(experiment.reconstruction_run(out), target, cli=False)
     except DataReconError as exc:

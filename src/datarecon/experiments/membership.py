@@ -70,6 +70,7 @@ from datarecon.evaluation.membership import (
     min_negatives,
 )
 from datarecon.evaluation.privacy import MIN_CLASS_SIZE, roc_curve
+from datarecon.evaluation.records import read_membership_result
 from datarecon.experiments.execution import Execution
 from datarecon.experiments.reconstruct import attacker_knowledge
 from datarecon.experiments.references import (
@@ -111,8 +112,8 @@ from datarecon.utils.io import atomic_write_json, atomic_write_text, load_tensor
 
 __all__ = ["AUTO_COUNTS", "Calibration", "Candidates", "MembershipCase", "MembershipSettings", "MembershipSetup",
            "Runtime", "SignalScores", "check_membership_folder", "compare_signals", "evaluate_case",
-           "evaluate_membership", "membership_section", "prepare_membership", "references_needed", "score_images",
-           "target_record"]
+           "evaluate_membership", "membership_section", "prepare_membership", "read_membership_folder", "references_needed",
+           "score_images", "target_record"]
 
 #: the file of a membership folder that holds the result
 RESULT_FILE = MEMBERSHIP_RESULT
@@ -922,7 +923,7 @@ def _record_of(model: str | Path | dict[str, Any]) -> dict[str, Any]:
     return model if isinstance(model, dict) else target_record(model)
 
 
-def check_membership_folder(out: str | Path, model: str | Path | dict[str, Any]) -> None:
+def check_membership_folder(out: str | Path, model: str | Path | dict[str, Any], *, option: str = "--out") -> None:
     """Refuse a membership folder that measures another model, or does not say which: its result and its reference
     models (trained with that model's recipe on that model's candidates) are no reuse for this one, and a call into
     it would replace them. The one output rule of membership folders, whatever the number of reference models.
@@ -930,6 +931,8 @@ def check_membership_folder(out: str | Path, model: str | Path | dict[str, Any])
     Args:
         out: the folder.
         model: the model directory measured, or the record of a user's model (:func:`target_record`'s fields).
+        option: the option that named the folder: ``--out`` (a call that writes into it) or ``--membership`` (an
+            evaluation that reads its result: the fix then names the folder of the run's own model).
 
     Raises:
         DataReconError: the folder's model, what would be replaced, and the two ways on.
@@ -950,6 +953,10 @@ def check_membership_folder(out: str | Path, model: str | Path | dict[str, Any])
         whose = f"an earlier version of {found['model']} (its weights or config changed since)"
     else:
         whose = f"another model, {found['model']}"
+    if option != "--out":
+        raise DataReconError(f"{option} {out} is the membership folder of {whose}, not of {mine['model']}, the model "
+                             f"this run attacked; pass the folder of `datarecon membership --model {mine['model']} "
+                             "--evaluate --out DIR`")
     kept = len(list((out / REFERENCES_DIR).glob("ref-*"))) if (out / REFERENCES_DIR).is_dir() else 0
     lost = "its result" + (f" and its {kept} reference models" if kept else "")
     raise DataReconError(f"--out {out} is the membership folder of {whose}; a call into it would replace {lost}: "
@@ -1391,14 +1398,30 @@ def attach_membership(run_dir: str | Path, *, data_dir: str | Path | None = None
         return None
     metrics = read_json(run_dir / METRICS_FILE)
     if folder is not None:
-        check_membership_folder(folder, model_dir)
-        if not (Path(folder) / RESULT_FILE).is_file():
-            raise DataReconError(f"{folder} holds no {RESULT_FILE}; run `datarecon membership --model {model_dir} "
-                                 f"--evaluate --out {folder}` first")
-        result = read_json(Path(folder) / RESULT_FILE)
+        result = read_membership_folder(run_dir, folder)
     else:
         result = evaluate_membership(model_dir, settings=settings.without_references(),
                                      runtime=Runtime(data_dir=data_dir, log=lambda _: None))
     metrics["membership"] = membership_section(result)
     atomic_write_json(run_dir / METRICS_FILE, metrics)
     return metrics["membership"]
+
+
+def read_membership_folder(run_dir: str | Path, folder: str | Path) -> dict[str, Any]:
+    """The result a membership folder holds for the model the run ``run_dir`` attacked (``evaluate --membership``;
+    checked before any run is evaluated).
+
+    Raises:
+        DataReconError: a run of a user's own model, a folder without a result, of another model, or damaged.
+    """
+    model_dir = read_json(Path(run_dir) / RUN_JSON).get("model_dir")
+    if not model_dir:
+        raise DataReconError(f"{run_dir} attacked a model given as package.module:factory; --membership reads the "
+                             "membership folder of a model directory's run")
+    if not (Path(folder) / RESULT_FILE).is_file():
+        # a folder of something else is no --out for the measurement: name a new one then
+        out = folder if not Path(folder).is_dir() or is_empty(Path(folder)) else "DIR"
+        raise DataReconError(f"--membership {folder} holds no {RESULT_FILE}; run `datarecon membership --model "
+                             f"{model_dir} --evaluate --out {out}` first and pass that folder")
+    check_membership_folder(folder, model_dir, option="--membership")
+    return read_membership_result(Path(folder) / RESULT_FILE)

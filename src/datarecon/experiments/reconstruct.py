@@ -51,6 +51,8 @@ from datarecon.attacks.init import INITS, CandidateSpec, InitSources, init_label
 from datarecon.attacks.knowledge import (PRETRAINED, KnowledgeSettings, check_known_n, resolve_known_init,
                                         resolve_recipe, threat_model)
 from datarecon.attacks.labels import RestoredLabels, restore_labels
+from datarecon.attacks import priors
+from datarecon.attacks.priors import check_weights, weighted_priors
 from datarecon.attacks.probe import probe_step_sizes, scaled
 from datarecon.attacks.runner import run_attack
 from datarecon.attacks.selection import CRITERIA, DEFAULT_CRITERION, ResidualPlateau
@@ -160,7 +162,7 @@ class EarlyStopSettings(_Frozen):
         rel_tol: relative improvement of the residual that counts as progress, > 0.
     """
 
-    patience: int = Field(default=0, ge=0)
+    patience: int = Field(default=0, ge=0, le=MAX_STEPS)
     rel_tol: float = Field(default=1e-3, gt=0)
 
 
@@ -445,7 +447,9 @@ def method_config(method: str, fields: Mapping[str, Any] | BaseModel | None = No
 
 
 def make_attack(method: str, config: BaseModel) -> Attack:
-    """Instantiate the registered attack ``method`` from its validated config."""
+    """Instantiate the registered attack ``method`` from its validated config (its prior weights checked against
+    its dtype's range: :func:`~datarecon.attacks.priors.check_weights`)."""
+    check_weights(config)
     return ATTACKS.get(method).from_config(config)
 
 
@@ -494,13 +498,15 @@ class TargetRecord:
     fine_tuned: bool
     n_train: int | None = None
     input_shape: tuple[int, ...] | None = None
+    batch_norm: bool | None = None
 
 
 def check_before_target(run: ReconstructionRun, target: TargetRecord, *, cli: bool = True) -> None:
-    """The checks of :func:`prepare` that need no weights, for a caller that checks a run before its target exists
-    (an experiment, before it trains): the steps, the device, the attack built from its config, the knowledge its
-    method requires and a known n and pretrained start that fit the target, the candidates' memory. ``cli``: fixes
-    name the flags, else the run's fields.
+    """The checks of :func:`prepare` that need no weights, for a caller that checks a single run before its target
+    exists (an experiment, before it trains; a sweep, before its first run): the steps, the device, the attack built
+    from its config (no prior coupling runs), the knowledge its method requires (θ_init for restored labels), a
+    known n and pretrained start that fit the target, the feature-statistics prior only with batch norm, the
+    candidates' memory. ``cli``: fixes name the flags, else the run's fields.
 
     Raises:
         DataReconError: one line naming the problem.
@@ -508,8 +514,15 @@ def check_before_target(run: ReconstructionRun, target: TargetRecord, *, cli: bo
     if run.steps < 1:
         raise DataReconError(f"steps must be at least 1, got {run.steps}; set attack.steps (--steps N) to N >= 1")
     parse_device(run.device)
-    make_attack(run.method, run.method_config())
+    attack = make_attack(run.method, run.method_config())
+    if attack.coupled():  # an experiment's run and a sweep's runs are stepped alone
+        raise DataReconError("group consistency pulls restarts stepped together toward their consensus (datarecon "
+                             "reconstruct --runs K) and this run is stepped alone; set group_weight to 0")
     _check_knowledge(run.knowledge, ATTACKS.get(run.method).requires, cli=cli)
+    if run.knowledge.labels == "restored" and run.knowledge.known_init is None:
+        raise DataReconError(_RESTORED_NEEDS_INIT)
+    if target.batch_norm is False and "feature_stats" in weighted_priors(attack.config):
+        raise DataReconError(priors.NO_BATCH_NORM)
     known = run.knowledge.known_init
     if known is not None and (known == PRETRAINED or known.startswith(f"{PRETRAINED}:")) and not target.fine_tuned:
         raise DataReconError(f"known_init {known}: this model was not fine-tuned from a pretrained model; pass seed, "
@@ -663,15 +676,21 @@ def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: Knowledg
                                labels=None if restored is None else restored.summary())
 
 
+#: how the labels stay balanced, in each command's words
+_BALANCED = "reconstruct --known-labels balanced, membership --labels balanced (knowledge.labels: balanced in a file)"
+#: the refusal of restored labels without θ_init
+_RESTORED_NEEDS_INIT = ("labels restored from the weights read the read-out's change θ* − θ_init; pass --known-init "
+                        f"(e.g. pretrained; knowledge.known_init in a file), or keep the labels balanced: {_BALANCED}")
+
+
 def _restored_labels(target: Target, prior: AttackerPrior) -> tuple[AttackerPrior, RestoredLabels]:
     """The prior with its m labels restored from the read-out's change θ* − θ_init (m: the candidate count,
     the training-set size n the estimate shares out)."""
     if prior.known_init is None:
-        raise DataReconError("labels restored from the weights read the read-out's change θ* − θ_init; pass "
-                             "--known-init (e.g. pretrained) or leave --labels at balanced")
+        raise DataReconError(_RESTORED_NEEDS_INIT)
     if target.num_outputs < 2:
         raise DataReconError("labels are restored for a multiclass read-out; a binary or regression target keeps "
-                             "--labels balanced")
+                             f"its labels balanced: {_BALANCED}")
     restored = restore_labels(target.model, target.params, prior.known_init.params, prior.m)
     labels = restored.labels.to(device=prior.labels.device)
     return dataclasses.replace(prior, labels=labels), restored
@@ -723,6 +742,10 @@ def prepare(run: ReconstructionRun, *, data_dir: str | Path | None = None, sourc
     if run.candidates is not None and run.candidates < 1:
         raise DataReconError(f"candidate count must be at least 1, got {run.candidates}; "
                              "pass --candidates M with M >= 1")
+    if target is not None and "recipe" in requires:  # named first: the knowledge it would ask for next cannot exist
+        raise DataReconError(f"{run.method} replays the training a model directory records (its recipe), and a "
+                             "model of your own records none; attack a model directory from `datarecon train`, or "
+                             "choose another --method")
     _check_knowledge(run.knowledge, requires)
     space = _input_space(run.model if target is None else target, run, data_dir=data_dir, sources=sources)
     _refuse_candidates_beyond_memory(space.m, space.target.input_shape, run.dtype)
@@ -1052,6 +1075,11 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, options: RunOption
     if options.overwrite and options.resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     out = Path(out)
+    if options.resume and (out / RUN_JSON).is_file():
+        found = read_json(out / RUN_JSON)
+        if isinstance(found, dict) and not found.get("batch"):  # its candidates would be replaced by the pool's
+            raise DataReconError(f"--out {out} holds a single {found.get('method')} run, not the folder of --runs K; "
+                                 "resume it without --runs, or choose another --out for the K runs")
     with claim_out_dir(out, kind="run", overwrite=options.overwrite, resume=options.resume, nested=options.nested) as claim:
         members = [run.model_copy(update={"seed": run.seed + j}) for j in range(runs)]
         first = prepare(members[0], data_dir=options.data_dir, sources=sources)

@@ -23,11 +23,12 @@ import torch
 
 from datarecon.errors import DataReconError
 from datarecon.evaluation.privacy import roc_curve
+from datarecon.evaluation.records import read_membership_result
 from datarecon.kernel.files import MEMBERSHIP_EXPOSED, MEMBERSHIP_RESULT, MEMBERSHIP_SCORES, MEMBERSHIP_TARGET
 from datarecon.report.figures import figure_png, image_strip, membership_roc_figure, score_histograms
 from datarecon.report.html import Card, FigureItem, Section, Table
 from datarecon.report.text import reference_lines
-from datarecon.utils.io import load_tensors, read_json
+from datarecon.utils.io import load_tensors
 
 __all__ = ["is_membership_folder", "membership_sections"]
 
@@ -198,7 +199,7 @@ def membership_sections(folder: str | Path) -> Section:
     if not is_membership_folder(folder) or not (folder / MEMBERSHIP_SCORES).is_file():
         raise DataReconError(f"{folder} holds no membership result; run `datarecon membership --model M --evaluate "
                              f"--out {folder}` first")
-    result = read_json(folder / MEMBERSHIP_RESULT)
+    result = read_membership_result(folder / MEMBERSHIP_RESULT)
     scores = load_tensors(folder / MEMBERSHIP_SCORES)
     exposed = load_tensors(folder / MEMBERSHIP_EXPOSED) if (folder / MEMBERSHIP_EXPOSED).is_file() else None
     tables, notes = _tables(result, exposed)

@@ -156,7 +156,7 @@ class MarginAscentConfig(BaseModel):
             shows (the identifiability gap is measured at 1, 2, 4, ... windows and at the end).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     steps: int = Field(default=0, ge=0, le=MAX_STEPS)
     step_size: float = Field(default=0.01, gt=0, le=1)
@@ -175,6 +175,10 @@ class MarginAscentConfig(BaseModel):
             raise DataReconError(f"margin_ascent rtol stops at a window of {self.window} steps, but the budget "
                                  f"(steps) is {self.steps}: pass a budget of at least one window, e.g. "
                                  "--margin-ascent-steps 20000")
+        if self.min_step >= self.step_size:
+            raise DataReconError(f"margin_ascent min_step {self.min_step:g} is not below step_size {self.step_size:g}, "
+                                 "so the stage would stop before its first step; lower min_step "
+                                 "(--margin-ascent-min-step) below step_size")
         return self
 
     @model_serializer(mode="wrap")
@@ -262,6 +266,10 @@ class TrainConfig(BaseModel):
             raise DataReconError(f"momentum applies to optimizer gd only; set momentum 0 for {self.optimizer}")
         if self.optimizer != "gd" and self.schedule != "constant":
             raise DataReconError(f"schedule {self.schedule!r} applies to optimizer gd only; use constant")
+        if self.norm_mode != "auto" and not self.arch.batch_norm:
+            raise DataReconError(f"norm_mode {self.norm_mode!r} sets how batch norm runs in the training steps and "
+                                 f"this {self.arch.name} has no batch norm; drop --norm-mode (norm_mode), or train a "
+                                 "ResNet with --batch-norm")
         if self.margin_ascent.steps:
             if self.loss not in EXP_TAILED:
                 raise DataReconError(f"margin ascent needs an exponentially tailed loss ({', '.join(EXP_TAILED)}), "

@@ -30,6 +30,7 @@ from torch import nn
 
 from datarecon.attacks.mia.reference import VARIANCE_PRIOR, lira_offline, lira_online, rmia
 from datarecon.attacks.mia.statistics import ExampleStatistics, gradient_norms
+from datarecon.errors import DataReconError
 from datarecon.registry import Registry
 
 __all__ = ["MIASettings", "ReferenceView", "SIGNALS", "SIGNAL_PLUGINS", "SignalDef", "TargetView",
@@ -172,8 +173,18 @@ def target_signals(view: TargetView, *, kinds: tuple[str, ...] = ("black-box", "
     for name in SIGNALS.ordered():
         sig = SIGNALS.get(name)
         if sig.kind in kinds and sig.score is not None:
-            out[name] = sig.score(view).to(torch.float64).reshape(-1).cpu()
+            out[name] = _scores(name, sig.score(view), len(view.y))
     return out
+
+
+def _scores(name: str, scores: Any, n: int) -> torch.Tensor:
+    """A signal's scores as (N,) float64 on the CPU, or one line naming the signal when they are not one number per
+    candidate (a plug-in's score function may return anything)."""
+    if not isinstance(scores, torch.Tensor) or scores.numel() != n:
+        what = f"{tuple(scores.shape)} scores" if isinstance(scores, torch.Tensor) else type(scores).__name__
+        raise DataReconError(f"membership signal {name!r} returned {what} for {n} candidates; its score function must "
+                             "return a tensor of one score per candidate")
+    return scores.to(torch.float64).reshape(-1).cpu()
 
 
 def reference_signals(target: ExampleStatistics, target_population_loss: torch.Tensor, refs: object,
@@ -200,5 +211,5 @@ def reference_signals(target: ExampleStatistics, target_population_loss: torch.T
         sig = SIGNALS.get(name)
         if (sig.kind == "reference" and sig.score is not None and (online or not sig.online)
                 and (has_population or not sig.population)):
-            out[name] = sig.score(view).to(torch.float64).reshape(-1).cpu()
+            out[name] = _scores(name, sig.score(view), int(target.confidence.numel()))
     return out

@@ -20,6 +20,7 @@ from datarecon.errors import DataReconError
 from datarecon.experiments.backends import Backend, Outcome, Task, make_backend
 from datarecon.experiments.execution import Execution
 from datarecon.experiments.pool import criterion_mode, score_of
+from datarecon.experiments.reconstruct import TargetRecord
 from datarecon.experiments.sweep.runs import validate_spec
 from datarecon.experiments.store import FINISHED, TASK_FILE, Store, row_from_dir
 from datarecon.experiments.sweep.config import RunSpec, SweepConfig, expand
@@ -28,7 +29,7 @@ from datarecon.kernel.engine import LoopState, ProgressBar
 from datarecon.kernel.files import RUN_JSON
 from datarecon.kernel.outdir import ARTEFACTS, check_out_dir, claim_out_dir, is_empty
 from datarecon.kernel.status import Status
-from datarecon.models.checkpoint import model_identity
+from datarecon.models.checkpoint import model_identity, read_model_meta
 from datarecon.utils.io import atomic_write_json, config_hash, read_json
 
 FAULTS_ENV = "DATARECON_SWEEP_FAULTS"
@@ -83,10 +84,15 @@ def plan(config: SweepConfig, out: str | Path) -> tuple[str, list[PlannedRun]]:
     except DataReconError as exc:  # in the sweep file's words: model_dir, not the --model of reconstruct
         raise type(exc)(f"model_dir of the sweep file: {exc}".replace("pass the --model",
                                                                          "set model_dir to the model")) from None
+    meta = read_model_meta(model_dir)
+    target = TargetRecord(fine_tuned=isinstance(meta.get("pretrained"), dict),
+                          n_train=(meta.get("metrics") or {}).get("n_train"),
+                          input_shape=tuple(meta["arch"]["input_shape"]),
+                          batch_norm=bool(meta["arch"].get("batch_norm", False)))
     runs: list[PlannedRun] = []
     seen: set[str] = set()
     for spec in expand(config, model_dir=model_dir):
-        validate_spec(spec)
+        validate_spec(spec, target)
         key = config_hash(spec.identity(model_id=model_id))
         if key in seen:
             continue

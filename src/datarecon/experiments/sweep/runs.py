@@ -16,7 +16,7 @@ from typing import Any
 
 from datarecon.attacks.base import ATTACKS, Reconstruction
 from datarecon.errors import DataReconError
-from datarecon.experiments.reconstruct import RunOptions, execute
+from datarecon.experiments.reconstruct import RunOptions, TargetRecord, check_before_target, execute
 from datarecon.experiments.sweep.config import RunSpec
 
 #: ``datarecon reconstruct`` options whose sweep field is not ``attack.<name>``
@@ -59,10 +59,14 @@ def in_sweep_terms(spec: RunSpec) -> Iterator[None]:
         raise type(exc)(f"sweep run {spec.index}{params}: {sweep_message(str(exc))} in the sweep file") from None
 
 
-def validate_spec(spec: RunSpec) -> None:
-    """Check a run spec's attack and initialisation fields without running anything (one-line errors)."""
+def validate_spec(spec: RunSpec, target: TargetRecord | None = None) -> None:
+    """Check a run spec's attack and initialisation fields without running anything (one-line errors); with
+    ``target`` (what the sweep's model directory records) also what :func:`~datarecon.experiments.reconstruct.
+    check_before_target` checks (knowledge, the priors the target can take, no prior coupling runs)."""
     with in_sweep_terms(spec):
-        spec.to_run()
+        run = spec.to_run()
+        if target is not None:
+            check_before_target(run, target, cli=False)
 
 
 def run_from_spec(spec: RunSpec | Mapping[str, Any], *, out: str | Path, resume: bool = True,
