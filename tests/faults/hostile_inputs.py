@@ -1239,7 +1239,42 @@ FIFTH_PLUGINS = [
 ]
 
 FIFTH_PLUGINS = [dataclasses.replace(t, warn=True) for t in FIFTH_PLUGINS]
-FIFTH = [*FIFTH_PRIORS, *FIFTH_LABELS, *FIFTH_PROBE, *FIFTH_NORM, *FIFTH_MEMBERSHIP, *FIFTH_PLUGINS]
+#: margin ascent to convergence and the retry of a diverged run (issue 44's options, merged after the trial's
+#: first runs): their own group
+ASC = [*TRAIN, "--margin-ascent-steps", "4"]
+FIFTH_ASCENT = [
+    *[_t("ascent", f"train --margin-ascent-rtol {v}", _x(*ASC, "--margin-ascent-window", "2", "--margin-ascent-rtol",
+                                                         v, "--out", "m")) for v in ("0", "-0.1", "1", "1.5", "nan",
+                                                                                    "inf", "abc", "")],
+    *[_t("ascent", f"train --margin-ascent-window {v}", _x(*ASC, "--margin-ascent-rtol", "0.01",
+                                                           "--margin-ascent-window", v, "--out", "m"))
+      for v in ("0", "-1", "2.5", "nan", "1e12")],
+    _t("ascent", "train --margin-ascent-rtol without a budget (steps 0)", _x(
+        *TRAIN, "--margin-ascent-rtol", "0.01", "--out", "m"), must="budget"),
+    _t("ascent", "train --margin-ascent-rtol with a budget below one window", _x(
+        *ASC, "--margin-ascent-rtol", "0.01", "--margin-ascent-window", "10", "--out", "m"), must="window"),
+    _t("ascent", "train config: margin_ascent.rtol nan", lambda ws: [
+        "train", "--config", _yaml(ws, "t.yaml", "margin_ascent: {steps: 4, window: 2, rtol: .nan}\n"),
+        *TRAIN[1:], "--out", "m"]),
+    _t("ascent", "train config: margin_ascent.window a string", lambda ws: [
+        "train", "--config", _yaml(ws, "t.yaml", "margin_ascent: {steps: 4, window: two, rtol: 0.01}\n"),
+        *TRAIN[1:], "--out", "m"]),
+    _t("ascent", "experiment: margin_ascent rtol 2", lambda ws: [
+        "run", _yaml(ws, "e.yaml", EXP_TRAIN.replace("epochs: 2", "epochs: 2, margin_ascent: {steps: 4, window: 2, "
+                                                     "rtol: 2}")), "--out", "e", "--no-progress"]),
+    # valid: a stop rule within its budget, and a window without a stop rule (the curve's spacing)
+    _t("ascent", "train --margin-ascent-rtol 0.01 --margin-ascent-window 2 --margin-ascent-steps 4", _x(
+        *ASC, "--margin-ascent-rtol", "0.01", "--margin-ascent-window", "2", "--out", "m"), expect="accept"),
+    _t("ascent", "train --margin-ascent-window 2 without --margin-ascent-rtol", _x(
+        *ASC, "--margin-ascent-window", "2", "--out", "m"), expect="accept"),
+    *[_t("ascent", f"reconstruct --retry-diverged {v}", _rc("--retry-diverged", v)) for v in ("-1", "7", "nan",
+                                                                                              "abc", "1.5")],
+    _t("ascent", "reconstruct --retry-diverged 2 (a run that does not diverge)", _rc("--retry-diverged", "2"),
+       expect="accept"),
+    _t("ascent", "run file: retry_diverged -3", _cfg("model: model\nretry_diverged: -3\n")),
+    _t("ascent", "run file: retry_diverged 'two'", _cfg("model: model\nretry_diverged: two\n")),
+]
+FIFTH = [*FIFTH_PRIORS, *FIFTH_LABELS, *FIFTH_PROBE, *FIFTH_NORM, *FIFTH_MEMBERSHIP, *FIFTH_PLUGINS, *FIFTH_ASCENT]
 
 TRIALS: list[Trial] = [*PATHS, *FILES, *OPTIONS, *CONFIGS, *STATE, *PERMISSIONS, *FIFTH]
 
