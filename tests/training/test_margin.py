@@ -119,17 +119,7 @@ def test_margin_ascent_refuses_unseparated_data_and_other_losses() -> None:
 
 
 def test_margin_ascent_kill_and_resume_is_bit_identical(kill_after, tmp_path: Path) -> None:
-    x, y = _toy()
-    base = _mlp()
-    fit(base, x, y, recipe=FitRecipe(loss="logistic", lr=1.0, epochs=800, schedule="loss-normalised",
-                                     max_lr_factor=1e4))
-    state = {k: v.clone() for k, v in base.state_dict().items()}
-
-    def fresh() -> torch.nn.Module:
-        m = _mlp(seed=9)
-        m.load_state_dict(state)
-        return m
-
+    x, y, fresh = _separated_mlp()
     ascent = AscentRecipe(steps=40)
     full = ascend_margin(fresh(), x, y, loss="logistic", ascent=ascent, loop=LoopOptions(log_every=3))
     ck = TrainingCheckpoint(tmp_path / "ck", tag="t")
