@@ -154,7 +154,7 @@ def test_every_training_config_field_is_reachable_from_the_cli(tmp_path: Path) -
             "--margin-ascent-rtol", "0.5", "--margin-ascent-window", "5",
             "--loss-threshold", "1e-30", "--no-stop-at-zero-error", "--margin-patience", "0", "--margin-rtol", "1e-5",
             "--dtype", "float64", "--device", "cpu", "--seed", "2", "--checkpoint-every", "50", "--log-every", "20",
-            "--kkt-score", "--norm-mode", "eval", "--no-progress", "--quiet"]
+            "--kkt-score", "--no-progress", "--quiet"]
     assert main(argv) == 0
     meta = json.loads((out / "model.json").read_text())
     tr, data = meta["training"], meta["training"]["data"]
@@ -168,7 +168,7 @@ def test_every_training_config_field_is_reachable_from_the_cli(tmp_path: Path) -
                 "margin_ascent.window": 5, "stop.loss_threshold": 1e-30,
                 "stop.zero_error": False, "stop.margin_patience": 0, "stop.margin_rtol": 1e-5, "dtype": "float64",
                 "device": "cpu", "seed": 2, "checkpoint_every": 50, "log_every": 20, "kkt_score": True,
-                "norm_mode": "eval", "dp": None}  # DP-SGD excludes margin ascent: its fields are flipped in the test below
+                "dp": None}  # DP-SGD excludes margin ascent: its fields are flipped in the test below
     # a new config field must get an option here (mini-batches exclude margin ascent: the test below; the
     # fine-tuning fields, which need a ResNet and a pretrained model: tests/cli/test_finetune_cli.py)
     finetune = {"pretrained", "data.skip_per_class", "arch.batch_norm", "norm_mode"}
