@@ -129,3 +129,28 @@ def test_reproduction_killed_while_training(tmp_path: Path, rng) -> None:
     res = run_ok(*args, "--resume")
     assert "train: resumed at epoch " in res.stderr, res.stderr[-2000:]
     assert assert_same_tree(ref, out) >= 20
+
+
+def test_membership_killed_while_training_a_reference_model(model: Path, tmp_path: Path, rng) -> None:
+    """SIGKILL inside the training of one of the K reference models (the k-th training loop of the call:
+    the target is given, nothing else trains), then the same command again: the finished models are
+    kept, the one in flight is trained afresh, and every file equals an uninterrupted call's."""
+    out = tmp_path / "mem"
+    args = ["membership", "--model", str(model), "--evaluate", "--references", "3", "--out", str(out),
+            "--no-progress", "--threads", "1"]
+    run_ok(*args)
+    ref = set_aside(out)
+    loop, step = rng.randrange(0, 3), rng.randrange(1, 99)
+    proc = run_faulted(*args, step=step, loop=loop)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert not (out / "membership.json").exists()
+    run_ok(*args)
+    assert assert_same_tree(ref, out, skip=("membership.json",)) >= 5
+    # membership.json too, but for what the second call did: it reused the models finished before the kill
+    want, got = (json.loads((d / "membership.json").read_text()) for d in (ref, out))
+    assert (got["references"]["reused"], got["references"]["trained"]) == (loop, 3 - loop)
+    for record in (want, got):
+        record.pop("wall_time_s", None)
+        for key in ("reused", "trained", "wall_time_s"):
+            record["references"].pop(key, None)
+    assert got == want
