@@ -450,81 +450,107 @@ class BilevelAttack(Attack):
              index: int) -> dict[str, float]:
         """One outer step: inner solve (unless the last step's line search already solved at x),
         linear solve, x update (problem-derived or fixed step); the state changes only if finite."""
-        cfg = self.config
         problem = self.problem(target, prior)
-        layout, energy_fn, theta_star = problem.layout, problem.energy, problem.theta_star
-        self._on(state, layout)
-        x = state["x"]
+        self._on(state, problem.layout)
+        tol = self.inner_tolerance(theta=state["theta"], theta_star=problem.theta_star,
+                                   weight_decay=self.weight_decay(target))
+        at = self._solved_at_x(problem, state, tol)
+        hg, grad_x, metrics = self._hypergradient(problem, prior, state, at, index=index)
+        if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_x_norm"])
+                and math.isfinite(at.inner_res) and bool(torch.isfinite(hg.p).all())):
+            metrics["loss"] = float("nan")
+            return metrics
+        moved = self._move(problem, prior, state, at, grad_x, metrics)
+        if moved is None:
+            metrics["loss"] = float("nan")
+            return metrics
+        self._commit(state, at, hg, moved, metrics)
+        return metrics
+
+    def _solved_at_x(self, problem: _Problem, state: dict[str, torch.Tensor], tol: float) -> _AtX:
+        """θ solved at the current x (the last line search's solution when it solved there), the inner
+        residual, the new curvature pairs and the pairs the linear solve uses."""
+        cfg = self.config
         memory = LBFGSMemory(state["lbfgs.s"], state["lbfgs.y"], state["lbfgs.meta"])
-        counts = state[COUNTS]
-        first = int(counts[_C["steps"]]) == 0
-        tol = self.inner_tolerance(theta=state["theta"], theta_star=theta_star, weight_decay=self.weight_decay(target))
+        first = int(state[COUNTS][_C["steps"]]) == 0
         add = dict.fromkeys(_COUNT_NAMES, 0)
         if bool(state[SOLVED]) and not first:
             theta, inner_res, new_pairs = state["theta"], float(state[RESIDUALS][0]), []
         else:
-            inner = self._inner(energy_fn, x, state["theta"], memory, first=first, tol=tol)
+            inner = self._inner(problem.energy, state["x"], state["theta"], memory, first=first, tol=tol)
             theta, inner_res, new_pairs = inner.theta, inner.grad_norm, list(inner.new_pairs)
             add["inner_iterations"] += inner.iterations
             add["inner_evaluations"] += inner.evaluations
         pairs = (memory.pairs() + new_pairs)[-cfg.lbfgs_history:] if cfg.lbfgs_history else []
-        eig = state.get(EIGVEC)
-        hg = hypergradient(energy_fn, x, theta, theta_star, settings=cfg.hypergradient_settings(problem.treatment),
-                           pairs=pairs, previous_p=state["p"],
-                           eigvec=eig if eig is not None and bool(torch.any(eig != 0)) else None)
-        add["hvps"] += hg.solve.hvps
+        return _AtX(theta=theta, inner_res=inner_res, new_pairs=new_pairs, pairs=pairs, memory=memory, first=first,
+                    tol=tol, add=add)
+
+    def _hypergradient(self, problem: _Problem, prior: AttackerPrior, state: dict[str, torch.Tensor], at: _AtX, *,
+                       index: int) -> tuple[Any, torch.Tensor, dict[str, float]]:
+        """The hypergradient at (x, θ), the box prior added: (its result, ∇_x of the upper loss, the step's metrics)."""
+        cfg = self.config
+        x, eig = state["x"], state.get(EIGVEC)
+        hg = hypergradient(problem.energy, x, at.theta, problem.theta_star,
+                           settings=cfg.hypergradient_settings(problem.treatment), pairs=at.pairs,
+                           previous_p=state["p"], eigvec=eig if eig is not None and bool(torch.any(eig != 0)) else None)
+        at.add["hvps"] += hg.solve.hvps
         box, box_grad = self._box(x, prior)
         grad_x = hg.grad_x if box_grad is None else hg.grad_x + cfg.box_weight * box_grad
         f0 = float(hg.upper) + cfg.box_weight * float(box)
         if hg.solve.negative_curvature or hg.solve.diverged:
             _warn_unreliable(cfg.hessian, problem.treatment, negative=hg.solve.negative_curvature, index=index)
-        metrics = _step_metrics(hg, f0=f0, distance=float(((theta - theta_star) ** 2).sum()), inner_res=inner_res,
-                                tol=tol, grad_x=grad_x, box=float(box))
-        if not (math.isfinite(f0) and math.isfinite(metrics["grad_x_norm"]) and math.isfinite(inner_res)
-                and bool(torch.isfinite(hg.p).all())):
-            metrics["loss"] = float("nan")
-            return metrics
+        metrics = _step_metrics(hg, f0=f0, distance=float(((at.theta - problem.theta_star) ** 2).sum()),
+                                inner_res=at.inner_res, tol=at.tol, grad_x=grad_x, box=float(box))
+        return hg, grad_x, metrics
+
+    def _move(self, problem: _Problem, prior: AttackerPrior, state: dict[str, torch.Tensor], at: _AtX,
+              grad_x: torch.Tensor, metrics: dict[str, float]) -> _Moved | None:
+        """The x update: a fixed step of the optimiser (``lr_x``) or the problem-derived line search; x and θ
+        in ``state`` updated. None: the fixed step was not finite (nothing changed)."""
+        cfg = self.config
         if cfg.lr_x is not None:
             new = optimizer_step(cfg.optimizer, state, {"x": grad_x}, lrs={"x": cfg.lr_x},
                                  settings=cfg.optimizer_settings())
             if not all(bool(torch.isfinite(v).all()) for v in new.values() if v.is_floating_point()):
-                metrics["loss"] = float("nan")
-                return metrics
+                return None
             state.update(new)
-            state["theta"], solved, step_taken, last_res = theta, 0, cfg.lr_x, inner_res
-            trial_pairs: list = []
-        else:
-            ls = self._line_search(problem, prior, _LineSearchStart(x=x, theta=theta, grad_x=grad_x, f0=f0, tol=tol,
-                                                               pairs=pairs), last_step=float(state[STEP]))
-            for key, n in (("inner_iterations", ls.inner_iterations), ("inner_evaluations", ls.inner_evaluations),
-                           ("ls_trials", ls.trials), ("rejected_steps", int(not ls.accepted))):
-                add[key] += n
-            metrics["ls_trials"] = float(ls.trials)
-            if ls.accepted:
-                state["x"], state["theta"], last_res = ls.x, ls.theta, ls.inner_residual
-                trial_pairs, step_taken = ls.new_pairs, ls.step
-                state[STEP] = torch.tensor(ls.step, dtype=torch.float64)
-            else:  # x stays; θ is the (possibly re-solved) solution at x; the next step tries smaller steps
-                state["theta"], trial_pairs, step_taken = ls.theta, ls.new_pairs, 0.0
-                last_res = ls.inner_residual if math.isfinite(ls.inner_residual) else inner_res
-                state[STEP] = torch.tensor(ls.step / cfg.ls_grow, dtype=torch.float64)
-            metrics["ls_reference_drift"] = ls.drift
-            solved = 1
-        metrics["lr_x"] = float(step_taken)
-        # commit
+            state["theta"] = at.theta
+            return _Moved(solved=0, step_taken=cfg.lr_x, last_res=at.inner_res, trial_pairs=[])
+        ls = self._line_search(problem, prior, _LineSearchStart(x=state["x"], theta=at.theta, grad_x=grad_x,
+                                                               f0=metrics["loss"], tol=at.tol, pairs=at.pairs),
+                               last_step=float(state[STEP]))
+        for key, n in (("inner_iterations", ls.inner_iterations), ("inner_evaluations", ls.inner_evaluations),
+                       ("ls_trials", ls.trials), ("rejected_steps", int(not ls.accepted))):
+            at.add[key] += n
+        metrics["ls_trials"] = float(ls.trials)
+        if ls.accepted:
+            state["x"], state["theta"], last_res = ls.x, ls.theta, ls.inner_residual
+            trial_pairs, step_taken = ls.new_pairs, ls.step
+            state[STEP] = torch.tensor(ls.step, dtype=torch.float64)
+        else:  # x stays; θ is the (possibly re-solved) solution at x; the next step tries smaller steps
+            state["theta"], trial_pairs, step_taken = ls.theta, ls.new_pairs, 0.0
+            last_res = ls.inner_residual if math.isfinite(ls.inner_residual) else at.inner_res
+            state[STEP] = torch.tensor(ls.step / cfg.ls_grow, dtype=torch.float64)
+        metrics["ls_reference_drift"] = ls.drift
+        return _Moved(solved=1, step_taken=step_taken, last_res=last_res, trial_pairs=trial_pairs)
+
+    @staticmethod
+    def _commit(state: dict[str, torch.Tensor], at: _AtX, hg: Any, moved: _Moved, metrics: dict[str, float]) -> None:
+        """The rest of the step's state: the linear solve's p and eigenvector, the curvature pairs, the counters
+        and the residual records."""
+        metrics["lr_x"] = float(moved.step_taken)
         state["p"] = hg.p
         if EIGVEC in state and hg.solve.eigvec is not None:
             state[EIGVEC] = hg.solve.eigvec
-        memory.extend(new_pairs + trial_pairs)
-        state[SOLVED] = torch.tensor(solved, dtype=torch.int64)
-        if first:
+        at.memory.extend(at.new_pairs + moved.trial_pairs)
+        state[SOLVED] = torch.tensor(moved.solved, dtype=torch.int64)
+        if at.first:
             state[DIST_X0] = torch.tensor(metrics["param_distance"], dtype=torch.float64)
-        add.update(steps=1, nonconverged_solves=int(not hg.solve.converged),
-                   negative_curvature_solves=int(hg.solve.negative_curvature or hg.solve.diverged))
-        counts += torch.tensor([add[k] for k in _COUNT_NAMES], dtype=torch.int64)
-        _accumulate(state[RESIDUALS], last_res)
+        at.add.update(steps=1, nonconverged_solves=int(not hg.solve.converged),
+                      negative_curvature_solves=int(hg.solve.negative_curvature or hg.solve.diverged))
+        state[COUNTS] += torch.tensor([at.add[k] for k in _COUNT_NAMES], dtype=torch.int64)
+        _accumulate(state[RESIDUALS], moved.last_res)
         _accumulate(state[SOLVE], hg.solve.residual)
-        return metrics
 
     def _line_search(self, problem: _Problem, prior: AttackerPrior, start: _LineSearchStart, *,
                      last_step: float) -> _StepResult:
@@ -661,6 +687,33 @@ class BilevelAttack(Attack):
             extra["param_distance_inner_energy"] = dist_inner
         summary = {"param_distance": dist, "selection": {"param_distance": dist}, "extra": extra}
         return {"margin": score}, summary
+
+
+
+@dataclass
+class _AtX:
+    """An outer step's solution at the current x: θ, its inner residual, the curvature pairs (new ones and those
+    the linear solve uses), the L-BFGS memory, whether it is the first step, the inner tolerance and the counts."""
+
+    theta: torch.Tensor
+    inner_res: float
+    new_pairs: list
+    pairs: list
+    memory: LBFGSMemory
+    first: bool
+    tol: float
+    add: dict[str, int]
+
+
+@dataclass(frozen=True)
+class _Moved:
+    """What an x update did: whether θ is solved at the new x, the step taken, the last inner residual and
+    the line search's new curvature pairs."""
+
+    solved: int
+    step_taken: float
+    last_res: float
+    trial_pairs: list
 
 
 @dataclass(frozen=True)
