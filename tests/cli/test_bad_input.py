@@ -850,6 +850,11 @@ CASES.update({
                                                                               "10000000000"),
                                                               "early_stop.patience: Input should be less than or "
                                                               "equal to 1000000000"),
+    # options that did nothing for the methods without step sizes (found in the review of 2026-11-28)
+    "reconstruct-retry-diverged-for-bilevel": Case(lambda ws: _rec(ws, "--method", "bilevel", "--retry-diverged", "2"),
+                                                   "has no step sizes a retry could lower"),
+    "reconstruct-step-probe-for-bilevel": Case(lambda ws: _rec(ws, "--method", "bilevel", "--step-probe", "10"),
+                                               "has no step sizes to probe"),
     "reconstruct-runs-resume-of-a-single-run": Case(lambda ws: _rec(ws, "--runs", "2", "--resume", out="run"),
                                                     "holds a single kkt run, not the folder of --runs K"),
     "membership-own-heldout-is-train": Case(lambda ws: _own_membership(ws, "same"),

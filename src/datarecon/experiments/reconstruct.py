@@ -501,6 +501,21 @@ class TargetRecord:
     batch_norm: bool | None = None
 
 
+def _check_step_controls(run: ReconstructionRun, *, cli: bool = True) -> None:
+    """Refuse the step-size probe and the retry of a diverged run for an attack without step sizes to scale
+    (dynamics matching: Adam bounds its step; bilevel: a line search): there they would do nothing (a retry would
+    repeat the same run). The probe's default runs for every method and is a no-op there; only another length
+    asked for is refused."""
+    if ATTACKS.get(run.method).step_size_fields:
+        return
+    if run.retry_diverged:
+        raise DataReconError(f"attack {run.method!r} has no step sizes a retry could lower, so a retry would diverge "
+                             "the same way; " + ("drop --retry-diverged" if cli else "set retry_diverged to 0"))
+    if run.step_probe not in (0, STEP_PROBE_STEPS):
+        raise DataReconError(f"attack {run.method!r} has no step sizes to probe (it chooses or bounds its own step); "
+                             + ("drop --step-probe" if cli else "leave step_probe out"))
+
+
 def check_before_target(run: ReconstructionRun, target: TargetRecord, *, cli: bool = True) -> None:
     """The checks of :func:`prepare` that need no weights, for a caller that checks a single run before its target
     exists (an experiment, before it trains; a sweep, before its first run): the steps, the device, the attack built
@@ -519,6 +534,7 @@ def check_before_target(run: ReconstructionRun, target: TargetRecord, *, cli: bo
         raise DataReconError("group consistency pulls restarts stepped together toward their consensus (datarecon "
                              "reconstruct --runs K) and this run is stepped alone; set group_weight to 0")
     _check_knowledge(run.knowledge, ATTACKS.get(run.method).requires, cli=cli)
+    _check_step_controls(run, cli=cli)
     if run.knowledge.labels == "restored" and run.knowledge.known_init is None:
         raise DataReconError(_RESTORED_NEEDS_INIT)
     if target.batch_norm is False and "feature_stats" in weighted_priors(attack.config):
@@ -747,6 +763,7 @@ def prepare(run: ReconstructionRun, *, data_dir: str | Path | None = None, sourc
                              "model of your own records none; attack a model directory from `datarecon train`, or "
                              "choose another --method")
     _check_knowledge(run.knowledge, requires)
+    _check_step_controls(run)
     space = _input_space(run.model if target is None else target, run, data_dir=data_dir, sources=sources)
     _refuse_candidates_beyond_memory(space.m, space.target.input_shape, run.dtype)
     generator = torch.Generator().manual_seed(int(run.seed))
