@@ -39,7 +39,7 @@ def raw_online(target: torch.Tensor, stats: torch.Tensor, inside: torch.Tensor, 
 def main(argv: list[str] | None = None) -> int:
     from datarecon.attacks.mia.reference import lira_offline, lira_online
     from datarecon.evaluation.membership import membership_roc
-    from datarecon.experiments.references import load_statistics
+    from datarecon.experiments.membership.reference_store import load_statistics
     from datarecon.utils.io import load_tensors
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -62,7 +62,8 @@ ROWS: dict[str, list[str]] = {
 
 def measure(model_dir: Path, *, known: bool, seed: int) -> dict:
     from datarecon.attacks.knowledge import KnowledgeSettings
-    from datarecon.experiments.membership import MembershipSettings, evaluate_membership
+    from datarecon.experiments.membership.evaluate import evaluate_membership
+    from datarecon.experiments.membership.settings import MembershipSettings
 
     knowledge = KnowledgeSettings(known_init=f"seed:{seed}" if known else None)
     res = evaluate_membership(model_dir, knowledge=knowledge, settings=MembershipSettings().without_references())

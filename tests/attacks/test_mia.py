@@ -11,7 +11,7 @@ import scipy.stats
 import torch
 from torch import nn
 
-from datarecon.attacks.mia import SIGNALS, MIASettings, reference_signals
+from datarecon.attacks.mia import SIGNALS, MIASettings, SignalView, measure_signals
 from datarecon.attacks.mia.reference import fit_gaussians, lira_offline, lira_online, rmia
 from datarecon.attacks.mia.statistics import confidence, example_statistics, gradient_norms
 from datarecon.errors import DataReconError
@@ -209,7 +209,10 @@ def test_planted_membership_a_mislabelled_example_is_found_only_when_it_trained_
         target = _train(x[idx], y[idx], seed)
         st = example_statistics(target, x, y, loss="cross-entropy")
         zl = example_statistics(target, pop, pop_y, loss="cross-entropy").loss
-        scores = reference_signals(st, zl, Refs, MIASettings())
+        view = SignalView(model=target, params=dict(target.named_parameters()), x=x, y=y, loss="cross-entropy",
+                          stats=st, refs=Refs, population_loss=zl, settings=MIASettings())
+        scores, missing = measure_signals(view, only=[k for k in SIGNALS.names() if SIGNALS.get(k).kind == "reference"])
+        assert set(scores) == {"lira-offline", "lira-online", "rmia", "rmia-online"} and not missing
         for name, s in scores.items():
             rank = float((s[:n] < s[n]).double().mean())  # the planted example against the ordinary ones
             if trained_on_it:

@@ -274,7 +274,7 @@ def test_a_true_n_wider_than_the_first_layer_is_accepted(tmp_path, capsys):
 
 def test_ctrl_c_during_the_reference_models_says_how_to_continue(trained, tmp_path, capsys, monkeypatch):
     """Ctrl-C (or SIGTERM) of membership names how to continue, and continuing that way reuses what finished."""
-    from datarecon.experiments import references
+    from datarecon.experiments.membership import trainers as references
 
     real, calls = references.fit_on_images, []
 

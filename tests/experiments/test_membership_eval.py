@@ -13,9 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from datarecon.experiments.membership import (MembershipSettings, Runtime, SignalScores, compare_signals,
-                                               evaluate_membership)
-from datarecon.experiments.references import REFERENCES_DIR, ReferenceSettings, load_statistics
+from datarecon.experiments.membership import references as membership_references
+from datarecon.experiments.membership.choice import compare_signals
+from datarecon.experiments.membership.evaluate import evaluate_membership
+from datarecon.experiments.membership.reference_store import REFERENCES_DIR, load_statistics
+from datarecon.experiments.membership.settings import MembershipSettings, ReferenceSettings, Runtime
+from datarecon.experiments.membership.signals import SignalScores
 from datarecon.kernel.outdir import claim_out_dir
 
 
@@ -173,7 +176,7 @@ def test_your_own_module_gets_every_signal_and_reference_models_from_your_traini
 
     from datarecon.data import DataSpec
     from datarecon.data.selection import draw_outside
-    from datarecon.experiments.membership_own import OwnReferences, membership_of_module
+    from datarecon.experiments.membership.own import membership_of_module
 
     spec = DataSpec(dataset="digits", task="all", n_per_class=2, n_heldout_per_class=0)
     members, _ = draw_outside(spec, split="train", count=20, seed=0)
@@ -192,7 +195,7 @@ def test_your_own_module_gets_every_signal_and_reference_models_from_your_traini
 
     target = train(members.x, members.y, 0)
     args = {"loss": "cross-entropy", "members": (members.x.double(), members.y), "nonmembers": (non.x.double(), non.y),
-            "population": (pop.x.double(), pop.y), "references": OwnReferences(train, count=6), "out": tmp_path / "m"}
+            "population": (pop.x.double(), pop.y), "recipe": train, "settings": MembershipSettings(references=ReferenceSettings(count=6)), "out": tmp_path / "m"}
     res = membership_of_module(target, **args)
     measured = {k for k, v in res["signals"].items() if v["applicable"]}
     assert measured == {"loss", "confidence", "gradient-norm", "subspace", "lira-offline", "lira-online", "rmia",
@@ -215,7 +218,8 @@ def test_progress_counts_reference_models_as_their_markers_appear(tmp_path):
     import io
 
     from datarecon.data import DataSpec
-    from datarecon.experiments.references import RecipeTrainer, ReferenceJob, _Finished
+    from datarecon.experiments.membership.reference_training import FinishedModels, ReferenceJob
+    from datarecon.experiments.membership.trainers import RecipeTrainer
     from datarecon.experiments.pipeline.pieces import piece_hashes
     from datarecon.kernel.engine import LineRate, ProgressBar
     from datarecon.training.target import ArchConfig, TrainConfig
@@ -228,7 +232,7 @@ def test_progress_counts_reference_models_as_their_markers_appear(tmp_path):
     stream = io.StringIO()
     bar = ProgressBar(desc="reference models", unit="model", mode="lines", stream=stream,
                       rate=LineRate(interval_s=0.0, min_fraction=0.1))
-    finished = _Finished(job, [0, 1, 2, 3], bar)
+    finished = FinishedModels(job, [0, 1, 2, 3], bar)
     hashes = piece_hashes(job.pieces())
     for k in (0, 2):
         key = job.pieces()[k].key
@@ -244,8 +248,8 @@ def test_progress_counts_reference_models_as_their_markers_appear(tmp_path):
 def test_the_number_of_reference_models_needed_is_the_fewest_whose_fits_all_work():
     """The subsets follow from the seed, so the fewest K whose LiRA and RMIA fits all work (also with each of the
     first pseudo-targets left out) is known before training; a naive search over the subsets agrees."""
-    from datarecon.experiments.membership import PSEUDO_TARGETS, references_needed
-    from datarecon.experiments.references import subset
+    from datarecon.experiments.membership.reference_training import subset
+    from datarecon.experiments.membership.references import PSEUDO_TARGETS, references_needed
 
     classes = torch.tensor([0] * 60 + [1] * 60)
     needed = references_needed(classes, 5, seed=3, count=1)
@@ -272,9 +276,7 @@ def test_auto_picks_the_largest_count_whose_estimated_time_fits_the_budget(digit
     """references auto: the first model is trained and timed (its completion marker's wall time, here set to 1 s),
     then the largest of 16..256 models whose remaining time fits the budget is trained; the IN count of each
     candidate of the half-in pool is K/2 on average."""
-    from datarecon.experiments import membership
-
-    monkeypatch.setattr(membership, "trained_times", lambda out, indices: [1.0 for _ in indices])
+    monkeypatch.setattr(membership_references, "trained_times", lambda out, indices: [1.0 for _ in indices])
     settings = SETTINGS.model_copy(update={"references": ReferenceSettings(count="auto", budget_minutes=1.0, seed=3)})
     res = _evaluate(digits_model, tmp_path / "m", settings)
     auto = res["references"]["auto"]
@@ -285,9 +287,7 @@ def test_auto_picks_the_largest_count_whose_estimated_time_fits_the_budget(digit
 
 
 def test_auto_skips_what_does_not_fit_and_says_what_it_would_cost_and_gain(digits_model, tmp_path, monkeypatch):
-    from datarecon.experiments import membership
-
-    monkeypatch.setattr(membership, "trained_times", lambda out, indices: [30.0 for _ in indices])
+    monkeypatch.setattr(membership_references, "trained_times", lambda out, indices: [30.0 for _ in indices])
     settings = SETTINGS.model_copy(update={"references": ReferenceSettings(count="auto", budget_minutes=2.0)})
     res = _evaluate(digits_model, tmp_path / "m", settings)
     skipped = res["references"]["auto"]["skipped"]
@@ -298,9 +298,7 @@ def test_auto_skips_what_does_not_fit_and_says_what_it_would_cost_and_gain(digit
 
 
 def test_without_a_folder_auto_trains_in_a_temporary_one(digits_model, monkeypatch):
-    from datarecon.experiments import membership
-
-    monkeypatch.setattr(membership, "trained_times", lambda out, indices: [1.0 for _ in indices])
+    monkeypatch.setattr(membership_references, "trained_times", lambda out, indices: [1.0 for _ in indices])
     settings = SETTINGS.model_copy(update={"references": ReferenceSettings(count="auto", budget_minutes=0.5)})
     res = evaluate_membership(digits_model, settings=settings, runtime=Runtime(log=lambda s: None))
     assert res["references"]["count"] == 16 and res["references"]["kept"] is False

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from datarecon.experiments.execution import Execution
-from datarecon.experiments.membership import MembershipSettings, Runtime, evaluate_membership
-from datarecon.experiments.references import ReferenceSettings, load_statistics
+from datarecon.experiments.membership.evaluate import evaluate_membership
+from datarecon.experiments.membership.reference_store import load_statistics
+from datarecon.experiments.membership.settings import MembershipSettings, ReferenceSettings, Runtime
 from datarecon.kernel.outdir import claim_out_dir
 
 pytestmark = [pytest.mark.slow]

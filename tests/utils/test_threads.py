@@ -27,7 +27,7 @@ def test_the_command_line_and_the_python_api_share_one_default() -> None:
 
 
 @pytest.mark.parametrize("module", ["datarecon.training.target", "datarecon.experiments.reconstruct",
-                                    "datarecon.evaluation", "datarecon.experiments.membership"])
+                                    "datarecon.evaluation", "datarecon.experiments.membership.evaluate"])
 def test_importing_the_python_api_applies_the_default(module) -> None:
     assert _threads_after(f"import {module}") == threads.DEFAULT_THREADS
 

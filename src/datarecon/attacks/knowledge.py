@@ -31,6 +31,7 @@ the training images.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,16 +41,19 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
+from datarecon.attacks.base import AttackerPrior, Target
+from datarecon.attacks.labels import RestoredLabels, restore_labels
+from datarecon.attacks.subspace import analyse, first_dense_layer
 from datarecon.config import drop_defaults
 from datarecon.errors import DataReconError
 from datarecon.kernel.step import TrainingRecipe
 from datarecon.models.pretrained import HEAD_NEW, finetune_start, load_recorded_pretrained
-from datarecon.models.spec import ArchSpec, build_model
+from datarecon.models.spec import ArchSpec, build_model, first_layer_init_std
 from datarecon.utils.dtypes import torch_dtype
 from datarecon.utils.io import load_tensors, params_digest
 
-__all__ = ["KNOWLEDGE_ITEMS", "KnowledgeSettings", "KnownInit", "KnownRecipe", "RecipeSettings",
-           "check_known_n", "init_digest", "resolve_known_init", "resolve_recipe", "threat_model"]
+__all__ = ["KNOWLEDGE_ITEMS", "KnowledgeSettings", "KnownInit", "KnownRecipe", "RESTORED_NEEDS_INIT", "RecipeSettings",
+           "SUBSPACE_SEED", "attacker_knowledge", "check_known_n", "init_digest", "resolve_known_init", "resolve_recipe", "threat_model"]
 
 #: Everything an attack may declare in its ``uses`` (the default attacker has ``weights``).
 KNOWLEDGE_ITEMS: tuple[str, ...] = ("weights", "known_init", "n", "recipe")
@@ -444,3 +448,67 @@ def threat_model(settings: KnowledgeSettings, known: KnownInit | None, *, uses: 
             "n": settings.n, "used": used, "requires": list(requires), "summary": summary,
             **({"recipe": recipe.record()} if recipe is not None else {}),
             **({"labels": dict(labels)} if labels is not None else {})}
+
+
+#: Seed of the randomized SVD of the subspace analysis (fixed: the analysis is part of the attacker's set-up).
+SUBSPACE_SEED = 0
+
+
+def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: KnowledgeSettings, *,
+                       model_meta: Mapping[str, Any] | None, uses: tuple[str, ...] = ("weights", "known_init", "n"),
+                       requires: tuple[str, ...] = ()) -> tuple[AttackerPrior, dict[str, Any]]:
+    """The prior with the attacker's knowledge resolved (known θ_init, n) and the subspace analysis
+    of the first dense layer (W, or W − a·W_init) added; and the threat-model record for run.json.
+
+    The analysis is skipped (``subspace`` None) for models without a dense layer.
+
+    Raises:
+        DataReconError: a known initialisation that does not fit or is not the model's; a known n that is not
+            the recorded training-set size.
+    """
+
+    check_known_n(knowledge.n, model_meta)
+    known = None
+    if knowledge.known_init is not None:
+        known = resolve_known_init(knowledge.known_init, target.params, model_meta=model_meta)
+    recipe = None if knowledge.recipe is None else resolve_recipe(knowledge.recipe, model_meta)
+    init_std = None
+    if model_meta is not None and "arch" in model_meta and known is None:
+
+        init_std = first_layer_init_std(ArchSpec.model_validate(model_meta["arch"]))
+    try:
+        first_dense_layer(target.model, target.params)
+        has_dense = True
+    except DataReconError:  # no nn.Linear (CNN read-outs are analysed; other models may have none)
+        has_dense = False
+    analysis = None
+    if has_dense:
+        analysis = analyse(target.model, target.params, known_init=None if known is None else known.params,
+                           n=knowledge.n, fit_coefficient=target.weight_decay > 0, init_std=init_std,
+                           generator=torch.Generator().manual_seed(SUBSPACE_SEED))
+    prior = dataclasses.replace(prior, known_init=known, n=knowledge.n, subspace=analysis, recipe=recipe)
+    restored = None
+    if knowledge.labels == "restored":
+        prior, restored = _restored_labels(target, prior)
+    return prior, threat_model(knowledge, known, uses=uses, requires=requires, recipe=recipe,
+                               labels=None if restored is None else restored.summary())
+
+
+#: how the labels stay balanced, in each command's words
+_BALANCED = "reconstruct --known-labels balanced, membership --labels balanced (knowledge.labels: balanced in a file)"
+#: the refusal of restored labels without θ_init
+RESTORED_NEEDS_INIT = ("labels restored from the weights read the read-out's change θ* − θ_init; pass --known-init "
+                        f"(e.g. pretrained; knowledge.known_init in a file), or keep the labels balanced: {_BALANCED}")
+
+
+def _restored_labels(target: Target, prior: AttackerPrior) -> tuple[AttackerPrior, RestoredLabels]:
+    """The prior with its m labels restored from the read-out's change θ* − θ_init (m: the candidate count,
+    the training-set size n the estimate shares out)."""
+    if prior.known_init is None:
+        raise DataReconError(RESTORED_NEEDS_INIT)
+    if target.num_outputs < 2:
+        raise DataReconError("labels are restored for a multiclass read-out; a binary or regression target keeps "
+                             f"its labels balanced: {_BALANCED}")
+    restored = restore_labels(target.model, target.params, prior.known_init.params, prior.m)
+    labels = restored.labels.to(device=prior.labels.device)
+    return dataclasses.replace(prior, labels=labels), restored

@@ -16,7 +16,8 @@ from datarecon.evaluation.membership import EXPECTED_GAIN
 from datarecon.evaluation.privacy import signal_verdict
 from datarecon.evaluation.run_eval import RunEvaluationSettings, check_reference_sets, check_run, run_convergence
 from datarecon.experiments.identifiability import attach_identifiability
-from datarecon.experiments.membership import attach_membership, read_membership_folder
+from datarecon.experiments.membership.evaluate import attach_membership
+from datarecon.experiments.membership.folder import read_membership_folder
 from datarecon.experiments.sweep import pool_candidates
 from datarecon.report.text import strongest_lines
 from datarecon.utils.io import load_tensors

@@ -27,12 +27,13 @@ from datarecon.cli.options import Flag, backend_options, config_options, flags, 
 from datarecon.config import build_config, load_config_file
 from datarecon.errors import DataReconError
 from datarecon.experiments.execution import Execution
-from datarecon.experiments.membership import (Calibration, MembershipSettings, Runtime, check_membership_folder,
-                                              evaluate_membership, score_images)
-from datarecon.experiments.membership import HALF_IN
+from datarecon.experiments.membership.choice import HALF_IN
+from datarecon.experiments.membership.evaluate import evaluate_membership
+from datarecon.experiments.membership.folder import check_membership_folder
+from datarecon.experiments.membership.images import score_images
+from datarecon.experiments.membership.own import OwnModel, OwnSets, evaluate_own_membership, own_record
+from datarecon.experiments.membership.settings import AUTO, Calibration, MembershipSettings, Runtime
 from datarecon.report.text import reference_lines, strongest_lines
-from datarecon.experiments.membership_own import OwnModel, OwnSets, evaluate_own_membership, own_record
-from datarecon.experiments.references import AUTO
 from datarecon.kernel.outdir import claim_out_dir
 from datarecon.utils.device import parse_device
 
@@ -46,7 +47,7 @@ class Where:
 
     Attributes:
         config: a YAML/TOML file of the evaluation's settings (one-to-one with
-            :class:`~datarecon.experiments.membership.MembershipSettings`; flags override it), or None.
+            :class:`~datarecon.experiments.membership.settings.MembershipSettings`; flags override it), or None.
         out: the membership folder (None: print only).
         overwrite: replace a membership folder of another model or other draws.
         data_dir: the data folder.

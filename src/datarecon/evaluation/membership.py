@@ -27,6 +27,7 @@ import math
 import numpy as np
 from scipy.special import betaincinv
 
+from datarecon.attacks.mia import ranked
 from datarecon.errors import DataReconError
 from datarecon.evaluation.privacy import LOW_FPRS, MIN_CLASS_SIZE, bootstrap_auc_ci, roc_auc, roc_curve, tpr_at_fpr
 
@@ -246,7 +247,7 @@ def calibration_split(is_member: Any, *, fraction: float, seed: int) -> Calibrat
     Args:
         is_member: (N,) bool, ground truth.
         fraction: in [0, 1); 0 puts everything in the reported part (the strongest signal is then
-            chosen by the rule fixed in advance, :data:`FIXED_ORDER`).
+            chosen by the rule fixed in advance, :func:`fixed_rule`).
         seed: the permutation's seed.
 
     Raises:
@@ -264,19 +265,15 @@ def calibration_split(is_member: Any, *, fraction: float, seed: int) -> Calibrat
     return CalibrationSplit(calibration=cal, fraction=float(fraction), seed=int(seed))
 
 
-#: The rule fixed in advance when no calibration part exists: the first signal of this order that was measured.
-FIXED_ORDER: tuple[str, ...] = ("lira-online", "rmia-online", "rmia", "lira-offline", "subspace", "loss",
-                                "confidence", "gradient-norm")
-
 #: The false-positive rate at which the strongest signal is chosen (its TPR there; the AUC breaks ties).
 CHOICE_FPR = 0.01
 
 
 def fixed_rule(available: list[str], why: str = "nothing to choose on") -> str:
-    """The rule fixed in advance, stated: the first of :data:`FIXED_ORDER` among ``available`` (the order of the
-    strongest attacks in the literature, reference attacks first), and why nothing was chosen on data."""
-    order = [k for k in FIXED_ORDER if k in available] + sorted(k for k in available if k not in FIXED_ORDER)
-    return f"the rule fixed in advance, the first measured of {', '.join(order) or 'none'} ({why})"
+    """The rule fixed in advance, stated: the first of ``available`` in the order of the signals' declared ranks
+    (:func:`~datarecon.attacks.mia.ranked`: the strongest attacks in the literature, reference attacks first), and
+    why nothing was chosen on data."""
+    return f"the rule fixed in advance, the first measured of {', '.join(ranked(available)) or 'none'} ({why})"
 
 
 @dataclass(frozen=True)
@@ -286,13 +283,15 @@ class SignalPower:
     Attributes:
         auc: ROC AUC (NaN: not measured).
         tpr: TPR at :data:`CHOICE_FPR` (None: too few non-members to estimate it).
-        members, nonmembers: the class sizes it was measured on (summed over pseudo-targets, if several).
+        members, nonmembers: the class sizes of one measurement (of each, where several are averaged).
+        measurements: how many separate measurements (pseudo-targets) the AUC and TPR are the mean of.
     """
 
     auc: float
     tpr: float | None
     members: int
     nonmembers: int
+    measurements: int = 1
 
     @classmethod
     def of(cls, roc: MembershipROC) -> SignalPower:
@@ -300,18 +299,24 @@ class SignalPower:
 
     @classmethod
     def mean(cls, rocs: list[MembershipROC]) -> SignalPower:
-        """The mean AUC and TPR over several separate measurements (pseudo-targets); sizes summed."""
+        """The mean AUC and TPR over several separate measurements (pseudo-targets); the sizes of one (their mean)."""
         tprs = [r.tpr_at.get(CHOICE_FPR) for r in rocs]
         return cls(auc=float(np.mean([r.auc for r in rocs])),
                    tpr=None if any(t is None for t in tprs) else float(np.mean(tprs)),  # type: ignore[arg-type]
-                   members=sum(r.n_members for r in rocs), nonmembers=sum(r.n_nonmembers for r in rocs))
+                   members=int(round(float(np.mean([r.n_members for r in rocs])))),
+                   nonmembers=int(round(float(np.mean([r.n_nonmembers for r in rocs])))), measurements=len(rocs))
+
+    def sizes(self) -> str:
+        """``10 members, 1490 non-members`` (``each`` where several measurements are averaged)."""
+        return f"{self.members} members, {self.nonmembers} non-members" + (" each" if self.measurements > 1 else "")
 
 
 def choose_strongest(power: dict[str, SignalPower], *, where: str = "the calibration part") -> tuple[str | None, str]:
     """The signal with the highest TPR at :data:`CHOICE_FPR` (the AUC breaks ties) where the choice is made.
 
-    Where too few non-members resolve that TPR, the highest AUC; with nothing measured, the rule fixed in
-    advance (:data:`FIXED_ORDER`).
+    Where some signal's non-members are too few to resolve that TPR, the highest AUC; with nothing measured, the
+    rule fixed in advance (:func:`fixed_rule`). Ties that remain go to the signal ranked first by that rule
+    (:func:`~datarecon.attacks.mia.ranked`).
 
     Args:
         power: signal name → its :class:`SignalPower` where the choice is made.
@@ -323,15 +328,19 @@ def choose_strongest(power: dict[str, SignalPower], *, where: str = "the calibra
     """
     measured = {k: p for k, p in power.items() if np.isfinite(p.auc)}
     if not measured:
-        names = [k for k in FIXED_ORDER if k in power] + sorted(k for k in power if k not in FIXED_ORDER)
+        names = ranked(power)
         return (names[0] if names else None), fixed_rule(list(power))
-    sizes = lambda p: f"{p.members} members, {p.nonmembers} non-members"  # noqa: E731
-    if all(p.tpr is not None for p in measured.values()):
-        best = max(measured, key=lambda k: (measured[k].tpr, measured[k].auc))
-        return best, (f"the highest TPR at {CHOICE_FPR:.0%} FPR on {where} ({sizes(measured[best])}), ties broken by AUC")
-    best = max(measured, key=lambda k: measured[k].auc)
-    return best, (f"the highest AUC on {where} ({sizes(measured[best])}: too few non-members for a TPR at "
-                  f"{CHOICE_FPR:.0%} FPR)")
+    order = ranked(measured)  # max() keeps the first of equals: the earlier rank wins a tie
+    unresolved = [k for k in order if measured[k].tpr is None]
+    if not unresolved:
+        best = max(order, key=lambda k: (measured[k].tpr, measured[k].auc))
+        return best, (f"the highest TPR at {CHOICE_FPR:.0%} FPR on {where} ({measured[best].sizes()}), ties broken "
+                      "by AUC")
+    best = max(order, key=lambda k: measured[k].auc)
+    few = measured[unresolved[0]]
+    return best, (f"the highest AUC on {where} ({measured[best].sizes()}): {', '.join(unresolved)} "
+                  f"{'was' if len(unresolved) == 1 else 'were'} measured on {few.sizes()}, too few non-members for a "
+                  f"TPR at {CHOICE_FPR:.0%} FPR (needs {min_negatives(CHOICE_FPR)})")
 
 
 def headline_verdict(chosen: MembershipROC, baseline: MembershipROC) -> str:
@@ -455,8 +464,9 @@ def epsilon_lower_bound(members: Any, nonmembers: Any, *, delta: float = 0.0, co
         estimate = _epsilon(min(tp, pos.size - 1) / pos.size, max(fp, 1) / neg.size, delta)
         if lower > best[0] or (lower == best[0] and estimate > best[1]):
             best = (lower, estimate, f, tp / pos.size)
-    note = (f"thresholds at {', '.join(f'{f:.1%}' for f in usable)} FPR of the non-members; Clopper-Pearson "
-            f"bounds at {1 - alpha:.4f} each")
+    note = (f"thresholds at {', '.join(f'{f:.1%}' for f in usable)} FPR of the non-members; {2 * len(usable)} "
+            f"one-sided Clopper-Pearson bounds (a TPR and an FPR per threshold), each at {1 - alpha:.2%} confidence "
+            f"so that all hold together with {confidence:.0%} (Bonferroni)")
     if best[0] <= 0:
         return EpsilonBound(0.0, best[1], None, None, delta, confidence, int(pos.size), int(neg.size), note)
     return EpsilonBound(best[0], best[1], best[2], best[3], delta, confidence, int(pos.size), int(neg.size), note)

@@ -34,12 +34,10 @@ from datarecon.errors import DataReconError
 from datarecon.evaluation.dp_bound import prior_kappa, rero_bound
 from datarecon.experiments.backends import Task, make_backend
 from datarecon.experiments.execution import Execution
-from datarecon.experiments.membership import (
-    MembershipSettings,
-    evaluate_membership,
-    membership_section,
-)
-from datarecon.experiments.membership import Runtime as MembershipRuntime
+from datarecon.experiments.membership.evaluate import evaluate_membership
+from datarecon.experiments.membership.folder import membership_section
+from datarecon.experiments.membership.settings import MembershipSettings
+from datarecon.experiments.membership.settings import Runtime as MembershipRuntime
 from datarecon.experiments.pipeline.pieces import PRESETS_DIR, Runtime
 from datarecon.experiments.pipeline.common import (
     BatchRun,
@@ -131,7 +129,7 @@ class AuditConfig(BaseModel):
         evaluation: evaluation settings.
         bound_samples: Monte Carlo draws of the DP-SGD bound.
         membership: the membership measurement of every target (:func:`~datarecon.experiments.membership.
-            evaluate_membership`; ``references.count`` > 0 adds LiRA and RMIA, trained per target).
+            evaluate.evaluate_membership`; ``references.count`` > 0 adds LiRA and RMIA, trained per target).
         model_membership: the membership measurement of ``audit --model DIR`` (one given model: the reference attacks
             by default, as many as their time budget allows).
     """

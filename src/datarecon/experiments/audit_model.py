@@ -25,8 +25,9 @@ from typing import Any
 
 from datarecon.errors import DataReconError
 from datarecon.experiments.audit import AuditConfig, attacks_and_pool
-from datarecon.experiments.membership import Runtime as MembershipRuntime
-from datarecon.experiments.membership import evaluate_membership, membership_section
+from datarecon.experiments.membership.evaluate import evaluate_membership
+from datarecon.experiments.membership.folder import membership_section
+from datarecon.experiments.membership.settings import Runtime as MembershipRuntime
 from datarecon.experiments.pipeline.pieces import Runtime
 from datarecon.experiments.pipeline.common import evaluate_piece
 from datarecon.experiments.pipeline.pieces import Context, Piece, claim_reproduction, entries, execute, piece_hashes

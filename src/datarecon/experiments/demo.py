@@ -29,7 +29,7 @@ from datarecon.config import MAX_SEED, MAX_STEPS
 from datarecon.data import DataSpec
 from datarecon.evaluation import evaluate_run
 from datarecon.experiments.identifiability import attach_identifiability
-from datarecon.experiments.membership import attach_membership
+from datarecon.experiments.membership.evaluate import attach_membership
 from datarecon.experiments.reconstruct import RunOptions, reconstruct
 from datarecon.kernel.files import NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG, REPORT_HTML
 from datarecon.kernel.outdir import claim_out_dir

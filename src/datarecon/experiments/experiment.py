@@ -45,7 +45,7 @@ from datarecon.evaluation.neighbours import METRICS
 from datarecon.evaluation.protocol import ASSIGNMENTS
 from datarecon.evaluation.run_eval import check_reference_sets
 from datarecon.experiments.identifiability import attach_identifiability
-from datarecon.experiments.membership import attach_membership
+from datarecon.experiments.membership.evaluate import attach_membership
 from datarecon.experiments.reconstruct import (ReconstructionRun, RunOptions, RunSettings, TargetRecord, build_run,
                                                check_before_target, execute)
 from datarecon.kernel.files import EXPERIMENT_JSON, REPORT_HTML

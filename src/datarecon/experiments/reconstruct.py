@@ -24,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import types
 import warnings
 from collections.abc import Mapping, Sequence
@@ -48,15 +47,14 @@ from datarecon.attacks.base import (
 )
 from datarecon.attacks.batched import BatchMember, resolve_mode, run_batched
 from datarecon.attacks.init import INITS, CandidateSpec, InitSources, init_labels, make_init
-from datarecon.attacks.knowledge import (PRETRAINED, KnowledgeSettings, check_known_n, resolve_known_init,
-                                        resolve_recipe, threat_model)
-from datarecon.attacks.labels import RestoredLabels, restore_labels
+from datarecon.attacks.knowledge import RESTORED_NEEDS_INIT as _RESTORED_NEEDS_INIT
+from datarecon.attacks.knowledge import PRETRAINED, KnowledgeSettings, attacker_knowledge, check_known_n
 from datarecon.attacks import priors
 from datarecon.attacks.priors import check_weights, weighted_priors
 from datarecon.attacks.probe import probe_step_sizes, scaled
 from datarecon.attacks.runner import run_attack
 from datarecon.attacks.selection import CRITERIA, DEFAULT_CRITERION, ResidualPlateau
-from datarecon.attacks.subspace import SUBSPACE_FILE, analyse, first_dense_layer, save_analysis
+from datarecon.attacks.subspace import SUBSPACE_FILE, save_analysis
 from datarecon.config import (
     MAX_SEED,
     MAX_STEPS,
@@ -77,7 +75,6 @@ from datarecon.kernel.losses import loss_name
 from datarecon.kernel.outdir import claim_out_dir
 from datarecon.kernel.status import EVALUABLE, Status
 from datarecon.models.checkpoint import EXTRAS, read_model_meta
-from datarecon.models.spec import ArchSpec, first_layer_init_std
 from datarecon.utils.device import parse_device
 from datarecon.utils.dtypes import torch_dtype
 from datarecon.utils.io import load_tensors, read_json
@@ -626,8 +623,6 @@ def _x0(space: _InputSpace, run: ReconstructionRun, prior: AttackerPrior, genera
     return x0
 
 
-#: Seed of the randomized SVD of the subspace analysis (fixed: the analysis is part of the attacker's set-up).
-SUBSPACE_SEED = 0
 
 
 #: copies of the candidates an attack holds at once: x, its gradient and two optimiser moments (Adam)
@@ -650,66 +645,6 @@ def _refuse_candidates_beyond_memory(m: int, input_shape: tuple[int, ...], dtype
     what = f"{option} {m} of {tuple(input_shape)} inputs" + (f" in each of --runs {runs}" if runs > 1 else "")
     refuse_if_too_large(need * dtype.itemsize, what=what,
                         fix=f"reduce {option} (its default is 2n)" + (" or --runs" if runs > 1 else ""))
-
-
-def attacker_knowledge(target: Target, prior: AttackerPrior, knowledge: KnowledgeSettings, *,
-                       model_meta: Mapping[str, Any] | None, uses: tuple[str, ...] = ("weights", "known_init", "n"),
-                       requires: tuple[str, ...] = ()) -> tuple[AttackerPrior, dict[str, Any]]:
-    """The prior with the attacker's knowledge resolved (known θ_init, n) and the subspace analysis
-    of the first dense layer (W, or W − a·W_init) added; and the threat-model record for run.json.
-
-    The analysis is skipped (``subspace`` None) for models without a dense layer.
-
-    Raises:
-        DataReconError: a known initialisation that does not fit or is not the model's; a known n that is not
-            the recorded training-set size.
-    """
-
-    check_known_n(knowledge.n, model_meta)
-    known = None
-    if knowledge.known_init is not None:
-        known = resolve_known_init(knowledge.known_init, target.params, model_meta=model_meta)
-    recipe = None if knowledge.recipe is None else resolve_recipe(knowledge.recipe, model_meta)
-    init_std = None
-    if model_meta is not None and "arch" in model_meta and known is None:
-
-        init_std = first_layer_init_std(ArchSpec.model_validate(model_meta["arch"]))
-    try:
-        first_dense_layer(target.model, target.params)
-        has_dense = True
-    except DataReconError:  # no nn.Linear (CNN read-outs are analysed; other models may have none)
-        has_dense = False
-    analysis = None
-    if has_dense:
-        analysis = analyse(target.model, target.params, known_init=None if known is None else known.params,
-                           n=knowledge.n, fit_coefficient=target.weight_decay > 0, init_std=init_std,
-                           generator=torch.Generator().manual_seed(SUBSPACE_SEED))
-    prior = dataclasses.replace(prior, known_init=known, n=knowledge.n, subspace=analysis, recipe=recipe)
-    restored = None
-    if knowledge.labels == "restored":
-        prior, restored = _restored_labels(target, prior)
-    return prior, threat_model(knowledge, known, uses=uses, requires=requires, recipe=recipe,
-                               labels=None if restored is None else restored.summary())
-
-
-#: how the labels stay balanced, in each command's words
-_BALANCED = "reconstruct --known-labels balanced, membership --labels balanced (knowledge.labels: balanced in a file)"
-#: the refusal of restored labels without θ_init
-_RESTORED_NEEDS_INIT = ("labels restored from the weights read the read-out's change θ* − θ_init; pass --known-init "
-                        f"(e.g. pretrained; knowledge.known_init in a file), or keep the labels balanced: {_BALANCED}")
-
-
-def _restored_labels(target: Target, prior: AttackerPrior) -> tuple[AttackerPrior, RestoredLabels]:
-    """The prior with its m labels restored from the read-out's change θ* − θ_init (m: the candidate count,
-    the training-set size n the estimate shares out)."""
-    if prior.known_init is None:
-        raise DataReconError(_RESTORED_NEEDS_INIT)
-    if target.num_outputs < 2:
-        raise DataReconError("labels are restored for a multiclass read-out; a binary or regression target keeps "
-                             f"its labels balanced: {_BALANCED}")
-    restored = restore_labels(target.model, target.params, prior.known_init.params, prior.m)
-    labels = restored.labels.to(device=prior.labels.device)
-    return dataclasses.replace(prior, labels=labels), restored
 
 
 def _own_model(target: Target, *, candidates: int | None, init: str, data_init: bool, sources: Any,

@@ -3,7 +3,7 @@
 The numbers come from :mod:`datarecon.evaluation` (``metrics.json``: ``headline`` from
 :func:`datarecon.evaluation.reports.headline`, ``privacy`` from
 :func:`datarecon.evaluation.reports.privacy_section`) and from a membership result
-(:func:`datarecon.experiments.membership.evaluate_case`); this module only turns them into sentences,
+(:func:`datarecon.experiments.membership.evaluate.evaluate_case`); this module only turns them into sentences,
 so the demo, ``datarecon evaluate``, ``datarecon membership``, the HTML report and the reproductions say the
 same thing.
 """

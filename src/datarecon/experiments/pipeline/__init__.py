@@ -3,6 +3,6 @@
 (:mod:`.common`) and the memory model of a plan (:mod:`.memory`).
 
 Reproductions (``experiments/reproduce``), audits (``experiments/audit``, ``audit_model``) and the
-membership reference models (``experiments/references``) are built from these; none of them is
+membership reference models (``experiments/membership/reference_training.py``) are built from these; none of them is
 imported here, so a piece never imports a paper's folder.
 """

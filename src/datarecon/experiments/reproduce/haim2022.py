@@ -30,6 +30,9 @@ from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.attacks.selection import CRITERIA
 from datarecon.config import drop_defaults
 from datarecon.evaluation.privacy import signal_verdict
+from datarecon.experiments.membership.evaluate import evaluate_membership
+from datarecon.experiments.membership.settings import MembershipSettings
+from datarecon.experiments.membership.settings import Runtime as MembershipRuntime
 from datarecon.experiments.reproduce import cost
 from datarecon.experiments.pipeline.common import (
     BatchRun,
@@ -219,22 +222,17 @@ def plan(cfg: HaimConfig) -> list[Piece]:
 
 def _membership_piece(name: str, model_key: str, *, known_init: bool) -> Piece:
     """Membership of the target's training images against non-members from the unused part of its training split
-    (:func:`datarecon.experiments.membership.evaluate_membership`: every signal without reference models; the
+    (:func:`datarecon.experiments.membership.evaluate.evaluate_membership`: every signal without reference models; the
     subspace test's row is kept), weights only and with θ_init known."""
 
     def run(ctx: Context, d: Path) -> dict[str, Any]:
-        # not at module level: membership imports references, which imports reproduce.pieces, and this
-        # package's __init__ imports this module (an import cycle)
-        from datarecon.experiments import membership
-
         out: dict[str, Any] = {}
         for label, spec in (("weights only", None), ("θ_init known", "seed")):
             if spec is not None and not known_init:
                 continue
-            res = membership.evaluate_membership(model_dir(ctx, model_key),
-                                                 settings=membership.MembershipSettings().without_references(),
-                                                 knowledge=KnowledgeSettings(known_init=spec),
-                                                 runtime=membership.Runtime(data_dir=ctx.data_dir, log=lambda _: None))
+            res = evaluate_membership(model_dir(ctx, model_key), settings=MembershipSettings().without_references(),
+                                      knowledge=KnowledgeSettings(known_init=spec),
+                                      runtime=MembershipRuntime(data_dir=ctx.data_dir, log=lambda _: None))
             sub = res["signals"]["subspace"]
             out[label] = {"roc": sub.get("report"), "line": sub.get("line") or sub["note"], "subspace": res["subspace"],
                           "strongest": res["strongest"], "candidates": res["candidates"],

@@ -1,15 +1,19 @@
-"""Membership of a user's own model (bring your own model): the evaluation of :mod:`datarecon.experiments.membership`
-on a ``torch.nn.Module`` with members and non-members given as tensors.
+"""Membership of a user's own model (bring your own model): the evaluation of
+:mod:`datarecon.experiments.membership.evaluate` on a ``torch.nn.Module`` with members and non-members given as
+tensors.
 
 :func:`membership_of_module` (Python) and ``datarecon membership --model package.module:factory --weights FILE``
-(:func:`evaluate_own_membership`) build one :class:`~datarecon.experiments.membership.MembershipCase` from the
+(:func:`evaluate_own_membership`) build one :class:`~datarecon.experiments.membership.case.MembershipCase` from the
 module, its members and non-members (inputs in the model's own input space, with labels), RMIA's population
-samples when given, and the user's training function for the reference models
-(``train(x, y, seed) -> nn.Module``, run on the half-in pool like the recipe of a model directory). Everything else
-is the model directory's evaluation: every signal (the subspace signal where the first dense layer reads the
-inputs), the reference attacks by default within a time budget, the strongest signal beside the loss threshold, the
-empirical ε bound, and with ``out`` a membership folder that keeps the reference models, the scores, the ROC and the
-most exposed members for ``datarecon report``.
+samples when given, and the user's training function for the reference models (``train(x, y, seed) ->
+nn.Module``, run on the half-in pool like the recipe of a model directory; it receives the inputs in the dtype of
+the model's weights and the labels as its loss takes them, :func:`~datarecon.experiments.membership.trainers.
+recipe_inputs`), with the reference models' count, budget and seed from the one
+:class:`~datarecon.experiments.membership.settings.ReferenceSettings`. Everything else is the model directory's
+evaluation: every signal (the subspace signal where the first dense layer reads the inputs), the reference attacks
+by default within a time budget, the strongest signal beside the loss threshold, the empirical ε bound, and with
+``out`` a membership folder that keeps the reference models, the scores, the ROC and the most exposed members for
+``datarecon report``.
 """
 
 from __future__ import annotations
@@ -27,41 +31,18 @@ from torch import nn
 from datarecon.attacks.base import Target
 from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.errors import DataReconError
-from datarecon.experiments.membership import (
-    TARGET_FORMAT,
-    MembershipCase,
-    MembershipSettings,
-    Runtime,
-    assemble_candidates,
-    evaluate_case,
-    setup_of,
-)
-from datarecon.experiments.references import AUTO, FunctionTrainer, ReferenceSettings, import_callable
+from datarecon.experiments.membership.candidates import assemble_candidates
+from datarecon.experiments.membership.case import MembershipCase, setup_of
+from datarecon.experiments.membership.evaluate import evaluate_case
+from datarecon.experiments.membership.folder import TARGET_FORMAT
+from datarecon.experiments.membership.settings import MembershipSettings, Runtime
+from datarecon.experiments.membership.trainers import FunctionTrainer, import_callable
 from datarecon.kernel.outdir import OutDir
 from datarecon.utils.io import config_hash, params_digest, sha256_file
 
-__all__ = ["OwnModel", "OwnReferences", "OwnSets", "evaluate_own_membership", "membership_of_module", "own_case",
-           "own_record"]
+__all__ = ["OwnModel", "OwnSets", "evaluate_own_membership", "membership_of_module", "own_case", "own_record"]
 
 Pair = tuple[torch.Tensor, torch.Tensor]
-
-
-@dataclass(frozen=True)
-class OwnReferences:
-    """Reference models of a user's own module, trained by the user's recipe.
-
-    Attributes:
-        train: ``train(x, y, seed) -> nn.Module``: trains a fresh model on (x, y) as the target was trained.
-        count: how many (≥ 3 lets them choose the strongest signal as pseudo-targets), or ``"auto"``: as many as
-            ``budget_minutes`` allows.
-        seed: seed of their subsets and of the seeds passed to ``train``.
-        budget_minutes: the time budget of ``count="auto"``.
-    """
-
-    train: Callable[..., nn.Module]
-    count: int | str = AUTO
-    seed: int = 0
-    budget_minutes: float = 3.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +68,11 @@ def own_record(name: str, *, weights: str | Path | None = None,
     identity (the weights file's SHA-256, else the parameters' digest)."""
     identity = sha256_file(Path(weights)) if weights is not None else params_digest(params or {})
     return {"format": TARGET_FORMAT, "model": name, "identity": config_hash({"own": name, "weights": identity})}
+
+
+def _dtype(target: Target) -> torch.dtype:
+    """The dtype of a user's model (its weights'): the inputs its training function receives."""
+    return next(iter(target.params.values())).dtype
 
 
 def _check_sets(sets: OwnSets) -> None:
@@ -124,13 +110,14 @@ def own_case(target: Target, sets: OwnSets, *, trainer: FunctionTrainer | None, 
                                provenance=prov, seed=seed)
     setup = setup_of(target, knowledge=knowledge, meta=None, mean=torch.zeros(target.input_shape, dtype=torch.float64))
     why = "" if trainer is not None else ("no training function was given for the reference models (--recipe "
-                                          "package.module:train, or references=OwnReferences(train) in Python)")
+                                          "package.module:train, or recipe=train in Python)")
     return MembershipCase(setup=setup, candidates=cand, trainer=trainer, record=record, no_trainer=why,
                           knowledge=knowledge or KnowledgeSettings())
 
 
 def membership_of_module(model: nn.Module, *, loss: Any, members: Pair, nonmembers: Pair, population: Pair | None = None,
-                         references: OwnReferences | None = None, settings: MembershipSettings = MembershipSettings(),
+                         recipe: Callable[..., nn.Module] | None = None,
+                         settings: MembershipSettings = MembershipSettings(),
                          out: str | Path | None = None) -> dict[str, Any]:
     """Every membership signal on a user's own ``nn.Module`` (bring your own model), from tensors.
 
@@ -141,19 +128,22 @@ def membership_of_module(model: nn.Module, *, loss: Any, members: Pair, nonmembe
             at 0.1 % FPR).
         population: (x, y) of further examples it did not train on, never a candidate (RMIA's z); None: the RMIA
             signals are not measured.
-        references: your training recipe and how many reference models to train with it on the half-in pool (the
-            members and as many non-members of each class, each model on a random half); None: no reference signals.
-        settings: the calibration part and its seed (when the strongest signal is not chosen on reference models)
-            and the reference attacks' settings (its ``nonmembers``, ``population`` and ``references`` are taken from
-            the arguments above).
+        recipe: your training recipe, ``recipe(x, y, seed) -> nn.Module``: trains a fresh model on (x, y) as the
+            target was trained (x in the dtype of the model's weights; y as given: class indices as int64, ±1 labels
+            in the model's dtype); the reference models train with it on the half-in pool (the members and as many
+            non-members of each class, each model on a random half); None: no reference signals.
+        settings: how many reference models (``references``: a count, or auto within its budget; its seed), the
+            calibration part and its seed (when the strongest signal is not chosen on reference models) and the
+            reference attacks' settings (its ``nonmembers`` and ``population`` are the tensors given).
         out: a membership folder (the result, scores, ROC, the most exposed members and the reference models, which
             a second call reuses); None: nothing is kept (reference models train in a temporary folder).
 
     Returns:
-        JSON-ready, as :func:`datarecon.experiments.membership.evaluate_membership`.
+        JSON-ready, as :func:`datarecon.experiments.membership.evaluate.evaluate_membership`.
 
     Raises:
-        DataReconError: empty or mismatched inputs, a model or loss that does not fit them.
+        DataReconError: empty or mismatched inputs, a model or loss that does not fit them, a fixed number of
+            reference models without a ``recipe``.
     """
     x = torch.cat([members[0], nonmembers[0]])
     lo_hi = (float(x.min()), float(x.max()))  # the range of valid inputs the model's checks draw from
@@ -161,15 +151,14 @@ def membership_of_module(model: nn.Module, *, loss: Any, members: Pair, nonmembe
         warnings.filterwarnings("ignore", message=".*not positively homogeneous.*")
         target = Target.from_module(model, loss=loss, input_shape=tuple(x.shape[1:]), value_range=lo_hi)
     net = target.model
-    trainer, ref = None, ReferenceSettings(count=0)
-    if references is not None:
-        trainer = FunctionTrainer(train=references.train, blank=lambda: copy.deepcopy(net), loss=loss,
-                                  name=f"{references.train.__module__}.{references.train.__qualname__}")
-        ref = ReferenceSettings(count=references.count, seed=references.seed, budget_minutes=references.budget_minutes)
+    trainer = None
+    if recipe is not None:
+        trainer = FunctionTrainer(train=recipe, blank=lambda: copy.deepcopy(net), loss=loss,
+                                  name=f"{recipe.__module__}.{recipe.__qualname__}", dtype=_dtype(target))
     record = own_record(f"{type(model).__module__}.{type(model).__qualname__}", params=dict(target.params))
     case = own_case(target, OwnSets(members, nonmembers, population), trainer=trainer, record=record,
                     seed=settings.seed)
-    settings = settings.model_copy(update={"nonmembers": int(nonmembers[0].shape[0]), "references": ref})
+    settings = settings.model_copy(update={"nonmembers": int(nonmembers[0].shape[0])})
     return evaluate_case(case, settings=settings, out=out, runtime=Runtime(log=lambda _: None))
 
 
@@ -199,7 +188,7 @@ def evaluate_own_membership(target: Target, sets: OwnSets, model: OwnModel, *,
         target: the model as :meth:`~datarecon.attacks.base.Target.from_module` checked it.
         sets: its members, non-members and population samples (inputs in its input space, with labels).
         model: its factory, weights file and training function.
-        settings, knowledge, out, runtime: as :func:`~datarecon.experiments.membership.evaluate_membership`.
+        settings, knowledge, out, runtime: as :func:`~datarecon.experiments.membership.evaluate.evaluate_membership`.
 
     Raises:
         DataReconError: a recipe that cannot be imported, empty or mismatched sets.
@@ -208,7 +197,7 @@ def evaluate_own_membership(target: Target, sets: OwnSets, model: OwnModel, *,
     if model.recipe is not None:
         factory = import_callable(model.factory, what="--model")
         trainer = FunctionTrainer(train=import_callable(model.recipe, what="--recipe"), blank=factory,
-                                  loss=target.loss, name=model.recipe, factory=model.factory)
+                                  loss=target.loss, name=model.recipe, factory=model.factory, dtype=_dtype(target))
     record = own_record(model.factory, weights=model.weights)
     case = own_case(target, sets, trainer=trainer, record=record, knowledge=knowledge, seed=settings.seed)
     return evaluate_case(case, settings=settings, out=out, runtime=runtime)

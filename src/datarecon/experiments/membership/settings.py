@@ -1,0 +1,129 @@
+"""The settings of a membership evaluation, one-to-one with ``datarecon membership``'s flags and its ``--config``
+file: how the non-members and population samples are drawn (:class:`MembershipSettings`), how many reference
+models train and how (:class:`ReferenceSettings`, the one declaration of them for a model directory, a user's
+module and ``audit --model``), the member call of a user's images (:class:`Calibration`), and where the reference
+models train and how the evaluation reports (:class:`Runtime`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from datarecon.attacks.mia import MIASettings
+from datarecon.config import Seed
+from datarecon.experiments.execution import Execution
+
+__all__ = ["AUTO", "Calibration", "MAX_REFERENCES", "MembershipSettings", "ReferenceSettings", "Runtime"]
+
+#: ``count: auto``: the number of reference models follows from the time budget
+AUTO = "auto"
+#: the most reference models one call may ask for
+MAX_REFERENCES = 100_000
+
+
+class ReferenceSettings(BaseModel):
+    """How many reference models, and how they are drawn.
+
+    Attributes:
+        count: reference models K; auto: as many as the time budget allows, estimated from the first models trained
+            (0: none; the loss, confidence, gradient-norm and subspace signals only)
+        budget_minutes: with count auto, the wall time the reference models may take (their training, on the
+            workers given)
+        seed: seed of the reference models' training subsets and initialisations
+        keep_weights: keep every reference model's weights in the folder (to score other images later); the first
+            four are kept in any case (they play the target to choose the strongest signal)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    count: int | Literal["auto"] = Field(default=AUTO, union_mode="left_to_right")
+    budget_minutes: float = Field(default=3.0, gt=0, le=24 * 60)
+    seed: Seed = 0
+    keep_weights: bool = True
+
+    @property
+    def auto(self) -> bool:
+        return self.count == AUTO
+
+    def fixed(self, count: int) -> ReferenceSettings:
+        """These settings with ``count`` models."""
+        return self.model_copy(update={"count": int(count)})
+
+    @field_validator("count")
+    @classmethod
+    def _count(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 0 <= value <= MAX_REFERENCES:
+            raise ValueError(f"count must be auto or between 0 and {MAX_REFERENCES}, got {value}")
+        return value
+
+
+class MembershipSettings(BaseModel):
+    """How a membership evaluation draws its images and which attacks it runs (one-to-one with the flags).
+
+    Attributes:
+        nonmembers: non-members drawn from the unused part of the model's training split (at least 1000 resolve a
+            TPR at 0.1% FPR)
+        population: population samples for RMIA, drawn from the test split
+        calibration_fraction: fraction of the members and of the non-members on which the strongest signal is chosen
+            when no reference models choose it (the ROCs are reported on the rest)
+        seed: seed of the draws and of the calibration split
+        references: the reference models
+        attacks: settings of the reference attacks
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    nonmembers: int = Field(default=2000, ge=1)
+    population: int = Field(default=1000, ge=1)
+    calibration_fraction: float = Field(default=0.3, ge=0, lt=1)
+    seed: Seed = 0
+    references: ReferenceSettings = ReferenceSettings()
+    attacks: MIASettings = MIASettings()
+
+    def without_references(self) -> MembershipSettings:
+        """These settings with no reference models (``datarecon evaluate`` and the reproductions' quick rows)."""
+        return self.model_copy(update={"references": self.references.fixed(0)})
+
+
+class Calibration(BaseModel):
+    """Where the member call of a user's images comes from: the null, the false-positive rate and the signal.
+
+    Attributes:
+        null: images known NOT to be training images, to calibrate the threshold on (default: the
+            model's held-out test images)
+        fpr: false-positive rate of the member call (default 0.01)
+        signal: the signal the member call uses (auto: the strongest of an evaluation kept in --out, else
+            the loss with labels and the subspace without)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    null: Path | None = None
+    fpr: float = 0.01
+    signal: str = "auto"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where an evaluation's reference models train and how it reports.
+
+    Attributes:
+        execution: backend, workers, Ray address, threads per task (:class:`~datarecon.experiments.execution.Execution`).
+        device: torch device of the reference models' training.
+        data_dir: data folder (None: ``$DATARECON_DATA`` / cache).
+        log: sink of the lines that say what runs (reference models trained, kept, scoring).
+        progress: progress of the reference models (one step per model) and of the scoring (one step per
+            pseudo-target, then per signal): a :data:`~datarecon.kernel.engine.PROGRESS_MODES` name or a bool (True:
+            a bar on a terminal, plain lines in a log; False: none).
+    """
+
+    execution: Execution = Execution()
+    device: str = "cpu"
+    data_dir: str | Path | None = None
+    log: Callable[[str], None] = print
+    progress: bool | str = False
