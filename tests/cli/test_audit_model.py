@@ -40,3 +40,23 @@ def test_audit_a_given_model_prints_the_answer_and_writes_a_report(model, tmp_pa
 def test_audit_of_a_model_is_one_process(model, tmp_path, capsys):
     assert main(["audit", "--scale", "smoke", "--model", str(model), "--workers", "2", "--out", str(tmp_path / "a")]) == 2
     assert "drop --backend and --workers" in capsys.readouterr().err and not (tmp_path / "a").exists()
+
+
+def test_audit_announces_only_what_its_membership_runs(model, tmp_path, capsys, monkeypatch):
+    """Where not even 16 reference models fit the budget (here each takes 30 s, as their markers say), the audit's
+    announcement claimed no reference attacks and its answer says they were not run, with their cost and the
+    audit's own options to run them; --references K runs K."""
+    from datarecon.experiments.membership import references
+
+    monkeypatch.setattr(references, "trained_times", lambda out, indices: [30.0 for _ in indices])
+    base = ["audit", "--scale", "smoke", "--model", str(model), "--no-progress"]
+    assert main([*base, "--out", str(tmp_path / "a")]) == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    assert ("membership (reference attacks if 16 or more reference models fit --budget-minutes 0.5, else a line with "
+            "their cost)") in text
+    assert ("membership: reference attacks (LiRA, RMIA) not run: 16 reference models would take about 8.0 min "
+            "(30.0 s each") in text and "pass --budget-minutes 10 or --references 16" in text
+    assert main([*base, "--references", "4", "--out", str(tmp_path / "b")]) == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    assert "membership (4 reference models)" in text and "membership: reference models: 4 reference models" in text
+    assert json.loads((tmp_path / "b" / "membership" / "membership.json").read_text())["references"]["count"] == 4

@@ -795,14 +795,15 @@ CASES.update({
 
 def _own_membership(ws: Workspace, heldout: str) -> list[str]:
     """``membership`` of a user's model (the package of :func:`_own`) with its members as ``--train`` and ``heldout``
-    (``same``: the members again; ``mixed``: half of them) as ``--heldout``."""
+    (``same``: the members again; ``mixed``: half of them; ``new``: other examples) as ``--heldout``."""
     from safetensors.torch import save_file
 
     _own(ws, "make")
     x, y = torch.rand(6, 1, 8, 8, generator=torch.Generator().manual_seed(0)), torch.tensor([0., 1] * 3)
     save_file({"x": x, "y": y}, str(ws.root / "members.safetensors"))
     others = torch.cat([x[:3], torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(1))])
-    save_file({"x": x if heldout == "same" else others, "y": y}, str(ws.root / "heldout.safetensors"))
+    fresh = torch.rand(6, 1, 8, 8, generator=torch.Generator().manual_seed(2))
+    save_file({"x": {"same": x, "mixed": others, "new": fresh}[heldout], "y": y}, str(ws.root / "heldout.safetensors"))
     return ["membership", "--model", "dr_issue25_nets:make", "--weights", str(ws.root / "net.safetensors"),
             "--input-shape", "1,8,8", "--evaluate", "--train", str(ws.root / "members.safetensors"), "--heldout",
             str(ws.root / "heldout.safetensors"), "--no-progress", "--out", str(ws.root / "m")]
@@ -892,6 +893,60 @@ CASES.update({
 })
 
 
+# -- issue 50: the sixth trial's membership findings (data loss, an own model's recipe, audit --model's reference
+# models, a budget that did nothing): each row fails on the source before its fix
+
+
+def _trained_with_references(ws: Workspace, *args: str) -> Path:
+    """A trained model (it records its recipe) and its membership folder with 2 finished reference models of
+    ``--reference-seed 0``; returns the folder."""
+    model, out = ws.root / "trained", ws.root / "refs"
+    assert main([*TRAIN, "--out", str(model)]) == 0
+    assert main(["membership", "--model", str(model), "--evaluate", "--references", "2", "--nonmembers", "50",
+                 "--population", "10", "--no-progress", "--out", str(out), *args]) == 0
+    return out
+
+
+def _refs_again(ws: Workspace, *args: str) -> list[str]:
+    out = _trained_with_references(ws)
+    return ["membership", "--model", str(ws.root / "trained"), "--evaluate", "--references", "2", "--nonmembers",
+            "50", "--population", "10", "--no-progress", "--out", str(out), *args]
+
+
+def _own_recipe(ws: Workspace, recipe: str) -> list[str]:
+    """``membership`` of a user's model with reference models trained by ``dr_issue25_nets:<recipe>``."""
+    return [*_own_membership(ws, "new"), "--references", "2", "--recipe", f"dr_issue25_nets:{recipe}"]
+
+
+CASES.update({
+    # data lost: the finished reference models of another --reference-seed were trained over without --overwrite;
+    # the table's snapshot checks that the refused call changes no file, the folder's included
+    "membership-references-of-another-seed": Case(lambda ws: _refs_again(ws, "--reference-seed", "1"),
+                                                  "holds 2 finished reference models made with --reference-seed 0"),
+    # misleading: a recipe's failure was "N reference-model tasks failed" (first: a task key and a bare error)
+    "membership-own-recipe-raises": Case(lambda ws: _own_recipe(ws, "boom"),
+                                         "your training function dr_issue25_nets:boom failed on reference model 0",
+                                         out=lambda ws: ws.root / "m"),
+    # wrongly accepted: a budget that sets nothing (the count is fixed), and audit --model's reference models
+    "membership-budget-with-fixed-references": Case(lambda ws: _member(ws, ws.root / "m", "--references", "4",
+                                                                       "--budget-minutes", "1"),
+                                                    "--budget-minutes sets how many reference models --references "
+                                                    "auto trains"),
+    "audit-references-without-model": Case(lambda ws: ["audit", "--scale", "smoke", "--references", "4", "--out",
+                                                        str(ws.root / "a")],
+                                           "set the reference models of audit --model's membership"),
+    "audit-model-budget-with-fixed-references": Case(
+        lambda ws: ["audit", "--scale", "smoke", "--model", str(ws.model), "--references", "4", "--budget-minutes",
+                    "1", "--out", str(ws.root / "a")], "--budget-minutes sets how many reference models"),
+    "audit-model-references-bogus": Case(lambda ws: ["audit", "--scale", "smoke", "--model", str(ws.model),
+                                                     "--references", "many", "--out", str(ws.root / "a")],
+                                         "--references takes auto or a number of reference models"),
+    "audit-model-budget-negative": Case(lambda ws: ["audit", "--scale", "smoke", "--model", str(ws.model),
+                                                    "--budget-minutes", "-1", "--out", str(ws.root / "a")],
+                                        "budget_minutes"),
+})
+
+
 def _bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
@@ -912,6 +967,7 @@ def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 165  # and 67 more by issue 36 (17 of them its adversarial trial's findings)
     assert len(CASES) >= 205  # and 27 more by the fourth adversarial trial's findings (issue 46)
     assert len(CASES) >= 227  # and 22 more by the fifth's (issue 46 item 3)
+    assert len(CASES) >= 234  # and 7 more by the sixth's membership findings (issue 50)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -256,6 +256,28 @@ def test_a_flipped_byte_in_a_kept_reference_model_is_refused(kept, tmp_path, cap
     assert _snapshot(out) == before
 
 
+def test_reference_models_of_another_seed_are_never_trained_over(kept, tmp_path, capsys):
+    """A call with another --reference-seed into a folder of finished reference models (a fixed K or auto) is refused
+    in one line and changes no file of the folder; the folder's own seed reuses them; --overwrite replaces them."""
+    import shutil
+
+    out = tmp_path / "m"
+    shutil.copytree(kept, out)
+    before = _snapshot(out)
+    base = ["membership", "--model", str(_model_of(kept)), "--evaluate", "--nonmembers", "200", "--population", "40",
+            "--no-progress", "--out", str(out)]
+    for count in ("4", "auto"):
+        assert main([*base, "--references", count, "--reference-seed", "3"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "holds 4 finished reference models made with --reference-seed 2, not this " \
+            "call's (--reference-seed 3)" in err[0], err
+        assert _snapshot(out) == before
+    assert main([*base, "--references", "4", "--reference-seed", "2"]) == 0
+    assert "(0 trained now, 4 reused)" in capsys.readouterr().out
+    assert main([*base, "--references", "4", "--reference-seed", "3", "--overwrite"]) == 0
+    assert "(4 trained now, 0 reused)" in capsys.readouterr().out
+
+
 def _model_of(folder: Path) -> Path:
     return Path(json.loads((folder / "target.json").read_text())["model"])
 

@@ -30,6 +30,27 @@ NETS = textwrap.dedent('''
         return net
 ''')
 
+#: a float32 model and a recipe that uses its inputs as given (no cast): it must receive float32 inputs and int64
+#: class indices (a recipe of float64 inputs failed every reference model with a dtype error)
+NETS32 = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+    def make_mlp():
+        return nn.Sequential(nn.Flatten(), nn.Linear(64, 32, bias=False), nn.ReLU(), nn.Linear(32, 10, bias=False))
+
+    def train(x, y, seed):
+        assert x.dtype == torch.float32 and y.dtype == torch.int64, (x.dtype, y.dtype)
+        torch.manual_seed(seed % 2**31)
+        net = make_mlp()
+        opt = torch.optim.SGD(net.parameters(), lr=0.5)
+        for _ in range(50):
+            opt.zero_grad()
+            nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+        return net
+''')
+
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, data_dir):
@@ -42,6 +63,7 @@ def project(tmp_path_factory, data_dir):
     (root / "mypkg").mkdir()
     (root / "mypkg" / "__init__.py").write_text("")
     (root / "mypkg" / "nets.py").write_text(NETS)
+    (root / "mypkg" / "nets32.py").write_text(NETS32)
     ns: dict = {}
     exec(compile(NETS, "nets", "exec"), ns)  # noqa: S102 - the test's own source
     spec = DataSpec(dataset="digits", task="all", n_per_class=2, n_heldout_per_class=0)
@@ -52,6 +74,9 @@ def project(tmp_path_factory, data_dir):
         save_file({"x": part.x.double().contiguous(), "y": part.y.contiguous()}, str(root / f"{name}.safetensors"))
     net = ns["train"](members.x, members.y, 0)
     save_file(net.state_dict(), str(root / "net.safetensors"))
+    ns32: dict = {}
+    exec(compile(NETS32, "nets32", "exec"), ns32)  # noqa: S102 - the test's own source
+    save_file(ns32["train"](members.x.float(), members.y, 0).state_dict(), str(root / "net32.safetensors"))
     save_file(ns["make_mlp"]().double().state_dict(), str(root / "init.safetensors"))
     return root
 
@@ -87,6 +112,19 @@ def test_membership_of_your_own_model_with_a_folder_roc_kept_references_and_the_
     # a second call reuses them; a larger K trains the new ones in worker processes (the recipe is importable)
     assert main([*args[:-4], "8", "--workers", "2", "--out", "m", "--no-progress"]) == 0
     assert "(2 trained now, 6 reused)" in capsys.readouterr().out
+
+
+def test_a_float32_recipe_gets_float32_inputs_and_class_indices(inside, capsys):
+    """A recipe receives the inputs in the dtype of the model's weights and the labels as its loss takes them (the
+    files hold float64 inputs): a float32 recipe that does not cast trains every reference model."""
+    args = ["membership", "--model", "mypkg.nets32:make_mlp", "--weights", "net32.safetensors", "--input-shape",
+            "1,8,8", "--loss", "cross-entropy", "--train", "train.safetensors", "--heldout", "heldout.safetensors",
+            "--public", "public.safetensors", "--recipe", "mypkg.nets32:train", "--evaluate", "--references", "6",
+            "--out", "m32", "--no-progress"]
+    assert main(args) == 0, capsys.readouterr().err
+    result = json.loads((inside / "m32" / "membership.json").read_text())
+    assert result["references"]["count"] == 6 and result["references"]["trained"] == 6
+    assert result["signals"]["lira-online"]["applicable"]
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -122,3 +122,46 @@ def test_the_epsilon_bound_is_the_clopper_pearson_bound_of_the_dp_inequalities()
     assert none.lower == 0.0 and none.fpr is None and "no lower bound above 0" in none.line()
     few = epsilon_lower_bound(pos[:5], neg)
     assert few.fpr is None and "too few" in few.note
+    # the note states what the level is: six one-sided bounds, each at 1 - 0.05/6, all holding with 95 %
+    assert "6 one-sided Clopper-Pearson bounds" in bound.note and "each at 99.17% confidence" in bound.note
+    assert "all hold together with 95% (Bonferroni)" in bound.note
+
+
+def _power(auc: float, tpr: float | None, members: int, nonmembers: int, measurements: int = 1):
+    from datarecon.evaluation.membership import SignalPower
+
+    return SignalPower(auc, tpr, members, nonmembers, measurements)
+
+
+def test_the_choice_names_the_signals_that_lack_a_tpr_and_their_own_sizes() -> None:
+    """Where some signals' non-members are too few for a TPR at 1 % FPR the AUC chooses, and the rule names those
+    signals with their sizes, per pseudo-target (not the chosen signal's sizes, summed, as if they had been few)."""
+    from datarecon.evaluation.membership import choose_strongest
+
+    power = {"loss": _power(0.90, 0.0, 10, 1490, 4), "subspace": _power(0.99, 0.9, 10, 1490, 4),
+             "lira-online": _power(0.95, None, 10, 10, 4), "rmia-online": _power(0.70, None, 10, 10, 4)}
+    best, rule = choose_strongest(power, where="4 reference models as pseudo-targets")
+    assert best == "subspace"
+    assert rule == ("the highest AUC on 4 reference models as pseudo-targets (10 members, 1490 non-members each): "
+                    "lira-online, rmia-online were measured on 10 members, 10 non-members each, too few non-members "
+                    "for a TPR at 1% FPR (needs 100)")
+
+
+def test_ties_go_to_the_signal_ranked_first_and_the_fixed_rule_follows_the_declared_ranks() -> None:
+    """Equal TPR and AUC: the earlier rank wins, whatever the order of the mapping; nothing measured: the rule fixed
+    in advance is the order of the signals' declared ranks (reference attacks first, then subspace, loss, ...)."""
+    import math
+
+    from datarecon.attacks.mia import SIGNALS, ranked
+    from datarecon.evaluation.membership import choose_strongest, fixed_rule
+
+    tie = {"gradient-norm": _power(0.9, 0.5, 20, 200), "loss": _power(0.9, 0.5, 20, 200),
+           "lira-offline": _power(0.9, 0.5, 20, 200)}
+    assert choose_strongest(tie)[0] == "lira-offline"
+    assert choose_strongest(dict(reversed(list(tie.items()))))[0] == "lira-offline"
+    assert ranked(SIGNALS.names()) == ["lira-online", "rmia-online", "rmia", "lira-offline", "subspace", "loss",
+                                       "confidence", "gradient-norm"]
+    nothing = {k: _power(math.nan, None, 0, 0) for k in ("confidence", "loss", "subspace")}
+    assert choose_strongest(nothing) == ("subspace", fixed_rule(list(nothing)))
+    assert fixed_rule(["loss", "subspace"], "why").startswith("the rule fixed in advance, the first measured of "
+                                                              "subspace, loss (why)")

@@ -94,3 +94,25 @@ def test_evaluate_refuses_the_membership_folder_of_another_model(folder, tmp_pat
     assert main(["reconstruct", "--model", str(other), "--steps", "2", "--no-progress", "--out", str(run)]) == 0
     assert main(["evaluate", str(run), "--membership", str(folder), "--no-progress"]) == 2
     assert "is the membership folder of another model" in capsys.readouterr().err
+
+
+def test_a_panel_that_would_crowd_one_bin_is_drawn_on_the_percentile_axis() -> None:
+    """Loss-type scores piled up next to their bound (−loss of memorised members and most non-members close to 0, a
+    long tail below) filled one bin of the score axis; on the percentile axis no bin holds more than about 1/bins of
+    the scores, and the members still sit above the non-members. A spread score keeps its own axis."""
+    import numpy as np
+
+    from datarecon.report.figures import CROWDED_BIN, histogram_axis
+
+    rng = np.random.default_rng(0)
+    members, nonmembers = -rng.exponential(1e-6, 20), -rng.exponential(0.05, 2000) ** 2
+    edges = np.linspace(np.percentile(np.r_[members, nonmembers], 1), 0, 31)
+    crowded, _ = np.histogram(np.clip(np.r_[members, nonmembers], edges[0], 0), edges)
+    assert crowded.max() > 0.5 * crowded.sum()  # the score axis: one bin
+    m, n, bins, label = histogram_axis(members, nonmembers)
+    counts, _ = np.histogram(np.r_[m, n], bins)
+    assert label == "percentile among all scores" and counts.max() <= 2 * counts.sum() / 30
+    assert np.median(m) > np.median(n)
+    spread = histogram_axis(rng.normal(1, 1, 50), rng.normal(0, 1, 500))
+    counts, _ = np.histogram(np.r_[spread[0], spread[1]], spread[2])
+    assert spread[3] == "score" and counts.max() <= CROWDED_BIN * counts.sum()

@@ -21,8 +21,9 @@ from datarecon.cli.options import Output, backend_options, option_group, output_
 from datarecon.config import read_config_mapping
 from datarecon.errors import DataReconError
 from datarecon.experiments.audit import SCALES, load_audit_config, run_audit, summary_lines
-from datarecon.experiments.audit_model import audit_model
+from datarecon.experiments.audit_model import audit_model, with_model_references
 from datarecon.experiments.execution import Execution
+from datarecon.experiments.membership.settings import parse_references
 from datarecon.experiments.pipeline.pieces import Runtime
 from datarecon.utils.device import parse_device
 
@@ -55,10 +56,37 @@ COMPUTE = {
 }
 
 
+@dataclass(frozen=True)
+class ModelReferences:
+    """The reference models of ``audit --model``'s membership (None: the scale's).
+
+    Attributes:
+        references: ``auto`` or a number of reference models.
+        budget_minutes: with ``auto``, the wall time they may take.
+    """
+
+    references: str | None
+    budget_minutes: float | None
+
+
+MODEL_REFERENCES = {
+    "references": (str | None, None, typer.Option(
+        "--references", metavar="<int|auto>", show_default=False,
+        help="With --model: the reference models of its membership audit (LiRA, RMIA): auto (as many as "
+             "--budget-minutes allows; none, with their cost, where not even 16 fit) or a number K (0: none). "
+             "Default: the scale's (auto).")),
+    "budget_minutes": (float | None, None, typer.Option(
+        "--budget-minutes", show_default=False,
+        help="With --model and --references auto: the wall time the reference models may take. Default: the "
+             "scale's (smoke 0.5, small and gpu 3).")),
+}
+
+
 @output_options(out="Output folder (rerun into it to resume).",
                 resume="Continue unfinished trainings and attacks from checkpoints.",
                 overwrite="Replace an --out folder of another audit configuration.")
 @backend_options(workers="Targets in flight (1: in-process).", default_workers=1)
+@option_group("references", ModelReferences, MODEL_REFERENCES)
 @option_group("compute", Compute, COMPUTE)
 def audit_cmd(
     scale: Annotated[str, typer.Option("--scale", help=SCALE_HELP)] = "small",
@@ -70,6 +98,7 @@ def audit_cmd(
                                                "and the scale's KKT runs.")] = None,
     *,
     compute: Compute,
+    references: ModelReferences,
     output: Output,
     backend: Execution,
 ) -> None:
@@ -78,6 +107,12 @@ def audit_cmd(
     check_threads(compute.threads)
     overrides = read_config_mapping(config) if config is not None else None
     cfg = load_audit_config(scale=scale, overrides=overrides)
+    if model is None and (references.references is not None or references.budget_minutes is not None):
+        raise DataReconError("--references and --budget-minutes set the reference models of audit --model's "
+                             "membership; the grid's targets take theirs from --config (membership: {references: "
+                             "{count: K}})")
+    cfg = with_model_references(cfg, count=None if references.references is None else
+                                parse_references(references.references), budget_minutes=references.budget_minutes)
     runtime = Runtime(data_dir=data_dir, device=compute.device, resume=output.resume, progress=compute.progress)
     if model is not None:
         if backend.backend != "local" or (backend.workers or 1) != 1:

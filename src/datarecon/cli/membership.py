@@ -32,7 +32,8 @@ from datarecon.experiments.membership.evaluate import evaluate_membership
 from datarecon.experiments.membership.folder import check_membership_folder
 from datarecon.experiments.membership.images import score_images
 from datarecon.experiments.membership.own import OwnModel, OwnSets, evaluate_own_membership, own_record
-from datarecon.experiments.membership.settings import AUTO, Calibration, MembershipSettings, Runtime
+from datarecon.experiments.membership.settings import (Calibration, MembershipSettings, Runtime, check_budget_applies,
+                                                       parse_references)
 from datarecon.report.text import reference_lines, strongest_lines
 from datarecon.kernel.outdir import claim_out_dir
 from datarecon.utils.device import parse_device
@@ -82,19 +83,6 @@ WHERE = {
 }
 
 
-def _count(text: str) -> int | str:
-    """``--references``: ``auto`` or a number of reference models."""
-    if text.strip() == AUTO:
-        return AUTO
-    try:
-        return int(text)
-    except ValueError:
-        raise DataReconError(f"--references takes auto or a number of reference models, got {text!r}") from None
-
-
-_count.metavar = "<int|auto>"  # type: ignore[attr-defined]
-
-
 def _flags() -> tuple[tuple[Flag, ...], tuple[Flag, ...], tuple[Flag, ...]]:
     """The flags of the attacker's knowledge (``--known-init``, ``--known-n``; the recipe is not used
     here), of the calibration (``--null``, ``--fpr``, ``--signal``) and of the evaluation's settings."""
@@ -102,7 +90,7 @@ def _flags() -> tuple[tuple[Flag, ...], tuple[Flag, ...], tuple[Flag, ...]]:
                       skip=("recipe.source", "recipe.unknown"))
     settings = flags(MembershipSettings, prefix={"references": "reference-", "attacks": ""},
                      rename={"references.count": "--references", "references.budget_minutes": "--budget-minutes",
-                             "seed": "--draw-seed"}, parse={"references.count": _count})
+                             "seed": "--draw-seed"}, parse={"references.count": parse_references})
     return knowledge, flags(Calibration, parse={"null": Path}), settings
 
 
@@ -121,7 +109,8 @@ class Subject(OwnFields):
         heldout: examples it did not train on (the non-members), the same form.
         public: further examples it did not train on, never a candidate (RMIA's population), or None.
         recipe: ``package.module:train``, the function ``train(x, y, seed) -> nn.Module`` that trains it, for the
-            reference models, or None (no reference attacks).
+            reference models (inputs in the dtype of its weights, labels as its loss takes them:
+            :func:`~datarecon.experiments.membership.trainers.recipe_inputs`), or None (no reference attacks).
     """
 
     model: str
@@ -148,7 +137,10 @@ SUBJECT = {
     "public": (Path | None, None, typer.Option("--public", help="your model: further unseen examples for RMIA's "
                                                "population (safetensors: x, y)")),
     "recipe": (str | None, None, typer.Option("--recipe", help="your model: package.module:train, the function "
-                                              "train(x, y, seed) -> nn.Module for the reference models")),
+                                              "train(x, y, seed) -> nn.Module for the reference models; x: inputs "
+                                              "(n, *input-shape) in the dtype of --weights, y: (n,) labels as in "
+                                              "--train (class indices int64; one output: -1/+1 in that dtype), seed: "
+                                              "an int")),
 }
 
 
@@ -185,6 +177,7 @@ def membership(
     cfg = (load_config_file(where.config, MembershipSettings, overrides=settings) if where.config is not None
            else build_config(MembershipSettings, settings, where="membership settings"))
     calibrated = build_config(Calibration, calibration, where="calibration")
+    check_budget_applies(cfg.references, budget_given="budget_minutes" in (settings.get("references") or {}))
     if not cfg.references.auto and cfg.references.count and where.out is None and evaluate:
         raise DataReconError(f"--references {cfg.references.count} needs --out DIR: the reference models are kept "
                              "there and reused by the next call")

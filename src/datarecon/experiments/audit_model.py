@@ -23,10 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from datarecon.config import build_config
 from datarecon.errors import DataReconError
 from datarecon.experiments.audit import AuditConfig, attacks_and_pool
 from datarecon.experiments.membership.evaluate import evaluate_membership
 from datarecon.experiments.membership.folder import membership_section
+from datarecon.experiments.membership.references import AUTO_COUNTS
+from datarecon.experiments.membership.settings import ReferenceSettings, check_budget_applies
 from datarecon.experiments.membership.settings import Runtime as MembershipRuntime
 from datarecon.experiments.pipeline.pieces import Runtime
 from datarecon.experiments.pipeline.common import evaluate_piece
@@ -35,15 +38,42 @@ from datarecon.kernel.files import METRICS_FILE, REPORT_HTML, REPRODUCTION_JSON
 from datarecon.models.checkpoint import model_identity, read_model_meta
 from datarecon.report.html import Section, write_report
 from datarecon.report.membership import membership_sections
-from datarecon.report.text import headline_lines, strongest_lines
+from datarecon.report.text import headline_lines, reference_lines, strongest_lines
 from datarecon.utils.io import atomic_write_json, config_hash, read_json, versions
 
-__all__ = ["NAME", "audit_model", "model_plan"]
+__all__ = ["NAME", "audit_model", "model_plan", "planned_references", "with_model_references"]
 
 #: the name a given model's audit folder records (:func:`~datarecon.experiments.pipeline.pieces.claim_reproduction`)
 NAME = "audit-model"
 #: the piece that names the given model (its summary's absolute ``model_dir``)
 GIVEN = "model"
+
+
+def with_model_references(cfg: AuditConfig, *, count: int | str | None = None,
+                          budget_minutes: float | None = None) -> AuditConfig:
+    """``cfg`` with the reference models of ``audit --model``'s membership set (``--references``,
+    ``--budget-minutes``; None: the scale's). A number of models drops the scale's budget, which only ``auto``
+    reads.
+
+    Raises:
+        DataReconError: a count or budget out of range, or a budget with a fixed count.
+    """
+    if count is None and budget_minutes is None:
+        return cfg
+    ref = cfg.model_membership.references
+    base = ref.model_dump(mode="json", exclude={"budget_minutes"} if count not in (None, "auto") else set())
+    given = {k: v for k, v in (("count", count), ("budget_minutes", budget_minutes)) if v is not None}
+    new = build_config(ReferenceSettings, {**base, **given}, where="--references/--budget-minutes")
+    check_budget_applies(new, budget_given=budget_minutes is not None)
+    return cfg.model_copy(update={"model_membership": cfg.model_membership.model_copy(update={"references": new})})
+
+
+def planned_references(ref: ReferenceSettings) -> str:
+    """What the membership audit will run of the reference attacks, in words: never more than it may run."""
+    if ref.auto:
+        return (f"reference attacks if {AUTO_COUNTS[0]} or more reference models fit --budget-minutes "
+                f"{ref.budget_minutes:g}, else a line with their cost")
+    return f"{ref.count} reference models" if ref.count else "no reference models"
 
 
 def _given_piece(model_dir: Path) -> Piece:
@@ -84,7 +114,9 @@ def summary_lines(ctx: Context, meta: dict[str, Any]) -> list[str]:
     metrics = read_json(ctx.dir("eval") / METRICS_FILE)
     lines = ["reconstruction (the audit's KKT runs, pooled): " + line for line in
              headline_lines(metrics.get("headline") or {})[:1]]
-    lines += ["membership: " + line for line in strongest_lines(ctx.summary("membership"))]
+    section = ctx.summary("membership")
+    lines += ["membership: " + line for line in reference_lines(section.get("references"))]
+    lines += ["membership: " + line for line in strongest_lines(section)]
     dp = (meta.get("metrics") or {}).get("dp_epsilon")
     if dp is not None:
         lines.append(f"DP-SGD: the model was trained with epsilon {float(dp):.3g} at delta "
@@ -126,9 +158,8 @@ def audit_model(model_dir: str | Path, cfg: AuditConfig, *, out: str | Path, run
                                                     "entries": entries(pieces)})
         ctx = Context(out=out, data_dir=runtime.data_dir, device=runtime.device, resume=runtime.resume,
                       progress=runtime.progress)
-        ref = cfg.model_membership.references
-        refs = (f"reference attacks within {ref.budget_minutes:g} min" if ref.auto else f"{ref.count} reference models")
-        log(f"audit of {model_dir}: membership ({refs}), {len(cfg.runs)} KKT runs -> {out}")
+        log(f"audit of {model_dir}: membership ({planned_references(cfg.model_membership.references)}), "
+            f"{len(cfg.runs)} KKT runs -> {out}")
         execute(pieces, ctx, log=log)
         lines = summary_lines(ctx, meta)
         if not (ctx.dir("membership") / "membership.json").is_file():

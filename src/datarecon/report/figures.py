@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from scipy.stats import rankdata
 
 from datarecon.errors import DataReconError
 from datarecon.report.style import series
@@ -40,6 +41,7 @@ __all__ = [
     "roc_curves",
     "scree_plot",
     "membership_roc_figure",
+    "histogram_axis",
     "score_histograms",
     "image_strip",
     "landscape_heatmaps",
@@ -368,40 +370,69 @@ def membership_roc_figure(rocs: Mapping[str, tuple[Sequence[float], Sequence[flo
     return fig
 
 
+#: a score panel whose fullest bin would hold more than this fraction of the scores is drawn on the percentile axis
+CROWDED_BIN = 0.25
+
+
+def histogram_axis(members: Sequence[float], nonmembers: Sequence[float], *,
+                   bins: int = 30) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """Where a membership panel draws its scores: ``(member x, non-member x, bin edges, axis label)``.
+
+    The score itself, from the 1st percentile of both classes' scores to their maximum (the long tail below
+    gathered in the first bin), unless its fullest bin would then hold more than :data:`CROWDED_BIN` of the scores
+    (a loss-type score piled up next to its bound, or a few far outliers): then each score's percentile among both
+    classes' scores (ties share their mean rank), which spreads them over equal-count bins and keeps the order
+    that the ROC reads. Non-finite scores are dropped.
+
+    Args:
+        members, nonmembers: scores (higher = member).
+        bins: bins over the axis.
+    """
+    m, n = np.asarray(members, dtype=float), np.asarray(nonmembers, dtype=float)
+    m, n = m[np.isfinite(m)], n[np.isfinite(n)]
+    both = np.r_[m, n]
+    if not both.size:
+        return m, n, np.linspace(0.0, 1.0, bins + 1), "score"
+    lo, hi = float(np.percentile(both, 1)), float(both.max())
+    hi = hi if hi > lo else lo + 1.0
+    edges = np.linspace(lo, hi, bins + 1)
+    m_lin, n_lin = np.clip(m, lo, hi), np.clip(n, lo, hi)
+    counts, _ = np.histogram(np.r_[m_lin, n_lin], bins=edges)
+    if counts.max() <= CROWDED_BIN * both.size:
+        return m_lin, n_lin, edges, "score"
+    pct = 100.0 * (rankdata(both, method="average") - 0.5) / both.size  # ranks 1..N, ties share their mean
+    return pct[:m.size], pct[m.size:], np.linspace(0.0, 100.0, bins + 1), "percentile among all scores"
+
+
 def score_histograms(panels: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, bins: int = 30,
                      columns: int = 4) -> Figure:
     """Members' and non-members' score distributions of each membership signal, one panel each (density, so that
-    classes of very different sizes compare; the counts are in the legend). The range runs from the 1st percentile
-    of both classes' scores to their maximum; the long tail of a loss-type score below it is gathered in the first
-    bin.
+    classes of very different sizes compare; the counts are in the legend), on the axis :func:`histogram_axis`
+    chooses: the score from its 1st percentile to its maximum, or, where that would crowd the scores into one bin,
+    their percentile among both classes' scores (the panel's x label says which).
 
     Args:
         panels: ``{signal: (member scores, non-member scores)}`` (higher = member).
-        bins: histogram bins over the range of both classes.
+        bins: histogram bins over the axis.
         columns: panels per row.
     """
     if not panels:
         raise DataReconError("no membership scores to draw")
     cols = max(1, min(columns, len(panels)))
     rows = math.ceil(len(panels) / cols)
-    fig, axes = _pyplot().subplots(rows, cols, figsize=(3.1 * cols, 2.3 * rows), squeeze=False)
+    fig, axes = _pyplot().subplots(rows, cols, figsize=(3.1 * cols, 2.5 * rows), squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     for ax, (name, (mem, non)) in zip(axes.flat, panels.items()):
-        m, n = np.asarray(mem, dtype=float), np.asarray(non, dtype=float)
-        both = np.r_[m, n]
-        both = both[np.isfinite(both)]
-        if not both.size:
+        m, n, edges, label = histogram_axis(mem, non, bins=bins)
+        if not m.size + n.size:
             continue
         ax.axis("on")
-        lo, hi = float(np.percentile(both, 1)), float(both.max())
-        hi = hi if hi > lo else lo + 1.0
-        edges = np.linspace(lo, hi, bins + 1)
-        m, n = np.clip(m, lo, hi), np.clip(n, lo, hi)
         ax.hist(n, bins=edges, density=True, alpha=0.55, color=series("heldout").color, label=f"non-members ({n.size})")
         ax.hist(m, bins=edges, density=True, alpha=0.55, color=series("reconstructions").color,
                 label=f"members ({m.size})")
         ax.set_title(name, fontsize=8)
+        ax.set_xlabel(label, fontsize=6)
         ax.tick_params(labelsize=6)
         ax.set_yticks([])
         ax.legend(fontsize=5.5, loc="upper left")

@@ -137,8 +137,9 @@ def _figures(result: Mapping[str, Any], scores: Mapping[str, torch.Tensor], expo
                                                                 n_nonmembers=int((~mem).sum()),
                                                                 strongest=result["strongest"]["name"]))))
         figs.append(FigureItem(f"Score of the members and of the non-members, per signal (higher: called a member; "
-                               f"densities, the counts in each legend; the lowest 1% of the scores gathered in the first bin); measured on: "
-                               f"{split}.",
+                               f"densities, the counts in each legend; the lowest 1% of the scores gathered in the first "
+                               f"bin; where that would crowd the scores into one bin, a panel shows each score's "
+                               f"percentile among all its scores instead, as its axis says); measured on: {split}.",
                                figure_png(score_histograms(panels))))
     if exposed is not None and exposed["x"].shape[0]:
         k = min(EXPOSED_SHOWN, int(exposed["x"].shape[0]))

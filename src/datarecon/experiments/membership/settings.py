@@ -16,9 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from datarecon.attacks.mia import MIASettings
 from datarecon.config import Seed
+from datarecon.errors import DataReconError
 from datarecon.experiments.execution import Execution
 
-__all__ = ["AUTO", "Calibration", "MAX_REFERENCES", "MembershipSettings", "ReferenceSettings", "Runtime"]
+__all__ = ["AUTO", "Calibration", "MAX_REFERENCES", "MembershipSettings", "ReferenceSettings", "Runtime",
+           "check_budget_applies", "parse_references"]
 
 #: ``count: auto``: the number of reference models follows from the time budget
 AUTO = "auto"
@@ -60,6 +62,35 @@ class ReferenceSettings(BaseModel):
         if isinstance(value, int) and not 0 <= value <= MAX_REFERENCES:
             raise ValueError(f"count must be auto or between 0 and {MAX_REFERENCES}, got {value}")
         return value
+
+
+def parse_references(text: str) -> int | str:
+    """``--references``: ``auto`` or a number of reference models.
+
+    Raises:
+        DataReconError: neither.
+    """
+    if text.strip() == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise DataReconError(f"--references takes auto or a number of reference models, got {text!r}") from None
+
+
+parse_references.metavar = "<int|auto>"  # type: ignore[attr-defined]
+
+
+def check_budget_applies(references: ReferenceSettings, *, budget_given: bool) -> None:
+    """Refuse a time budget given with a fixed number of reference models: it sets how many ``auto`` trains, and
+    would do nothing.
+
+    Raises:
+        DataReconError: naming the option it needs.
+    """
+    if budget_given and not references.auto:
+        raise DataReconError(f"--budget-minutes sets how many reference models --references auto trains, and "
+                             f"--references is {references.count}: drop --budget-minutes, or pass --references auto")
 
 
 class MembershipSettings(BaseModel):
