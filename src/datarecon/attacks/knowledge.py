@@ -21,7 +21,9 @@ decay), the input shape and range and the label set (:class:`~datarecon.attacks.
 (``--known-init``, ``--known-n``) that says so; :func:`resolve_known_init` turns it into a
 :class:`KnownInit` (tensors and their SHA-256) after checking it against the target, and
 :func:`threat_model` is the record written to run.json and shown at the top of every report. Each
-attack declares what it uses (``Attack.uses``).
+attack declares what it uses (``Attack.uses``). :func:`attacker_knowledge` resolves it all for a target at once
+(the known θ_init and n, the recipe, restored labels, and the first dense layer's subspace analysis), for the
+reconstruction attacks and the membership signals alike.
 
 A model directory records the SHA-256 of the initialisation it was trained from
 (``init_sha256`` in model.json, :func:`init_digest`); a known initialisation whose hash differs
