@@ -198,7 +198,7 @@ def test_dynamics_matching_and_the_kkt_family_weigh_tv_alike() -> None:
     x = torch.rand((4, 1, 3, 4), generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     attack = DynamicsAttack(DynamicsConfig(steps=1, tv_weight=0.5, box_weight=0.0, dtype="float64"))
     state = attack.init_state(target, prior, x0=x, generator=torch.Generator().manual_seed(0))
-    metrics, _ = attack.step_gradients(target, prior, state)
+    metrics = attack.step_gradients(target, prior, state).terms
     value, _ = priors.tv_mean_value_and_grad(x)
     assert metrics["tv"] == pytest.approx(float(value), rel=1e-12)
     terms, _ = priors.add_priors(_Weights(tv_weight=0.5), priors.PriorInput(x, 0.0, 1.0),
