@@ -355,7 +355,8 @@ class Attack:
         if missing:
             raise DataReconError(f"{self.described()}: its objective's 'loss' does not depend on {', '.join(missing)}; "
                                  "compute it from the candidates (and every variable the attack steps)")
-        return Gradients(dict(terms), dict(zip(names, grads)))
+        # an expanded gradient (the loss a plain sum of x) shares memory between elements: the priors add in place
+        return Gradients(dict(terms), {k: g.contiguous() for k, g in zip(names, grads)})
 
     def _loss_of(self, terms: Any) -> torch.Tensor:
         """The ``loss`` of an objective's terms, checked: a scalar tensor that requires a gradient."""

@@ -193,9 +193,9 @@ class BilevelConfig(AttackConfig):
                 f"on x; pass lr_x (--lr-x), or drop {changed[0]} to keep the problem-derived step (a line search)")
         if self.lr_x is None and self.group_weight > 0:
             raise DataReconError(
-                "group consistency (group_weight) pulls the runs together step by step, and the problem-derived step "
-                "searches one run's own objective, which does not hold it: pass a fixed step (--lr-x), or drop "
-                "--group-weight")
+                "group consistency (group_weight) pulls the runs together step by step, and bilevel's problem-derived "
+                "step (a line search) searches one run's own objective, which does not hold it: pass a fixed step "
+                "(--lr-x), or drop --group-weight")
         return self
 
     def solve_options(self, damping: float) -> SolveOptions:
