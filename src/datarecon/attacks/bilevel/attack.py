@@ -113,7 +113,7 @@ def _warn_unreliable(hessian: str, treatment: Any, *, negative: bool, index: int
         "(--set damping=1.0)", RuntimeWarning, stacklevel=3)
 
 
-def _step_metrics(hg: Any, *, upper: torch.Tensor, distance: float, inner_res: float, tol: float) -> dict[str, Any]:
+def _outer_terms(hg: Any, *, upper: torch.Tensor, distance: float, inner_res: float, tol: float) -> dict[str, Any]:
     """The terms of one outer step: the upper loss (``loss``, a tensor: the step adds the priors to it),
     ‖θ − θ*‖², energy, inner residual and tolerance, the linear solve's counts and residuals (only the finite
     ones: NaN/inf would trip the runner's divergence stop)."""
@@ -274,7 +274,7 @@ class BilevelAttack(Attack):
                            settings=self.config.hypergradient_settings(problem.treatment), pairs=at.pairs,
                            previous_p=state["p"], eigvec=eig if eig is not None and bool(torch.any(eig != 0)) else None)
         at.add["hvps"] += hg.solve.hvps
-        terms = _step_metrics(hg, upper=hg.upper.detach(), inner_res=at.inner_res, tol=at.tol,
+        terms = _outer_terms(hg, upper=hg.upper.detach(), inner_res=at.inner_res, tol=at.tol,
                               distance=float(((at.theta - problem.theta_star) ** 2).sum()))
         return Gradients(terms, {"x": hg.grad_x}, context=(problem, at, hg))
 
