@@ -954,6 +954,10 @@ CASES.update({
                                            "momentum 0.5 is a constant of optimizer 'sgd'"),
     "reconstruct-nesterov-without-momentum": Case(lambda ws: _rec(ws, "--momentum", "0", "--nesterov"),
                                                   "nesterov without momentum"),
+    "reconstruct-split-fraction-without-split-every": Case(lambda ws: _rec(ws, "--split-fraction", "0.2"),
+                                                           "does nothing without sample splitting: pass --split-every"),
+    "reconstruct-init-coefficient-without-known-init": Case(lambda ws: _rec(ws, "--init-coefficient", "0.5"),
+                                                            "does nothing without a known initialisation"),
     "reconstruct-bilevel-group-weight-line-search": Case(lambda ws: _rec(ws, "--method", "bilevel", "--group-weight",
                                                                          "1", "--runs", "2"),
                                                          "bilevel's problem-derived step"),
@@ -989,7 +993,7 @@ def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 165  # and 67 more by issue 36 (17 of them its adversarial trial's findings)
     assert len(CASES) >= 205  # and 27 more by the fourth adversarial trial's findings (issue 46)
     assert len(CASES) >= 227  # and 22 more by the fifth's (issue 46 item 3)
-    assert len(CASES) >= 237  # and 10 more for issue 49's silent options and issue 50's plug-in errors
+    assert len(CASES) >= 239  # and 12 more for issue 49's silent options and issue 50's plug-in errors
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -161,7 +161,8 @@ def test_bad_list_text_is_a_one_line_error():
 
 #: what a flag needs beside it to act (alone it would change nothing, and is refused): the other settings
 NEEDS = {"attack.adam_beta1": {"optimizer": "adam"}, "attack.adam_beta2": {"optimizer": "adam"},
-         "attack.adam_eps": {"optimizer": "adam"}, "early_stop.rel_tol": {"early_stop": {"patience": 1}}}
+         "attack.adam_eps": {"optimizer": "adam"}, "early_stop.rel_tol": {"early_stop": {"patience": 1}},
+         **{f"attack.split_{f}": {"split_every": 1} for f in ("fraction", "scale", "iters")}}
 
 
 def _another(flag, model, name):

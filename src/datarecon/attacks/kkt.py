@@ -59,6 +59,8 @@ __all__ = ["DecoRecoAttack", "DecoRecoConfig", "GradNormAttack", "GradNormConfig
            "LAMBDA_INITS", "LooAttack", "LooConfig", "SurrogateAttackConfig", "resolve_formulation"]
 
 LAMBDA_INITS = ("uniform", "uniform-signed", "ones")
+#: the settings of sample splitting, which act only with ``split_every`` (refused without it)
+SPLIT_SETTINGS = ("split_fraction", "split_scale", "split_iters")
 
 
 class KKTConfig(SurrogateAttackConfig):
@@ -116,6 +118,16 @@ class KKTConfig(SurrogateAttackConfig):
         if v != "auto":
             kkt_math.MARGINS.get(v)
         return v
+
+    @model_validator(mode="after")
+    def _splitting_settings_need_splitting(self) -> KKTConfig:
+        fields = type(self).model_fields
+        idle = [f for f in SPLIT_SETTINGS if getattr(self, f) != fields[f].default]
+        if idle and not self.split_every:
+            flag = "--" + idle[0].replace("_", "-")
+            raise DataReconError(f"{idle[0]} {getattr(self, idle[0])} ({flag}) does nothing without sample splitting: "
+                                 f"pass --split-every N (N >= 1), or drop {flag}")
+        return self
 
     def recorded(self, data: Any) -> Any:
         data = super().recorded(data)
@@ -238,13 +250,16 @@ class KKTAttack(SurrogateAttack):
             DataReconError: ``reference: theta-init`` (or the ``loo`` attack) without a known
                 initialisation; ``subspace`` without a subspace analysis on the model input;
                 ``compile`` with a known initialisation or an extended objective; sample splitting in runs
-                coupled by group consistency.
+                coupled by group consistency; ``init_coefficient`` without a known initialisation.
         """
         c = self.config
         known = prior.known_init
         if (c.reference == "theta-init" or "known_init" in self.requires) and known is None:
             raise DataReconError(f"{self.name} with gradients at θ_init needs the initialisation: pass --known-init "
                                  "seed:N (model directories) or --known-init FILE.safetensors")
+        if known is None and c.init_coefficient != type(c).model_fields["init_coefficient"].default:
+            raise DataReconError(f"init_coefficient {c.init_coefficient} is the a of θ* − a·θ_init and does nothing "
+                                 "without a known initialisation: pass --known-init, or drop --init-coefficient")
         if c.subspace:  # asked for explicitly (auto turns on only where it applies)
             sub = prior.subspace
             if sub is None:
