@@ -16,7 +16,7 @@ uses the same surrogate in plain ops (:func:`datarecon.attacks.surrogate.plain_s
 forward relu(z), derivative sigmoid(αz), second derivative α·σ(1−σ) — identical maths.
 
 Checks (assert, exit non-zero on failure): the torch.func objective and its gradients w.r.t.
-(x, λ), eager and compiled, match the project's eager ``KKTAttack.terms`` + autograd on a tiny
+(x, λ), eager and compiled, match the project's eager ``KKTAttack.objective`` (plus the box prior) + autograd on a tiny
 float64 net (binary and multiclass), and one compiled step equals one eager step.
 
 Measures per case: cold compile (first step, empty inductor cache), warm-cache compile (after
@@ -84,10 +84,15 @@ def func_grads(attack, target, prior, x, lam, *, compiled: bool):
 
 
 def eager_grads(attack, target, prior, x, lam):
-    """The project's eager path: KKTAttack.terms + autograd.grad (as in KKTAttack.step)."""
+    """The autograd path: KKTAttack.objective plus the box prior, then autograd.grad (the interface's default
+    gradient of the same objective)."""
+    from datarecon.attacks.priors import box_penalty
+
     x = x.detach().requires_grad_(True)
     lam = lam.detach().requires_grad_(True)
-    terms = attack.terms(target, prior, x, lam)
+    terms = dict(attack.objective(target, prior, x, **{"lambda": lam}))
+    terms["box"] = box_penalty(x, prior.lower, prior.upper)
+    terms["loss"] = terms["loss"] + attack.config.box_weight * terms["box"]
     gx, gl = torch.autograd.grad(terms["loss"], [x, lam])
     return (gx, gl), {k: v.detach() for k, v in terms.items()}
 

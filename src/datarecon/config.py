@@ -10,10 +10,10 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 from collections.abc import Mapping
-from typing import Annotated, Any, TypeVar, get_args
+from typing import Annotated, Any, ClassVar, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_serializer
 
 from datarecon.errors import DataReconError
 
@@ -173,18 +173,37 @@ def _unknown_keys(parent: tuple[Any, ...], keys: list[str], model: type[BaseMode
     return text + (f" (allowed keys: {', '.join(known.model_fields)})" if known is not None else "")
 
 
-def drop_defaults(model: BaseModel, data: Any, names: tuple[str, ...]) -> Any:
-    """``data`` (a model's dump) without the fields ``names`` that hold their default.
+def added_fields(cls: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of ``cls`` declared as added after folders were written (``added_fields`` of every class of its
+    MRO, base classes first)."""
+    return tuple(dict.fromkeys(f for c in reversed(cls.__mro__) for f in c.__dict__.get("added_fields", ())))
 
-    Fields added to a config after folders were written with it are left out of its dumps while at
-    their default, so the config hashes of those folders (resume keys, model.json, reproduction
-    pieces, sweeps) stay what they were. Used in each such model's ``model_serializer``.
-    """
-    if isinstance(data, dict):
-        for name in names:
-            if name in data and getattr(model, name) == type(model).model_fields[name].default:
-                data.pop(name)
-    return data
+
+class RecordedConfig(BaseModel):
+    """The one rule that keeps the hashes of folders written earlier: a config whose dumps identify folders
+    (config hashes, resume keys, model.json, run.json, reproduction pieces, sweeps) declares the fields added
+    after such folders were written in ``added_fields``; its dumps leave each of them out while it holds its
+    default, so a folder written before the field existed keeps its hash, and one written with another value
+    records it.
+
+    A subclass adds its own names (the classes of its MRO are joined, :func:`added_fields`) and may extend
+    :meth:`recorded` (what a dump adds beyond the fields, e.g. the meaning of a weight)."""
+
+    #: fields added after folders were written with this config (this class's; its bases' are added to them)
+    added_fields: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _recorded_dump(self, handler):  # type: ignore[no-untyped-def]
+        return self.recorded(handler(self))
+
+    def recorded(self, data: Any) -> Any:
+        """``data`` (this config's dump) as recorded: without the added fields that hold their default."""
+        if isinstance(data, dict):
+            fields = type(self).model_fields
+            for name in added_fields(type(self)):
+                if name in data and getattr(self, name) == fields[name].default:
+                    data.pop(name)
+        return data
 
 
 def _admits(annotation: Any, kinds: tuple[type, ...]) -> bool:

@@ -61,10 +61,14 @@ class Registry(Generic[T]):
 
     Args:
         kind: What the entries are ("architecture", "loss", ...); used in messages.
+        check: ``check(name, obj)`` → why ``obj`` cannot be the entry ``name`` ("" when it can): run on every
+            registration (a refusal raises) and on every entry point (a refusal skips it with a warning), so an
+            entry's declarations are checked once, when it joins, not when generic code first reads them.
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, *, check: Callable[[str, object], str] | None = None) -> None:
         self.kind = kind
+        self.check = check
         self._items: dict[str, T] = {}
         self._plugins: list[tuple[str, Callable[[str, object], str] | None]] = []
 
@@ -73,11 +77,15 @@ class Registry(Generic[T]):
 
         Raises:
             ValueError: ``name`` is already registered and ``force`` is False.
+            DataReconError: the registry's ``check`` refuses ``obj`` (one line with the reason).
         """
 
         def _add(o: T) -> T:
             if name in self._items and not force:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
+            reason = self.check(name, o) if self.check is not None else ""
+            if reason:
+                raise DataReconError(f"{self.kind} {name!r} cannot be registered: {reason}")
             self._items[name] = o
             return o
 
@@ -165,7 +173,7 @@ class Registry(Generic[T]):
                 warnings.warn(f"{where} is not registered: importing it failed ({type(exc).__name__}: {exc})",
                               stacklevel=2)
                 continue
-            reason = check(ep.name, obj) if check is not None else ""
+            reason = next((r for c in (check, self.check) if c is not None and (r := c(ep.name, obj))), "")
             if reason:
                 warnings.warn(f"{where} is not registered: {reason}", stacklevel=2)
                 continue

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import pytest
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel
 
 import datarecon.attacks as attacks_pkg
 from datarecon.attacks import ATTACKS
@@ -104,3 +105,80 @@ def test_evaluating_a_diverged_run_names_its_attacks_hint(target, prior, tmp_pat
     with pytest.raises(DataReconError, match="rerun the attack: " + KKTAttack.divergence_hint.replace("(", r"\(")
                        .replace(")", r"\)")):
         check_run(tmp_path / "run", RunEvaluationSettings())
+
+
+@pytest.mark.parametrize("method", ATTACKS.names())
+def test_every_attack_config_is_an_attack_config(method: str) -> None:
+    """Generic code reads the same fields of every attack (issue 49: bilevel's and dynamics' configs were plain
+    models, dynamics' re-declaring ten of them)."""
+    assert issubclass(ATTACKS.get(method).config_cls, AttackConfig)
+
+
+class _Declares(_Probe):
+    name: ClassVar[str] = "declares"
+
+
+class _PlainConfig(BaseModel):
+    steps: int = 3
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"step_size_fields": ("lr_bogus",)}, "step_size_fields names 'lr_bogus', which its config AttackConfig does not "
+                                          "have"),
+    ({"step_size_fields": ("steps",)}, "step_size_fields names 'steps', which is not a float field"),
+    ({"step_size_fields": ("nesterov",)}, "not a float field"),
+    ({"config_cls": _PlainConfig}, "config_cls '_PlainConfig' is not a subclass of"),
+    ({"name": "other"}, "its class declares name = 'other'"),
+    ({"early_stop_metric": ""}, "early_stop_metric must be a metric name or None"),
+], ids=["unknown-step-size", "integer-step-size", "flag-step-size", "plain-config", "other-name", "empty-metric"])
+def test_a_plugins_declarations_are_checked_when_it_is_registered(change: dict[str, Any], words: str) -> None:
+    """Issue 49/50: a plug-in's step_size_fields naming a missing field (AttributeError at the probe) or an integer
+    one (``steps`` scaled to 0.5) are refused when it joins, in one line naming it."""
+    bad = type("Bad", (_Declares,), dict(change))
+    with pytest.raises(DataReconError, match="attack method 'declares' cannot be registered: ") as exc:
+        ATTACKS.register("declares", bad)
+    assert words in str(exc.value) and "\n" not in str(exc.value) and "declares" not in ATTACKS
+
+
+class _NoLoss(_Probe):
+    name: ClassVar[str] = "no-loss"
+
+    def objective(self, target, prior, x):
+        return {"margin": x.sum()}
+
+
+class _Constant(_Probe):
+    name: ClassVar[str] = "constant"
+
+    def objective(self, target, prior, x):
+        return {"loss": torch.tensor(1.0, dtype=x.dtype)}
+
+
+class _Vector(_Probe):
+    name: ClassVar[str] = "vector-loss"
+
+    def objective(self, target, prior, x):
+        return {"loss": x.flatten(1).sum(1)}
+
+
+class _VectorTerm(_Probe):
+    name: ClassVar[str] = "vector-term"
+
+    def objective(self, target, prior, x):
+        return {"loss": x.sum(), "rows": x.flatten(1).sum(1)}
+
+
+@pytest.mark.parametrize(("cls", "words"), [
+    (_NoLoss, "objective() must return a mapping with the minimised total under 'loss'; it returned the keys "
+              "['margin']"),
+    (_Constant, "its objective's 'loss' does not depend on the candidates x"),
+    (_Vector, "its objective's 'loss' must be a scalar tensor, got (6,)"),
+    (_VectorTerm, "its objective's term 'rows' is not one number ((6,))"),
+], ids=["no-loss", "constant", "vector-loss", "vector-term"])
+def test_a_plugins_objective_faults_are_one_line_errors_naming_it(target, prior, cls, words) -> None:
+    """Issue 50: KeyError 'loss' and "element 0 of tensors does not require grad" were internal errors."""
+    with pytest.raises(DataReconError, match=f"attack {cls.name!r} \\(") as exc:
+        run_attack(cls(AttackConfig(steps=2, lr_x=0.01, dtype="float64")),
+                   AttackSetup(target, prior, _x0(), torch.Generator().manual_seed(0)),
+                   loop=replace(ATTACK_LOOP, progress=False))
+    assert words in str(exc.value) and "\n" not in str(exc.value)

@@ -9,7 +9,6 @@ from torch.func import functional_call
 from datarecon.attacks import kkt_math
 from datarecon.attacks.selection import (
     CRITERIA,
-    ResidualPlateau,
     SelectionContext,
     candidate_scores,
     evaluate_criteria,
@@ -74,16 +73,3 @@ def test_relative_residual_zero_at_planted():
                num_outputs=1, homogeneous=True)
     ctx = _ctx(t, x, y, torch.ones(4, dtype=torch.float64))
     assert evaluate_criteria(ctx, ["relative_residual"])["relative_residual"]["value"] < 1e-28
-
-
-def test_residual_plateau_state_roundtrip():
-    a = ResidualPlateau(key="r", patience=3, rel_tol=0.1)
-    seq = [1.0, 0.5, 0.49, 0.48, 0.47, 0.46]
-    stops = [a({"r": v}) for v in seq]
-    assert stops == [False, False, False, False, True, True]
-    b = ResidualPlateau(key="r", patience=3, rel_tol=0.1)
-    c = ResidualPlateau(key="r", patience=3, rel_tol=0.1)
-    for v in seq[:3]:
-        b({"r": v})
-    c.load_state_dict(b.state_dict())
-    assert [c({"r": v}) for v in seq[3:]] == stops[3:]

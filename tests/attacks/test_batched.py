@@ -16,7 +16,7 @@ from datarecon.attacks.init import CandidateSpec, make_init
 from datarecon.attacks.kkt import DecoRecoAttack, DecoRecoConfig, GradNormAttack, GradNormConfig, KKTAttack, KKTConfig
 from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import load_checkpoint, run_attack
-from datarecon.attacks.selection import ResidualPlateau
+from datarecon.attacks.loop import Plateau
 from datarecon.errors import DataReconError
 
 SHAPE = (1, 4, 4)
@@ -88,7 +88,7 @@ def test_batch_equals_the_runs_alone_at_default_settings(target, prior, tmp_path
     seeds = [0, 1, 2]
 
     def early():
-        return ResidualPlateau(key="rel_residual", patience=20, rel_tol=1e-3)
+        return Plateau("rel_residual", patience=20, rel_tol=1e-3)
 
     with pytest.warns(RuntimeWarning, match="diverged"):
         batch = run_batched(_members(target, prior, tmp_path / "batch", configs=configs, seeds=seeds, early=early),

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from datarecon.attacks.base import ATTACKS, AttackerPrior, AttackSetup, Target
+from datarecon.attacks.base import ATTACKS, Attack, AttackerPrior, AttackSetup, Target
 from datarecon.attacks.init import CandidateSpec, make_init
 from datarecon.attacks.kkt import (
     DecoRecoAttack,
@@ -23,6 +23,7 @@ from datarecon.attacks.kkt import (
 from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import run_attack
 from datarecon.config import build_config
+from datarecon.attacks.priors import box_penalty
 from datarecon.errors import DataReconError
 
 SHAPE = (1, 4, 4)
@@ -165,13 +166,18 @@ def test_step_gradient_equals_full_autograd_objective(make_target, prior, box_we
         state = attack.init_state(target, prior, x0=x0, generator=torch.Generator().manual_seed(0))
     x = state["x"].detach().clone().requires_grad_(True)
     lam = state["lambda"].detach().clone().requires_grad_(True)
-    terms = attack.terms(target, prior, x, lam)
-    gx, gl = torch.autograd.grad(terms["loss"], [x, lam])
+    terms = attack.objective(target, prior, x, **{"lambda": lam})  # R + w_λ·hinge; the step adds the box prior
+    box = box_penalty(x, prior.lower, prior.upper)
+    gx, gl = torch.autograd.grad(terms["loss"] + box_weight * box, [x, lam])
+    # the closed-form gradient equals the interface's default (autograd of the objective) before the priors
+    closed, default = attack.gradients(target, prior, state), Attack.gradients(attack, target, prior, state)
+    for k in ("x", "lambda"):
+        torch.testing.assert_close(closed.grads[k], default.grads[k], rtol=1e-12, atol=1e-14)
     metrics = attack.step(target, prior, state, 0)
     torch.testing.assert_close(state["x"], x.detach() - 0.1 * gx, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(state["lambda"], lam.detach() - 0.05 * gl, rtol=1e-12, atol=1e-14)
-    assert metrics["loss"] == pytest.approx(float(terms["loss"]), rel=1e-12)
-    assert metrics["box"] == pytest.approx(float(terms["box"]), rel=1e-12) and metrics["box"] > 0
+    assert metrics["loss"] == pytest.approx(float((terms["loss"] + box_weight * box).detach()), rel=1e-12)
+    assert metrics["box"] == pytest.approx(float(box), rel=1e-12) and metrics["box"] > 0
 
 
 class _FunctionalReLU(nn.Module):

@@ -11,6 +11,7 @@ import torch
 from datarecon.attacks import kkt_math
 from datarecon.attacks.base import AttackerPrior
 from datarecon.attacks.kkt import DecoRecoConfig, KKTAttack, KKTConfig
+from datarecon.attacks.priors import box_penalty
 from datarecon.attacks.surrogate import functional_surrogate, with_surrogate
 from datarecon.errors import DataReconError
 from datarecon.experiments.reconstruct import method_config
@@ -65,7 +66,7 @@ def test_plain_surrogate_matches_autograd_function(make_target):
 
 
 def test_functional_objective_matches_terms_eagerly(make_target):
-    """kkt_value_and_grad (uncompiled torch.func) == kkt_terms + autograd."""
+    """kkt_value_and_grad (uncompiled torch.func) == the attack's objective plus the box prior, by autograd."""
     for k in (1, 3):
         target, prior, eager, _, state = _setup(make_target, k)
         c = eager.config
@@ -76,7 +77,9 @@ def test_functional_objective_matches_terms_eagerly(make_target):
                                                  eager.labels(prior, state["x"].device), lo, hi)
         x = state["x"].clone().requires_grad_(True)
         lam = state["lambda"].clone().requires_grad_(True)
-        terms = eager.terms(target, prior, x, lam)
+        terms = dict(eager.objective(target, prior, x, **{"lambda": lam}))  # R + w_λ·hinge; the step adds the box
+        terms["box"] = box_penalty(x, lo, hi)
+        terms["loss"] = terms["loss"] + c.box_weight * terms["box"]
         ex, el = torch.autograd.grad(terms["loss"], [x, lam])
         assert float(terms["box"].detach()) > 0 and float(terms["lambda_hinge"].detach()) > 0  # every term is exercised
         for a, b in ((loss, terms["loss"]), (res, terms["residual"]), (box, terms["box"]),

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from datarecon.attacks import kkt_math, priors
+from datarecon.attacks import kkt_math, kkt_split, priors
 from datarecon.attacks.base import AttackSetup
 from datarecon.attacks.kkt import KKTAttack, KKTConfig
 from datarecon.attacks.loop import ATTACK_LOOP
@@ -63,10 +63,10 @@ def test_tv_value_and_gradient_against_autograd():
 
 def test_splitting_direction_matches_the_exact_hessian(target, prior):
     """Power iteration on finite-difference HVPs finds the largest eigenvalue of ∇²_x h_i."""
-    attack = KKTAttack(KKTConfig(dtype="float64", split_iters=60, alpha=5.0))
+    attack = KKTAttack(KKTConfig(dtype="float64", split_every=1000, split_iters=60, alpha=5.0))
     x = torch.randn(prior.m, *SHAPE, generator=torch.Generator().manual_seed(4), dtype=torch.float64) * 0.5
     lam = torch.linspace(0.5, 1.5, prior.m, dtype=torch.float64)
-    v, mu = attack.splitting_directions(target, prior, x, lam, seed=0)
+    v, mu = kkt_split.splitting_directions(attack, target, prior, x, lam, seed=0)
     prep = attack.prepared(target, prior)
     g = kkt_math.combination_gradient(prep.forward, prep.ref, x, prior.labels, lam, margin="binary",
                                       create_graph=False)
@@ -86,11 +86,11 @@ def test_splitting_direction_matches_the_exact_hessian(target, prior):
 
 
 def test_split_keeps_labels_and_the_multiplier_mass(target, prior):
-    attack = KKTAttack(KKTConfig(dtype="float64", split_fraction=0.5, alpha=5.0))
+    attack = KKTAttack(KKTConfig(dtype="float64", split_every=1000, split_fraction=0.5, alpha=5.0))
     x0 = torch.randn(prior.m, *SHAPE, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     state = attack.init_state(target, prior, x0=x0, generator=torch.Generator().manual_seed(0))
     before_sum = {lab: float(state["lambda"][prior.labels == lab].sum()) for lab in (1.0, -1.0)}
-    done = attack.split(target, prior, state, index=3)
+    done = kkt_split.split(attack, target, prior, state, index=3)
     assert done >= 1
     for lab in (1.0, -1.0):  # λ_i is halved and its copy gets the other half; the dropped candidate's λ is gone
         assert float(state["lambda"][prior.labels == lab].sum()) <= before_sum[lab] + 1e-12

@@ -91,15 +91,15 @@ def test_attack_uses_the_known_initialisation(make_target):
     plain = AttackerPrior(labels=y, input_shape=SHAPE, lower=-10.0, upper=10.0)
     with_init = AttackerPrior(labels=y, input_shape=SHAPE, lower=-10.0, upper=10.0, known_init=known)
     attack = KKTAttack(KKTConfig(steps=1, lambda_min=0.0, init_coefficient=1.0, dtype="float64"))
-    a = attack.terms(target, plain, x, lam)["residual"].detach()
-    b = attack.terms(target, with_init, x, lam)["residual"].detach()
+    a = attack.objective(target, plain, x, **{"lambda": lam})["residual"].detach()
+    b = attack.objective(target, with_init, x, **{"lambda": lam})["residual"].detach()
     surrogate = attack.prepared(target, with_init).model  # the attack differentiates a sigmoid-backward ReLU
     naive, _ = _naive_residual(target, target.params, target.params, init, x, y, lam, a=1.0, model=surrogate)
     assert float(b) == pytest.approx(float(naive), rel=1e-10) and float(a) != pytest.approx(float(b))
     loo = LooAttack(LooConfig(steps=1, lambda_min=0.0, init_coefficient=1.0, dtype="float64"))
     naive_loo, _ = _naive_residual(target, init, target.params, init, x, y, lam, a=1.0,
                                    model=loo.prepared(target, with_init).model)
-    assert float(loo.terms(target, with_init, x, lam)["residual"].detach()) == pytest.approx(float(naive_loo),
+    assert float(loo.objective(target, with_init, x, **{"lambda": lam})["residual"].detach()) == pytest.approx(float(naive_loo),
                                                                                              rel=1e-10)
     with pytest.raises(DataReconError, match="needs the initialisation"):
         loo.init_state(target, plain, x0=x, generator=torch.Generator().manual_seed(0))

@@ -14,7 +14,7 @@ from datarecon.attacks.kkt import KKTAttack, KKTConfig
 from datarecon.attacks.loop import ATTACK_LOOP, AttackLoop
 from datarecon.attacks.run_directory import HISTORY, RUN_JSON, RunDirectory, read_run
 from datarecon.attacks.runner import run_attack
-from datarecon.attacks.selection import ResidualPlateau
+from datarecon.attacks.loop import Plateau
 from datarecon.errors import DataReconError
 from datarecon.kernel.engine import BaseHook, EarlyStop, Engine, History, LoopState, NaNStop
 from datarecon.kernel.status import Status
@@ -51,7 +51,7 @@ def test_loop_alone_writes_nothing_and_equals_run_attack(target, prior, tmp_path
 def test_loop_reports_early_stop_and_divergence_without_files(target, prior):
     attack = _attack(200)
     state = attack.init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0))
-    loop = AttackLoop(attack, target, prior, state, early_stop=ResidualPlateau(patience=5, rel_tol=0.5),
+    loop = AttackLoop(attack, target, prior, state, early_stop=Plateau("rel_residual", patience=5, rel_tol=0.5),
                       loop=replace(ATTACK_LOOP, progress=False))
     assert loop.checkpoint_status(LoopState(total=200)) == Status.RUNNING
     ls = loop.run(start=0, total=200, elapsed_s=0.0)
@@ -103,14 +103,14 @@ def test_attack_hook_order_is_equivalent_to_progress_first(target, prior):
     metrics, and the rows, stop reason and state are the same."""
     attack = _attack(200)
     state = attack.init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0))
-    before, plateau = _Seen(), ResidualPlateau(patience=5, rel_tol=0.5)
+    before, plateau = _Seen(), Plateau("rel_residual", patience=5, rel_tol=0.5)
     history = History(every=3)
     hooks = [before, history, NaNStop(), EarlyStop(plateau, reason="stopped early: residual plateau")]
     old = Engine(lambda i: attack.step(target, prior, state, i), hooks=hooks).run(start=0, total=200)
     after = _Seen()
     loop = AttackLoop(_attack(200), target, prior,
                       _attack(200).init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0)),
-                      early_stop=ResidualPlateau(patience=5, rel_tol=0.5),
+                      early_stop=Plateau("rel_residual", patience=5, rel_tol=0.5),
                       loop=replace(ATTACK_LOOP, log_every=3, progress=False, hooks=(after,)))
     new = loop.run(start=0, total=200, elapsed_s=0.0)
     assert [(s, m) for s, m, _ in before.seen] == [(s, m) for s, m, _ in after.seen]

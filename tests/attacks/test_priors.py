@@ -3,6 +3,8 @@ a loop for the run axis, and planted cases."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
@@ -51,6 +53,50 @@ def test_the_feature_statistics_gradient_matches_finite_differences_float64() ->
     assert value.item() > 0
     idx, fd = _central_differences(lambda z: priors.feature_stats_value(target.model, target.params, stats, z), x)
     assert torch.allclose(grad.reshape(-1)[idx], fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("surrogate", ["relu", "sigmoid-surrogate"])
+def test_gradnorm_on_batch_norm_adds_the_feature_statistics_against_finite_differences(surrogate: str) -> None:
+    """Issue 49: ``--method gradnorm --feature-stats-weight 1`` on a batch-norm target ran with the loss unchanged
+    (gradnorm bypassed add_priors). Now its step's loss is ‖∇_θE‖² + box + 1·R_BN, float64, defaults otherwise.
+
+    With the exact ReLU the step's gradient in x matches central differences of that total, computed independently
+    (``kkt_math.gradnorm_terms``, ``priors.feature_stats_value``). With the default sigmoid surrogate (whose
+    gradient is by design not the derivative of the ReLU network's value) the prior's part, the step with the
+    weight minus the step without, matches central differences of R_BN."""
+    from datarecon.attacks import kkt_math
+    from datarecon.attacks.base import AttackerPrior
+    from datarecon.attacks.gradnorm import GradNormAttack, GradNormConfig
+
+    target = _bn_target()
+    prior = AttackerPrior(labels=torch.tensor([0, 1, 2, 0, 1]), input_shape=(3, 8, 8), lower=0.0, upper=1.0)
+    x = torch.rand((5, 3, 8, 8), generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 1.2 - 0.1
+    stats = {k: v for k, v in target.model.named_buffers() if v.is_floating_point()}
+
+    def step(weight: float) -> tuple[GradNormAttack, Any]:
+        attack = GradNormAttack(GradNormConfig(dtype="float64", surrogate=surrogate, feature_stats_weight=weight))
+        state = attack.init_state(target, prior, x0=x, generator=torch.Generator().manual_seed(0))
+        return attack, attack.step_gradients(target, prior, state)
+
+    attack, with_prior = step(1.0)
+    _, without = step(0.0)
+    r_bn = priors.feature_stats_value(target.model, target.params, stats, x)
+    assert with_prior.terms["feature_stats"] == pytest.approx(float(r_bn), rel=1e-12) and float(r_bn) > 0
+    assert with_prior.terms["loss"] == pytest.approx(without.terms["loss"] + float(r_bn), rel=1e-12)
+    if surrogate == "relu":
+        prep = attack.prepared(target)
+
+        def total(z: torch.Tensor) -> torch.Tensor:
+            terms = kkt_math.gradnorm_terms(prep.forward, prep.params, z, prior.labels, box=(0.0, 1.0),
+                                            objective=kkt_math.GradNormObjective(loss="cross-entropy",
+                                                                                 weight_decay=0.0, box_weight=1.0))
+            return terms["loss"].detach() + priors.feature_stats_value(target.model, target.params, stats, z)
+
+        idx, fd = _central_differences(total, x)
+        assert torch.allclose(with_prior.grads["x"].reshape(-1)[idx], fd, rtol=1e-5, atol=1e-7)
+    idx, fd = _central_differences(lambda z: priors.feature_stats_value(target.model, target.params, stats, z), x)
+    part = (with_prior.grads["x"] - without.grads["x"]).reshape(-1)[idx]
+    assert torch.allclose(part, fd, rtol=1e-5, atol=1e-8)
 
 
 def test_the_feature_statistics_prior_is_zero_where_the_batch_has_the_running_statistics() -> None:
@@ -198,7 +244,7 @@ def test_dynamics_matching_and_the_kkt_family_weigh_tv_alike() -> None:
     x = torch.rand((4, 1, 3, 4), generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     attack = DynamicsAttack(DynamicsConfig(steps=1, tv_weight=0.5, box_weight=0.0, dtype="float64"))
     state = attack.init_state(target, prior, x0=x, generator=torch.Generator().manual_seed(0))
-    metrics, _ = attack.step_gradients(target, prior, state)
+    metrics = attack.step_gradients(target, prior, state).terms
     value, _ = priors.tv_mean_value_and_grad(x)
     assert metrics["tv"] == pytest.approx(float(value), rel=1e-12)
     terms, _ = priors.add_priors(_Weights(tv_weight=0.5), priors.PriorInput(x, 0.0, 1.0),

@@ -14,7 +14,7 @@ from datarecon.attacks.init import CandidateSpec, make_init
 from datarecon.attacks.kkt import KKTAttack, KKTConfig
 from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import load_checkpoint, resume_key, run_attack, save_checkpoint
-from datarecon.attacks.selection import ResidualPlateau
+from datarecon.attacks.loop import Plateau
 from datarecon.errors import DataReconError
 
 SHAPE = (1, 4, 4)
@@ -50,7 +50,7 @@ def test_resume_against_another_target_prior_init_or_seed_is_refused(target, pri
     other_prior = AttackerPrior(labels=prior.labels.flip(0), input_shape=SHAPE, lower=prior.lower, upper=prior.upper)
     for label, kwargs in [("weights", {"target": _nudged(target)}), ("prior", {"prior": other_prior}),
                           ("x0", {"x0": _x0(seed=1)}), ("generator", {"seed": 1}),
-                          ("early stop", {"early_stop": ResidualPlateau(patience=3)})]:
+                          ("early stop", {"early_stop": Plateau("rel_residual", patience=3)})]:
         args = {"target": target, "prior": prior, **kwargs}
         with pytest.raises(DataReconError, match="was run against another model, initialisation, seed or prior"):
             _run(args.pop("target"), args.pop("prior"), tmp_path / "run", steps=8, resume=True, **args)
@@ -96,7 +96,7 @@ def test_resuming_a_finished_run_changes_nothing(target, prior, tmp_path) -> Non
 
 
 def test_resuming_a_run_that_stopped_early_keeps_it_stopped(target, prior, tmp_path) -> None:
-    stop = lambda: ResidualPlateau(key="rel_residual", patience=2, rel_tol=0.5)  # noqa: E731
+    stop = lambda: Plateau("rel_residual", patience=2, rel_tol=0.5)  # noqa: E731
     first = _run(target, prior, tmp_path / "run", steps=200, early_stop=stop())
     assert first.status == "stopped-early"
     before = (tmp_path / "run" / "run.json").read_bytes()

@@ -13,7 +13,7 @@ from datarecon.attacks.init import CandidateSpec, make_init
 from datarecon.attacks.kkt import GradNormAttack, GradNormConfig, KKTAttack, KKTConfig
 from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.attacks.runner import load_checkpoint, read_run, run_attack
-from datarecon.attacks.selection import ResidualPlateau
+from datarecon.attacks.loop import Plateau
 from datarecon.errors import DataReconError
 
 SHAPE = (1, 4, 4)
@@ -109,7 +109,7 @@ def test_divergence_keeps_last_finite_state(target, prior, tmp_path):
 
 def test_early_stop_on_plateau(target, prior, tmp_path):
     rec = _run(target, prior, tmp_path / "run", steps=200,
-               early_stop=ResidualPlateau(key="rel_residual", patience=2, rel_tol=0.5))
+               early_stop=Plateau("rel_residual", patience=2, rel_tol=0.5))
     assert rec.status == "stopped-early" and rec.steps_done < 200
 
 

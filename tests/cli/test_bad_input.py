@@ -16,12 +16,16 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from own_nets import NETS
 
+from datarecon.attacks import ATTACKS
+from datarecon.attacks.base import Attack, check_attack
 from datarecon.cli.main import main
 from datarecon.utils.io import load_tensors, save_tensors, sha256_file
 
@@ -947,6 +951,83 @@ CASES.update({
 })
 
 
+# -- issue 49 (options that did nothing) and issue 50's plug-in internal errors: on d8472df each was accepted or an
+# internal error, but bilevel's group weight (refused there because bilevel's config had no such field; it has now)
+
+
+class _PlugInversion(Attack):
+    """A plug-in registered in the process (as tests/attacks/test_attack_plugin.py does): model inversion."""
+
+    name: ClassVar[str] = "bad-input-inversion"
+
+    def objective(self, target, prior, x, **variables):
+        margin = self.labels(prior, x.device) * target.forward(x).squeeze(1)
+        return {"loss": F.softplus(-margin).mean()}
+
+
+class _PlugNoLoss(_PlugInversion):
+    name: ClassVar[str] = "bad-input-no-loss"
+
+    def objective(self, target, prior, x, **variables):
+        return {"margin": target.forward(x).sum()}
+
+
+class _PlugConstant(_PlugInversion):
+    name: ClassVar[str] = "bad-input-constant"
+
+    def objective(self, target, prior, x, **variables):
+        return {"loss": torch.tensor(1.0)}
+
+
+class _PlugUnlogged(_PlugInversion):
+    name: ClassVar[str] = "bad-input-unlogged"
+    early_stop_metric: ClassVar[str | None] = "never_logged"
+
+
+def _plugged(cls: type) -> Callable[[pytest.MonkeyPatch], None]:
+    """Register ``cls`` for one case (its declarations checked as a registration checks them; undone after)."""
+    def patch(mp: pytest.MonkeyPatch) -> None:
+        assert check_attack(cls.name, cls) == ""
+        mp.setitem(ATTACKS._items, cls.name, cls)
+    return patch
+
+
+CASES.update({
+    "reconstruct-early-stop-tol-without-patience": Case(lambda ws: _rec(ws, "--early-stop-tol", "0.5"),
+                                                        "early_stop.rel_tol 0.5 does nothing without "
+                                                        "early_stop.patience; pass --early-stop-patience N"),
+    "reconstruct-early-stop-tol-with-patience-0": Case(lambda ws: _rec(ws, "--early-stop-patience", "0",
+                                                                       "--early-stop-tol", "0.5"),
+                                                       "does nothing without early_stop.patience"),
+    "reconstruct-early-stop-tol-5": Case(lambda ws: _rec(ws, "--early-stop-patience", "3", "--early-stop-tol", "5"),
+                                         "pass --early-stop-tol in (0, 1)"),
+    "train-margin-ascent-window-without-steps": Case(lambda ws: [*TRAIN, "--margin-ascent-window", "10", "--out",
+                                                                 str(ws.root / "m")],
+                                                     "margin_ascent window 10 (--margin-ascent-window) does nothing "
+                                                     "without ascent steps"),
+    "reconstruct-momentum-with-adam": Case(lambda ws: _rec(ws, "--optimizer", "adam", "--momentum", "0.5"),
+                                           "momentum 0.5 is a constant of optimizer 'sgd'"),
+    "reconstruct-nesterov-without-momentum": Case(lambda ws: _rec(ws, "--momentum", "0", "--nesterov"),
+                                                  "nesterov without momentum"),
+    "reconstruct-split-fraction-without-split-every": Case(lambda ws: _rec(ws, "--split-fraction", "0.2"),
+                                                           "does nothing without sample splitting: pass --split-every"),
+    "reconstruct-init-coefficient-without-known-init": Case(lambda ws: _rec(ws, "--init-coefficient", "0.5"),
+                                                            "does nothing without a known initialisation"),
+    "reconstruct-bilevel-group-weight-line-search": Case(lambda ws: _rec(ws, "--method", "bilevel", "--group-weight",
+                                                                         "1", "--runs", "2"),
+                                                         "bilevel's problem-derived step"),
+    "reconstruct-plugin-objective-without-loss": Case(lambda ws: _rec(ws, "--method", _PlugNoLoss.name),
+                                                      f"attack {_PlugNoLoss.name!r} (", patch=_plugged(_PlugNoLoss)),
+    "reconstruct-plugin-constant-objective": Case(lambda ws: _rec(ws, "--method", _PlugConstant.name),
+                                                  "its objective's 'loss' does not depend on the candidates x",
+                                                  patch=_plugged(_PlugConstant)),
+    "reconstruct-plugin-early-stop-metric-never-logged": Case(
+        lambda ws: _rec(ws, "--method", _PlugUnlogged.name, "--early-stop-patience", "2"),
+        "declares early_stop_metric 'never_logged', which its steps do not log", out=_new_run,
+        patch=_plugged(_PlugUnlogged)),
+})
+
+
 def _bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
@@ -968,6 +1049,7 @@ def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 205  # and 27 more by the fourth adversarial trial's findings (issue 46)
     assert len(CASES) >= 227  # and 22 more by the fifth's (issue 46 item 3)
     assert len(CASES) >= 234  # and 7 more by the sixth's membership findings (issue 50)
+    assert len(CASES) >= 246  # and 12 more for issue 49's silent options and issue 50's plug-in errors
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -144,8 +144,8 @@ def test_every_train_config_field_has_its_flag_and_reaches_the_config():
             merged.setdefault("arch", {}).update(name="resnet8", batch_norm=True)
         if flag.path == "pretrained.sha256":
             merged["pretrained"]["path"] = "runs/pre"
-        if flag.path in ("margin_ascent.rtol", "margin_ascent.window"):  # a stop rule needs a budget of a window
-            merged["margin_ascent"]["steps"] = 1000
+        if flag.path.startswith("margin_ascent.") and flag.path != "margin_ascent.steps":
+            merged["margin_ascent"]["steps"] = 1000  # the ascent's settings need steps (a stop rule: a window's budget)
         cfg = build_train_config(merged)
         got = cfg
         for part in flag.path.split("."):
@@ -157,6 +157,12 @@ def test_every_train_config_field_has_its_flag_and_reaches_the_config():
 def test_bad_list_text_is_a_one_line_error():
     with pytest.raises(DataReconError, match="--hidden must be a comma-separated list of widths"):
         comma_ints("--hidden", "widths")("a,b")
+
+
+#: what a flag needs beside it to act (alone it would change nothing, and is refused): the other settings
+NEEDS = {"attack.adam_beta1": {"optimizer": "adam"}, "attack.adam_beta2": {"optimizer": "adam"},
+         "attack.adam_eps": {"optimizer": "adam"}, "early_stop.rel_tol": {"early_stop": {"patience": 1}},
+         **{f"attack.split_{f}": {"split_every": 1} for f in ("fraction", "scale", "iters")}}
 
 
 def _another(flag, model, name):
@@ -201,7 +207,7 @@ def test_every_reconstruct_flag_reaches_its_field_and_a_foreign_one_is_refused()
         if head == "attack":
             method = flag.owners[0]
             value = _another(flag, ATTACKS.get(method).config_cls, name)
-            given = overrides_from(FLAGS, {flag.param: value})["attack"]
+            given = {**NEEDS.get(flag.path, {}), **overrides_from(FLAGS, {flag.param: value})["attack"]}
             run = run_from_layers(RunLayers(flags={"attack": given}, method=method, model="m"))
             assert run.attack.model_dump()[name] == given[name], flag.path
             foreign = [m for m in ATTACKS.names() if m not in flag.owners]
@@ -225,7 +231,7 @@ def test_every_reconstruct_flag_reaches_its_field_and_a_foreign_one_is_refused()
                 owner = [a for a in getattr(owner, "__args__", (owner,)) if a is not type(None)][0]
             last = flag.path.split(".")[-1]
             value = _another(flag, owner, last)
-            run = build_run(merge({"model": "m"}, overrides_from(FLAGS, {flag.param: value})))
+            run = build_run(merge({"model": "m", **NEEDS.get(flag.path, {})}, overrides_from(FLAGS, {flag.param: value})))
             got = run
             for part in flag.path.split("."):
                 got = getattr(got, part)

@@ -3,6 +3,7 @@ adversarial trials (docs/RELIABILITY.md, "Adversarial trials").
 
     python tests/faults/hostile_inputs.py                     # the current source (several minutes)
     python tests/faults/hostile_inputs.py --only fifth        # the fifth trial (its groups start with "fifth")
+    python tests/faults/hostile_inputs.py --only interface    # issue 49's options and issue 50's plug-in faults
     python tests/faults/hostile_inputs.py --src /old/src      # another source tree, e.g. before a fix
     python tests/faults/hostile_inputs.py --only perm         # the trials whose group starts with "perm"
     python tests/faults/hostile_inputs.py --name manifest     # the trials whose name contains "manifest"
@@ -732,8 +733,12 @@ FIFTH_PRIORS = [
        must="beyond the range of float32"),
     _t("priors", "--box-weight 1e300 --dtype float64 (in its range)", _rc("--box-weight", "1e300", "--dtype", "float64"),
        must="diverged"),
+    # since issue 49 bilevel weighs the feature statistics (its config is an AttackConfig): this is refused for the
+    # target's missing weight decay, and the interface row with --weight-decay-override runs
     _t("priors", "--feature-stats-weight 1 --method bilevel", _rc("--feature-stats-weight", "1", "--method",
                                                                   "bilevel", model="bn"), must="bilevel"),
+    # accepted since issue 49: gradnorm's priors are the interface's, so the feature statistics are added (on d8472df
+    # it ran with the loss unchanged and no feature_stats metric: accepted, but silently)
     _t("priors", "--feature-stats-weight 1 --method gradnorm on batch norm",
        _rc("--feature-stats-weight", "1", "--method", "gradnorm", model="bn"), expect="accept"),
     _t("priors", "--feature-stats-weight 1 --method decoreco on the fine-tuned ResNet",
@@ -1276,7 +1281,106 @@ FIFTH_ASCENT = [
 ]
 FIFTH = [*FIFTH_PRIORS, *FIFTH_LABELS, *FIFTH_PROBE, *FIFTH_NORM, *FIFTH_MEMBERSHIP, *FIFTH_PLUGINS, *FIFTH_ASCENT]
 
-TRIALS: list[Trial] = [*PATHS, *FILES, *OPTIONS, *CONFIGS, *STATE, *PERMISSIONS, *FIFTH]
+# -- issue 49 (every attack through the interface; options that did nothing) and issue 50's plug-in internal errors.
+# Group ``interface``: on d8472df the plug-in rows were internal errors (AttributeError, KeyError 'loss', "does not
+# require grad") or wrongly accepted (an integer step size scaled to 0.5, an early-stop metric never logged), and the
+# option rows wrongly accepted.
+PLUG_DECLARED = """from typing import ClassVar
+import torch
+import torch.nn.functional as F
+from datarecon.attacks.base import Attack
+
+
+class Inv(Attack):
+    name: ClassVar[str] = "inv"
+
+    def objective(self, target, prior, x):
+        margin = self.labels(prior, x.device) * target.forward(x).squeeze(1)
+        return {"loss": F.softplus(-margin).mean()}
+
+
+class BogusStep(Inv):
+    name: ClassVar[str] = "bogusstep"
+    step_size_fields: ClassVar[tuple] = ("lr_bogus",)
+
+
+class IntStep(Inv):
+    name: ClassVar[str] = "intstep"
+    step_size_fields: ClassVar[tuple] = ("steps",)
+
+
+class NoLoss(Inv):
+    name: ClassVar[str] = "noloss"
+
+    def objective(self, target, prior, x):
+        return {"margin": target.forward(x).sum()}
+
+
+class Constant(Inv):
+    name: ClassVar[str] = "constant"
+
+    def objective(self, target, prior, x):
+        return {"loss": torch.tensor(1.0)}
+
+
+class Unlogged(Inv):
+    name: ClassVar[str] = "unlogged"
+    early_stop_metric: ClassVar[str] = "never_logged"
+"""
+
+
+def _declared(name: str, cls: str, *args: str) -> Callable[[Path], list[str]]:
+    return _plug(f"[datarecon.attacks]\n{name} = hostile_plugin:{cls}\n", PLUG_DECLARED,
+                 [*REC_MODEL, "--method", name, *args])
+
+
+INTERFACE = [Trial("interface", name, prepare, **kw) for name, prepare, kw in [
+    ("a plug-in whose step_size_fields names a field its config lacks", _declared("bogusstep", "BogusStep"),
+     {"must": "bogusstep", "warn": True}),
+    ("a plug-in whose step_size_fields names the integer field steps", _declared("intstep", "IntStep"),
+     {"must": "intstep", "warn": True}),
+    ("a plug-in whose objective has no 'loss'", _declared("noloss", "NoLoss"), {"must": "noloss", "warn": True}),
+    ("a plug-in whose objective is a constant", _declared("constant", "Constant"),
+     {"must": "does not depend on the candidates", "warn": True}),
+    ("a plug-in whose early_stop_metric is never logged, --early-stop-patience 2",
+     _declared("unlogged", "Unlogged", "--early-stop-patience", "2"), {"must": "never_logged", "warn": True}),
+    ("a working plug-in with --early-stop-patience 2", _declared("inv", "Inv", "--early-stop-patience", "2"),
+     {"expect": "accept", "warn": True}),
+    ("--early-stop-tol 0.5 without --early-stop-patience", _rc("--early-stop-tol", "0.5"),
+     {"must": "--early-stop-patience"}),
+    ("--early-stop-patience 0 --early-stop-tol 0.5", _rc("--early-stop-patience", "0", "--early-stop-tol", "0.5"),
+     {"must": "--early-stop-patience"}),
+    ("--early-stop-patience 3 --early-stop-tol 5", _rc("--early-stop-patience", "3", "--early-stop-tol", "5"),
+     {"must": "--early-stop-tol"}),
+    ("--early-stop-patience 3 --early-stop-tol 1", _rc("--early-stop-patience", "3", "--early-stop-tol", "1"),
+     {"must": "--early-stop-tol"}),
+    ("--early-stop-patience 3 --early-stop-tol 0.99", _rc("--early-stop-patience", "3", "--early-stop-tol", "0.99"),
+     {"expect": "accept"}),
+    ("train --margin-ascent-window 10 without --margin-ascent-steps", _x(*TRAIN, "--margin-ascent-window", "10",
+                                                                       "--out", "m"),
+     {"must": "--margin-ascent-steps"}),
+    ("train --margin-ascent-rtol 0.01 without --margin-ascent-steps", _x(*TRAIN, "--margin-ascent-rtol", "0.01",
+                                                                        "--out", "m"),
+     {"must": "--margin-ascent-steps"}),
+    ("--method gradnorm --group-weight 1 --runs 2", _rc("--method", "gradnorm", "--group-weight", "1", "--runs", "2"),
+     {"expect": "accept"}),
+    ("--method gradnorm --tv-weight 1", _rc("--method", "gradnorm", "--tv-weight", "1"), {"must": "tv"}),
+    ("--optimizer adam --momentum 0.5", _rc("--optimizer", "adam", "--momentum", "0.5"), {"must": "momentum"}),
+    ("--optimizer sgd --adam-beta1 0.5", _rc("--adam-beta1", "0.5"), {"must": "--optimizer adam"}),
+    ("--momentum 0 --nesterov", _rc("--momentum", "0", "--nesterov"), {"must": "nesterov"}),
+    ("--method dynamics --optimizer sgd (its default is Adam)", _rc("--method", "dynamics", *DYNAMICS, "--optimizer",
+                                                                    "sgd", "--lr-x", "1e-3"), {"expect": "accept"}),
+    ("--method bilevel --feature-stats-weight 1 --weight-decay-override 0.01 on batch norm", _rc(
+        "--method", "bilevel", "--feature-stats-weight", "1", "--weight-decay-override", "0.01", "--set",
+        "inner_max_iter_first=50", model="bn"), {"expect": "accept"}),
+    ("--method bilevel --momentum 0.5 without --lr-x", _rc("--method", "bilevel", *METHODS["bilevel"], "--momentum",
+                                                           "0.5"), {"must": "--lr-x"}),
+    ("--method bilevel --group-weight 1 --runs 2 --lr-x 0.01 --batch-mode batched", _rc(
+        "--method", "bilevel", *METHODS["bilevel"], "--group-weight", "1", "--runs", "2", "--lr-x", "0.01",
+        "--batch-mode", "batched"), {"expect": "accept"}),
+]]
+
+TRIALS: list[Trial] = [*PATHS, *FILES, *OPTIONS, *CONFIGS, *STATE, *PERMISSIONS, *FIFTH, *INTERFACE]
 
 
 def ensure_user() -> bool:
@@ -1424,7 +1528,7 @@ def main() -> None:
         root = Path(tmp)
         os.chmod(root, 0o755)
         pristine = build_workspace(root)
-        if any(t.group.startswith("fifth") for t in trials):
+        if any(t.group.startswith(("fifth", "interface")) for t in trials):  # the extra models (bn, mc, ...)
             build_fifth_extras(pristine)
         for trial in trials:
             scratch = root / "scratch"

@@ -4,7 +4,7 @@
 * :mod:`.init`: initialisations of the candidates (INITS, make_init, InitSources).
 * :mod:`.runner`: run_attack (logging, checkpoints, bit-identical resume, run directory).
 * :mod:`.kkt_math`, :mod:`.surrogate`, :mod:`.optim`, :mod:`.selection`: pure pieces.
-* :mod:`.kkt`: ``kkt``, ``decoreco``, ``gradnorm``, ``loo``; :mod:`.bilevel`: ``bilevel``;
+* :mod:`.kkt`: ``kkt``, ``decoreco``, ``loo``; :mod:`.gradnorm`: ``gradnorm``; :mod:`.bilevel`: ``bilevel``;
   :mod:`.dynamics`: ``dynamics`` (SimuDy's dynamics matching).
 * :mod:`.knowledge`: what the attacker knows beyond θ* (known θ_init, n): the run's threat model.
 * :mod:`.subspace`: the training subspace of the first dense layer (spectrum, n, basis, distances).
@@ -22,7 +22,8 @@ from datarecon.attacks.base import ATTACK_LOOP, ATTACKS, Attack, AttackConfig, A
 from datarecon.attacks.bilevel import BilevelAttack
 from datarecon.attacks.dynamics import DynamicsAttack
 from datarecon.attacks.init import INITS, CandidateSpec, InitSources, init_labels, make_init
-from datarecon.attacks.kkt import DecoRecoAttack, GradNormAttack, KKTAttack, LooAttack
+from datarecon.attacks.gradnorm import GradNormAttack
+from datarecon.attacks.kkt import DecoRecoAttack, KKTAttack, LooAttack
 from datarecon.attacks.runner import run_attack
 
 # the one place attacks are registered (a new attack adds its line here)
@@ -38,7 +39,8 @@ ATTACK_PLUGINS = "datarecon.attacks"
 
 
 def _plugin_attack(name: str, obj: object) -> str:
-    """Why an entry point's object cannot be the attack ``name`` ("" when it can)."""
+    """Why an entry point's object cannot be the attack ``name`` ("" when it can; the registry then checks its
+    declarations, :func:`datarecon.attacks.base.check_attack`)."""
     if not (isinstance(obj, type) and issubclass(obj, Attack)):
         return f"{obj!r} is not a subclass of datarecon.attacks.base.Attack"
     if obj.name != name:

@@ -36,19 +36,18 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import Field
 from torch import nn
 
-from datarecon.attacks import priors
-from datarecon.attacks.base import PRIOR_FIELDS, Attack, AttackerPrior, Target, apply_if_finite
-from datarecon.attacks.grouped import CROSS_RUN_PRIORS
+from datarecon.attacks.base import Attack, AttackConfig, AttackerPrior, Gradients, Target
 from datarecon.attacks.knowledge import KnownRecipe
-from datarecon.attacks.optim import OptimizerSettings, init_optimizer_state
-from datarecon.config import MAX_STEPS, drop_defaults
+from datarecon.attacks.optim import OPTIMIZERS, apply_if_finite
+from datarecon.config import MAX_STEPS
 from datarecon.errors import DataReconError
+from datarecon.registry import registered
 from datarecon.kernel.losses import loss_name
 from datarecon.kernel.step import (
     TrainingRecipe,
@@ -63,12 +62,15 @@ __all__ = ["DynamicsAttack", "DynamicsConfig", "Schedule", "memory_estimate", "s
            "statistics_distance"]
 
 
-class DynamicsConfig(BaseModel):
-    """Dynamics matching (every weight a named field).
+class DynamicsConfig(AttackConfig):
+    """Dynamics matching: the fields of every attack (:class:`~datarecon.attacks.config.AttackConfig`; Adam by
+    default) and its own.
 
     Attributes:
         steps: outer optimisation steps (each one simulated training and its backward).
-        lr_x: Adam step of the candidates; lr_lr: Adam step of log η when η is learned.
+        lr_x: step of the candidates (Adam's by default); lr_lr: step of log η when η is learned.
+        optimizer: ``adam`` (default; SimuDy's) or another of :data:`~datarecon.attacks.optim.OPTIMIZERS`, for x
+            and log η.
         lr_init: the starting η when the attacker does not know it.
         epochs: epochs simulated (None: the recorded epochs, the whole training; fewer: a
             truncated simulation, cheaper, matched by direction only).
@@ -76,47 +78,35 @@ class DynamicsConfig(BaseModel):
             0 when the estimate of the whole unroll fits in half the machine's memory, else ⌈√T⌉).
         objective: ``cosine`` (SimuDy's 1 − cos of the parameter changes) or ``distance`` (the relative squared
             distance ‖θ_T − θ*‖² / ‖θ* − θ_init‖², which matches the change's size as well).
-        lr_schedule: Adam step of x: ``constant``, or ``step`` (× 0.1 at 3/8, 5/8 and 7/8 of ``steps``, the
+        lr_schedule: step of x: ``constant``, or ``step`` (× 0.1 at 3/8, 5/8 and 7/8 of ``steps``, the
             schedule of Geiping et al. 2020's gradient inversion).
-        signed: Adam on the sign of x's gradient (Geiping et al. 2020's "signed" gradient inversion;
+        signed: the optimiser on the sign of x's gradient (Geiping et al. 2020's "signed" gradient inversion;
             robust to the gradient's scale, which spans orders of magnitude between runs and layers).
-        tv_weight: weight of the mean total variation (a natural-image prior).
-        box_weight: weight of the pixel-box prior.
-        feature_stats_weight: weight of the feature-statistics prior of batch-norm targets
-            (:data:`~datarecon.attacks.priors.PRIORS` ``feature_stats``).
-        group_weight: weight of group consistency across the runs stepped together (``group``).
+        tv_weight: weight of the total variation per pixel (a natural-image prior, :data:`~datarecon.attacks.
+            priors.PRIORS` ``tv``).
         adam_beta1, adam_beta2, adam_eps: Adam's constants (SimuDy's reference uses β = (0.8, 0.9)).
         dtype: float32 | float64 (the recipe replays bit for bit in the dtype the target trained in).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    #: added after runs were recorded (the optimiser fields with the move to AttackConfig): left out at their default
+    added_fields: ClassVar[tuple[str, ...]] = ("objective", "lr_schedule", "signed", "optimizer", "momentum",
+                                               "nesterov")
 
     steps: int = Field(default=500, ge=0, le=MAX_STEPS, description="optimisation steps")
-    lr_x: float = Field(default=0.01, gt=0, description="Adam step of the candidates x")
-    lr_lr: float = Field(default=0.01, gt=0, description="Adam step of log lr when the lr is learned")
+    lr_x: float = Field(default=0.01, gt=0, description="step of the candidates x (Adam's by default)")
+    optimizer: Annotated[str, registered(OPTIMIZERS)] = Field(default="adam", description="key of "
+                                                              "attacks.optim.OPTIMIZERS (x and log lr)")
+    lr_lr: float = Field(default=0.01, gt=0, description="step of log lr when the lr is learned")
     lr_init: float = Field(default=0.01, gt=0, description="starting lr when the recipe's lr is unknown")
     epochs: int | None = Field(default=None, ge=1, description="epochs simulated (default: the recorded ones)")
     segment: int | None = Field(default=None, ge=0, description="simulated steps per recomputed segment (0: no "
                                 "recompute; default: none when the whole unroll fits in half the memory, else √T)")
     tv_weight: float = Field(default=0.0, ge=0, description="weight of the mean total variation")
-    box_weight: float = Field(default=1.0, ge=0, description="weight of the pixel-box prior")
-    feature_stats_weight: float = Field(default=0.0, ge=0, description="weight of the feature-statistics prior "
-                                        "(batch-norm targets)")
-    group_weight: float = Field(default=0.0, ge=0, description="weight of group consistency across --runs")
-    adam_beta1: float = Field(default=0.9, ge=0, lt=1, description="Adam β₁ (x and log lr)")
-    adam_beta2: float = Field(default=0.999, ge=0, lt=1, description="Adam β₂")
-    adam_eps: float = Field(default=1e-8, gt=0, description="Adam ε")
-    dtype: Literal["float32", "float64"] = Field(default="float32", description="float32 | float64")
     objective: Literal["cosine", "distance"] = Field(default="cosine", description="cosine (SimuDy: 1 - cos of the "
                                                      "parameter changes) or distance (relative squared distance to θ*)")
     lr_schedule: Literal["constant", "step"] = Field(default="constant", description="constant, or step: lr_x × 0.1 "
                                                      "at 3/8, 5/8 and 7/8 of the steps")
-    signed: bool = Field(default=False, description="Adam on the sign of the candidates' gradient")
-
-    @model_serializer(mode="wrap")
-    def _drop_unset(self, handler):  # type: ignore[no-untyped-def]
-        # run keys (config hashes) of earlier runs unchanged
-        return drop_defaults(self, handler(self), ("objective", "lr_schedule", "signed", *PRIOR_FIELDS))
+    signed: bool = Field(default=False, description="the optimiser on the sign of the candidates' gradient")
 
     def lr_x_at(self, index: int) -> float:
         """The Adam step of x at outer step ``index`` (0-based) under :attr:`lr_schedule`."""
@@ -297,8 +287,6 @@ PARAM_COPIES_PER_STEP = 1.5
 ACTIVATION_COPIES_PER_STEP = 4
 #: the whole unroll is kept (no recomputation) while its estimate stays within this share of the memory
 KEEP_FRACTION = 0.5
-#: the priors dynamics matching weighs in its own step (the box, and TV as a mean over pixels)
-_OWN_PRIORS = ("box", "tv")
 #: exclusive upper end of the attack's own batch-order seed, drawn when the order is unknown
 ORDER_SEED_RANGE = 2**31 - 1
 
@@ -409,25 +397,24 @@ class DynamicsAttack(Attack):
             self._segments[key] = 0 if total is None or whole <= total * KEEP_FRACTION else math.isqrt(steps - 1) + 1
         return self._segments[key]
 
-    def init_state(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
-                   generator: torch.Generator) -> dict[str, torch.Tensor]:
+    def initial_variables(self, target: Target, prior: AttackerPrior, *, x: torch.Tensor,
+                          generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """x₀, log η₀ = log ``lr_init`` when the recipe's η is unknown, and the batch order's seed (the recorded
+        one, or drawn once from ``generator``); refused first what cannot be replayed (:meth:`check`)."""
         self.check(target, prior)
         recipe = self._recipe(prior)
-        device = _device(target)
-        state = {"x": x0.detach().to(device=device, dtype=self.dtype).clone()}
+        state = {"x": x}
         if recipe.lr is None:
-            state["log_lr"] = torch.tensor(math.log(self.config.lr_init), dtype=self.dtype, device=device)
+            state["log_lr"] = torch.tensor(math.log(self.config.lr_init), dtype=self.dtype, device=x.device)
         order = recipe.order_seed
         if order is None:  # unknown order: the attack's own, drawn once from its generator
             order = int(torch.randint(0, ORDER_SEED_RANGE, (1,), generator=generator))
         state["order_seed"] = torch.tensor(order, dtype=torch.int64)
-        state.update({k: v.to(device) for k, v in init_optimizer_state("adam", {
-            k: v for k, v in state.items() if k in ("x", "log_lr")}).items()})
         return state
 
-    def _settings(self) -> OptimizerSettings:
-        c = self.config
-        return OptimizerSettings(beta1=c.adam_beta1, beta2=c.adam_beta2, eps=c.adam_eps)
+    def learning_rates(self, index: int) -> dict[str, float]:
+        """``x``: ``lr_x`` under ``lr_schedule``; ``log_lr`` (when η is learned): ``lr_lr``."""
+        return {"x": self.config.lr_x_at(index), "log_lr": self.config.lr_lr}
 
     def matching_terms(self, target: Target, prior: AttackerPrior, x: torch.Tensor, lr: float | torch.Tensor,
                   order_seed: int, *, differentiable: bool = True) -> dict[str, torch.Tensor]:
@@ -465,64 +452,33 @@ class DynamicsAttack(Attack):
         recipe = self._recipe(prior)
         return recipe.norm_mode == "train" and bool(batch_norm_modules(target.model))
 
-    def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
-             index: int) -> dict[str, float]:
-        metrics, grads = self.step_gradients(target, prior, state)
-        return self.apply_step(state, grads, metrics, index)
-
-    def step_gradients(self, target: Target, prior: AttackerPrior,
-                       state: dict[str, torch.Tensor]) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
-        """The matching loss and the run's own priors, and their gradients in x (and log η when learned)."""
+    def gradients(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor]) -> Gradients:
+        """The matching loss and its parts, with their gradients in x (and log η when learned) through the
+        simulated training; ``lr``: the η the simulation used."""
         recipe = self._recipe(prior)
-        c = self.config
         x = state["x"].detach().requires_grad_(True)
         learned = "log_lr" in state
         log_lr = state["log_lr"].detach().requires_grad_(True) if learned else None
         lr = log_lr.exp() if learned else float(recipe.lr)
-        terms = self.matching_terms(target, prior, x, lr, int(state["order_seed"]))
+        terms = dict(self.matching_terms(target, prior, x, lr, int(state["order_seed"])))
         grads = torch.autograd.grad(terms["loss"], [x] + ([log_lr] if learned else []))
-        gx = grads[0]
-        metrics = {k: float(v.detach()) for k, v in terms.items()}
-        metrics["lr"] = float(lr.detach()) if learned else float(lr)
-        lo, hi = self.bounds(prior, x.device)
-        box, box_grad = priors.box_value_and_grad(x.detach(), lo, hi)
-        metrics["box"] = float(box)
-        metrics["loss"] += c.box_weight * metrics["box"]
-        gx = gx.add(box_grad, alpha=c.box_weight)
-        if c.tv_weight > 0:  # per pixel, as the TV prior of every attack (priors.tv_mean_value_and_grad)
-            tv, tv_grad = priors.tv_value_and_grad(x)
-            metrics["tv"] = float(tv) / x.numel()
-            metrics["loss"] += c.tv_weight * metrics["tv"]
-            gx = gx.add(tv_grad, alpha=c.tv_weight / x.numel())
-        gx = self.add_network_priors(target, prior, x.detach(), gx, metrics)
-        return metrics, {"x": gx, **({"log_lr": grads[1]} if learned else {})}
+        terms["lr"] = float(lr.detach()) if learned else float(lr)
+        return Gradients(terms, {"x": grads[0], **({"log_lr": grads[1]} if learned else {})})
 
-    def apply_step(self, state: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], metrics: dict[str, float],
-                   index: int) -> dict[str, float]:
-        """Adam on x (on its gradient's sign with ``signed``) and log η, under the finiteness rule."""
-        c = self.config
-        gx = grads["x"]
+    def own_priors(self, target: Target, prior: AttackerPrior) -> tuple[str, ...]:
+        """The feature statistics for a replay of batch norm in train mode (the matching terms compare the
+        statistics the replay produces, :func:`statistics_distance`)."""
+        return ("feature_stats",) if self.replays_statistics(target, prior) else ()
+
+    def update(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor], g: Gradients,
+               index: int) -> dict[str, float]:
+        """The optimiser on x (on its gradient's sign with ``signed``) and log η, under the finiteness rule; the
+        reported ``grad_norm_x`` is the norm of the gradient itself."""
+        gx = g.grads["x"]
         grad_norm = float(gx.norm())
-        if c.signed:
-            gx = gx.sign()
-        return apply_if_finite("adam", self._settings(), state, {**grads, "x": gx},
-                               {"x": c.lr_x_at(index), "log_lr": c.lr_lr}, metrics, norms={"x": grad_norm})
-
-    def add_network_priors(self, target: Target, prior: AttackerPrior, x: torch.Tensor, gx: torch.Tensor,
-                           metrics: dict[str, float]) -> torch.Tensor:
-        """The priors of :data:`~datarecon.attacks.priors.PRIORS` beyond the box and TV (which this attack
-        weighs itself, TV as a mean), the cross-run ones (a :class:`~datarecon.attacks.grouped.CoupledGroup`
-        adds those) and, for a replay of batch norm in train mode, the feature statistics (the matching
-        terms compare the replayed statistics): their values into ``metrics`` (``loss`` included), their
-        gradients added to ``gx`` (returned)."""
-        skip = _OWN_PRIORS + CROSS_RUN_PRIORS + (("feature_stats",) if self.replays_statistics(target, prior) else ())
-        if not any(n not in skip for n in priors.weighted_priors(self.config)):
-            return gx
-        loss = torch.as_tensor(metrics["loss"], dtype=x.dtype, device=x.device)
-        given = priors.PriorInput(x, *self.bounds(prior, x.device), target=target, labels=self.labels(prior, x.device))
-        terms, gx = priors.add_priors(self.config, given, {"loss": loss}, gx, skip=skip)
-        metrics.update({k: float(v) for k, v in terms.items()})
-        return gx
+        grads = {**g.grads, "x": gx.sign() if self.config.signed else gx}
+        return apply_if_finite(self.config.optimizer, self.config.optimizer_settings(), state, grads,
+                               self.learning_rates(index), g.terms, norms={"x": grad_norm})
 
     def finish(self, target: Target, prior: AttackerPrior,
                state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -1,8 +1,8 @@
 """K runs coupled by a prior across runs (group consistency): each run its own step, one prior over all.
 
 :mod:`datarecon.attacks.batched` hands a group of runs with one batch key to the attack's
-``stacked_group``; an attack whose step splits into a gradient (:meth:`step_gradients`) and an
-update (:meth:`apply_step`) returns a :class:`CoupledGroup`: every run's own gradient and metrics
+``stacked_group``; every attack's step splits into a gradient (``step_gradients``) and an update
+(``update``), so the default is a :class:`CoupledGroup`: every run's own gradient and metrics
 (the single-run arithmetic), then the priors that read every run at once (``group``: each run pulled
 toward the registered consensus of all), then every stepping run's own update. Nothing else is
 shared: each run keeps its state, optimiser, checkpoint and history.
@@ -19,7 +19,7 @@ References:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -49,11 +49,12 @@ class CoupledGroup:
         order = sorted(runs)
         return cls({k: row for row, k in enumerate(order)}, [runs[k] for k in order])
 
-    def gradients(self, target: Any) -> tuple[list[dict[str, float]], list[dict[str, torch.Tensor]]]:
-        """Every row's metrics and gradients: its own (``attack.step_gradients``) plus the cross-run priors."""
+    def gradients(self, target: Any) -> tuple[list[Any]]:
+        """Every row's :class:`~datarecon.attacks.base.Gradients`: its own (``attack.step_gradients``) plus the
+        cross-run priors (their values in its terms, their gradients in its gradient in x)."""
         rows = [r.attack.step_gradients(target, r.setup.prior, r.state) for r in self.runs]
-        metrics = [m for m, _ in rows]
-        grads = [g for _, g in rows]
+        metrics = [g.terms for g in rows]
+        grads = [g.grads for g in rows]
         first, prior = self.runs[0].attack, self.runs[0].setup.prior
         x = torch.stack([r.state["x"].detach() for r in self.runs])
         labels = torch.stack([r.attack.labels(r.setup.prior, x.device) for r in self.runs])
@@ -66,11 +67,11 @@ class CoupledGroup:
         for j, (m, g) in enumerate(zip(metrics, grads, strict=True)):
             m.update({k: float(v[j]) for k, v in values.items()})
             g["x"] = gx[j]
-        return metrics, grads
+        return (rows,)
 
-    def commit(self, target: Any, requests: Sequence[Any], metrics: Sequence[dict[str, float]],
-               grads: Sequence[dict[str, torch.Tensor]]) -> None:
-        """Each requested run's own update (``attack.apply_step``) of its row's gradients."""
+    def commit(self, target: Any, requests: Sequence[Any], rows: Sequence[Any]) -> None:
+        """Each requested run's own update (``attack.update``) of its row's gradients."""
         for r in requests:
-            row = self.rows[r.index]
-            r.metrics = r.run.attack.apply_step(r.run.state, grads[row], dict(metrics[row]), r.step)
+            g = rows[self.rows[r.index]]
+            g = replace(g, terms=dict(g.terms))
+            r.metrics = r.run.attack.update(target, r.run.setup.prior, r.run.state, g, r.step)

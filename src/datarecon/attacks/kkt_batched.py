@@ -121,21 +121,24 @@ class StackedGroup:
                gx: torch.Tensor, gl: torch.Tensor) -> None:
         """One optimiser step of the requested runs on the stacked state; each request gets its metrics.
 
-        Per run as in :meth:`KKTAttack.apply_gradients`: its own learning rates and step count, no
-        update when its loss or its update is not finite (``update`` NaN). The rule is applied by
+        Per run as in :meth:`KKTAttack.update`: its own learning rates and step count, no update when its loss
+        or its update is not finite (``update`` NaN). The rule is applied by
         :func:`~datarecon.attacks.optim.stacked_optimizer_step`.
         """
         first = self.runs[0].attack
         lambda_means = self.state["lambda"].mean(dim=1).tolist()  # every run's at once: one host sync
         taken: dict[int, dict[str, float]] = {}
+        index: dict[int, int] = {}
         for r in requests:
             row = self.rows[r.index]
-            taken[row] = r.run.attack.step_metrics(target, r.run.state, dict(metrics[row]), prior=r.run.setup.prior,
-                                                   lambda_mean=lambda_means[row])
+            index[row] = r.step
+            taken[row] = r.run.attack.residual_metrics(target, r.run.setup.prior, dict(metrics[row]), r.run.state,
+                                                       lambda_mean=lambda_means[row])
         rows = sorted(row for row, m in taken.items() if math.isfinite(m["loss"]))
         committed = set(stacked_optimizer_step(
             first.config.optimizer, self.state, {"x": gx, "lambda": gl},
-            lrs=[r.attack.learning_rates() for r in self.runs], rows=rows, settings=first.config.optimizer_settings()))
+            lrs=[r.attack.learning_rates(index.get(row, 0)) for row, r in enumerate(self.runs)], rows=rows,
+            settings=first.config.optimizer_settings()))
         norms_x, norms_l = torch.stack([gx.flatten(1).norm(dim=1), gl.flatten(1).norm(dim=1)]).tolist()
         for r in requests:
             row = self.rows[r.index]

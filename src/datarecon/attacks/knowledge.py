@@ -38,15 +38,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from datarecon.attacks.base import AttackerPrior, Target
 from datarecon.attacks.labels import RestoredLabels, restore_labels
 from datarecon.attacks.subspace import analyse, first_dense_layer
-from datarecon.config import drop_defaults
+from datarecon.config import RecordedConfig
 from datarecon.errors import DataReconError
 from datarecon.kernel.step import TrainingRecipe
 from datarecon.models.pretrained import HEAD_NEW, finetune_start, load_recorded_pretrained
@@ -202,7 +202,7 @@ RECORDED_SEED = "seed"
 PRETRAINED = "pretrained"
 
 
-class KnowledgeSettings(BaseModel):
+class KnowledgeSettings(RecordedConfig):
     """The attacker's knowledge beyond θ* (run file key ``knowledge``; all off by default).
 
     Attributes:
@@ -221,6 +221,7 @@ class KnowledgeSettings(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    added_fields: ClassVar[tuple[str, ...]] = ("recipe", "labels")  # records of earlier runs stay valid
 
     known_init: str | None = Field(default=None, description="seed:N, seed, pretrained[:DIR] or a safetensors "
                                    "file of θ_init")
@@ -229,9 +230,6 @@ class KnowledgeSettings(BaseModel):
     labels: Literal["balanced", "restored"] = Field(default="balanced", description="candidate labels: balanced "
                                                     "(equal class shares assumed) or restored (from θ* − θ_init)")
 
-    @model_serializer(mode="wrap")
-    def _drop_unset_recipe(self, handler):  # type: ignore[no-untyped-def]
-        return drop_defaults(self, handler(self), ("recipe", "labels"))  # records of earlier runs stay valid
 
     @field_validator("known_init")
     @classmethod

@@ -2,7 +2,8 @@
 
 :class:`AttackLoop` drives an :class:`~datarecon.attacks.base.Attack`'s ``step`` through
 :class:`datarecon.kernel.engine.Engine` with the built-in hooks (progress bar, :class:`History`,
-:class:`NaNStop`, an optional early-stopping criterion) and turns the final state into a
+:class:`NaNStop`, an optional early-stopping criterion: the one plateau rule, :class:`Plateau`, on the
+metric the attack declares) and turns the final state into a
 :class:`~datarecon.attacks.base.Reconstruction` with the attack's ``finish``. It reads and writes
 nothing: history rows leave through an optional ``sink``, checkpoints through hooks the caller
 passes to :meth:`AttackLoop.run`. :func:`datarecon.attacks.runner.run_attack` wires it to a
@@ -11,6 +12,7 @@ passes to :meth:`AttackLoop.run`. :func:`datarecon.attacks.runner.run_attack` wi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +21,7 @@ import torch
 
 from datarecon.attacks.base import ATTACK_LOOP, DEFAULT_DIVERGENCE_HINT, Attack, AttackerPrior, Reconstruction, Target
 from datarecon.attacks.subspace import subspace_scores
+from datarecon.errors import DataReconError
 from datarecon.kernel.status import Status
 from datarecon.kernel.engine import EarlyStop, LoopOptions, LoopState, RunningLoop
 from datarecon.kernel.run_loop import Display, RunLoop
@@ -38,6 +41,74 @@ class Restored:
     history_rows: Sequence[dict[str, float]] = ()
     early_stop_state: Mapping[str, Any] = field(default_factory=dict)
     stopped_early: bool = False
+
+
+class Plateau:
+    """The early stop of an attack run: True once ``metric`` has not improved by a factor (1 − ``rel_tol``) for
+    ``patience`` consecutive steps (attacker-side; the metric an attack declares, :meth:`of`).
+
+    Its memory (:meth:`state_dict`) is checkpointed with the run, and :meth:`settings` are part of the run's
+    resume key, so a resumed run stops where the uninterrupted one does.
+
+    Args:
+        metric: the step metric watched (it falls as the attack progresses).
+        patience: steps without improvement before stopping, >= 1.
+        rel_tol: the relative improvement that counts (value < best·(1 − rel_tol)), in (0, 1): a tolerance of
+            1 or more could never be met, and the rule would stop after ``patience`` steps whatever happened.
+        attack: how a refusal names the attack ("" none).
+
+    Raises:
+        DataReconError: patience below 1 or a tolerance outside (0, 1); at a step, a metric the step does not
+            log (an attack that declares a metric it never logs), naming both.
+    """
+
+    def __init__(self, metric: str, *, patience: int, rel_tol: float = 1e-3, attack: str = "") -> None:
+        if int(patience) < 1:
+            raise DataReconError(f"an early stop needs a patience of at least 1 step, got {patience}; pass "
+                                 "--early-stop-patience N with N >= 1 (0: no early stop)")
+        if not 0.0 < float(rel_tol) < 1.0:
+            raise DataReconError(f"the early stop's tolerance {rel_tol:g} is a relative improvement per step and must "
+                                 "lie in (0, 1) (at 1 or more none can meet it); pass --early-stop-tol in (0, 1)")
+        self.key, self.patience, self.rel_tol, self.attack = metric, int(patience), float(rel_tol), attack
+        self.best = math.inf
+        self.since = 0
+
+    @classmethod
+    def of(cls, attack: type[Attack] | Attack, *, patience: int, rel_tol: float) -> Plateau:
+        """The plateau of the metric ``attack`` declares (:attr:`~datarecon.attacks.base.Attack.early_stop_metric`).
+
+        Raises:
+            DataReconError: the attack declares no metric for an early stop.
+        """
+        if attack.early_stop_metric is None:
+            raise DataReconError(f"attack {attack.name!r} declares no metric an early stop can watch; drop "
+                                 "--early-stop-patience (early_stop.patience 0)")
+        return cls(attack.early_stop_metric, patience=patience, rel_tol=rel_tol, attack=attack.described())
+
+    def __call__(self, metrics: Mapping[str, float]) -> bool:
+        if self.key not in metrics:
+            who = self.attack or "the attack"
+            raise DataReconError(f"{who} declares early_stop_metric {self.key!r}, which its steps do not log (they "
+                                 f"log {', '.join(sorted(metrics)) or 'nothing'}); declare one of those, or drop "
+                                 "--early-stop-patience")
+        v = metrics[self.key]
+        if not math.isfinite(v):
+            return False
+        if v < self.best * (1.0 - self.rel_tol) or self.best == math.inf:
+            self.best, self.since = float(v), 0
+        else:
+            self.since += 1
+        return self.since >= self.patience
+
+    def settings(self) -> dict[str, Any]:
+        """What determines its decisions (part of a run's resume key)."""
+        return {"key": self.key, "patience": self.patience, "rel_tol": repr(self.rel_tol)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": repr(self.best), "since": self.since}
+
+    def load_state_dict(self, d: Mapping[str, Any]) -> None:
+        self.best, self.since = float(d["best"]), int(d["since"])
 
 
 def all_finite(state: dict[str, torch.Tensor]) -> bool:
@@ -147,4 +218,4 @@ class AttackLoop:
         )
 
 
-__all__ = ["ATTACK_LOOP", "DEFAULT_DIVERGENCE_HINT", "AttackLoop", "Restored", "all_finite"]
+__all__ = ["ATTACK_LOOP", "DEFAULT_DIVERGENCE_HINT", "AttackLoop", "Plateau", "Restored", "all_finite"]

@@ -19,6 +19,7 @@ update rule (:func:`optimizer_step`) on the runs' rows, committed in place where
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,16 +67,19 @@ def adam_update(param: torch.Tensor, grad: torch.Tensor, buffers: Mapping[str, t
 
 @dataclass(frozen=True)
 class OptimizerEntry:
-    """A registered optimiser: its per-variable buffer names and pure update function."""
+    """A registered optimiser: its per-variable buffer names, pure update function, doc line and the
+    :class:`OptimizerSettings` fields it reads (a config refuses the others away from their default)."""
 
     buffers: tuple[str, ...]
     update: UpdateFn
     doc: str
+    settings: tuple[str, ...] = ()
 
 
 OPTIMIZERS: Registry[OptimizerEntry] = Registry("optimizer")
-OPTIMIZERS.register("sgd", OptimizerEntry(("momentum",), sgd_update, "SGD with momentum (reference)"))
-OPTIMIZERS.register("adam", OptimizerEntry(("exp_avg", "exp_avg_sq"), adam_update, "Adam"))
+OPTIMIZERS.register("sgd", OptimizerEntry(("momentum",), sgd_update, "SGD with momentum (reference)",
+                                          ("momentum", "nesterov")))
+OPTIMIZERS.register("adam", OptimizerEntry(("exp_avg", "exp_avg_sq"), adam_update, "Adam", ("beta1", "beta2", "eps")))
 
 STEP_KEY = "opt.step"
 
@@ -186,3 +190,38 @@ def stacked_optimizer_step(name: str, state: dict[str, torch.Tensor], grads: Map
             state[STEP_KEY].index_fill_(0, at.to(state[STEP_KEY].device), step + 1)
         committed.extend(good)
     return sorted(committed)
+
+
+def apply_if_finite(optimizer: str, settings: OptimizerSettings, state: dict[str, torch.Tensor],
+                    grads: dict[str, torch.Tensor], lrs: Mapping[str, float], metrics: dict[str, float], *,
+                    norms: Mapping[str, float] | None = None) -> dict[str, float]:
+    """The one finiteness rule of a step: apply the ``optimizer`` update of ``grads`` to ``state``
+    only when the step's loss and the whole update are finite.
+
+    Args:
+        optimizer: a key of :data:`OPTIMIZERS`; settings: its constants.
+        state: the run's state (updated in place when the update is finite).
+        grads: variable name → gradient, shaped like ``state[name]``.
+        lrs: variable name → step size.
+        metrics: the step's metrics (``loss`` read; returned with ``grad_norm_<var>`` added, or with
+            ``update`` NaN when the update was refused, so the NaN stop trips with the last finite state).
+        norms: the gradient norms to report (default: the norm of each of ``grads``).
+    """
+    if not math.isfinite(metrics["loss"]):
+        return metrics
+    new = optimizer_step(optimizer, state, grads, lrs=lrs, settings=settings)
+    if not bool(finite_rows([v.unsqueeze(0) for v in new.values()])):
+        return committed_metrics(metrics, None)
+    state.update(new)
+    return committed_metrics(metrics, norms if norms is not None else {k: float(g.norm()) for k, g in grads.items()})
+
+
+def committed_metrics(metrics: dict[str, float], grad_norms: Mapping[str, float] | None) -> dict[str, float]:
+    """A step's metrics once its update was applied (``grad_norm_<var>``: the norms of the gradients
+    it applied) or, ``grad_norms`` None, refused as not finite (``update`` NaN: NaNStop trips and the
+    state keeps its last finite value)."""
+    if grad_norms is None:
+        metrics["update"] = float("nan")
+        return metrics
+    metrics.update({f"grad_norm_{k}": v for k, v in grad_norms.items()})
+    return metrics

@@ -350,6 +350,18 @@ def check_weights(config: Any) -> None:
                                  f"{largest:.3g}); pass a smaller --{field.replace('_', '-')} ({field})")
 
 
+def weighted_total(config: Any, given: PriorInput, *, skip: tuple[str, ...] = ()) -> float:
+    """Σ weight · value of the priors ``config`` weighs above 0 (registry order, ``skip`` left out), at one point
+    where no gradient is needed (a line search's trial point): the priors' part of the objective
+    :func:`add_priors` builds at a step. 0.0 without any."""
+    total = 0.0
+    for name in weighted_priors(config):
+        if name not in skip:
+            entry = PRIORS.get(name)
+            total += getattr(config, entry.weight_field) * float(entry.fn(given)[0])
+    return total
+
+
 def weighted_priors(config: Any) -> tuple[str, ...]:
     """The names of the priors ``config`` weighs above 0 (registry order)."""
     fields = type(config).model_fields
@@ -360,4 +372,4 @@ def weighted_priors(config: Any) -> tuple[str, ...]:
 __all__ = ["PRIORS", "Prior", "PriorInput", "add_priors", "batch_norm_layers", "box_penalty", "box_value_and_grad",
            "check_weights",
            "feature_stats_value", "feature_stats_value_and_grad", "group_value_and_grad", "register_to",
-           "tv_mean_value_and_grad", "tv_value_and_grad", "weighted_priors"]
+           "tv_mean_value_and_grad", "tv_value_and_grad", "weighted_priors", "weighted_total"]

@@ -118,7 +118,7 @@ def run_attack(attack: Attack, setup: AttackSetup, *, steps: int | None = None, 
             ``out/checkpoint`` when present, else start fresh), progress display and extra engine
             hooks (called after the built-in ones); :data:`~datarecon.attacks.loop.ATTACK_LOOP` by default.
         early_stop: ``criterion(metrics) -> bool`` on attacker-side metrics (e.g.
-            :class:`datarecon.attacks.selection.ResidualPlateau`); with ``state_dict`` /
+            :class:`datarecon.attacks.loop.Plateau`); with ``state_dict`` /
             ``load_state_dict`` its memory is checkpointed so resume stays exact.
 
     Returns:

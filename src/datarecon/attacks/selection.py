@@ -26,13 +26,11 @@ Per-candidate scores (saved as ``score_<name>`` in candidates.safetensors; highe
                     (:func:`datarecon.attacks.kkt_math.per_candidate_directional`).
 * ``uniqueness``    1 − max_{j≠i} cos(x_i, x_j).
 
-Early stopping: :class:`ResidualPlateau` (for :func:`datarecon.attacks.runner.run_attack`'s
-``early_stop``), with ``state_dict`` so a resumed run stops at the same step.
+An early stop is not selection: it is the run loop's plateau rule (:class:`datarecon.attacks.loop.Plateau`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -238,41 +236,3 @@ def merge_duplicates(x: torch.Tensor, *, threshold: float) -> torch.Tensor:
 def select(ctx: SelectionContext) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, Any]]]:
     """(per-candidate scores, run-level criteria) for a finished attack."""
     return candidate_scores(ctx), evaluate_criteria(ctx)
-
-
-class ResidualPlateau:
-    """Early-stop criterion: True once ``key`` has not improved by a factor (1 − rel_tol) for
-    ``patience`` consecutive steps.
-
-    Args:
-        key: the metric to watch (e.g. ``rel_residual`` or ``residual``).
-        patience: steps without improvement before stopping (>= 1).
-        rel_tol: relative improvement that counts (value < best·(1 − rel_tol)).
-    """
-
-    def __init__(self, *, key: str = "rel_residual", patience: int = 200, rel_tol: float = 1e-3) -> None:
-        if patience < 1:
-            raise ValueError("patience must be >= 1")
-        self.key, self.patience, self.rel_tol = key, int(patience), float(rel_tol)
-        self.best = math.inf
-        self.since = 0
-
-    def __call__(self, metrics: Mapping[str, float]) -> bool:
-        v = metrics.get(self.key)
-        if v is None or not math.isfinite(v):
-            return False
-        if v < self.best * (1.0 - self.rel_tol) or self.best == math.inf:
-            self.best, self.since = float(v), 0
-        else:
-            self.since += 1
-        return self.since >= self.patience
-
-    def settings(self) -> dict[str, Any]:
-        """What determines its decisions (part of a run's resume key)."""
-        return {"key": self.key, "patience": self.patience, "rel_tol": repr(self.rel_tol)}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"best": repr(self.best), "since": self.since}
-
-    def load_state_dict(self, d: Mapping[str, Any]) -> None:
-        self.best, self.since = float(d["best"]), int(d["since"])

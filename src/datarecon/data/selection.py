@@ -36,18 +36,18 @@ import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from datarecon.data.datasets import DATASETS, load_dataset
 from datarecon.data.formats import RawDataset
 from datarecon.data.normalisation import Normalisation
 from datarecon.data.tasks import ResolvedTask, resolve_task
 from datarecon.errors import DataReconError
-from datarecon.config import MAX_SEED, drop_defaults
+from datarecon.config import MAX_SEED, RecordedConfig
 
 
 #: Default held-out images per class, in units of ``n_per_class``: the attacks' default m is 2n, and a
@@ -55,7 +55,7 @@ from datarecon.config import MAX_SEED, drop_defaults
 HELDOUT_FACTOR = 2
 
 
-class DataSpec(BaseModel):
+class DataSpec(RecordedConfig):
     """What data a model is trained on.
 
     Attributes:
@@ -77,6 +77,7 @@ class DataSpec(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    added_fields: ClassVar[tuple[str, ...]] = ("skip_per_class",)  # 0: model.json and hashes as before
 
     dataset: str
     task: str
@@ -88,9 +89,6 @@ class DataSpec(BaseModel):
     normalisation: Literal["unit", "unit-minus-mean"] = "unit-minus-mean"
     skip_per_class: int = Field(default=0, ge=0)
 
-    @model_serializer(mode="wrap")
-    def _drop_unset_skip(self, handler):  # type: ignore[no-untyped-def]
-        return drop_defaults(self, handler(self), ("skip_per_class",))  # 0: model.json and hashes as before
 
     @model_validator(mode="before")
     @classmethod

@@ -41,7 +41,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, field_validator
 from torch import Tensor
 
-from datarecon.attacks.base import ATTACKS, DEFAULT_DIVERGENCE_HINT
+from datarecon.attacks.base import ATTACKS, DEFAULT_DIVERGENCE_HINT, convergence_of
 from datarecon.attacks.convergence import Convergence, assess_convergence
 from datarecon.attacks.labels import label_accuracy
 from datarecon.attacks.run_directory import INIT_FILE
@@ -453,11 +453,8 @@ def run_convergence(run_dir: str | Path) -> list[tuple[str, Convergence]]:
 
 def _verdict(run_dir: Path, meta: Mapping[str, Any]) -> Convergence:
     """:func:`assess_convergence` of one run from its history and record (as the report judges it)."""
-    selection = (meta.get("selection") or {}).get("relative_residual")
-    rel = selection.get("value") if isinstance(selection, Mapping) else selection
-    return assess_convergence(read_json_lines(run_dir / HISTORY), status=str(meta.get("status") or Status.COMPLETE),
-                              relative_residual=rel if isinstance(rel, (int, float)) else None,
-                              initial_loss=(meta.get("extra") or {}).get("param_distance_x0"))
+    return assess_convergence(read_json_lines(run_dir / HISTORY), convergence_of(meta.get("method")),
+                              status=str(meta.get("status") or Status.COMPLETE), record=meta)
 
 
 def how_to_finish(run_dir: Path, meta: Mapping[str, Any]) -> str:

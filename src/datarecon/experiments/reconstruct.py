@@ -29,10 +29,10 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 import datarecon.attacks  # noqa: F401  (registers every built-in attack in ATTACKS)
 from datarecon.attacks.base import (
@@ -53,14 +53,15 @@ from datarecon.attacks import priors
 from datarecon.attacks.priors import check_weights, weighted_priors
 from datarecon.attacks.probe import probe_step_sizes, scaled
 from datarecon.attacks.runner import run_attack
-from datarecon.attacks.selection import CRITERIA, DEFAULT_CRITERION, ResidualPlateau
+from datarecon.attacks.loop import Plateau
+from datarecon.attacks.selection import CRITERIA, DEFAULT_CRITERION
 from datarecon.attacks.subspace import SUBSPACE_FILE, save_analysis
 from datarecon.config import (
     MAX_SEED,
     MAX_STEPS,
     build_config,
     build_record,
-    drop_defaults,
+    RecordedConfig,
     layered,
     merge,
     read_config_mapping,
@@ -152,15 +153,27 @@ class _Frozen(BaseModel):
 
 
 class EarlyStopSettings(_Frozen):
-    """Stop on a plateau of the relative stationarity residual (attacker-side; ``patience`` 0: off).
+    """Stop on a plateau of the metric the attack declares (attacker-side; ``patience`` 0: off).
 
     Attributes:
         patience: steps without a relative improvement of at least ``rel_tol`` before stopping.
-        rel_tol: relative improvement of the residual that counts as progress, > 0.
+        rel_tol: relative improvement of the metric that counts as progress, in (0, 1); set away from its
+            default only with a patience (alone it would change nothing).
     """
 
     patience: int = Field(default=0, ge=0, le=MAX_STEPS)
     rel_tol: float = Field(default=1e-3, gt=0)
+
+    @model_validator(mode="after")
+    def _tolerance_needs_a_patience(self) -> EarlyStopSettings:
+        if self.rel_tol >= 1:
+            raise DataReconError(f"early_stop.rel_tol {self.rel_tol:g} is a relative improvement per step, which "
+                                 "never reaches 1 or more (the rule would stop after the patience whatever happened); "
+                                 "pass --early-stop-tol in (0, 1)")
+        if not self.patience and self.rel_tol != type(self).model_fields["rel_tol"].default:
+            raise DataReconError(f"early_stop.rel_tol {self.rel_tol:g} does nothing without early_stop.patience; pass "
+                                 "--early-stop-patience N (N >= 1) with --early-stop-tol, or drop --early-stop-tol")
+        return self
 
 
 class CheckpointSettings(_Frozen):
@@ -175,7 +188,7 @@ class CheckpointSettings(_Frozen):
     log_every: int = Field(default=10, ge=1)
 
 
-class RunSettings(_Frozen):
+class RunSettings(_Frozen, RecordedConfig):
     """Everything of a :class:`ReconstructionRun` but the model (the ``attack`` stage of an experiment file).
 
     Attributes:
@@ -197,6 +210,8 @@ class RunSettings(_Frozen):
             diverged and where); 0: a diverged run stays diverged.
     """
 
+    added_fields: ClassVar[tuple[str, ...]] = ("step_probe", "retry_diverged")
+
     attack: Any = Field(default_factory=lambda: attack_spec("kkt")())
     init: Any = Field(default_factory=lambda: init_spec("gaussian")())
     candidates: int | None = Field(default=None, ge=1)
@@ -208,10 +223,9 @@ class RunSettings(_Frozen):
     step_probe: int = Field(default=STEP_PROBE_STEPS, ge=0, le=MAX_STEPS)
     retry_diverged: int = Field(default=0, ge=0, le=MAX_RETRIES)
 
-    @model_serializer(mode="wrap")
-    def _drop_default_knowledge(self, handler):  # type: ignore[no-untyped-def]
+    def recorded(self, data: Any) -> Any:
         # the weights-only default is left out, so records and hashes of earlier runs stay as they were
-        data = drop_defaults(self, handler(self), ("step_probe", "retry_diverged"))
+        data = super().recorded(data)
         if isinstance(data, dict) and not self.knowledge.any:
             data.pop("knowledge", None)
         return data
@@ -810,11 +824,7 @@ def early_stop_rule(run: ReconstructionRun) -> Any:
     stop = run.early_stop
     if not stop.patience:
         return None
-    metric = ATTACKS.get(run.method).early_stop_metric
-    if metric is None:
-        raise DataReconError(f"attack {run.method!r} declares no metric an early stop can watch; drop "
-                             "--early-stop-patience (early_stop.patience 0)")
-    return ResidualPlateau(key=metric, patience=stop.patience, rel_tol=stop.rel_tol)
+    return Plateau.of(ATTACKS.get(run.method), patience=stop.patience, rel_tol=stop.rel_tol)
 
 
 def run_loop(run: ReconstructionRun, options: RunOptions) -> Any:

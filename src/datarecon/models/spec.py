@@ -34,17 +34,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+from pydantic import ConfigDict, Field, field_validator
 from torch import nn
 
-from datarecon.config import drop_defaults
+from datarecon.config import RecordedConfig
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
 
 
-class ArchSpec(BaseModel):
+class ArchSpec(RecordedConfig):
     """Architecture of a target model.
 
     Attributes:
@@ -59,6 +60,7 @@ class ArchSpec(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    added_fields: ClassVar[tuple[str, ...]] = ("batch_norm",)  # off: model.json and hashes as before
 
     name: str = "mlp"
     input_shape: tuple[int, ...] = (1, 8, 8)
@@ -69,9 +71,6 @@ class ArchSpec(BaseModel):
     kernel: int | None = Field(default=None, ge=1)
     batch_norm: bool = False
 
-    @model_serializer(mode="wrap")
-    def _drop_unset_batch_norm(self, handler):  # type: ignore[no-untyped-def]
-        return drop_defaults(self, handler(self), ("batch_norm",))  # off: model.json and hashes as before
 
     @field_validator("name")
     @classmethod

@@ -215,7 +215,7 @@ def convergence_curve(steps: Sequence[int], values: Sequence[float], *, key: str
 
     Args:
         steps: ``(T,)`` logged steps.
-        values: ``(T,)`` the judged metric (e.g. ``rel_residual``); non-positive or NaN values skipped.
+        values: ``(T,)`` the judged metric (the attack's convergence metric); non-positive or NaN values skipped.
         key: Metric name for the axis label.
         tol: Tolerance line (e.g. :data:`datarecon.attacks.convergence.RESIDUAL_TOL`), or None.
         converged: The verdict written in the title, or None.

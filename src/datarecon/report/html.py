@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datarecon.attacks.convergence import RESIDUAL_TOL, Convergence, assess_convergence
+from datarecon.attacks.base import convergence_of
+from datarecon.attacks.convergence import Convergence, assess_convergence
 from datarecon.errors import DataReconError
 from datarecon.evaluation import Evaluation
 from datarecon.evaluation.membership import EXPECTED_GAIN
@@ -417,11 +418,6 @@ def _threat_card(run: Mapping[str, Any], n_true: int | None = None) -> Card:
                 status="bad" if missed else "warn" if init or know.get("n") is not None else "")
 
 
-#: How the two residuals are named wherever a reader sees them (issue 25: one name per definition).
-RELATIVE_RESIDUAL = "relative residual"
-OBJECTIVE_RESIDUAL = "objective residual (surrogate)"
-
-
 def _selection_value(run: Mapping[str, Any], key: str) -> float | None:
     v = (run.get("selection") or {}).get(key)
     return _finite_float(v.get("value") if isinstance(v, Mapping) else v)
@@ -439,13 +435,13 @@ def _attack_card(run: Mapping[str, Any], conv: Convergence, m: Mapping[str, Any]
     else:
         init_s = str(init)
     steps = (run.get("config") or {}).get("steps")
-    rel = _selection_value(run, "relative_residual")
-    last = (OBJECTIVE_RESIDUAL + ", last step") if conv.key == "rel_residual" else \
-        (f"{conv.key.replace('_', ' ')}, last step" if conv.key else None)
+    rule = convergence_of(run.get("method"))  # the attack's declaration names its metrics (issue 25: one name each)
+    exact = (rule.final_label or None, _selection_value(run, rule.final)) if rule.final else (None, None)
+    last = f"{rule.label}, last step" if conv.key else None
     rows = [("method", run.get("method")), ("initialisation", init_s),
             ("steps", f"{run.get('steps_done')}" + (f" of {steps}" if steps else "")),
             ("candidates m", m.get("n_candidates")), ("status", run.get("status")),
-            (RELATIVE_RESIDUAL, rel), (last, conv.final),
+            exact, (last, conv.final),
             ("wall time", f"{run['wall_time_s']:.1f} s" if _finite_float(run.get("wall_time_s")) is not None else None)]
     lead = ("converged: " if conv.converged else "NOT converged: ") + conv.reason
     return Card("Attack", [(k, v) for k, v in rows if k is not None and v is not None], lead=lead,
@@ -661,9 +657,8 @@ def _evaluation_section(ev: Any, index: int) -> Section:
 def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict], nb: Mapping[str, Any], *,
               run_name: str, where: Path | None) -> Section:
     """Cards, figures and tables of one evaluation summary ``m`` (``metrics.json``) with its run record."""
-    conv = assess_convergence(history, status=str(run.get("status", Status.COMPLETE)),
-                              relative_residual=_selection_value(run, "relative_residual"),
-                              initial_loss=_finite_float((run.get("extra") or {}).get("param_distance_x0")))
+    rule = convergence_of(run.get("method"))
+    conv = assess_convergence(history, rule, status=str(run.get("status", Status.COMPLETE)), record=run)
     cards = [_threat_card(run, (m.get("headline") or {}).get("n_train")), _target_card(m, where or Path(".")),
              _attack_card(run, conv, m), _headline_card(m), _privacy_card(m), _membership_card(m)]
     ident = _identifiability_card(m)
@@ -686,16 +681,11 @@ def _sections(m: Mapping[str, Any], run: Mapping[str, Any], history: list[dict],
             "Best SSIM of each training image's reconstruction, sorted, against held-out images and uniform noise "
             "used as candidates (the nulls); dotted: the papers' 0.4, dash-dotted: the headline threshold "
             "max(0.4, t).", figure_png(sorted_ssim_curve(curves, window=window, calibrated=head.get("threshold")))))
-    if conv.steps:
-        surrogate = conv.key == "rel_residual"
-        label = OBJECTIVE_RESIDUAL if surrogate else conv.key.replace("_", " ")
-        what = ("the objective residual ‖θ* − g̃‖²/‖θ*‖², with the surrogate ReLU derivative the attack "
-                "minimises, per logged step; the verdict judges the relative residual of the final candidates "
-                "(exact ReLU)") if surrogate else f"{label} per logged step"
+    if conv.steps and conv.key:
+        what = rule.caption or f"{rule.label} per logged step"
         figs.append(FigureItem(
             f"Attack convergence: {what} ({conv.reason}).",
-            figure_png(convergence_curve(conv.steps, conv.values, key=conv.key, label=label,
-                                         tol=RESIDUAL_TOL if surrogate else None,
+            figure_png(convergence_curve(conv.steps, conv.values, key=conv.key, label=rule.label, tol=rule.tol,
                                          converged=conv.converged))))
     if nb:
         matches = {k: nb[k] for k in ("train", "partition", "init") if k in nb}

@@ -23,12 +23,12 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from datarecon.config import MAX_SEED, MAX_STEPS, build_config, drop_defaults
+from datarecon.config import MAX_SEED, MAX_STEPS, RecordedConfig, build_config
 from datarecon.data import DATASETS, DataSpec, Normalisation, load_task
 from datarecon.errors import DataReconError, DivergenceError
 from datarecon.kernel import checkpoint
@@ -66,7 +66,7 @@ CHECKPOINT_DIR = checkpoint.FOLDER
 ASCENT_CHECKPOINT_DIR = "checkpoint-margin-ascent"
 
 
-class ArchConfig(BaseModel):
+class ArchConfig(RecordedConfig):
     """The architecture fields a user chooses; input shape and output count come from the data.
 
     Attributes:
@@ -80,6 +80,7 @@ class ArchConfig(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    added_fields: ClassVar[tuple[str, ...]] = ("batch_norm",)  # off: hashes as before
 
     name: Annotated[str, registered(ARCHITECTURES)] = "mlp"
     hidden: tuple[int, ...] | None = None
@@ -88,9 +89,6 @@ class ArchConfig(BaseModel):
     kernel: int | None = Field(default=None, ge=1)
     batch_norm: bool = False
 
-    @model_serializer(mode="wrap")
-    def _drop_unset_batch_norm(self, handler):  # type: ignore[no-untyped-def]
-        return drop_defaults(self, handler(self), ("batch_norm",))  # off: hashes as before
 
 
     @field_validator("hidden")
@@ -137,7 +135,7 @@ class StopConfig(BaseModel):
                         margin_patience=self.margin_patience, margin_rtol=self.margin_rtol)
 
 
-class MarginAscentConfig(BaseModel):
+class MarginAscentConfig(RecordedConfig):
     """Margin ascent after the GD epochs (:func:`datarecon.training.fit.ascend_margin`); off when ``steps`` is 0.
 
     Minimises log L on the sphere ‖θ‖ = R (R the norm GD reached): for a homogeneous network on
@@ -157,6 +155,7 @@ class MarginAscentConfig(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    added_fields: ClassVar[tuple[str, ...]] = ("rtol", "window")  # a fixed step count with the default window: hashes as before
 
     steps: int = Field(default=0, ge=0, le=MAX_STEPS)
     step_size: float = Field(default=0.01, gt=0, le=1)
@@ -168,6 +167,13 @@ class MarginAscentConfig(BaseModel):
 
     @model_validator(mode="after")
     def _ordered(self) -> MarginAscentConfig:
+        fields = type(self).model_fields
+        idle = [f for f in fields if f != "steps" and getattr(self, f) != fields[f].default]
+        if not self.steps and idle:
+            flag = "--margin-ascent-" + idle[0].replace("_", "-")
+            raise DataReconError(f"margin_ascent {idle[0]} {getattr(self, idle[0])} ({flag}) does nothing without "
+                                 "ascent steps (margin_ascent.steps is 0): pass --margin-ascent-steps N (N >= 1), or "
+                                 f"drop {flag}")
         if self.step_size > self.max_step:
             raise DataReconError(f"margin_ascent step_size {self.step_size} exceeds max_step {self.max_step}; "
                                  "lower step_size or raise max_step")
@@ -181,18 +187,13 @@ class MarginAscentConfig(BaseModel):
                                  "(--margin-ascent-min-step) below step_size")
         return self
 
-    @model_serializer(mode="wrap")
-    def _drop_unset_stop(self, handler):  # type: ignore[no-untyped-def]
-        # a fixed step count with the default window: dumps and hashes stay those of configs written before
-        return drop_defaults(self, handler(self), ("rtol", "window"))
-
     def recipe(self) -> MarginAscent:
         """The settings of :func:`~datarecon.training.fit.ascend_margin`."""
         return MarginAscent(steps=self.steps, step_size=self.step_size, growth=self.growth, max_step=self.max_step,
                             min_step=self.min_step, rtol=self.rtol, window=self.window)
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(RecordedConfig):
     """Everything that determines a trained target (one-to-one with a YAML/TOML file).
 
     Attributes:
@@ -232,6 +233,7 @@ class TrainConfig(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    added_fields: ClassVar[tuple[str, ...]] = ("batch_size", "pretrained", "norm_mode")  # unset: hashes as before
 
     data: DataSpec
     arch: ArchConfig = ArchConfig()
@@ -295,9 +297,6 @@ class TrainConfig(BaseModel):
             )
         return self
 
-    @model_serializer(mode="wrap")
-    def _drop_unset_batch_size(self, handler):  # type: ignore[no-untyped-def]
-        return drop_defaults(self, handler(self), ("batch_size", "pretrained", "norm_mode"))  # unset: as before
 
     def recipe(self) -> TrainingRecipe:
         """How the target is trained: the epochs (:func:`~datarecon.training.fit.fit`,

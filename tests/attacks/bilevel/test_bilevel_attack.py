@@ -326,7 +326,7 @@ def test_failed_first_trial_makes_the_re_solve_at_x_the_reference(planted, monke
     monkeypatch.setattr(attack, "_inner", fake_inner)
     grad = torch.full_like(x_gt, 1e-3)
     start = _LineSearchStart(x=x_gt, theta=theta_with(f0), grad_x=grad, f0=f0, tol=1e-6, pairs=[])
-    ls = attack._line_search(pr, prior, start, last_step=0.0)
+    ls = attack._line_search(pr, target, prior, start, last_step=0.0)
     assert torch.equal(calls[1], x_gt)  # the second solve is at x itself
     assert ls.drift == pytest.approx(0.5)
     if after_resolve < 0.5:
@@ -352,6 +352,10 @@ def test_optimizer_options_need_a_fixed_step():
     assert "\n" not in str(exc.value)
     with pytest.raises(DataReconError, match="pass lr_x"):
         BilevelConfig(momentum=0.9)
+    with pytest.raises(DataReconError, match="momentum 0.5 .* pass lr_x"):  # any constant of the optimiser
+        BilevelConfig(momentum=0.5, nesterov=True)
+    with pytest.raises(DataReconError, match="group_weight.* pass a fixed step"):  # the line search holds one run
+        BilevelConfig(group_weight=0.1)
     assert BilevelConfig(optimizer="adam", lr_x=0.01).lr_x == 0.01
 
 

@@ -7,10 +7,12 @@
 * :mod:`.linear_solve`: inverse-Hessian strategies (``LINEAR_SOLVERS``: pcg, cg, neumann, qn),
   each reporting its relative residual.
 * :mod:`.hypergrad`: the implicit-function hypergradient (sign derived there).
-* :mod:`.attack`: ``BilevelAttack`` / ``BilevelConfig`` (an Attack), registered as ``bilevel``.
+* :mod:`.config`: ``BilevelConfig`` (an AttackConfig) and the kink treatments.
+* :mod:`.attack`: ``BilevelAttack`` (an Attack), registered as ``bilevel``.
 """
 
-from datarecon.attacks.bilevel.attack import NONSMOOTH, SMOOTH, BilevelAttack, BilevelConfig, KinkTreatment
+from datarecon.attacks.bilevel.attack import BilevelAttack
+from datarecon.attacks.bilevel.config import NONSMOOTH, SMOOTH, BilevelConfig, KinkTreatment
 from datarecon.attacks.bilevel.hypergrad import Hypergradient, HypergradientSettings, hypergradient, implicit_gradient
 from datarecon.attacks.bilevel.lbfgs import (
     LBFGSMemory,

@@ -1,6 +1,8 @@
 """The bilevel reconstruction attack as an Attack (Runkel et al. 2024, eq. 2 / update 7).
 
-Each outer step k (``BilevelAttack.step``):
+Each outer step k is the interface's step (:meth:`~datarecon.attacks.base.Attack.step`): steps 1 and 2 are
+the attack's :meth:`BilevelAttack.gradients`, the priors are the interface's, step 3 is its
+:meth:`BilevelAttack.update` (the line search as the update strategy):
 
 1. θ^{k+1} = argmin_θ E(x^k, y; θ) by L-BFGS (:mod:`.lbfgs`), warm-started from θ^k and from
    the stored curvature pairs; gradient-norm tolerance ``inner_tol``, cap ``inner_max_iter``
@@ -11,9 +13,10 @@ Each outer step k (``BilevelAttack.step``):
    "neumann", or the paper's "qn" two-loop recursion), M = ∇²_θE (+ μI) or its Gauss–Newton
    part (``curvature``); every solve reports its relative residual;
 3. x^{k+1} = x^k − η ∇_x L with ∇_x L = −∇_x⟨∇_θE(x^k, θ^{k+1}), p^{k+1}⟩ (the implicit function
-   theorem, sign derived in :mod:`.hypergrad`) plus ``box_weight`` × the pixel-box prior's
-   gradient. η is chosen from the problem (Polyak step for the known optimum 0 of l, Armijo
-   backtracking on l with the inner problem re-solved at each trial point; the accepted trial's
+   theorem, sign derived in :mod:`.hypergrad`) plus the gradients of the priors the config weighs
+   (:func:`~datarecon.attacks.priors.add_priors`: the pixel box with ``box_weight``, ...). η is chosen from
+   the problem (Polyak step for the known optimum 0 of l, Armijo backtracking on l plus the priors with the
+   inner problem re-solved at each trial point; the accepted trial's
    θ is step 1 of the next outer step) unless ``lr_x`` fixes it (then ``optimizer`` applies).
    When the first trial fails, the inner problem is also re-solved at x itself with the same
    budget, and that value of l becomes the one to beat: an unconverged inner solve (ReLU
@@ -51,17 +54,16 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from datarecon.attacks.base import Attack, AttackerPrior, Target
-from datarecon.attacks.bilevel.hypergrad import HypergradientSettings, hypergradient
-from datarecon.attacks.bilevel.lbfgs import LINE_SEARCHES, LBFGSMemory, LBFGSSettings, lbfgs_minimize
-from datarecon.attacks.bilevel.linear_solve import LINEAR_SOLVERS, SolveOptions
+from datarecon.attacks.base import Attack, AttackerPrior, Gradients, Target
+from datarecon.attacks.bilevel.config import NONSMOOTH, SMOOTH, BilevelConfig, KinkTreatment
+from datarecon.attacks.convergence import ConvergenceRule
+from datarecon.attacks.bilevel.hypergrad import hypergradient
+from datarecon.attacks.bilevel.lbfgs import LBFGSMemory, lbfgs_minimize
 from datarecon.attacks.bilevel.problem import (
-    CURVATURES,
     INNER_ACTIVATIONS,
     THETA0,
     UPPER_LOSSES,
@@ -72,12 +74,12 @@ from datarecon.attacks.bilevel.problem import (
     resolve_weight_decay,
     value_and_grad,
 )
-from datarecon.attacks.priors import box_value_and_grad
-from datarecon.attacks.optim import OPTIMIZERS, OptimizerSettings, init_optimizer_state, optimizer_step
-from datarecon.errors import DataReconError
-from datarecon.registry import registered
+from datarecon.attacks.grouped import CROSS_RUN_PRIORS
+from datarecon.attacks.optim import optimizer_step
+from datarecon.attacks.priors import PriorInput, weighted_total
 from datarecon.kernel.losses import margins
-from datarecon.config import MAX_STEPS
+
+__all__ = ["NONSMOOTH", "SMOOTH", "BilevelAttack", "BilevelConfig", "KinkTreatment"]
 
 COUNTS, RESIDUALS, SOLVE = "bilevel.counts", "bilevel.residuals", "bilevel.solve_residuals"
 DIST_X0 = "bilevel.param_distance_x0"  # ‖θ* − θ(x⁰)‖²: the first inner solve, before any x update
@@ -88,196 +90,6 @@ _CPU_KEYS = (RESIDUALS, SOLVE, DIST_X0, STEP)
 _COUNT_NAMES = ("steps", "inner_iterations", "inner_evaluations", "hvps", "ls_trials", "rejected_steps",
                 "nonconverged_solves", "negative_curvature_solves")
 _C = {k: i for i, k in enumerate(_COUNT_NAMES)}
-
-
-@dataclass(frozen=True)
-class KinkTreatment:
-    """How the attack treats a target whose energy has kinks (ReLU): the resolved settings.
-
-    Attributes:
-        curvature: ``CURVATURES`` name of the matrix the linear solve inverts.
-        damping: μ of (matrix + μI).
-        inner_activation: ``INNER_ACTIVATIONS`` name of the inner energy's activation.
-        max_step: cap on one problem-derived step on x, ‖Δx‖ ≤ max_step·‖x‖ (inf: no cap).
-    """
-
-    curvature: str
-    damping: float
-    inner_activation: str
-    max_step: float = math.inf
-
-
-#: Settings for targets without kinks (affine, tanh, ...): the implicit function theorem as written;
-#: no cap on the outer step (the Armijo test alone keeps it where the hypergradient describes l; a
-#: 1 % cap made the README's affine partition run end at 4e-7 instead of 2e-9 after 50 steps).
-SMOOTH = KinkTreatment(curvature="hessian", damping=0.0, inner_activation="target")
-#: Settings for targets with kinks, chosen by the descent-rate measurement of docs/PERFORMANCE.md
-#: §6 (``benchmarks/bench_bilevel_relu.py``): the rate at which a small step along the negative
-#: hypergradient lowers the true ‖θ* − θ(x)‖² with the inner problem re-solved. On the small
-#: runkel2024 one-hidden target (width 256) damped CG with μ = 0.1 had the best median rate
-#: (0.98–1.00 of the best treatment's, median over points); μ = 0.01 and 1, Gauss–Newton and a
-#: softplus₅ inner energy with Gauss–Newton came within 1–13 %, the paper's qn within 13–21 %; the
-#: undamped Hessian (negative curvature) reached −0.08–0.09, a random direction ≈ 0. The same
-#: measurement found the rate at a move of 1 % of ‖x‖ still 55–77 % of the rate at 0.1 %, so one
-#: outer step moves x by at most 1 % of ‖x‖ (docs/PERFORMANCE.md §6.5 measures what larger Polyak
-#: trials cost: line-search rejections, each an inner re-solve).
-NONSMOOTH = KinkTreatment(curvature="hessian", damping=0.1, inner_activation="target", max_step=0.01)
-
-
-class BilevelConfig(BaseModel):
-    """Hyper-parameters of the bilevel attack (frozen; one-to-one with a config file).
-
-    Attributes:
-        steps: outer steps.
-        lr_x: step size η on x. None (default): chosen from the problem at every step — the
-            Polyak step η = l(x)/‖∇_x l‖² (the upper loss l = ‖θ* − θ(x)‖² has the known lower
-            bound 0), at most ``ls_grow`` × the last accepted step and at most a move of
-            ``max_step`` × ‖x‖, then halved until the Armijo condition
-            l(x − η∇l) ≤ l(x) − ``ls_c1``·η‖∇l‖² holds with the inner problem re-solved at the
-            trial point (at most ``ls_max_trials`` trials; after a failed first trial the reference
-            l is re-solved at x with the same budget; none accepted: x stays). An
-            attacker-side rule: it uses θ*, never the training data. A number: that fixed step
-            with ``optimizer``.
-        optimizer: ``datarecon.attacks.optim.OPTIMIZERS`` name ("sgd", "adam"), used with a fixed
-            ``lr_x``. METHODS §7: Adam moves even a ground-truth initialisation; plain gradient
-            steps keep it in place.
-        momentum: SGD momentum (0: plain gradient descent), with a fixed ``lr_x``.
-        ls_c1: Armijo constant of the problem-derived step (``lr_x`` None): 0.25 accepts a step
-            only if l falls by at least a quarter of what the first-order model predicts (a
-            trust-region ratio test), so steps stay where the hypergradient describes l.
-        ls_grow: the problem-derived step is at most this many times the last accepted one (``lr_x`` None).
-        ls_max_trials: halvings of the problem-derived step tried before x stays put (``lr_x`` None).
-        max_step: cap on one problem-derived step, ‖Δx‖ ≤ max_step·‖x‖ (Frobenius norm over
-            all candidates). None (default): no cap for smooth targets, ``NONSMOOTH.max_step``
-            (1 %) for targets with kinks: larger moves leave the region the hypergradient describes
-            (the descent-rate measurement, docs/PERFORMANCE.md §6.4).
-        hessian: inverse-Hessian strategy (``LINEAR_SOLVERS``: "cg", "pcg", "neumann", "qn").
-            Default "cg", warm-started: fewest Hessian-vector products and least time to a relative
-            residual of 1e-6 (``benchmarks/bench_bilevel_solvers.py``, docs/PERFORMANCE.md §6);
-            "qn" is the paper's two-loop recursion (no solve, a rough hypergradient).
-        solve_tol: relative-residual tolerance of the linear solve (every strategy reports its
-            residual against it).
-        solve_max_iter: cg / pcg iteration cap.
-        neumann_max_terms: cap on the Neumann terms.
-        neumann_alpha: fixed Neumann step α; None (default): 1/λ̂_max from a power iteration
-            warm-started from the previous outer step's vector.
-        power_iters: power-iteration products per λ_max estimate (neumann).
-        curvature: matrix the linear solve inverts (``CURVATURES``: "hessian", "gauss-newton"), or
-            "auto" (default): "hessian" for smooth targets, ``NONSMOOTH.curvature`` for targets
-            with kinks (ReLU).
-        damping: μ, solve (matrix + μI) p = ∇l (cg, pcg, neumann); biases the hypergradient when
-            > 0. None (default): 0 for smooth targets, ``NONSMOOTH.damping`` for targets with kinks.
-        inner_activation: activation of the inner energy (``INNER_ACTIVATIONS``: "target",
-            "softplus") or "auto" (default): "target" for smooth targets,
-            ``NONSMOOTH.inner_activation`` for targets with kinks.
-        softplus_beta: β of the softplus surrogate (inner_activation "softplus").
-        warm_start_p: start the linear solve from the previous p.
-        inner_tol: inner L-BFGS stops at ‖∇_θE‖₂ ≤ inner_tol (with ``inner_tol_schedule``
-            "distance": the floor of the schedule).
-        inner_tol_schedule: "fixed" (``inner_tol`` at every step) or "distance": tie the inner
-            tolerance to outer progress, tol_k = clip(inner_tol_factor · wd · ‖θ* − θ_{k−1}‖,
-            inner_tol, inner_tol_max). E is wd-strongly convex for affine targets, so the inner error
-            ‖θ̂ − θ(x)‖ ≤ tol/wd stays below inner_tol_factor × the current distance: no accuracy is
-            spent on θ(x) while x is still far from a solution. Not for targets with kinks with the
-            problem-derived step (warned): the inner residual stalls near the loose tolerance, trial
-            points are then not re-solved and the line search is blind (docs/PERFORMANCE.md §6.6).
-        inner_tol_factor, inner_tol_max: of the "distance" schedule.
-        inner_max_iter: inner iteration cap per inner solve (per outer step, and per line-search
-            trial).
-        inner_max_iter_first: cap for the first inner solve (from θ⁰).
-        lbfgs_history: curvature pairs kept (inner model, "qn" strategy, "pcg" preconditioner).
-        line_search: inner ``LINE_SEARCHES`` name ("strong-wolfe", "armijo").
-        theta0: first inner iterate (``THETA0``: "uniform" U(0,1) as in the paper, "target", "default").
-        upper_loss: ``UPPER_LOSSES`` name ("sq" = ‖θ* − θ‖², "normalised").
-        weight_decay_override: weight decay of the lower-level energy instead of the target's
-            (required for logistic / cross-entropy targets trained without weight decay).
-        box_weight: weight of the pixel-box prior Σ relu(x − upper)² + relu(lower − x)² (0: off).
-        dtype: float32 | float64 of the attack (θ*, θ, x and all solves).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    steps: int = Field(default=200, ge=0, le=MAX_STEPS)
-    lr_x: float | None = Field(default=None, gt=0)
-    optimizer: Annotated[str, registered(OPTIMIZERS)] = "sgd"
-    momentum: float = Field(default=0.0, ge=0.0, lt=1.0)
-    ls_c1: float = Field(default=0.25, gt=0, lt=1)
-    ls_grow: float = Field(default=4.0, ge=1)
-    max_step: float | None = Field(default=None, gt=0)
-    ls_max_trials: int = Field(default=8, ge=1)
-    hessian: Annotated[str, registered(LINEAR_SOLVERS)] = "cg"
-    solve_tol: float = Field(default=1e-6, gt=0)
-    solve_max_iter: int = Field(default=100, ge=1)
-    neumann_max_terms: int = Field(default=5000, ge=1)
-    neumann_alpha: float | None = Field(default=None, gt=0)
-    power_iters: int = Field(default=10, ge=1)
-    curvature: str = "auto"
-    damping: float | None = Field(default=None, ge=0)
-    inner_activation: str = "auto"
-    softplus_beta: float = Field(default=20.0, gt=0)
-    warm_start_p: bool = True
-    inner_tol: float = Field(default=1e-6, gt=0)
-    inner_tol_schedule: Literal["fixed", "distance"] = "fixed"
-    inner_tol_factor: float = Field(default=0.1, gt=0)
-    inner_tol_max: float = Field(default=1e-2, gt=0)
-    inner_max_iter: int = Field(default=50, ge=0)
-    inner_max_iter_first: int = Field(default=1000, ge=0)
-    lbfgs_history: int = Field(default=10, ge=0)
-    line_search: Annotated[str, registered(LINE_SEARCHES)] = "strong-wolfe"
-    theta0: Annotated[str, registered(THETA0)] = "uniform"
-    upper_loss: Annotated[str, registered(UPPER_LOSSES)] = "sq"
-    weight_decay_override: float | None = Field(default=None, ge=0)
-    box_weight: float = Field(default=0.0, ge=0)
-    dtype: Literal["float32", "float64"] = "float64"
-
-    @field_validator("curvature")
-    @classmethod
-    def _curvature(cls, v: str) -> str:
-        if v != "auto":
-            CURVATURES.get(v)  # raises, listing the valid names
-        return v
-
-    @field_validator("inner_activation")
-    @classmethod
-    def _activation(cls, v: str) -> str:
-        if v != "auto":
-            INNER_ACTIVATIONS.get(v)
-        return v
-
-    @model_validator(mode="after")
-    def _fixed_step_options(self) -> BilevelConfig:
-        if self.lr_x is None and (self.optimizer != "sgd" or self.momentum != 0.0):
-            raise DataReconError(
-                f"optimizer {self.optimizer!r} with momentum {self.momentum:g} needs a fixed step on x; pass lr_x "
-                "(--lr-x), or drop optimizer/momentum to keep the problem-derived step")
-        return self
-
-    def solve_options(self, damping: float) -> SolveOptions:
-        """The linear solve's options with the resolved damping μ."""
-        return SolveOptions(tol=self.solve_tol, max_iter=self.solve_max_iter, damping=damping,
-                            neumann_max_terms=self.neumann_max_terms, neumann_alpha=self.neumann_alpha,
-                            power_iters=self.power_iters, warm_start=self.warm_start_p)
-
-    def hypergradient_settings(self, treatment: KinkTreatment) -> HypergradientSettings:
-        """The hypergradient's upper loss, strategy, solve options and curvature for a resolved treatment."""
-        return HypergradientSettings(upper=self.upper_loss, strategy=self.hessian,
-                                     options=self.solve_options(treatment.damping), curvature=treatment.curvature)
-
-    def lbfgs_settings(self) -> LBFGSSettings:
-        """The inner L-BFGS's line search (its constants at their defaults)."""
-        return LBFGSSettings(line_search=self.line_search)
-
-    def optimizer_settings(self) -> OptimizerSettings:
-        return OptimizerSettings(momentum=self.momentum)
-
-    def treatment(self, *, kinks: bool) -> KinkTreatment:
-        """The curvature, damping, inner activation and step cap for a target with or without kinks."""
-        base = NONSMOOTH if kinks else SMOOTH
-        return KinkTreatment(
-            curvature=base.curvature if self.curvature == "auto" else self.curvature,
-            damping=base.damping if self.damping is None else float(self.damping),
-            inner_activation=base.inner_activation if self.inner_activation == "auto" else self.inner_activation,
-            max_step=base.max_step if self.max_step is None else float(self.max_step))
 
 
 @dataclass(frozen=True)
@@ -301,13 +113,12 @@ def _warn_unreliable(hessian: str, treatment: Any, *, negative: bool, index: int
         "(--set damping=1.0)", RuntimeWarning, stacklevel=3)
 
 
-def _step_metrics(hg: Any, *, f0: float, distance: float, inner_res: float, tol: float, grad_x: torch.Tensor,
-                  box: float) -> dict[str, float]:
-    """The history row of one outer step: upper loss f0 (box included), ‖θ − θ*‖², energy, inner
-    residual and tolerance, the linear solve's counts and residuals (only the finite ones: NaN/inf
-    would trip the runner's divergence stop), ‖∇_x‖ and the box term."""
-    metrics = {
-        "loss": f0,
+def _outer_terms(hg: Any, *, upper: torch.Tensor, distance: float, inner_res: float, tol: float) -> dict[str, Any]:
+    """The terms of one outer step: the upper loss (``loss``, a tensor: the step adds the priors to it),
+    ‖θ − θ*‖², energy, inner residual and tolerance, the linear solve's counts and residuals (only the finite
+    ones: NaN/inf would trip the runner's divergence stop)."""
+    metrics: dict[str, Any] = {
+        "loss": upper,
         "param_distance": distance,
         "energy": float(hg.energy),
         "residual": inner_res,
@@ -315,8 +126,6 @@ def _step_metrics(hg: Any, *, f0: float, distance: float, inner_res: float, tol:
         "hvps": float(hg.solve.hvps),
         "negative_curvature": float(hg.solve.negative_curvature),
         "solve_converged": float(hg.solve.converged),
-        "grad_x_norm": float(torch.linalg.vector_norm(grad_x)),
-        "box": box,
     }
     for key, value in (("solve_residual", hg.solve.residual), ("solve_residual_undamped", hg.solve.residual_undamped),
                        ("neumann_lambda_max", hg.solve.lambda_max), ("neumann_alpha", hg.solve.alpha)):
@@ -336,6 +145,8 @@ class BilevelAttack(Attack):
     config_cls: ClassVar[type[Any]] = BilevelConfig
     #: not probed: the default step is a line search on the problem itself
     step_size_fields: ClassVar[tuple[str, ...]] = ()
+    #: the upper loss ‖θ* − θ(x)‖² (optimum 0), its fall measured from its value at x₀ (before any step)
+    convergence: ClassVar[ConvergenceRule] = ConvergenceRule(initial="param_distance_x0")
     #: the upper loss, ‖θ − θ*‖² and the inner residual
     progress_keys: ClassVar[tuple[str, ...]] = ("loss", "param_distance", "residual", "box")
     divergence_hint: ClassVar[str] = (
@@ -403,9 +214,10 @@ class BilevelAttack(Attack):
 
     # ------------------------------------------------------------------ protocol
 
-    def init_state(self, target: Target, prior: AttackerPrior, *, x0: torch.Tensor,
-                   generator: torch.Generator) -> dict[str, torch.Tensor]:
-        """x = x0, θ = θ⁰ (``theta0``), p = 0, no curvature pairs, zero optimiser buffers.
+    def initial_variables(self, target: Target, prior: AttackerPrior, *, x: torch.Tensor,
+                          generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """x = x₀, θ = θ⁰ (``theta0``), p = 0, no curvature pairs, the counters (the interface adds the
+        optimiser's buffers with a fixed ``lr_x``).
 
         Raises:
             DataReconError: the energy has no finite minimiser (see ``weight_decay_override``).
@@ -413,7 +225,6 @@ class BilevelAttack(Attack):
         problem = self.problem(target, prior)
         layout = problem.layout
         theta = THETA0.get(self.config.theta0)(target.model, layout, problem.theta_star, generator=generator)
-        x = x0.detach().to(device=layout.device, dtype=layout.dtype).clone()
         mem = LBFGSMemory.empty(self.config.lbfgs_history, layout.size, dtype=layout.dtype, device=layout.device)
         state = {
             "x": x, "theta": theta, "p": torch.zeros_like(theta),
@@ -434,33 +245,53 @@ class BilevelAttack(Attack):
                 RuntimeWarning, stacklevel=2)
         if self.config.hessian == "neumann":
             state[EIGVEC] = torch.zeros_like(theta)
-        if self.config.lr_x is not None:
-            state.update(init_optimizer_state(self.config.optimizer, {"x": x}))
         return state
+
+    def learning_rates(self, index: int) -> dict[str, float]:
+        """``x``: a fixed ``lr_x`` (the optimiser's step); none with the problem-derived step (its own line search)."""
+        return {} if self.config.lr_x is None else {"x": self.config.lr_x}
+
 
     def _upper(self, theta: torch.Tensor, theta_star: torch.Tensor) -> float:
         return float(UPPER_LOSSES.get(self.config.upper_loss).value(theta, theta_star))
 
-    def _box(self, x: torch.Tensor, prior: AttackerPrior) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self.config.box_weight <= 0:
-            return torch.zeros((), dtype=x.dtype), None
-        return box_value_and_grad(x, *self.bounds(prior, x.device))
+    def _priors_at(self, target: Target, prior: AttackerPrior, x: torch.Tensor) -> float:
+        """Σ weight·value of the run's own priors at ``x`` (0 without any): what a trial point of the line search
+        adds to the upper loss, as the step adds it at x (:func:`~datarecon.attacks.priors.weighted_total`)."""
+        given = PriorInput(x, *self.bounds(prior, x.device), target=target, labels=self.labels(prior, x.device))
+        return weighted_total(self.config, given, skip=CROSS_RUN_PRIORS)
 
-    def step(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor],
-             index: int) -> dict[str, float]:
-        """One outer step: inner solve (unless the last step's line search already solved at x),
-        linear solve, x update (problem-derived or fixed step); the state changes only if finite."""
+    def gradients(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor]) -> Gradients:
+        """The inner solve at x (unless the last step's line search already solved there) and the hypergradient:
+        the upper loss and its gradient in x; the context (problem, θ at x, the hypergradient) for :meth:`update`."""
         problem = self.problem(target, prior)
         self._on(state, problem.layout)
         tol = self.inner_tolerance(theta=state["theta"], theta_star=problem.theta_star,
                                    weight_decay=self.weight_decay(target))
         at = self._solved_at_x(problem, state, tol)
-        hg, grad_x, metrics = self._hypergradient(problem, prior, state, at, index=index)
+        x, eig = state["x"], state.get(EIGVEC)
+        hg = hypergradient(problem.energy, x, at.theta, problem.theta_star,
+                           settings=self.config.hypergradient_settings(problem.treatment), pairs=at.pairs,
+                           previous_p=state["p"], eigvec=eig if eig is not None and bool(torch.any(eig != 0)) else None)
+        at.add["hvps"] += hg.solve.hvps
+        terms = _outer_terms(hg, upper=hg.upper.detach(), inner_res=at.inner_res, tol=at.tol,
+                              distance=float(((at.theta - problem.theta_star) ** 2).sum()))
+        return Gradients(terms, {"x": hg.grad_x}, context=(problem, at, hg))
+
+    def update(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor], g: Gradients,
+               index: int) -> dict[str, float]:
+        """The x update (a fixed step of the optimiser, or the problem-derived line search on the upper loss and the
+        priors), then the rest of the solver state; nothing changes unless the step is finite (``loss`` NaN)."""
+        problem, at, hg = g.context
+        metrics, grad_x = g.terms, g.grads["x"]
+        metrics["grad_x_norm"] = float(torch.linalg.vector_norm(grad_x))
+        if hg.solve.negative_curvature or hg.solve.diverged:
+            _warn_unreliable(self.config.hessian, problem.treatment, negative=hg.solve.negative_curvature, index=index)
         if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_x_norm"])
                 and math.isfinite(at.inner_res) and bool(torch.isfinite(hg.p).all())):
             metrics["loss"] = float("nan")
             return metrics
-        moved = self._move(problem, prior, state, at, grad_x, metrics)
+        moved = self._move(problem, target, prior, state, at, grad_x, metrics)
         if moved is None:
             metrics["loss"] = float("nan")
             return metrics
@@ -485,25 +316,7 @@ class BilevelAttack(Attack):
         return _AtX(theta=theta, inner_res=inner_res, new_pairs=new_pairs, pairs=pairs, memory=memory, first=first,
                     tol=tol, add=add)
 
-    def _hypergradient(self, problem: _Problem, prior: AttackerPrior, state: dict[str, torch.Tensor], at: _AtX, *,
-                       index: int) -> tuple[Any, torch.Tensor, dict[str, float]]:
-        """The hypergradient at (x, θ), the box prior added: (its result, ∇_x of the upper loss, the step's metrics)."""
-        cfg = self.config
-        x, eig = state["x"], state.get(EIGVEC)
-        hg = hypergradient(problem.energy, x, at.theta, problem.theta_star,
-                           settings=cfg.hypergradient_settings(problem.treatment), pairs=at.pairs,
-                           previous_p=state["p"], eigvec=eig if eig is not None and bool(torch.any(eig != 0)) else None)
-        at.add["hvps"] += hg.solve.hvps
-        box, box_grad = self._box(x, prior)
-        grad_x = hg.grad_x if box_grad is None else hg.grad_x + cfg.box_weight * box_grad
-        f0 = float(hg.upper) + cfg.box_weight * float(box)
-        if hg.solve.negative_curvature or hg.solve.diverged:
-            _warn_unreliable(cfg.hessian, problem.treatment, negative=hg.solve.negative_curvature, index=index)
-        metrics = _step_metrics(hg, f0=f0, distance=float(((at.theta - problem.theta_star) ** 2).sum()),
-                                inner_res=at.inner_res, tol=at.tol, grad_x=grad_x, box=float(box))
-        return hg, grad_x, metrics
-
-    def _move(self, problem: _Problem, prior: AttackerPrior, state: dict[str, torch.Tensor], at: _AtX,
+    def _move(self, problem: _Problem, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor], at: _AtX,
               grad_x: torch.Tensor, metrics: dict[str, float]) -> _Moved | None:
         """The x update: a fixed step of the optimiser (``lr_x``) or the problem-derived line search; x and θ
         in ``state`` updated. None: the fixed step was not finite (nothing changed)."""
@@ -516,8 +329,8 @@ class BilevelAttack(Attack):
             state.update(new)
             state["theta"] = at.theta
             return _Moved(solved=0, step_taken=cfg.lr_x, last_res=at.inner_res, trial_pairs=[])
-        ls = self._line_search(problem, prior, _LineSearchStart(x=state["x"], theta=at.theta, grad_x=grad_x,
-                                                               f0=metrics["loss"], tol=at.tol, pairs=at.pairs),
+        ls = self._line_search(problem, target, prior, _LineSearchStart(
+            x=state["x"], theta=at.theta, grad_x=grad_x, f0=metrics["loss"], tol=at.tol, pairs=at.pairs),
                                last_step=float(state[STEP]))
         for key, n in (("inner_iterations", ls.inner_iterations), ("inner_evaluations", ls.inner_evaluations),
                        ("ls_trials", ls.trials), ("rejected_steps", int(not ls.accepted))):
@@ -552,10 +365,10 @@ class BilevelAttack(Attack):
         _accumulate(state[RESIDUALS], moved.last_res)
         _accumulate(state[SOLVE], hg.solve.residual)
 
-    def _line_search(self, problem: _Problem, prior: AttackerPrior, start: _LineSearchStart, *,
+    def _line_search(self, problem: _Problem, target: Target, prior: AttackerPrior, start: _LineSearchStart, *,
                      last_step: float) -> _StepResult:
         """The problem-derived step on x (see ``BilevelConfig.lr_x``): Polyak trial, Armijo backtracking
-        on l(θ*, θ(x)) + box, with the inner problem re-solved (warm) at every trial point.
+        on l(θ*, θ(x)) + the priors, with the inner problem re-solved (warm) at every trial point.
         ``last_step``: the last accepted step η (0: none yet)."""
         cfg = self.config
         x, theta, grad_x, f0, tol, pairs = start.x, start.theta, start.grad_x, start.f0, start.tol, start.pairs
@@ -576,8 +389,7 @@ class BilevelAttack(Attack):
             inner = self._inner(problem.energy, x_try, theta, pairs, first=False, tol=tol)
             iters += inner.iterations
             evals += inner.evaluations
-            box, _ = self._box(x_try, prior)
-            f_try = self._upper(inner.theta, problem.theta_star) + cfg.box_weight * float(box)
+            f_try = self._upper(inner.theta, problem.theta_star) + self._priors_at(target, prior, x_try)
             # a real decrease is required: when c1·t·‖∇l‖² is below the rounding of l, Armijo alone
             # would accept a step that changed nothing, and the step size would never recover
             if (math.isfinite(f_try) and math.isfinite(inner.grad_norm) and f_try < ref
@@ -594,7 +406,7 @@ class BilevelAttack(Attack):
                 iters += res.iterations
                 evals += res.evaluations
                 if res.iterations > 0 and math.isfinite(res.grad_norm):
-                    f_base = self._upper(res.theta, problem.theta_star) + cfg.box_weight * float(self._box(x, prior)[0])
+                    f_base = self._upper(res.theta, problem.theta_star) + self._priors_at(target, prior, x)
                     if math.isfinite(f_base):
                         base, drift, ref = (res.theta, res.grad_norm, list(res.new_pairs)), f_base - f0, f_base
             t *= 0.5
@@ -723,8 +535,8 @@ class _LineSearchStart:
     Attributes:
         x: (m, C, H, W) the outer iterate x^k, model input space.
         theta: (P,) θ^{k+1}, the inner solution at x (every trial's inner solve starts from it).
-        grad_x: like x, ∇_x of the upper loss plus box_weight × the box prior's gradient.
-        f0: the upper loss plus box_weight·box at x (the value a trial must beat).
+        grad_x: like x, ∇_x of the upper loss plus the weighted priors' gradients.
+        f0: the upper loss plus the weighted priors at x (the value a trial must beat).
         tol: the inner tolerance of this outer step.
         pairs: curvature pairs, oldest first (warm start of the trial solves).
     """

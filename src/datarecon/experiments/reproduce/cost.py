@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from datarecon.attacks.bilevel.attack import BilevelConfig
+from datarecon.attacks.bilevel.config import BilevelConfig
 from datarecon.experiments.pipeline.memory import (  # noqa: F401 (cost's own vocabulary)
     PROCESS_BASE_BYTES,
     RSS_PER_TENSOR_BYTE,

@@ -21,14 +21,14 @@ from __future__ import annotations
 import csv
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
 from datarecon.attacks.kkt import KKTConfig
 from datarecon.attacks.knowledge import KnowledgeSettings
 from datarecon.attacks.selection import CRITERIA
-from datarecon.config import drop_defaults
+from datarecon.config import RecordedConfig
 from datarecon.evaluation.privacy import signal_verdict
 from datarecon.experiments.membership.evaluate import evaluate_membership
 from datarecon.experiments.membership.settings import MembershipSettings
@@ -96,7 +96,7 @@ class StrongestAttacker(BaseModel):
     known_init: bool = True
 
 
-class HaimConfig(BaseModel):
+class HaimConfig(RecordedConfig):
     """Everything that determines the Haim et al. (2022) reproduction (defaults: paper scale).
 
     Attributes:
@@ -121,6 +121,7 @@ class HaimConfig(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    added_fields: ClassVar[tuple[str, ...]] = ("stand_in",)  # unset: the config as before
 
     datasets: tuple[HaimDataset, ...] = (HaimDataset(dataset="mnist", task="odd-even", runs=_MNIST_RUNS),
                                          HaimDataset(dataset="cifar10", task="vehicles-animals", runs=_CIFAR_RUNS))
@@ -141,9 +142,6 @@ class HaimConfig(BaseModel):
     strongest: StrongestAttacker = StrongestAttacker()
     stand_in: MarginAscentConfig | None = None
 
-    @model_serializer(mode="wrap")
-    def _drop_unset_stand_in(self, handler):  # type: ignore[no-untyped-def]
-        return drop_defaults(self, handler(self), ("stand_in",))  # unset: the config as before
 
     def data_spec(self, ds: HaimDataset) -> dict[str, Any]:
         return {"dataset": ds.dataset, "task": ds.task, "n_per_class": self.n_per_class, "selection": "first",

@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from datarecon.attacks.bilevel.attack import BilevelConfig
+from datarecon.attacks.bilevel.config import BilevelConfig
 from datarecon.attacks.kkt import DecoRecoConfig
 from datarecon.config import MAX_SEED, MAX_STEPS
 from datarecon.evaluation.membership import membership_roc
