@@ -15,7 +15,7 @@ from datarecon.errors import DataReconError  # noqa: E402
 from datarecon.training import dp as dpm  # noqa: E402
 from datarecon.kernel.engine import LoopOptions  # noqa: E402
 from datarecon.training.dp import DPConfig, fit_dp  # noqa: E402
-from datarecon.training.fit import FitRecipe, TrainingCheckpoint  # noqa: E402
+from datarecon.training.fit import FitRecipe, training_store  # noqa: E402
 from datarecon.kernel.losses import LOSSES  # noqa: E402
 
 
@@ -160,7 +160,7 @@ def test_a_killed_dp_run_resumes_bit_identically(tmp_path, hard_kill, kill_at):
     batches and noise, the history and the realised batch sizes of the checkpoint, all of them."""
     dp = DPConfig(noise_multiplier=0.8, max_grad_norm=0.5, batch_size=4, delta=1e-3)
     kw = dict(dp=dp, recipe=FitRecipe(loss="logistic", epochs=6, lr=0.1, momentum=0.9, seed=3))
-    ck = TrainingCheckpoint(tmp_path, tag="t")
+    ck = training_store(tmp_path, tag="t")
     full = fit_dp(*_problem(), loop=LoopOptions(log_every=2), **kw)
     hard_kill(lambda hooks: fit_dp(*_problem(), checkpoint=ck, **kw,
                                    loop=LoopOptions(log_every=2, checkpoint_every=3, hooks=tuple(hooks))), kill_at)

@@ -12,7 +12,7 @@ import torch
 from datarecon.errors import DataReconError
 from datarecon.models.spec import ArchSpec, build_model
 from datarecon.kernel.engine import LoopOptions
-from datarecon.training import TrainingCheckpoint, ascend_margin, fit, kkt_regime_score
+from datarecon.training import training_store, ascend_margin, fit, kkt_regime_score
 from datarecon.training.fit import AscentRecipe, FitRecipe
 from datarecon.training.margin import log_mean_loss, log_softplus, negative_margins
 
@@ -122,7 +122,7 @@ def test_margin_ascent_kill_and_resume_is_bit_identical(kill_after, tmp_path: Pa
     x, y, fresh = _separated_mlp()
     ascent = AscentRecipe(steps=40)
     full = ascend_margin(fresh(), x, y, loss="logistic", ascent=ascent, loop=LoopOptions(log_every=3))
-    ck = TrainingCheckpoint(tmp_path / "ck", tag="t")
+    ck = training_store(tmp_path / "ck", tag="t")
     with pytest.raises(KeyboardInterrupt):
         ascend_margin(fresh(), x, y, loss="logistic", ascent=ascent, checkpoint=ck,
                       loop=LoopOptions(log_every=3, checkpoint_every=5, hooks=(kill_after(17),)))
@@ -225,7 +225,7 @@ def test_margin_ascent_to_convergence_kill_and_resume_is_bit_identical(kill_afte
         return {"w0": float(next(model.parameters()).detach().reshape(-1)[0])}
 
     full = ascend_margin(fresh(), x, y, loss="logistic", ascent=ascent, loop=LoopOptions(log_every=7), probe=probe)
-    ck = TrainingCheckpoint(tmp_path / "ck", tag="t")
+    ck = training_store(tmp_path / "ck", tag="t")
     kill_at = full.epochs_done - 13  # after the last check but one, before the stop
     with pytest.raises(KeyboardInterrupt):
         ascend_margin(fresh(), x, y, loss="logistic", ascent=ascent, checkpoint=ck, probe=probe,

@@ -75,6 +75,7 @@ from datarecon.experiments.pool import PoolSpec, write_pool
 from datarecon.kernel.files import RUN_JSON
 from datarecon.kernel.losses import loss_name
 from datarecon.kernel.outdir import claim_out_dir
+from datarecon.kernel.resume import folder_state
 from datarecon.kernel.status import EVALUABLE, Status
 from datarecon.models.checkpoint import EXTRAS, read_model_meta
 from datarecon.models.spec import ArchSpec, first_layer_init_std
@@ -942,12 +943,13 @@ def _resumed_retries(run: ReconstructionRun, out: Path, options: RunOptions, att
                      setup: AttackSetup) -> tuple[Any, AttackSetup, bool]:
     """A resumed run continues at the step sizes of its last retry; one that had diverged is retried now when
     ``run.retry_diverged`` allows another try. Returns (attack, set-up, whether to resume the checkpoint)."""
-    if not (options.resume and (out / RUN_JSON).is_file()):
+    recorded = folder_state(out).record if options.resume else None
+    if recorded is None:
         return attack, setup, options.resume
-    recorded = read_json(out / RUN_JSON)
     done = recorded.get("retry_diverged")
     if isinstance(done, dict):
-        attack = scaled(attack, float(done["scale"]))
+        for _ in done.get("tried") or []:  # the step sizes each retry ran at, multiplied as the retries did
+            attack = scaled(attack, RETRY_FACTOR)
         setup = replace(setup, record={**setup.record, "retry_diverged": done})
     if recorded.get("status") == Status.DIVERGED and len(_retries(setup)["tried"]) < run.retry_diverged:
         attack, setup = _retried(run, attack, setup, diverged_at=int(recorded.get("steps_done") or 0),
@@ -957,8 +959,9 @@ def _resumed_retries(run: ReconstructionRun, out: Path, options: RunOptions, att
 
 
 def save_subspace(out: str | Path, prior: AttackerPrior) -> None:
-    """Write the prior's subspace analysis beside the run (``subspace.safetensors``), if it has one."""
-    if prior.subspace is not None:
+    """Write the prior's subspace analysis beside the run (``subspace.safetensors``), if it has one and the run
+    has none yet (a resumed run's is the same: the analysis is the prior's, which the resume key covers)."""
+    if prior.subspace is not None and not (Path(out) / SUBSPACE_FILE).is_file():
 
         save_analysis(Path(out) / SUBSPACE_FILE, prior.subspace)
 
@@ -1092,11 +1095,10 @@ def reconstruct_runs(run: ReconstructionRun, out: str | Path, options: RunOption
     if options.overwrite and options.resume:
         raise DataReconError("pass either --resume (continue the run in --out) or --overwrite (start afresh), not both")
     out = Path(out)
-    if options.resume and (out / RUN_JSON).is_file():
-        found = read_json(out / RUN_JSON)
-        if isinstance(found, dict) and not found.get("batch"):  # its candidates would be replaced by the pool's
-            raise DataReconError(f"--out {out} holds a single {found.get('method')} run, not the folder of --runs K; "
-                                 "resume it without --runs, or choose another --out for the K runs")
+    found = folder_state(out).record if options.resume else None
+    if found is not None and not found.get("batch"):  # its candidates would be replaced by the pool's
+        raise DataReconError(f"--out {out} holds a single {found.get('method')} run, not the folder of --runs K; "
+                             "resume it without --runs, or choose another --out for the K runs")
     with claim_out_dir(out, kind="run", overwrite=options.overwrite, resume=options.resume, nested=options.nested) as claim:
         members = [run.model_copy(update={"seed": run.seed + j}) for j in range(runs)]
         first = prepare(members[0], data_dir=options.data_dir, sources=sources)

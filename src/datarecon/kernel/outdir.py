@@ -49,7 +49,11 @@ from datarecon.utils import manifest
 from datarecon.utils.atomic import temp_target
 from datarecon.utils.io import read_json
 from datarecon.utils.lock import LOCK_FILE, check_free, hold
-from datarecon.kernel.files import DONE_MARKER, CANDIDATES, CANDIDATES_CSV, EXPERIMENT_JSON, EXTRAS, HISTORY, INIT_FILE, MEMBERSHIP_TARGET, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG, REPORT_HTML, REPRODUCTION_JSON, RUN_JSON, SUBSPACE_FILE, TASK_FILE, WEIGHTS
+from datarecon.kernel.files import (ASCENT_CHECKPOINT_DIR, CANDIDATES, CANDIDATES_CSV, CHECKPOINT_DIR, DONE_MARKER,
+                                    EXPERIMENT_JSON, EXTRAS, HISTORY, INIT_FILE, MEMBERSHIP_TARGET, METRICS_FILE,
+                                    MODEL_JSON, NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG, REPORT_HTML, REPRODUCTION_JSON,
+                                    RUN_JSON, SUBSPACE_FILE, TASK_FILE, WEIGHTS)
+from datarecon.kernel.resume import recorded_progress
 from datarecon.kernel.status import Status
 
 
@@ -118,11 +122,11 @@ def _register(name: str, kind: ArtefactKind) -> None:
 
 _register("model", ArtefactKind(
     "model directory", (MODEL_JSON,),
-    (WEIGHTS, EXTRAS, MODEL_JSON, HISTORY, "checkpoint",
-     "checkpoint-margin-ascent"), checkpoint.Kind.TRAIN, resumable=True))
+    (WEIGHTS, EXTRAS, MODEL_JSON, HISTORY, CHECKPOINT_DIR, ASCENT_CHECKPOINT_DIR), checkpoint.Kind.TRAIN,
+    resumable=True))
 _register("run", ArtefactKind(
     "run directory", (RUN_JSON,),
-    (CANDIDATES, INIT_FILE, SUBSPACE_FILE, RUN_JSON, HISTORY, "checkpoint",
+    (CANDIDATES, INIT_FILE, SUBSPACE_FILE, RUN_JSON, HISTORY, CHECKPOINT_DIR,
      METRICS_FILE, CANDIDATES_CSV, NEIGHBOURS_FILE, REPORT_HTML, TASK_FILE, ".claim"),
     checkpoint.Kind.ATTACK, pattern=r"run\d+", resumable=True))
 _register("demo", ArtefactKind(
@@ -143,7 +147,8 @@ _register("experiment", ArtefactKind(
 
 #: files of a checkpoint folder (the current format and the training format before it), for
 #: folders written before manifests existed
-_CHECKPOINT_NAMES = (checkpoint.STATE_FILE, checkpoint.PROGRESS_FILE, checkpoint.LEGACY_TRAIN_JSON)
+_CHECKPOINT_NAMES = (checkpoint.STATE_FILE, checkpoint.PROGRESS_FILE, checkpoint.PREVIOUS_STATE_FILE,
+                     checkpoint.LEGACY_TRAIN_JSON)
 _LEGACY_CHECKPOINT_STATE = re.compile(r"state-\d+\.safetensors")
 #: bookkeeping files datarecon keeps in every folder it writes
 BOOKKEEPING = (manifest.MANIFEST, LOCK_FILE)
@@ -385,15 +390,13 @@ def _unfinished(out: Path, kind: str) -> str | None:
             run = read_json(out / RUN_JSON) if (out / RUN_JSON).is_file() else {}
             if run.get("status") not in (None, Status.RUNNING):
                 return None
-            meta = read_json(out / checkpoint.FOLDER / checkpoint.PROGRESS_FILE) \
-                if (out / checkpoint.FOLDER / checkpoint.PROGRESS_FILE).is_file() else {}
-            if meta or run or any(out.glob("run*/checkpoint")):
-                return f"an unfinished run (stopped at step {meta.get('steps_done', '?')})" if meta else \
+            progress = recorded_progress(out / CHECKPOINT_DIR, kind=checkpoint.Kind.ATTACK)
+            if progress is not None or run or any(out.glob(f"run*/{CHECKPOINT_DIR}")):
+                return f"an unfinished run (stopped at step {progress.steps_done})" if progress is not None else \
                     "an unfinished run"
         if kind == "model" and not (out / MODEL_JSON).is_file():
-            meta = read_json(out / checkpoint.FOLDER / checkpoint.PROGRESS_FILE) \
-                if (out / checkpoint.FOLDER / checkpoint.PROGRESS_FILE).is_file() else {}
-            return f"an unfinished training (stopped at epoch {meta.get('epoch', '?')})"
+            progress = recorded_progress(out / CHECKPOINT_DIR, kind=checkpoint.Kind.TRAIN)
+            return f"an unfinished training (stopped at epoch {progress.steps_done if progress is not None else '?'})"
     except DataReconError:
         return None
     return None
