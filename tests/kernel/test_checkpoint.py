@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from checkpoint_problem import ATTACK_KILL, FIT, FIT_EVERY, FIT_TAG, fit_problem, run_attack_problem
+from checkpoint_problem import (ATTACK_KILL, FIT, FIT_EVERY, FIT_TAG, as_old_vocabulary, fit_problem, old_vocabulary,
+                                run_attack_problem)
 
 from datarecon.kernel import checkpoint
 from datarecon.errors import CheckpointError
@@ -70,28 +71,6 @@ def test_a_stale_progress_copy_is_rewritten_from_the_tensor_file(tmp_path: Path)
 # ----- the older formats ------------------------------------------------------------------------------------
 
 
-def old_vocabulary(meta: dict, kind: checkpoint.Kind) -> dict:
-    """A checkpoint's metadata (the one schema) in the vocabulary its kind of loop wrote before it (d8472df):
-    training ``tag``, ``epoch``, ``finished``, ``last_margin`` and the stepper's fields at the top; attacks
-    ``config_hash``, ``method``, ``steps_done``, ``early_stop``, a complete run's last checkpoint ``running``."""
-    status, stops = meta["status"], meta["stop_state"]
-    if kind == TRAIN:
-        old = {"tag": meta["resume_key"], "epoch": meta["steps_done"], "wall_time_s": meta["wall_time_s"],
-               "history": meta["history"], **meta["stepper"], "finished": status in ("complete", "stopped-early"),
-               "status": status, "stop_reason": meta["stop_reason"]}
-        return {**old, **({"last_margin": stops[0]["last_margin"]} if stops else {})}
-    return {**meta["stepper"], "resume_key": meta["resume_key"], "steps_done": meta["steps_done"],
-            "total": meta["total"], "wall_time_s": meta["wall_time_s"],
-            "status": "running" if status == "complete" else status, "stop_reason": meta["stop_reason"],
-            "metrics": meta["metrics"], "early_stop": stops[0] if stops else {}}
-
-
-def _as_old_vocabulary(folder: Path, kind: checkpoint.Kind) -> None:
-    """Rewrite a checkpoint's metadata in its kind's vocabulary before the schema (format 2, as d8472df wrote it)."""
-    tensors, meta = checkpoint.load(folder, kind=kind)
-    checkpoint.save(folder, tensors, old_vocabulary(meta, kind), kind=kind)
-
-
 def _as_legacy_train(folder: Path) -> None:
     """Rewrite a format-2 training checkpoint as ``datarecon-train-checkpoint/1`` (what older versions wrote)."""
     tensors, meta = checkpoint.load(folder, kind=TRAIN)
@@ -122,7 +101,7 @@ def test_an_old_training_checkpoint_resumes_bit_identically(tmp_path: Path, hard
     full = fit(*fit_problem(), **FIT)
     hard_kill(lambda hooks: fit(*fit_problem(), checkpoint=training_store(tmp_path / "ck", tag=FIT_TAG),
                                 loop=LoopOptions(checkpoint_every=FIT_EVERY, hooks=tuple(hooks)), **FIT), 7)
-    (_as_legacy_train if layout == "format-1" else lambda f: _as_old_vocabulary(f, TRAIN))(tmp_path / "ck")
+    (_as_legacy_train if layout == "format-1" else lambda f: as_old_vocabulary(f, TRAIN))(tmp_path / "ck")
     assert checkpoint.kind_of(tmp_path / "ck") == TRAIN
     assert "schema" not in checkpoint.load(tmp_path / "ck", kind=TRAIN)[1]
     resumed = fit(*fit_problem(), checkpoint=training_store(tmp_path / "ck", tag=FIT_TAG),
@@ -151,7 +130,7 @@ def test_an_old_attack_checkpoint_resumes_bit_identically(tmp_path: Path, kill_a
     if layout == "progress-header":
         _as_legacy_attack(tmp_path / "part")
     else:
-        _as_old_vocabulary(tmp_path / "part" / checkpoint.FOLDER, ATTACK)
+        as_old_vocabulary(tmp_path / "part" / checkpoint.FOLDER, ATTACK)
     resumed = run_attack_problem(tmp_path / "part", resume=True)
     assert resumed.steps_done == full.steps_done
     assert torch.equal(resumed.x, full.x) and torch.equal(resumed.multipliers, full.multipliers)
