@@ -142,7 +142,8 @@ def _from_attack(meta: Mapping[str, Any]) -> Progress:
     return Progress(resume_key=meta.get("resume_key"), steps_done=int(meta["steps_done"]),
                     total=None if meta.get("total") is None else int(meta["total"]), status=status,
                     stop_reason=str(meta.get("stop_reason") or ""), wall_time_s=float(meta.get("wall_time_s") or 0.0),
-                    metrics=_floats(meta.get("metrics")), stop_state=(dict(meta.get("early_stop") or {}),),
+                    metrics=_floats(meta.get("metrics")),
+                    stop_state=(dict(meta["early_stop"]),) if meta.get("early_stop") else (),
                     stepper={k: v for k, v in meta.items() if k not in _OLD_ATTACK})
 
 
