@@ -9,6 +9,8 @@ import torch
 from torch import nn
 
 from datarecon.attacks.base import AttackSetup
+from datarecon.kernel import checkpoint
+from datarecon.kernel.checkpoint import Kind
 from datarecon.attacks.loop import ATTACK_LOOP
 from datarecon.training.fit import FitRecipe
 
@@ -57,3 +59,25 @@ def run_attack_problem(out: Path, *, resume: bool = False, hooks=()):
     return run_attack(attack, AttackSetup(target, prior, x0, torch.Generator().manual_seed(0), {"seed": 0}),
                       steps=ATTACK_STEPS, out=out,
                       loop=replace(ATTACK_LOOP, log_every=2, progress=False, checkpoint_every=ATTACK_EVERY, resume=resume, hooks=hooks))
+
+
+def old_vocabulary(meta: dict, kind: Kind) -> dict:
+    """A checkpoint's metadata (the one schema) in the vocabulary its kind of loop wrote before it (d8472df):
+    training ``tag``, ``epoch``, ``finished``, ``last_margin`` and the stepper's fields at the top; attacks
+    ``config_hash``, ``method``, ``steps_done``, ``early_stop``, a complete run's last checkpoint ``running``."""
+    status, stops = meta["status"], meta["stop_state"]
+    if kind == Kind.TRAIN:
+        old = {"tag": meta["resume_key"], "epoch": meta["steps_done"], "wall_time_s": meta["wall_time_s"],
+               "history": meta["history"], **meta["stepper"], "finished": status in ("complete", "stopped-early"),
+               "status": status, "stop_reason": meta["stop_reason"]}
+        return {**old, **({"last_margin": stops[0]["last_margin"]} if stops else {})}
+    return {**meta["stepper"], "resume_key": meta["resume_key"], "steps_done": meta["steps_done"],
+            "total": meta["total"], "wall_time_s": meta["wall_time_s"],
+            "status": "running" if status == "complete" else status, "stop_reason": meta["stop_reason"],
+            "metrics": meta["metrics"], "early_stop": stops[0] if stops else {}}
+
+
+def as_old_vocabulary(folder: Path, kind: Kind) -> None:
+    """Rewrite a checkpoint's metadata in its kind's vocabulary before the schema (format 2, as d8472df wrote it)."""
+    tensors, meta = checkpoint.load(folder, kind=kind)
+    checkpoint.save(folder, tensors, old_vocabulary(meta, kind), kind=kind)

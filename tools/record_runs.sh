@@ -6,6 +6,8 @@
 #   tools/record_runs.sh /tmp/before          # on the old commit
 #   tools/record_runs.sh /tmp/after           # on the new one
 #   python tools/compare_artefacts.py /tmp/before /tmp/after
+#   python tools/compare_checkpoints.py /tmp/before /tmp/after   # checkpoints by state and progress (a recording
+#                                                                # from before the one checkpoint schema lists them all)
 # PARTS=attacks (or smoke, training, membership; space-separated) records a part only. One thread, CPU.
 set -euo pipefail
 OUT=${1:?usage: tools/record_runs.sh OUT}

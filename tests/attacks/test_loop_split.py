@@ -53,11 +53,12 @@ def test_loop_reports_early_stop_and_divergence_without_files(target, prior):
     state = attack.init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0))
     loop = AttackLoop(attack, target, prior, state, early_stop=Plateau("rel_residual", patience=5, rel_tol=0.5),
                       loop=replace(ATTACK_LOOP, progress=False))
-    assert loop.checkpoint_status(LoopState(total=200)) == Status.RUNNING
+    assert loop.run_loop.status(LoopState(total=200)) == Status.RUNNING
     ls = loop.run(start=0, total=200, elapsed_s=0.0)
     rec = loop.result(ls)
     assert rec.status == Status.STOPPED_EARLY and rec.steps_done < 200
-    assert loop.checkpoint_status(ls) == Status.STOPPED_EARLY and loop.early_stop_state()
+    progress = loop.run_loop.progress(ls, key="k", record={}, history=False)
+    assert progress.status == Status.STOPPED_EARLY and progress.stop_state[0] and progress.history is None
     bad = KKTAttack(KKTConfig(steps=30, lr_x=1e30, lr_lambda=1e30))
     state = bad.init_state(target, prior, x0=_x0(), generator=torch.Generator().manual_seed(0))
     loop = AttackLoop(bad, target, prior, state, loop=replace(ATTACK_LOOP, progress=False))
@@ -71,14 +72,14 @@ def test_run_directory_round_trip_and_refusal(target, prior, tmp_path):
                out=tmp_path / "run", loop=replace(ATTACK_LOOP, log_every=3, progress=False, checkpoint_every=4))
     _, meta = read_run(tmp_path / "run")
     d = RunDirectory(tmp_path / "run", {"model_dir": meta["model_dir"]})
-    ckpt = d.resume(key=meta["resume_key"], chash=meta["config_hash"])
-    assert ckpt is not None and ckpt[1]["steps_done"] == 12
+    ckpt = d.store(key=meta["resume_key"], chash=meta["config_hash"]).load()
+    assert ckpt is not None and ckpt[1].steps_done == 12 and ckpt[1].status == Status.COMPLETE
     assert [r["step"] for r in d.history(upto=6)] == [3, 6]
     with pytest.raises(DataReconError, match="another model, initialisation, seed or prior"):
-        d.resume(key="other", chash=meta["config_hash"])
+        d.store(key="other", chash=meta["config_hash"]).load()
     with pytest.raises(DataReconError, match="another method/config"):
-        d.resume(key=meta["resume_key"], chash="other")
-    assert RunDirectory(tmp_path / "empty", {}).resume(key="k", chash="c") is None
+        d.store(key=meta["resume_key"], chash="other").load()
+    assert RunDirectory(tmp_path / "empty", {}).store(key="k", chash="c").load() is None
     fresh = RunDirectory(tmp_path / "fresh", {"method": "kkt"})
     fresh.begin([{"step": 3, "loss": 1.0}], steps_done=3, wall_time_s=0.5)
     fresh.append_history({"step": 6, "loss": 0.5})

@@ -134,7 +134,7 @@ def test_finished_bilevel_run_keeps_its_final_losses(tmp_path) -> None:
 @pytest.mark.parametrize("undefined", [None, "nan"], ids=["null", "old-nan-string"])
 def test_finished_run_with_an_undefined_metric_resumes(target, prior, tmp_path, undefined) -> None:
     """A last-step metric that was NaN is saved as JSON null (older checkpoints: the string "nan");
-    resuming the finished run reads either back as NaN instead of failing."""
+    resuming the finished run reads either back as NaN instead of failing, and rewrites nothing."""
     import math
 
     first = _run(target, prior, tmp_path / "run")
@@ -144,8 +144,9 @@ def test_finished_run_with_an_undefined_metric_resumes(target, prior, tmp_path, 
     name = sorted(meta["metrics"])[0]
     meta["metrics"][name] = undefined
     save_checkpoint(tmp_path / "run", state, meta, generator=g)
+    before = (tmp_path / "run" / "run.json").read_bytes()
     again = _run(target, prior, tmp_path / "run", resume=True)
     assert math.isnan(again.summary["final"][name])
     assert {k: v for k, v in again.summary["final"].items() if k != name} == \
         {k: v for k, v in first.summary["final"].items() if k != name}
-    assert json.loads((tmp_path / "run" / "run.json").read_text())["final"][name] is None
+    assert (tmp_path / "run" / "run.json").read_bytes() == before

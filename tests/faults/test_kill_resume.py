@@ -73,7 +73,7 @@ def test_train(batches: list[str], epochs: int, tmp_path: Path, rng) -> None:
     epoch = rng.randrange(10, epochs - 10)
     proc = run_faulted(*args, step=epoch)
     assert proc.returncode == -9 and not (out / "model.json").exists()
-    assert json.loads((out / "checkpoint" / "progress.json").read_text())["epoch"] == epoch // 10 * 10
+    assert json.loads((out / "checkpoint" / "progress.json").read_text())["steps_done"] == epoch // 10 * 10
     run_ok(*args, "--resume")
     assert assert_same_tree(ref, out) >= 5
 

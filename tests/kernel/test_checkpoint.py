@@ -1,7 +1,10 @@
 """The one checkpoint format (datarecon.kernel.checkpoint): round trip, refusals, and the two older formats it
 replaces, written here in their own layouts (as commit a68cf3e wrote them: training's ``state.json``
 naming ``state-<epoch>.safetensors`` with its SHA-256, attacks' metadata in a ``progress`` header
-entry) and resumed bit-identically. No checkpoint file is kept in the repository."""
+entry) and resumed bit-identically; and the metadata vocabularies before the one schema
+(datarecon.kernel.resume.Progress), training's ``tag`` / ``epoch`` / ``finished`` and the attacks'
+``config_hash`` / ``steps_done`` (as d8472df wrote them, in format 2 and in the older formats), resumed
+bit-identically too. No checkpoint file is kept in the repository."""
 
 from __future__ import annotations
 
@@ -10,12 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from checkpoint_problem import ATTACK_KILL, FIT, FIT_EVERY, FIT_TAG, fit_problem, run_attack_problem
+from checkpoint_problem import (ATTACK_KILL, FIT, FIT_EVERY, FIT_TAG, as_old_vocabulary, fit_problem, old_vocabulary,
+                                run_attack_problem)
 
 from datarecon.kernel import checkpoint
 from datarecon.errors import CheckpointError
 from datarecon.kernel.engine import LoopOptions
-from datarecon.training.fit import TrainingCheckpoint, fit
+from datarecon.training.fit import training_store, fit
 from datarecon.utils.io import save_tensors, sha256_file, to_jsonable
 from datarecon.kernel.outdir import identify
 
@@ -70,6 +74,7 @@ def test_a_stale_progress_copy_is_rewritten_from_the_tensor_file(tmp_path: Path)
 def _as_legacy_train(folder: Path) -> None:
     """Rewrite a format-2 training checkpoint as ``datarecon-train-checkpoint/1`` (what older versions wrote)."""
     tensors, meta = checkpoint.load(folder, kind=TRAIN)
+    meta = old_vocabulary(meta, TRAIN) if "schema" in meta else meta
     for p in folder.iterdir():
         p.unlink()
     name = f"state-{meta['epoch']:09d}.safetensors"
@@ -82,6 +87,7 @@ def _as_legacy_attack(run: Path) -> None:
     """Rewrite a run's format-2 checkpoint with the metadata in the header (what older versions wrote)."""
     folder = run / checkpoint.FOLDER
     tensors, meta = checkpoint.load(folder, kind=ATTACK)
+    meta = old_vocabulary(meta, ATTACK) if "schema" in meta else meta
     save_tensors(folder / checkpoint.STATE_FILE, tensors,
                  metadata={"progress": json.dumps(to_jsonable(meta), sort_keys=True)})
 
@@ -90,13 +96,15 @@ def _same_weights(a, b) -> bool:
     return all(torch.equal(p, q) for p, q in zip(a.model.state_dict().values(), b.model.state_dict().values()))
 
 
-def test_an_old_training_checkpoint_resumes_bit_identically(tmp_path: Path, hard_kill) -> None:
+@pytest.mark.parametrize("layout", ["format-1", "format-2-old-vocabulary"])
+def test_an_old_training_checkpoint_resumes_bit_identically(tmp_path: Path, hard_kill, layout: str) -> None:
     full = fit(*fit_problem(), **FIT)
-    hard_kill(lambda hooks: fit(*fit_problem(), checkpoint=TrainingCheckpoint(tmp_path / "ck", tag=FIT_TAG),
+    hard_kill(lambda hooks: fit(*fit_problem(), checkpoint=training_store(tmp_path / "ck", tag=FIT_TAG),
                                 loop=LoopOptions(checkpoint_every=FIT_EVERY, hooks=tuple(hooks)), **FIT), 7)
-    _as_legacy_train(tmp_path / "ck")
+    (_as_legacy_train if layout == "format-1" else lambda f: as_old_vocabulary(f, TRAIN))(tmp_path / "ck")
     assert checkpoint.kind_of(tmp_path / "ck") == TRAIN
-    resumed = fit(*fit_problem(), checkpoint=TrainingCheckpoint(tmp_path / "ck", tag=FIT_TAG),
+    assert "schema" not in checkpoint.load(tmp_path / "ck", kind=TRAIN)[1]
+    resumed = fit(*fit_problem(), checkpoint=training_store(tmp_path / "ck", tag=FIT_TAG),
                   loop=LoopOptions(checkpoint_every=FIT_EVERY, resume=True), **FIT)
     assert resumed.resumed_from == 5 and resumed.epochs_done == 12
     assert _same_weights(resumed, full) and resumed.history == full.history
@@ -105,20 +113,24 @@ def test_an_old_training_checkpoint_resumes_bit_identically(tmp_path: Path, hard
 
 
 def test_a_changed_old_training_checkpoint_is_refused(tmp_path: Path, hard_kill) -> None:
-    hard_kill(lambda hooks: fit(*fit_problem(), checkpoint=TrainingCheckpoint(tmp_path / "ck", tag=FIT_TAG),
+    hard_kill(lambda hooks: fit(*fit_problem(), checkpoint=training_store(tmp_path / "ck", tag=FIT_TAG),
                                 loop=LoopOptions(checkpoint_every=FIT_EVERY, hooks=tuple(hooks)), **FIT), 7)
     _as_legacy_train(tmp_path / "ck")
     (tensors,) = (tmp_path / "ck").glob("state-*.safetensors")
     tensors.write_bytes(tensors.read_bytes()[:-4] + b"\0\0\0\0")
     with pytest.raises(CheckpointError, match="does not match state.json"):
-        fit(*fit_problem(), checkpoint=TrainingCheckpoint(tmp_path / "ck", tag=FIT_TAG),
+        fit(*fit_problem(), checkpoint=training_store(tmp_path / "ck", tag=FIT_TAG),
             loop=LoopOptions(checkpoint_every=FIT_EVERY, resume=True), **FIT)
 
-def test_an_old_attack_checkpoint_resumes_bit_identically(tmp_path: Path, kill_after) -> None:
+@pytest.mark.parametrize("layout", ["progress-header", "format-2-old-vocabulary"])
+def test_an_old_attack_checkpoint_resumes_bit_identically(tmp_path: Path, kill_after, layout: str) -> None:
     full = run_attack_problem(tmp_path / "full")
     with pytest.raises(KeyboardInterrupt):
         run_attack_problem(tmp_path / "part", hooks=[kill_after(ATTACK_KILL)])
-    _as_legacy_attack(tmp_path / "part")
+    if layout == "progress-header":
+        _as_legacy_attack(tmp_path / "part")
+    else:
+        as_old_vocabulary(tmp_path / "part" / checkpoint.FOLDER, ATTACK)
     resumed = run_attack_problem(tmp_path / "part", resume=True)
     assert resumed.steps_done == full.steps_done
     assert torch.equal(resumed.x, full.x) and torch.equal(resumed.multipliers, full.multipliers)

@@ -1,4 +1,5 @@
-"""The one resumable loop (kernel.run_loop.RunLoop): hook order, status rule, checkpoint, key check."""
+"""The one resumable loop (kernel.run_loop.RunLoop): hook order, status rule, checkpoint, key check (its resume:
+tests/kernel/test_resume.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from datarecon.errors import CheckpointError
 from datarecon.kernel.engine import (BaseHook, Checkpoint, EarlyStop, History, LoopOptions, LoopState, NaNStop,
                                      ProgressBar)
+from datarecon.kernel.resume import Progress
 from datarecon.kernel.run_loop import Display, RunLoop, check_key
 from datarecon.kernel.status import Status
 
@@ -32,20 +34,21 @@ def test_hook_order_and_history():
     loop = RunLoop(_steps([3.0, 2.0, 1.0, 0.5]), display=Display("t", keys=("loss",)),
                    options=LoopOptions(log_every=2, hooks=(Record("extra", log),)),
                    stops=(Record("stop", log),), prepare=(Record("prepare", log),))
-    loop.checkpoint(lambda s: log.append(f"save{s.step}"), every=3)
+    loop.saver = Checkpoint(lambda s: log.append(f"save{s.step}"), every=3)
     hooks = loop.hooks()
     kinds = [type(h).__name__ for h in hooks]
     assert kinds == ["Record", "NaNStop", "History", "_StopRule", "ProgressBar", "Checkpoint", "Record"]
     state = loop.run(start=0, total=4)
     assert log[:3] == ["prepare", "stop", "extra"] and "save3" in log and log[-1] == "save4"
     assert [r["step"] for r in loop.history.rows] == [2, 4]
-    assert loop.status(state) == Status.COMPLETE and loop.status(state, final=False) == Status.RUNNING
+    assert loop.status(state) == Status.COMPLETE
 
 
 def test_restored_rows_and_sink():
     sunk: list[dict] = []
     loop = RunLoop(_steps([1.0] * 6), display=Display("t"), sink=sunk.append)
-    loop.restore([{"step": 1, "loss": 1.0}, {"step": 2, "loss": 1.0}])
+    loop.restore(Progress(resume_key="k", steps_done=2, total=4, status=Status.RUNNING,
+                          history=[{"step": 1, "loss": 1.0}, {"step": 2, "loss": 1.0}]))
     loop.run(start=2, total=4)
     assert [r["step"] for r in loop.history.rows] == [1, 2, 3, 4] and [r["step"] for r in sunk] == [3, 4]
 
@@ -61,10 +64,11 @@ def test_status_rule():
                        stops=(EarlyStop(lambda m: m["loss"] < 2.5, reason="plateau"),))
     state = stopping.run(start=0, total=3)
     assert state.stop_reason == "plateau" and stopping.stopped_early
-    assert stopping.status(state) == stopping.status(state, final=False) == Status.STOPPED_EARLY
-    resumed = RunLoop(_steps([1.0]), display=Display("t"))
-    resumed.restore([], stopped_early=True)
-    assert resumed.status(LoopState(step=2, total=2, stop_reason="completed")) == Status.STOPPED_EARLY
+    assert stopping.status(state) == Status.STOPPED_EARLY
+    for status in (Status.STOPPED_EARLY, Status.DIVERGED):  # how a run had ended before its resume
+        resumed = RunLoop(_steps([1.0]), display=Display("t"))
+        resumed.restore(Progress(resume_key="k", steps_done=2, total=2, status=status, stop_reason="completed"))
+        assert resumed.status(LoopState(step=2, total=2, stop_reason="completed")) == status
     fresh = RunLoop(_steps([1.0]), display=Display("t"))
     assert fresh.status(LoopState(step=1, total=3)) == Status.RUNNING
     assert fresh.status(LoopState(step=3, total=3)) == Status.COMPLETE  # ended by an error after its last step

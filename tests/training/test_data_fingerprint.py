@@ -36,7 +36,7 @@ def _kill_training_at(data_dir: Path, out: Path, *, epoch: int) -> None:
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         assert time.monotonic() - t0 < 300
         try:
-            if json.loads((out / "checkpoint" / "progress.json").read_text()).get("epoch", 0) >= epoch:
+            if json.loads((out / "checkpoint" / "progress.json").read_text()).get("steps_done", 0) >= epoch:
                 break
         except (OSError, ValueError):
             pass

@@ -15,7 +15,9 @@ from datarecon.errors import DataReconError  # noqa: E402
 from datarecon.training import dp as dpm  # noqa: E402
 from datarecon.kernel.engine import LoopOptions  # noqa: E402
 from datarecon.training.dp import DPConfig, fit_dp  # noqa: E402
-from datarecon.training.fit import FitRecipe, TrainingCheckpoint  # noqa: E402
+from datarecon.training.fit import FitRecipe, training_store  # noqa: E402
+from datarecon.kernel.checkpoint import Kind  # noqa: E402
+from checkpoint_problem import as_old_vocabulary  # noqa: E402
 from datarecon.kernel.losses import LOSSES  # noqa: E402
 
 
@@ -154,16 +156,20 @@ def test_cli_trains_a_dp_target_and_refuses_bad_delta(tmp_path, capsys, data_dir
     assert not (tmp_path / "bad").exists()  # refused before the folder is made
 
 
-@pytest.mark.parametrize("kill_at", [9, 13], ids=["kill-at-checkpoint", "kill-between-checkpoints"])
-def test_a_killed_dp_run_resumes_bit_identically(tmp_path, hard_kill, kill_at):
+@pytest.mark.parametrize("kill_at, vocabulary", [(9, "schema"), (13, "schema"), (13, "before-the-schema")],
+                         ids=["kill-at-checkpoint", "kill-between-checkpoints", "checkpoint-before-the-schema"])
+def test_a_killed_dp_run_resumes_bit_identically(tmp_path, hard_kill, kill_at, vocabulary):
     """Noise and momentum on: the resumed run needs the weights, the momentum buffers, the generator of
-    batches and noise, the history and the realised batch sizes of the checkpoint, all of them."""
+    batches and noise, the history and the realised batch sizes of the checkpoint, all of them (also from a
+    checkpoint in the vocabulary before the one schema)."""
     dp = DPConfig(noise_multiplier=0.8, max_grad_norm=0.5, batch_size=4, delta=1e-3)
     kw = dict(dp=dp, recipe=FitRecipe(loss="logistic", epochs=6, lr=0.1, momentum=0.9, seed=3))
-    ck = TrainingCheckpoint(tmp_path, tag="t")
+    ck = training_store(tmp_path, tag="t")
     full = fit_dp(*_problem(), loop=LoopOptions(log_every=2), **kw)
     hard_kill(lambda hooks: fit_dp(*_problem(), checkpoint=ck, **kw,
                                    loop=LoopOptions(log_every=2, checkpoint_every=3, hooks=tuple(hooks))), kill_at)
+    if vocabulary == "before-the-schema":
+        as_old_vocabulary(tmp_path, Kind.TRAIN)
     resume = LoopOptions(log_every=2, checkpoint_every=3, resume=True)
     res = fit_dp(*_problem(), checkpoint=ck, loop=resume, **kw)
     assert res.resumed_from == 9  # 3 epochs of round(12/4) = 3 steps

@@ -12,7 +12,7 @@ from datarecon.data import DataSpec, load_task
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.models.spec import ArchSpec, build_model
 from datarecon.kernel.engine import LoopOptions
-from datarecon.training import OPTIMIZERS, SCHEDULES, StopRule, TrainingCheckpoint, fit
+from datarecon.training import OPTIMIZERS, SCHEDULES, StopRule, training_store, fit
 from datarecon.training.fit import FitRecipe
 
 
@@ -139,7 +139,7 @@ def test_kill_and_resume_is_bit_identical(kill_after, tmp_path: Path, optimizer,
                        momentum=momentum, schedule=schedule, epochs=60)
     kw = dict(recipe=recipe, stop=StopRule(margin_patience=10, margin_rtol=1e-12))
     full = fit(_model(dtype), x, y, loop=LoopOptions(log_every=4), **kw)
-    ck = TrainingCheckpoint(tmp_path / "ck", tag="t")
+    ck = training_store(tmp_path / "ck", tag="t")
     with pytest.raises(KeyboardInterrupt):
         fit(_model(dtype), x, y, loop=LoopOptions(log_every=4, checkpoint_every=7, hooks=(kill_after(23),)),
             checkpoint=ck, **kw)
@@ -156,7 +156,7 @@ def test_resume_from_periodic_checkpoint_after_hard_kill(tmp_path: Path, hard_ki
     x, y = _toy()
     recipe = FitRecipe(loss="logistic", lr=0.5, momentum=0.5, epochs=40)
     full = fit(_model(), x, y, recipe=recipe)
-    ck = TrainingCheckpoint(tmp_path / "ck", tag="t")
+    ck = training_store(tmp_path / "ck", tag="t")
     hard_kill(lambda hooks: fit(_model(), x, y, recipe=recipe, loop=LoopOptions(checkpoint_every=5, hooks=tuple(hooks)),
                                 checkpoint=ck), 17)
     res = fit(_model(), x, y, recipe=recipe, loop=LoopOptions(checkpoint_every=5, resume=True), checkpoint=ck)
@@ -168,16 +168,16 @@ def test_resume_from_periodic_checkpoint_after_hard_kill(tmp_path: Path, hard_ki
 def test_resume_with_other_config_is_refused(tmp_path: Path) -> None:
     x, y = _toy()
     recipe = FitRecipe(loss="logistic", epochs=5)
-    fit(_model(), x, y, recipe=recipe, checkpoint=TrainingCheckpoint(tmp_path, tag="aaa"))
+    fit(_model(), x, y, recipe=recipe, checkpoint=training_store(tmp_path, tag="aaa"))
     with pytest.raises(CheckpointError, match=r"another configuration \(hash aaa != bbb\)"):
         fit(_model(), x, y, recipe=recipe, loop=LoopOptions(resume=True),
-            checkpoint=TrainingCheckpoint(tmp_path, tag="bbb"))
+            checkpoint=training_store(tmp_path, tag="bbb"))
 
 
 def test_resume_of_finished_run_does_not_train_further(tmp_path: Path) -> None:
     x, y = _toy()
     kw = dict(recipe=FitRecipe(loss="logistic", lr=0.5, epochs=500), stop=StopRule(zero_error=True),
-              checkpoint=TrainingCheckpoint(tmp_path, tag="t"))
+              checkpoint=training_store(tmp_path, tag="t"))
     first = fit(_model(), x, y, **kw)
     again = fit(_model(seed=3), x, y, loop=LoopOptions(resume=True), **kw)
     assert again.epochs_done == first.epochs_done and again.status == "stopped-early"
@@ -187,7 +187,7 @@ def test_resume_of_finished_run_does_not_train_further(tmp_path: Path) -> None:
 
 def test_tampered_training_checkpoint_is_refused(tmp_path: Path) -> None:
     x, y = _toy()
-    kw = dict(recipe=FitRecipe(loss="logistic", epochs=5), checkpoint=TrainingCheckpoint(tmp_path, tag="t"))
+    kw = dict(recipe=FitRecipe(loss="logistic", epochs=5), checkpoint=training_store(tmp_path, tag="t"))
     fit(_model(), x, y, **kw)
     tensors = tmp_path / "state.safetensors"
     tensors.write_bytes(tensors.read_bytes()[:-4] + b"\0\0\0\0")
@@ -201,7 +201,7 @@ def test_a_checkpoint_with_the_old_status_words_still_resumes(tmp_path: Path) ->
 
     x, y = _toy()
     kw = dict(recipe=FitRecipe(loss="logistic", lr=0.5, epochs=500), stop=StopRule(zero_error=True),
-              checkpoint=TrainingCheckpoint(tmp_path, tag="t"))
+              checkpoint=training_store(tmp_path, tag="t"))
     first = fit(_model(), x, y, **kw)
     tensors, info = checkpoint.load(tmp_path, kind=checkpoint.Kind.TRAIN)
     assert info["status"] == "stopped-early"

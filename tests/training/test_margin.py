@@ -7,12 +7,14 @@ from pathlib import Path
 
 import mpmath
 import pytest
+from checkpoint_problem import as_old_vocabulary
 import torch
 
 from datarecon.errors import DataReconError
 from datarecon.models.spec import ArchSpec, build_model
 from datarecon.kernel.engine import LoopOptions
-from datarecon.training import TrainingCheckpoint, ascend_margin, fit, kkt_regime_score
+from datarecon.kernel.checkpoint import Kind
+from datarecon.training import training_store, ascend_margin, fit, kkt_regime_score
 from datarecon.training.fit import AscentRecipe, FitRecipe
 from datarecon.training.margin import log_mean_loss, log_softplus, negative_margins
 
@@ -122,7 +124,7 @@ def test_margin_ascent_kill_and_resume_is_bit_identical(kill_after, tmp_path: Pa
     x, y, fresh = _separated_mlp()
     ascent = AscentRecipe(steps=40)
     full = ascend_margin(fresh(), x, y, loss="logistic", ascent=ascent, loop=LoopOptions(log_every=3))
-    ck = TrainingCheckpoint(tmp_path / "ck", tag="t")
+    ck = training_store(tmp_path / "ck", tag="t")
     with pytest.raises(KeyboardInterrupt):
         ascend_margin(fresh(), x, y, loss="logistic", ascent=ascent, checkpoint=ck,
                       loop=LoopOptions(log_every=3, checkpoint_every=5, hooks=(kill_after(17),)))
@@ -216,8 +218,11 @@ def test_margin_ascent_curve_probes_the_start_powers_of_two_windows_and_the_end_
     assert len(calls) == 6 and len(set(calls)) == 6  # each at another θ
 
 
-def test_margin_ascent_to_convergence_kill_and_resume_is_bit_identical(kill_after, tmp_path: Path) -> None:
-    """Killed between two convergence checks and resumed: the same stop step, weights, history and curve."""
+@pytest.mark.parametrize("vocabulary", ["schema", "before-the-schema"])
+def test_margin_ascent_to_convergence_kill_and_resume_is_bit_identical(kill_after, tmp_path: Path,
+                                                                        vocabulary: str) -> None:
+    """Killed between two convergence checks and resumed: the same stop step, weights, history and curve (also
+    from a checkpoint in the vocabulary before the one schema: its ``last_margin`` is the stop rule's memory)."""
     x, y, fresh = _separated_mlp()
     ascent = AscentRecipe(steps=600, rtol=0.02, window=20)
 
@@ -225,11 +230,13 @@ def test_margin_ascent_to_convergence_kill_and_resume_is_bit_identical(kill_afte
         return {"w0": float(next(model.parameters()).detach().reshape(-1)[0])}
 
     full = ascend_margin(fresh(), x, y, loss="logistic", ascent=ascent, loop=LoopOptions(log_every=7), probe=probe)
-    ck = TrainingCheckpoint(tmp_path / "ck", tag="t")
+    ck = training_store(tmp_path / "ck", tag="t")
     kill_at = full.epochs_done - 13  # after the last check but one, before the stop
     with pytest.raises(KeyboardInterrupt):
         ascend_margin(fresh(), x, y, loss="logistic", ascent=ascent, checkpoint=ck, probe=probe,
                       loop=LoopOptions(log_every=7, checkpoint_every=30, hooks=(kill_after(kill_at),)))
+    if vocabulary == "before-the-schema":
+        as_old_vocabulary(tmp_path / "ck", Kind.TRAIN)
     res = ascend_margin(_mlp(seed=4), x, y, loss="logistic", ascent=ascent, checkpoint=ck, probe=probe,
                         loop=LoopOptions(log_every=7, checkpoint_every=30, resume=True))
     assert res.resumed_from == kill_at and res.epochs_done == full.epochs_done

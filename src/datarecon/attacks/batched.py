@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from datarecon.attacks.base import ATTACK_LOOP, AttackerPrior, AttackSetup, Reconstruction, Target
+from datarecon.attacks.grouped import align_coupled, end_coupled
 from datarecon.attacks.runner import Compute, OpenRun, StepRequest, drive, open_run, step_each, tensor_digest
 from datarecon.errors import DataReconError
 from datarecon.kernel.engine import LoopOptions
@@ -188,15 +189,27 @@ def run_batched(members: Sequence[BatchMember], target: Target, *, mode: str = "
     mode = resolve_mode(mode, next(iter(target.params.values())).device if target.params else "cpu")
     if not members:
         raise DataReconError("a batch needs at least one run")
+    coupled = [Path(m.out) for m in members if m.out is not None and m.attack.coupled()]
     with ExitStack() as locks:
+        held: dict[int, BaseException] = {}
+        for k, m in enumerate(members):
+            try:
+                if m.out is not None:
+                    locks.enter_context(hold(m.out))
+            except Exception as exc:  # noqa: BLE001 - raised after the other runs (drive)
+                held[k] = exc
+        if coupled and loop.resume and not held:  # a coupled group resumes from one step (attacks/grouped.py)
+            align_coupled(coupled)
         runs: list[OpenRun | BaseException] = []
         for k, m in enumerate(members):
             setup = AttackSetup(target, m.prior, m.x0, m.generator, {"seed": m.seed, **m.record})
             try:
-                if m.out is not None:
-                    locks.enter_context(hold(m.out))
+                if k in held:
+                    raise held[k]
                 runs.append(open_run(m.attack, setup, steps=steps, out=m.out, early_stop=m.early_stop,
                                      loop=loop if k == 0 else replace(loop, progress=False)))
             except Exception as exc:  # noqa: BLE001 - raised after the other runs (drive)
                 runs.append(exc)
-        return drive(runs, _compute(target, mode, runs))
+        results = drive(runs, _compute(target, mode, runs))
+        end_coupled(coupled)
+        return results

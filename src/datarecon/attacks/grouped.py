@@ -9,8 +9,11 @@ shared: each run keeps its state, optimiser, checkpoint and history.
 
 The group is computed at its full size (every row's gradient, finished rows' discarded), so a
 round's arithmetic does not depend on which runs step in it. The coupling does depend on the other
-runs' candidates: a batch killed between two runs' checkpoints of one round resumes each run from
-its own checkpoint, and the rounds it replays see the others one checkpoint apart (docs/RELIABILITY.md).
+runs' candidates, so the runs of a group resume from one step: each keeps its checkpoint before the
+latest (:func:`datarecon.kernel.checkpoint.save`'s ``keep_previous``), and a group killed between two
+runs' checkpoints of one round (or interrupted in the middle of a round) is first rolled back on disk
+to the last step every run can start from (:func:`align_coupled`), then continues bit for bit as the
+uninterrupted group. When the group has ended, the previous checkpoints are removed (:func:`end_coupled`).
 
 References:
     Yin et al. (2021) "See through Gradients" (group consistency over restarts run together).
@@ -20,13 +23,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from datarecon.attacks import priors
+from datarecon.errors import CheckpointError
+from datarecon.kernel import checkpoint
+from datarecon.kernel.files import CHECKPOINT_DIR
+from datarecon.kernel.resume import Progress
 
-__all__ = ["CROSS_RUN_PRIORS", "CoupledGroup"]
+__all__ = ["CROSS_RUN_PRIORS", "CoupledGroup", "align_coupled", "end_coupled"]
 
 #: priors that read every run of a group at once (applied by :class:`CoupledGroup`, not by a run's own step)
 CROSS_RUN_PRIORS = ("group",)
@@ -75,3 +83,58 @@ class CoupledGroup:
             g = rows[self.rows[r.index]]
             g = replace(g, terms=dict(g.terms))
             r.metrics = r.run.attack.update(target, r.run.setup.prior, r.run.state, g, r.step)
+
+
+def _generations(run_dir: Path) -> tuple[Progress | None, Progress | None]:
+    """(latest, previous) progress of a run's checkpoints (None where there is none)."""
+    folder = run_dir / CHECKPOINT_DIR
+    found = [checkpoint.load(folder, kind=checkpoint.Kind.ATTACK, previous=p) for p in (False, True)]
+    latest, previous = (None if f is None else Progress.from_meta(f[1], kind=checkpoint.Kind.ATTACK) for f in found)
+    return latest, previous
+
+
+def _common_step(gens: Sequence[tuple[Progress | None, Progress | None]]) -> int:
+    """The last step every run of a group can resume from: a step each running run has a checkpoint at (0, the
+    fresh start, always), and at which each finished run has one or had already ended."""
+    def fits(step: int, latest: Progress | None, previous: Progress | None) -> bool:
+        if step == 0 or any(g is not None and g.steps_done == step for g in (latest, previous)):
+            return True
+        return latest is not None and latest.status.finished and latest.steps_done <= step
+
+    steps = {g.steps_done for pair in gens for g in pair if g is not None} | {0}
+    return max(s for s in steps if all(fits(s, *pair) for pair in gens))
+
+
+def align_coupled(run_dirs: Sequence[str | Path]) -> int:
+    """Roll the checkpoints of a coupled group's runs back, on disk, to the last step every run can resume from
+    (:func:`_common_step`): a run ahead of it makes its previous checkpoint the latest, or, at step 0, starts
+    afresh (its checkpoint removed). A run that had ended at or before that step keeps its end. What is on disk
+    is then one consistent state of the group, whatever was killed when.
+
+    Returns:
+        The step the group resumes from.
+
+    Raises:
+        CheckpointError: a run's checkpoint is unreadable (its own message).
+    """
+    dirs = [Path(d) for d in run_dirs]
+    gens = [_generations(d) for d in dirs]
+    step = _common_step(gens)
+    for run_dir, (latest, previous) in zip(dirs, gens, strict=True):
+        folder = run_dir / CHECKPOINT_DIR
+        if latest is None or latest.steps_done == step or (latest.status.finished and latest.steps_done <= step):
+            continue
+        if previous is not None and previous.steps_done == step:
+            checkpoint.promote_previous(folder)
+        elif step == 0:
+            checkpoint.remove(folder)
+        else:  # cannot happen: _common_step chose a step this run has
+            raise CheckpointError(f"{folder} has no checkpoint at step {step}; rerun with --overwrite")
+    return step
+
+
+def end_coupled(run_dirs: Sequence[str | Path]) -> None:
+    """Remove the previous checkpoints of a coupled group whose runs have all ended: each run directory is then
+    an ordinary one."""
+    for run_dir in run_dirs:
+        checkpoint.drop_previous(Path(run_dir) / CHECKPOINT_DIR)

@@ -1,20 +1,20 @@
 """The optimisation loop of one attack run, without files.
 
-:class:`AttackLoop` drives an :class:`~datarecon.attacks.base.Attack`'s ``step`` through
-:class:`datarecon.kernel.engine.Engine` with the built-in hooks (progress bar, :class:`History`,
-:class:`NaNStop`, an optional early-stopping criterion: the one plateau rule, :class:`Plateau`, on the
+:class:`AttackLoop` drives an :class:`~datarecon.attacks.base.Attack`'s ``step`` through the one
+resumable loop (:class:`datarecon.kernel.run_loop.RunLoop`: progress, history, NaN stop, an optional
+early-stopping criterion: the one plateau rule, :class:`Plateau`, on the
 metric the attack declares) and turns the final state into a
 :class:`~datarecon.attacks.base.Reconstruction` with the attack's ``finish``. It reads and writes
-nothing: history rows leave through an optional ``sink``, checkpoints through hooks the caller
-passes to :meth:`AttackLoop.run`. :func:`datarecon.attacks.runner.run_attack` wires it to a
+nothing: history rows leave through an optional ``sink``; checkpoints and resume are the run loop's
+(:meth:`~datarecon.kernel.run_loop.RunLoop.resume`, :meth:`~datarecon.kernel.run_loop.RunLoop.keep`),
+which :func:`datarecon.attacks.runner.open_run` wires to a
 :class:`datarecon.attacks.run_directory.RunDirectory`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -25,22 +25,6 @@ from datarecon.errors import DataReconError
 from datarecon.kernel.status import Status
 from datarecon.kernel.engine import EarlyStop, LoopOptions, LoopState, RunningLoop
 from datarecon.kernel.run_loop import Display, RunLoop
-
-
-
-@dataclass(frozen=True)
-class Restored:
-    """What a resumed run brings back from its checkpoint (the defaults: a fresh run).
-
-    Attributes:
-        history_rows: history rows of the steps already done.
-        early_stop_state: the early-stop criterion's memory (``{}``: fresh).
-        stopped_early: the run had already been stopped by its criterion.
-    """
-
-    history_rows: Sequence[dict[str, float]] = ()
-    early_stop_state: Mapping[str, Any] = field(default_factory=dict)
-    stopped_early: bool = False
 
 
 class Plateau:
@@ -123,46 +107,28 @@ class AttackLoop:
         attack: the attack (its interface: :class:`~datarecon.attacks.base.Attack`).
         target: the attacked model.
         prior: labels (m,), input shape and pixel bounds.
-        state: the attack state (``attack.init_state`` or a restored checkpoint), updated in place.
+        state: the attack state (``attack.init_state``, or filled from a checkpoint by the run loop's
+            :meth:`~datarecon.kernel.run_loop.RunLoop.resume`), updated in place.
         loop: history period, progress display and extra hooks (:class:`LoopOptions`; its
-            checkpoint settings belong to the caller, which gives :meth:`checkpoint` its save).
+            checkpoint settings belong to the caller, which gives the run loop its store).
         early_stop: ``criterion(metrics) -> bool`` or None; its ``state_dict`` / ``load_state_dict``
-            (when present) carry its memory across a resume.
-        restored: what a resumed run brings back (:class:`Restored`).
+            (when present) carry its memory across a resume (the run loop's stop-rule state).
         sink: called with every new history row (e.g. to append it to a file), or None.
     """
 
     def __init__(self, attack: Attack, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor], *,
                  loop: LoopOptions = ATTACK_LOOP, early_stop: Callable[[dict[str, float]], bool] | None = None,
-                 restored: Restored = Restored(), sink: Callable[[dict[str, float]], None] | None = None) -> None:
+                 sink: Callable[[dict[str, float]], None] | None = None) -> None:
         self.attack, self.target, self.prior, self.state = attack, target, prior, state
-        self.criterion = early_stop
-        load = getattr(early_stop, "load_state_dict", None)
-        if load is not None and restored.early_stop_state:
-            load(dict(restored.early_stop_state))
         stops = [EarlyStop(early_stop, reason=attack.early_stop_reason)] if early_stop is not None else []
         self.run_loop = RunLoop(self.step, display=Display(attack.name, keys=attack.progress_keys, labels=attack.progress_labels),
                                 options=loop, stops=stops, sink=sink)
-        self.run_loop.restore(restored.history_rows, stopped_early=restored.stopped_early and early_stop is not None)
+        self.run_loop.count_nan_step = False  # a non-finite step's update is not applied: not counted
 
     @property
     def history(self) -> list[dict[str, float]]:
         """The history rows so far (restored ones included)."""
         return self.run_loop.history.rows
-
-    def checkpoint_status(self, loop: LoopState) -> Status:
-        """The status a checkpoint of ``loop`` records: diverged, stopped early or running (a complete
-        run is complete once its result is written)."""
-        return self.run_loop.status(loop, final=False)
-
-    def early_stop_state(self) -> dict[str, Any]:
-        """The early-stop criterion's memory (``{}`` without a criterion or without memory)."""
-        fn = getattr(self.criterion, "state_dict", None)
-        return fn() if fn is not None else {}
-
-    def checkpoint(self, save: Callable[[LoopState], None], *, every: int) -> None:
-        """Checkpoint with ``save(state)`` every ``every`` steps and at the end of the loop."""
-        self.run_loop.checkpoint(save, every=every)
 
     def run(self, *, start: int, total: int, elapsed_s: float) -> LoopState:
         """Run steps ``start .. total-1`` (fewer if a hook stops the loop), ``elapsed_s`` seconds
@@ -218,4 +184,4 @@ class AttackLoop:
         )
 
 
-__all__ = ["ATTACK_LOOP", "DEFAULT_DIVERGENCE_HINT", "AttackLoop", "Plateau", "Restored", "all_finite"]
+__all__ = ["ATTACK_LOOP", "DEFAULT_DIVERGENCE_HINT", "AttackLoop", "Plateau", "all_finite"]

@@ -8,8 +8,10 @@ Layout (docs/dev/CONTRACTS.md)::
     run.json                 model_dir, method, config, config_hash, seed, versions, status, steps_done,
                              wall_time_s, stop_reason, final, selection, extra, message
     history.jsonl            one JSON object per logged step
-    checkpoint/                    the attack state + generator state and its metadata (steps_done,
-                                   config_hash, wall_time_s), in the format of :mod:`datarecon.kernel.checkpoint`
+    checkpoint/                    the attack state + generator state and its metadata (the one schema,
+                                   :class:`datarecon.kernel.resume.Progress`: resume key, steps done, status,
+                                   ...; the method and config hash as the stepper's record), in the format of
+                                   :mod:`datarecon.kernel.checkpoint`
 
 :class:`RunDirectory` owns these files; the optimisation itself
 (:class:`datarecon.attacks.loop.AttackLoop` on :class:`datarecon.kernel.run_loop.RunLoop`) writes none of them.
@@ -18,9 +20,6 @@ Layout (docs/dev/CONTRACTS.md)::
 from __future__ import annotations
 
 import json
-import math
-import os
-import signal
 import warnings
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from datarecon.kernel import checkpoint
 from datarecon.attacks.base import Reconstruction
 from datarecon.kernel.checkpoint import PROGRESS_FILE, STATE_FILE
 from datarecon.errors import DataReconError
+from datarecon.kernel.resume import Progress, Store
 from datarecon.kernel.run_loop import check_key
 from datarecon.kernel.status import Status
 from datarecon.utils.io import (
@@ -47,22 +47,6 @@ from datarecon.kernel.files import CANDIDATES, HISTORY, INIT_FILE, RUN_JSON
 
 CHECKPOINT_DIR = checkpoint.FOLDER
 GENERATOR_KEY = "__generator_state__"
-
-
-#: test-only fault injection: ``"<run folder name>:<step>:<signal>"`` (e.g. ``run1:70:KILL``) sends
-#: the signal (KILL, INT, TERM) to this process right after that run's checkpoint at that step, so a
-#: fault trial can land a kill or a Ctrl-C between two runs' checkpoints without racing the clock
-FAULT_ENV = "DATARECON_FAULT_AFTER_CHECKPOINT"
-
-
-def fault_after_checkpoint(run_dir: Path, step: int) -> None:
-    """Send the signal :data:`FAULT_ENV` asks for once ``run_dir`` has checkpointed ``step`` (tests only)."""
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return
-    name, at, sig = (spec.split(":") + ["KILL"])[:3]
-    if run_dir.name == name and step == int(at):
-        os.kill(os.getpid(), getattr(signal, f"SIG{sig}"))
 
 
 def load_checkpoint(out: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
@@ -96,13 +80,32 @@ def read_run(out: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     return load_tensors(out / CANDIDATES), read_json(out / RUN_JSON)
 
 
-def restored_metrics(meta: dict[str, Any]) -> dict[str, float]:
-    """The last step's metrics saved with a checkpoint.
+class RunState:
+    """An attack run's resumable state (:class:`datarecon.kernel.resume.Resumable`): the attack's tensors
+    (``x``, multipliers, optimiser moments, ...) with its generator's state (``__generator_state__``), and the
+    run's method and config hash as the record.
 
-    Non-finite values are saved as JSON ``null`` (older versions wrote the strings ``"nan"``/``"inf"``,
-    which ``float`` reads back); both come back as floats.
+    Args:
+        state: the attack state, filled in place by :meth:`load_state` (the dict the loop steps).
+        generator: the run's generator (its state restored in place).
+        record: ``method`` and ``config_hash``.
     """
-    return {k: math.nan if v is None else float(v) for k, v in (meta.get("metrics") or {}).items()}
+
+    def __init__(self, state: dict[str, torch.Tensor], generator: torch.Generator, record: dict[str, Any]) -> None:
+        self.state, self.generator, self.record = state, generator, record
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {**self.state, GENERATOR_KEY: self.generator.get_state()}
+
+    def state_record(self) -> dict[str, Any]:
+        return dict(self.record)
+
+    def load_state(self, tensors: dict[str, torch.Tensor], record: Any) -> None:
+        tensors = dict(tensors)
+        generator = tensors.pop(GENERATOR_KEY, None)
+        if generator is not None:
+            self.generator.set_state(generator)
+        self.state.update(tensors)
 
 
 class RunDirectory:
@@ -118,31 +121,31 @@ class RunDirectory:
         self.path = Path(path)
         self.record = record
 
-    def resume(self, *, key: str, chash: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
-        """The checkpointed (state, metadata), or None when there is none.
+    def store(self, *, key: str, chash: str, keep_previous: bool = False) -> Store:
+        """The run's checkpoint (``checkpoint/``) as the run loop resumes and saves it: under the resume key,
+        refusing another run's checkpoint (:meth:`check_resume`), the history kept in ``history.jsonl``.
 
         Args:
             key: the run's resume key (:func:`datarecon.attacks.runner.resume_key`).
             chash: the run's resume hash (:func:`datarecon.attacks.runner.resume_hash`).
+            keep_previous: keep the checkpoint before the latest (a run of a coupled group).
+        """
+        return Store(self.path / CHECKPOINT_DIR, key=key, kind=checkpoint.Kind.ATTACK, keep_previous=keep_previous,
+                     history=False, check=lambda progress: self.check_resume(progress, key=key, chash=chash))
+
+    def check_resume(self, progress: Progress, *, key: str, chash: str) -> None:
+        """Refuse a checkpoint written by another configuration, target, prior or initialisation.
 
         Raises:
-            CheckpointError: a corrupt checkpoint.
-            DataReconError: a checkpoint written by another configuration, target, prior or
-                initialisation.
+            DataReconError: the checkpoint's config hash or resume key is another run's; one from before
+                resume keys against another model directory.
         """
-        ckpt = load_checkpoint(self.path)
-        if ckpt is not None:
-            self._check_resume(ckpt[1], key=key, chash=chash)
-        return ckpt
-
-    def _check_resume(self, meta: dict[str, Any], *, key: str, chash: str) -> None:
-        """Refuse a checkpoint written by another configuration, target, prior or initialisation."""
-        out, model_dir = self.path, self.record.get("model_dir")
+        out, model_dir, meta = self.path, self.record.get("model_dir"), progress.stepper
         check_key(meta, "config_hash", chash, refuse=lambda found: DataReconError(
             f"{out} was run with another method/config (checkpoint {meta.get('method')}, "
             f"config_hash {found} != {chash}); use the same settings to resume or a new --out"))
-        if "resume_key" in meta:
-            check_key(meta, "resume_key", key, refuse=lambda found: DataReconError(
+        if progress.resume_key is not None:
+            check_key({"resume_key": progress.resume_key}, "resume_key", key, refuse=lambda found: DataReconError(
                 f"{out} was run against another model, initialisation, seed or prior (resume key "
                 f"{found} != {key}); resume with the same --model and settings or choose a new --out"))
             return
@@ -177,12 +180,6 @@ class RunDirectory:
         """Append one row to ``history.jsonl`` (one atomic line: :func:`datarecon.utils.io.append_json_line`)."""
         append_json_line(self.path / HISTORY, row)
 
-    def save_checkpoint(self, state: dict[str, torch.Tensor], meta: dict[str, Any], *,
-                        generator: torch.Generator | None = None) -> None:
-        """Write ``checkpoint/`` (see :func:`save_checkpoint`), then apply the test-only fault hook."""
-        save_checkpoint(self.path, state, meta, generator=generator)
-        fault_after_checkpoint(self.path, int(meta.get("steps_done", -1)))
-
     def finish(self, rec: Reconstruction) -> None:
         """Write ``candidates.safetensors`` and the final ``run.json`` of ``rec``."""
         write_candidates(self.path, rec)
@@ -195,4 +192,4 @@ class RunDirectory:
 
 
 __all__ = ["CANDIDATES", "CHECKPOINT_DIR", "HISTORY", "INIT_FILE", "PROGRESS_FILE", "RUN_JSON", "STATE_FILE", "RunDirectory",
-           "load_checkpoint", "read_run", "restored_metrics", "save_checkpoint", "write_candidates"]
+           "RunState", "load_checkpoint", "read_run", "save_checkpoint", "write_candidates"]

@@ -10,12 +10,13 @@ candidates). What an attack provides is declared once, on :class:`~datarecon.att
 
 Run directory: the layout is in :mod:`datarecon.attacks.run_directory` (and docs/dev/CONTRACTS.md).
 
-Resume: with ``resume=True`` and a checkpoint present, the state is restored bit-for-bit and the
-loop continues at ``steps_done``; on CPU with the same seed the result is bit-identical to an
-uninterrupted run. ``history.jsonl`` is truncated to the restored step. A checkpoint written with a
-different config (other than ``resume_ignore`` fields), another method, or a different resume key
-(:func:`resume_key`: the target's weights, the prior, x₀, the generator, the early stop) is refused.
-Resuming a finished run changes nothing: its final loss terms, stop reason and wall time are kept.
+Resume (the run loop's, :mod:`datarecon.kernel.resume`): with ``resume=True`` and a checkpoint present,
+the state is restored bit-for-bit and the loop continues at ``steps_done``; on CPU with the same seed the
+result is bit-identical to an uninterrupted run. ``history.jsonl`` is truncated to the restored step. A
+checkpoint written with a different config (other than ``resume_ignore`` fields), another method, or a
+different resume key (:func:`resume_key`: the target's weights, the prior, x₀, the generator, the early
+stop) is refused. Resuming a finished run (complete, stopped early or diverged) changes no byte: it takes
+no step and its result is what its folder records.
 """
 
 from __future__ import annotations
@@ -24,31 +25,31 @@ import hashlib
 import warnings
 from contextlib import nullcontext
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from datarecon.attacks.base import ATTACK_LOOP, Attack, AttackerPrior, AttackSetup, Reconstruction, Target, config_dict
-from datarecon.attacks.loop import AttackLoop, Restored
+from datarecon.attacks.loop import AttackLoop
 from datarecon.attacks.run_directory import (
     CANDIDATES,
     CHECKPOINT_DIR,
-    GENERATOR_KEY,
     HISTORY,
     INIT_FILE,
     PROGRESS_FILE,
     RUN_JSON,
     STATE_FILE,
     RunDirectory,
+    RunState,
     load_checkpoint,
     read_run,
-    restored_metrics,
     save_checkpoint,
     write_candidates,
 )
 from datarecon.errors import DataReconError
+from datarecon.kernel.resume import Progress, folder_state
 from datarecon.kernel.status import Status
 from datarecon.kernel.engine import LoopOptions, LoopState, RunningLoop
 from datarecon.kernel.losses import loss_name
@@ -139,7 +140,9 @@ class OpenRun:
     """One attack run, opened: its state is ready (fresh or restored), its run directory begun.
 
     A driver (:func:`drive`) steps it through :meth:`begin`'s :class:`RunningLoop` and ends it with
-    :meth:`finish`. Built by :func:`open_run`.
+    :meth:`finish`. A run whose checkpoint says it had finished (``finished``: diverged, stopped early, or
+    complete at the steps asked for) is not stepped: :meth:`finish` of its recorded end returns its result
+    and writes nothing when its run directory already holds it. Built by :func:`open_run`.
     """
 
     def __init__(self, attack: Attack, setup: AttackSetup, *, steps: int, out: str | Path | None,
@@ -155,22 +158,25 @@ class OpenRun:
             "m": prior.m, **record,
         }
         self.run_dir = RunDirectory(out, base_record) if out is not None else None
-        self.ckpt = self.run_dir.resume(key=self.key, chash=self.chash) if (
-            self.run_dir is not None and loop.resume) else None
-        self.start, self.elapsed, self.meta = 0, 0.0, {}
-        state = self._restore() if self.ckpt is not None else self._fresh()
-        history_rows = self.run_dir.history(upto=self.start) if (self.run_dir is not None and self.ckpt) else []
-        if self.run_dir is not None:
-            self.run_dir.begin(history_rows, steps_done=self.start, wall_time_s=self.elapsed)
+        self.saved = RunState({}, generator, {"method": attack.name, "config_hash": self.chash})
+        self.loop = AttackLoop(attack, target, prior, self.saved.state, loop=loop, early_stop=early_stop,
+                               sink=self.run_dir.append_history if self.run_dir is not None else None)
+        # a run of a coupled group keeps its checkpoint before the latest (attacks/grouped.align_coupled)
+        self.store = self.run_dir.store(key=self.key, chash=self.chash, keep_previous=attack.coupled()) \
+            if self.run_dir is not None else None
+        run_loop = self.loop.run_loop
+        self.start = run_loop.resume(self.store, self.saved, enabled=loop.resume,
+                                     history=lambda n: self.run_dir.history(upto=n))  # type: ignore[union-attr]
+        if self.start.progress is None:
+            self.saved.state.update(self._fresh())
+        else:
+            self._check_steps(self.start.progress)
+        self.finished = self.start.finished(self.steps)
+        if self.run_dir is not None and not self.finished:
+            self.run_dir.begin(run_loop.history.rows, steps_done=self.start.step, wall_time_s=self.start.elapsed)
             if (record.get("init") or {}).get("experimenter_choice"):  # a data start: kept for the evaluation
                 self.run_dir.write_init(x0)
-        self.loop = AttackLoop(
-            attack, target, prior, state, loop=loop, early_stop=early_stop,
-            restored=Restored(history_rows, self.meta.get("early_stop", {}) or {},
-                              self.meta.get("status") == Status.STOPPED_EARLY),
-            sink=self.run_dir.append_history if self.run_dir is not None else None)
-        if self.run_dir is not None:
-            self.loop.checkpoint(self._save, every=loop.checkpoint_every)
+            run_loop.keep(self.store, self.saved, every=loop.checkpoint_every)  # type: ignore[arg-type]
 
     def _fresh(self) -> dict[str, torch.Tensor]:
         s = self.setup
@@ -179,57 +185,44 @@ class OpenRun:
             raise TypeError(f"attack {self.attack.name!r} init_state must return a state with key 'x'")
         return state
 
-    def _restore(self) -> dict[str, torch.Tensor]:
-        tensors, self.meta = self.ckpt
-        gen_state = tensors.pop(GENERATOR_KEY, None)
-        if gen_state is not None:
-            self.setup.generator.set_state(gen_state)
-        meta, path = self.meta, self.run_dir.path
-        self.start, self.elapsed = int(meta["steps_done"]), float(meta.get("wall_time_s", 0.0))
-        if self.start > self.steps and meta.get("status") != Status.STOPPED_EARLY:
-            raise DataReconError(f"{path} has already done {self.start} steps, more than the {self.steps} asked for; "
-                                 f"resume with steps (--steps) of at least {self.start}, or start afresh with --overwrite")
-        if meta.get("status") == Status.DIVERGED:
-            raise DataReconError(f"{path} diverged at step {self.start}; start a new run with lower step sizes, or "
-                                 "resume it with --retry-diverged N (retries at step sizes divided by 10)")
-        if meta.get("status") == Status.STOPPED_EARLY:
-            self.steps = self.start  # its own early stop ended it: nothing left to run
-        return tensors
+    def _check_steps(self, progress: Progress) -> None:
+        """Refuse to resume a run that went beyond the steps asked for (one whose own stop ended it is its result)."""
+        done = progress.steps_done
+        if done > self.steps and progress.status not in (Status.STOPPED_EARLY, Status.DIVERGED):
+            raise DataReconError(f"{self.run_dir.path} has already done {done} steps, more than the {self.steps} "  # type: ignore[union-attr]
+                                 f"asked for; resume with steps (--steps) of at least {done}, or start afresh with "
+                                 "--overwrite")
 
     @property
     def state(self) -> dict[str, torch.Tensor]:
         """The run's attack state (updated in place by its steps)."""
         return self.loop.state
 
-    def _progress_meta(self, ls: LoopState, status: Status) -> dict[str, Any]:
-        restored = restored_metrics(self.meta) if self.ckpt is not None and ls.step == self.start else {}
-        return {"method": self.attack.name, "config_hash": self.chash, "resume_key": self.key, "steps_done": ls.step,
-                "total": ls.total, "wall_time_s": ls.wall_time_s, "status": status, "stop_reason": ls.stop_reason,
-                # a resumed run that takes no step keeps the metrics its checkpoint recorded
-                "metrics": dict(ls.metrics or restored), "early_stop": self.loop.early_stop_state()}
-
-    def _save(self, ls: LoopState) -> None:
-        self.run_dir.save_checkpoint(self.state, self._progress_meta(ls, self.loop.checkpoint_status(ls)),
-                                     generator=self.setup.generator)
-
     def begin(self) -> RunningLoop:
         """Start the run's loop at its restored step (checkpointing when it has a directory)."""
-        return self.loop.begin(start=self.start, total=self.steps, elapsed_s=self.elapsed)
+        return self.loop.begin(start=self.start.step, total=self.steps, elapsed_s=self.start.elapsed)
+
+    def end_state(self) -> LoopState:
+        """The recorded end of a run that had finished (``finished``)."""
+        return self.start.progress.end_state()  # type: ignore[union-attr]
 
     def finish(self, loop: LoopState) -> Reconstruction:
-        """The run's :class:`Reconstruction` after its loop ended; written to its directory."""
-        if self.ckpt is not None and loop.step == self.start:  # resumed a finished run: report it as it was
-            loop.metrics = loop.metrics or restored_metrics(self.meta)
-            loop.stop_reason = self.meta.get("stop_reason") or loop.stop_reason
-            loop.wall_time_s = self.elapsed
+        """The run's :class:`Reconstruction` after its loop ended; written to its directory unless it holds it already."""
         rec = self.loop.result(loop)
+        done = folder_state(self.run_dir.path, key={"resume_key": self.key}) \
+            if self.run_dir is not None and self.finished else None
+        if done is not None and done.finished:  # resumed a finished run: it is what its folder records
+            rec = replace(rec, status=Status.parse(done.record["status"]),  # type: ignore[index]
+                          summary={**rec.summary, "message": done.record.get("message", "")})  # type: ignore[union-attr]
         if rec.status == Status.DIVERGED:
             warnings.warn(rec.summary["message"], RuntimeWarning, stacklevel=3)
-        if self.run_dir is not None:
+        if self.run_dir is not None and not (done is not None and done.finished):
             self.run_dir.finish(rec)
-            if rec.status == Status.DIVERGED:
-                meta = {**self._progress_meta(loop, Status.DIVERGED), "steps_done": rec.steps_done}
-                self.run_dir.save_checkpoint(self.state, meta, generator=self.setup.generator)
+            if rec.status == Status.DIVERGED and not self.loop.run_loop.diverged:  # a state gone non-finite unseen
+                progress = self.loop.run_loop.progress(loop, key=self.key, record=self.saved.state_record(),
+                                                       history=False)
+                self.store.save(self.saved.state_tensors(),  # type: ignore[union-attr]
+                                replace(progress, status=Status.DIVERGED, steps_done=rec.steps_done))
         return rec
 
 
@@ -300,7 +293,8 @@ def drive(runs: Sequence[OpenRun | BaseException], compute: Compute) -> list[Rec
     One run alone (:func:`run_attack`) and K runs against one target (:func:`datarecon.attacks.batched.run_batched`)
     go through this same loop, without threads.
 
-    An entry that is an exception (a run that could not be opened) takes no step. If ``compute``
+    An entry that is an exception (a run that could not be opened) takes no step, nor does a run that
+    had finished before (its recorded end is its result; its row still counts in a group). If ``compute``
     fails, the runs whose step it committed keep it, every run still going ends (its checkpoint
     saved) and the error is raised; an error of one run's finish is raised after the others finished.
 
@@ -311,9 +305,15 @@ def drive(runs: Sequence[OpenRun | BaseException], compute: Compute) -> list[Rec
     Returns:
         The runs' results in order (the entries that were errors are re-raised instead: the first one).
     """
-    loops = {k: r.begin() for k, r in enumerate(runs) if isinstance(r, OpenRun)}
     results: dict[int, Reconstruction] = {}
-    errors = {k: r for k, r in enumerate(runs) if isinstance(r, BaseException)}
+    errors: dict[int, BaseException] = {k: r for k, r in enumerate(runs) if isinstance(r, BaseException)}
+    for k, r in enumerate(runs):  # a run that had finished takes no step: its recorded end
+        if isinstance(r, OpenRun) and r.finished:
+            try:
+                results[k] = r.finish(r.end_state())
+            except Exception as exc:  # noqa: BLE001 - raised once the other runs are done
+                errors[k] = exc
+    loops = {k: r.begin() for k, r in enumerate(runs) if isinstance(r, OpenRun) and not r.finished}
     live = list(loops)
     try:
         while live:
@@ -338,5 +338,6 @@ def drive(runs: Sequence[OpenRun | BaseException], compute: Compute) -> list[Rec
 
 
 __all__ = ["CANDIDATES", "CHECKPOINT_DIR", "HISTORY", "INIT_FILE", "PROGRESS_FILE", "RUN_JSON",
-           "STATE_FILE", "AttackSetup", "OpenRun", "StepRequest", "config_dict", "drive", "open_run", "step_each", "load_checkpoint", "read_run", "resume_hash", "resume_key", "run_attack",
-           "save_checkpoint", "tensor_digest", "write_candidates"]
+           "STATE_FILE", "AttackSetup", "OpenRun", "StepRequest", "config_dict", "drive", "open_run", "step_each",
+           "load_checkpoint", "read_run", "resume_hash", "resume_key", "run_attack", "save_checkpoint", "tensor_digest",
+           "write_candidates"]

@@ -48,8 +48,9 @@ from datarecon.experiments.identifiability import attach_identifiability
 from datarecon.experiments.membership.evaluate import attach_membership
 from datarecon.experiments.reconstruct import (ReconstructionRun, RunOptions, RunSettings, TargetRecord, build_run,
                                                check_before_target, execute)
-from datarecon.kernel.files import EXPERIMENT_JSON, REPORT_HTML
+from datarecon.kernel.files import EXPERIMENT_JSON, MODEL_JSON, REPORT_HTML
 from datarecon.kernel.outdir import claim_out_dir
+from datarecon.kernel.resume import folder_state
 from datarecon.kernel.status import Status
 from datarecon.report.html import render_report
 from datarecon.models.checkpoint import read_model_meta
@@ -285,14 +286,14 @@ def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | No
     if experiment.train is not None and stages.get("train") not in done:
         record("train", Status.RUNNING)
         train_target(experiment.train, data_dir=data_dir, out=out / MODEL_SUBDIR,
-                     resume=(out / MODEL_SUBDIR).exists(), progress=progress, nested=True)
+                     resume=folder_state(out / MODEL_SUBDIR, record=MODEL_JSON).present, progress=progress, nested=True)
         record("train", Status.COMPLETE)
     elif experiment.train is None:
         stages["train"] = "skipped"
 
     if stages.get("attack") not in done:
         record("attack", Status.RUNNING)
-        how = RunOptions(resume=(out / RUN_SUBDIR).exists(), data_dir=data_dir, progress=progress,
+        how = RunOptions(resume=folder_state(out / RUN_SUBDIR).present, data_dir=data_dir, progress=progress,
                         raise_on_divergence=True, nested=True)
         rec = execute(experiment.reconstruction_run(out), out / RUN_SUBDIR, how, record=run_record or None)
         record("attack", Status.COMPLETE if rec.status != Status.RUNNING else Status.RUNNING)

@@ -9,6 +9,7 @@ source runs), so ``datarecon evaluate POOLDIR`` evaluates it like any run.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from datarecon.attacks.selection import CRITERIA, merge_duplicates
 from datarecon.errors import DataReconError
 from datarecon.kernel.files import CANDIDATES, RUN_JSON
 from datarecon.kernel.status import Status
-from datarecon.utils.io import atomic_write_json, config_hash, load_tensors, read_json, save_tensors, versions
+from datarecon.utils.io import (atomic_write_json, config_hash, load_tensors, read_json, save_tensors, strip_timing,
+                                to_jsonable, versions)
 
 
 def criterion_mode(name: str, mode: str | None = None) -> str:
@@ -133,15 +135,39 @@ def write_pool(pool_dir: Path, sources: list[dict[str, Any]], *, root: Path, mod
         merged = int((~keep).sum())
         pooled = {k: v[keep] for k, v in pooled.items()}
         offset = int(keep.sum())
-    save_tensors(pool_dir / CANDIDATES, pooled)
     scores = [s["score"] for s in sources if s["score"] is not None]
     best = (min(scores) if spec.mode == "min" else max(scores)) if scores else None
-    atomic_write_json(pool_dir / RUN_JSON, {
+    written = {
         "model_dir": model_dir, "method": "pool", "config": spec.config, "config_hash": spec.key, "seed": None,
         "versions": versions(), "status": Status.COMPLETE, "steps_done": 0, "wall_time_s": 0.0, "m": offset,
         "final": {}, "selection": {spec.criterion: {"value": best, "better": "lower" if spec.mode == "min" else "higher",
                                                "doc": f"best source run's {spec.criterion}"}},
         "extra": {"sources": sources, "created": time.time(),
                   **({"merged_duplicates": merged} if spec.merge is not None else {})}, **dict(record or {}),
-    })
+    }
+    if _already_written(pool_dir, pooled, written):  # a resumed pool of runs that had all finished: no byte changes
+        return pool_dir
+    save_tensors(pool_dir / CANDIDATES, pooled)
+    atomic_write_json(pool_dir / RUN_JSON, written)
     return pool_dir
+
+
+def _already_written(pool_dir: Path, pooled: dict[str, torch.Tensor], record: dict[str, Any]) -> bool:
+    """``pool_dir`` holds this pool already: the same tensors, bit for bit, and the same ``run.json`` but for
+    when it was created."""
+    if not ((pool_dir / RUN_JSON).is_file() and (pool_dir / CANDIDATES).is_file()):
+        return False
+    try:
+        found, tensors = read_json(pool_dir / RUN_JSON), load_tensors(pool_dir / CANDIDATES)
+    except DataReconError:
+        return False
+    same = json.loads(json.dumps(to_jsonable(strip_timing(record)))) == strip_timing(found)
+    return same and set(tensors) == set(pooled) and all(_same_bits(tensors[k], pooled[k]) for k in pooled)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal dtype, shape and bytes (NaN payloads included)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    flat = (lambda t: t.detach().cpu().contiguous().reshape(-1).view(torch.uint8))  # noqa: E731
+    return bool(torch.equal(flat(a), flat(b)))

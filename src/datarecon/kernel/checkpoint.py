@@ -9,6 +9,11 @@ A checkpoint is a folder (``<model dir>/checkpoint``, ``<run dir>/checkpoint``) 
                         ``sha256`` (:func:`digest` of the tensors, checked on load: a changed byte
                         is refused rather than resumed from).
     progress.json       the same metadata, human readable (a copy; ``state.safetensors`` wins)
+    previous.safetensors   only with ``save(..., keep_previous=True)`` (the runs of a coupled group): the
+                        checkpoint before the latest, so that the group can roll back to a step every run
+                        has (:func:`promote_previous`); removed when the group ends (:func:`drop_previous`)
+
+What the metadata holds (the one schema of every loop) is :class:`datarecon.kernel.resume.Progress`.
 
 One file is one consistent checkpoint: it is written to a temporary name and renamed
 (:func:`datarecon.utils.io.save_tensors`), so a kill at any moment leaves the previous or the new
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -38,6 +44,7 @@ from safetensors import safe_open
 
 from datarecon.errors import CheckpointError
 from datarecon.utils.io import (
+    atomic_write_bytes,
     atomic_write_json,
     load_tensors,
     read_json,
@@ -45,7 +52,7 @@ from datarecon.utils.io import (
     sha256_file,
     to_jsonable,
 )
-from datarecon.kernel.files import CHECKPOINT_DIR, PROGRESS_FILE, STATE_FILE
+from datarecon.kernel.files import CHECKPOINT_DIR, PREVIOUS_STATE_FILE, PROGRESS_FILE, STATE_FILE
 
 FORMAT = "datarecon-checkpoint/2"
 #: the checkpoint folder inside a model or run directory
@@ -117,7 +124,8 @@ def exists(folder: str | Path) -> bool:
     return (folder / STATE_FILE).is_file() or (folder / LEGACY_TRAIN_JSON).is_file()
 
 
-def save(folder: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], *, kind: Kind) -> None:
+def save(folder: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], *, kind: Kind,
+         keep_previous: bool = False) -> None:
     """Write one checkpoint atomically, then its readable copy; older-format files are then removed.
 
     Args:
@@ -125,11 +133,16 @@ def save(folder: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, A
         tensors: name -> tensor (any dtype/device; saved contiguous on the CPU). ``__meta__`` is reserved.
         meta: JSON-able metadata (non-finite floats are stored as ``null``).
         kind: which loop writes it.
+        keep_previous: keep the checkpoint this one replaces as ``previous.safetensors`` (copied before the
+            new file is renamed into place: at every moment the folder holds a latest checkpoint and, from the
+            second save on, one before it).
     """
     folder = Path(folder)
     if META_KEY in tensors:
         raise ValueError(f"tensor name {META_KEY!r} is reserved for the checkpoint's metadata")
     tensors = {**{k: v.detach().contiguous().cpu() for k, v in tensors.items()}, META_KEY: _encode(meta)}
+    if keep_previous and (folder / STATE_FILE).is_file():
+        _copy_previous(folder)
     save_tensors(folder / STATE_FILE, tensors, metadata={"format": FORMAT, "kind": str(kind), "sha256": digest(tensors)})
     atomic_write_json(folder / PROGRESS_FILE, meta)
     # the new file is the checkpoint now: an older training checkpoint beside it is dead weight
@@ -138,18 +151,68 @@ def save(folder: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, A
         old.unlink(missing_ok=True)
 
 
-def load(folder: str | Path, *, kind: Kind) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+def _copy_previous(folder: Path) -> None:
+    """``previous.safetensors`` := a copy of the current state file, written atomically (and recorded in the
+    folder's manifest) by the one writer."""
+    atomic_write_bytes(folder / PREVIOUS_STATE_FILE, (folder / STATE_FILE).read_bytes())
+
+
+def has_previous(folder: str | Path) -> bool:
+    """Whether ``folder`` keeps a checkpoint before its latest one (``save(..., keep_previous=True)``)."""
+    return (Path(folder) / PREVIOUS_STATE_FILE).is_file()
+
+
+def promote_previous(folder: str | Path) -> None:
+    """Make the previous checkpoint the latest (a coupled group rolled back; the readable copy follows at the
+    next :func:`load`)."""
+    folder = Path(folder)
+    os.replace(folder / PREVIOUS_STATE_FILE, folder / STATE_FILE)
+
+
+def drop_previous(folder: str | Path) -> None:
+    """Remove the previous checkpoint, if any (a coupled group that ended keeps its runs' latest ones only)."""
+    (Path(folder) / PREVIOUS_STATE_FILE).unlink(missing_ok=True)
+
+
+def remove(folder: str | Path) -> None:
+    """Remove every checkpoint file of ``folder`` (a coupled group's run rolled back to its start)."""
+    folder = Path(folder)
+    for name in (STATE_FILE, PREVIOUS_STATE_FILE, PROGRESS_FILE, LEGACY_TRAIN_JSON):
+        (folder / name).unlink(missing_ok=True)
+
+
+def load(folder: str | Path, *, kind: Kind, previous: bool = False
+         ) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
     """The (tensors, metadata) of the checkpoint in ``folder``, or None when it holds none.
 
     Reads format 2 and both older formats (module docstring). A stale ``progress.json`` is rewritten
-    from the tensor file.
+    from the tensor file. With ``previous``, the checkpoint before the latest (:func:`save`'s
+    ``keep_previous``; None when there is none), whose readable copy is not touched.
 
     Raises:
         CheckpointError: a corrupt checkpoint, or one written by another kind of loop.
     """
     folder = Path(folder)
+    if previous:
+        path = folder / PREVIOUS_STATE_FILE
+        return _load_file(path, kind=kind) if path.is_file() else None
     path = folder / STATE_FILE
     if path.is_file():
+        tensors, meta = _load_file(path, kind=kind)
+        _refresh_progress(folder, meta)
+        return tensors, meta
+    if (folder / LEGACY_TRAIN_JSON).is_file():
+        if kind != Kind.TRAIN:
+            raise CheckpointError(f"{folder} holds a checkpoint of kind 'train', not {str(kind)!r}; choose another "
+                                  "--out or rerun without --resume")
+        return _load_legacy_train(folder)
+    return None
+
+
+def _load_file(path: Path, *, kind: Kind) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(tensors, metadata) of one state file (format 2, or an attack's before it), checked."""
+    folder = path.parent
+    if True:
         header = _safetensors_metadata(path)
         tensors = load_tensors(path)
         if header.get("format") == FORMAT:
@@ -173,14 +236,7 @@ def load(folder: str | Path, *, kind: Kind) -> tuple[dict[str, torch.Tensor], di
                 raise CheckpointError(f"{path} has unreadable metadata; delete {folder} and rerun without --resume")
         else:
             raise CheckpointError(f"{path} has no progress metadata; delete {folder} and rerun")
-        _refresh_progress(folder, meta)
         return tensors, meta
-    if (folder / LEGACY_TRAIN_JSON).is_file():
-        if kind != Kind.TRAIN:
-            raise CheckpointError(f"{folder} holds a checkpoint of kind 'train', not {str(kind)!r}; choose another "
-                                  "--out or rerun without --resume")
-        return _load_legacy_train(folder)
-    return None
 
 
 def _refresh_progress(folder: Path, meta: dict[str, Any]) -> None:
@@ -207,5 +263,6 @@ def _load_legacy_train(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str,
     return load_tensors(path), meta
 
 
-__all__ = ["FOLDER", "FORMAT", "LEGACY_TRAIN_FORMAT", "LEGACY_TRAIN_JSON", "META_KEY", "PROGRESS_FILE", "STATE_FILE", "Kind",
-           "digest", "exists", "kind_of", "load", "save"]
+__all__ = ["FOLDER", "FORMAT", "LEGACY_TRAIN_FORMAT", "LEGACY_TRAIN_JSON", "META_KEY", "PREVIOUS_STATE_FILE",
+           "PROGRESS_FILE", "STATE_FILE", "Kind", "digest", "drop_previous", "exists", "has_previous", "kind_of", "load",
+           "promote_previous", "remove", "save"]

@@ -463,10 +463,21 @@ class Checkpoint(BaseHook):
 
 
 class EarlyStop(BaseHook):
-    """Stops when ``criterion(metrics)`` returns True (attacker-side signals only)."""
+    """Stops when ``criterion(metrics)`` returns True (attacker-side signals only). The criterion's
+    memory (its ``state_dict`` / ``load_state_dict``, when it has them) is the rule's, checkpointed by
+    :class:`~datarecon.kernel.run_loop.RunLoop`."""
 
     def __init__(self, criterion: Callable[[dict[str, float]], bool], *, reason: str) -> None:
         self.criterion, self.reason = criterion, reason
+
+    def state_dict(self) -> dict[str, object]:
+        fn = getattr(self.criterion, "state_dict", None)
+        return dict(fn()) if fn is not None else {}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        fn = getattr(self.criterion, "load_state_dict", None)
+        if fn is not None:
+            fn(dict(state))
 
     def after_step(self, state: LoopState) -> bool:
         if self.criterion(state.metrics):

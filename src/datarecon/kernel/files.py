@@ -19,10 +19,14 @@ WEIGHTS = "weights.safetensors"
 EXTRAS = "extras.safetensors"
 MODEL_JSON = "model.json"
 
-# checkpoints (every resumable loop)
+# checkpoints (every resumable loop): the folder in a model or run directory, the margin ascent's folder
+# in a model directory, the state file, its readable copy, and the state before it that the runs of a
+# coupled group keep (they roll back to a step every run of the group has)
 STATE_FILE = "state.safetensors"
 PROGRESS_FILE = "progress.json"
+PREVIOUS_STATE_FILE = "previous.safetensors"
 CHECKPOINT_DIR = "checkpoint"
+ASCENT_CHECKPOINT_DIR = "checkpoint-margin-ascent"
 
 # evaluations
 METRICS_FILE = "metrics.json"

@@ -17,9 +17,21 @@ hooks every such loop has, always in this order:
 Stop rules and NaNStop set ``stop_reason``; a later hook's reason replaces an earlier one's. The
 progress display only reads the state, so where it stands among the hooks before it changes
 nothing. :meth:`RunLoop.status` is the one rule that turns a loop's end into a
-:class:`~datarecon.kernel.status.Status`. What a checkpoint holds and how a run resumes stay with
-the callers (training's :class:`~datarecon.training.resume.TrainingCheckpoint`, an attack's run
-directory); :func:`check_key` is their one refusal of a checkpoint written under another key.
+:class:`~datarecon.kernel.status.Status`.
+
+Resume is the loop's too (:mod:`datarecon.kernel.resume`): the caller gives a resumable stepper and a
+:class:`~datarecon.kernel.resume.Store` (where the checkpoint lives, the key it resumes under), and
+
+1. :meth:`RunLoop.resume` loads the checkpoint (when asked and there is one), refuses one of another run,
+   loads the stepper's state and brings back the history rows, the stop rules' memory, the last metrics and
+   how the run had ended;
+2. :meth:`RunLoop.run_resumed` returns the recorded end of a run that had finished (diverged, stopped early,
+   or complete at the steps asked for), writing nothing, and otherwise runs the steps left, checkpointing every
+   ``every`` steps and at the end (:meth:`RunLoop.keep`) a :class:`~datarecon.kernel.resume.Progress`.
+
+A driver that steps several loops together (an attack's :func:`~datarecon.attacks.runner.drive`) calls
+:meth:`RunLoop.resume`, :meth:`RunLoop.keep` and :meth:`RunLoop.begin` itself. :func:`check_key` is the one
+refusal of a checkpoint written under another key.
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from typing import Any
 
 from datarecon.kernel.engine import (BaseHook, Checkpoint, Engine, History, Hook, LoopOptions, LoopState, NaNStop,
                                      ProgressBar, RunningLoop, StepFn, Updating)
+from datarecon.kernel.resume import Progress, Resumable, Start, Store
 from datarecon.kernel.status import Status
 
 
@@ -69,6 +82,17 @@ class _StopRule(BaseHook):
     def after_run(self, state: LoopState) -> None:
         self.rule.after_run(state)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The rule's memory (``{}`` for a rule without one)."""
+        fn = getattr(self.rule, "state_dict", None)
+        return dict(fn()) if fn is not None else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Bring back the rule's memory (a rule without one ignores it)."""
+        fn = getattr(self.rule, "load_state_dict", None)
+        if fn is not None and state:
+            fn(dict(state))
+
 
 class RunLoop:
     """One resumable loop: the engine over ``step``, its built-in hooks, history and status.
@@ -83,7 +107,14 @@ class RunLoop:
         prepare: hooks run first, before the NaN stop (they complete the step's metrics).
         log_every: history period when it is not ``options.log_every`` (e.g. counted in steps, not epochs).
         sink: called with every new history row (e.g. to append it to a file), or None.
+
+    Attributes:
+        count_nan_step: the step whose metrics tripped the NaN stop counts as done in a checkpoint's
+            ``steps_done`` (True, training's count of its epochs); an attack, whose last update is not
+            applied when it is not finite, sets it False.
     """
+
+    count_nan_step: bool = True
 
     def __init__(self, step: StepFn, *, display: Display, options: LoopOptions = LoopOptions(),
                  watch: Sequence[str] | None = None, stops: Sequence[Hook] = (), prepare: Sequence[Hook] = (),
@@ -95,21 +126,74 @@ class RunLoop:
         self.prepare = list(prepare)
         self.stopped_early = False
         self.saver: Checkpoint | None = None
+        self.restored_metrics: dict[str, float] = {}
+        self.ended: Status | None = None
 
-    def restore(self, history_rows: Sequence[dict[str, float]], *, stopped_early: bool = False) -> None:
-        """Bring back a resumed loop's history rows and whether a stop rule had already ended it."""
-        self.history.rows = list(history_rows)
-        self.stopped_early = stopped_early
+    def restore(self, progress: Progress, *, history: Sequence[dict[str, Any]] | None = None) -> None:
+        """Bring back what a resumed loop had: its history rows (``progress.history``, or ``history`` where
+        the caller keeps them), its stop rules' memory, its last metrics and how it had ended."""
+        self.history.rows = list(progress.history or [] if history is None else history)
+        for rule, state in zip(self.stops, progress.stop_state):
+            rule.load_state_dict(state)
+        self.restored_metrics = dict(progress.metrics)
+        self.stopped_early = progress.status is Status.STOPPED_EARLY
+        self.ended = progress.status if progress.status.finished else None
 
-    def checkpoint(self, save: Callable[[LoopState], None], *, every: int, stepper: Updating | None = None) -> None:
-        """Save with ``save(state)`` every ``every`` steps and at the end of the loop (not when
-        ``stepper`` was stopped in the middle of an update: that is no state the run passes through)."""
-        self.saver = Checkpoint(save, every=every, stepper=stepper)
+    def resume(self, store: Store | None, stepper: Resumable, *, enabled: bool,
+               history: Callable[[int], Sequence[dict[str, Any]]] | None = None) -> Start:
+        """Continue where ``store``'s checkpoint left ``stepper`` and this loop, when ``enabled`` and there is one.
+
+        Args:
+            store: the checkpoint's place and key (None: no checkpoints, a fresh start).
+            stepper: loaded with the checkpoint's tensors and its stepper record.
+            enabled: resume was asked for (else a fresh start, whatever the folder holds).
+            history: the history rows of the first ``n`` steps, where the checkpoint does not hold them.
+
+        Raises:
+            CheckpointError: an unusable checkpoint; whatever ``store.check`` raises for another run's.
+        """
+        found = store.load() if store is not None and enabled else None
+        if found is None:
+            return Start()
+        tensors, progress = found
+        stepper.load_state(tensors, progress.stepper)
+        self.restore(progress, history=None if history is None else history(progress.steps_done))
+        return Start(progress)
+
+    def progress(self, state: LoopState, *, key: str, record: Mapping[str, Any], history: bool = True) -> Progress:
+        """The :class:`~datarecon.kernel.resume.Progress` a checkpoint of ``state`` records (a resumed loop that
+        has taken no step keeps the metrics its checkpoint recorded)."""
+        uncounted = 1 if self.nan_stop.tripped and not self.count_nan_step else 0
+        return Progress(resume_key=key, steps_done=state.step - uncounted, total=state.total, status=self.status(state),
+                        stop_reason=state.stop_reason, wall_time_s=state.wall_time_s,
+                        metrics=dict(state.metrics or self.restored_metrics),
+                        stop_state=tuple(rule.state_dict() for rule in self.stops),
+                        history=list(self.history.rows) if history else None, stepper=dict(record))
+
+    def keep(self, store: Store, stepper: Resumable, *, every: int, updating: Updating | None = None) -> None:
+        """Checkpoint ``stepper`` and this loop's :meth:`progress` into ``store`` every ``every`` steps and at the
+        end of the loop (not when ``updating`` was stopped in the middle of an update: that is no state the run
+        passes through)."""
+        def save(state: LoopState) -> None:
+            progress = self.progress(state, key=store.key, record=stepper.state_record(), history=store.history)
+            store.save(stepper.state_tensors(), progress)
+
+        self.saver = Checkpoint(save, every=every, stepper=updating)
+
+    def run_resumed(self, start: Start, store: Store | None, stepper: Resumable, *, total: int, every: int,
+                    updating: Updating | None = None) -> LoopState:
+        """The run from ``start`` (:meth:`resume`) to ``total`` steps, checkpointed into ``store`` (None: not
+        checkpointed); a run that had finished returns its recorded end and writes nothing."""
+        if start.finished(total):
+            return start.progress.end_state()  # type: ignore[union-attr]
+        if store is not None:
+            self.keep(store, stepper, every=every, updating=updating)
+        return self.run(start=start.step, total=total, elapsed_s=start.elapsed)
 
     @property
     def diverged(self) -> bool:
-        """Whether the NaN stop ended the loop."""
-        return self.nan_stop.tripped
+        """Whether the NaN stop ended the loop (now, or before the checkpoint it resumed from)."""
+        return self.nan_stop.tripped or self.ended is Status.DIVERGED
 
     def hooks(self) -> list[Hook]:
         """The engine's hooks, in the order of the module docstring (a fresh progress display)."""
@@ -128,19 +212,18 @@ class RunLoop:
         """Run steps ``start .. total-1`` (fewer if a hook stops the loop); the final state."""
         return Engine(self.step, hooks=self.hooks()).run(start=start, total=total, elapsed_s=elapsed_s)
 
-    def status(self, state: LoopState, *, final: bool = True) -> Status:
-        """Where the loop of ``state`` stands: the one status rule of every loop.
+    def status(self, state: LoopState) -> Status:
+        """Where the loop of ``state`` stands: the one status rule of every loop (and of its checkpoints).
 
-        ``diverged`` when the NaN stop tripped; ``stopped-early`` when a stop rule ended it (now or
-        before its resume) or a hook gave another stop reason than ``completed``; ``complete`` when
-        it ran every step; else ``running``. With ``final=False`` (what an attack checkpoint
-        records) a complete loop reads ``running``: the run is complete once its result is written.
+        ``diverged`` when the NaN stop tripped (now or before its resume); ``stopped-early`` when a stop rule
+        ended it (now or before its resume) or a hook gave another stop reason than ``completed``;
+        ``complete`` when it ran every step; else ``running``.
         """
         if self.diverged:
             return Status.DIVERGED
         if self.stopped_early or state.stop_reason not in ("", "completed"):
             return Status.STOPPED_EARLY
-        if final and (state.stop_reason == "completed" or state.step >= state.total):
+        if state.stop_reason == "completed" or state.step >= state.total:
             return Status.COMPLETE
         return Status.RUNNING
 

@@ -37,7 +37,7 @@ from datarecon.utils.io import (
     sha256_file,
     versions,
 )
-from datarecon.kernel.files import EXTRAS, MODEL_JSON, RUN_JSON, WEIGHTS
+from datarecon.kernel.files import CHECKPOINT_DIR, EXTRAS, MODEL_JSON, RUN_JSON, WEIGHTS
 
 FORMAT = "datarecon-model/1"
 
@@ -227,7 +227,7 @@ def read_model_meta(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} is a run directory, not a model directory; pass the --model the run "
                               "attacked (its run.json names it)")
     if not (path / META).exists():
-        unfinished = (path / "checkpoint").is_dir()
+        unfinished = (path / CHECKPOINT_DIR).is_dir()
         raise CheckpointError(f"{path} holds an unfinished training (a checkpoint, no {META}); finish it with "
                               "`datarecon train ... --resume`" if unfinished else
                               f"{path} is not a model directory (it has no {META}); pass the folder `datarecon "

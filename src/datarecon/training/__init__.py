@@ -5,6 +5,7 @@ from datarecon.kernel.losses import LOSSES, accuracy, energy, margins, weight_pe
 from datarecon.kernel.step import MarginAscent, TrainingRecipe
 from datarecon.training.fit import (
     AscentRecipe,
+    training_store,
     FitRecipe,
     FitResult,
     StopRule,
@@ -20,7 +21,6 @@ from datarecon.training.kkt_regime import (
     per_sample_gradients,
 )
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
-from datarecon.training.resume import TrainingCheckpoint
 from datarecon.training.target import (
     ArchConfig,
     MarginAscentConfig,
@@ -35,7 +35,7 @@ from datarecon.training.target import (
 __all__ = [
     "LOSSES", "OPTIMIZERS", "SCHEDULES", "ArchConfig", "AscentRecipe", "FitRecipe", "FitResult", "KKTRegimeScore",
     "MarginAscent", "TrainingRecipe",
-    "MarginAscentConfig", "StopConfig", "StopRule", "TrainConfig", "TrainResult", "TrainingCheckpoint", "accuracy",
+    "MarginAscentConfig", "StopConfig", "StopRule", "TrainConfig", "TrainResult", "accuracy",
     "ascend_margin", "build_train_config", "energy", "evaluate", "fit", "homogeneity_degree", "kkt_regime_score",
-    "margins", "model_card", "normalised_margin", "per_sample_gradients", "train_target", "weight_penalty",
+    "margins", "model_card", "normalised_margin", "per_sample_gradients", "train_target", "training_store", "weight_penalty",
 ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,12 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from datarecon.errors import DataReconError
-from datarecon.kernel.engine import LoopOptions, LoopState
+from datarecon.kernel.engine import LoopOptions
 from datarecon.kernel.losses import LOSSES
+from datarecon.kernel.resume import ModelState, Store
 from datarecon.kernel.run_loop import Display, RunLoop
 from datarecon.kernel.step import TrainingRecipe
 from datarecon.training.fit import FitResult, evaluate, training_metrics
-from datarecon.training.resume import TrainingCheckpoint, checkpoint_info, start_or_resume
 
 #: Opacus accountants offered (``opacus.accountants`` names); ``rdp`` is the default (see docs/DESIGN.md).
 ACCOUNTANTS = ("rdp", "prv", "gdp")
@@ -257,13 +257,17 @@ class DPStepper:
                 tensors[f"momentum.{i}"] = buf
         return tensors
 
-    def load_state(self, tensors: dict[str, torch.Tensor], batch_sizes: Sequence[int]) -> None:
-        """Restore what :meth:`state_tensors` saved, and the realised batch sizes so far."""
+    def state_record(self) -> dict[str, Any]:
+        """The realised batch sizes so far (the accounting's mean batch size)."""
+        return {"batch_sizes": self.batch_sizes}
+
+    def load_state(self, tensors: dict[str, torch.Tensor], record: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_tensors` and :meth:`state_record` saved."""
         self.generator.set_state(tensors["generator"])
         for i, p in enumerate(self.model.parameters()):
             if f"momentum.{i}" in tensors:
                 self.opt.original_optimizer.state[p]["momentum_buffer"] = tensors[f"momentum.{i}"].to(p)
-        self.batch_sizes = list(batch_sizes)
+        self.batch_sizes = list(record.get("batch_sizes") or [])
 
     def __call__(self, step: int) -> dict[str, float]:
         self.in_update = True
@@ -315,7 +319,7 @@ def _accounting(dp: DPConfig, mechanism: DPMechanism, *, delta: float, steps: in
 
 
 def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: TrainingRecipe, dp: DPConfig,
-           loop: LoopOptions = LoopOptions(), checkpoint: TrainingCheckpoint | None = None) -> FitResult:
+           loop: LoopOptions = LoopOptions(), checkpoint: Store | None = None) -> FitResult:
     """Train ``model`` with DP-SGD for ``recipe.epochs`` epochs and account the privacy spent.
 
     Args:
@@ -333,7 +337,7 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: Traini
             (e.g. stops on ``loss`` / ``train_acc``, computed at logged steps)
             (:class:`~datarecon.kernel.engine.LoopOptions`).
         checkpoint: training checkpoints and their configuration tag (None: none;
-            :class:`~datarecon.training.resume.TrainingCheckpoint`), in the one format of
+            :class:`~datarecon.kernel.resume.Store` of kind ``train``), in the one format of
             :mod:`datarecon.kernel.checkpoint`: weights, momentum buffers, the batch/noise generator's state,
             history and realised batch sizes, so a resumed run is bit-identical to an uninterrupted one.
 
@@ -362,18 +366,11 @@ def fit_dp(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: Traini
     stepper = DPStepper(model, x, y, recipe=recipe, mechanism=mechanism, generator=gen, log_every=log_steps)
     run = RunLoop(stepper, display=Display("dp-sgd", keys=("batch_loss", "train_acc"), every=log_steps),
                   options=loop, watch=("batch_loss", "energy"), log_every=log_steps)
-    start = start_or_resume(checkpoint, model, run, resume=loop.resume,
-                            load=lambda info, tensors: stepper.load_state(tensors, info.get("batch_sizes", [])))
-
-    def _save(state: LoopState) -> None:
-        checkpoint.save(epoch=state.step, model=model, opt_tensors=stepper.state_tensors(),
-                        info=checkpoint_info(state, run, {"batch_sizes": stepper.batch_sizes}))
-
-    if checkpoint is not None:
-        run.checkpoint(_save, every=(loop.checkpoint_every or recipe.epochs) * per_epoch, stepper=stepper)
+    saved = ModelState(model, stepper)
+    start = run.resume(checkpoint, saved, enabled=loop.resume)
     try:
-        state = start.finished_state(total) if start.finished else run.run(start=start.step, total=total,
-                                                                            elapsed_s=start.elapsed)
+        state = run.run_resumed(start, checkpoint, saved, total=total,
+                                every=(loop.checkpoint_every or recipe.epochs) * per_epoch, updating=stepper)
     finally:
         stepper.unwrap()
     final, m = evaluate(model, x, y, loss=recipe.loss, weight_decay=recipe.weight_decay)

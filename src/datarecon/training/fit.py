@@ -17,9 +17,10 @@ Every epoch's metrics describe θ_t *before* that epoch's update: ``loss`` (mean
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,13 +29,14 @@ from torch import nn
 from datarecon.errors import DataReconError
 from datarecon.kernel.engine import BaseHook, LoopOptions, LoopState
 from datarecon.kernel.losses import LOSSES, accuracy, margins, squared_norm
+from datarecon.kernel.checkpoint import Kind
+from datarecon.kernel.resume import ModelState, Store
 from datarecon.kernel.run_loop import Display, RunLoop
 from datarecon.kernel.status import Status
 from datarecon.kernel.step import MarginAscent, TrainingRecipe, batch_order, energy
 from datarecon.training.kkt_regime import homogeneity_degree, normalised_margin
 from datarecon.training.margin import EXP_TAILED, MarginAscentStepper, log_mean_loss
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES, USES_PRECOMPUTED_GRAD
-from datarecon.training.resume import TrainingCheckpoint, checkpoint_info, start_or_resume
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,12 @@ class StopHook(BaseHook):
         self.rule = rule
         self.last_margin: float | None = None
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"last_margin": self.last_margin}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.last_margin = state.get("last_margin")
+
     def after_step(self, state: LoopState) -> bool:
         m, r = state.metrics, self.rule
         if r.loss_threshold is not None and m.get("loss", math.inf) <= r.loss_threshold:
@@ -208,6 +216,16 @@ class _Stepper:
         # computed in the log domain so that neither L nor ∇L underflows once the margins are large
         self.log_domain = (schedule == "loss-normalised" and loss in EXP_TAILED and not weight_decay
                            and optimizer == "gd")
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The optimiser's tensors (its moments); with the weights, what a checkpoint holds (:class:`ModelState`)."""
+        return self.opt.state_tensors()[0]
+
+    def state_record(self) -> dict[str, Any]:
+        return {"opt_scalars": self.opt.state_tensors()[1]}
+
+    def load_state(self, tensors: dict[str, torch.Tensor], record: Mapping[str, Any]) -> None:
+        self.opt.load_state(tensors, dict(record.get("opt_scalars") or {}))
 
     def energy_terms(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(outputs, data loss, energy) at the current parameters: the pure step's :func:`~datarecon.kernel.step.energy`."""
@@ -328,6 +346,13 @@ class _AscentStop(BaseHook):
     def __init__(self, *, rtol: float, window: int, start: float) -> None:
         self.rtol, self.window, self.last = rtol, window, start
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"last_margin": self.last}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("last_margin") is not None:
+            self.last = float(state["last_margin"])
+
     def after_step(self, state: LoopState) -> bool:
         if state.step % self.window:
             return False
@@ -376,6 +401,29 @@ class _AscentCurve(BaseHook):
         self.points.append(self.point(state.step, state.metrics.get("normalised_margin", math.nan), end=True))
 
 
+def training_store(folder: str | Path, *, tag: str) -> Store:
+    """The training checkpoint in ``folder`` (:func:`fit`, :func:`ascend_margin`, DP-SGD), resumed only under the
+    configuration ``tag`` (a resume with another tag is refused)."""
+    return Store(Path(folder), key=tag, kind=Kind.TRAIN)
+
+
+class _AscentState:
+    """What an ascent's checkpoint holds besides the weights: the stepper's state and the curve's points."""
+
+    def __init__(self, stepper: MarginAscentStepper, curve: _AscentCurve) -> None:
+        self.stepper, self.curve = stepper, curve
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def state_record(self) -> dict[str, Any]:
+        return {"ascent": self.stepper.state(), "curve": self.curve.points}
+
+    def load_state(self, tensors: dict[str, torch.Tensor], record: Mapping[str, Any]) -> None:
+        self.stepper.load_state(record["ascent"])
+        self.curve.points = list(record.get("curve") or [])
+
+
 def _check_fit(recipe: FitRecipe, x: torch.Tensor, y: torch.Tensor) -> None:
     """Refuse a training problem :func:`fit` cannot run (the checks in the order :func:`fit` documents).
 
@@ -411,7 +459,7 @@ def _check_fit(recipe: FitRecipe, x: torch.Tensor, y: torch.Tensor) -> None:
 
 
 def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe, stop: StopRule | None = None,
-        loop: LoopOptions = LoopOptions(), checkpoint: TrainingCheckpoint | None = None) -> FitResult:
+        loop: LoopOptions = LoopOptions(), checkpoint: Store | None = None) -> FitResult:
     """Train ``model`` on (x, y) by minimising E(θ) = mean L + (wd/2)‖θ‖², full batch or by mini-batch SGD.
 
     Args:
@@ -425,7 +473,7 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe
             of the run), resume (continue from ``checkpoint`` if it exists) and extra engine hooks, run
             after the built-in ones (:class:`~datarecon.kernel.engine.LoopOptions`).
         checkpoint: where training checkpoints go and the configuration tag a resume must match
-            (:class:`TrainingCheckpoint`); None: no checkpoints.
+            (:class:`~datarecon.kernel.resume.Store` of kind ``train``); None: no checkpoints.
 
     Returns:
         :class:`FitResult`.
@@ -444,26 +492,12 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, recipe: FitRecipe
     run = RunLoop(stepper, display=Display("train", keys=("loss", "train_acc", "normalised_margin"), unit="epoch",
                                            every=max(1, loop.log_every)),
                   options=loop, watch=("energy", "grad_norm", "lr_step"), stops=(stop_hook,))
-    start = start_or_resume(checkpoint, model, run, resume=loop.resume,
-                            load=lambda info, opt: stepper.opt.load_state(opt, info.get("opt_scalars", {})))
-    info = start.info or {}
-    stop_hook.last_margin = info.get("last_margin")
-    status = Status.parse(info["status"]) if info.get("status") else ""  # older checkpoints: "completed", ...
-
-    def _save(state: LoopState) -> None:
-        opt_tensors, opt_scalars = stepper.opt.state_tensors()
-        checkpoint.save(epoch=state.step, model=model, opt_tensors=opt_tensors, info=checkpoint_info(
-            state, run, {"last_margin": stop_hook.last_margin, "opt_scalars": opt_scalars}))
-
-    if start.finished:
-        state = start.finished_state(recipe.epochs)
-    else:
-        if checkpoint is not None:
-            run.checkpoint(_save, every=loop.checkpoint_every or max(recipe.epochs, 1), stepper=stepper)
-        state = run.run(start=start.step, total=recipe.epochs, elapsed_s=start.elapsed)
-        status = run.status(state)
+    saved = ModelState(model, stepper)
+    start = run.resume(checkpoint, saved, enabled=loop.resume)
+    state = run.run_resumed(start, checkpoint, saved, total=recipe.epochs,
+                            every=loop.checkpoint_every or max(recipe.epochs, 1), updating=stepper)
     final, m = evaluate(model, x, y, loss=recipe.loss, weight_decay=recipe.weight_decay)
-    return FitResult(model=model, status=status, stop_reason=state.stop_reason, epochs_done=state.step,
+    return FitResult(model=model, status=run.status(state), stop_reason=state.stop_reason, epochs_done=state.step,
                      history=run.history.rows, metrics=final, margins=m.detach().cpu(),
                      wall_time_s=state.wall_time_s, resumed_from=start.step)
 
@@ -482,7 +516,7 @@ def _check_separated(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None
 
 
 def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, ascent: AscentRecipe,
-                  loop: LoopOptions = LoopOptions(), checkpoint: TrainingCheckpoint | None = None,
+                  loop: LoopOptions = LoopOptions(), checkpoint: Store | None = None,
                   probe: CurveProbe | None = None) -> FitResult:
     """Margin ascent (:mod:`datarecon.training.margin`): minimise log L on the sphere ‖θ‖ = ‖θ₀‖.
 
@@ -528,36 +562,19 @@ def ascend_margin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: s
     run = RunLoop(stepper, display=Display("margin ascent", keys=("normalised_margin", "step_size"),
                                            every=max(1, loop.log_every)),
                   options=loop, watch=("log_loss",), prepare=(converged, curve), stops=(stop,) if stop else ())
-    start = start_or_resume(checkpoint, model, run, resume=loop.resume,
-                            load=lambda info, _: _load_ascent(info, stepper, curve, stop))
-    if start.info is None:
+    saved = ModelState(model, _AscentState(stepper, curve))
+    start = run.resume(checkpoint, saved, enabled=loop.resume)
+    if start.progress is None:
         _check_separated(model, x, y)
         first = evaluate(model, x, y, loss=loss)[0]["normalised_margin"]
         curve.points.append(curve.point(0, first))
         if stop is not None:
             stop.last = first
-
-    def _save(state: LoopState) -> None:
-        own = {"ascent": stepper.state(), "curve": curve.points, "last_margin": stop.last if stop else None}
-        checkpoint.save(epoch=state.step, model=model, opt_tensors={}, info=checkpoint_info(state, run, own))
-
-    if start.finished:
-        state = start.finished_state(a.steps)
-    else:
-        if checkpoint is not None:
-            run.checkpoint(_save, every=loop.checkpoint_every or max(a.steps, 1), stepper=stepper)
-        state = run.run(start=start.step, total=a.steps, elapsed_s=start.elapsed)
+    state = run.run_resumed(start, checkpoint, saved, total=a.steps, every=loop.checkpoint_every or max(a.steps, 1),
+                            updating=stepper)
     final, m = evaluate(model, x, y, loss=loss)
     return FitResult(model=model, status=run.status(state), stop_reason=state.stop_reason,
                      epochs_done=state.step, history=run.history.rows, metrics=final, margins=m.detach().cpu(),
                      wall_time_s=state.wall_time_s, resumed_from=start.step,
                      extra={"ascent": stepper.state(), "curve": list(curve.points)})
 
-
-def _load_ascent(info: dict[str, Any], stepper: MarginAscentStepper, curve: _AscentCurve,
-                 stop: _AscentStop | None) -> None:
-    """Restore an ascent's stepper, curve and stop-rule state from its checkpoint's metadata."""
-    stepper.load_state(info["ascent"])
-    curve.points = list(info.get("curve") or [])
-    if stop is not None and info.get("last_margin") is not None:
-        stop.last = float(info["last_margin"])

@@ -31,11 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from datarecon.config import MAX_SEED, MAX_STEPS, RecordedConfig, build_config
 from datarecon.data import DATASETS, DataSpec, Normalisation, load_task
 from datarecon.errors import DataReconError, DivergenceError
-from datarecon.kernel import checkpoint
+from datarecon.kernel.checkpoint import Kind
 from datarecon.kernel.engine import LoopOptions
-from datarecon.kernel.files import HISTORY
+from datarecon.kernel.files import ASCENT_CHECKPOINT_DIR, CHECKPOINT_DIR, HISTORY, MODEL_JSON
 from datarecon.kernel.losses import LOSSES
 from datarecon.kernel.outdir import claim_out_dir
+from datarecon.kernel.resume import Store, folder_state, recorded_progress
 from datarecon.kernel.status import Status
 from datarecon.kernel.step import MarginAscent, TrainingRecipe
 from datarecon.models.checkpoint import ModelBundle, ModelDescription, TrainingRecord, save_model_dir
@@ -43,8 +44,7 @@ from datarecon.models.spec import ARCHITECTURES, ArchSpec, build_model, count_pa
 from datarecon.registry import registered
 from datarecon.training.dp import DPConfig, fit_dp
 from datarecon.training.dp import resolve as resolve_dp
-from datarecon.training.fit import (CurveProbe, FitResult, StopRule, TrainingCheckpoint, ascend_margin, evaluate,
-                                    fit)
+from datarecon.training.fit import CurveProbe, FitResult, StopRule, ascend_margin, evaluate, fit, training_store
 from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
 from datarecon.training.margin import EXP_TAILED
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
@@ -60,10 +60,7 @@ from datarecon.training.pretrained import (
 )
 from datarecon.utils.device import parse_device
 from datarecon.utils.dtypes import torch_dtype
-from datarecon.utils.io import atomic_write_text, config_hash, params_digest, read_json
-
-CHECKPOINT_DIR = checkpoint.FOLDER
-ASCENT_CHECKPOINT_DIR = "checkpoint-margin-ascent"
+from datarecon.utils.io import atomic_write_text, config_hash, params_digest
 
 
 class ArchConfig(RecordedConfig):
@@ -460,11 +457,8 @@ _PRETRAINED_TAG = "+pretrained:"
 
 def _checkpoint_tag(out: Path) -> str | None:
     """The tag of the training checkpoint in ``out`` (None without one)."""
-    progress = out / CHECKPOINT_DIR / checkpoint.PROGRESS_FILE
-    try:
-        tag = read_json(progress).get("tag") if progress.is_file() else None
-    except DataReconError:
-        return None
+    progress = recorded_progress(out / CHECKPOINT_DIR, kind=Kind.TRAIN)
+    tag = progress.resume_key if progress is not None else None
     return tag if isinstance(tag, str) else None
 
 
@@ -538,7 +532,7 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
         y = y.to(dtype)
     loop = LoopOptions(log_every=config.log_every, progress=progress, checkpoint_every=config.checkpoint_every,
                        resume=resume)
-    result = _fit_epochs(config, model, x, y, checkpoint=TrainingCheckpoint(out / CHECKPOINT_DIR, tag=tag), loop=loop)
+    result = _fit_epochs(config, model, x, y, checkpoint=training_store(out / CHECKPOINT_DIR, tag=tag), loop=loop)
     if result.status == Status.DIVERGED:
         raise DivergenceError(
             f"training diverged after {result.epochs_done} epochs ({result.stop_reason}); "
@@ -554,7 +548,7 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
                   "margin_ascent_stop_reason": "training data not separated"}
     if config.margin_ascent.steps and result.status != Status.RUNNING and separated:
         result = ascend_margin(model, x, y, loss=config.loss, ascent=config.margin_ascent.recipe(), loop=loop,
-                               checkpoint=TrainingCheckpoint(out / ASCENT_CHECKPOINT_DIR, tag=tag), probe=probe)
+                               checkpoint=training_store(out / ASCENT_CHECKPOINT_DIR, tag=tag), probe=probe)
         history += [{**row, "stage": "margin-ascent", "step": gd_result.epochs_done + row["step"]}
                     for row in result.history]
         ascent = {"margin_ascent_steps": result.epochs_done, "margin_ascent_status": result.status,
@@ -579,6 +573,8 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
         score = kkt_regime_score(model, x, y)
         metrics.update({"kkt_regime_score": score.score, "kkt_num_active": score.num_active})
     model_cpu = model.to("cpu").eval()
+    if resume and _finished_before(out, config, gd_result, result):  # nothing ran: the folder is the result
+        return TrainResult(out=out, model=model, arch=arch, metrics=metrics, fit=result, config=config)
     save_model_dir(out, model=model_cpu, description=ModelDescription(
         arch=arch, loss=config.loss, weight_decay=config.weight_decay, data=config.data.model_dump(mode="json"),
         normalisation=norm.kind, training={**config.model_dump(mode="json"), "config_hash": config.hash()},
@@ -591,6 +587,15 @@ def _train(config: TrainConfig, task: Any, *, out: Path, device: torch.device, r
     ))
     atomic_write_text(out / HISTORY, "".join(json.dumps(_nonfinite_as_text(r), sort_keys=True) + "\n" for r in history))
     return TrainResult(out=out, model=model, arch=arch, metrics=metrics, fit=result, config=config)
+
+
+def _finished_before(out: Path, config: TrainConfig, *results: FitResult) -> bool:
+    """``out`` holds this training's model and every loop of it (``results``: the epochs, the ascent) had ended
+    before this call: a finished training resumed, which rewrites nothing."""
+    state = folder_state(out, record=MODEL_JSON)
+    recorded = (state.record or {}).get("training") or {}
+    return (state.finished and recorded.get("config_hash") == config.hash()
+            and all(r.epochs_done == r.resumed_from for r in results))
 
 
 @dataclass(frozen=True)
@@ -645,7 +650,7 @@ def fit_on_images(config: TrainConfig, x: torch.Tensor, y: torch.Tensor, *, devi
 
 
 def _fit_epochs(config: TrainConfig, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,
-                checkpoint: TrainingCheckpoint | None, loop: LoopOptions) -> FitResult:
+                checkpoint: Store | None, loop: LoopOptions) -> FitResult:
     """The epochs of ``config``: full-batch / mini-batch GD or L-BFGS (:func:`fit`), or DP-SGD
     (:func:`datarecon.training.dp.fit_dp`) when ``config.dp`` is set; checkpoints in ``checkpoint``."""
     if config.dp is not None:

@@ -262,8 +262,13 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 
 #: JSON fields that hold wall-clock times or timestamps. Everything else datarecon writes is
-#: byte-reproducible from its inputs (docs/RELIABILITY.md); these fields are where time goes.
-TIMING_FIELDS = ("wall_time_s", "task_time_s", "finished_at", "created", "updated")
+#: byte-reproducible from its inputs (docs/RELIABILITY.md); these fields are where time goes: run and
+#: training wall times, the margin ascent's share of a training's (``model.json`` metrics), a worker's task
+#: time, when a piece finished or a pool was created, a store row's update, and the measured time per
+#: reference model of ``--references auto`` (``membership.json``). tests/utils/test_timing_fields.py keeps
+#: every such key written anywhere in the package in this list.
+TIMING_FIELDS = ("wall_time_s", "margin_ascent_wall_time_s", "task_time_s", "finished_at", "created", "updated",
+                 "seconds_per_model")
 
 
 def strip_timing(obj: Any) -> Any:

@@ -10,7 +10,6 @@ Runkel et al. 2024 §4.3, §4.5); the ground truth otherwise enters only the eva
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,8 +32,6 @@ from datarecon.kernel.status import EVALUABLE, Status
 from datarecon.kernel.files import CANDIDATES, CANDIDATES_CSV, METRICS_FILE, RUN_JSON
 from datarecon.kernel.losses import margins as out_margins
 from datarecon.models.checkpoint import load_model_dir
-from datarecon.report.figures import neighbour_grid, save_figure
-from datarecon.report.html import Table
 from datarecon.training.target import (ArchConfig, MarginAscentConfig, StopConfig, TargetMeasures, TrainConfig,
                                       train_target)
 from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
@@ -491,62 +488,6 @@ def finite(v: Any) -> float:
     except (TypeError, ValueError):
         return float("nan")
     return f if math.isfinite(f) else float("nan")
-
-
-def table_cell(text: str) -> Any:
-    """A CSV cell as a report table cell: an int or a float where it reads as one, None where it is
-    empty or not finite (the report shows n/a), else the text."""
-    if text.strip().lower() in ("", "nan", "inf", "-inf"):
-        return None
-    try:
-        return float(text) if any(ch in text for ch in ".eE") else int(text)
-    except ValueError:
-        return text
-
-
-def csv_table(path: Path, caption: str) -> Table:
-    """The CSV file ``path`` as a report table (its first row the header, each cell :func:`table_cell`)."""
-    with open(path, encoding="utf-8") as fh:
-        rows = list(csv.reader(fh))
-    return Table(caption=caption, header=rows[0], rows=[[table_cell(c) for c in r] for r in rows[1:]])
-
-
-# ---------------------------------------------------------------------------------------------
-# figures
-
-
-#: What each grid file of :func:`evaluate_piece` is sorted by (said in the figure's title).
-GRID_ORDERS = {"candidate": "candidate index (the attack's own order)",
-               "train-similarity": "SSIM to their nearest training image",
-               "score": "the attacker-side score, highest first"}
-
-
-def grid_figure(grid_path: Path, *, sets: Sequence[str] = ("train",), max_items: int = 20, title: str,
-                png: Path, annotate_rank: Mapping[int, int] | None = None) -> None:
-    """A neighbour grid (candidate | nearest image of each set) from ``grid.safetensors``."""
-    g = load_tensors(grid_path)
-    matches = {s: g[s] for s in sets if s in g}
-    scores = {s: g[f"{s}_score"].tolist() for s in sets if f"{s}_score" in g}
-    indices = {s: g[f"{s}_index"].tolist() for s in sets if f"{s}_index" in g}  # repeated images marked xk
-    order = GRID_ORDERS.get(Path(grid_path).stem.removeprefix("grid-"))
-    total = int(g["n_candidates"][0]) if "n_candidates" in g else None
-    fig = neighbour_grid(g["candidates"], matches, scores=scores, max_items=max_items, title=title, indices=indices,
-                         total=total, sorted_by=order)
-    save_figure(fig, png)
-
-
-def figure_piece(key: str, *, deps: Sequence[str], draw: Callable[[Context, Path], list[str]],
-                 spec: Mapping[str, Any] | None = None) -> Piece:
-    """A piece that draws PNG files into its directory; ``draw`` returns the file names written."""
-
-    def run(ctx: Context, d: Path) -> dict[str, Any]:
-        files = draw(ctx, d)
-        missing = [f for f in files if not (d / f).is_file()]
-        if missing:
-            raise DataReconError(f"figure piece {key} did not write {missing}")
-        return {"files": list(files)}
-
-    return Piece(key=key, run=run, spec=dict(spec or {}), deps=tuple(deps), kind="figure")
 
 
 class KKTRunSpec(BaseModel):

@@ -23,6 +23,7 @@ from datarecon.errors import DataReconError
 from datarecon.experiments.pipeline.memory import format_bytes, resident_bytes
 from datarecon.kernel.files import DONE_MARKER, REPORT_HTML, REPRODUCTION_JSON, TIMINGS_JSON
 from datarecon.kernel.outdir import OutDir, claim_out_dir, remove_written
+from datarecon.kernel.resume import folder_state
 from datarecon.utils.io import atomic_write_json, config_hash, read_json
 
 #: the presets of reproductions and audits (``<name>-<scale>.yaml``)
@@ -140,14 +141,9 @@ def piece_hashes(pieces: Sequence[Piece]) -> dict[str, str]:
 
 
 def is_done(directory: Path, expected_hash: str) -> bool:
-    """Whether ``directory`` holds a completion marker with ``expected_hash``."""
-    marker = directory / DONE_MARKER
-    if not marker.is_file():
-        return False
-    try:
-        return read_json(marker).get("hash") == expected_hash
-    except DataReconError:
-        return False
+    """Whether ``directory`` holds a completion marker with ``expected_hash`` (the one folder reading,
+    :func:`datarecon.kernel.resume.folder_state`)."""
+    return folder_state(directory, record=DONE_MARKER, key={"hash": expected_hash}).finished
 
 
 def execute(pieces: Sequence[Piece], ctx: Context, *, log: Callable[[str], None] = print) -> list[PieceRecord]:
@@ -168,8 +164,9 @@ def execute(pieces: Sequence[Piece], ctx: Context, *, log: Callable[[str], None]
         d = ctx.dir(p.key)
         h = hashes[p.key]
         tag = f"[{i:>{width}}/{total}] {p.kind:<8} {p.key}"
-        if is_done(d, h):
-            ctx.summaries[p.key] = read_json(d / DONE_MARKER).get("summary", {})
+        found = folder_state(d, record=DONE_MARKER, key={"hash": h})
+        if found.finished:
+            ctx.summaries[p.key] = (found.record or {}).get("summary", {})
             log(f"{tag}: done earlier, skipped")
             records.append(PieceRecord(p.key, "skipped", 0.0, h))
             continue

@@ -43,16 +43,14 @@ from datarecon.experiments.pipeline.common import (
     attack_batch_piece,
     attack_piece,
     by_fpr,
-    csv_table,
     evaluate_piece,
-    figure_piece,
     finite,
-    grid_figure,
     model_dir,
     pool_piece,
     train_piece,
     write_csv,
 )
+from datarecon.experiments.pipeline.report_parts import csv_table, figure_piece, grid_figure
 from datarecon.experiments.pipeline.pieces import Context, Piece
 from datarecon.kernel.files import METRICS_FILE, PRIVACY_CSV, RECONSTRUCTIONS_PNG
 from datarecon.report.figures import save_figure, sorted_ssim_curve, ssim_vs_margin

@@ -39,16 +39,13 @@ from datarecon.experiments.pipeline.common import (
     TargetTraining,
     attack_batch_piece,
     attack_piece,
-    by_fpr,
-    csv_table,
     evaluate_piece,
-    figure_piece,
     finite,
-    grid_figure,
-    ordered_items,
     train_piece,
     write_csv,
 )
+from datarecon.experiments.pipeline.report_parts import (csv_table, figure_piece, grid_figure, headline_rows,
+                                                          nearest_rows, privacy_rows)
 from datarecon.experiments.pipeline.pieces import Context, Piece
 from datarecon.kernel.files import CANDIDATES_CSV, METRICS_FILE, PRIVACY_CSV
 from datarecon.report.figures import interpolation_curves, landscape_heatmaps, neighbour_grid, save_figure
@@ -438,37 +435,6 @@ def table1_rows(ctx: Context) -> list[dict[str, Any]]:
     return rows
 
 
-def nearest_rows(ctx: Context, keys: list[str]) -> list[dict[str, Any]]:
-    """Mean L2 / SSIM of each setting's reconstructions to the nearest image of each set."""
-    rows = []
-    for key in keys:
-        s = ctx.summary(key)
-        row: dict[str, Any] = {"setting": key.removeprefix("eval/")}
-        for k, v in ordered_items(s.get("mean_l2_to_nearest") or {}):
-            row[f"mean_l2_{k}"] = finite(v)
-        for k, v in ordered_items(s.get("mean_ssim_to_nearest") or {}):
-            row[f"mean_ssim_{k}"] = finite(v)
-        row["param_distance"] = finite(s.get("param_distance"))
-        rows.append(row)
-    return rows
-
-
-def privacy_rows(ctx: Context, keys: list[str]) -> list[dict[str, Any]]:
-    """Per setting and attacker-side score: class sizes, ROC AUC with its bootstrap 95% CI, TPR at 1%
-    (and 0.1%) FPR (empty where not estimable: fewer than 100 (1000) negatives)."""
-    rows = []
-    for key in keys:
-        p = ctx.summary(key).get("privacy") or {}
-        for score, v in sorted((p.get("scores") or {}).items()):  # stable row order
-            tpr = v.get("tpr_at_fpr") or {}
-            ci = v.get("auc_ci_95") or [None, None]
-            rows.append({"setting": key.removeprefix("eval/"), "score": score, "n_real": p.get("n_real"),
-                         "n_fake": p.get("n_fake"), "auc": finite(v.get("auc")), "auc_ci_low": finite(ci[0]),
-                         "auc_ci_high": finite(ci[1]),
-                         **{f"tpr_at_fpr_{f}": finite(t) for f, t in by_fpr(tpr)}, "note": v.get("note", "")})
-    return rows
-
-
 def real_vs_fake_rows(ctx: Context) -> list[dict[str, Any]]:
     """Runkel's question, pooled per model: the bilevel reconstructions started at the training images
     and those started at the partition images, per attacker-side score the ROC AUC (bootstrap 95 %
@@ -506,25 +472,6 @@ def real_vs_fake_rows(ctx: Context) -> list[dict[str, Any]]:
                              "auc_ci_high": roc.auc_ci[1] if roc.auc_ci else None,
                              **{f"tpr_at_fpr_{f:g}": (finite(t) if t is not None else "not estimable")
                                 for f, t in roc.tpr_at.items()}})
-    return rows
-
-
-def headline_rows(ctx: Context, keys: list[str]) -> list[dict[str, Any]]:
-    """Per setting, the headline of every report (:func:`datarecon.evaluation.reports.headline`): the count
-    at max(0.4, t) beside its held-out and noise nulls, the rule that applied (a partition or mixture
-    start counts only matches that moved away from it; a ground-truth start reports retention), and the
-    mean SSIM of the candidates to their start beside the mean SSIM of each training image's match."""
-    rows = []
-    for key in keys:
-        s = ctx.summary(key)
-        h = s.get("headline") or {}
-        ret = h.get("retention") or {}
-        rows.append({"setting": key.removeprefix("eval/"), "rule": h.get("rule"), "n_train": h.get("n_train"),
-                     "count": h.get("count"), "count_heldout": h.get("heldout"), "count_noise": h.get("noise"),
-                     "threshold": finite(h.get("threshold")), "null_threshold": finite(h.get("null_threshold")),
-                     "excluded_by_init_rule": h.get("excluded"), "retained": ret.get("count"),
-                     "mean_ssim_to_start": finite((s.get("init") or {}).get("mean_ssim_to_init")),
-                     "mean_ssim_to_train_match": finite(s.get("mean_haim_ssim"))})
     return rows
 
 

@@ -27,6 +27,7 @@ from datarecon.experiments.sweep.runs import run_from_spec
 from datarecon.experiments.sweep.config import RunSpec
 from datarecon.kernel.engine import BaseHook, LoopState
 from datarecon.kernel.files import RUN_JSON
+from datarecon.kernel.resume import folder_state
 from datarecon.kernel.status import FINISHED as STATUS_FINISHED
 from datarecon.utils.io import atomic_write_text, read_json
 
@@ -70,13 +71,13 @@ def execute_task(payload: dict[str, Any]) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(payload.get("claim_file") or run_dir / CLAIM_FILE, f"{os.getpid()} {payload.get('attempt', 0)}\n")
     resumed = False
-    done = run_dir / RUN_JSON
-    if not (done.is_file() and read_json(done).get("status") in FINISHED):
+    found = folder_state(run_dir)
+    if not found.finished:
         hooks = []
         fault = payload.get("fault")
         if fault and int(payload.get("attempt", 0)) < int(fault.get("attempts", 1)):
             hooks.append(_Crash(int(fault.get("at_step", 1)), int(fault.get("code", 17))))
-        resumed = (run_dir / "checkpoint").is_dir()
+        resumed = found.checkpoint
         spec = RunSpec.model_validate(payload["spec"])
         run_from_spec(spec, out=run_dir, resume=True, progress=False, hooks=hooks,
                       checkpoint_every=int(payload.get("checkpoint_every") or 100))
