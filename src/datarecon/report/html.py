@@ -3,7 +3,7 @@
 The file has no external resources (no scripts, fonts, stylesheets or
 links to fetch), so it can be mailed or archived as is. :func:`write_report`
 renders sections you build; :func:`render_report` builds them from evaluated
-run directories (``metrics.json`` from :func:`datarecon.evaluation.evaluate_run`,
+run directories (``metrics.json`` from :func:`datarecon.evaluation.run_metrics`,
 ``run.json``, ``neighbours.safetensors``).
 """
 
@@ -830,7 +830,7 @@ def render_report(run_dirs: Sequence[str | os.PathLike | Any], *, out: str | os.
     interpolation curves (one set per method).
 
     Args:
-        run_dirs: Run directories evaluated by :func:`datarecon.evaluation.evaluate_run`,
+        run_dirs: Run directories evaluated by :func:`datarecon.evaluation.run_metrics`,
             :class:`~datarecon.evaluation.Evaluation` results of :func:`datarecon.evaluation.evaluate`
             (a user's own model: no run directory; its section has no attack record), or sections built
             elsewhere (a membership folder's: :func:`datarecon.report.membership.membership_sections`).
