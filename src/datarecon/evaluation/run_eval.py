@@ -45,7 +45,7 @@ from datarecon.data import DataSpec, Normalisation, load_task
 from datarecon.data.selection import check_fingerprint
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.evaluation.images import GRID_MAX, Evaluation, RunRecord, evaluation_of, neighbour_grid
-from datarecon.evaluation.records import read_run_fields
+from datarecon.evaluation.run_records import read_history, read_run_fields
 from datarecon.evaluation.reports import EvaluationConfig
 from datarecon.kernel.files import (
     CANDIDATES,
@@ -61,7 +61,7 @@ from datarecon.kernel.losses import margins
 from datarecon.kernel.status import EVALUABLE as STATUS_EVALUABLE
 from datarecon.kernel.status import Status
 from datarecon.models.checkpoint import load_model_dir
-from datarecon.utils.io import atomic_write_json, load_tensors, read_json, read_json_lines, save_tensors, write_csv
+from datarecon.utils.io import atomic_write_json, load_tensors, read_json, save_tensors, write_csv
 from datarecon.utils.lock import check_free, hold
 
 __all__ = [
@@ -150,7 +150,7 @@ def _verdict(run_dir: Path, meta: Mapping[str, Any]) -> Convergence:
     """:func:`assess_convergence` of one run from its history and record (as the report judges it)."""
     selection = (meta.get("selection") or {}).get("relative_residual")
     rel = selection.get("value") if isinstance(selection, Mapping) else selection
-    return assess_convergence(read_json_lines(run_dir / HISTORY), status=str(meta.get("status") or Status.COMPLETE),
+    return assess_convergence(read_history(run_dir / HISTORY), status=str(meta.get("status") or Status.COMPLETE),
                               relative_residual=rel if isinstance(rel, (int, float)) else None,
                               initial_loss=(meta.get("extra") or {}).get("param_distance_x0"))
 
@@ -344,7 +344,7 @@ def check_run(run_dir: str | Path, settings: RunEvaluationSettings) -> dict[str,
     that no other process is writing, holds its files and may be evaluated.
 
     Returns:
-        The run's ``run.json`` (its fields checked, :func:`~datarecon.evaluation.records.read_run_fields`).
+        The run's ``run.json`` (its fields checked, :func:`~datarecon.evaluation.run_records.read_run_fields`).
 
     Raises:
         CheckpointError: missing run files (saying how to finish the run), a model directory, a bad run.json.

@@ -24,8 +24,9 @@ from datarecon.errors import DataReconError
 from datarecon.evaluation import Evaluation
 from datarecon.evaluation.membership import EXPECTED_GAIN
 from datarecon.evaluation.privacy import NEGATIVE, POSITIVE, signal_verdict
-from datarecon.evaluation.records import read_metrics, read_run_fields
-from datarecon.kernel.files import HISTORY, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RUN_JSON, SUBSPACE_FILE
+from datarecon.evaluation.records import read_metrics
+from datarecon.evaluation.run_records import read_history, read_neighbour_grid, read_run_fields
+from datarecon.kernel.files import HISTORY, METRICS_FILE, MODEL_JSON, RUN_JSON, SUBSPACE_FILE
 from datarecon.kernel.status import Status
 from datarecon.models.checkpoint import read_model_meta
 from datarecon.report.figures import (
@@ -43,7 +44,7 @@ from datarecon.report.figures import (
 from datarecon.report.style import column_label, series
 from datarecon.report.text import count_of, fraction, headline_lead, threshold_text
 from datarecon.training.target import ascent_curve_lines
-from datarecon.utils.io import atomic_write_text, load_tensors, read_json_lines
+from datarecon.utils.io import atomic_write_text, load_tensors
 
 __all__ = ["Table", "FigureItem", "Card", "Section", "render_html", "write_report", "render_report", "landscape_results"]
 
@@ -646,9 +647,7 @@ def _run_sections(run_dir: Path) -> Section:
         raise DataReconError(f"{run_dir} has no metrics.json; run `datarecon evaluate {run_dir}` first")
     m = read_metrics(run_dir)
     run = read_run_fields(run_dir / RUN_JSON) if (run_dir / RUN_JSON).is_file() else {}
-    nb_file = run_dir / NEIGHBOURS_FILE
-    nb = load_tensors(nb_file) if nb_file.is_file() else {}
-    return _sections(m, run, read_json_lines(run_dir / HISTORY), nb,
+    return _sections(m, run, read_history(run_dir / HISTORY), read_neighbour_grid(run_dir),
                      run_name=display_name(run_dir, run_dir.name), where=run_dir)
 
 
