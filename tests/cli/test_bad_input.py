@@ -1010,6 +1010,36 @@ CASES.update({
     "report-membership-scores-short": Case(lambda ws: _report(ws, _drop_tensor(
         _members_of_other(ws) / "scores.safetensors", "score.loss", keep=5).parent),
         "'score.loss' is not 60 numbers, one per candidate"),
+    # misleading: doubled braces answered with PyYAML's internals and a quoting fix that does not fix them
+    "train-config-doubled-braces": Case(lambda ws: ["train", "--config", str(_write(
+        ws.root / "t.yaml", "data: {{dataset: digits, task: odd-even, n_per_class: 5}}\n")), "--out", str(ws.root / "m")],
+        "write single braces: `data: {dataset: digits, task: odd-even, n_per_class: 5}`"),
+    "reconstruct-config-doubled-braces": Case(lambda ws: ["reconstruct", "--config", str(_write(
+        ws.root / "r.yaml", f"model: {ws.model}\nattack: {{{{method: kkt, steps: 40}}}}\n")), "--out",
+        str(ws.root / "new-run")], "line 2 (`attack: {{method: kkt, steps: 40}}`) has a mapping {...} where a field "
+        "name should be: YAML reads doubled braces as a mapping whose key is the inner mapping; write single braces: "
+        "`attack: {method: kkt, steps: 40}`"),
+    "run-doubled-braces": Case(lambda ws: ["run", str(_write(ws.root / "exp.yaml", _EXP_TRAIN + "attack: {{attack: "
+                                                              "{method: kkt, steps: 2}}}\n")), "--out",
+                                           str(ws.root / "e"), "--no-progress"],
+                               "write single braces: `attack: {attack: {method: kkt, steps: 2}}`"),
+    "reconstruct-config-doubled-braces-of-a-placeholder": Case(lambda ws: ["reconstruct", "--config", str(_write(
+        ws.root / "r.yaml", f"model: {ws.model}\nattack: {{method: kkt, steps: {{{{40}}}}}}\n")), "--out",
+        str(ws.root / "new-run")], "fill in a template's {{ placeholder }} before the file is read"),
+    "reconstruct-config-list-as-key": Case(lambda ws: ["reconstruct", "--config", str(_write(
+        ws.root / "r.yaml", f"model: {ws.model}\n[steps, 40]: 3\n")), "--out", str(ws.root / "new-run")],
+        "has a list [...] where a field name should be; a key is a field name: write `name: value`"),
+    # misleading: the "got" list left out the margin ascent that caused the refusal
+    "train-batch-size-with-margin-ascent": Case(lambda ws: [*TRAIN, "--margin-ascent-steps", "20", "--batch-size", "4",
+                                                            "--out", str(ws.root / "m")],
+                                                "got margin_ascent steps 20 (--margin-ascent-steps): drop it or "
+                                                "batch_size (--batch-size)"),
+    "train-dp-with-a-stop-rule": Case(lambda ws: [*TRAIN, "--margin-patience", "5", "--dp-epsilon", "3",
+                                                  "--dp-batch-size", "4", "--out", str(ws.root / "m")],
+                                      "got stop.margin_patience 5 (--margin-patience): drop it or the dp settings"),
+    # misleading: info takes a folder, not --model; name the model directory the run attacked
+    "info-of-a-run": Case(lambda ws: ["info", str(ws.run)], "is a run directory, not a model directory; pass the model "
+                                                            "directory the run attacked: "),
     "reconstruct-pretrained-head-unknown": Case(lambda ws: _rec(ws, model=_fine_tuned_from(
         ws, ws.model, ws.other) and ws.edit_meta(lambda m: m["pretrained"].update(head="both"))),
         "pretrained.head: Input should be 'pretrained' or 'new'"),

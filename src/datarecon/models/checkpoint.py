@@ -193,8 +193,8 @@ def read_model_meta(path: str | Path) -> dict[str, Any]:
                                   "written by `datarecon train`")
         raise CheckpointError(f"model directory {path} not found; train one with `datarecon train --out {path}`")
     if not (path / META).is_file() and (path / RUN_JSON).is_file():
-        raise CheckpointError(f"{path} is a run directory, not a model directory; pass the --model the run "
-                              "attacked (its run.json names it)")
+        raise CheckpointError(f"{path} is a run directory, not a model directory; pass the model directory the run "
+                              f"attacked{_attacked(path)}")
     if not (path / META).exists():
         unfinished = (path / "checkpoint").is_dir()
         raise CheckpointError(f"{path} holds an unfinished training (a checkpoint, no {META}); finish it with "
@@ -206,6 +206,15 @@ def read_model_meta(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path / META} is not a datarecon model file (expected format {FORMAT!r})")
     validate_meta(meta, where=path / META)
     return meta
+
+
+def _attacked(run_dir: Path) -> str:
+    """``: DIR`` naming the model directory a run's run.json records, or where to find it when it cannot be read."""
+    try:
+        model_dir = read_json(run_dir / RUN_JSON).get("model_dir")
+    except (CheckpointError, AttributeError):
+        model_dir = None
+    return f": {model_dir}" if isinstance(model_dir, str) and model_dir else " (its run.json names it as model_dir)"
 
 
 def model_identity(model_dir: str | Path) -> str:

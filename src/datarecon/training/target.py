@@ -278,15 +278,12 @@ class TrainConfig(BaseModel):
             if self.weight_decay:
                 raise DataReconError("margin ascent maximises the margin of an unregularised loss; "
                                      "with weight decay the minimiser is finite: set margin_ascent steps to 0")
-        if self.dp is not None and (self.optimizer != "gd" or self.schedule != "constant" or self.margin_ascent.steps
-                                    or self.stop != StopConfig()):
+        if self.dp is not None and (clash := self._clashes(dp=False, stop=True)):
             raise DataReconError("dp (DP-SGD) needs optimizer gd, schedule constant, no margin ascent and no stop "
-                                 f"rules (its length is epochs); got optimizer {self.optimizer}, schedule "
-                                 f"{self.schedule}, margin_ascent steps {self.margin_ascent.steps}, stop {self.stop}")
-        if self.batch_size is not None and (self.optimizer != "gd" or self.schedule != "constant" or self.dp
-                                            is not None or self.margin_ascent.steps):
+                                 f"rules (its length is epochs); got {clash}: drop it or the dp settings (--dp-*)")
+        if self.batch_size is not None and (clash := self._clashes(dp=True, stop=False)):
             raise DataReconError("batch_size (mini-batch SGD) needs optimizer gd, schedule constant, no dp and no "
-                                 f"margin ascent; got optimizer {self.optimizer}, schedule {self.schedule}")
+                                 f"margin ascent; got {clash}: drop it or batch_size (--batch-size)")
         kind = self.data.resolved_task().label_kind
         need = LOSSES.get(self.loss).label_kind
         if need not in ("any", kind):
@@ -295,6 +292,18 @@ class TrainConfig(BaseModel):
                 f"loss {self.loss!r} does not fit the {kind} task {self.data.task!r}; use one of: {', '.join(fits)}"
             )
         return self
+
+    def _clashes(self, *, dp: bool, stop: bool) -> str:
+        """The settings that mini-batch SGD and DP-SGD do not run with, as given (each with its flag); "" for none.
+        ``dp``/``stop``: whether DP-SGD and the stop rules count."""
+        found = [f"optimizer {self.optimizer} (--optimizer)" if self.optimizer != "gd" else "",
+                 f"schedule {self.schedule} (--schedule)" if self.schedule != "constant" else "",
+                 "dp (--dp-*)" if dp and self.dp is not None else "",
+                 f"margin_ascent steps {self.margin_ascent.steps} (--margin-ascent-steps)"
+                 if self.margin_ascent.steps else "",
+                 *(f"stop.{k} {v} ({'--stop-at-zero-error' if k == 'zero_error' else '--' + k.replace('_', '-')})"
+                   for k, v in (self.stop.model_dump(exclude_defaults=True).items() if stop else ()))]
+        return ", ".join(f for f in found if f)
 
     @model_serializer(mode="wrap")
     def _drop_unset_batch_size(self, handler):  # type: ignore[no-untyped-def]

@@ -309,7 +309,7 @@ def claim_reproduction(out: Path, *, name: str, config_hash_: str, overwrite: bo
         names = tuple(m["entries"]) if isinstance(m.get("entries"), list) else None
         if out.is_dir() and not same and not overwrite:
             raise DataReconError(f"{out} holds another configuration ({m.get('name')}, hash "
-                                 f"{m.get('config_hash')}); pass --overwrite to replace it or choose another --out "
-                                 "(in Python: overwrite=True, another out)")
+                                 f"{m.get('config_hash')}); pass --overwrite to replace it or choose another --out",
+                                 python="overwrite=True, another out")
     with claim_out_dir(out, kind="reproduction", overwrite=overwrite, resume=same, names=names) as claim:
         yield claim
