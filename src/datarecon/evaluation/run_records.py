@@ -104,13 +104,14 @@ class RunFields(Record):
     wall_time_s: Number = None
     config: dict[str, Any] | None = None
     final: dict[str, Number] | None = None
-    selection: dict[str, Selected | Number] | None = None
+    selection: dict[str, Selected | Number | str | dict[str, Number]] | None = None  # a pool: criterion, values
     extra: RunExtra | None = None
     knowledge: Knowledge | None = None
     subspace: SubspaceRecord | None = None
     own_model: OwnModel | None = None
     init: InitRecord | str | None = None
     resume_command: str | None = None
+    pooled_from: list[str] | None = None
 
 
 class HistoryRow(Record):
@@ -158,8 +159,9 @@ def read_history(path: str | Path) -> list[dict[str, Any]]:
 
 
 
-def read_neighbour_grid(run_dir: str | Path) -> dict[str, Any]:
-    """``RUN/neighbours.safetensors``, the report's grid of the best-matched candidates, checked: ``candidates``
+def read_neighbour_grid(run_dir: str | Path, *, name: str = "neighbours.safetensors") -> dict[str, Any]:
+    """``RUN/neighbours.safetensors`` (or another grid file ``name`` of the same format, e.g. a reproduction's
+    ``grid-train-similarity.safetensors``), the report's grid of the best-matched candidates, checked: ``candidates``
     ``(N, C, H, W)`` floats; for each of ``train``, ``partition`` and ``init`` that it holds, N images of the same
     shape with ``<set>_score`` (N,) floats and ``<set>_index`` (N,) integers; ``n_candidates`` one integer ≥ N.
     ``{}`` when the file is missing (the report then has no grid).
@@ -167,7 +169,7 @@ def read_neighbour_grid(run_dir: str | Path) -> dict[str, Any]:
     Raises:
         CheckpointError: a missing or misshapen tensor (one line naming it and the fix).
     """
-    path = Path(run_dir) / "neighbours.safetensors"
+    path = Path(run_dir) / name
     if not path.is_file():
         return {}
     grid = load_tensors(path)

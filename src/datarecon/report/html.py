@@ -651,6 +651,17 @@ def _run_sections(run_dir: Path) -> Section:
                      run_name=display_name(run_dir, run_dir.name), where=run_dir)
 
 
+def evaluation_section(metrics: Mapping[str, Any], *, run: Mapping[str, Any], history: list[dict], grid: Mapping[str, Any],
+                       name: str, where: Path | None) -> Section:
+    """The section ``datarecon report`` shows for an evaluated run (cards, the sorted-SSIM curve against its nulls,
+    the neighbour grid, tables), for a caller that holds its parts elsewhere: an evaluation summary ``metrics``
+    (checked, :func:`~datarecon.evaluation.records.read_metrics`), the run record ``run`` and its ``history``
+    (checked, :mod:`~datarecon.evaluation.run_records`: the attack card judges its convergence) and the grid of
+    best-matched candidates ``grid`` (:func:`~datarecon.evaluation.run_records.read_neighbour_grid`); ``where``:
+    the run folder shown, or None."""
+    return _sections(metrics, run, history, grid, run_name=name, where=where)
+
+
 def _evaluation_section(ev: Any, index: int) -> Section:
     """The section of an in-memory :class:`~datarecon.evaluation.Evaluation` (no run directory)."""
     name = str(ev.summary.get("name") or f"evaluation {index + 1}")
@@ -830,7 +841,7 @@ def render_report(run_dirs: Sequence[str | os.PathLike | Any], *, out: str | os.
 
     Args:
         run_dirs: Run directories evaluated by :func:`datarecon.evaluation.run_metrics`,
-            :class:`~datarecon.evaluation.Evaluation` results of :func:`datarecon.evaluation.evaluate`
+            :class:`~datarecon.evaluation.Evaluation` results of :func:`datarecon.evaluation.evaluation_of`
             (a user's own model: no run directory; its section has no attack record), or sections built
             elsewhere (a membership folder's: :func:`datarecon.report.membership.membership_sections`).
         out: Output HTML path.
