@@ -147,7 +147,7 @@ def train_piece(key: str, training: TargetTraining, data: Mapping[str, Any], *,
 def checkpoint_period(steps: int) -> int:
     """Steps between an attack run's checkpoints in a reproduction: a tenth of its steps (at least 10),
     so a killed run continued with ``--resume`` loses at most that (the cost of a checkpoint:
-    docs/PERFORMANCE.md §8.2)."""
+    docs/PERFORMANCE.md §6.2)."""
     return max(MIN_CHECKPOINT_PERIOD, steps // ATTACK_CHECKPOINTS)
 
 

@@ -257,7 +257,7 @@ def format_plan(planned: Sequence[PlannedPiece], *, device: str) -> list[str]:
         big = max(todo_mem, key=lambda p: p.memory_bytes or 0)
         lines.append(f"peak memory: about {format_bytes(resident_bytes(big.memory_bytes or 0))} resident "
                      f"({big.key}: {format_bytes(big.memory_bytes or 0)} of weights, optimiser state, inputs and kept "
-                     "activations, plus the process; fitted to measured runs, docs/PERFORMANCE.md §8)")
+                     "activations, plus the process; fitted to measured runs, docs/PERFORMANCE.md §6)")
     return lines
 
 
