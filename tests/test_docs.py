@@ -7,6 +7,7 @@ written on; the package ships a LICENSE that matches its declared licence.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -108,9 +109,9 @@ def doc_commands() -> list[tuple[str, list[str]]]:
 def parse_command(argv: list[str]) -> object:
     """The click context of ``datarecon argv`` (its command resolved, every option parsed and typed), without
     running it. Raises click's usage errors: an option that does not exist, a value of the wrong type."""
-    from datarecon.cli.main import build_command
+    from datarecon.cli.main import module_for
 
-    cmd = build_command(argv)
+    cmd = _command_tree(module_for(argv))
     ctx = cmd.make_context("datarecon", list(argv))
     while hasattr(cmd, "resolve_command"):
         args = [*getattr(ctx, "_protected_args", []), *ctx.args]
@@ -119,6 +120,15 @@ def parse_command(argv: list[str]) -> object:
         name, cmd, rest = cmd.resolve_command(ctx, args)
         ctx = cmd.make_context(name, rest, parent=ctx)
     return ctx
+
+
+@functools.cache
+def _command_tree(module: str | None) -> object:
+    """The command line's click tree for the commands of one command module (built once per module)."""
+    from datarecon.cli.main import COMMAND_MODULE, build_command
+
+    name = next((k for k, v in COMMAND_MODULE.items() if v == module), None)
+    return build_command([name] if name else [])
 
 
 def test_the_documents_show_commands() -> None:
