@@ -14,7 +14,7 @@
 * :func:`collapse_report`: near-duplicate candidates.
 
 Randomness is explicit and named in :class:`EvaluationConfig`: ``noise_seed`` (the noise
-reference set of :func:`~datarecon.evaluation.evaluate`), ``baseline_seed`` (noise candidates of
+reference set of :func:`~datarecon.evaluation.evaluation_of`), ``baseline_seed`` (noise candidates of
 the Haim-SSIM null; ``baseline_seed + 1`` for the nearest-similarity null), ``floor_seed`` (the
 noise images that set the real/fake floor) and ``bootstrap_seed`` (the AUC confidence interval).
 
