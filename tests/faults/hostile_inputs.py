@@ -302,9 +302,14 @@ FILES = [
     Trial("files", "checkpoint progress.json garbage, then --resume", lambda ws: _rec(
         ws, "--resume", "--steps", "4", out=_w(ws, "run/checkpoint/progress.json", "{garbage").split("/")[0]),
           expect="accept"),
+    # a line that is not JSON is a killed writer's torn line, dropped; a row of the wrong types is damage (issue 50:
+    # every record report reads is checked, and the report used to draw a step "x" as a step)
     Trial("files", "history.jsonl garbage, then report", lambda ws: ["report", str(Path(_w(
-        ws, "evaluated/history.jsonl", "not json\n{\"step\": \"x\"}\n")).parent), "--out", "r.html"],
+        ws, "evaluated/history.jsonl", "not json\n{\"step\": 1}\n")).parent), "--out", "r.html"],
           expect="accept"),
+    Trial("files", "history.jsonl: a row whose step is text, then report", lambda ws: ["report", str(Path(_w(
+        ws, "evaluated/history.jsonl", "not json\n{\"step\": \"x\"}\n")).parent), "--out", "r.html"],
+          must="history.jsonl is damaged or was changed by hand"),
     Trial("files", "metrics.json: count negative, then report", lambda ws: ["report", _json(
         ws, "evaluated/metrics.json", lambda m: m["headline"].update(count=-3)), "--out", "r.html"],
           must="headline.count"),
