@@ -621,7 +621,7 @@ CASES.update({
                                         "is not a datarecon model directory"),
     "sweep-model-dir-a-run": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_write(
         ws.root / "sweep.yaml", f"model_dir: {ws.run}\nsteps: 2\n")), "--out", str(ws.root / "s")],
-        "set model_dir to the model the run attacked"),
+        "set model_dir to the model directory the run attacked: "),
 })
 
 
