@@ -29,7 +29,13 @@ $(BIN)/datarecon: pyproject.toml
 	$(BIN)/pip install -q -e ".[test]" torch==2.13.0
 	touch $(BIN)/datarecon
 
+# `source .venv/bin/activate` exports the data folder make reads MNIST and CIFAR-10 from (unless the shell
+# sets DATARECON_DATA itself), so the README's commands find them in a new shell; rewritten on every call.
 venv: $(BIN)/datarecon
+	@grep -v '# datarecon: the data folder' $(BIN)/activate > $(BIN)/activate.tmp
+	@echo 'export DATARECON_DATA="$${DATARECON_DATA:-$(DATARECON_DATA)}"  # datarecon: the data folder' \
+	    >> $(BIN)/activate.tmp
+	@mv $(BIN)/activate.tmp $(BIN)/activate
 
 demo: venv
 	$(BIN)/datarecon demo --out demo-out --overwrite

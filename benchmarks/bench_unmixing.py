@@ -71,7 +71,7 @@ SEARCH_SPACE = {
 
 
 def run_variant(args: argparse.Namespace) -> dict[str, Any]:
-    from datarecon.evaluation import evaluate_run
+    from datarecon.evaluation import run_metrics
     from datarecon.experiments.reconstruct import RunOptions, build_run, execute
     from datarecon.models.checkpoint import read_model_meta
 
@@ -95,7 +95,7 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     rec = execute(run, out, RunOptions(overwrite=True, progress=False))
     attack_s = time.perf_counter() - t0
-    metrics = evaluate_run(out, progress=False)
+    metrics = run_metrics(out, progress=False)
     rel = rec.summary.get("selection", {}).get("relative_residual", {}).get("value")
     record = json.loads((out / "run.json").read_text())
     return {"variant": args.variant, "seed": args.seed, "model": str(args.model), "dataset": args.dataset,
@@ -122,7 +122,7 @@ def run_search(args: argparse.Namespace, spec: dict[str, Any], fields: dict[str,
     """The search variants: a sweep (the product's sweep driver and store), then a merged pool."""
     import shutil
 
-    from datarecon.evaluation import evaluate_run
+    from datarecon.evaluation import run_metrics
     from datarecon.experiments.execution import Execution
     from datarecon.experiments.sweep import SweepConfig, pool_candidates, run_sweep
 
@@ -139,7 +139,7 @@ def run_search(args: argparse.Namespace, spec: dict[str, Any], fields: dict[str,
     attack_s = time.perf_counter() - t0
     pool = pool_candidates(out / "store", top=search["top"], merge=search["merge"], out=out / "pool")
     pooled = json.loads((pool / "run.json").read_text())
-    metrics = evaluate_run(pool, progress=False)
+    metrics = run_metrics(pool, progress=False)
     return {"variant": args.variant, "seed": args.seed, "model": str(args.model), "dataset": args.dataset,
             "n": n, "m": pooled["m"], "steps": args.steps, "runs": search["runs"], "pooled_runs": search["top"],
             "merged_duplicates": pooled["extra"].get("merged_duplicates"), "attack_wall_s": round(attack_s, 1),
@@ -151,7 +151,7 @@ def run_search(args: argparse.Namespace, spec: dict[str, Any], fields: dict[str,
 def reevaluate(results: Path, out: Path) -> int:
     """Evaluate again the run directory of every row of ``results`` found under ``out`` (a search
     variant: its pool) and replace the row's headline fields; rows without a run directory stay."""
-    from datarecon.evaluation import evaluate_run
+    from datarecon.evaluation import run_metrics
 
     rows = json.loads(results.read_text())
     for row in rows:
@@ -160,7 +160,7 @@ def reevaluate(results: Path, out: Path) -> int:
         if not (run / "run.json").is_file():
             print(f"{run}: no run directory, row kept", file=sys.stderr)
             continue
-        metrics = evaluate_run(run, progress=False)
+        metrics = run_metrics(run, progress=False)
         row.update(headline_row(metrics), n_heldout_available=metrics["headline"].get("n_heldout_available"),
                    reevaluated=time.strftime("%Y-%m-%d"))
         print(row["variant"], row["seed"], row["count"], row["heldout_null"], flush=True)

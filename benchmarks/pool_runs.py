@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from datarecon.data import DataSpec, load_task
-from datarecon.evaluation import evaluate
+from datarecon.evaluation import evaluation_of
 from datarecon.experiments.pool import PoolSpec, write_pool
 from datarecon.kernel.outdir import claim_out_dir
 from datarecon.models.checkpoint import load_model_dir
@@ -67,7 +67,7 @@ def _larger_null(pool: Path, per_class: int) -> dict:
     if not torch.equal(task.train.indices.long(), bundle.indices["train"].long()):
         raise SystemExit("the larger held-out spec selects other training images")
     x = load_tensors(pool / "candidates.safetensors")["x"]
-    ev = evaluate(task.normalisation.to_display(x.float()), train=task.train.x, heldout=task.heldout.x,
+    ev = evaluation_of(task.normalisation.to_display(x.float()), train=task.train.x, heldout=task.heldout.x,
                   noise=int(x.shape[0]))
     head = {**ev.summary["headline"], "n_heldout_images": int(task.heldout.x.shape[0])}
     atomic_write_json(pool / f"headline-heldout{per_class}.json", head)

@@ -7,6 +7,7 @@ written on; the package ships a LICENSE that matches its declared licence.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -77,3 +78,135 @@ def test_the_readmes_first_screen_states_findings_with_their_nulls_and_sources()
     section = results.split("## Membership with the defaults", 1)[1]
     for number in re.findall(r"TPR \*\*([0-9.]+) at 1 %\*\*", default_row[0]):
         assert number in section, number
+
+
+# -- the documents' examples run as written (issue 50: docs/RUNS.md's run file repeated a key, so it was refused) --
+
+#: the user documents whose command blocks are read here (the README's also run in tests/test_readme.py)
+COMMAND_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _blocks(path: Path, *langs: str) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    return [b for lang in langs for b in re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)]
+
+
+def doc_commands() -> list[tuple[str, list[str]]]:
+    """Every ``datarecon ...`` command of the user documents' bash and console blocks, as ``(where, argv)``:
+    continuation lines joined, comments dropped, a placeholder such as ``<hash>`` filled with a name."""
+    import shlex
+
+    found = []
+    for path in COMMAND_DOCS:
+        for block in _blocks(path, "bash", "console"):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = re.sub(r"<[a-z_-]+>", "placeholder", line.split(" #", 1)[0]).strip()
+                if line.startswith("datarecon "):
+                    found.append((f"{path.name}: {line[:60]}", shlex.split(line)[1:]))
+    return found
+
+
+def parse_command(argv: list[str]) -> object:
+    """The click context of ``datarecon argv`` (its command resolved, every option parsed and typed), without
+    running it. Raises click's usage errors: an option that does not exist, a value of the wrong type."""
+    from datarecon.cli.main import module_for
+
+    cmd = _command_tree(module_for(argv))
+    ctx = cmd.make_context("datarecon", list(argv))
+    while hasattr(cmd, "resolve_command"):
+        args = [*getattr(ctx, "_protected_args", []), *ctx.args]
+        if not args:
+            break
+        name, cmd, rest = cmd.resolve_command(ctx, args)
+        ctx = cmd.make_context(name, rest, parent=ctx)
+    return ctx
+
+
+@functools.cache
+def _command_tree(module: str | None) -> object:
+    """The command line's click tree for the commands of one command module (built once per module)."""
+    from datarecon.cli.main import COMMAND_MODULE, build_command
+
+    name = next((k for k, v in COMMAND_MODULE.items() if v == module), None)
+    return build_command([name] if name else [])
+
+
+def test_the_documents_show_commands() -> None:
+    where = {w.split(":")[0] for w, _ in doc_commands()}
+    assert {"README.md", "SWEEPS.md", "PERFORMANCE.md", "RESULTS.md"} <= where, where
+    with pytest.raises(Exception, match="No such option: --bogus"):  # the check can fail
+        parse_command(["train", "--dataset", "digits", "--bogus", "1"])
+
+
+@pytest.mark.parametrize("argv", [a for _, a in doc_commands()], ids=[w for w, _ in doc_commands()])
+def test_every_documented_command_parses(argv: list[str]) -> None:
+    """Each documented command names options that exist, with values of their types (a renamed or removed flag
+    fails here; what the commands compute is checked where they run: tests/test_readme.py, the examples' tests)."""
+    ctx = parse_command(argv)
+    assert ctx.command.callback is not None, argv  # a command, not a bare group
+
+
+def test_the_run_files_documented_load_as_their_models(tmp_path: Path) -> None:
+    """docs/RUNS.md's two settings files, written to disk as shown, load as a run file and as membership settings:
+    each key once, every key known, every value of its type."""
+    from datarecon.config import load_config_file
+    from datarecon.experiments.membership import MembershipSettings
+    from datarecon.experiments.reconstruct import load_run
+
+    run_file, membership = _blocks(ROOT / "docs" / "RUNS.md", "yaml")
+    (tmp_path / "run.yaml").write_text(run_file, encoding="utf-8")
+    (tmp_path / "membership.yaml").write_text(membership, encoding="utf-8")
+    run = load_run(tmp_path / "run.yaml")
+    assert run.step_probe == 50 and run.knowledge.n == 100 and run.attack.steps == 1000
+    settings = load_config_file(tmp_path / "membership.yaml", MembershipSettings)
+    assert settings == MembershipSettings()  # "All fields, with their defaults"
+
+
+@pytest.mark.slow
+def test_the_sweeps_document_runs_as_written(tmp_path: Path, monkeypatch, capsys) -> None:
+    """docs/SWEEPS.md's commands, then its Python block, in a folder holding the shipped examples and the model
+    sweep-tiny.yaml names (trained as its header says); ``<hash>`` is the pool the commands wrote."""
+    import shutil
+
+    import shlex
+
+    from datarecon.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    header = " ".join(line[1:].strip() for line in (ROOT / "examples" / "sweep-tiny.yaml").read_text().splitlines()
+                      if line.startswith("#")).replace("\\ ", "")
+    train = shlex.split(re.search(r"datarecon (train .*?--out \S+)", header).group(1))
+    assert main([*train, "--no-progress", "--quiet"]) == 0
+    for where, argv in [(w, a) for w, a in doc_commands() if w.startswith("SWEEPS.md")]:
+        if any(a.endswith("placeholder") for a in argv):
+            pools = sorted(p for p in (tmp_path / "sweeps" / "tiny" / "pools").iterdir() if p.is_dir())
+            argv = [str(pools[0]) if a.endswith("placeholder") else a for a in argv]
+        assert main([*argv, *(["--no-progress"] if argv[0] in ("sweep", "evaluate") and argv[1] != "pool" else [])]) \
+            == 0, (where, capsys.readouterr().err[-2000:])
+    (block,) = _blocks(ROOT / "docs" / "SWEEPS.md", "python")
+    namespace: dict = {}
+    exec(compile(block, "SWEEPS.md", "exec"), namespace)  # noqa: S102 - our own document
+    assert namespace["pool_dir"].is_dir() and (tmp_path / "runs.csv").is_file()
+
+
+def test_performance_sections_are_numbered_in_order_and_every_reference_names_one() -> None:
+    """docs/PERFORMANCE.md numbers its sections 1, 2, 3, ... with subsections N.1, N.2, ... in order (it read 4, 6, 8),
+    and every "PERFORMANCE.md §N" / "PERFORMANCE §N.M" in the repository names a section it has."""
+    heads = re.findall(r"^#{2,3} (\d+)(?:\.(\d+))?\.? ", (ROOT / "docs" / "PERFORMANCE.md").read_text(encoding="utf-8"),
+                       flags=re.M)
+    tops = [int(a) for a, b in heads if not b]
+    assert tops == list(range(1, len(tops) + 1)), tops
+    for top in tops:
+        subs = [int(b) for a, b in heads if b and int(a) == top]
+        assert subs == list(range(1, len(subs) + 1)), (top, subs)
+    sections = {a for a, b in heads if not b} | {f"{a}.{b}" for a, b in heads if b}
+    bad = []
+    for path in [*ROOT.glob("*.md"), *(ROOT / "docs").rglob("*.md"), *(ROOT / "src").rglob("*.py"),
+                 *(ROOT / "src").rglob("*.yaml"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "benchmarks").rglob("*")]:
+        if not path.is_file() or path.suffix not in (".md", ".py", ".yaml", ".sh"):
+            continue
+        for ref in re.findall(r"PERFORMANCE(?:\.md)?,? §\s?(\d+(?:\.\d+)?)", path.read_text(encoding="utf-8")):
+            if ref not in sections:
+                bad.append(f"{path.relative_to(ROOT)}: §{ref}")
+    assert not bad, bad

@@ -98,3 +98,30 @@ def test_wheel_installs_beside_torch_and_runs_the_demo(wheel: Path, tmp_path: Pa
     typed = _run([str(py), "-c", "import importlib.resources as r; print(r.files('datarecon').joinpath('py.typed').is_file())"],
                  cwd=work, env=env)
     assert typed.strip().endswith("True")
+
+
+@pytest.mark.skipif(shutil.which("make") is None or shutil.which("bash") is None, reason="needs make and bash")
+def test_activating_the_environment_exports_the_data_folder_make_used(tmp_path: Path) -> None:
+    """`make` records its data folder in `.venv/bin/activate` (issue 50: after `make demo` and `source
+    .venv/bin/activate` the README's MNIST commands found no data, make having set DATARECON_DATA for its own
+    commands only); a shell's own DATARECON_DATA wins, and a second `make` leaves one such line."""
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "activate").write_text("# the activate script python -m venv writes\n")
+    console = tmp_path / ".venv" / "bin" / "datarecon"
+    console.write_text("")
+    os.utime(console, (os.stat(tmp_path / "pyproject.toml").st_mtime + 10,) * 2)  # set up already: nothing to build
+    env = {k: v for k, v in os.environ.items() if k not in ("DATARECON_DATA", "MAKEFLAGS", "MAKELEVEL")}
+    for _ in range(2):
+        subprocess.run(["make", "venv", "DATARECON_DATA=/data/here"], cwd=tmp_path, env=env, check=True,
+                       capture_output=True)
+    activate = (tmp_path / ".venv" / "bin" / "activate").read_text()
+    assert activate.count("DATARECON_DATA") == 2 and activate.startswith("# the activate script")  # one line
+
+    def exported(shell_value: str | None) -> str:
+        pre = f"DATARECON_DATA={shell_value}; " if shell_value else ""
+        return subprocess.run(["bash", "-c", f"{pre}source .venv/bin/activate; echo $DATARECON_DATA"], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+    assert exported(None) == "/data/here" and exported("/mine") == "/mine"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,37 +57,59 @@ def test_readme_python_example_runs(tmp_path: Path, capsys) -> None:
         exec(compile(block, str(README), "exec"), namespace)  # noqa: S102
 
 
-def cli_commands() -> list[list[str]]:
-    """Every ``datarecon ...`` command of the README's bash blocks (continuation lines joined)."""
-    import shlex
-
-    commands = []
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S):
-        text = block.replace("\\\n", " ")
-        for line in text.splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line.startswith("datarecon "):
-                commands.append(shlex.split(line)[1:])
-    return commands
+def shell_blocks() -> list[str]:
+    """The README's bash blocks in order, less its set-up block (``make demo`` and ``source .venv/bin/activate``:
+    the environment :func:`fresh_shell` stands in for)."""
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    setup = [b for b in blocks if b.lstrip().startswith("make demo")]
+    assert len(setup) == 1 and "source .venv/bin/activate" in setup[0], "the README lost its set-up block"
+    return [b for b in blocks if b is not setup[0]]
 
 
-def test_readme_cli_examples_run(tmp_path: Path, monkeypatch, data_dir: Path, capsys) -> None:
-    from datarecon.cli.main import main
+def fresh_shell(home: Path, data_dir: Path) -> dict[str, str]:
+    """The environment of a new shell after the set-up: a fresh home folder, the activated environment's ``bin``
+    first on ``PATH`` and ``DATARECON_DATA`` (what ``source .venv/bin/activate`` exports), nothing else of this
+    process but ``PYTHONPATH`` where it names the source tree under test (a checkout's ``src`` in development)."""
+    env = {"HOME": str(home), "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+           "DATARECON_DATA": str(data_dir), "LANG": "C.UTF-8"}
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
+
+
+def run_block(block: str, *, cwd: Path, env: dict[str, str]) -> str:
+    """``bash -e -o pipefail -c BLOCK`` in ``cwd``: its output; fails the test with the block and its error."""
+    res = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=cwd, env=env, capture_output=True,
+                         text=True, timeout=1800)
+    assert res.returncode == 0, (block, res.stderr[-3000:])
+    return res.stdout
+
+
+def test_readme_cli_examples_run(tmp_path: Path, data_dir: Path) -> None:
+    """Every bash block of the README, in order, as written, in a new shell after the set-up (a fresh home folder,
+    only the data folder the set-up exports): each command succeeds and prints what the README says (issue 50: the
+    main workflow failed in a new shell, its data folder exported 80 lines below)."""
     from datarecon.utils.io import read_json
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("DATARECON_DATA", str(data_dir))
-    commands = cli_commands()
-    assert len(commands) >= 5
-    first_screen = None
-    for argv in commands:
-        code = main(argv)
-        err = capsys.readouterr().err
-        assert code == 0, (argv, err[-2000:])
-        if argv[:1] == ["membership"] and "64" in argv and first_screen is None:
-            first_screen = read_json(tmp_path / "runs" / "membership" / "membership.json")
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = fresh_shell(home, data_dir)
+    blocks = shell_blocks()
+    assert len(blocks) >= 10 and blocks[0].startswith("datarecon train --dataset mnist")
+    run_block(blocks[0], cwd=work, env=env)  # the first screen's pipeline
+    _first_screen_membership_holds(read_json(work / "runs" / "membership" / "membership.json"))
+    for block in blocks[1:]:
+        run_block(block, cwd=work, env=env)
+    _readme_claims_hold(work)
+    assert not list(home.iterdir()) or all(p.name.startswith(".") for p in home.iterdir())
+
+
+def _readme_claims_hold(tmp_path: Path) -> None:
+    """What the README says its command blocks give (the folder the blocks ran in)."""
+    from datarecon.utils.io import read_json
+
     assert (tmp_path / "runs" / "report.html").is_file()
-    _first_screen_membership_holds(first_screen)
     # the MNIST pipeline and the experiment file beat their held-out nulls by the margins the README states
     text = README.read_text(encoding="utf-8")
     assert "checks the count beats its held-out\nnull by at least 5" in text
@@ -93,14 +118,10 @@ def test_readme_cli_examples_run(tmp_path: Path, monkeypatch, data_dir: Path, ca
     _beats(read_json(tmp_path / "runs" / "experiment" / "run" / "metrics.json")["headline"], 10)
     assert (tmp_path / "runs" / "experiment" / "report.html").is_file()  # datarecon run experiment-digits.yaml
     # --runs 3: three ordinary run directories, each a complete run of its own seed
-    from datarecon.utils.io import read_json as _read
-
-    seeds = [_read(tmp_path / "runs" / "kkt-runs" / f"run{j}" / "run.json")["seed"] for j in range(3)]
+    seeds = [read_json(tmp_path / "runs" / "kkt-runs" / f"run{j}" / "run.json")["seed"] for j in range(3)]
     assert seeds == [0, 1, 2]
     assert (tmp_path / "runs" / "kkt-runs" / "metrics.json").is_file()  # the pool of the three, evaluated
     # the bilevel example recovers the paper's qualitative results with the default step (no --lr-x)
-    from datarecon.utils.io import read_json
-
     part, gt = read_json(tmp_path / "runs" / "bilevel" / "metrics.json"), read_json(
         tmp_path / "runs" / "bilevel-gt" / "metrics.json")
     run = read_json(tmp_path / "runs" / "bilevel" / "run.json")

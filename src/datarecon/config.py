@@ -39,6 +39,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden
                 continue
+            if isinstance(key_node, (yaml.MappingNode, yaml.SequenceNode)):
+                raise yaml.constructor.ConstructorError(None, None, _collection_key(key_node), key_node.start_mark)
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
             if not isinstance(key, str):  # YAML reads `null:`, `~:`, `1:` or `yes:` as no name at all
                 line = key_node.start_mark.line + 1
@@ -56,6 +58,29 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if not twice and not isinstance(key, (list, dict)):
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _collection_key(node: yaml.Node) -> str:
+    """Why a mapping or a list standing where a field name should be cannot be read, and what to write instead.
+
+    The usual cause is doubled braces (``attack: {{method: kkt}}``, as templating engines write them): YAML reads
+    the outer pair as a mapping whose one key is the inner mapping. The fix shown is the same line with single
+    braces where that line reads as YAML; quoting would not help (the key would be the text ``{method: kkt}``).
+    """
+    mark = node.start_mark
+    lines = str(mark.buffer or "").rstrip("\0").splitlines()
+    text = lines[mark.line].strip() if mark.line < len(lines) else ""
+    what = "a mapping {...}" if isinstance(node, yaml.MappingNode) else "a list [...]"
+    where = f"line {mark.line + 1} (`{text[:80]}`) has {what} where a field name should be"
+    if "{{" not in text and "[[" not in text:
+        return f"{where}; a key is a field name: write `name: value`, with the mapping or list as the value"
+    single = text.replace("{{", "{").replace("}}", "}").replace("[[", "[").replace("]]", "]")
+    try:
+        yaml.load(single, Loader=_UniqueKeyLoader)
+        fix = f"write single braces: `{single}`"
+    except yaml.YAMLError:
+        fix = "write single braces, and fill in a template's {{ placeholder }} before the file is read"
+    return f"{where}: YAML reads doubled braces as a mapping whose key is the inner mapping; {fix}"
 
 
 #: the most values (mappings, lists and scalars, each alias counted where it is used) a config may

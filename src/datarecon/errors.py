@@ -10,7 +10,25 @@ from __future__ import annotations
 
 
 class DataReconError(Exception):
-    """A problem the user can fix; its message is one line: problem + fix."""
+    """A problem the user can fix; its message is one line: problem + fix.
+
+    The message names the fix in the command line's words (``--overwrite``); ``python`` spells the same fix for
+    the Python API (``overwrite=True``). ``str(error)``, what a Python caller sees, adds it in parentheses;
+    the command line prints :attr:`cli_message`, without it (a user of the command line called no Python).
+    """
+
+    def __init__(self, *args: object, python: str | None = None) -> None:
+        super().__init__(*args)
+        self.python = python
+
+    @property
+    def cli_message(self) -> str:
+        """The message as the command line prints it (without the Python spelling of the fix)."""
+        return super().__str__()
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text} (in Python: {self.python})" if self.python else text
 
 
 class DataMissingError(DataReconError):

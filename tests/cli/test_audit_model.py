@@ -8,6 +8,7 @@ import json
 import pytest
 
 from datarecon.cli.main import main
+from datarecon.experiments.audit import SCALE_CAVEATS
 
 
 @pytest.fixture(scope="module")
@@ -20,18 +21,27 @@ def model(tmp_path_factory):
 
 
 def test_audit_a_given_model_prints_the_answer_and_writes_a_report(model, tmp_path, capsys):
-    (tmp_path / "cfg.yaml").write_text("model_membership: {nonmembers: 300, population: 60, references: {count: 4}}\n")
+    (tmp_path / "cfg.yaml").write_text("model_membership: {nonmembers: 300, population: 60, references: {count: 4}}\n"
+                                       "keep: 2\n")  # both runs pooled: 80 candidates against 40 held-out images
     args = ["audit", "--scale", "smoke", "--model", str(model), "--config", str(tmp_path / "cfg.yaml"),
             "--no-progress", "--out", str(tmp_path / "a")]
     assert main(args) == 0, capsys.readouterr().err
     text = capsys.readouterr().out
     assert "reconstruction (the audit's KKT runs, pooled): " in text and "(held-out null" in text
+    # the count's caveats go with it (issue 50): the null's candidate count, and that a smoke count measures nothing
+    assert "reconstruction: note: the held-out null has 40 candidates, the attack 80: fewer null candidates lower " \
+           "the threshold and flatter the attack" in text
+    assert f"reconstruction: note: {SCALE_CAVEATS['smoke']}" in text
     assert "membership: strongest: " in text and "membership: loss threshold (baseline): loss: AUC" in text
     assert "membership: empirical epsilon" in text and "report: " in text
     result = json.loads((tmp_path / "a" / "membership" / "membership.json").read_text())
     assert result["references"]["count"] == 4 and result["references"]["in_models"]["mean"] == 2.0
     page = (tmp_path / "a" / "report.html").read_text(encoding="utf-8")
     assert "Membership: the strongest signal beside the loss threshold" in page and "Reconstruction: 2 KKT runs" in page
+    # the reconstruction figures beside the membership ones (issue 50: the report showed membership figures only)
+    assert "Best SSIM of each training image&#x27;s reconstruction, sorted, against held-out images" in page
+    assert "candidates, sorted by SSIM to their nearest training image" in page
+    assert "0 reconstructed is no evidence of safety" in page
     assert main(args) == 0  # a rerun: every piece done earlier, the same answer
     again = capsys.readouterr().out
     assert again.count("done earlier, skipped") == 6 and "membership: strongest: " in again

@@ -625,7 +625,7 @@ CASES.update({
                                         "is not a datarecon model directory"),
     "sweep-model-dir-a-run": Case(lambda ws: ["sweep", "--no-progress", "--config", str(_write(
         ws.root / "sweep.yaml", f"model_dir: {ws.run}\nsteps: 2\n")), "--out", str(ws.root / "s")],
-        "set model_dir to the model the run attacked"),
+        "set model_dir to the model directory the run attacked: "),
 })
 
 
@@ -1028,6 +1028,158 @@ CASES.update({
 })
 
 
+# -- issue 50: records checked when read (model.json's metrics and margin-ascent curve), messages --------------
+
+
+def _ascent_meta(meta: dict) -> None:
+    """A margin ascent of 40 steps, window 20, as `train --margin-ascent-steps 40 --margin-ascent-window 20
+    --kkt-score` records it (its curve probed at the start, 1 window and the end)."""
+    meta["training"]["margin_ascent"] = {"steps": 40, "window": 20, "rtol": 0.01, "step_size": 0.01}
+    meta["metrics"].update(margin_ascent_steps=40, margin_ascent_status="complete", margin_ascent_stop_reason="completed",
+                           margin_ascent_wall_time_s=0.03, normalised_margin_before_ascent=0.015,
+                           normalised_margin=0.044, margin_ascent_curve=[
+                               {"step": s, "normalised_margin": m, "kkt_truth": 0.9, "kkt_best_fake": 0.95,
+                                "kkt_gap": 0.05} for s, m in ((0, 0.015), (20, 0.053), (40, 0.044))])
+
+
+def _info_ascent(ws: Workspace, change: Callable[[dict], object]) -> list[str]:
+    """``datarecon info`` of the model with a margin-ascent record (:func:`_ascent_meta`), changed by ``change``."""
+    def edit(meta: dict) -> None:
+        _ascent_meta(meta)
+        change(meta["metrics"])
+    return ["info", str(ws.edit_meta(edit))]
+
+
+def _point(i: int, **values: object) -> Callable[[dict], object]:
+    return lambda m: m["margin_ascent_curve"][i].update(values)
+
+
+def _edit_json(path: Path, change: Callable[[dict], object]) -> Path:
+    """``path`` (a JSON file) changed by ``change``; returns its folder."""
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    return path.parent
+
+
+def _append(path: Path, text: str) -> Path:
+    path.write_text(path.read_text() + text)
+    return path.parent
+
+
+def _drop_tensor(path: Path, name: str, *, keep: int = 0) -> Path:
+    """``path`` (safetensors) without the tensor ``name``, or with only its first ``keep`` values."""
+    tensors = load_tensors(path)
+    tensors[name] = tensors[name][:keep]
+    if not keep:
+        del tensors[name]
+    save_tensors(path, tensors)
+    return path
+
+
+def _report(ws: Workspace, folder: Path) -> list[str]:
+    return ["report", str(folder), "--out", str(ws.root / "r.html")]
+
+
+CASES.update({
+    # wrongly accepted: `datarecon info` printed a damaged model.json as if it were real (7 cases of the trial)
+    "info-ascent-curve-a-string": Case(lambda ws: _info_ascent(ws, lambda m: m.update(margin_ascent_curve="curve")),
+                                       "metrics.margin_ascent_curve: Input should be a valid array"),
+    "info-ascent-margin-nan": Case(lambda ws: _info_ascent(ws, _point(1, normalised_margin=float("nan"))),
+                                   "metrics.margin_ascent_curve.1.normalised_margin: Input should be a finite number"),
+    "info-ascent-step-negative": Case(lambda ws: _info_ascent(ws, _point(1, step=-5)),
+                                      "metrics.margin_ascent_curve.1.step: Input should be greater than or equal to 0"),
+    "info-ascent-curve-repeated": Case(lambda ws: _info_ascent(ws, lambda m: m.update(
+        margin_ascent_curve=m["margin_ascent_curve"] * 20_000)), "point 3 is at step 0, not after the step 40"),
+    "info-ascent-gap-not-a-number": Case(lambda ws: _info_ascent(ws, _point(1, kkt_gap="wide")),
+                                         "metrics.margin_ascent_curve.1.kkt_gap: Input should be a valid number"),
+    "info-ascent-stop-reason-a-number": Case(lambda ws: _info_ascent(ws, lambda m: m.update(
+        margin_ascent_stop_reason=42)), "metrics.margin_ascent_stop_reason: Input should be a valid string"),
+    "info-ascent-empty-point": Case(lambda ws: _info_ascent(ws, lambda m: m["margin_ascent_curve"].append({})),
+                                    "metrics.margin_ascent_curve.3.step: Field required"),
+    # and what else the card and the readers of model.json take from it
+    "info-ascent-more-points-than-windows": Case(lambda ws: _info_ascent(ws, lambda m: m.update(margin_ascent_curve=[
+        {"step": s, "normalised_margin": 0.1} for s in range(0, 41, 5)])), "more than the 4 an ascent of 40 steps"),
+    "info-ascent-curve-beyond-its-steps": Case(lambda ws: _info_ascent(ws, lambda m: m.update(margin_ascent_steps=20)),
+                                               "reaches step 40, beyond the ascent's 20 steps"),
+    "info-ascent-probe-value-not-a-number": Case(lambda ws: _info_ascent(ws, _point(0, other_probe=[1])),
+                                                 "other_probe [1] is not a number"),
+    "info-metrics-status-unknown": Case(lambda ws: ["info", str(ws.edit_meta(lambda m: m["metrics"].update(
+        status="fine")))], "metrics.status: unknown status"),
+    "info-metrics-accuracy-beyond-one": Case(lambda ws: ["info", str(ws.edit_meta(lambda m: m["metrics"].update(
+        train_accuracy=1.5)))], "metrics.train_accuracy: Input should be less than or equal to 1"),
+    "info-training-lr-text": Case(lambda ws: ["info", str(ws.edit_meta(lambda m: m["training"].update(lr="fast")))],
+                                  "training.lr: Input should be a valid number"),
+    # the other records evaluate and report read (internal errors or printed as if real before)
+    "evaluate-run-json-restored-label-counts-text": Case(lambda ws: ["evaluate", "--no-progress", str(_edit_json(
+        ws.run / "run.json", lambda r: r["knowledge"].update(labels={"counts": ["a"], "source": "restored"})))],
+        "knowledge.labels.counts.0: Input should be a valid integer"),
+    "evaluate-run-json-param-distance-text": Case(lambda ws: ["evaluate", "--no-progress", str(_edit_json(
+        ws.run / "run.json", lambda r: r["extra"].update(param_distance="far")))],
+        "extra.param_distance: Input should be a valid number"),
+    "evaluate-run-json-init-name-a-number": Case(lambda ws: ["evaluate", "--no-progress", str(_edit_json(
+        ws.run / "run.json", lambda r: r["init"].update(name=5)))], "init.name: Input should be a valid string"),
+    "evaluate-run-json-own-value-range-empty": Case(lambda ws: ["evaluate", "--no-progress", str(_edit_json(
+        ws.run / "run.json", lambda r: r.update(own_model={"value_range": [1, 1]}, model_dir=None)))],
+        "value_range [1.0, 1.0] is not an interval lo < hi"),
+    "report-run-json-subspace-rank-text": Case(lambda ws: _report(ws, _edit_json(
+        ws.evaluated / "run.json", lambda r: r["subspace"].update(rank="x"))), "subspace.rank: Input should be an object"),
+    "report-history-metric-text": Case(lambda ws: _report(ws, _append(
+        ws.evaluated / "history.jsonl", '{"step": 99, "rel_residual": "low"}\n')), "rel_residual 'low' is not a number"),
+    "report-neighbours-without-candidates": Case(lambda ws: _report(ws, _drop_tensor(
+        ws.evaluated / "neighbours.safetensors", "candidates").parent), "no 'candidates' tensor of images"),
+    "report-metrics-identifiability-text": Case(lambda ws: _report(ws, _edit_json(
+        ws.evaluated / "metrics.json", lambda m: m.update(identifiability="x"))),
+        "identifiability: Input should be an object"),
+    "report-metrics-run-data-a-number": Case(lambda ws: _report(ws, _edit_json(
+        ws.evaluated / "metrics.json", lambda m: m.update(run={**m["run"], "data": 5}))),
+        "run.data: Input should be an object"),
+    "report-metrics-count-as-text": Case(lambda ws: _report(ws, _edit_json(
+        ws.evaluated / "metrics.json", lambda m: m["headline"].update(count="3"))),
+        "headline.count: Input should be a valid integer"),
+    "report-membership-strongest-a-name": Case(lambda ws: _report(ws, _damaged_membership(
+        ws, lambda r: r.update(strongest="loss"))), "strongest: Input should be an object"),
+    "report-membership-tpr-interval-text": Case(lambda ws: _report(ws, _damaged_membership(
+        ws, lambda r: r["signals"]["loss"]["report"].update(tpr_ci={"0.01": "x"}))),
+        "signals.loss.report.tpr_ci.0.01: Input should be a valid array"),
+    "report-membership-scores-short": Case(lambda ws: _report(ws, _drop_tensor(
+        _members_of_other(ws) / "scores.safetensors", "score.loss", keep=5).parent),
+        "'score.loss' is not 60 numbers, one per candidate"),
+    # misleading: doubled braces answered with PyYAML's internals and a quoting fix that does not fix them
+    "train-config-doubled-braces": Case(lambda ws: ["train", "--config", str(_write(
+        ws.root / "t.yaml", "data: {{dataset: digits, task: odd-even, n_per_class: 5}}\n")), "--out", str(ws.root / "m")],
+        "write single braces: `data: {dataset: digits, task: odd-even, n_per_class: 5}`"),
+    "reconstruct-config-doubled-braces": Case(lambda ws: ["reconstruct", "--config", str(_write(
+        ws.root / "r.yaml", f"model: {ws.model}\nattack: {{{{method: kkt, steps: 40}}}}\n")), "--out",
+        str(ws.root / "new-run")], "line 2 (`attack: {{method: kkt, steps: 40}}`) has a mapping {...} where a field "
+        "name should be: YAML reads doubled braces as a mapping whose key is the inner mapping; write single braces: "
+        "`attack: {method: kkt, steps: 40}`"),
+    "run-doubled-braces": Case(lambda ws: ["run", str(_write(ws.root / "exp.yaml", _EXP_TRAIN + "attack: {{attack: "
+                                                              "{method: kkt, steps: 2}}}\n")), "--out",
+                                           str(ws.root / "e"), "--no-progress"],
+                               "write single braces: `attack: {attack: {method: kkt, steps: 2}}`"),
+    "reconstruct-config-doubled-braces-of-a-placeholder": Case(lambda ws: ["reconstruct", "--config", str(_write(
+        ws.root / "r.yaml", f"model: {ws.model}\nattack: {{method: kkt, steps: {{{{40}}}}}}\n")), "--out",
+        str(ws.root / "new-run")], "fill in a template's {{ placeholder }} before the file is read"),
+    "reconstruct-config-list-as-key": Case(lambda ws: ["reconstruct", "--config", str(_write(
+        ws.root / "r.yaml", f"model: {ws.model}\n[steps, 40]: 3\n")), "--out", str(ws.root / "new-run")],
+        "has a list [...] where a field name should be; a key is a field name: write `name: value`"),
+    # misleading: the "got" list left out the margin ascent that caused the refusal
+    "train-batch-size-with-margin-ascent": Case(lambda ws: [*TRAIN, "--margin-ascent-steps", "20", "--batch-size", "4",
+                                                            "--out", str(ws.root / "m")],
+                                                "got margin_ascent steps 20 (--margin-ascent-steps): drop it or "
+                                                "batch_size (--batch-size)"),
+    "train-dp-with-a-stop-rule": Case(lambda ws: [*TRAIN, "--margin-patience", "5", "--dp-epsilon", "3",
+                                                  "--dp-batch-size", "4", "--out", str(ws.root / "m")],
+                                      "got stop.margin_patience 5 (--margin-patience): drop it or the dp settings"),
+    # misleading: info takes a folder, not --model; name the model directory the run attacked
+    "info-of-a-run": Case(lambda ws: ["info", str(ws.run)], "is a run directory, not a model directory; pass the model "
+                                                            "directory the run attacked: "),
+    "reconstruct-pretrained-head-unknown": Case(lambda ws: _rec(ws, model=_fine_tuned_from(
+        ws, ws.model, ws.other) and ws.edit_meta(lambda m: m["pretrained"].update(head="both"))),
+        "pretrained.head: Input should be 'pretrained' or 'new'"),
+})
+
 def _bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
@@ -1050,6 +1202,7 @@ def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 227  # and 22 more by the fifth's (issue 46 item 3)
     assert len(CASES) >= 234  # and 7 more by the sixth's membership findings (issue 50)
     assert len(CASES) >= 246  # and 12 more for issue 49's silent options and issue 50's plug-in errors
+    assert len(CASES) >= 283  # and 37 more for issue 50's records checked when read and its misleading messages
 
 
 @pytest.mark.parametrize("name", list(CASES))

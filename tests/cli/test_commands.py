@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from datarecon.cli.main import build_command, main
+from datarecon.experiments.audit import SCALE_CAVEATS
 
 #: the commands that compute (issue 25 item 8: each takes --threads)
 COMPUTING = (["train"], ["reconstruct"], ["evaluate"], ["report"], ["run"], ["sweep"], ["reproduce", "runkel2024"],
@@ -216,6 +217,9 @@ def test_audit_shows_progress_skips_a_no_op_and_keeps_user_files(tmp_path: Path,
     first = capsys.readouterr().out
     assert "[1/4] baseline/s0: training the target and 2 attack runs ..." in first
     assert "[4/4] dp-eps10/s0: done" in first
+    # the smoke scale's counts measure nothing: said with them (issue 50), and in the report's setup
+    assert first.splitlines()[-2] == f"note: {SCALE_CAVEATS['smoke']}"
+    assert "0 reconstructed is no evidence of safety" in (out / "report.html").read_text(encoding="utf-8")
     t0 = time.perf_counter()
     assert main(["audit", "--scale", "smoke", "--out", str(out), "--no-progress"]) == 0
     took = time.perf_counter() - t0

@@ -276,3 +276,18 @@ def test_backend_options_build_the_backend_and_refuse_an_unknown_one():
     assert seen["backend"].backend_options() == {"address": "auto"}
     r = CliRunner().invoke(app, ["cmd", "--backend", "slurm"])
     assert isinstance(r.exception, DataReconError) and "valid names: local, ray" in str(r.exception)
+
+
+def test_every_threads_option_shows_its_default():
+    """Every command's --threads says its default in its help (issue 50: `demo --help` showed none, its option
+    defaulting to "not given" so that a --config file's value applies); a command with --steps does so too."""
+    from datarecon.cli.main import _walk_commands, build_command
+
+    missing = []
+    for cmd in _walk_commands(build_command()):
+        for param in getattr(cmd, "params", []):
+            if "--threads" in getattr(param, "opts", ()) or (cmd.name == "demo" and "--steps" in param.opts):
+                shown = param.show_default not in (False, None) and param.default is not None
+                if not (shown or "[default: " in (param.help or "")):
+                    missing.append(f"{cmd.name} {param.opts[0]}")
+    assert not missing, missing

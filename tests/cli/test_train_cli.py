@@ -81,8 +81,7 @@ def test_existing_out_dir_needs_overwrite(tmp_path: Path, capsys) -> None:
     assert main([*DIGITS, "--out", str(out), "--quiet"]) == 0
     first = (out / "weights.safetensors").read_bytes()
     assert _err(capsys, [*DIGITS, "--out", str(out)]) == (
-        f"error: output directory {out} exists; pass --overwrite to replace it or choose another --out (in Python: "
-        "resume=True, overwrite=True, another out)")
+        f"error: output directory {out} exists; pass --overwrite to replace it or choose another --out")
     (out / ".weights.safetensors.abc12345.tmp").write_text("left by a killed writer")
     assert main([*DIGITS, "--out", str(out), "--overwrite", "--quiet", "--seed", "1"]) == 0
     assert (out / "weights.safetensors").read_bytes() != first

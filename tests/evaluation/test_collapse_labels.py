@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from datarecon.evaluation import evaluate
+from datarecon.evaluation import evaluation_of
 from datarecon.evaluation.protocol import collapse, collapse_clusters
 
 
@@ -33,7 +33,7 @@ def test_a_shared_blob_is_one_training_match_not_many(smooth):
     train, held = smooth(20, 1, 8, 8, seed=2), smooth(40, 1, 8, 8, seed=3)
     blob = 0.9 * train[:1] + 0.1 * held[:1]
     cands = torch.cat([blob.repeat(17, 1, 1, 1), smooth(3, 1, 8, 8, seed=4)])
-    ev = evaluate(cands, train=train, heldout=held, config={"n_floor_noise": 20})
+    ev = evaluation_of(cands, train=train, heldout=held, config={"n_floor_noise": 20})
     priv = ev.summary["privacy"]
     assert priv["n_real"] >= 17 and priv["n_real_distinct_train"] <= priv["n_real"] - 16
     assert priv["largest_shared"] == {"train_index": 0, "count": 17}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from datarecon.evaluation import HaimSettings, RunRecord, evaluate
+from datarecon.evaluation import HaimSettings, RunRecord, evaluation_of
 from datarecon.evaluation.baselines import (
     INIT_MARGIN,
     PAPER_THRESHOLD,
@@ -76,9 +76,9 @@ def test_partition_candidates_that_stay_at_their_start_are_not_counted():
     that moved from their partition images onto the training images do."""
     train, part, held = _digits()
     stay = 0.5 * part + 0.5 * train  # "partition-like" starts that already resemble the training set
-    free = evaluate(stay, train=train, heldout=held, config={"n_floor_noise": 50})
+    free = evaluation_of(stay, train=train, heldout=held, config={"n_floor_noise": 50})
     assert free.summary["headline"]["rule"] == "standard" and free.summary["headline"]["count"] > 0
-    ev = evaluate(stay, train=train, heldout=held, record=RunRecord(init=stay, init_name="partition"),
+    ev = evaluation_of(stay, train=train, heldout=held, record=RunRecord(init=stay, init_name="partition"),
                   config={"n_floor_noise": 50})
     head = ev.summary["headline"]
     assert head["rule"] == "init-shift" and head["count"] == 0
@@ -86,7 +86,7 @@ def test_partition_candidates_that_stay_at_their_start_are_not_counted():
     assert "initial image" in head["rule_text"]
     assert min(r["init_ssim"] for r in ev.rows) > 0.98  # min-max rescaled, as the protocol measures
     # candidates that moved from their partition images onto the training images count
-    moved = evaluate(train.clone(), train=train, heldout=held, record=RunRecord(init=part, init_name="partition"),
+    moved = evaluation_of(train.clone(), train=train, heldout=held, record=RunRecord(init=part, init_name="partition"),
                      config={"n_floor_noise": 50})
     mh = moved.summary["headline"]
     assert mh["count"] >= 18 and mh["count"] + mh["calibrated"]["excluded"] == 20  # a start already near its match is not
@@ -97,7 +97,7 @@ def test_partition_candidates_that_stay_at_their_start_are_not_counted():
 
 def test_a_partition_run_without_recorded_starts_gets_no_count():
     train, part, held = _digits()
-    ev = evaluate(part, train=train, heldout=held, record=RunRecord(init_name="partition"), config={"n_floor_noise": 50})
+    ev = evaluation_of(part, train=train, heldout=held, record=RunRecord(init_name="partition"), config={"n_floor_noise": 50})
     head = ev.summary["headline"]
     assert head["count"] is None and head["paper"]["count"] is None
     assert any("were not recorded" in n for n in head["notes"])
@@ -105,7 +105,7 @@ def test_a_partition_run_without_recorded_starts_gets_no_count():
 
 def test_ground_truth_starts_report_retention_instead_of_a_count():
     train, _, held = _digits()
-    ev = evaluate(train.clone(), train=train, heldout=held, record=RunRecord(init=train, init_name="ground-truth"),
+    ev = evaluation_of(train.clone(), train=train, heldout=held, record=RunRecord(init=train, init_name="ground-truth"),
                   config={"n_floor_noise": 50})
     head = ev.summary["headline"]
     assert head["rule"] == "retention" and head["count"] is None
@@ -126,7 +126,7 @@ def test_the_held_out_null_attacks_with_as_many_candidates_as_the_run():
     cfg = EvaluationConfig(n_floor_noise=50)
     train, part, held = _digits()  # 20 training, 40 held-out images
     cands = 0.7 * part[:10] + 0.3 * train[:10]  # m = 10 < K = 40
-    ev = evaluate(cands, train=train, heldout=held, config={"n_floor_noise": 50})
+    ev = evaluation_of(cands, train=train, heldout=held, config={"n_floor_noise": 50})
     head = ev.summary["headline"]
     assert head["n_heldout_candidates"] == 10 == head["n_candidates"] and head["n_heldout_available"] == 40
     assert any("uses 10 of the 40 held-out images" in n for n in head["notes"])
@@ -135,7 +135,7 @@ def test_the_held_out_null_attacks_with_as_many_candidates_as_the_run():
     ref = null_calibrated(stat(cands), stat(held[pick]), floor=PAPER_THRESHOLD)
     assert head["calibrated"]["null_threshold"] == pytest.approx(ref.null_threshold)
     assert head["heldout"] == ref.null
-    again = evaluate(cands, train=train, heldout=held, config={"n_floor_noise": 50}).summary["headline"]
+    again = evaluation_of(cands, train=train, heldout=held, config={"n_floor_noise": 50}).summary["headline"]
     assert again["calibrated"]["null_threshold"] == head["calibrated"]["null_threshold"]
     # all of them would give a stricter null (a higher threshold) than the rule asks for
     full = null_calibrated(stat(cands), stat(held), floor=PAPER_THRESHOLD)

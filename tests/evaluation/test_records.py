@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from datarecon.errors import CheckpointError
-from datarecon.evaluation.records import read_metrics, read_run_fields
+from datarecon.evaluation.records import read_metrics
+from datarecon.evaluation.run_records import read_run_fields
 
 METRICS = {"nearest": {}, "metric": "ssim", "n_candidates": 20,
            "headline": {"rule": "standard", "threshold": 0.8, "count": 3, "heldout": 0, "noise": 0, "n_train": 10,

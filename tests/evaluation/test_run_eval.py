@@ -1,4 +1,4 @@
-"""evaluate_candidates (pure core) and evaluate_run (run directory) end to end."""
+"""evaluation_against (pure core) and run_metrics (run directory) end to end."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from datarecon.errors import CheckpointError, DataReconError
-from datarecon.evaluation import RunEvaluationSettings, RunRecord, evaluate_candidates, evaluate_run, noise_images
+from datarecon.evaluation import RunEvaluationSettings, RunRecord, evaluation_against, run_metrics, noise_images
 from datarecon.utils.io import atomic_write_json, load_tensors, save_tensors
 
 
@@ -23,11 +23,11 @@ def _case(smooth):
     return train, held, part, cands
 
 
-def test_evaluate_candidates_copies_real_noise_fake(smooth):
+def test_evaluation_against_copies_real_noise_fake(smooth):
     train, held, part, cands = _case(smooth)
     before = cands.clone()
     scores = {"oracle": torch.tensor([1.0, 1, 1, 0, 0, 0, 0]), "rand": torch.arange(7.0)}
-    ev = evaluate_candidates(cands, references={"train": train, "heldout": held, "partition": part,
+    ev = evaluation_against(cands, references={"train": train, "heldout": held, "partition": part,
                                                 "noise": noise_images(16, (3, 16, 16))},
                              record=RunRecord(labels=torch.ones(7), scores=scores, multipliers=torch.linspace(0, 1, 7),
                                               margins=torch.rand(16)),
@@ -53,14 +53,14 @@ def test_evaluate_candidates_copies_real_noise_fake(smooth):
     json.dumps(s)  # JSON-ready
 
 
-def test_evaluate_candidates_without_heldout(smooth):
+def test_evaluation_against_without_heldout(smooth):
     train, _, _, cands = _case(smooth)
-    ev = evaluate_candidates(cands, references={"train": train}, config={"baselines": False, "top_k": 4})
+    ev = evaluation_against(cands, references={"train": train}, config={"baselines": False, "top_k": 4})
     assert ev.real is None and "note" in ev.summary["privacy"]
     with pytest.raises(DataReconError, match="2 values for 7"):
-        evaluate_candidates(cands, record=RunRecord(scores={"x": torch.ones(2)}), references={"train": train})
+        evaluation_against(cands, record=RunRecord(scores={"x": torch.ones(2)}), references={"train": train})
     with pytest.raises(DataReconError, match="reference set 'train' has images"):
-        evaluate_candidates(cands, references={"train": train[:, :1]})
+        evaluation_against(cands, references={"train": train[:, :1]})
 
 
 def _make_model_dir(path):
@@ -83,7 +83,7 @@ def _make_model_dir(path):
     return task
 
 
-def test_evaluate_run_writes_metrics_and_csv(tmp_path):
+def test_run_metrics_writes_metrics_and_csv(tmp_path):
     pytest.importorskip("datarecon.models.checkpoint")
     task = _make_model_dir(tmp_path / "model")
     norm = task.normalisation
@@ -96,7 +96,7 @@ def test_evaluate_run_writes_metrics_and_csv(tmp_path):
                   "score_lambda": torch.tensor([3.0, 3, 3, 0, 1, 2, 0])})
     atomic_write_json(run / "run.json", {"model_dir": str(tmp_path / "model"), "method": "kkt",
                                          "status": "complete", "extra": {"param_distance": 1.5e-3}})
-    summary = evaluate_run(run, progress=False)
+    summary = run_metrics(run, progress=False)
     m = json.loads((run / "metrics.json").read_text())
     assert m["param_distance"] == 1.5e-3 and summary["param_distance"] == 1.5e-3
     assert m["window_size"] == 7  # 8x8 digits: the Gaussian window falls back to 7x7
@@ -116,29 +116,29 @@ def test_evaluate_run_writes_metrics_and_csv(tmp_path):
     assert math.isclose(float(nb["train_score"][0]), 1.0, abs_tol=1e-5)
 
 
-def test_evaluate_run_errors(tmp_path):
+def test_run_metrics_errors(tmp_path):
     with pytest.raises(CheckpointError, match="not found"):
-        evaluate_run(tmp_path / "nope")
+        run_metrics(tmp_path / "nope")
     run = tmp_path / "run"
     run.mkdir()
     with pytest.raises(CheckpointError, match="run.json is missing"):
-        evaluate_run(run)
+        run_metrics(run)
     atomic_write_json(run / "run.json", {"model_dir": str(tmp_path / "missing"), "status": "running"})
     save_tensors(run / "candidates.safetensors", {"x": torch.zeros(2, 1, 8, 8)})
     with pytest.raises(DataReconError, match="status 'running'"):
-        evaluate_run(run)
+        run_metrics(run)
     with pytest.raises(CheckpointError, match="model directory .* not found"):
-        evaluate_run(run, {"allow_incomplete": True})
+        run_metrics(run, {"allow_incomplete": True})
     with pytest.raises(DataReconError, match="valid names: heldout, noise, partition, train"):
-        evaluate_run(run, RunEvaluationSettings(against=("test",)))
+        run_metrics(run, RunEvaluationSettings(against=("test",)))
 
 
 def test_approximate_searches_are_labelled(smooth):
     train, held, _, cands = _case(smooth)
-    exact = evaluate_candidates(cands, references={"train": train, "heldout": held},
+    exact = evaluation_against(cands, references={"train": train, "heldout": held},
                                 config={"top_k": 4, "n_floor_noise": 20})
     assert exact.summary["approximate"] == [] and exact.summary["nearest"]["train"]["ssim"]["exact"] is True
-    approx = evaluate_candidates(cands, references={"train": train, "heldout": held},
+    approx = evaluation_against(cands, references={"train": train, "heldout": held},
                                  config={"top_k": 4, "exact_up_to": 0, "n_floor_noise": 20})
     s = approx.summary
     assert s["nearest"]["train"]["ssim"]["exact"] is False and s["nearest"]["train"]["l2"]["exact"] is True
@@ -153,11 +153,11 @@ def test_a_run_that_stopped_early_is_evaluated(tmp_path):
     save_tensors(run / "candidates.safetensors", {"x": task.normalisation.to_model(task.train.x[:4])})
     atomic_write_json(run / "run.json", {"model_dir": str(tmp_path / "model"), "method": "kkt",
                                          "status": "stopped-early"})
-    assert evaluate_run(run, progress=False)["run"]["status"] == "stopped-early"
+    assert run_metrics(run, progress=False)["run"]["status"] == "stopped-early"
     atomic_write_json(run / "run.json", {"model_dir": str(tmp_path / "model"), "method": "kkt", "status": "diverged"})
     # a diverged run is not told to resume (it would diverge again): its last finite state, or a lower step size
     with pytest.raises(DataReconError, match="diverged .*last finite state.*--allow-incomplete.*lower lr_x") as err:
-        evaluate_run(run, progress=False)
+        run_metrics(run, progress=False)
     assert "resume" not in str(err.value)
 
 
@@ -195,33 +195,33 @@ def test_null_calibrated_refuses_mismatched_inputs():
         null_calibrated(torch.zeros(3), torch.zeros(3), rate=1.0)
 
 
-def test_evaluate_tensors_equals_the_mapping_form_and_names_its_seeds(smooth):
-    """evaluate(train=, heldout=, noise=N) is evaluate_candidates with the sets in a mapping and the noise
+def test_evaluation_of_equals_the_mapping_form_and_names_its_seeds(smooth):
+    """evaluation_of(train=, heldout=, noise=N) is evaluation_against with the sets in a mapping and the noise
     set drawn with noise_seed; changing a named seed changes only what it seeds."""
-    from datarecon.evaluation import EvaluationConfig, evaluate
+    from datarecon.evaluation import EvaluationConfig, evaluation_of
 
     train, held, part, cands = _case(smooth)
     scores = {"s": torch.arange(7.0)}
-    a = evaluate(cands, train=train, heldout=held, partition=part, noise=16, record=RunRecord(scores=scores),
+    a = evaluation_of(cands, train=train, heldout=held, partition=part, noise=16, record=RunRecord(scores=scores),
                  config={"top_k": 16, "n_floor_noise": 20, "noise_seed": 3})
-    b = evaluate_candidates(cands, record=RunRecord(scores=scores), config={"top_k": 16, "n_floor_noise": 20},
+    b = evaluation_against(cands, record=RunRecord(scores=scores), config={"top_k": 16, "n_floor_noise": 20},
                             references={"train": train, "partition": part, "heldout": held,
                                         "noise": noise_images(16, (3, 16, 16), generator=torch.Generator().manual_seed(3))})
     assert json.dumps(a.summary, sort_keys=True) == json.dumps(b.summary, sort_keys=True)
     assert a.rows == b.rows and set(a.grid) == {"order", "candidates", "n_candidates", "train", "train_index", "train_score",
                                                 "partition", "partition_index", "partition_score"}
-    c = evaluate(cands, train=train, heldout=held, partition=part, noise=16, record=RunRecord(scores=scores),
+    c = evaluation_of(cands, train=train, heldout=held, partition=part, noise=16, record=RunRecord(scores=scores),
                  config=EvaluationConfig(top_k=16, n_floor_noise=20, noise_seed=3, baseline_seed=7))
     assert c.summary["haim"] == a.summary["haim"] and c.summary["nearest"] == a.summary["nearest"]
     assert c.summary["baselines"]["haim_ssim"]["noise"] != a.summary["baselines"]["haim_ssim"]["noise"]
-    floors = [evaluate(cands, train=train, heldout=held, config={"top_k": 16, "n_floor_noise": 20, "floor_seed": s,
+    floors = [evaluation_of(cands, train=train, heldout=held, config={"top_k": 16, "n_floor_noise": 20, "floor_seed": s,
                                                                  "baselines": False}).summary["privacy"]["floor"]
               for s in (12345, 12345, 1)]
     assert floors[0] == floors[1] != floors[2]
     with pytest.raises(DataReconError, match="evaluation settings"):
-        evaluate(cands, train=train, config={"top_k": 0})
+        evaluation_of(cands, train=train, config={"top_k": 0})
     with pytest.raises(DataReconError, match="labels has 2 values for 7"):
-        evaluate(cands, train=train, record=RunRecord(labels=torch.ones(2)))
+        evaluation_of(cands, train=train, record=RunRecord(labels=torch.ones(2)))
 
 
 @pytest.mark.parametrize("k", [1, 3], ids=["binary", "multiclass"])

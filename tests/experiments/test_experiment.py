@@ -48,19 +48,19 @@ def test_an_interrupted_experiment_resumes_at_its_stage(tmp_path, monkeypatch):
     exp = build_experiment(TINY)
     reference = tmp_path / "ref"
     run_experiment(exp, reference, progress=False)
-    real = experiment.evaluate_run
+    real = experiment.run_metrics
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(experiment, "evaluate_run", interrupted)
+    monkeypatch.setattr(experiment, "run_metrics", interrupted)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         run_experiment(exp, out, progress=False)
     stages = json.loads((out / "experiment.json").read_text())["stages"]
     assert stages == {"train": "complete", "attack": "complete", "evaluate": "running"}
     before = (out / "run" / "run.json").read_bytes()
-    monkeypatch.setattr(experiment, "evaluate_run", real)
+    monkeypatch.setattr(experiment, "run_metrics", real)
     assert run_experiment(exp, out, progress=False)["report"] == "complete"
     assert (out / "run" / "run.json").read_bytes() == before  # the attack was not run again
     assert (out / "run" / "candidates.safetensors").read_bytes() == \

@@ -191,8 +191,11 @@ def test_overwrite_refuses_a_listed_entry_the_kind_never_writes(tmp_path: Path) 
     assert _files(model) == before
 
 
-def test_the_python_api_is_told_its_own_spelling(tmp_path):
-    """A refusal reaches the command line and the Python API alike: it names the options in both spellings."""
+def test_the_python_api_is_told_its_own_spelling_and_the_command_line_its_own(tmp_path, capsys):
+    """The refusal of an existing folder names the options in the caller's spelling: the Python API is told
+    ``overwrite=True`` beside ``--overwrite``; the command line only ``--overwrite`` (its user called no Python;
+    issue 50: every CLI refusal ended in "(in Python: ...)")."""
+    from datarecon.cli.main import main
     from datarecon.data import DataSpec
     from datarecon.training.target import ArchConfig, TrainConfig, train_target
 
@@ -201,3 +204,8 @@ def test_the_python_api_is_told_its_own_spelling(tmp_path):
     train_target(cfg, out=tmp_path / "m", progress=False)
     with pytest.raises(DataReconError, match=r"pass --overwrite .*\(in Python: resume=True, overwrite=True"):
         train_target(cfg, out=tmp_path / "m", progress=False)
+    capsys.readouterr()
+    assert main(["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "2", "--hidden", "4",
+                 "--epochs", "1", "--no-progress", "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("pass --overwrite to replace it or choose another --out") and "in Python" not in err, err

@@ -120,3 +120,42 @@ def test_safetensors_whose_header_starts_with_pickle_byte_loads(tmp_path: Path) 
     save_tensors(tmp_path / "t.safetensors", tensors)
     assert (tmp_path / "t.safetensors").read_bytes()[:1] == b"\x80"
     assert torch.equal(load_tensors(tmp_path / "t.safetensors")["k" * i], torch.zeros(2))
+
+
+def _ascent_record(curve: list[dict]) -> dict:
+    return {"margin_ascent_steps": 40, "margin_ascent_status": "complete", "margin_ascent_curve": curve}
+
+
+def test_the_writer_writes_only_what_the_reader_reads(tmp_path: Path) -> None:
+    """save_model_dir checks model.json against the read-model before it writes it (issue 50): metrics the reader
+    would refuse (a curve point without its margin) are not written, and the folder gets no model.json."""
+    spec = ArchSpec(name="mlp", input_shape=(1, 3, 3), hidden=(6,), bias=False)
+    model = build_model(spec, generator=torch.Generator().manual_seed(0))
+    description = ModelDescription(arch=spec, loss="logistic", weight_decay=0.0, data={}, normalisation="unit",
+                                   training={"margin_ascent": {"steps": 40, "window": 20}}, seed=0)
+    bad = TrainingRecord(input_mean=torch.zeros(1, 3, 3), indices={},
+                         metrics=_ascent_record([{"step": 0, "normalised_margin": 0.1}, {"step": 20}]))
+    with pytest.raises(CheckpointError, match=r"metrics.margin_ascent_curve.1.normalised_margin: Field required"):
+        save_model_dir(tmp_path / "m", model=model, description=description, record=bad)
+    assert not (tmp_path / "m" / META).exists()
+
+
+def test_an_undefined_probe_value_reads_and_is_shown_as_undefined(tmp_path: Path) -> None:
+    """The curve records a value its probe could not define as the text "nan" (training/target.py): read back, the
+    card says "undefined" where it printed "gap +nan" for any text before (issue 50); other text is refused."""
+    from datarecon.training.target import ascent_curve_lines
+
+    curve = [{"step": 0, "normalised_margin": 0.1, "kkt_truth": 0.9, "kkt_best_fake": "nan", "kkt_gap": "nan"},
+             {"step": 20, "normalised_margin": 0.2, "kkt_truth": 0.5, "kkt_best_fake": 0.7, "kkt_gap": 0.2}]
+    lines = ascent_curve_lines(_ascent_record(curve))
+    assert lines[1].split() == ["0:", "0.1,", "0.9", "/", "undefined,", "gap", "undefined"]
+    assert lines[2].endswith("0.5 / 0.7, gap +0.200")
+    from datarecon.models.checkpoint import validate_meta
+
+    meta = json.loads(json.dumps({"format": "datarecon-model/1", "arch": ArchSpec(
+        name="mlp", input_shape=(1, 3, 3), hidden=(6,), bias=False).model_dump(mode="json"), "loss": "logistic",
+        "weight_decay": 0.0, "metrics": _ascent_record(curve)}))
+    validate_meta(meta)
+    meta["metrics"]["margin_ascent_curve"][0]["kkt_gap"] = "wide"
+    with pytest.raises(CheckpointError, match=r"margin_ascent_curve.0.kkt_gap: Input should be a valid number"):
+        validate_meta(meta)

@@ -116,7 +116,7 @@ def test_own_model_report(tmp_path, shots) -> None:
 
     from datarecon.attacks.base import Target
     from datarecon.data import DataSpec, load_task
-    from datarecon.evaluation import RunRecord, evaluate
+    from datarecon.evaluation import RunRecord, evaluation_of
     from datarecon.experiments.reconstruct import RunOptions, reconstruct
     from datarecon.report import render_report
 
@@ -133,7 +133,7 @@ def test_own_model_report(tmp_path, shots) -> None:
     run = {"attack": {"method": "kkt", "steps": 100, "lr_x": 0.01, "lr_lambda": 0.01, "lambda_min": 0.2},
            "init": {"name": "gaussian", "scale": 0.05}, "candidates": 20}
     rec = reconstruct(target, run, tmp_path / "own", RunOptions(progress=False))
-    ev = evaluate(rec.x, train=task.train.x, heldout=task.heldout.x, noise=10, record=RunRecord(scores=rec.scores))
+    ev = evaluation_of(rec.x, train=task.train.x, heldout=task.heldout.x, noise=10, record=RunRecord(scores=rec.scores))
     out = render_report([ev], out=tmp_path / "own.html")
     r = render(out)
     _check_page(r, "own-model", shots)

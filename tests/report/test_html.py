@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from datarecon.errors import DataReconError
-from datarecon.evaluation import RunRecord, evaluate_candidates, noise_images, write_evaluation
+from datarecon.evaluation import RunRecord, evaluation_against, noise_images, write_evaluation
 from datarecon.report import FigureItem, Section, Table, figure_png, render_report, sorted_ssim_curve, write_report
 from datarecon.utils.io import atomic_write_json
 
@@ -68,7 +68,7 @@ def _fake_run(root: Path, name: str, lam: tuple[float, float] | None, seed: int,
     train, held, part = _smooth(12, 1), _smooth(12, 2), _smooth(12, 3)
     cands = torch.cat([train[:3] * 0.9 + 0.05, noise_images(5, (3, 16, 16), generator=torch.Generator().manual_seed(seed))])
     refs = {"train": train, "heldout": held, "partition": part, "noise": noise_images(12, (3, 16, 16))}
-    ev = evaluate_candidates(cands, references=refs,
+    ev = evaluation_against(cands, references=refs,
                              record=RunRecord(labels=torch.ones(8), margins=torch.linspace(0, 1, 12), scores={
                                  "lambda": torch.rand(8, generator=torch.Generator().manual_seed(seed))}),
                              config={"top_k": 12, "n_floor_noise": 50, "min_class_size": min_class_size})
@@ -152,12 +152,12 @@ def test_report_says_too_few_of_a_class_is_not_measurable(tmp_path):
 
 
 def test_render_report_accepts_an_in_memory_evaluation(tmp_path):
-    """A user's own model has no run directory: the report takes evaluate()'s result directly."""
-    from datarecon.evaluation import evaluate
+    """A user's own model has no run directory: the report takes evaluation_of()'s result directly."""
+    from datarecon.evaluation import evaluation_of
 
     train, held = _smooth(12, 1), _smooth(12, 2)
     cands = torch.cat([train[:3] * 0.9 + 0.05, noise_images(5, (3, 16, 16), generator=torch.Generator().manual_seed(0))])
-    ev = evaluate(cands, train=train, heldout=held, noise=12, record=RunRecord(scores={"lambda": torch.arange(8.0)}),
+    ev = evaluation_of(cands, train=train, heldout=held, noise=12, record=RunRecord(scores={"lambda": torch.arange(8.0)}),
                   config={"top_k": 12, "n_floor_noise": 50, "min_class_size": 1})
     out = render_report([ev], out=tmp_path / "own.html")
     p = _check_html(out)

@@ -50,9 +50,9 @@ from datarecon.utils.lock import hold
 #: How the steps of a batch are computed (see the module docstring).
 MODES: tuple[str, ...] = ("batched", "looped")
 #: ``auto`` per device kind: on CPU the batched gradient measured slower than the runs one by one
-#: (benchmarks/bench_batched_runs.py, docs/PERFORMANCE.md §8.1: 1.13-1.32 of the runs alone), so
+#: (benchmarks/bench_batched_runs.py, docs/PERFORMANCE.md §6.1: 1.13-1.32 of the runs alone), so
 #: the runs are looped there; on a GPU batching saves the per-step launches of K − 1 runs (an
-#: extrapolation, §8.1). Devices it does not list are batched.
+#: extrapolation, §6.1). Devices it does not list are batched.
 AUTO_MODE: dict[str, str] = {"cpu": "looped", "cuda": "batched"}
 #: What a caller may ask for: a mode of :data:`MODES`, or ``auto`` (:func:`resolve_mode`).
 MODE_CHOICES: tuple[str, ...] = ("auto", *MODES)

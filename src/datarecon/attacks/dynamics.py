@@ -281,7 +281,7 @@ def simulate_state(model: nn.Module, theta_init: Mapping[str, torch.Tensor], x: 
 
 #: parameter-sized tensors one kept simulated step holds (the new parameters and what its
 #: double-backward graph saves): 1.35 measured on D-1000-1000-10 (~21 MiB per step at 4.07 M
-#: float32 parameters, docs/PERFORMANCE.md §8.4), rounded up
+#: float32 parameters, docs/PERFORMANCE.md §6.4), rounded up
 PARAM_COPIES_PER_STEP = 1.5
 #: activation-sized tensors one kept step holds per layer output of a batch (forward and backward)
 ACTIVATION_COPIES_PER_STEP = 4

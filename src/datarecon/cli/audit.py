@@ -119,7 +119,7 @@ def audit_cmd(
             raise DataReconError("--model audits one model in this process; drop --backend and --workers")
         set_threads(compute.threads)
         report, lines = audit_model(model, cfg, out=output.out, runtime=runtime, overwrite=output.overwrite,
-                                    log=typer.echo)
+                                    log=typer.echo, scale=scale)
         for line in lines:
             typer.echo(line)
         typer.echo(f"report: {report}")
@@ -127,7 +127,7 @@ def audit_cmd(
     execution = replace(backend, threads=compute.threads)
     report = run_audit(cfg, out=output.out, scale=scale, runtime=runtime, execution=execution,
                        overwrite=output.overwrite, log=typer.echo)
-    for line in ["per target:", *summary_lines(output.out)]:
+    for line in ["per target:", *summary_lines(output.out, scale=scale)]:
         typer.echo(line)
     typer.echo(f"report: {report}")
 

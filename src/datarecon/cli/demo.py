@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from datarecon.cli._common import check_threads
+from datarecon.cli.options import default_text
 from datarecon.config import build_config, merge, read_config_mapping
 from datarecon.experiments.demo import DemoConfig, run_demo
 from datarecon.models.checkpoint import load_model_dir
@@ -20,7 +21,7 @@ def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo_cmd(
         out: Annotated[Path, typer.Option(help="Output folder.")] = Path("demo-out"),
-        steps: Annotated[int | None, typer.Option(help="Attack steps (default 2000).")] = None,
+        steps: Annotated[int | None, typer.Option(help="Attack steps." + default_text(DemoConfig, "attack_steps"))] = None,
         seed: Annotated[int, typer.Option(help="Seed of data selection, training and attack.")] = 0,
         config: Annotated[Path | None, typer.Option(help="YAML/TOML file of DemoConfig fields.")] = None,
         overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
@@ -28,7 +29,8 @@ def register(app: typer.Typer) -> None:
                                                help="Show progress (a bar on a terminal, plain lines in a log).")] = True,
         quiet: Annotated[bool, typer.Option("--quiet", hidden=True, help="Deprecated: --no-progress.")] = False,
         threads: Annotated[int | None, typer.Option("--threads", help="CPU threads for PyTorch (0: its default, all "
-                                                    "cores; default 1: fastest for the demo's tiny model).")] = None,
+                                                    "cores; 1: fastest for the demo's tiny model)."
+                                                    + default_text(DemoConfig, "threads"))] = None,
     ) -> None:
         """Train a homogeneous MLP on digits odd/even, reconstruct its training data with the KKT attack,
         and write reconstructions.png and report.html."""

@@ -11,7 +11,7 @@ import typer
 from datarecon.cli.options import Common, Flag, common_options, config_options, flags, option_group
 from datarecon.config import build_config
 from datarecon.errors import DataReconError
-from datarecon.evaluation import evaluate_run
+from datarecon.evaluation import run_metrics
 from datarecon.evaluation.membership import EXPECTED_GAIN
 from datarecon.evaluation.privacy import signal_verdict
 from datarecon.evaluation.run_eval import RunEvaluationSettings, check_reference_sets, check_run, run_convergence
@@ -57,7 +57,7 @@ def _flags() -> tuple[Flag, ...]:
 
 def _evaluate(run: Path, settings: RunEvaluationSettings, *, data_dir: Path | None, progress: bool,
               train: Path | None = None, heldout: Path | None = None) -> dict:
-    return evaluate_run(run, settings, data_dir=data_dir, progress=progress,
+    return run_metrics(run, settings, data_dir=data_dir, progress=progress,
                         train=_images(train, "--train"), heldout=_images(heldout, "--heldout"))
 
 

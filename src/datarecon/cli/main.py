@@ -331,7 +331,8 @@ def _run(args: list[str], usage_error: type[Exception], no_args_is_help: type[Ex
     except typer.Abort:
         return _stopped(args)
     except DataReconError as exc:
-        text = disk_full_message(exc.path, hint=continue_hint(args)) if isinstance(exc, DiskFullError) else str(exc)
+        text = disk_full_message(exc.path, hint=continue_hint(args)) if isinstance(exc, DiskFullError) else \
+            exc.cli_message
         typer.echo(f"error: {_one_line(text)}", err=True)
         return 2
     except KeyboardInterrupt:

@@ -171,7 +171,7 @@ def _help(model: type[BaseModel], name: str, choices: tuple[str, ...]) -> str:
     return text
 
 
-def _default(model: type[BaseModel], name: str) -> str:
+def default_text(model: type[BaseModel], name: str) -> str:
     """`` [default: X]`` for a field whose default is a plain value (the flag itself defaults to "not
     given", so typer cannot show it), else ""."""
     default = model.model_fields[name].default
@@ -216,7 +216,7 @@ def flags(model: type[BaseModel], *, prefix: dict[str, str] | None = None, renam
             raise TypeError(f"{path}: type {annotation!r} needs a parse function")
         if kind is bool:
             decls = tuple(f"{d}/--no-{d[2:]}" for d in decls)
-        out.append(Flag(path, decls, kind, _help(owner, last, _choices(inner, meta)) + _default(owner, last),
+        out.append(Flag(path, decls, kind, _help(owner, last, _choices(inner, meta)) + default_text(owner, last),
                         parse.get(path), hidden=path in hidden))
     unknown = (set(rename) | set(parse) | set(skip) | set(hidden)) - {p for p, _, _ in leaves}
     if unknown:

@@ -13,8 +13,10 @@ nothing here mutates or reorders its inputs.
 * :mod:`~datarecon.evaluation.privacy`: real/fake rule, ROC AUC, TPR at low FPR.
 * :mod:`~datarecon.evaluation.reports`: the pure reports an evaluation assembles (neighbours,
   protocol, baselines, privacy, collapse) and their :class:`EvaluationConfig`.
-* :mod:`~datarecon.evaluation.run_eval`: :func:`evaluate` (tensors in, no model directory) and
-  :func:`evaluate_run` (a run directory).
+* :mod:`~datarecon.evaluation.images`: :func:`evaluation_of` and :func:`evaluation_against` (tensors in,
+  an :class:`Evaluation` out, no model directory).
+* :mod:`~datarecon.evaluation.run_eval`: :func:`run_metrics` (a run directory in, the content of its
+  ``metrics.json`` out, written beside its candidates).
 """
 
 from datarecon.evaluation.baselines import (
@@ -62,20 +64,17 @@ from datarecon.evaluation.protocol import (
     haim_protocol,
     param_distance,
 )
+from datarecon.evaluation.images import Evaluation, RunRecord, evaluation_against, evaluation_of
 from datarecon.evaluation.run_eval import (
     CANDIDATES_CSV,
     METRICS_FILE,
     NEIGHBOURS_FILE,
-    REAL_RULE,
-    Evaluation,
     RunEvaluationSettings,
-    RunRecord,
-    evaluate,
-    evaluate_candidates,
-    evaluate_run,
+    run_metrics,
     write_evaluation,
 )
 from datarecon.evaluation.reports import (
+    REAL_RULE,
     EvaluationConfig,
     baseline_report,
     collapse_report,
@@ -103,9 +102,9 @@ __all__ = [
     "ASSIGNMENTS", "Baselines", "CANDIDATES_CSV", "Collapse", "DEFAULT_THRESHOLDS", "Evaluation",
     "HaimResult", "HaimSettings", "LOW_FPRS", "METRICS", "METRICS_FILE", "Metric", "NEIGHBOURS_FILE", "NeighbourSearch", "Neighbours",
     "PrivacyScore", "REAL_RULE", "RealLabels", "RunEvaluationSettings", "RunRecord", "WINDOWS", "Window", "assign", "best_similarity_to",
-    "collapse", "counts_at", "downsample2x", "effective_window_size", "evaluate", "evaluate_candidates",
+    "collapse", "counts_at", "downsample2x", "effective_window_size", "evaluation_against", "evaluation_of",
     "EvaluationConfig", "baseline_report", "collapse_report", "neighbour_report", "privacy_section", "protocol_report",
-    "evaluate_run", "write_evaluation", "haim_protocol", "haim_ssim_against", "l2_matrix", "label_candidates", "local_ncc_matrix", "local_standardise",
+    "run_metrics", "write_evaluation", "haim_protocol", "haim_ssim_against", "l2_matrix", "label_candidates", "local_ncc_matrix", "local_standardise",
     "match_rank", "minmax_rescale", "ncc_matrix", "nearest_neighbours", "noise_images",
     "NULL_RATE", "NullCalibrated", "null_baselines", "null_calibrated", "param_distance", "privacy_report",
     "real_labels", "reference_rank",

@@ -15,7 +15,7 @@ candidate, decided here (never visible to the attacker):
     comparison is a coin flip between two tiny similarities, so the rule
     takes an optional ``floor``: a real candidate must also be more similar
     to its training match than ``floor`` (for a distance: closer than
-    ``floor``). :func:`~datarecon.evaluation.evaluate_candidates` sets it by
+    ``floor``). :func:`~datarecon.evaluation.evaluation_against` sets it by
     default to the best similarity to the training set reached by any of M
     uniform-noise images (the noise null baseline).
 

@@ -1,5 +1,7 @@
-"""Schemas of the evaluation files read back (``metrics.json``, the fields of ``run.json`` a report
-reads), so that a damaged or tampered file is refused in one line before anything renders it.
+"""Schemas of the evaluation files read back (``metrics.json``, ``membership.json``), so that a damaged or
+tampered file is refused in one line before anything renders it (a run's own files, ``run.json``,
+``history.jsonl`` and the report's grid: :mod:`datarecon.evaluation.run_records`; ``model.json``:
+:mod:`datarecon.models.records`).
 
 ``datarecon report`` and ``datarecon evaluate`` read these files from disk, and files are untrusted
 input: unchecked, ``"count": "NaN"`` would end in a TypeError inside the report, and ``"count": 1e308``
@@ -11,6 +13,7 @@ file written by an earlier version, with fewer fields, still reads.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,12 +24,21 @@ from datarecon.kernel.status import LEGACY, Status
 from datarecon.utils.io import read_json
 
 #: the strings earlier versions wrote for an undefined number (JSON ``null`` now)
-_LEGACY_UNDEFINED = ("nan", "inf", "-inf")
+LEGACY_UNDEFINED = ("nan", "inf", "-inf")
 
 
 def _undefined(value: Any) -> Any:
     """An undefined number as earlier versions wrote it (``"nan"``) reads as None."""
-    return None if isinstance(value, str) and value in _LEGACY_UNDEFINED else value
+    return None if isinstance(value, str) and value in LEGACY_UNDEFINED else value
+
+
+def status_word(value: Any) -> Any:
+    """A run's status word (the legacy training words included); another word is damage."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in {s.value for s in Status} | set(LEGACY):
+        raise ValueError(f"unknown status; one of {', '.join(s.value for s in Status)}")
+    return value
 
 
 #: a count of images or candidates
@@ -35,17 +47,19 @@ Count = Annotated[int, Field(ge=0)]
 Similarity = Annotated[Annotated[float, Field(ge=-1, le=1)] | None, BeforeValidator(_undefined)]
 #: a probability, rate, AUC or TPR, or undefined
 Unit = Annotated[Annotated[float, Field(ge=0, le=1)] | None, BeforeValidator(_undefined)]
+#: a confidence interval [low, high] of a rate
+Interval = Annotated[list[Unit], Field(min_length=2, max_length=2)]
 #: any finite number, or undefined
 Number = Annotated[float | None, BeforeValidator(_undefined)]
 
 
-class _Record(BaseModel):
+class Record(BaseModel):
     """A section of a file read back: the typed fields are checked, others are kept as they are."""
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False, frozen=True)
 
 
-class PaperCount(_Record):
+class PaperCount(Record):
     """``headline.paper``: the papers' fixed-threshold count with its nulls."""
 
     threshold: Similarity = None
@@ -54,7 +68,7 @@ class PaperCount(_Record):
     noise: Count | None = None
 
 
-class Calibration(_Record):
+class Calibration(Record):
     """``headline.calibrated``: the null-calibrated threshold and the counts there."""
 
     threshold: Similarity = None
@@ -68,7 +82,7 @@ class Calibration(_Record):
     excluded: Count | None = None
 
 
-class Retention(_Record):
+class Retention(Record):
     """``headline.retention``: ground-truth starts, how many stayed at their image."""
 
     count: Count
@@ -76,7 +90,17 @@ class Retention(_Record):
     threshold: Similarity
 
 
-class Headline(_Record):
+class ReferenceScoring(Record):
+    """``headline.reference_scoring``: the count as the papers' code scores it."""
+
+    count: Count | None = None
+    threshold: Similarity = None
+    heldout: Count | None = None
+    noise: Count | None = None
+    mean_ssim: Similarity = None
+
+
+class Headline(Record):
     """``headline``: the one count every report leads with (docs/dev/CONTRACTS.md)."""
 
     rule: str = "standard"
@@ -93,6 +117,7 @@ class Headline(_Record):
     paper: PaperCount | None = None
     calibrated: Calibration | None = None
     retention: Retention | None = None
+    reference_scoring: ReferenceScoring | None = None
 
     @model_validator(mode="after")
     def _at_most_n(self) -> Headline:
@@ -105,15 +130,34 @@ class Headline(_Record):
         return self
 
 
-class Haim(_Record):
-    """``haim``: the Haim-protocol counts per threshold and the sorted SSIM curve."""
+class PerTrain(Record):
+    """``haim.per_train``: each training image's matched candidate (−1: none), its SSIM, NCC and margin."""
+
+    candidate_index: list[int] | None = None
+    ssim: list[Similarity] | None = None
+    ncc: list[Similarity] | None = None
+    margin: list[Number] | None = None
+
+    @model_validator(mode="after")
+    def _one_per_training_image(self) -> PerTrain:
+        lengths = {k: len(v) for k, v in (("candidate_index", self.candidate_index), ("ssim", self.ssim),
+                                          ("ncc", self.ncc), ("margin", self.margin)) if v is not None}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"one value per training image expected in each list; lengths {lengths}")
+        return self
+
+
+class Haim(Record):
+    """``haim``: the Haim-protocol counts per threshold, the sorted SSIM curve and each training image's match."""
 
     counts: dict[str, Count] | None = None
     counts_by_assignment: dict[str, dict[str, Count]] | None = None
     sorted_ssim: list[Similarity] | None = None
+    mean_ssim: Similarity = None
+    per_train: PerTrain | None = None
 
 
-class BaselineStats(_Record):
+class BaselineStats(Record):
     """One null of ``baselines.<statistic>``: counts per threshold and summary statistics."""
 
     counts: dict[str, Count] | None = None
@@ -124,7 +168,7 @@ class BaselineStats(_Record):
     min: Number = None
 
 
-class Baseline(_Record):
+class Baseline(Record):
     """``baselines.<statistic>``: the nulls and their curves."""
 
     curves: dict[str, list[Number]] | None = None
@@ -133,7 +177,7 @@ class Baseline(_Record):
     real: BaselineStats | None = None
 
 
-class Score(_Record):
+class Score(Record):
     """``privacy.scores.<signal>``: one attacker-side signal's ROC summary."""
 
     auc: Unit = None
@@ -141,16 +185,24 @@ class Score(_Record):
     measurable: bool | None = None
     tpr_at_fpr: dict[str, Unit] | None = None
     tpr_estimable: dict[str, bool] | None = None
+    negatives_needed: dict[str, Count] | None = None
 
 
-class Curve(_Record):
+class Shared(Record):
+    """``privacy.largest_shared``: the training image most candidates match."""
+
+    count: Count
+    train_index: Count
+
+
+class Curve(Record):
     """``privacy.roc.<signal>``: an ROC curve."""
 
     fpr: list[Unit]
     tpr: list[Unit]
 
 
-class Privacy(_Record):
+class Privacy(Record):
     """``privacy``: the rule's classes and each signal's ROC."""
 
     fprs: list[Unit] | None = None
@@ -159,16 +211,18 @@ class Privacy(_Record):
     note: str | None = None
     scores: dict[str, Score] | None = None
     roc: dict[str, Curve] | None = None
+    n_real_distinct_train: Count | None = None
+    largest_shared: Shared | None = None
 
 
-class Signal(_Record):
+class Signal(Record):
     """``candidate_roc.signals.<signal>``."""
 
     auc: Unit = None
     auc_ci: tuple[Unit, Unit] | None = None
 
 
-class CandidateRoc(_Record):
+class CandidateRoc(Record):
     """``candidate_roc``: reconstructing candidates told apart by attacker-side signals."""
 
     best: str | None = None
@@ -179,7 +233,7 @@ class CandidateRoc(_Record):
     signals: dict[str, Signal] | None = None
 
 
-class Collapse(_Record):
+class Collapse(Record):
     """``collapse``: near-duplicate candidates."""
 
     clusters: list[Count] = []
@@ -194,10 +248,182 @@ class Collapse(_Record):
     threshold: Number = None
 
 
-class Metrics(_Record):
+class NearestStats(Record):
+    """``nearest.<set>.<metric>``: the similarity of each candidate's nearest image of a reference set."""
+
+    counts: dict[str, Count] | None = None
+    exact: bool | None = None
+    max: Number = None
+    mean: Number = None
+    median: Number = None
+    min: Number = None
+
+
+class InitSummary(Record):
+    """``init``: where the candidates started, and the headline rule that start picks."""
+
+    name: str | None = None
+    rule: str | None = None
+    recorded: bool | None = None
+    mean_ssim_to_init: Similarity = None
+
+
+class LabelsSummary(Record):
+    """``labels``: restored labels beside the training set's (``--known-labels restored``)."""
+
+    source: str | None = None
+    counts: list[Count]
+    true_counts: list[Count]
+    accuracy: Unit = None
+
+
+class ObjectiveFit(Record):
+    """``identifiability.objectives.<name>.sets.<set>``: the set's relative residual with optimal multipliers."""
+
+    relative_residual: Number = None
+
+
+class Objective(Record):
+    """``identifiability.objectives.<name>``: one objective's fits and verdict, or why it was not measured."""
+
+    sets: dict[str, ObjectiveFit] | None = None
+    identifies: bool | None = None
+    gap: Number = None
+    note: str | None = None
+
+
+class Identifiability(Record):
+    """``identifiability``: which attack objective the training set minimises."""
+
+    objectives: dict[str, Objective] | None = None
+    weight_decay_note: str | None = None
+
+
+class OwnModel(Record):
+    """``own_model`` (run.json, and metrics.json ``run``): the user's model an attack ran on."""
+
+    factory: str | None = None
+    loss: str | None = None
+    input_shape: list[Annotated[int, Field(ge=1)]] | None = None
+    value_range: tuple[float, float] = (0.0, 1.0)
+    homogeneous_measured: bool | str | None = None
+
+    @model_validator(mode="after")
+    def _increasing(self) -> OwnModel:
+        if not self.value_range[0] < self.value_range[1]:
+            raise ValueError(f"value_range {list(self.value_range)} is not an interval lo < hi")
+        return self
+
+
+class RunSummary(Record):
+    """``run``: the run an evaluation measured (its folder, model, method, status)."""
+
+    run_dir: str | None = None
+    model_dir: str | None = None
+    method: str | None = None
+    status: Annotated[str | None, BeforeValidator(status_word)] = None
+    steps_done: Count | None = None
+    seed: Count | None = None
+    config: dict[str, Any] | None = None
+    data: dict[str, Any] | None = None
+    arch: dict[str, Any] | None = None
+    own_model: OwnModel | None = None
+
+
+class EmbeddedSignal(Record):
+    """``membership.signals.<name>`` of metrics.json: one membership signal, flattened for the report."""
+
+    kind: str | None = None
+    applicable: bool | None = None
+    note: str | None = None
+    scope: str | None = None
+    auc: Unit = None
+    auc_ci: Interval | None = None
+    tpr_ci: dict[str, Interval | None] | None = None
+    tpr_at_fpr: dict[str, Unit] | None = None
+    n_members: Count | None = None
+    n_nonmembers: Count | None = None
+    line: str | None = None
+
+
+class Strongest(Record):
+    """``strongest``: the headline membership signal and how it was chosen."""
+
+    name: str
+    chosen: str | None = None
+    rule: str | None = None
+    demoted: str | None = None
+    line: str | None = None
+    baseline_same: str | None = None
+
+
+class InModels(Record):
+    """``references.in_models``: how many reference models each half-in candidate trained."""
+
+    mean: Number = None
+    min: Number = None
+    max: Number = None
+    models: Count | None = None
+
+
+class References(Record):
+    """``references``: the reference models of LiRA and RMIA (or why none were trained)."""
+
+    count: Count | None = None
+    trained: Count | None = None
+    reused: Count | None = None
+    in_models: InModels | None = None
+    auto: dict[str, Any] | None = None
+
+
+class Epsilon(Record):
+    """``epsilon``: the empirical ε lower bound."""
+
+    lower: Annotated[float, Field(ge=0)] | None = None
+    estimate: Number = None
+    fpr: Unit = None
+    tpr: Unit = None
+    delta: Unit = None
+    confidence: Unit = None
+    members: Count | None = None
+    nonmembers: Count | None = None
+    line: str | None = None
+    note: str | None = None
+    signal: str | None = None
+
+
+class Group(Record):
+    """``candidates.<group>``: how many members, non-members or population images, and where from."""
+
+    count: Count | None = None
+    source: str | None = None
+
+
+class Candidates(Record):
+    """``candidates``: the members, non-members, half-in pool and population of a membership evaluation."""
+
+    members: Group | None = None
+    nonmembers: Group | None = None
+    half_in: Group | None = None
+    population: Group | None = None
+
+
+class EmbeddedMembership(Record):
+    """``membership`` of metrics.json: the compact record of the model's membership its report shows."""
+
+    signals: dict[str, EmbeddedSignal] = {}
+    strongest: Strongest | None = None
+    baseline: BaselineLine | None = None
+    candidates: Candidates | None = None
+    references: References | None = None
+    epsilon: Epsilon | None = None
+    knowledge: str | None = None
+
+
+class Metrics(Record):
     """``metrics.json`` as ``datarecon evaluate`` writes it (the fields reports and headlines read)."""
 
-    nearest: dict[str, Any]
+    nearest: dict[str, dict[str, NearestStats]]
     metric: str
     headline: Headline | None = None
     haim: Haim | None = None
@@ -211,67 +437,73 @@ class Metrics(_Record):
     window_size: Count | None = None
     image_shape: list[Count] | None = None
     reference_sizes: dict[str, Count] | None = None
-    init: dict[str, Any] | None = None
-    run: dict[str, Any] | None = None
+    init: InitSummary | None = None
+    run: RunSummary | None = None
+    mean_l2_to_nearest: dict[str, Number] | None = None
+    approximate: list[str] = []
+    labels: LabelsSummary | None = None
+    identifiability: Identifiability | None = None
+    membership: EmbeddedMembership | None = None
 
 
-class MembershipReport(_Record):
+class MembershipReport(Record):
     """A membership signal's ``report`` in ``membership.json``: its ROC summary."""
 
     auc: Unit = None
-    auc_ci: list[Unit] | None = None
+    auc_ci: Interval | None = None
     tpr_at_fpr: dict[str, Unit] | None = None
+    tpr_ci: dict[str, Interval | None] | None = None
     n_members: Count | None = None
     n_nonmembers: Count | None = None
 
 
-class MembershipSignal(_Record):
-    """One signal of ``membership.json``: whether it was measured and its report."""
+class MembershipSignal(Record):
+    """One signal of ``membership.json``: its kind, whether it was measured, and its report."""
 
-    applicable: bool | None = None
-    kind: str | None = None
+    applicable: bool
+    kind: str
+    scope: str | None = None
+    note: str | None = None
+    line: str | None = None
     report: MembershipReport | None = None
 
 
-class MembershipResult(_Record):
+class BaselineLine(Record):
+    """``baseline``: the loss threshold's line, beside which the headline stands."""
+
+    name: str | None = None
+    line: str | None = None
+
+
+class MembershipResult(Record):
     """``membership.json`` as ``datarecon membership --evaluate`` writes it (the fields reports read)."""
 
     signals: dict[str, MembershipSignal]
     settings: dict[str, Any] | None = None
-    strongest: dict[str, Any] | str | None = None
-
-
-def _status(value: Any) -> Any:
-    """A run's status word (the legacy training words included); another word is damage."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or value not in {s.value for s in Status} | set(LEGACY):
-        raise ValueError(f"unknown status; one of {', '.join(s.value for s in Status)}")
-    return value
-
-
-class RunFields(_Record):
-    """The fields of ``run.json`` a report or an evaluation reads (the attack writes the file)."""
-
-    status: Annotated[str | None, BeforeValidator(_status)] = None
-    method: str | None = None
-    model_dir: str | None = None
-    steps_done: Count | None = None
-    seed: Count | None = None
-    wall_time_s: Number = None
-    config: dict[str, Any] | None = None
-    final: dict[str, Number] | None = None
-    selection: dict[str, Any] | None = None
-    extra: dict[str, Any] | None = None
+    strongest: Strongest
+    baseline: BaselineLine
+    candidates: Candidates | None = None
+    references: References | None = None
+    epsilon: Epsilon | None = None
     knowledge: dict[str, Any] | None = None
-    subspace: dict[str, Any] | None = None
 
 
-def _problem(exc: ValidationError) -> str:
-    """The first problem of a validation error, as ``location: message``."""
+def problem(exc: ValidationError) -> str:
+    """The first problem of a validation error, as ``location: message (value ...)`` (the location without the
+    names of a union's alternatives; the value left out where it is a whole section)."""
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-    return f"{loc}: {err['msg'].removeprefix('Value error, ')} (value {err.get('input')!r:.40})"
+    loc = ".".join(str(p) for p in err["loc"] if not _union_tag(p))
+    text = err["msg"].removeprefix("Value error, ")
+    value = err.get("input")
+    shown = "" if isinstance(value, (dict, list)) or err["type"] == "missing" else f" (value {value!r:.40})"
+    return f"{loc}: {text}{shown}" if loc else f"{text}{shown}"
+
+
+def _union_tag(part: Any) -> bool:
+    """Whether a location part names an alternative of a union (``InitRecord``, ``str``, ``function-before[...]``)
+    rather than a key of the file."""
+    return isinstance(part, str) and (part[:1].isupper() or part in ("str", "int", "float", "bool", "none")
+                                      or "[" in part)
 
 
 def check_record(data: Any, schema: type[BaseModel], *, path: str | Path, fix: str) -> dict[str, Any]:
@@ -282,10 +514,10 @@ def check_record(data: Any, schema: type[BaseModel], *, path: str | Path, fix: s
     """
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} does not hold a JSON object; {fix}")
-    try:
-        schema.model_validate(data)
+    try:  # strict, as JSON: a file datarecon wrote holds numbers as numbers ("count": "3" is damage)
+        schema.model_validate_json(json.dumps(data), strict=True)
     except ValidationError as exc:
-        raise CheckpointError(f"{path} is damaged or was changed by hand ({_problem(exc)}); {fix}") from None
+        raise CheckpointError(f"{path} is damaged or was changed by hand ({problem(exc)}); {fix}") from None
     return data
 
 
@@ -309,15 +541,7 @@ def read_membership_result(path: str | Path) -> dict[str, Any]:
     return check_record(read_json(path), MembershipResult, path=path, fix=fix)
 
 
-def read_run_fields(path: str | Path) -> dict[str, Any]:
-    """A ``run.json``, checked for the fields evaluations and reports read (:class:`RunFields`).
-
-    Raises:
-        CheckpointError: missing, not JSON, or a field of the wrong type (one line).
-    """
-    return check_record(read_json(path), RunFields, path=path, fix="re-create the run (it was not written so by "
-                        "datarecon)")
 
 
-__all__ = ["Headline", "MembershipResult", "Metrics", "RunFields", "check_record", "read_membership_result", "read_metrics",
-           "read_run_fields"]
+__all__ = ["LEGACY_UNDEFINED", "Count", "Headline", "MembershipResult", "Metrics", "Number", "OwnModel", "Record",
+           "check_record", "problem", "read_membership_result", "read_metrics", "status_word"]

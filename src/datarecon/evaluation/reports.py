@@ -1,6 +1,6 @@
 """The pieces of an evaluation as pure reports, each with its settings and named seeds.
 
-:func:`datarecon.evaluation.evaluate` (tensors in) and :func:`datarecon.evaluation.evaluate_run`
+:func:`datarecon.evaluation.evaluation_of` (tensors in) and :func:`datarecon.evaluation.run_metrics`
 (a run directory in) assemble these; nothing here reads or writes files.
 
 * :func:`neighbour_report`: nearest image of each reference set per candidate (primary metric
@@ -14,7 +14,7 @@
 * :func:`collapse_report`: near-duplicate candidates.
 
 Randomness is explicit and named in :class:`EvaluationConfig`: ``noise_seed`` (the noise
-reference set of :func:`~datarecon.evaluation.evaluate`), ``baseline_seed`` (noise candidates of
+reference set of :func:`~datarecon.evaluation.evaluation_of`), ``baseline_seed`` (noise candidates of
 the Haim-SSIM null; ``baseline_seed + 1`` for the nearest-similarity null), ``floor_seed`` (the
 noise images that set the real/fake floor) and ``bootstrap_seed`` (the AUC confidence interval).
 
@@ -90,7 +90,7 @@ class EvaluationConfig(BaseModel):
         n_floor_noise: noise images of the ``noise`` floor.
         min_class_size: fewest real and fake candidates for a measurable ROC.
         baselines: compute the held-out and noise null baselines.
-        noise_seed: seed of the uniform-noise reference set built by ``evaluate(noise=N)``.
+        noise_seed: seed of the uniform-noise reference set built by ``evaluation_of(noise=N)``.
         baseline_seed: seed of the noise candidates of the Haim-SSIM null (+1: nearest-similarity null).
         floor_seed: seed of the noise images of the real/fake floor.
         bootstrap_seed: seed of the AUC bootstrap.

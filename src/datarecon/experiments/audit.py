@@ -18,7 +18,6 @@ A rerun into the same folder skips every finished piece.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -60,7 +59,7 @@ from datarecon.experiments.pipeline.pieces import (
     piece_hashes,
 )
 from datarecon.kernel.files import AUDIT_JSON, METRICS_FILE, REPORT_HTML, REPRODUCTION_JSON, TIMINGS_JSON
-from datarecon.report.defence import defence_figure
+from datarecon.report.defence import defence_figure, figure_caption, table_cell, target_line
 from datarecon.report.figures import save_figure
 from datarecon.report.html import FigureItem, Section, Table, write_report
 from datarecon.training import dp as dpm
@@ -71,6 +70,10 @@ from datarecon.utils.io import atomic_write_json, config_hash, read_json, versio
 NAME = "audit"
 #: scales with a preset file ``presets/audit-<scale>.yaml``
 SCALES = ("smoke", "small", "gpu")
+#: what a scale's counts cannot say, printed with them and written into the report
+SCALE_CAVEATS = {"smoke": "--scale smoke checks the machinery end to end; its targets and attacks are too small for "
+                          "its counts to measure a defence (0 reconstructed is no evidence of safety): --scale small "
+                          "measures (docs/RESULTS.md, \"Defence audit\")"}
 AXES = ("baseline", "weight_decay", "epochs", "dp")
 
 
@@ -555,51 +558,24 @@ def report_sections(ctx: Context, cfg: AuditConfig, *, scale: str, wall_s: float
                   "for DP-SGD's subsampled-Gaussian pair (noise multiplier, sample rate and steps of the target); "
                   "κ is the Clopper–Pearson 95% upper bound of the held-out null rate at the same threshold "
                   "(an estimate of the prior's success probability, not a known quantity).")
-    figs = [FigureItem(caption=_caption(f), png=(ctx.dir("figures") / f).read_bytes())
+    figs = [FigureItem(caption=figure_caption(f), png=(ctx.dir("figures") / f).read_bytes())
             for f in ctx.summary("figures")["files"]]
     table = Table(caption="one row per target (setting x seed)", header=header,
-                  rows=[[_table_cell(r.get(h)) for h in header] for r in rows])
-    secs = [Section(title="Setup", text=[setup, bound_note], code=cfg.model_dump_json(indent=2)),
+                  rows=[[table_cell(r.get(h)) for h in header] for r in rows])
+    caveat = [SCALE_CAVEATS[scale][0].upper() + SCALE_CAVEATS[scale][1:] + "."] if scale in SCALE_CAVEATS else []
+    secs = [Section(title="Setup", text=[*caveat, setup, bound_note], code=cfg.model_dump_json(indent=2)),
             Section(title="Defences", figures=figs, tables=[table])]
     if wall_s is not None:
         secs.append(Section(title="Timings", text=[f"{wall_s:.1f} s wall time for this invocation."]))
     return secs
 
 
-def summary_lines(out: str | Path) -> list[str]:
-    """One line per target of a finished audit in ``out``: its defence, the reconstruction count beside its held-out
-    and noise nulls, and the strongest membership signal beside the loss threshold."""
+def summary_lines(out: str | Path, *, scale: str = "custom") -> list[str]:
+    """One line per target of a finished audit in ``out`` (:func:`~datarecon.report.defence.target_line`), then
+    the scale's caveat where it has one (:data:`SCALE_CAVEATS`)."""
     rows = read_json(Path(out) / "tables" / AUDIT_JSON)["rows"]
-    lines = []
-    for r in rows:
-        eps = f", DP epsilon {r['dp_epsilon']:.3g}" if isinstance(r.get("dp_epsilon"), float) and math.isfinite(
-            r["dp_epsilon"]) else ""
-        member = (f"; membership {r.get('membership_signal')} AUC {_num(r.get('membership_auc'))}, TPR at 1% FPR "
-                  f"{_num(r.get('membership_tpr_1pct'))} (loss threshold AUC {_num(r.get('membership_loss_auc'))})"
-                  if r.get("membership_signal") else "")
-        lines.append(f"  {r['setting']} seed {r['seed']}{eps}: {r.get('count')} of {r.get('n_train')} reconstructed "
-                     f"(held-out null {r.get('count_heldout')}, noise {r.get('count_noise')}){member}")
-    return lines
+    return [target_line(r) for r in rows] + ([f"note: {SCALE_CAVEATS[scale]}"] if scale in SCALE_CAVEATS else [])
 
 
-def _num(v: Any) -> str:
-    return f"{v:.3f}" if isinstance(v, float) and math.isfinite(v) else "n/a"
-
-
-def _caption(f: str) -> str:
-    axis = f.removesuffix(".png")
-    what = {"dp": "DP-SGD ε", "weight_decay": "weight decay", "epochs": "training epochs"}.get(axis, axis)
-    return (f"Reconstruction count (null band: held-out and noise counts at the same threshold), mean best SSIM, "
-            f"held-out accuracy and membership (the strongest signal's TPR at 1% FPR, the loss threshold's dashed) "
-            f"against {what}; points are seeds, lines their mean"
-            + ("; dotted: the DP-SGD bound n·κ₊" if axis == "dp" else ""))
-
-
-def _table_cell(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return "n/a"
-    return "n/a" if v is None else v
-
-
-__all__ = ["AXES", "AuditConfig", "DPAxis", "SCALES", "Setting", "audit_worker", "group_plan", "load_audit_config",
+__all__ = ["AXES", "AuditConfig", "DPAxis", "SCALES", "SCALE_CAVEATS", "Setting", "audit_worker", "group_plan", "load_audit_config",
            "membership_piece", "plan", "report_sections", "row_for", "run_audit", "settings", "summary_lines"]

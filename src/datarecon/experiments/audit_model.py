@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from datarecon.config import build_config
 from datarecon.errors import DataReconError
-from datarecon.experiments.audit import AuditConfig, attacks_and_pool
+from datarecon.evaluation.records import read_metrics
+from datarecon.evaluation.run_records import read_history, read_neighbour_grid, read_run_fields
+from datarecon.experiments.audit import SCALE_CAVEATS, AuditConfig, attacks_and_pool
 from datarecon.experiments.membership.evaluate import evaluate_membership
 from datarecon.experiments.membership.folder import membership_section
 from datarecon.experiments.membership.references import AUTO_COUNTS
@@ -34,12 +37,12 @@ from datarecon.experiments.membership.settings import Runtime as MembershipRunti
 from datarecon.experiments.pipeline.pieces import Runtime
 from datarecon.experiments.pipeline.common import evaluate_piece
 from datarecon.experiments.pipeline.pieces import Context, Piece, claim_reproduction, entries, execute, piece_hashes
-from datarecon.kernel.files import METRICS_FILE, REPORT_HTML, REPRODUCTION_JSON
+from datarecon.kernel.files import HISTORY, REPORT_HTML, REPRODUCTION_JSON, RUN_JSON
 from datarecon.models.checkpoint import model_identity, read_model_meta
-from datarecon.report.html import Section, write_report
+from datarecon.report.html import Section, evaluation_section, write_report
 from datarecon.report.membership import membership_sections
 from datarecon.report.text import headline_lines, reference_lines, strongest_lines
-from datarecon.utils.io import atomic_write_json, config_hash, read_json, versions
+from datarecon.utils.io import atomic_write_json, config_hash, versions
 
 __all__ = ["NAME", "audit_model", "model_plan", "planned_references", "with_model_references"]
 
@@ -108,12 +111,14 @@ def model_plan(cfg: AuditConfig, model_dir: Path) -> list[Piece]:
     return pieces
 
 
-def summary_lines(ctx: Context, meta: dict[str, Any]) -> list[str]:
-    """The audit's answer in a few lines: reconstruction beside its nulls, membership beside the loss threshold
-    and the empirical ε bound, and the model's own DP-SGD ε where it has one."""
-    metrics = read_json(ctx.dir("eval") / METRICS_FILE)
-    lines = ["reconstruction (the audit's KKT runs, pooled): " + line for line in
-             headline_lines(metrics.get("headline") or {})[:1]]
+def summary_lines(ctx: Context, meta: dict[str, Any], *, scale: str = "custom") -> list[str]:
+    """The audit's answer in a few lines: reconstruction beside its nulls with the count's caveats (the headline's
+    notes, e.g. a held-out null of fewer candidates than the attack's, and the scale's), membership beside the loss
+    threshold and the empirical ε bound, and the model's own DP-SGD ε where it has one."""
+    head = read_metrics(ctx.dir("eval")).get("headline") or {}
+    lines = ["reconstruction (the audit's KKT runs, pooled): " + line for line in headline_lines(head)[:1]]
+    lines += ["reconstruction: note: " + note for note in head.get("notes") or [] if note]
+    lines += [f"reconstruction: note: {SCALE_CAVEATS[scale]}"] if scale in SCALE_CAVEATS else []
     section = ctx.summary("membership")
     lines += ["membership: " + line for line in reference_lines(section.get("references"))]
     lines += ["membership: " + line for line in strongest_lines(section)]
@@ -125,8 +130,30 @@ def summary_lines(ctx: Context, meta: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _reconstruction_section(ctx: Context, cfg: AuditConfig, *, scale: str) -> Section:
+    """The report's reconstruction section, as ``datarecon report`` shows a run: the pooled candidates' headline
+    with its nulls and notes, the sorted-SSIM curve against the nulls, the best-matched candidates beside their
+    training images and the tables; the attack card and configuration of the best pooled run (by the attack's
+    criterion), whose convergence it judges; the membership card of the membership section; the scale's caveat
+    first."""
+    metrics = dict(read_metrics(ctx.dir("eval")))
+    metrics["run"] = {**(metrics.get("run") or {}), "model_dir": ctx.summary(GIVEN)["model_dir"]}  # the target card
+    metrics["membership"] = ctx.summary("membership")
+    pooled = read_run_fields(ctx.dir("pool") / "run" / RUN_JSON).get("pooled_from") or []
+    best = ctx.dir(str(pooled[0])) / "run" if pooled else ctx.dir("pool") / "run"
+    section = evaluation_section(metrics, run=read_run_fields(best / RUN_JSON), history=read_history(best / HISTORY),
+                                 grid=read_neighbour_grid(ctx.dir("eval"), name="grid-train-similarity.safetensors"),
+                                 name=f"Reconstruction: {len(cfg.runs)} KKT runs, the best {cfg.keep} pooled by "
+                                      f"{cfg.selection}", where=ctx.dir("eval"))
+    text = [f"The headline, figures and tables: the pooled candidates of {', '.join(map(str, pooled))}; the attack "
+            f"card and configuration: the best of them by {cfg.selection}, {best}."]
+    caveat = [SCALE_CAVEATS[scale][0].upper() + SCALE_CAVEATS[scale][1:] + "."] if scale in SCALE_CAVEATS else []
+    return replace(section, text=[*caveat, *text])
+
+
 def audit_model(model_dir: str | Path, cfg: AuditConfig, *, out: str | Path, runtime: Runtime = Runtime(),
-                overwrite: bool = False, log: Callable[[str], None] = print) -> tuple[Path, list[str]]:
+                overwrite: bool = False, log: Callable[[str], None] = print,
+                scale: str = "custom") -> tuple[Path, list[str]]:
     """Audit the model in ``model_dir`` into ``out``: membership (reference attacks within their budget),
     reconstruction by the audit's KKT runs, and ``out/report.html``.
 
@@ -137,6 +164,8 @@ def audit_model(model_dir: str | Path, cfg: AuditConfig, *, out: str | Path, run
         runtime: data folder, device, resume, progress.
         overwrite: replace a folder of another audit.
         log: progress sink.
+        scale: the preset ``cfg`` was loaded from (its caveat, :data:`~datarecon.experiments.audit.SCALE_CAVEATS`,
+            goes with the answer and into the report).
 
     Returns:
         (the report's path, the summary lines).
@@ -161,13 +190,10 @@ def audit_model(model_dir: str | Path, cfg: AuditConfig, *, out: str | Path, run
         log(f"audit of {model_dir}: membership ({planned_references(cfg.model_membership.references)}), "
             f"{len(cfg.runs)} KKT runs -> {out}")
         execute(pieces, ctx, log=log)
-        lines = summary_lines(ctx, meta)
+        lines = summary_lines(ctx, meta, scale=scale)
         if not (ctx.dir("membership") / "membership.json").is_file():
             raise DataReconError(f"{out}/membership holds no result; rerun with --overwrite")
-        sections = [membership_sections(ctx.dir("membership")),
-                    Section(f"Reconstruction: {len(cfg.runs)} KKT runs, the best {cfg.keep} pooled by "
-                            f"{cfg.selection}", text=headline_lines(read_json(ctx.dir("eval") / METRICS_FILE)
-                                                                    .get("headline") or {}))]
+        sections = [membership_sections(ctx.dir("membership")), _reconstruction_section(ctx, cfg, scale=scale)]
         report = write_report(sections, out=out / REPORT_HTML, title=f"Audit of {model_dir}")
     log(f"wrote {report} ({time.perf_counter() - t0:.0f} s)")
     return report, lines

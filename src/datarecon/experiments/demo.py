@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from datarecon.config import MAX_SEED, MAX_STEPS
 from datarecon.data import DataSpec
-from datarecon.evaluation import evaluate_run
+from datarecon.evaluation import run_metrics
 from datarecon.experiments.identifiability import attach_identifiability
 from datarecon.experiments.membership.evaluate import attach_membership
 from datarecon.experiments.reconstruct import RunOptions, reconstruct
@@ -127,7 +127,7 @@ def _run_demo(config: DemoConfig, *, out: Path, data_dir: str | Path | None, pro
                 "init": {"name": "gaussian", "scale": config.init_scale}, "seed": config.seed}
     rec = reconstruct(out / "model", settings, out / "run",
                       RunOptions(data_dir=data_dir, progress=progress, raise_on_divergence=True, nested=True))
-    summary = evaluate_run(out / "run", data_dir=data_dir, progress=progress)
+    summary = run_metrics(out / "run", data_dir=data_dir, progress=progress)
     attach_membership(out / "run", data_dir=data_dir)
     attach_identifiability(out / "run", data_dir=data_dir)
     nb = load_tensors(out / "run" / NEIGHBOURS_FILE)
@@ -152,7 +152,7 @@ def headline_lines(headline: dict[str, Any], *, what: str = "images") -> list[st
     beside its nulls, the threshold, the rule, then the papers' fixed-threshold count).
 
     Args:
-        headline: ``summary["headline"]`` of :func:`datarecon.evaluation.evaluate_run`.
+        headline: ``summary["headline"]`` of :func:`datarecon.evaluation.run_metrics`.
         what: What the held-out images are called ("digits").
     """
     return report_headline_lines(headline, what=what)

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from datarecon.config import Seed, build_config, read_config_mapping
 from datarecon.data import load_task
 from datarecon.errors import DataReconError
-from datarecon.evaluation import evaluate_run
+from datarecon.evaluation import run_metrics
 from datarecon.evaluation.neighbours import METRICS
 from datarecon.evaluation.protocol import ASSIGNMENTS
 from datarecon.evaluation.run_eval import check_reference_sets
@@ -67,7 +67,7 @@ class _Frozen(BaseModel):
 
 
 class EvaluateSettings(_Frozen):
-    """The ``evaluate`` stage (:func:`datarecon.evaluation.evaluate_run`).
+    """The ``evaluate`` stage (:func:`datarecon.evaluation.run_metrics`).
 
     Attributes:
         against: reference sets among ``train``, ``partition``, ``heldout``, ``noise``.
@@ -303,7 +303,7 @@ def _run_stages(experiment: Experiment, out: Path, *, state: dict[str, Any] | No
     elif stages.get("evaluate") not in done:
         ev = experiment.evaluate
         record("evaluate", Status.RUNNING)
-        evaluate_run(out / RUN_SUBDIR, {"against": ev.against, "metric": ev.metric, "assignment": ev.assignment,
+        run_metrics(out / RUN_SUBDIR, {"against": ev.against, "metric": ev.metric, "assignment": ev.assignment,
                                         "seed": ev.seed, "allow_incomplete": ev.allow_incomplete},
                      data_dir=data_dir, progress=progress)
         attach_membership(out / RUN_SUBDIR, data_dir=data_dir)

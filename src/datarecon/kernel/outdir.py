@@ -144,8 +144,9 @@ def check_out_file(path: str | Path, *, overwrite: bool, ours: Callable[[Path], 
     return path
 
 
-#: how the options these refusals name are spelled in the Python API (the same message reaches both)
-PYTHON_SPELLING = "in Python: resume=True, overwrite=True, another out"
+#: how the options these refusals name are spelled in the Python API (added for a Python caller only:
+#: :class:`~datarecon.errors.DataReconError` ``python``)
+PYTHON_SPELLING = "resume=True, overwrite=True, another out"
 
 
 def _unfinished(out: Path, kind: str) -> str | None:
@@ -172,8 +173,8 @@ def _exists_message(out: Path, entry: ArtefactKind) -> str:
     unfinished = _unfinished(out, entry.name) if entry.recognises(out) else None
     if unfinished and entry.resumable:
         return (f"{out} holds {unfinished}; pass --resume to continue it, --overwrite to start afresh, "
-                f"or choose another --out ({PYTHON_SPELLING})")
-    return f"output directory {out} exists; pass --overwrite to replace it or choose another --out ({PYTHON_SPELLING})"
+                "or choose another --out")
+    return f"output directory {out} exists; pass --overwrite to replace it or choose another --out"
 
 
 def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume: bool = False,
@@ -222,7 +223,7 @@ def check_out_dir(out: str | Path, *, kind: str, overwrite: bool = False, resume
                                      "so there is nothing to resume in it; choose another --out")
         return False
     if not overwrite:
-        raise DataReconError(_exists_message(out, entry))
+        raise DataReconError(_exists_message(out, entry), python=PYTHON_SPELLING)
     foreign = entry.foreign(out)
     more = f" and {len(foreign) - 1} more entries" if len(foreign) > 1 else ""
     if not (entry.recognises(out) or only_temp):

@@ -18,14 +18,14 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import torch
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from torch import nn
 
 from datarecon.errors import CheckpointError, DataReconError
-from datarecon.kernel.losses import LOSSES
+from datarecon.models.records import ModelMeta
 from datarecon.models.spec import ArchSpec, build_model, state_shapes
 from datarecon.utils.dtypes import DTYPES
 from datarecon.utils.io import (
@@ -35,6 +35,7 @@ from datarecon.utils.io import (
     read_json,
     save_tensors,
     sha256_file,
+    to_jsonable,
     versions,
 )
 from datarecon.kernel.files import CHECKPOINT_DIR, EXTRAS, MODEL_JSON, RUN_JSON, WEIGHTS
@@ -45,39 +46,6 @@ FORMAT = "datarecon-model/1"
 META = MODEL_JSON
 #: a model given as ``package.module:factory`` (a user's own model), not a folder
 _FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
-
-
-def _known_loss(name: str) -> str:
-    LOSSES.get(name)  # unknown: DataReconError listing the registered losses
-    return name
-
-
-class ModelMeta(BaseModel):
-    """The fields of ``model.json``, validated before anything is built.
-
-    Every key :func:`save_model_dir` writes is listed; an unknown key is refused (a hand-edited
-    or foreign file, whose extra field would otherwise be ignored silently). The fields loading
-    relies on are typed; the records (training config, metrics, versions) are mappings.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    format: Literal["datarecon-model/1"]
-    arch: ArchSpec
-    loss: Annotated[str, AfterValidator(_known_loss)]
-    weight_decay: float = Field(ge=0)
-    data: dict[str, Any] = Field(default_factory=dict)
-    normalisation: Literal["unit", "unit-minus-mean"] = "unit"
-    sha256: dict[str, str] = Field(default_factory=dict)
-    training: dict[str, Any] = Field(default_factory=dict)
-    seed: int | None = None
-    config_hash: str | None = None
-    versions: dict[str, Any] = Field(default_factory=dict)
-    metrics: dict[str, Any] = Field(default_factory=dict)
-    num_parameters: int | None = Field(default=None, ge=0)
-    init_sha256: str | None = None
-    data_fingerprint: dict[str, Any] | None = None
-    pretrained: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +169,7 @@ def save_model_dir(out: str | Path, *, model: nn.Module, description: ModelDescr
         meta["data_fingerprint"] = dict(record.data_fingerprint)
     if record.pretrained is not None:
         meta["pretrained"] = dict(record.pretrained)
+    validate_meta(to_jsonable(meta), where=out / META)  # what is written reads back: one definition of the file
     atomic_write_json(out / META, meta)
     return out
 
@@ -224,8 +193,8 @@ def read_model_meta(path: str | Path) -> dict[str, Any]:
                                   "written by `datarecon train`")
         raise CheckpointError(f"model directory {path} not found; train one with `datarecon train --out {path}`")
     if not (path / META).is_file() and (path / RUN_JSON).is_file():
-        raise CheckpointError(f"{path} is a run directory, not a model directory; pass the --model the run "
-                              "attacked (its run.json names it)")
+        raise CheckpointError(f"{path} is a run directory, not a model directory; pass the model directory the run "
+                              f"attacked{_attacked(path)}")
     if not (path / META).exists():
         unfinished = (path / CHECKPOINT_DIR).is_dir()
         raise CheckpointError(f"{path} holds an unfinished training (a checkpoint, no {META}); finish it with "
@@ -239,6 +208,15 @@ def read_model_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def _attacked(run_dir: Path) -> str:
+    """``: DIR`` naming the model directory a run's run.json records, or where to find it when it cannot be read."""
+    try:
+        model_dir = read_json(run_dir / RUN_JSON).get("model_dir")
+    except (CheckpointError, AttributeError):
+        model_dir = None
+    return f": {model_dir}" if isinstance(model_dir, str) and model_dir else " (its run.json names it as model_dir)"
+
+
 def model_identity(model_dir: str | Path) -> str:
     """Content identity of a model directory: its config hash and weight hashes (not its path)."""
     meta = read_model_meta(model_dir)
@@ -246,19 +224,30 @@ def model_identity(model_dir: str | Path) -> str:
 
 
 def validate_meta(meta: dict[str, Any], *, where: Path | str = META) -> ModelMeta:
-    """Check the fields of ``model.json`` (types, ranges, registered names) without building anything.
+    """Check the fields of ``model.json`` (:class:`~datarecon.models.records.ModelMeta`: types, ranges,
+    registered names, the margin-ascent curve) without building anything.
 
     Raises:
-        CheckpointError: one line naming each bad field.
+        CheckpointError: one line naming the file, the first bad field (and how many more there are) and the fix.
     """
+    fix = "re-train the model or restore the file"
     try:  # strict, as JSON: a file datarecon wrote holds numbers as numbers ("hidden": ["8"] is refused)
         return ModelMeta.model_validate_json(json.dumps(meta), strict=True)
     except ValidationError as exc:
-        bad = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: "
-                        + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"]) for e in exc.errors())
-        raise CheckpointError(f"{where} is invalid ({bad}); re-train the model or restore the file") from None
+        errors = exc.errors()
+        raise CheckpointError(f"{where} is damaged or was changed by hand ({_problem(errors[0])}"
+                              + (f"; and {len(errors) - 1} more" if len(errors) > 1 else "") + f"); {fix}") from None
     except DataReconError as exc:  # an unknown registered name (loss, architecture)
-        raise CheckpointError(f"{where} is invalid ({exc}); re-train the model or restore the file") from None
+        raise CheckpointError(f"{where} is damaged or was changed by hand ({exc}); {fix}") from None
+
+
+def _problem(error: Any) -> str:
+    """One validation error as ``field: what is wrong (value ...)``."""
+    loc = ".".join(str(p) for p in error["loc"]) or "(root)"
+    what = "unknown key" if error["type"] == "extra_forbidden" else error["msg"].removeprefix("Value error, ")
+    shown = error["type"] not in ("extra_forbidden", "missing") and not isinstance(error.get("input"), (dict, list))
+    value = f" (value {error.get('input')!r:.40})" if shown else ""
+    return f"{loc}: {what}{value}"
 
 
 def _check_weights(path: Path, weights: dict[str, torch.Tensor], arch: ArchSpec, *,
@@ -338,7 +327,7 @@ def load_model_dir(path: str | Path, *, device: str | torch.device = "cpu",
     extras = load_tensors(path / EXTRAS)
     checked = validate_meta(meta, where=path / META)
     arch = checked.arch
-    _check_weights(path, weights, arch, dtype=(checked.training or {}).get("dtype"))  # before build_model: a
+    _check_weights(path, weights, arch, dtype=checked.training.dtype)  # before build_model: a
     # spec of petabytes is refused here
     _check_extras(path, extras, arch)
     dtypes = {t.dtype for t in weights.values()}

@@ -109,3 +109,36 @@ def defence_figure(rows: Sequence[Mapping[str, Any]], *, axis: str, xlabel: str,
         ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def target_line(r: Mapping[str, Any]) -> str:
+    """One target of an audit's table in one line: its defence, the reconstruction count beside its held-out and
+    noise nulls, and the strongest membership signal beside the loss threshold."""
+    eps = f", DP epsilon {r['dp_epsilon']:.3g}" if isinstance(r.get("dp_epsilon"), float) and math.isfinite(
+        r["dp_epsilon"]) else ""
+    member = (f"; membership {r.get('membership_signal')} AUC {_num(r.get('membership_auc'))}, TPR at 1% FPR "
+              f"{_num(r.get('membership_tpr_1pct'))} (loss threshold AUC {_num(r.get('membership_loss_auc'))})"
+              if r.get("membership_signal") else "")
+    return (f"  {r['setting']} seed {r['seed']}{eps}: {r.get('count')} of {r.get('n_train')} reconstructed "
+            f"(held-out null {r.get('count_heldout')}, noise {r.get('count_noise')}){member}")
+
+
+def _num(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, float) and math.isfinite(v) else "n/a"
+
+
+def figure_caption(f: str) -> str:
+    """The caption of the audit's figure file ``f`` (``dp.png``, ``weight_decay.png``, ``epochs.png``)."""
+    axis = f.removesuffix(".png")
+    what = {"dp": "DP-SGD ε", "weight_decay": "weight decay", "epochs": "training epochs"}.get(axis, axis)
+    return (f"Reconstruction count (null band: held-out and noise counts at the same threshold), mean best SSIM, "
+            f"held-out accuracy and membership (the strongest signal's TPR at 1% FPR, the loss threshold's dashed) "
+            f"against {what}; points are seeds, lines their mean"
+            + ("; dotted: the DP-SGD bound n·κ₊" if axis == "dp" else ""))
+
+
+def table_cell(v: Any) -> Any:
+    """A table row's value as the report shows it (n/a for None and non-finite numbers)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "n/a"
+    return "n/a" if v is None else v

@@ -3,7 +3,7 @@
 The file has no external resources (no scripts, fonts, stylesheets or
 links to fetch), so it can be mailed or archived as is. :func:`write_report`
 renders sections you build; :func:`render_report` builds them from evaluated
-run directories (``metrics.json`` from :func:`datarecon.evaluation.evaluate_run`,
+run directories (``metrics.json`` from :func:`datarecon.evaluation.run_metrics`,
 ``run.json``, ``neighbours.safetensors``).
 """
 
@@ -25,8 +25,9 @@ from datarecon.errors import DataReconError
 from datarecon.evaluation import Evaluation
 from datarecon.evaluation.membership import EXPECTED_GAIN
 from datarecon.evaluation.privacy import NEGATIVE, POSITIVE, signal_verdict
-from datarecon.evaluation.records import read_metrics, read_run_fields
-from datarecon.kernel.files import HISTORY, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RUN_JSON, SUBSPACE_FILE
+from datarecon.evaluation.records import read_metrics
+from datarecon.evaluation.run_records import read_history, read_neighbour_grid, read_run_fields
+from datarecon.kernel.files import HISTORY, METRICS_FILE, MODEL_JSON, RUN_JSON, SUBSPACE_FILE
 from datarecon.kernel.status import Status
 from datarecon.models.checkpoint import read_model_meta
 from datarecon.report.figures import (
@@ -44,7 +45,7 @@ from datarecon.report.figures import (
 from datarecon.report.style import column_label, series
 from datarecon.report.text import count_of, fraction, headline_lead, threshold_text
 from datarecon.training.target import ascent_curve_lines
-from datarecon.utils.io import atomic_write_text, load_tensors, read_json_lines
+from datarecon.utils.io import atomic_write_text, load_tensors
 
 __all__ = ["Table", "FigureItem", "Card", "Section", "render_html", "write_report", "render_report", "landscape_results"]
 
@@ -642,10 +643,19 @@ def _run_sections(run_dir: Path) -> Section:
         raise DataReconError(f"{run_dir} has no metrics.json; run `datarecon evaluate {run_dir}` first")
     m = read_metrics(run_dir)
     run = read_run_fields(run_dir / RUN_JSON) if (run_dir / RUN_JSON).is_file() else {}
-    nb_file = run_dir / NEIGHBOURS_FILE
-    nb = load_tensors(nb_file) if nb_file.is_file() else {}
-    return _sections(m, run, read_json_lines(run_dir / HISTORY), nb,
+    return _sections(m, run, read_history(run_dir / HISTORY), read_neighbour_grid(run_dir),
                      run_name=display_name(run_dir, run_dir.name), where=run_dir)
+
+
+def evaluation_section(metrics: Mapping[str, Any], *, run: Mapping[str, Any], history: list[dict], grid: Mapping[str, Any],
+                       name: str, where: Path | None) -> Section:
+    """The section ``datarecon report`` shows for an evaluated run (cards, the sorted-SSIM curve against its nulls,
+    the neighbour grid, tables), for a caller that holds its parts elsewhere: an evaluation summary ``metrics``
+    (checked, :func:`~datarecon.evaluation.records.read_metrics`), the run record ``run`` and its ``history``
+    (checked, :mod:`~datarecon.evaluation.run_records`: the attack card judges its convergence) and the grid of
+    best-matched candidates ``grid`` (:func:`~datarecon.evaluation.run_records.read_neighbour_grid`); ``where``:
+    the run folder shown, or None."""
+    return _sections(metrics, run, history, grid, run_name=name, where=where)
 
 
 def _evaluation_section(ev: Any, index: int) -> Section:
@@ -820,8 +830,8 @@ def render_report(run_dirs: Sequence[str | os.PathLike | Any], *, out: str | os.
     interpolation curves (one set per method).
 
     Args:
-        run_dirs: Run directories evaluated by :func:`datarecon.evaluation.evaluate_run`,
-            :class:`~datarecon.evaluation.Evaluation` results of :func:`datarecon.evaluation.evaluate`
+        run_dirs: Run directories evaluated by :func:`datarecon.evaluation.run_metrics`,
+            :class:`~datarecon.evaluation.Evaluation` results of :func:`datarecon.evaluation.evaluation_of`
             (a user's own model: no run directory; its section has no attack record), or sections built
             elsewhere (a membership folder's: :func:`datarecon.report.membership.membership_sections`).
         out: Output HTML path.

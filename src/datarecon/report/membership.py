@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from datarecon.errors import DataReconError
+from datarecon.errors import CheckpointError, DataReconError
 from datarecon.evaluation.privacy import roc_curve
 from datarecon.evaluation.records import read_membership_result
 from datarecon.kernel.files import MEMBERSHIP_EXPOSED, MEMBERSHIP_RESULT, MEMBERSHIP_SCORES, MEMBERSHIP_TARGET
@@ -72,6 +72,39 @@ def _split_text(result: Mapping[str, Any], names: list[str]) -> str:
                 f"{rep.get('n_nonmembers')} non-members)"
         parts.setdefault(where, []).append(name)
     return "; ".join(f"{', '.join(v)} on {k}" for k, v in parts.items())
+
+
+def _read_tensors(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:
+    """The folder's scores (``is_member`` (N,) booleans, ``score.<signal>`` (N,) numbers, ``scope.<signal>`` (N,)
+    booleans) and its most exposed members (``x`` (k, C, H, W), ``index``, ``y``, ``score``, ``p_value`` (k,)),
+    checked before anything is plotted from them.
+
+    Raises:
+        CheckpointError: a missing or misshapen tensor (one line naming the file, the tensor and the fix).
+    """
+    fix = f"rerun `datarecon membership --model M --evaluate --out {folder}` to rewrite it"
+    scores = load_tensors(folder / MEMBERSHIP_SCORES)
+    member = scores.get("is_member")
+    if member is None or member.dim() != 1 or member.dtype != torch.bool:
+        raise CheckpointError(f"{folder / MEMBERSHIP_SCORES} is damaged or was changed by hand (no 'is_member' "
+                              f"booleans, one per candidate); {fix}")
+    for key, v in scores.items():
+        kind = torch.bool if key.startswith("scope.") else None
+        if key.startswith(("score.", "scope.")) and (tuple(v.shape) != tuple(member.shape) or (
+                v.dtype != torch.bool if kind else not v.dtype.is_floating_point)):
+            raise CheckpointError(f"{folder / MEMBERSHIP_SCORES} is damaged or was changed by hand ('{key}' is not "
+                                  f"{member.numel()} {'booleans' if kind else 'numbers'}, one per candidate); {fix}")
+    if not (folder / MEMBERSHIP_EXPOSED).is_file():
+        return scores, None
+    exposed = load_tensors(folder / MEMBERSHIP_EXPOSED)
+    x = exposed.get("x")
+    k = x.shape[0] if x is not None and x.dim() == 4 else None
+    bad = "x" if k is None else next((name for name in ("index", "y", "score", "p_value")
+                                      if name not in exposed or tuple(exposed[name].shape) != (k,)), None)
+    if bad is not None:
+        raise CheckpointError(f"{folder / MEMBERSHIP_EXPOSED} is damaged or was changed by hand ('{bad}' is not "
+                              + ("images (k, C, H, W)" if bad == "x" else f"{k} values, one per image") + f"); {fix}")
+    return scores, exposed
 
 
 def _cards(result: Mapping[str, Any]) -> list[Card]:
@@ -201,8 +234,7 @@ def membership_sections(folder: str | Path) -> Section:
         raise DataReconError(f"{folder} holds no membership result; run `datarecon membership --model M --evaluate "
                              f"--out {folder}` first")
     result = read_membership_result(folder / MEMBERSHIP_RESULT)
-    scores = load_tensors(folder / MEMBERSHIP_SCORES)
-    exposed = load_tensors(folder / MEMBERSHIP_EXPOSED) if (folder / MEMBERSHIP_EXPOSED).is_file() else None
+    scores, exposed = _read_tensors(folder)
     tables, notes = _tables(result, exposed)
     children = (Section("Figures", figures=_figures(result, scores, exposed), level=3),
                 Section("Tables", tables=tables, notes=notes, level=3))

@@ -40,6 +40,7 @@ from datarecon.kernel.resume import Store, folder_state, recorded_progress
 from datarecon.kernel.status import Status
 from datarecon.kernel.step import MarginAscent, TrainingRecipe
 from datarecon.models.checkpoint import ModelBundle, ModelDescription, TrainingRecord, save_model_dir
+from datarecon.models.records import AscentPoint
 from datarecon.models.spec import ARCHITECTURES, ArchSpec, build_model, count_parameters, is_homogeneous
 from datarecon.registry import registered
 from datarecon.training.dp import DPConfig, fit_dp
@@ -276,15 +277,12 @@ class TrainConfig(RecordedConfig):
             if self.weight_decay:
                 raise DataReconError("margin ascent maximises the margin of an unregularised loss; "
                                      "with weight decay the minimiser is finite: set margin_ascent steps to 0")
-        if self.dp is not None and (self.optimizer != "gd" or self.schedule != "constant" or self.margin_ascent.steps
-                                    or self.stop != StopConfig()):
+        if self.dp is not None and (clash := self._clashes(dp=False, stop=True)):
             raise DataReconError("dp (DP-SGD) needs optimizer gd, schedule constant, no margin ascent and no stop "
-                                 f"rules (its length is epochs); got optimizer {self.optimizer}, schedule "
-                                 f"{self.schedule}, margin_ascent steps {self.margin_ascent.steps}, stop {self.stop}")
-        if self.batch_size is not None and (self.optimizer != "gd" or self.schedule != "constant" or self.dp
-                                            is not None or self.margin_ascent.steps):
+                                 f"rules (its length is epochs); got {clash}: drop it or the dp settings (--dp-*)")
+        if self.batch_size is not None and (clash := self._clashes(dp=True, stop=False)):
             raise DataReconError("batch_size (mini-batch SGD) needs optimizer gd, schedule constant, no dp and no "
-                                 f"margin ascent; got optimizer {self.optimizer}, schedule {self.schedule}")
+                                 f"margin ascent; got {clash}: drop it or batch_size (--batch-size)")
         kind = self.data.resolved_task().label_kind
         need = LOSSES.get(self.loss).label_kind
         if need not in ("any", kind):
@@ -293,6 +291,18 @@ class TrainConfig(RecordedConfig):
                 f"loss {self.loss!r} does not fit the {kind} task {self.data.task!r}; use one of: {', '.join(fits)}"
             )
         return self
+
+    def _clashes(self, *, dp: bool, stop: bool) -> str:
+        """The settings that mini-batch SGD and DP-SGD do not run with, as given (each with its flag); "" for none.
+        ``dp``/``stop``: whether DP-SGD and the stop rules count."""
+        found = [f"optimizer {self.optimizer} (--optimizer)" if self.optimizer != "gd" else "",
+                 f"schedule {self.schedule} (--schedule)" if self.schedule != "constant" else "",
+                 "dp (--dp-*)" if dp and self.dp is not None else "",
+                 f"margin_ascent steps {self.margin_ascent.steps} (--margin-ascent-steps)"
+                 if self.margin_ascent.steps else "",
+                 *(f"stop.{k} {v} ({'--stop-at-zero-error' if k == 'zero_error' else '--' + k.replace('_', '-')})"
+                   for k, v in (self.stop.model_dump(exclude_defaults=True).items() if stop else ()))]
+        return ", ".join(f for f in found if f)
 
 
     def recipe(self) -> TrainingRecipe:
@@ -682,32 +692,31 @@ def _format_value(v: Any) -> str:
 
 
 def ascent_curve_lines(metrics: dict[str, Any]) -> list[str]:
-    """The margin-ascent curve a model directory records (``margin_ascent_curve`` of its metrics), one line per
-    point where the identifiability gap was measured (the start, 1, 2, 4, ... windows, the end); without
-    gaps, the margin at the start, the middle and the end. Empty for a model without the curve."""
-    points = [p for p in metrics.get("margin_ascent_curve") or [] if isinstance(p, dict)]
+    """The margin-ascent curve a model directory records (``margin_ascent_curve`` of its metrics, checked when the
+    model directory was read: :class:`~datarecon.models.records.AscentPoint`), one line per point where the
+    identifiability gap was measured (the start, 1, 2, 4, ... windows, the end); without gaps, the margin at the
+    start, the middle and the end. A value the probe could not define is shown as such. Empty for a model without
+    the curve."""
+    points = [AscentPoint.model_validate(p) for p in metrics.get("margin_ascent_curve") or []]
     if not points:
         return []
-    probed = [p for p in points if "kkt_gap" in p]
+    probed = [p for p in points if "kkt_gap" in p.model_fields_set]
     shown = probed or [points[i] for i in sorted({0, len(points) // 2, len(points) - 1})]
     head = "ascent curve (step: normalised margin" + (", KKT weights-only residual truth / best fake, gap" if probed
                                                        else "")
     lines = [f"{head}; {len(points)} points)"]
     for p in shown:
-        text = f"  {int(p['step']):>7}: {_format_value(_as_float(p.get('normalised_margin')))}"
-        if "kkt_gap" in p:
-            text += (f", {_format_value(_as_float(p.get('kkt_truth')))} / "
-                     f"{_format_value(_as_float(p.get('kkt_best_fake')))}, gap {_as_float(p.get('kkt_gap')):+.3f}")
+        text = f"  {p.step:>7}: {_format_value(p.normalised_margin)}"
+        if "kkt_gap" in p.model_fields_set:
+            gap = "undefined" if p.kkt_gap is None else f"{p.kkt_gap:+.3f}"
+            text += f", {_defined(p.kkt_truth)} / {_defined(p.kkt_best_fake)}, gap {gap}"
         lines.append(text)
     return lines
 
 
-def _as_float(value: Any) -> float:
-    """A recorded number (non-finite ones are stored as text) as a float."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
+def _defined(value: float | None) -> str:
+    """A probe's value as the card shows it (None: undefined, recorded as text)."""
+    return "undefined" if value is None else _format_value(value)
 
 
 def model_card(bundle: ModelBundle) -> str:

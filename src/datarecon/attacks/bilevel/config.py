@@ -48,14 +48,14 @@ class KinkTreatment:
 #: 1 % cap made the README's affine partition run end at 4e-7 instead of 2e-9 after 50 steps).
 SMOOTH = KinkTreatment(curvature="hessian", damping=0.0, inner_activation="target")
 #: Settings for targets with kinks, chosen by the descent-rate measurement of docs/PERFORMANCE.md
-#: §6 (``benchmarks/bench_bilevel_relu.py``): the rate at which a small step along the negative
+#: §5 (``benchmarks/bench_bilevel_relu.py``): the rate at which a small step along the negative
 #: hypergradient lowers the true ‖θ* − θ(x)‖² with the inner problem re-solved. On the small
 #: runkel2024 one-hidden target (width 256) damped CG with μ = 0.1 had the best median rate
 #: (0.98–1.00 of the best treatment's, median over points); μ = 0.01 and 1, Gauss–Newton and a
 #: softplus₅ inner energy with Gauss–Newton came within 1–13 %, the paper's qn within 13–21 %; the
 #: undamped Hessian (negative curvature) reached −0.08–0.09, a random direction ≈ 0. The same
 #: measurement found the rate at a move of 1 % of ‖x‖ still 55–77 % of the rate at 0.1 %, so one
-#: outer step moves x by at most 1 % of ‖x‖ (docs/PERFORMANCE.md §6.5 measures what larger Polyak
+#: outer step moves x by at most 1 % of ‖x‖ (docs/PERFORMANCE.md §5.5 measures what larger Polyak
 #: trials cost: line-search rejections, each an inner re-solve).
 NONSMOOTH = KinkTreatment(curvature="hessian", damping=0.1, inner_activation="target", max_step=0.01)
 
@@ -87,10 +87,10 @@ class BilevelConfig(AttackConfig):
         max_step: cap on one problem-derived step, ‖Δx‖ ≤ max_step·‖x‖ (Frobenius norm over
             all candidates). None (default): no cap for smooth targets, ``NONSMOOTH.max_step``
             (1 %) for targets with kinks: larger moves leave the region the hypergradient describes
-            (the descent-rate measurement, docs/PERFORMANCE.md §6.4).
+            (the descent-rate measurement, docs/PERFORMANCE.md §5.4).
         hessian: inverse-Hessian strategy (``LINEAR_SOLVERS``: "cg", "pcg", "neumann", "qn").
             Default "cg", warm-started: fewest Hessian-vector products and least time to a relative
-            residual of 1e-6 (``benchmarks/bench_bilevel_solvers.py``, docs/PERFORMANCE.md §6);
+            residual of 1e-6 (``benchmarks/bench_bilevel_solvers.py``, docs/PERFORMANCE.md §5);
             "qn" is the paper's two-loop recursion (no solve, a rough hypergradient).
         solve_tol: relative-residual tolerance of the linear solve (every strategy reports its
             residual against it).
@@ -117,7 +117,7 @@ class BilevelConfig(AttackConfig):
             ‖θ̂ − θ(x)‖ ≤ tol/wd stays below inner_tol_factor × the current distance: no accuracy is
             spent on θ(x) while x is still far from a solution. Not for targets with kinks with the
             problem-derived step (warned): the inner residual stalls near the loose tolerance, trial
-            points are then not re-solved and the line search is blind (docs/PERFORMANCE.md §6.6).
+            points are then not re-solved and the line search is blind (docs/PERFORMANCE.md §5.6).
         inner_tol_factor, inner_tol_max: of the "distance" schedule.
         inner_max_iter: inner iteration cap per inner solve (per outer step, and per line-search
             trial).

@@ -11,7 +11,7 @@ of curvature pairs) and a right-hand side b; none forms a dense Hessian.
 * ``pcg``     the same, preconditioned by the L-BFGS inverse of the inner solve's pairs (the
               paper's quasi-Newton matrix used as a preconditioner, not as the answer): as exact
               as ``cg``; on the attack's systems it did not save HVPs (the warm-started ``cg``
-              needs 6–17) and costs a two-loop recursion per iteration (docs/PERFORMANCE.md §6).
+              needs 6–17) and costs a two-loop recursion per iteration (docs/PERFORMANCE.md §5).
 * ``neumann`` truncated Neumann series p = p₀ + α Σ_k (I − α(H + μI))ᵏ r₀ with α = 1/λ̂_max
               from a warm-started power iteration; stops at the tolerance; a growing residual
               is reported as divergence (then λ̂_max is re-estimated and the series restarted) or

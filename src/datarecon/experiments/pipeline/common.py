@@ -24,8 +24,8 @@ from datarecon.attacks.init import INITS, InitSources
 from datarecon.config import MAX_SEED, MAX_STEPS
 from datarecon.data import DataSpec, Normalisation, load_task
 from datarecon.errors import DataReconError
-from datarecon.evaluation import EvaluationConfig, evaluate_candidates, noise_images
-from datarecon.evaluation.run_eval import RunRecord, init_name_of, read_init
+from datarecon.evaluation import EvaluationConfig, RunRecord, evaluation_against, noise_images
+from datarecon.evaluation.run_eval import init_name_of, read_init
 from datarecon.experiments.reconstruct import RunOptions, build_run, execute, execute_batch, prepare
 from datarecon.experiments.pipeline.pieces import Context, Piece
 from datarecon.kernel.status import EVALUABLE, Status
@@ -78,7 +78,7 @@ class TargetTraining(BaseModel):
 
 
 class EvalSettings(BaseModel):
-    """Evaluation settings (``datarecon.evaluation.evaluate_candidates``).
+    """Evaluation settings (``datarecon.evaluation.evaluation_against``).
 
     Attributes:
         window: SSIM window ("gaussian" = 11x11 σ 1.5, scikit-image conventions); it changes values.
@@ -144,7 +144,7 @@ def train_piece(key: str, training: TargetTraining, data: Mapping[str, Any], *,
 def checkpoint_period(steps: int) -> int:
     """Steps between an attack run's checkpoints in a reproduction: a tenth of its steps (at least 10),
     so a killed run continued with ``--resume`` loses at most that (the cost of a checkpoint:
-    docs/PERFORMANCE.md §8.2)."""
+    docs/PERFORMANCE.md §6.2)."""
     return max(MIN_CHECKPOINT_PERIOD, steps // ATTACK_CHECKPOINTS)
 
 
@@ -358,7 +358,7 @@ def _scalars(d: Mapping[str, Any]) -> dict[str, Any]:
 
 def evaluate_display(display: torch.Tensor, record, *, bundle, task, norm, settings: EvalSettings,
                      light: bool, seed: int = 0):
-    """``evaluate_candidates`` against train / partition / held-out / noise sets of ``task``.
+    """:func:`~datarecon.evaluation.evaluation_against` with the train / partition / held-out / noise sets of ``task``.
 
     ``record`` (a :class:`~datarecon.evaluation.RunRecord`): the attack's per-candidate labels,
     scores and λ, and where the candidates started (``init`` in display space and ``init_name``: the
@@ -374,7 +374,7 @@ def evaluate_display(display: torch.Tensor, record, *, bundle, task, norm, setti
     config = EvaluationConfig(metric=settings.metric, window=settings.window, baselines=not light,
                               real_floor=None if light else "noise", n_floor_noise=settings.n_floor_noise,
                               baseline_seed=seed)
-    return evaluate_candidates(display, references=refs, record=replace(record, margins=train_margins),
+    return evaluation_against(display, references=refs, record=replace(record, margins=train_margins),
                                config=config, progress=False)
 
 

@@ -254,7 +254,7 @@ def format_plan(planned: Sequence[PlannedPiece], *, device: str) -> list[str]:
         big = max(todo_mem, key=lambda p: p.memory_bytes or 0)
         lines.append(f"peak memory: about {format_bytes(resident_bytes(big.memory_bytes or 0))} resident "
                      f"({big.key}: {format_bytes(big.memory_bytes or 0)} of weights, optimiser state, inputs and kept "
-                     "activations, plus the process; fitted to measured runs, docs/PERFORMANCE.md §8)")
+                     "activations, plus the process; fitted to measured runs, docs/PERFORMANCE.md §6)")
     return lines
 
 
@@ -306,7 +306,7 @@ def claim_reproduction(out: Path, *, name: str, config_hash_: str, overwrite: bo
         names = tuple(m["entries"]) if isinstance(m.get("entries"), list) else None
         if out.is_dir() and not same and not overwrite:
             raise DataReconError(f"{out} holds another configuration ({m.get('name')}, hash "
-                                 f"{m.get('config_hash')}); pass --overwrite to replace it or choose another --out "
-                                 "(in Python: overwrite=True, another out)")
+                                 f"{m.get('config_hash')}); pass --overwrite to replace it or choose another --out",
+                                 python="overwrite=True, another out")
     with claim_out_dir(out, kind="reproduction", overwrite=overwrite, resume=same, names=names) as claim:
         yield claim

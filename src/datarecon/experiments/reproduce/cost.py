@@ -16,8 +16,8 @@ updates: memory-bound work, ``bytes / device.bandwidth``.
 
 Device speeds (:data:`DEVICES`): ``cpu`` is measured per CPU second of one thread, so a CPU
 estimate is the CPU time of a one-thread run (its wall time on a machine shared with other jobs
-is longer by the share of a core it gets: docs/PERFORMANCE.md §8); ``cuda`` is calibrated on
-GPU measurements of training and KKT steps at D-1000-1000-1 (docs/PERFORMANCE.md §8), while its
+is longer by the share of a core it gets: docs/PERFORMANCE.md §6); ``cuda`` is calibrated on
+GPU measurements of training and KKT steps at D-1000-1000-1 (docs/PERFORMANCE.md §6), while its
 vector bandwidth, used only by bilevel pieces, is assumed. :func:`device_note` says which.
 """
 
@@ -69,7 +69,7 @@ DEVICES.register("cpu", Device(
     source="measured per CPU second of one thread (time.process_time, so machine load does not enter; wall "
            "time on a shared machine is longer by the share of a core the run gets): forward+backward 45 GFLOP/s "
            "float64 (33-47 measured), 90 GFLOP/s float32 (90-94), vector updates 28 GB/s (26-29) "
-           "(benchmarks/bench_bilevel_cost.py, docs/PERFORMANCE.md §8)"))
+           "(benchmarks/bench_bilevel_cost.py, docs/PERFORMANCE.md §6)"))
 DEVICES.register("cuda", Device(
     flops={"float64": 1.84e13, "float32": 2.43e13}, bandwidth=1.5e12, pass_overhead_s=1.36e-4, measured=True,
     source="CALIBRATED on H100 measurements (2026-11-23, torch 2.11, D-1000-1000-1): "
@@ -124,7 +124,7 @@ TRAIN_PASSES_PER_EPOCH = {"gd": 2.1, "lbfgs": 9.9}
 #: Passes per KKT-family step (docs/PERFORMANCE.md §2: step / plain forward+backward 2.77-2.96).
 KKT_PASSES_PER_STEP = 2.8
 #: Wall time of K batched KKT-family runs ÷ the same K runs one after the other, on CPU (one thread;
-#: ``benchmarks/bench_batched_runs.py``, docs/PERFORMANCE.md §8.1: 1.25 at D-1000-1000-1, m = 100, K = 25,
+#: ``benchmarks/bench_batched_runs.py``, docs/PERFORMANCE.md §6.1: 1.25 at D-1000-1000-1, m = 100, K = 25,
 #: on 2026-11-27 once θ* − g was computed once per step (1.51 before); 1.13-1.32 at the other sizes).
 BATCHED_OVER_LOOPED_CPU = 1.25
 #: Per batched step on cuda: the group's one optimiser update on its stacked state, its finiteness
@@ -154,7 +154,7 @@ class BilevelCounts:
 
 
 #: Measured on the medium rung (2026-11-23, ``out/medium-runkel``: totals of ``run.json`` over the
-#: 28 affine runs, 3 100 outer steps, and the 3 one-hidden runs, 240 steps; docs/PERFORMANCE.md §8).
+#: 28 affine runs, 3 100 outer steps, and the 3 one-hidden runs, 240 steps; docs/PERFORMANCE.md §6).
 #: "smooth" = the affine target: 4.4 trials per step (the landscape's ground-truth-like points sit at
 #: the floor of l, where all 8 trials are spent and rejected), 3.6 iterations per warm-started solve,
 #: first solve from θ⁰ 32–68 iterations; "kinked" = the one-hidden ReLU target (width 1024, n = 100):

@@ -115,7 +115,7 @@ class HaimConfig(RecordedConfig):
     The published scale trains 30 000 epochs (the loss-normalised step freezes the weights long before
     that, docs/RESULTS.md) and attacks in float32 (float64's counts and residual curves on the measured
     targets, benchmarks/bench_dtype.py), which keeps its ``--dry-run --device cuda`` estimate short
-    (docs/PERFORMANCE.md §8).
+    (docs/PERFORMANCE.md §6).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -112,7 +112,7 @@ class LandscapeSettings(BaseModel):
     bilevel_steps: int | None = Field(default=None, ge=0, le=MAX_STEPS)
     decoreco_steps: int | None = Field(default=None, ge=0, le=MAX_STEPS)
     # the DecoReco landscape runs share one target: one piece steps them together (each run keeps its
-    # own state, stop and run directory; attacks/batched.py). benchmarks/bench_batched_runs.py, PERFORMANCE §8.
+    # own state, stop and run directory; attacks/batched.py). benchmarks/bench_batched_runs.py, PERFORMANCE §6.
     decoreco_grouping: RunGrouping = "auto"
 
 
@@ -132,7 +132,7 @@ class RunkelConfig(BaseModel):
     # BilevelConfig.lr_x = None): no step size to tune, ground-truth starts stay put.
     bilevel_affine: BilevelConfig = BilevelConfig(steps=1000)
     # ReLU target: the attack detects the kinks and uses its measured-best treatment (damped CG,
-    # μ = 0.1, outer steps of at most 1 % of ‖x‖; docs/PERFORMANCE.md §6, benchmarks/bench_bilevel_relu.py).
+    # μ = 0.1, outer steps of at most 1 % of ‖x‖; docs/PERFORMANCE.md §5, benchmarks/bench_bilevel_relu.py).
     bilevel_one_hidden: BilevelConfig = BilevelConfig(steps=1000)
     decoreco: DecoRecoSettings = DecoRecoSettings()
     landscape: LandscapeSettings = LandscapeSettings()

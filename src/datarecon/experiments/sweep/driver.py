@@ -82,8 +82,8 @@ def plan(config: SweepConfig, out: str | Path) -> tuple[str, list[PlannedRun]]:
     try:
         model_id = model_identity(model_dir)
     except DataReconError as exc:  # in the sweep file's words: model_dir, not the --model of reconstruct
-        raise type(exc)(f"model_dir of the sweep file: {exc}".replace("pass the --model",
-                                                                         "set model_dir to the model")) from None
+        raise type(exc)(f"model_dir of the sweep file: {exc}".replace("pass the model directory",
+                                                                         "set model_dir to the model directory")) from None
     meta = read_model_meta(model_dir)
     target = TargetRecord(fine_tuned=isinstance(meta.get("pretrained"), dict),
                           n_train=(meta.get("metrics") or {}).get("n_train"),
