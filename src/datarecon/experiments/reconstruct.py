@@ -70,6 +70,7 @@ from datarecon.config import (
 )
 from datarecon.data import DataSpec, Normalisation, load_task
 from datarecon.data.selection import check_fingerprint
+from datarecon.data.draw import train_count
 from datarecon.errors import DataReconError, DivergenceError
 from datarecon.experiments.pool import PoolSpec, write_pool
 from datarecon.kernel.files import RUN_JSON
@@ -455,10 +456,9 @@ def make_attack(method: str, config: BaseModel) -> Attack:
 
 def default_candidates(data: Mapping[str, Any], num_outputs: int, *, data_init: bool) -> int:
     """Default m: n for data-dependent inits, else 2n (Haim et al.); n from the model's data spec."""
-    n_per_class = int(data.get("n_per_class", 0) or 0)
-    if n_per_class <= 0:
+    n = train_count(data, num_classes=2 if num_outputs == 1 else num_outputs)
+    if n <= 0:
         raise DataReconError("the model's data spec has no n_per_class; pass candidates (--candidates M)")
-    n = n_per_class * (2 if num_outputs == 1 else num_outputs)
     return n if data_init else 2 * n
 
 
