@@ -200,11 +200,11 @@ def _run_flags(opts: dict[str, Any]) -> list[str]:
     return ["--threads", str(opts.get("threads") or 1), *(["--device", opts["device"]] if opts.get("device") else [])]
 
 
-def run_logged(cmd: list[str], log: Path) -> float:
+def run_logged(cmd: list[str], log: Path, *, accept: tuple[int, ...] = (0,)) -> float:
     """Run ``cmd``, its output appended to ``log``; its wall time in seconds.
 
     Raises:
-        RuntimeError: a non-zero exit (the log's path named).
+        RuntimeError: an exit code not in ``accept`` (the log's path named).
     """
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -214,7 +214,7 @@ def run_logged(cmd: list[str], log: Path) -> float:
         code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
         wall = time.perf_counter() - start
         f.write(f"== exit {code} after {wall:.0f} s\n")
-    if code:
+    if code not in accept:
         raise RuntimeError(f"{shlex.join(cmd[:3])} ... exited {code}; see {log}")
     return wall
 
@@ -245,15 +245,29 @@ def ensure_target(cell: Cell, work: Path, opts: dict[str, Any]) -> float | None:
         return run_logged(finetune_cmd(cell, work, opts), work / "targets" / f"{cell.target}.log")
 
 
-def kept_restart(attack: Path) -> tuple[Path, dict[str, float]]:
-    """The restart (``run<j>``, or the folder for one) with the highest final cosine, and every restart's cosine."""
-    runs = sorted(attack.glob("run[0-9]*")) or [attack]
-    cos = {r.name: json.loads((r / "run.json").read_text())["selection"]["cosine"]["value"] for r in runs
-           if (r / "candidates.safetensors").is_file()}
-    if not cos:
-        raise RuntimeError(f"no finished restart in {attack}")
-    best = max(cos, key=lambda k: cos[k])
-    return (attack if runs == [attack] else attack / best), cos
+def restarts_of(attack: Path) -> dict[str, dict[str, Any]]:
+    """Each restart (``run<j>``, or the folder for one) that wrote candidates: its status, steps and final cosine
+    (None where the run diverged before a finite one)."""
+    out = {}
+    for r in sorted(attack.glob("run[0-9]*")) or [attack]:
+        if (r / "candidates.safetensors").is_file():
+            meta = json.loads((r / "run.json").read_text())
+            out[r.name] = {"status": meta.get("status"), "steps_done": meta.get("steps_done"),
+                           "final_cosine": ((meta.get("selection") or {}).get("cosine") or {}).get("value")}
+    return out
+
+
+def kept_restart(attack: Path) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """The restart with the highest final cosine (a diverged one only when every restart diverged) and all of them.
+
+    Raises:
+        RuntimeError: no restart wrote candidates.
+    """
+    runs = restarts_of(attack)
+    if not runs:
+        raise RuntimeError(f"no restart wrote candidates in {attack}")
+    best = max(runs, key=lambda k: -float("inf") if runs[k]["final_cosine"] is None else runs[k]["final_cosine"])
+    return (attack if best == attack.name and not (attack / "run0").is_dir() else attack / best), runs
 
 
 #: seeded draws of m held-out images for the null's spread (one draw says little at n = 1 or 2)
@@ -305,9 +319,11 @@ def fill_cell(cell: Cell, work: Path, opts: dict[str, Any]) -> dict[str, Any]:
     attack, log = out / "attack", out / "log.txt"
     complete = (attack / "candidates.safetensors").is_file()
     resume = attack.is_dir() and not complete  # cut short: continued from its checkpoints
-    attack_s = None if complete else run_logged(attack_cmd(cell, work, opts, resume=resume), log)
-    kept, cosines = kept_restart(attack)
-    evaluate = [*_dr(), "evaluate", str(kept)]
+    # exit 2 with candidates: a restart diverged and kept its last finite state, which is the cell's result
+    attack_s = None if complete else run_logged(attack_cmd(cell, work, opts, resume=resume), log, accept=(0, 2))
+    kept, restarts = kept_restart(attack)
+    diverged = restarts[kept.name]["status"] == "diverged"
+    evaluate = [*_dr(), "evaluate", str(kept), *(["--allow-incomplete"] if diverged else [])]
     run_logged(evaluate, log)
     sys.path.insert(0, str(HERE))
     from bench_dynamics import table
@@ -329,7 +345,8 @@ def fill_cell(cell: Cell, work: Path, opts: dict[str, Any]) -> dict[str, Any]:
         "target": {"train_indices": target["data"].get("train_indices"),
                    "train_accuracy": target["metrics"].get("train_accuracy"),
                    "heldout_accuracy": target["metrics"].get("heldout_accuracy"), "finetune_wall_s": finetune_s},
-        "attack": {"wall_s": attack_s, "resumed": resume, "kept": kept.name, "final_cosine": cosines,
+        "attack": {"wall_s": attack_s, "resumed": resume, "kept": kept.name, "restarts": restarts,
+                   "diverged": diverged,
                    "run_wall_time_s": run_meta.get("wall_time_s"), "labels": metrics.get("labels")},
         "headline": metrics.get("headline"), "simudy": {k: v for k, v in row.items() if k not in ("run", "selection")},
         "heldout_null_draws": null_over_draws(kept, threshold=(metrics.get("headline") or {}).get("threshold")),
@@ -518,8 +535,11 @@ def _panel(ax: Any, rows: list[dict[str, Any]]) -> None:
         label = f"{mine[0]['restarts']} x {mine[0]['outer_steps']} steps"
         ax.errorbar(x, y, yerr=err, color=colour, marker="o", capsize=3, label=label)
         for r, v in zip(mine, y):
-            ax.annotate(f"{(r.get('headline') or {}).get('count')}/{r['n']}", (r["n"], v), fontsize=7,
-                        textcoords="offset points", xytext=(4, 4), color=colour)
+            diverged = (r.get("attack") or {}).get("diverged")
+            ax.annotate(f"{(r.get('headline') or {}).get('count')}/{r['n']}" + (" diverged" if diverged else ""),
+                        (r["n"], v), fontsize=7, textcoords="offset points", xytext=(4, 4), color=colour)
+            if diverged:
+                ax.plot([r["n"]], [v], "x", color="black", ms=9)
     ax.set_xscale("log")
     ax.set_xticks(list(NS))
     ax.set_xticklabels([str(n) for n in NS])

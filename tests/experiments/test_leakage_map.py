@@ -81,3 +81,26 @@ def test_the_cells_and_their_order() -> None:
     assert names.index("resnet8w-s20-n4-b10k") < names.index("cnn-s1-n8-b10k")
     res = _run("cell", "resnet8-s3-n4-b1500", "/nonexistent")
     assert res.returncode == 2 and res.stderr.strip().startswith("error: 'resnet8-s3-n4-b1500' names no cell")
+
+
+def _fake_run(folder: Path, status: str, cosine: float | None, steps: int = 10) -> None:
+    folder.mkdir(parents=True)
+    (folder / "candidates.safetensors").write_bytes(b"")
+    (folder / "run.json").write_text(json.dumps({"status": status, "steps_done": steps,
+                                                 "selection": {"cosine": {"value": cosine}}}))
+
+
+def test_the_kept_restart_is_the_highest_final_cosine_and_a_diverged_one_only_when_all_diverged(tmp_path: Path) -> None:
+    attack = tmp_path / "attack"
+    _fake_run(attack / "run0", "complete", 0.91)
+    _fake_run(attack / "run1", "diverged", None, steps=3)
+    _fake_run(attack / "run2", "complete", 0.95)
+    kept, runs = leakage_map.kept_restart(attack)
+    assert kept == attack / "run2" and runs["run1"] == {"status": "diverged", "steps_done": 3, "final_cosine": None}
+    one = tmp_path / "one"
+    _fake_run(one, "diverged", None, steps=0)  # a single restart is the folder itself
+    kept, runs = leakage_map.kept_restart(one)
+    assert kept == one and runs["one"]["status"] == "diverged"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RuntimeError, match="no restart wrote candidates"):
+        leakage_map.kept_restart(tmp_path / "empty")
