@@ -454,7 +454,9 @@ def estimates(work: Path, opts: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def finished(work: Path) -> dict[str, dict[str, Any]]:
-    return {p.parent.name: json.loads(p.read_text()) for p in sorted((work / "cells").glob("*/cell.json"))}
+    """The finished cells' records, in map order."""
+    return {c.name: json.loads(p.read_text()) for c in all_cells()
+            if (p := work / "cells" / c.name / "cell.json").is_file()}
 
 
 def boundary(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -473,7 +475,8 @@ def boundary(records: list[dict[str, Any]]) -> dict[str, Any]:
         best = max(mine, key=lambda r: r["simudy"]["mean_best_ssim"])
         out[arch] = {"largest_n_half_recovered": max((r["n"] for r in leaks), default=None), "per_setting": per,
                      "best_mean_best_ssim": best["simudy"]["mean_best_ssim"], "best_cell": best["cell"],
-                     "cells_measured": len(mine)}
+                     "cells_measured": len(mine),
+                     "diverged": [r["cell"] for r in mine if (r.get("attack") or {}).get("diverged")]}
     return out
 
 
@@ -485,6 +488,32 @@ def collect(work: Path, opts: dict[str, Any]) -> dict[str, Any]:
                for c in all_cells() if c.name not in done]
     return {"benchmark": "leakage_map", "cells": list(done.values()), "pending": pending,
             "boundary": boundary(list(done.values())), "command": " ".join(sys.argv)}
+
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def markdown_rows(results: dict[str, Any]) -> list[str]:
+    """One line of docs/RESULTS.md's table per finished cell (the table's header is written there)."""
+    lines = []
+    for r in results["cells"]:
+        s, h, a = r["simudy"], r.get("headline") or {}, r.get("attack") or {}
+        kept = (a.get("restarts") or {}).get(a.get("kept"), {})
+        cosine = kept.get("final_cosine", (a.get("final_cosine") or {}).get(a.get("kept")))  # older records
+        fit = f"diverged at step {kept.get('steps_done')}" if a.get("diverged") else _fmt(cosine)
+        null = r.get("heldout_null_draws") or {}
+        lo, hi = s["mean_best_ssim_ci95"]
+        wall = a.get("wall_s") if a.get("wall_s") is not None else a.get("run_wall_time_s")
+        acc = (a.get("labels") or {}).get("accuracy")
+        lines.append(
+            f"| {r['cell']} | {_fmt(r['target']['train_accuracy'], 2)} / {_fmt(r['target']['heldout_accuracy'], 2)} "
+            f"| {fit} | {_fmt(acc, 2)} | {h.get('count')} / {r['n']} ({h.get('heldout')}, {h.get('noise')}; "
+            f"{_fmt(h.get('threshold'), 2)}) | {_fmt(s['mean_best_ssim'])} [{_fmt(lo)}, {_fmt(hi)}] "
+            f"| {_fmt(s['mean_best_ssim_heldout_null'])}; {_fmt(null.get('mean'))} [{_fmt((null.get('interval95') or [None])[0])}, "
+            f"{_fmt((null.get('interval95') or [None, None])[1])}] | {_fmt(s['mean_best_ssim_noise_null'])} "
+            f"| {_fmt(wall, 0)} |")
+    return lines
 
 
 def figure(results: dict[str, Any], out: Path) -> None:
@@ -568,6 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("table")
     t.add_argument("work", type=Path)
     t.add_argument("--out", type=Path, default=RESULTS_DIR / "leakage_map.json")
+    t.add_argument("--markdown", action="store_true", help="also print a table row per finished cell")
     f = sub.add_parser("figure")
     f.add_argument("--results", type=Path, default=RESULTS_DIR / "leakage_map.json")
     f.add_argument("--out", type=Path, default=RESULTS_DIR / "leakage_map.png")
@@ -582,6 +612,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "table":
         results = collect(args.work, {"scale": work_scale(args.work, None)})
         args.out.write_text(json.dumps(results, indent=1) + "\n")
+        if args.markdown:
+            print("\n".join(markdown_rows(results)))
         print(f"{len(results['cells'])} cells finished, {len(results['pending'])} pending; wrote {args.out}")
         return 0
     opts = {"threads": args.threads, "device": args.device, "scale": work_scale(args.work, args.scale)}

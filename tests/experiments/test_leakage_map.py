@@ -45,7 +45,11 @@ def test_the_smoke_map_fills_cells_keeps_them_and_draws(tmp_path: Path, data_dir
     wrong = _run("cell", "cnn-s1-n1-b1500", str(work))
     assert wrong.returncode == 2 and wrong.stderr.strip().startswith(f"error: {work} holds the smoke map, not cifar")
     out = tmp_path / "map.json"
-    assert _run("table", str(work), "--out", str(out)).returncode == 0
+    res = _run("table", str(work), "--out", str(out), "--markdown")
+    assert res.returncode == 0, res.stderr
+    rows = [line for line in res.stdout.splitlines() if line.startswith("| cnn-s1-")]
+    assert [r.split(" | ")[0] for r in rows] == ["| cnn-s1-n1-b1500", "| cnn-s1-n2-b1500"]
+    assert " / 2 (" in rows[1]  # the count of 2 beside the nulls' counts
     table = json.loads(out.read_text())
     assert {c["cell"] for c in table["cells"]} == {"cnn-s1-n1-b1500", "cnn-s1-n2-b1500"}
     pending = {p["cell"]: p for p in table["pending"]}
