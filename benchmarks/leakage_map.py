@@ -424,12 +424,16 @@ def run_map(work: Path, cells: list[Cell], *, opts: dict[str, Any], execution: A
 
 def _per_step(record: dict[str, Any]) -> float | None:
     """Seconds per outer step and restart of a finished cell's attack: its command's wall time when it ran in one
-    piece, else (one restart) the run's own wall time; None when neither is known."""
+    piece, else (one restart) the run's own wall time, over the outer steps its restarts took (a diverged restart
+    stopped early); None when neither is known or no step was taken."""
     attack = record.get("attack") or {}
     wall = attack.get("wall_s") if not attack.get("resumed") else None
     if wall is None and record["restarts"] == 1:
         wall = attack.get("run_wall_time_s")
-    return None if not wall else wall / (record["outer_steps"] * record["restarts"])
+    restarts = attack.get("restarts")  # older records: every restart ran its steps
+    steps = (sum(int(r.get("steps_done") or 0) for r in restarts.values()) if restarts
+             else record["outer_steps"] * record["restarts"])
+    return None if not wall or not steps else wall / steps
 
 
 def estimates(work: Path, opts: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -108,3 +108,13 @@ def test_the_kept_restart_is_the_highest_final_cosine_and_a_diverged_one_only_wh
     (tmp_path / "empty").mkdir()
     with pytest.raises(RuntimeError, match="no restart wrote candidates"):
         leakage_map.kept_restart(tmp_path / "empty")
+
+
+def test_a_cells_cost_per_step_counts_the_steps_its_restarts_took() -> None:
+    base = {"outer_steps": 100, "restarts": 2}
+    assert leakage_map._per_step({**base, "attack": {"wall_s": 50.0}}) == 0.25  # a record without its restarts
+    took = {"run0": {"steps_done": 100}, "run1": {"steps_done": 25}}
+    assert leakage_map._per_step({**base, "attack": {"wall_s": 50.0, "restarts": took}}) == 0.4
+    stopped = {"run0": {"steps_done": 0}, "run1": {"steps_done": 0}}  # diverged at once: says nothing of the cost
+    assert leakage_map._per_step({**base, "attack": {"wall_s": 3.0, "restarts": stopped}}) is None
+    assert leakage_map._per_step({**base, "attack": {"wall_s": 9.0, "resumed": True, "run_wall_time_s": 5.0}}) is None
