@@ -1,4 +1,4 @@
-"""The leakage map: where does a fine-tuned network's training data leak? (docs/RESULTS.md, issue 51)
+"""The leakage map: where does a fine-tuned network's training data leak? (docs/RESULTS.md)
 
 A cell is one target x one attack setting, named ``ARCH-sSTEPS-nN-BUDGET`` (e.g. ``resnet8-s1-n4-b1500``):
 
