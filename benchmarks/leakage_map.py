@@ -522,7 +522,8 @@ def markdown_rows(results: dict[str, Any]) -> list[str]:
 
 def figure(results: dict[str, Any], out: Path) -> None:
     """Mean best SSIM against n, one panel per (fine-tuning steps, architecture), a series per budget with its 95 %
-    interval and the count k/n, beside the held-out null (band: its interval) and the noise null."""
+    interval and the count k/n, beside the held-out null over its draws (line: mean, band: 95 % of the draws) and
+    the noise null."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -549,14 +550,15 @@ def figure(results: dict[str, Any], out: Path) -> None:
 def _panel(ax: Any, rows: list[dict[str, Any]]) -> None:
     colours = {"b1500": "tab:blue", "b10k": "tab:red"}
     rows = sorted(rows, key=lambda r: r["n"])
-    nulls = {r["n"]: r["simudy"] for r in rows}
-    if nulls:
+    nulls = {r["n"]: r for r in rows if r.get("heldout_null_draws")}
+    if nulls:  # the held-out null over its seeded draws: mean and 95 % range
         ns = sorted(nulls)
-        lo = [nulls[n]["mean_best_ssim_heldout_null_ci95"][0] for n in ns]
-        hi = [nulls[n]["mean_best_ssim_heldout_null_ci95"][1] for n in ns]
-        ax.fill_between(ns, lo, hi, color="grey", alpha=0.25, lw=0)
-        ax.plot(ns, [nulls[n]["mean_best_ssim_heldout_null"] for n in ns], color="grey", label="held-out null")
-        ax.plot(ns, [nulls[n]["mean_best_ssim_noise_null"] for n in ns], color="grey", ls=":", label="noise null")
+        draws = [nulls[n]["heldout_null_draws"] for n in ns]
+        ax.fill_between(ns, [d["interval95"][0] for d in draws], [d["interval95"][1] for d in draws], color="grey",
+                        alpha=0.25, lw=0)
+        ax.plot(ns, [d["mean"] for d in draws], color="grey", label="held-out null (mean, 95 % of draws)")
+        ax.plot(ns, [nulls[n]["simudy"]["mean_best_ssim_noise_null"] for n in ns], color="grey", ls=":",
+                label="noise null")
     for name, colour in colours.items():
         mine = [r for r in rows if r["budget"] == name]
         if not mine:
