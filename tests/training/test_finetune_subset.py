@@ -154,3 +154,21 @@ def test_runs_and_sweeps_size_their_candidates_from_the_draw(tiny_draw: Path, tm
     for row in Store(tmp_path / "store").rows():
         x = load_tensors(tmp_path / "store" / row["run_dir"] / "candidates.safetensors")["x"]
         assert x.shape[0] == 6  # m = 2n with n = 3 drawn, not 2n of the pool of 10
+
+
+def test_an_experiment_file_trains_on_a_draw_and_attacks_it(tmp_path: Path) -> None:
+    from datarecon.experiments.experiment import build_experiment, run_experiment
+
+    exp = build_experiment({
+        "name": "draw",
+        "train": {"data": {"dataset": "digits", "task": "odd-even", "n_per_class": 5, "n_train": 3,
+                           "n_heldout_per_class": 3},
+                  "arch": {"name": "mlp", "hidden": [16], "bias": False}, "lr": 0.5, "epochs": 30},
+        "attack": {"attack": {"method": "kkt", "steps": 3}},
+        "evaluate": {"against": ["train", "heldout"]}, "report": None})
+    run_experiment(exp, tmp_path / "out", progress=False)
+    model = load_model_dir(tmp_path / "out" / "model")
+    assert model.meta["data"]["n_train"] == 3 and len(model.meta["data"]["train_indices"]) == 3
+    run = json.loads((tmp_path / "out" / "run" / "run.json").read_text())
+    metrics = json.loads((tmp_path / "out" / "run" / "metrics.json").read_text())
+    assert run["m"] == 6 and metrics["headline"]["n_train"] == 3  # m = 2n and the evaluation's n: the draw's
