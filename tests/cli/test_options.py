@@ -129,7 +129,8 @@ def test_every_train_config_field_has_its_flag_and_reaches_the_config():
              "dtype": "float64", "device": "cpu", "data.dataset": "mnist", "data.task": "odd-even",
              "dp.accountant": "prv", "momentum": "0.5", "margin_ascent.growth": "1.5",
              "pretrained.path": "runs/pre", "pretrained.sha256": "ab" * 32, "norm_mode": "train",
-             "margin_ascent.min_step": "1e-7"}  # below the step size: a larger one could never step
+             "margin_ascent.min_step": "1e-7",  # below the step size: a larger one could never step
+             "data.train_indices": "4,5"}
     for flag in table:
         value = texts.get(flag.path, samples.get(flag.kind))
         merged = merge(base, overrides_from(table, {flag.param: value}))

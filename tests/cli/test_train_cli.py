@@ -142,8 +142,14 @@ def test_every_training_config_field_is_reachable_from_the_cli(tmp_path: Path) -
 
     from datarecon.training.target import TrainConfig
 
+    from datarecon.data import DataSpec, load_task
+
     out = tmp_path / "m"
+    pool = {"dataset": "digits", "task": "odd-even", "n_per_class": 6, "selection": "random", "seed": 3,
+            "n_heldout_per_class": 4, "n_partition_per_class": 2}
+    drawn = load_task(DataSpec(**pool, n_train=5)).train.indices.tolist()  # the draw --train-indices must repeat
     argv = ["train", "--out", str(out), "--dataset", "digits", "--task", "odd-even", "--n-per-class", "6",
+            "--n-train", "5", "--train-indices", ",".join(map(str, drawn)),
             "--selection", "random", "--data-seed", "3", "--n-heldout-per-class", "4", "--n-partition-per-class", "2",
             "--normalisation", "unit", "--arch", "mlp", "--hidden", "8,8", "--no-bias", "--init-scale", "0.01",
             "--loss", "logistic", "--weight-decay", "0", "--optimizer", "gd", "--lr", "0.02", "--momentum", "0",
@@ -159,7 +165,7 @@ def test_every_training_config_field_is_reachable_from_the_cli(tmp_path: Path) -
     tr, data = meta["training"], meta["training"]["data"]
     expected = {"data.dataset": "digits", "data.task": "odd-even", "data.n_per_class": 6, "data.selection": "random",
                 "data.seed": 3, "data.n_heldout_per_class": 4, "data.n_partition_per_class": 2,
-                "data.normalisation": "unit", "arch.name": "mlp", "arch.hidden": [8, 8], "arch.bias": False,
+                "data.normalisation": "unit", "data.n_train": 5, "data.train_indices": drawn, "arch.name": "mlp", "arch.hidden": [8, 8], "arch.bias": False,
                 "arch.init_scale": 0.01, "arch.kernel": None, "loss": "logistic", "weight_decay": 0.0, "optimizer": "gd", "lr": 0.02,
                 "momentum": 0.0, "epochs": 400, "schedule": "loss-normalised", "max_lr_factor": None,
                 "margin_ascent.steps": 5, "margin_ascent.step_size": 0.02, "margin_ascent.growth": 1.2,

@@ -33,6 +33,7 @@ def _flags() -> tuple[Flag, ...]:
                 "dp.target_epsilon": "--dp-epsilon", "dp.max_grad_norm": "--dp-clip",
                 "pretrained.path": "--pretrained"},
         parse={"arch.hidden": comma_ints("--hidden", "widths"),
+               "data.train_indices": comma_ints("--train-indices", "indices into the dataset's train split"),
                "max_lr_factor": number_or_none("--max-lr-factor", "a number >= 1")},
     )
 

@@ -28,6 +28,9 @@ Rules:
   the images a spec with ``selection="first"`` and counts up to k selects, which is how a public
   pretraining set is kept disjoint from private fine-tuning data by construction
   (``datarecon train --pretrained`` checks the indices as well).
+* ``n_train`` (n images drawn across the classes) or ``train_indices`` (images named) train on part of
+  the ``n_per_class`` images selected per class, the pool (:mod:`datarecon.data.draw`); the
+  partition and the held-out images are selected as without them.
 """
 
 from __future__ import annotations
@@ -36,13 +39,14 @@ import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import torch
 from pydantic import ConfigDict, Field, model_validator
 
 from datarecon.data.datasets import DATASETS, load_dataset
+from datarecon.data.draw import pick_training
 from datarecon.data.formats import RawDataset
 from datarecon.data.normalisation import Normalisation
 from datarecon.data.tasks import ResolvedTask, resolve_task
@@ -74,10 +78,16 @@ class DataSpec(RecordedConfig):
         skip_per_class: the first k images of every task class (dataset order) in each split are
             left out before selecting: reserved, e.g. for private data a public pretraining set must
             not contain; 0 = none.
+        n_train: train on n ≥ 1 of the ``n_per_class`` · k images selected (the pool), drawn across the
+            classes with ``seed``, the draw of n nested in that of n + 1 (:mod:`datarecon.data.draw`);
+            None: the whole pool.
+        train_indices: train on these images of the pool (indices into the dataset's train split);
+            with ``n_train``, the images its draw gave (a trained model's record), which the draw must
+            reproduce; None: none named.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-    added_fields: ClassVar[tuple[str, ...]] = ("skip_per_class",)  # 0: model.json and hashes as before
+    added_fields: ClassVar[tuple[str, ...]] = ("skip_per_class", "n_train", "train_indices")  # unset: as before
 
     dataset: str
     task: str
@@ -88,7 +98,18 @@ class DataSpec(RecordedConfig):
     n_heldout_per_class: int = Field(ge=0)
     normalisation: Literal["unit", "unit-minus-mean"] = "unit-minus-mean"
     skip_per_class: int = Field(default=0, ge=0)
+    n_train: int | None = Field(default=None, gt=0)
+    train_indices: tuple[Annotated[int, Field(ge=0)], ...] | None = Field(default=None, min_length=1)
 
+    @model_validator(mode="after")
+    def _one_training_set(self) -> DataSpec:
+        named = self.train_indices
+        if named is not None and len(set(named)) != len(named):
+            repeated = next(i for i in named if named.count(i) > 1)
+            raise ValueError(f"train_indices name index {repeated} more than once; list each image once")
+        if named is not None and self.n_train is not None and len(named) != self.n_train:
+            raise ValueError(f"n_train {self.n_train} and the {len(named)} train_indices disagree; pass one of them")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -295,11 +316,15 @@ def load_task(spec: DataSpec, *, data_dir: str | os.PathLike | None = None) -> T
     train_raw = load_dataset(spec.dataset, split="train", data_dir=data_dir)
     gen = torch.Generator().manual_seed(spec.seed) if spec.selection == "random" else None
     skipped = f" after the first {spec.skip_per_class} per class" if spec.skip_per_class else ""
-    train_idx, part_idx = select_indices(
-        reserve(task.task_class_of(train_raw.labels), spec.skip_per_class), [spec.n_per_class, spec.n_partition_per_class],
+    train_class = reserve(task.task_class_of(train_raw.labels), spec.skip_per_class)
+    pool, part_idx = select_indices(
+        train_class, [spec.n_per_class, spec.n_partition_per_class],
         num_classes=k, selection=spec.selection, generator=gen, class_names=task.class_names,
         where=f"{spec.dataset} train{skipped}", count_names=names,
     )
+    train_idx = pick_training(pool, train_class[pool], n_train=spec.n_train, train_indices=spec.train_indices,
+                              seed=spec.seed, where=f"the {len(pool)} images n_per_class {spec.n_per_class} selects "
+                              f"for the {k} classes of {spec.dataset} {spec.task}")
 
     if spec.n_heldout_per_class > 0:
         test_raw = load_dataset(spec.dataset, split="test", data_dir=data_dir)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from datarecon.config import MAX_SEED, MAX_STEPS, RecordedConfig, build_config
 from datarecon.data import DATASETS, DataSpec, Normalisation, load_task
@@ -38,14 +38,15 @@ from datarecon.kernel.losses import LOSSES
 from datarecon.kernel.outdir import claim_out_dir
 from datarecon.kernel.resume import Store, folder_state, recorded_progress
 from datarecon.kernel.status import Status
-from datarecon.kernel.step import MarginAscent, TrainingRecipe
-from datarecon.models.checkpoint import ModelBundle, ModelDescription, TrainingRecord, save_model_dir
-from datarecon.models.records import AscentPoint
-from datarecon.models.spec import ARCHITECTURES, ArchSpec, build_model, count_parameters, is_homogeneous
+from datarecon.kernel.step import TrainingRecipe
+from datarecon.models.checkpoint import ModelDescription, TrainingRecord, save_model_dir
+from datarecon.models.spec import ArchSpec, build_model, is_homogeneous
 from datarecon.registry import registered
+from datarecon.training.card import ascent_curve_lines, model_card
+from datarecon.training.configs import ArchConfig, MarginAscentConfig, StopConfig
 from datarecon.training.dp import DPConfig, fit_dp
 from datarecon.training.dp import resolve as resolve_dp
-from datarecon.training.fit import CurveProbe, FitResult, StopRule, ascend_margin, evaluate, fit, training_store
+from datarecon.training.fit import CurveProbe, FitResult, ascend_margin, evaluate, fit, training_store
 from datarecon.training.kkt_regime import homogeneity_degree, kkt_regime_score
 from datarecon.training.margin import EXP_TAILED
 from datarecon.training.optim import OPTIMIZERS, SCHEDULES
@@ -63,133 +64,10 @@ from datarecon.utils.device import parse_device
 from datarecon.utils.dtypes import torch_dtype
 from datarecon.utils.io import atomic_write_text, config_hash, params_digest
 
-
-class ArchConfig(RecordedConfig):
-    """The architecture fields a user chooses; input shape and output count come from the data.
-
-    Attributes:
-        name: ``ARCHITECTURES`` key.
-        hidden: hidden widths, for ``cnn`` the channels of each convolution (None: the architecture's default).
-        bias: linear layers with biases (False gives a homogeneous network for the KKT attack).
-        init_scale: std of the first layer's N(0,1) weights (Haim: 1e-4); None: PyTorch default.
-        kernel: convolution kernel side (``cnn`` only; None: 3).
-        batch_norm: a batch norm after every convolution (ResNets only): train mode from scratch, eval
-            mode (running statistics frozen, affine weights trained) when fine-tuning from --pretrained.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-    added_fields: ClassVar[tuple[str, ...]] = ("batch_norm",)  # off: hashes as before
-
-    name: Annotated[str, registered(ARCHITECTURES)] = "mlp"
-    hidden: tuple[int, ...] | None = None
-    bias: bool = True
-    init_scale: float | None = Field(default=None, gt=0)
-    kernel: int | None = Field(default=None, ge=1)
-    batch_norm: bool = False
-
-
-
-    @field_validator("hidden")
-    @classmethod
-    def _positive(cls, v: tuple[int, ...] | None) -> tuple[int, ...] | None:
-        if v is not None and any(h <= 0 for h in v):
-            raise ValueError(f"hidden widths must be positive, got {list(v)}")
-        return v
-
-    @model_validator(mode="after")
-    def _normalised_resnet(self) -> ArchConfig:
-        if self.batch_norm and ARCHITECTURES.get(self.name).blocks is None:
-            resnets = [n for n in ARCHITECTURES.names() if ARCHITECTURES.get(n).blocks is not None]
-            raise DataReconError(f"batch_norm applies to the ResNets ({', '.join(resnets)}), not {self.name!r}; "
-                                 "drop --batch-norm")
-        return self
-
-    def spec(self, *, input_shape: tuple[int, ...], num_outputs: int) -> ArchSpec:
-        """The full :class:`ArchSpec` for data of ``input_shape`` and ``num_outputs`` outputs."""
-        return ArchSpec(name=self.name, input_shape=tuple(input_shape), num_outputs=num_outputs,
-                        hidden=self.hidden, bias=self.bias, init_scale=self.init_scale, kernel=self.kernel,
-                        batch_norm=self.batch_norm)
-
-
-class StopConfig(BaseModel):
-    """Early stops of the epochs (see :class:`datarecon.training.fit.StopRule`); all off by default.
-
-    Attributes:
-        loss_threshold: stop once the training loss falls below this (None: off).
-        zero_error: stop at zero training error.
-        margin_patience: stop once the normalised margin has been stable over this many epochs (0: off).
-        margin_rtol: relative change of the normalised margin counted as stable (``margin_patience``).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    loss_threshold: float | None = Field(default=None, gt=0)
-    zero_error: bool = False
-    margin_patience: int = Field(default=0, ge=0)
-    margin_rtol: float = Field(default=1e-4, gt=0)
-
-    def rule(self) -> StopRule:
-        return StopRule(loss_threshold=self.loss_threshold, zero_error=self.zero_error,
-                        margin_patience=self.margin_patience, margin_rtol=self.margin_rtol)
-
-
-class MarginAscentConfig(RecordedConfig):
-    """Margin ascent after the GD epochs (:func:`datarecon.training.fit.ascend_margin`); off when ``steps`` is 0.
-
-    Minimises log L on the sphere ‖θ‖ = R (R the norm GD reached): for a homogeneous network on
-    separated data it keeps raising the normalised margin towards a KKT point of the max-margin
-    problem after the loss has stalled (:mod:`datarecon.training.margin`).
-
-    Attributes:
-        steps: number of ascent steps (one forward/backward each); 0 disables the stage.
-        step_size: initial angle of a step on the sphere (radians).
-        growth: factor on the angle after an accepted step (a rejected step halves it).
-        max_step: largest angle.
-        min_step: the stage stops once the angle falls below this (converged to that resolution).
-        rtol: run to convergence: stop once the normalised margin rose by less than this fraction of its
-            value over the last ``window`` steps (``steps`` is then the budget); None: run ``steps`` steps.
-        window: steps between the convergence checks and the points of the margin curve the model card
-            shows (the identifiability gap is measured at 1, 2, 4, ... windows and at the end).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-    added_fields: ClassVar[tuple[str, ...]] = ("rtol", "window")  # a fixed step count with the default window: hashes as before
-
-    steps: int = Field(default=0, ge=0, le=MAX_STEPS)
-    step_size: float = Field(default=0.01, gt=0, le=1)
-    growth: float = Field(default=1.1, ge=1)
-    max_step: float = Field(default=0.1, gt=0, le=1)
-    min_step: float = Field(default=1e-6, gt=0)
-    rtol: float | None = Field(default=None, gt=0, lt=1)
-    window: int = Field(default=500, ge=1, le=MAX_STEPS)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> MarginAscentConfig:
-        fields = type(self).model_fields
-        idle = [f for f in fields if f != "steps" and getattr(self, f) != fields[f].default]
-        if not self.steps and idle:
-            flag = "--margin-ascent-" + idle[0].replace("_", "-")
-            raise DataReconError(f"margin_ascent {idle[0]} {getattr(self, idle[0])} ({flag}) does nothing without "
-                                 "ascent steps (margin_ascent.steps is 0): pass --margin-ascent-steps N (N >= 1), or "
-                                 f"drop {flag}")
-        if self.step_size > self.max_step:
-            raise DataReconError(f"margin_ascent step_size {self.step_size} exceeds max_step {self.max_step}; "
-                                 "lower step_size or raise max_step")
-        if self.rtol is not None and self.steps < self.window:
-            raise DataReconError(f"margin_ascent rtol stops at a window of {self.window} steps, but the budget "
-                                 f"(steps) is {self.steps}: pass a budget of at least one window, e.g. "
-                                 "--margin-ascent-steps 20000")
-        if self.min_step >= self.step_size:
-            raise DataReconError(f"margin_ascent min_step {self.min_step:g} is not below step_size {self.step_size:g}, "
-                                 "so the stage would stop before its first step; lower min_step "
-                                 "(--margin-ascent-min-step) below step_size")
-        return self
-
-    def recipe(self) -> MarginAscent:
-        """The settings of :func:`~datarecon.training.fit.ascend_margin`."""
-        return MarginAscent(steps=self.steps, step_size=self.step_size, growth=self.growth, max_step=self.max_step,
-                            min_step=self.min_step, rtol=self.rtol, window=self.window)
-
+# the configs' parts and the model card live in their own modules; imported from here as before
+__all__ = ["ArchConfig", "FittedModel", "MarginAscentConfig", "StopConfig", "TargetMeasures", "TrainConfig",
+           "TrainResult", "ascent_curve_lines", "build_train_config", "check_resumable_model", "check_training",
+           "fit_on_images", "model_card", "pin_training_images", "train_target", "training_tag"]
 
 class TrainConfig(RecordedConfig):
     """Everything that determines a trained target (one-to-one with a YAML/TOML file).
@@ -303,7 +181,6 @@ class TrainConfig(RecordedConfig):
                  *(f"stop.{k} {v} ({'--stop-at-zero-error' if k == 'zero_error' else '--' + k.replace('_', '-')})"
                    for k, v in (self.stop.model_dump(exclude_defaults=True).items() if stop else ()))]
         return ", ".join(f for f in found if f)
-
 
     def recipe(self) -> TrainingRecipe:
         """How the target is trained: the epochs (:func:`~datarecon.training.fit.fit`,
@@ -433,16 +310,32 @@ def check_training(config: TrainConfig, task: Any, *, out: str | Path,
     (``option``: how messages name the pretrained setting).
 
     Returns:
-        The config with the pretrained weights' SHA-256 filled in, and the resolved pretrained start (or None).
+        The config with the images ``n_train`` drew named (:func:`pin_training_images`) and the pretrained
+        weights' SHA-256 filled in, and the resolved pretrained start (or None).
 
     Raises:
         DataReconError: one line naming the problem.
     """
+    config = pin_training_images(config, task)
     if config.dp is not None:  # an unusable DP setting (delta, epsilon, no opacus)
         resolve_dp(config.dp, n=len(task.train), epochs=config.epochs)
     if config.pretrained is None:
         return config, None
     return _resolve_pretrained(config, task, out=out, option=option)
+
+
+def pin_training_images(config: TrainConfig, task: Any) -> TrainConfig:
+    """``config`` with the training images its ``n_train`` drew (``task.train``) as ``data.train_indices``.
+
+    model.json then records the draw itself beside its rule (``n_train``, ``seed``); loading that data
+    spec draws again and refuses a draw that differs (:func:`datarecon.data.draw.pick_training`).
+    A config that draws nothing, or names its images already, is returned as it is (its hash unchanged).
+    """
+    data = config.data
+    if data.n_train is None or data.train_indices is not None:
+        return config
+    named = data.model_copy(update={"train_indices": tuple(int(i) for i in task.train.indices)})
+    return config.model_copy(update={"data": named})
 
 
 def _resolve_pretrained(config: TrainConfig, task: Any, *, out: str | Path,
@@ -681,105 +574,3 @@ def _heldout_metrics(model: torch.nn.Module, task: Any, *, loss: str, device: to
 
 def _nonfinite_as_text(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in row.items()}
-
-
-def _format_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-
-
-def ascent_curve_lines(metrics: dict[str, Any]) -> list[str]:
-    """The margin-ascent curve a model directory records (``margin_ascent_curve`` of its metrics, checked when the
-    model directory was read: :class:`~datarecon.models.records.AscentPoint`), one line per point where the
-    identifiability gap was measured (the start, 1, 2, 4, ... windows, the end); without gaps, the margin at the
-    start, the middle and the end. A value the probe could not define is shown as such. Empty for a model without
-    the curve."""
-    points = [AscentPoint.model_validate(p) for p in metrics.get("margin_ascent_curve") or []]
-    if not points:
-        return []
-    probed = [p for p in points if "kkt_gap" in p.model_fields_set]
-    shown = probed or [points[i] for i in sorted({0, len(points) // 2, len(points) - 1})]
-    head = "ascent curve (step: normalised margin" + (", KKT weights-only residual truth / best fake, gap" if probed
-                                                       else "")
-    lines = [f"{head}; {len(points)} points)"]
-    for p in shown:
-        text = f"  {p.step:>7}: {_format_value(p.normalised_margin)}"
-        if "kkt_gap" in p.model_fields_set:
-            gap = "undefined" if p.kkt_gap is None else f"{p.kkt_gap:+.3f}"
-            text += f", {_defined(p.kkt_truth)} / {_defined(p.kkt_best_fake)}, gap {gap}"
-        lines.append(text)
-    return lines
-
-
-def _defined(value: float | None) -> str:
-    """A probe's value as the card shows it (None: undefined, recorded as text)."""
-    return "undefined" if value is None else _format_value(value)
-
-
-def model_card(bundle: ModelBundle) -> str:
-    """A human-readable summary of a model directory (used by ``datarecon info`` and the demo).
-
-    Shows the architecture and parameter count, the data spec, loss and weight decay, the training
-    settings and metrics, the versions and the config hash.
-    """
-    meta, arch = bundle.meta, bundle.arch
-    if ARCHITECTURES.get(arch.name).convolutional:
-        shape = f"channels {'-'.join(map(str, arch.resolved_hidden()))}, kernel {arch.resolved_kernel()}, outputs {arch.num_outputs}"
-    else:
-        shape = "-".join(map(str, [arch.input_dim, *arch.resolved_hidden(), arch.num_outputs]))
-    data, tr, m = bundle.data, meta.get("training", {}) or {}, meta.get("metrics", {}) or {}
-    dtype = str(next(iter(bundle.params.values())).dtype).replace("torch.", "") if bundle.params else "?"
-    lines = [
-        f"model       {bundle.path if bundle.path is not None else '(in memory)'}",
-        f"arch        {arch.name} {shape}, bias {_format_value(arch.bias)}, " + ("batch norm, " if arch.batch_norm else "") +
-        f"init_scale {arch.init_scale if arch.init_scale is not None else 'default'}, "
-        f"input {'x'.join(map(str, arch.input_shape))}",
-        f"parameters  {count_parameters(arch):,} ({dtype}); homogeneous {_format_value(is_homogeneous(arch))}",
-        f"data        {data.get('dataset')} / {data.get('task')}, {data.get('n_per_class')} per class "
-        f"({data.get('selection')}, seed {data.get('seed')}), normalisation {bundle.normalisation}",
-        f"loss        {bundle.loss}, weight decay {bundle.weight_decay:g}",
-    ]
-    if tr:
-        lines.append(
-            f"training    {tr.get('optimizer')} lr {tr.get('lr')} momentum {tr.get('momentum')} "
-            f"schedule {tr.get('schedule')}, epochs {m.get('epochs_done', '?')}/{tr.get('epochs')}, "
-            f"seed {meta.get('seed')}"
-            + (f", mini-batches of {tr['batch_size']} (order drawn from the seed)" if tr.get("batch_size") else "")
-        )
-        if m.get("margin_ascent_status") == "skipped":
-            lines.append(f"            margin ascent skipped ({m.get('margin_ascent_stop_reason')})")
-        elif "margin_ascent_steps" in m:
-            lines.append(f"            then margin ascent: {m['margin_ascent_steps']} steps "
-                         f"({m.get('margin_ascent_stop_reason') or m.get('margin_ascent_status')}), normalised margin "
-                         f"{m.get('normalised_margin_before_ascent', float('nan')):.4g} -> "
-                         f"{m.get('normalised_margin', float('nan')):.4g}")
-            lines += [f"            {line}" for line in ascent_curve_lines(m)]
-    pre = meta.get("pretrained")
-    if isinstance(pre, dict):
-        lines.append(f"pretrained  {pre.get('path')} (weights sha256 {str(pre.get('weights_sha256'))[:12]}), head "
-                     f"{'drawn anew from the seed' if pre.get('head') == 'new' else 'kept'}"
-                     + (", batch norm in eval mode (statistics frozen)" if arch.batch_norm else ""))
-    if "dp_epsilon" in m:
-        eps = m["dp_epsilon"]
-        lines.append(f"privacy     DP-SGD (opacus {m.get('dp_opacus')}, {m.get('dp_accountant')} accountant): "
-                     f"epsilon {_format_value(float(eps)) if eps is not None else 'inf'} at delta {m.get('dp_delta'):.3g}; "
-                     f"noise {m.get('dp_noise_multiplier'):.4g}, clip {m.get('dp_max_grad_norm'):g}, "
-                     f"sample rate {m.get('dp_sample_rate'):.3g}, {m.get('dp_steps')} steps")
-    if m:
-        lines.append(f"status      {m.get('status', '?')}" + (f" ({m['stop_reason']})" if m.get("stop_reason") not in (None, "", m.get("status")) else "")
-                     + (f", {m['wall_time_s']:.1f} s" if isinstance(m.get("wall_time_s"), (int, float)) else ""))
-        keys = [("train_loss", "train loss"), ("train_accuracy", "train acc"), ("heldout_accuracy", "held-out acc"),
-                ("min_margin", "min margin"), ("normalised_margin", "normalised margin"),
-                ("weight_norm", "‖θ‖"), ("kkt_regime_score", "KKT-regime score")]
-        shown = [f"{label} {_format_value(m[k])}" for k, label in keys if k in m]
-        for i in range(0, len(shown), 4):
-            lines.append(("metrics     " if i == 0 else "            ") + ", ".join(shown[i:i + 4]))
-    vers = meta.get("versions", {})
-    if vers:
-        lines.append("versions    " + ", ".join(f"{k} {v}" for k, v in vers.items()))
-    if meta.get("config_hash"):
-        lines.append(f"config hash {meta['config_hash']}")
-    return "\n".join(lines)

@@ -29,6 +29,7 @@ from datarecon.config import (
 )
 from datarecon.data import DataSpec, Normalisation, load_task
 from datarecon.data.selection import check_fingerprint
+from datarecon.data.draw import train_count
 from datarecon.errors import DataReconError
 from datarecon.models.checkpoint import EXTRAS, read_model_meta
 from datarecon.utils.device import parse_device
@@ -43,10 +44,9 @@ DATA_INITS_NOTE = ("initialisation (experimenter's choice): loading {init} image
 
 def default_candidates(data: Mapping[str, Any], num_outputs: int, *, data_init: bool) -> int:
     """Default m: n for data-dependent inits, else 2n (Haim et al.); n from the model's data spec."""
-    n_per_class = int(data.get("n_per_class", 0) or 0)
-    if n_per_class <= 0:
+    n = train_count(data, num_classes=2 if num_outputs == 1 else num_outputs)
+    if n <= 0:
         raise DataReconError("the model's data spec has no n_per_class; pass candidates (--candidates M)")
-    n = n_per_class * (2 if num_outputs == 1 else num_outputs)
     return n if data_init else 2 * n
 
 
