@@ -150,7 +150,7 @@ def test_the_run_files_documented_load_as_their_models(tmp_path: Path) -> None:
     """docs/RUNS.md's two settings files, written to disk as shown, load as a run file and as membership settings:
     each key once, every key known, every value of its type."""
     from datarecon.config import load_config_file
-    from datarecon.experiments.membership import MembershipSettings
+    from datarecon.experiments.membership.settings import MembershipSettings
     from datarecon.experiments.reconstruct import load_run
 
     run_file, membership = _blocks(ROOT / "docs" / "RUNS.md", "yaml")

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ValidationError, model_validator
 
+from datarecon.attacks.base import ATTACKS
 from datarecon.errors import CheckpointError
 from datarecon.evaluation.records import LEGACY_UNDEFINED, Count, Number, OwnModel, Record, check_record, problem, \
     status_word
@@ -122,13 +123,17 @@ class HistoryRow(Record):
     @model_validator(mode="after")
     def _metrics_are_numbers(self) -> HistoryRow:
         for key, value in (self.model_extra or {}).items():
-            if isinstance(value, str) and value not in LEGACY_UNDEFINED and key in _NUMERIC_HISTORY:
+            if isinstance(value, str) and value not in LEGACY_UNDEFINED and key in _numeric_history():
                 raise ValueError(f"{key} {value!r:.40} is not a number")
         return self
 
 
-#: the history's metrics that reports and verdicts read as numbers (the convergence verdict, its figure)
-_NUMERIC_HISTORY = ("rel_residual", "loss", "residual", "param_distance")
+def _numeric_history() -> frozenset[str]:
+    """The history's metrics that reports and verdicts read as numbers: each registered attack's convergence metric
+    (the convergence verdict, its figure; :attr:`~datarecon.attacks.base.Attack.convergence`) and the losses and
+    distances attacks log."""
+    return frozenset({ATTACKS.get(name).convergence.metric for name in ATTACKS.names()}
+                     | {"loss", "residual", "param_distance"})
 
 
 def read_run_fields(path: str | Path) -> dict[str, Any]:
