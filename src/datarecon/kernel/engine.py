@@ -36,6 +36,17 @@ StepFn = Callable[[int], dict[str, float]]
 #: after step STEP's hooks ran (its checkpoint and history row written when STEP is due for them).
 #: The kill/resume trials use it instead of killing at a polled, timed moment.
 FAULT_STEP_ENV = "DATARECON_FAULT_AT_STEP"
+
+
+def send_fault(sig: int) -> None:
+    """Test-only fault injection: send ``sig`` to this process as a user would, SIGINT as a Ctrl-C (a process
+    started in the background inherits SIGINT ignored, and Python then raises no KeyboardInterrupt: the fault
+    would be lost and the run end normally)."""
+    if sig == signal.SIGINT:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.kill(os.getpid(), sig)
+
+
 _loops_run = 0
 _uncounted = 0
 
@@ -186,7 +197,7 @@ class RunningLoop:
         for h in self.hooks:
             stop = bool(h.after_step(state)) or stop
         if self.fault is not None and state.step == self.fault[0]:
-            os.kill(os.getpid(), self.fault[1])
+            send_fault(self.fault[1])
         self.stopped = stop
 
     def end(self, *, finished: bool) -> LoopState:

@@ -46,7 +46,7 @@ from torch import nn
 
 from datarecon.errors import CheckpointError, DataReconError
 from datarecon.kernel import checkpoint
-from datarecon.kernel.engine import LoopState
+from datarecon.kernel.engine import LoopState, send_fault
 from datarecon.kernel.files import CHECKPOINT_DIR, PROGRESS_FILE, RUN_JSON
 from datarecon.kernel.status import Status
 from datarecon.utils.io import read_json
@@ -201,7 +201,7 @@ def _fault_after_checkpoint(folder: Path, step: int) -> None:
         return
     name, at, sig = (spec.split(":") + ["KILL"])[:3]
     if folder.parent.name == name and step == int(at):
-        os.kill(os.getpid(), getattr(signal, f"SIG{sig}"))
+        send_fault(getattr(signal, f"SIG{sig}"))
 
 
 @dataclass(frozen=True)
