@@ -85,6 +85,7 @@ def run_block(block: str, *, cwd: Path, env: dict[str, str]) -> str:
     return res.stdout
 
 
+@pytest.mark.timeout(1800)  # every block in order: ~10 min on a 2-core machine shared with other jobs
 def test_readme_cli_examples_run(tmp_path: Path, data_dir: Path) -> None:
     """Every bash block of the README, in order, as written, in a new shell after the set-up (a fresh home folder,
     only the data folder the set-up exports): each command succeeds and prints what the README says (issue 50: the
