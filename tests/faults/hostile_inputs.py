@@ -669,6 +669,7 @@ def _plug(entry_points: str, code: str, argv: list[str]) -> Callable[[Path], lis
     def prepare(ws: Path) -> list[str]:
         _plugin(ws, entry_points, code)
         return argv
+    prepare.plugin = True  # type: ignore[attr-defined]  (entry points are read once per process: :func:`_needs_a_process`)
     return prepare
 
 
@@ -1269,7 +1270,7 @@ FIFTH_ASCENT = [
                                                            "--margin-ascent-window", v, "--out", "m"))
       for v in ("0", "-1", "2.5", "nan", "1e12")],
     _t("ascent", "train --margin-ascent-rtol without a budget (steps 0)", _x(
-        *TRAIN, "--margin-ascent-rtol", "0.01", "--out", "m"), must="budget"),
+        *TRAIN, "--margin-ascent-rtol", "0.01", "--out", "m"), must="--margin-ascent-steps"),
     _t("ascent", "train --margin-ascent-rtol with a budget below one window", _x(
         *ASC, "--margin-ascent-rtol", "0.01", "--margin-ascent-window", "10", "--out", "m"), must="window"),
     _t("ascent", "train config: margin_ascent.rtol nan", lambda ws: [
@@ -1530,8 +1531,9 @@ def _forked_cli(*args: str, cwd: Path | None = None, extra_env: dict[str, str] |
 
 
 def _needs_a_process(trial: Trial) -> bool:
-    """Run as another user, or a plug-in trial: a process of its own even with ``--fork``."""
-    return trial.user or trial.group.startswith("fifth-plugins")
+    """Run as another user, or a plug-in trial (its prepare installs entry points, :func:`_plug`): a process of its
+    own even with ``--fork``."""
+    return trial.user or trial.group.startswith("fifth-plugins") or getattr(trial.prepare, "plugin", False)
 
 
 def run_command(trial: Trial, argv: list[str], *, ws: Path, scratch: Path) -> Ran | subprocess.CompletedProcess:

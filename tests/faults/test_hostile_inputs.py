@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,12 +28,22 @@ EXPECTED = ("clean", "accepted as it should")
 
 
 def run_catalogue(tmp_path: Path, data_dir: Path, *args: str, timeout: float) -> list[dict]:
-    """The catalogue's rows (group, name, outcome, message) of ``hostile_inputs.py --fork ARGS``."""
+    """The catalogue's rows (group, name, outcome, message) of ``hostile_inputs.py --fork ARGS``.
+
+    Its workspaces go to a folder of their own in the system's temporary folder, removed after: pytest's
+    ``tmp_path`` lies under a folder only its owner may enter, so the permission trials' user could not reach them
+    (every such trial then failed on "cannot write ...: permission denied")."""
     log = tmp_path / "trials.jsonl"
     log.unlink(missing_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path), "DATARECON_DATA": str(data_dir)}
-    res = subprocess.run([sys.executable, str(SCRIPT), "--fork", "--log", str(log), *args], capture_output=True,
-                         text=True, env=env, timeout=timeout)
+    work = Path(tempfile.mkdtemp(prefix="datarecon-hostile-"))
+    work.chmod(0o711)  # the permission trials' user passes through to the workspaces the catalogue hands it
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(work), "DATARECON_DATA": str(data_dir)}
+    try:
+        res = subprocess.run([sys.executable, str(SCRIPT), "--fork", "--log", str(log), *args], capture_output=True,
+                             text=True, env=env, timeout=timeout)
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwX", str(work)], check=False)
+        shutil.rmtree(work, ignore_errors=True)
     assert res.returncode == 0, res.stderr[-3000:]
     return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
 
