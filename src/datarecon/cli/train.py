@@ -30,6 +30,7 @@ def _flags() -> tuple[Flag, ...]:
         TrainConfig, prefix={"data": "", "arch": "", "stop": ""},
         rename={"data.seed": "--data-seed", "arch.name": "--arch", "arch.hidden": ("--hidden", "--channels"),
                 "stop.zero_error": "--stop-at-zero-error", "dp.noise_multiplier": "--dp-noise",
+                "stop.margin_stable_rtol": ("--margin-stable-rtol", "--margin-rtol"),  # its name before
                 "dp.target_epsilon": "--dp-epsilon", "dp.max_grad_norm": "--dp-clip",
                 "pretrained.path": "--pretrained"},
         parse={"arch.hidden": comma_ints("--hidden", "widths"),
