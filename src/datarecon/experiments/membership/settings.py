@@ -7,7 +7,7 @@ models train and how the evaluation reports (:class:`Runtime`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
