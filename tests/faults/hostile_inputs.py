@@ -1027,7 +1027,7 @@ FIFTH_NORM = [
 FIFTH_MEMBERSHIP = [
     _t("membership", "--fpr 0 --evaluate", _x(*MEM, "--fpr", "0", "--out", "m")),
     *[_t("membership", f"--fpr {v} --images", _x("membership", "--model", "mc", "--images", "members.safetensors",
-                                                   "--references", "0", "--fpr", v, "--no-progress", "--out", "m"),
+                                                   "--fpr", v, "--no-progress", "--out", "m"),
          must="fpr") for v in ("0", "-0.1", "inf")],
     _t("membership", "--fpr -0.1", _x(*MEM, "--fpr", "-0.1", "--out", "m")),
     _t("membership", "--fpr 1", _x(*MEM, "--fpr", "1", "--out", "m")),
