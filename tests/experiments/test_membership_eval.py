@@ -335,3 +335,18 @@ def test_keeping_weights_or_not_chooses_the_same_strongest_signal(digits_model, 
     assert lean["signals"]["gradient-norm"]["chosen_on"] == kept["signals"]["gradient-norm"]["chosen_on"]
     weights = sorted(p.parent.name for p in (tmp_path / "lean" / REFERENCES_DIR).glob("*/weights.safetensors"))
     assert weights == ["ref-00000", "ref-00001", "ref-00002", "ref-00003"]
+
+
+def test_a_finished_folder_of_an_earlier_version_of_the_model_is_not_returned(digits_model, tmp_path):
+    """A finished evaluation is returned as recorded only for the very model the folder measures: the same path
+    retrained (here: the folder's record of the model's identity changed) is refused, never answered from the
+    folder, also without reference models."""
+    from datarecon.errors import DataReconError
+
+    out, plain = tmp_path / "m", SETTINGS.without_references()
+    first = evaluate_membership(digits_model, settings=plain, out=out, runtime=Runtime(log=lambda s: None))
+    assert evaluate_membership(digits_model, settings=plain, out=out, runtime=Runtime(log=lambda s: None)) == first
+    target = json.loads((out / "target.json").read_text())
+    (out / "target.json").write_text(json.dumps({**target, "identity": "0" * 16}))
+    with pytest.raises(DataReconError, match="an earlier version of"):
+        evaluate_membership(digits_model, settings=plain, out=out, runtime=Runtime(log=lambda s: None))

@@ -91,7 +91,7 @@ def evaluate_case(case: MembershipCase, *, settings: MembershipSettings = Member
     """
     t0 = time.perf_counter()
     _check_references(case, settings, out)
-    done = finished_evaluation(out, model=case.record["model"], settings=settings.model_dump(mode="json"),
+    done = finished_evaluation(out, record=case.record, settings=settings.model_dump(mode="json"),
                                candidates=case.candidates.provenance, knowledge=case.setup.threat)
     if done is not None:
         return done

@@ -128,7 +128,7 @@ def ready_folder(out: str | Path | OutDir | None, model: str | Path | dict[str, 
     return path
 
 
-def finished_evaluation(out: str | Path | OutDir | None, *, model: str, settings: dict[str, Any],
+def finished_evaluation(out: str | Path | OutDir | None, *, record: dict[str, Any], settings: dict[str, Any],
                         candidates: dict[str, Any], knowledge: dict[str, Any]) -> dict[str, Any] | None:
     """The result a membership folder holds of this very evaluation, or None (no folder, ``--overwrite``, no result,
     or one of another evaluation): a finished evaluation called again takes no step and writes nothing.
@@ -137,13 +137,16 @@ def finished_evaluation(out: str | Path | OutDir | None, *, model: str, settings
     (:func:`datarecon.kernel.resume.folder_state`) with the fields that say which evaluation wrote it as its key: the
     model, the settings and where the candidates came from, as JSON reads them back; then the attacker's knowledge
     (its summary aside: it also says whether reference models were trained), and every reference model it
-    records is still finished. The model's identity was checked before
-    (:func:`check_membership_folder`), and the reference models' pool against its fingerprint.
+    records is still finished. The folder is first checked to measure this model (``record``,
+    :func:`check_membership_folder`: another model's is refused); the reference models' pool was checked before,
+    against its fingerprint.
     """
     if out is None or (isinstance(out, OutDir) and out.clear):
         return None
-    key = json.loads(json.dumps({"model": model, "settings": settings, "candidates": candidates}))
-    state = folder_state(out.path if isinstance(out, OutDir) else Path(out), record=RESULT_FILE, key=key)
+    path = out.path if isinstance(out, OutDir) else Path(out)
+    check_membership_folder(path, record)
+    key = json.loads(json.dumps({"model": record["model"], "settings": settings, "candidates": candidates}))
+    state = folder_state(path, record=RESULT_FILE, key=key)
     if not state.finished or state.record is None:
         return None
 
