@@ -53,3 +53,17 @@ def test_the_flag_says_what_it_is_and_the_old_flag_still_works(tmp_path: Path, c
     assert records[0] == records[1] and records[0]["stop"]["margin_rtol"] == 0.01
     assert TrainConfig.model_validate({k: v for k, v in records[0].items() if k != "config_hash"}).hash() == \
         records[0]["config_hash"]
+
+
+def test_the_margin_stop_tolerance_without_the_margin_stop_is_refused(tmp_path: Path, capsys) -> None:
+    """--margin-stable-rtol without --margin-patience would do nothing (the margin stop is off): refused in one
+    line naming --margin-patience; a record holding such a pair still loads (it is checked where a training is
+    asked for, not when a model directory is read)."""
+    base = ["train", "--dataset", "digits", "--task", "odd-even", "--n-per-class", "3", "--hidden", "4", "--no-bias",
+            "--epochs", "2", "--no-progress", "--quiet", "--out", str(tmp_path / "m")]
+    for flag in ("--margin-stable-rtol", "--margin-rtol"):
+        assert main([*base, flag, "0.01"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--margin-patience N" in err[0], err
+    assert not (tmp_path / "m").exists()
+    assert TrainConfig.model_validate({**OLD_RECORD, "stop": {"margin_rtol": 0.01}}).stop.margin_stable_rtol == 0.01

@@ -88,6 +88,18 @@ class StopConfig(RecordedConfig):
     margin_stable_rtol: float = Field(default=1e-4, gt=0,
                                       validation_alias=AliasChoices("margin_stable_rtol", "margin_rtol"))
 
+    def check_applies(self) -> None:
+        """Refuse a margin-stop tolerance without the margin stop (``margin_patience`` 0): it would do nothing. Checked
+        where a training is asked for (``datarecon train``), not on reading a model directory's record.
+
+        Raises:
+            DataReconError: naming the option it needs.
+        """
+        if not self.margin_patience and self.margin_stable_rtol != type(self).model_fields["margin_stable_rtol"].default:
+            raise DataReconError(f"stop margin_stable_rtol {self.margin_stable_rtol:g} (--margin-stable-rtol) is the "
+                                 "tolerance of the epochs' margin stop, which is off (margin_patience 0): pass "
+                                 "--margin-patience N (N >= 1), or drop --margin-stable-rtol")
+
     def rule(self) -> StopRule:
         return StopRule(loss_threshold=self.loss_threshold, zero_error=self.zero_error,
                         margin_patience=self.margin_patience, margin_stable_rtol=self.margin_stable_rtol)
