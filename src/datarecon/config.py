@@ -211,23 +211,34 @@ class RecordedConfig(BaseModel):
     default, so a folder written before the field existed keeps its hash, and one written with another value
     records it.
 
+    A field renamed after such folders were written is declared in ``renamed_fields`` (its name → the name folders
+    record): dumps write the recorded name, so those folders keep their hashes; the field reads the recorded name too
+    (``validation_alias=AliasChoices(name, recorded)``: a folder's record, a config file or keyword written before
+    the rename).
+
     A subclass adds its own names (the classes of its MRO are joined, :func:`added_fields`) and may extend
     :meth:`recorded` (what a dump adds beyond the fields, e.g. the meaning of a weight)."""
 
     #: fields added after folders were written with this config (this class's; its bases' are added to them)
     added_fields: ClassVar[tuple[str, ...]] = ()
+    #: fields renamed after folders were written: the field's name → the name the folders record
+    renamed_fields: ClassVar[Mapping[str, str]] = {}
 
     @model_serializer(mode="wrap")
     def _recorded_dump(self, handler):  # type: ignore[no-untyped-def]
         return self.recorded(handler(self))
 
     def recorded(self, data: Any) -> Any:
-        """``data`` (this config's dump) as recorded: without the added fields that hold their default."""
+        """``data`` (this config's dump) as recorded: without the added fields that hold their default, renamed
+        fields under the names folders record."""
         if isinstance(data, dict):
             fields = type(self).model_fields
             for name in added_fields(type(self)):
                 if name in data and getattr(self, name) == fields[name].default:
                     data.pop(name)
+            renamed = type(self).renamed_fields
+            if renamed:
+                data = {renamed.get(k, k): v for k, v in data.items()}
         return data
 
 

@@ -1180,6 +1180,38 @@ CASES.update({
         "pretrained.head: Input should be 'pretrained' or 'new'"),
 })
 
+# -- issue 49: membership options that would do nothing (tests/cli/test_membership_options.py has the whole matrix)
+#    and the training's margin-stop tolerance without the margin stop
+_NO_REFS = ["--references", "0", "--nonmembers", "40"]
+CASES.update({
+    "membership-no-references-reference-seed": Case(lambda ws: [*_member(ws, ws.root / "m", *_NO_REFS),
+                                                                "--reference-seed", "2"],
+                                                    "--reference-seed acts on reference models and --references is 0"),
+    "membership-no-references-keep-weights": Case(
+        lambda ws: [*_member(ws, ws.root / "m", *_NO_REFS), "--no-reference-keep-weights"],
+        "--no-reference-keep-weights acts on reference models"),
+    "membership-no-references-rmia-a": Case(lambda ws: [*_member(ws, ws.root / "m", *_NO_REFS), "--rmia-a", "0.5"],
+                                            "--rmia-a acts on reference models"),
+    "membership-no-references-workers": Case(lambda ws: [*_member(ws, ws.root / "m", *_NO_REFS), "-j", "2"],
+                                             "--workers acts on reference models"),
+    "membership-no-references-budget": Case(lambda ws: [*_member(ws, ws.root / "m", *_NO_REFS), "--budget-minutes",
+                                                        "1"], "--budget-minutes sets how many reference models"),
+    "membership-images-with-nonmembers": Case(
+        lambda ws: ["membership", "--model", str(ws.model), "--images", str(_npz(ws)), "--nonmembers", "40"],
+        "--nonmembers sets what --evaluate measures"),
+    "membership-images-with-references": Case(
+        lambda ws: ["membership", "--model", str(ws.model), "--images", str(_npz(ws)), "--references", "4"],
+        "--references sets what --evaluate measures"),
+    "membership-images-variance-prior-no-out": Case(
+        lambda ws: ["membership", "--model", str(ws.model), "--images", str(_npz(ws)), "--variance-prior", "2"],
+        "--variance-prior sets the reference attacks"),
+    "train-margin-stable-rtol-without-patience": Case(lambda ws: [*TRAIN, "--margin-stable-rtol", "0.01", "--out",
+                                                                  str(ws.root / "m")], "pass --margin-patience N"),
+    "membership-keep-weights-no-out": Case(
+        lambda ws: ["membership", "--model", str(ws.model), "--evaluate", "--no-reference-keep-weights"],
+        "without --out the reference models are deleted"),
+})
+
 def _bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
@@ -1203,6 +1235,7 @@ def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 234  # and 7 more by the sixth's membership findings (issue 50)
     assert len(CASES) >= 246  # and 12 more for issue 49's silent options and issue 50's plug-in errors
     assert len(CASES) >= 283  # and 37 more for issue 50's records checked when read and its misleading messages
+    assert len(CASES) >= 293  # and 10 more for issue 49's membership and training options that would do nothing
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -174,9 +174,14 @@ def test_reference_models_are_kept_and_score_your_images_offline(trained, capsys
     images = json.loads((out / "images.json").read_text())
     assert {"lira-offline", "rmia", "loss", "subspace"} <= set(images["images"][0]["signals"])
     assert images["labels"] == "given" and "reference models kept" in " ".join(images["notes"])
-    # a rerun of the evaluation reuses the four models
+    # the same evaluation again finds it finished: it prints it as recorded and rewrites nothing
+    before = (out / "membership.json").read_bytes()
     assert main(["membership", "--model", str(trained), "--evaluate", "--config", str(tmp_path / "m.yaml"),
                  "--out", str(out)]) == 0
+    assert "(4 trained now, 0 reused)" in capsys.readouterr().out and (out / "membership.json").read_bytes() == before
+    # another evaluation (another LiRA variance prior) reuses the four models
+    assert main(["membership", "--model", str(trained), "--evaluate", "--config", str(tmp_path / "m.yaml"),
+                 "--variance-prior", "2", "--out", str(out)]) == 0
     assert "(0 trained now, 4 reused)" in capsys.readouterr().out
 
 
@@ -246,8 +251,9 @@ def test_a_flipped_byte_in_a_kept_reference_model_is_refused(kept, tmp_path, cap
     path.write_bytes(bytes(data))
     monkeypatch.chdir(tmp_path)
     np.savez(tmp_path / "mine.npz", x=np.zeros((2, 1, 8, 8)))
-    args = (["--evaluate", "--nonmembers", "200", "--population", "40", "--references", "4", "--reference-seed", "2"]
-            if mode == "evaluate" else ["--images", "mine.npz"])
+    # another evaluation than the folder's (a finished one called again reads no model: it is not run again)
+    args = (["--evaluate", "--nonmembers", "200", "--population", "40", "--references", "4", "--reference-seed", "2",
+             "--variance-prior", "2"] if mode == "evaluate" else ["--images", "mine.npz"])
     before = _snapshot(out)
     code = main(["membership", "--model", str(_model_of(kept)), "--out", str(out), *args])
     err = capsys.readouterr().err.strip().splitlines()
@@ -272,7 +278,9 @@ def test_reference_models_of_another_seed_are_never_trained_over(kept, tmp_path,
         assert len(err) == 1 and "holds 4 finished reference models made with --reference-seed 2, not this " \
             "call's (--reference-seed 3)" in err[0], err
         assert _snapshot(out) == before
-    assert main([*base, "--references", "4", "--reference-seed", "2"]) == 0
+    assert main([*base, "--references", "4", "--reference-seed", "2"]) == 0  # the folder's own evaluation: finished
+    assert "(4 trained now, 0 reused)" in capsys.readouterr().out and _snapshot(out) == before
+    assert main([*base, "--references", "4", "--reference-seed", "2", "--variance-prior", "2"]) == 0
     assert "(0 trained now, 4 reused)" in capsys.readouterr().out
     assert main([*base, "--references", "4", "--reference-seed", "3", "--overwrite"]) == 0
     assert "(4 trained now, 0 reused)" in capsys.readouterr().out

@@ -20,6 +20,7 @@ from datarecon.experiments.membership.reference_store import REFERENCES_DIR, loa
 from datarecon.experiments.membership.settings import MembershipSettings, ReferenceSettings, Runtime
 from datarecon.experiments.membership.signals import SignalScores
 from datarecon.kernel.outdir import claim_out_dir
+from datarecon.utils.lock import LOCK_FILE
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +38,12 @@ def digits_model(tmp_path_factory) -> Path:
 
 
 SETTINGS = MembershipSettings(nonmembers=300, population=100, references=ReferenceSettings(count=6, seed=3))
+
+
+def _bytes(folder: Path) -> dict[str, bytes]:
+    """Every file below ``folder`` (the lock file, which names the process holding the folder, aside)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != LOCK_FILE}
 
 
 def _evaluate(model: Path, out: Path, settings: MembershipSettings = SETTINGS, **kw) -> dict:
@@ -76,8 +83,14 @@ def test_reference_models_are_reproducible_reused_and_resumed(digits_model, tmp_
     _evaluate(digits_model, b)
     sa, sb = load_statistics(a, 6), load_statistics(b, 6)
     assert torch.equal(sa.confidence, sb.confidence) and torch.equal(sa.inside, sb.inside)  # same seed, same models
+    # the same evaluation again: the folder holds it, so nothing runs and no file changes (the result as recorded)
+    before = _bytes(a)
     again = _evaluate(digits_model, a)
-    assert again["references"]["trained"] == 0 and again["references"]["reused"] == 6
+    assert _bytes(a) == before and again["references"]["trained"] == 6
+    assert again == {**json.loads((a / "membership.json").read_text()), "model": str(digits_model)}
+    # another evaluation on the same reference models (another calibration split) reuses every one of them
+    other = _evaluate(digits_model, a, SETTINGS.model_copy(update={"calibration_fraction": 0.4}))
+    assert other["references"]["trained"] == 0 and other["references"]["reused"] == 6
     # a larger K trains only the new models
     more = _evaluate(digits_model, a, SETTINGS.model_copy(update={"references": ReferenceSettings(count=8, seed=3)}))
     assert more["references"]["trained"] == 2
@@ -205,8 +218,12 @@ def test_your_own_module_gets_every_signal_and_reference_models_from_your_traini
     # LiRA's design: each of the 40 candidates of the half-in pool is IN for exactly half of the 6 models on average
     assert res["references"]["in_models"]["mean"] == 3.0 and res["references"]["half_in"] == 40
     assert {"membership.json", "roc.png", "exposed.csv", "references"} <= {p.name for p in (tmp_path / "m").iterdir()}
-    again = membership_of_module(target, **args)
-    assert again["references"]["trained"] == 0 and again["references"]["reused"] == 6
+    before = _bytes(tmp_path / "m")
+    again = membership_of_module(target, **args)  # finished: nothing runs, no file changes
+    assert _bytes(tmp_path / "m") == before and again["references"]["trained"] == 6
+    other = membership_of_module(target, **{**args, "settings": MembershipSettings(
+        references=ReferenceSettings(count=6), calibration_fraction=0.4)})
+    assert other["references"]["trained"] == 0 and other["references"]["reused"] == 6
     plain = membership_of_module(target, loss="cross-entropy", members=(members.x.double(), members.y),
                                  nonmembers=(non.x.double(), non.y))
     assert "calibration part" in plain["strongest"]["rule"] and plain["signals"]["rmia"]["applicable"] is False
@@ -318,3 +335,18 @@ def test_keeping_weights_or_not_chooses_the_same_strongest_signal(digits_model, 
     assert lean["signals"]["gradient-norm"]["chosen_on"] == kept["signals"]["gradient-norm"]["chosen_on"]
     weights = sorted(p.parent.name for p in (tmp_path / "lean" / REFERENCES_DIR).glob("*/weights.safetensors"))
     assert weights == ["ref-00000", "ref-00001", "ref-00002", "ref-00003"]
+
+
+def test_a_finished_folder_of_an_earlier_version_of_the_model_is_not_returned(digits_model, tmp_path):
+    """A finished evaluation is returned as recorded only for the very model the folder measures: the same path
+    retrained (here: the folder's record of the model's identity changed) is refused, never answered from the
+    folder, also without reference models."""
+    from datarecon.errors import DataReconError
+
+    out, plain = tmp_path / "m", SETTINGS.without_references()
+    first = evaluate_membership(digits_model, settings=plain, out=out, runtime=Runtime(log=lambda s: None))
+    assert evaluate_membership(digits_model, settings=plain, out=out, runtime=Runtime(log=lambda s: None)) == first
+    target = json.loads((out / "target.json").read_text())
+    (out / "target.json").write_text(json.dumps({**target, "identity": "0" * 16}))
+    with pytest.raises(DataReconError, match="an earlier version of"):
+        evaluate_membership(digits_model, settings=plain, out=out, runtime=Runtime(log=lambda s: None))

@@ -1028,7 +1028,7 @@ FIFTH_NORM = [
 FIFTH_MEMBERSHIP = [
     _t("membership", "--fpr 0 --evaluate", _x(*MEM, "--fpr", "0", "--out", "m")),
     *[_t("membership", f"--fpr {v} --images", _x("membership", "--model", "mc", "--images", "members.safetensors",
-                                                   "--references", "0", "--fpr", v, "--no-progress", "--out", "m"),
+                                                   "--fpr", v, "--no-progress", "--out", "m"),
          must="fpr") for v in ("0", "-0.1", "inf")],
     _t("membership", "--fpr -0.1", _x(*MEM, "--fpr", "-0.1", "--out", "m")),
     _t("membership", "--fpr 1", _x(*MEM, "--fpr", "1", "--out", "m")),
@@ -1061,7 +1061,7 @@ FIFTH_MEMBERSHIP = [
     _t("membership", "--rmia-gamma nan", _x(*MEM, "--rmia-gamma", "nan", "--out", "m")),
     _t("membership", "--signal bogus", _x(*MEM, "--signal", "bogus", "--out", "m")),
     _t("membership", "--signal lira-online --images without reference models", lambda ws: [
-        "membership", "--model", "mc", "--images", "members.safetensors", "--references", "0", "--signal",
+        "membership", "--model", "mc", "--images", "members.safetensors", "--signal",
         "lira-online", "--no-progress", "--out", "m"]),
     _t("membership", "--draw-seed -1", _x(*MEM, "--draw-seed", "-1", "--out", "m")),
     _t("membership", "--reference-seed -1", _x(*MEM, "--reference-seed", "-1", "--out", "m")),
@@ -1252,7 +1252,7 @@ FIFTH_PLUGINS = [
        expect="accept"),
     _t("plugins", "--signal of a broken plug-in signal", _plug(
         "[datarecon.membership_signals]\nbroken = nopkg_hostile_xyz:S\n", "", [
-            "membership", "--model", "mc", "--images", "members.safetensors", "--references", "0", "--signal",
+            "membership", "--model", "mc", "--images", "members.safetensors", "--signal",
             "broken", "--no-progress", "--out", "m"]), must="broken"),
     _t("plugins", "reconstruct --help with a broken plug-in", _plug(BROKEN, "", ["reconstruct", "--help"]),
        expect="accept"),

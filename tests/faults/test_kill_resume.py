@@ -5,6 +5,8 @@ killer or a lost node would) right after a step drawn from the test's seeded gen
 test-only step hook of the engine (``DATARECON_FAULT_AT_STEP``): the point is exact and replays
 with the seed, whatever the machine's load. They are rerun with ``--resume`` and the result is
 compared file by file with an uninterrupted run written to the same paths (``faultlib.assert_same_tree``).
+A membership evaluation is killed between two reference models (as soon as one's completion marker is written)
+and inside one; called again once finished it changes no byte.
 Kills at arbitrary moments (inside a write) are the business of ``adversarial_trials.py`` and the
 atomic-write tests.
 """
@@ -12,11 +14,12 @@ atomic-write tests.
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
 
-from faultlib import assert_same_tree, read_json_or_none, run_faulted, run_ok, set_aside
+from faultlib import LOCK, assert_same_tree, kill_at, read_json_or_none, run_faulted, run_ok, set_aside, start
 
 pytestmark = pytest.mark.slow
 
@@ -129,6 +132,58 @@ def test_reproduction_killed_while_training(tmp_path: Path, rng) -> None:
     res = run_ok(*args, "--resume")
     assert "train: resumed at epoch " in res.stderr, res.stderr[-2000:]
     assert assert_same_tree(ref, out) >= 20
+
+
+MEMBERSHIP = ["membership", "--evaluate", "--references", "3", "--no-progress", "--threads", "1"]
+
+
+def _membership_result(folder: Path) -> dict:
+    """``membership.json`` without what says how the call ran (its wall times, the models trained or reused)."""
+    record = json.loads((folder / "membership.json").read_text())
+    record.pop("wall_time_s", None)
+    for key in ("reused", "trained", "wall_time_s"):
+        record["references"].pop(key, None)
+    return record
+
+
+def test_a_finished_membership_folder_called_again_changes_no_byte(model: Path, tmp_path: Path) -> None:
+    """The same membership command into its finished folder: it finds the evaluation done (membership.json records
+    it, every reference model's marker is there), trains nothing, rewrites nothing and prints what it printed."""
+    out = tmp_path / "mem"
+    args = [*MEMBERSHIP, "--model", str(model), "--out", str(out)]
+    first = run_ok(*args)
+    before = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != LOCK}
+    again = run_ok(*args)
+    assert {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and p.name != LOCK} == before
+    printed = [line for line in first.stdout.splitlines() if "reference models trained in" not in line
+               and not line.startswith("training 3 reference models")]
+    assert again.stdout.splitlines() == printed
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_membership_killed_between_two_reference_models(model: Path, tmp_path: Path, rng, sig) -> None:
+    """Killed (SIGKILL, or Ctrl-C to its process group) as soon as reference model k's completion marker is written,
+    then the same command again: models 0..k are kept (not trained again), the others trained, and every file equals
+    an uninterrupted call's, membership.json included but for the models trained and reused."""
+    out = tmp_path / "mem"
+    args = [*MEMBERSHIP, "--model", str(model), "--out", str(out)]
+    run_ok(*args)
+    ref = set_aside(out)
+    k = rng.randrange(0, 2)
+    proc = start(*args, new_session=True)
+    kill_at(proc, lambda: (out / "references" / f"ref-{k:05d}" / "DONE.json").is_file(), rng, jitter_s=0.0, sig=sig,
+            group=True)
+    assert proc.returncode in (-9, 130, -2), proc.returncode
+    assert not (out / "membership.json").exists()
+    kept = {d.name for d in (out / "references").iterdir() if (d / "DONE.json").is_file()}
+    assert f"ref-{k:05d}" in kept and len(kept) < 3, kept
+    again = run_ok(*args)
+    assert f"training {3 - len(kept)} reference models ({len(kept)} kept from an earlier call)" in again.stdout
+    assert assert_same_tree(ref, out, skip=("membership.json",)) >= 12
+    got = json.loads((out / "membership.json").read_text())["references"]
+    assert (got["reused"], got["trained"]) == (len(kept), 3 - len(kept))
+    assert _membership_result(out) == _membership_result(ref)
 
 
 def test_membership_killed_while_training_a_reference_model(model: Path, tmp_path: Path, rng) -> None:

@@ -75,7 +75,7 @@ def test_loss_threshold_and_margin_stabilisation_stop() -> None:
     assert res.status == "stopped-early" and "threshold" in res.stop_reason
     assert res.history[-1]["loss"] <= 0.05 and res.epochs_done < 5000
     res = fit(_model(), x, y, recipe=FitRecipe(loss="logistic", lr=0.02, epochs=5000, schedule="loss-normalised"),
-              stop=StopRule(margin_patience=200, margin_rtol=1e-3))
+              stop=StopRule(margin_patience=200, margin_stable_rtol=1e-3))
     assert res.status == "stopped-early" and "stabilised" in res.stop_reason and res.metrics["train_acc"] == 1.0
 
 
@@ -137,7 +137,7 @@ def test_kill_and_resume_is_bit_identical(kill_after, tmp_path: Path, optimizer,
     x, y = _toy(dtype)
     recipe = FitRecipe(loss="logistic", weight_decay=1e-3, optimizer=optimizer, lr=0.5 if optimizer == "gd" else 1.0,
                        momentum=momentum, schedule=schedule, epochs=60)
-    kw = dict(recipe=recipe, stop=StopRule(margin_patience=10, margin_rtol=1e-12))
+    kw = dict(recipe=recipe, stop=StopRule(margin_patience=10, margin_stable_rtol=1e-12))
     full = fit(_model(dtype), x, y, loop=LoopOptions(log_every=4), **kw)
     ck = training_store(tmp_path / "ck", tag="t")
     with pytest.raises(KeyboardInterrupt):

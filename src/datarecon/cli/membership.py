@@ -33,7 +33,7 @@ from datarecon.experiments.membership.folder import check_membership_folder
 from datarecon.experiments.membership.images import score_images
 from datarecon.experiments.membership.own import OwnModel, OwnSets, evaluate_own_membership, own_record
 from datarecon.experiments.membership.settings import (Calibration, MembershipSettings, Runtime, check_budget_applies,
-                                                       parse_references)
+                                                       check_settings_apply, parse_references)
 from datarecon.report.text import reference_lines, strongest_lines
 from datarecon.kernel.outdir import claim_out_dir
 from datarecon.utils.device import parse_device
@@ -169,7 +169,6 @@ def membership(
     if evaluate and calibration:
         raise DataReconError("--null, --fpr and --signal set the member call of --images; --evaluate measures every "
                              "signal's whole ROC: drop them")
-    mine = _own_model(subject, images=images)
     model = subject.model
     set_threads(where.threads)
     parse_device(where.device)
@@ -178,6 +177,9 @@ def membership(
            else build_config(MembershipSettings, settings, where="membership settings"))
     calibrated = build_config(Calibration, calibration, where="calibration")
     check_budget_applies(cfg.references, budget_given="budget_minutes" in (settings.get("references") or {}))
+    check_settings_apply(cfg.references, _given(settings, subject, backend), evaluate=evaluate,
+                         out=where.out is not None)
+    mine = _own_model(subject, images=images)
     if not cfg.references.auto and cfg.references.count and where.out is None and evaluate:
         raise DataReconError(f"--references {cfg.references.count} needs --out DIR: the reference models are kept "
                              "there and reused by the next call")
@@ -195,6 +197,27 @@ def membership(
     _print_evaluation(result) if evaluate else _print_scores(result, calibrated.fpr)
     if where.out is not None:
         typer.echo(f"wrote {where.out}")
+
+
+def _given(settings: dict[str, Any], subject: Subject, backend: Execution) -> dict[str, str]:
+    """What the command line set that acts on reference models or an evaluation only, as
+    :func:`~datarecon.experiments.membership.settings.check_settings_apply` names it → the option as spelled."""
+    found = {}
+    for flag in SETTINGS_FLAGS:
+        value: Any = settings
+        for part in flag.path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None:
+            spelled = flag.decls[0].split("/")
+            found[flag.path] = spelled[0] if value is not False or len(spelled) == 1 else spelled[1]
+    if subject.recipe is not None and is_own_model(subject.model, subject.own.weights):  # else refused as such
+        found["recipe"] = "--recipe"
+    options = {"--backend": backend.backend != "local", "--workers": (backend.workers or 1) != 1,
+               "--ray-address": backend.ray_address is not None}
+    chosen = [flag for flag, given in options.items() if given]
+    if chosen:
+        found["execution"] = chosen[0]
+    return found
 
 
 @dataclass(frozen=True)

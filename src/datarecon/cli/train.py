@@ -30,6 +30,7 @@ def _flags() -> tuple[Flag, ...]:
         TrainConfig, prefix={"data": "", "arch": "", "stop": ""},
         rename={"data.seed": "--data-seed", "arch.name": "--arch", "arch.hidden": ("--hidden", "--channels"),
                 "stop.zero_error": "--stop-at-zero-error", "dp.noise_multiplier": "--dp-noise",
+                "stop.margin_stable_rtol": ("--margin-stable-rtol", "--margin-rtol"),  # its name before
                 "dp.target_epsilon": "--dp-epsilon", "dp.max_grad_norm": "--dp-clip",
                 "pretrained.path": "--pretrained"},
         parse={"arch.hidden": comma_ints("--hidden", "widths"),
@@ -65,6 +66,7 @@ def train_cmd(
         if missing:
             raise DataReconError(f"missing {', '.join(missing)}; pass them or a --config FILE")
         cfg = build_train_config(overrides)
+    cfg.stop.check_applies()
     probe = partial(kkt_gap_probe, loss=cfg.loss)  # the ascent curve's identifiability gap at its points
     result = train_target(cfg, data_dir=data_dir, out=output.out, resume=output.resume, overwrite=output.overwrite,
                           progress=common.progress, measures=TargetMeasures(ascent_probe=probe))

@@ -21,9 +21,11 @@ from datarecon.utils import manifest
 from datarecon.utils.atomic import temp_target
 from datarecon.utils.lock import LOCK_FILE
 from datarecon.kernel.files import (ASCENT_CHECKPOINT_DIR, CANDIDATES, CANDIDATES_CSV, CHECKPOINT_DIR, DONE_MARKER,
-                                    EXPERIMENT_JSON, EXTRAS, HISTORY, INIT_FILE, MEMBERSHIP_TARGET, METRICS_FILE,
-                                    MODEL_JSON, NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG, REPORT_HTML, REPRODUCTION_JSON,
-                                    RUN_JSON, SUBSPACE_FILE, TASK_FILE, WEIGHTS)
+                                    EXPERIMENT_JSON, EXTRAS, HISTORY, INIT_FILE, MEMBERSHIP_EXPOSED,
+                                    MEMBERSHIP_EXPOSED_CSV, MEMBERSHIP_IMAGES, MEMBERSHIP_POOL, MEMBERSHIP_REFERENCES,
+                                    MEMBERSHIP_RESULT, MEMBERSHIP_ROC, MEMBERSHIP_SCORES, MEMBERSHIP_SIGNALS_CSV,
+                                    MEMBERSHIP_TARGET, METRICS_FILE, MODEL_JSON, NEIGHBOURS_FILE, RECONSTRUCTIONS_PNG,
+                                    REPORT_HTML, REPRODUCTION_JSON, RUN_JSON, SUBSPACE_FILE, TASK_FILE, WEIGHTS)
 
 
 @dataclass(frozen=True)
@@ -108,9 +110,10 @@ _register("reproduction", ArtefactKind("reproduction folder", (REPRODUCTION_JSON
 # a membership folder (``datarecon membership --out``): its result, scores, figure, the most exposed members, pool and
 # reference models
 _register("membership", ArtefactKind(
-    "membership folder", ("membership.json", "pool.safetensors"),
-    ("membership.json", "images.json", "scores.safetensors", "signals.csv", "roc.png", "exposed.csv",
-     "exposed.safetensors", "pool.safetensors", "references", MEMBERSHIP_TARGET, REPORT_HTML)))
+    "membership folder", (MEMBERSHIP_RESULT, MEMBERSHIP_POOL),
+    (MEMBERSHIP_RESULT, MEMBERSHIP_IMAGES, MEMBERSHIP_SCORES, MEMBERSHIP_SIGNALS_CSV, MEMBERSHIP_ROC,
+     MEMBERSHIP_EXPOSED_CSV, MEMBERSHIP_EXPOSED, MEMBERSHIP_POOL, MEMBERSHIP_REFERENCES, MEMBERSHIP_TARGET,
+     REPORT_HTML)))
 _register("experiment", ArtefactKind(
     "experiment folder", (EXPERIMENT_JSON,), (EXPERIMENT_JSON, "model", "run", REPORT_HTML)))
 

@@ -51,3 +51,15 @@ MEMBERSHIP_RESULT = "membership.json"
 MEMBERSHIP_SCORES = "scores.safetensors"
 MEMBERSHIP_EXPOSED = "exposed.safetensors"
 MEMBERSHIP_EXPOSED_CSV = "exposed.csv"
+MEMBERSHIP_SIGNALS_CSV = "signals.csv"
+MEMBERSHIP_ROC = "roc.png"
+#: the result of ``membership --images`` (the images' scores and calls)
+MEMBERSHIP_IMAGES = "images.json"
+# a membership folder's reference models: the pool they train on and are queried on, their folder, one folder per
+# model (``ref-00007``: ``REFERENCE_PREFIX`` and the index in 5 digits, its completion marker ``DONE_MARKER``), its
+# statistics and its weights
+MEMBERSHIP_POOL = "pool.safetensors"
+MEMBERSHIP_REFERENCES = "references"
+REFERENCE_PREFIX = "ref-"
+REFERENCE_STATS = "stats.safetensors"
+REFERENCE_WEIGHTS = WEIGHTS

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 
 from datarecon.config import MAX_STEPS, RecordedConfig
 from datarecon.errors import DataReconError
@@ -66,26 +66,43 @@ class ArchConfig(RecordedConfig):
                         batch_norm=self.batch_norm)
 
 
-class StopConfig(BaseModel):
+class StopConfig(RecordedConfig):
     """Early stops of the epochs (see :class:`datarecon.training.fit.StopRule`); all off by default.
 
     Attributes:
         loss_threshold: stop once the training loss falls below this (None: off).
         zero_error: stop at zero training error.
         margin_patience: stop once the normalised margin has been stable over this many epochs (0: off).
-        margin_rtol: relative change of the normalised margin counted as stable (``margin_patience``).
+        margin_stable_rtol: the epochs' margin stop (with margin_patience): the normalised margin counts as stable
+            when it changed by at most this fraction between two checks margin_patience epochs apart (not the
+            margin ascent's convergence tolerance, margin_ascent.rtol; called margin_rtol before)
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    # model directories written before the rename record it as margin_rtol (and keep their hashes)
+    renamed_fields: ClassVar[dict[str, str]] = {"margin_stable_rtol": "margin_rtol"}
 
     loss_threshold: float | None = Field(default=None, gt=0)
     zero_error: bool = False
     margin_patience: int = Field(default=0, ge=0)
-    margin_rtol: float = Field(default=1e-4, gt=0)
+    margin_stable_rtol: float = Field(default=1e-4, gt=0,
+                                      validation_alias=AliasChoices("margin_stable_rtol", "margin_rtol"))
+
+    def check_applies(self) -> None:
+        """Refuse a margin-stop tolerance without the margin stop (``margin_patience`` 0): it would do nothing. Checked
+        where a training is asked for (``datarecon train``), not on reading a model directory's record.
+
+        Raises:
+            DataReconError: naming the option it needs.
+        """
+        if not self.margin_patience and self.margin_stable_rtol != type(self).model_fields["margin_stable_rtol"].default:
+            raise DataReconError(f"stop margin_stable_rtol {self.margin_stable_rtol:g} (--margin-stable-rtol) is the "
+                                 "tolerance of the epochs' margin stop, which is off (margin_patience 0): pass "
+                                 "--margin-patience N (N >= 1), or drop --margin-stable-rtol")
 
     def rule(self) -> StopRule:
         return StopRule(loss_threshold=self.loss_threshold, zero_error=self.zero_error,
-                        margin_patience=self.margin_patience, margin_rtol=self.margin_rtol)
+                        margin_patience=self.margin_patience, margin_stable_rtol=self.margin_stable_rtol)
 
 
 class MarginAscentConfig(RecordedConfig):
@@ -101,8 +118,9 @@ class MarginAscentConfig(RecordedConfig):
         growth: factor on the angle after an accepted step (a rejected step halves it).
         max_step: largest angle.
         min_step: the stage stops once the angle falls below this (converged to that resolution).
-        rtol: run to convergence: stop once the normalised margin rose by less than this fraction of its
-            value over the last ``window`` steps (``steps`` is then the budget); None: run ``steps`` steps.
+        rtol: run the ascent to convergence: stop once the normalised margin rose by less than this fraction of
+            its value over the last ``window`` steps (``steps`` is then the budget); None: run ``steps`` steps (not
+            the epochs' margin stop, stop.margin_stable_rtol).
         window: steps between the convergence checks and the points of the margin curve the model card
             shows (the identifiability gap is measured at 1, 2, 4, ... windows and at the end).
     """

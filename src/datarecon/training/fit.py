@@ -47,15 +47,15 @@ class StopRule:
         loss_threshold: stop once the mean data loss is ≤ this.
         zero_error: stop once every training sample is classified correctly.
         margin_patience: check every ``margin_patience`` epochs, after zero training error, whether
-            the normalised margin changed by less than ``margin_rtol`` (relative) since the previous
+            the normalised margin changed by less than ``margin_stable_rtol`` (relative) since the previous
             check; stop if so. 0 disables the check.
-        margin_rtol: relative tolerance of the margin-stabilisation check.
+        margin_stable_rtol: relative change between two checks under which the margin counts as stable.
     """
 
     loss_threshold: float | None = None
     zero_error: bool = False
     margin_patience: int = 0
-    margin_rtol: float = 1e-4
+    margin_stable_rtol: float = 1e-4
 
 
 #: what :func:`fit` trains by: the one :class:`~datarecon.kernel.step.TrainingRecipe`, under the
@@ -187,7 +187,7 @@ class StopHook(BaseHook):
                 self.last_margin = None
                 return False
             prev, self.last_margin = self.last_margin, nm
-            if prev is not None and abs(nm - prev) <= r.margin_rtol * abs(prev):
+            if prev is not None and abs(nm - prev) <= r.margin_stable_rtol * abs(prev):
                 state.stop_reason = (f"normalised margin stabilised ({prev:.6g} -> {nm:.6g} over "
                                      f"{r.margin_patience} epochs)")
                 return True

@@ -23,6 +23,7 @@ from datarecon.experiments.membership.case import MembershipCase, model_task, pr
 from datarecon.experiments.membership.choice import compare_signals, epsilon_of, pseudo_target_choice
 from datarecon.experiments.membership.folder import (
     check_membership_folder,
+    finished_evaluation,
     membership_section,
     read_membership_folder,
     ready_folder,
@@ -90,6 +91,10 @@ def evaluate_case(case: MembershipCase, *, settings: MembershipSettings = Member
     """
     t0 = time.perf_counter()
     _check_references(case, settings, out)
+    done = finished_evaluation(out, record=case.record, settings=settings.model_dump(mode="json"),
+                               candidates=case.candidates.provenance, knowledge=case.setup.threat)
+    if done is not None:
+        return done
     outp = ready_folder(out, case.record)
     with tempfile.TemporaryDirectory(prefix="datarecon-references-") as tmp:
         folder = outp if outp is not None else Path(tmp)

@@ -10,41 +10,47 @@ read them back (:func:`read_membership_folder`, :func:`membership_section`).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from datarecon.attacks.mia import SIGNALS
 from datarecon.errors import DataReconError
 from datarecon.evaluation.privacy import roc_curve
 from datarecon.evaluation.records import read_membership_result
 from datarecon.experiments.membership.candidates import Candidates
-from datarecon.experiments.membership.reference_store import REFERENCES_DIR
+from datarecon.experiments.membership.reference_store import REFERENCES_DIR, finished_references
 from datarecon.experiments.membership.signals import SignalScores
 from datarecon.kernel.files import (
     MEMBERSHIP_EXPOSED,
     MEMBERSHIP_EXPOSED_CSV,
     MEMBERSHIP_RESULT,
+    MEMBERSHIP_ROC,
     MEMBERSHIP_SCORES,
+    MEMBERSHIP_SIGNALS_CSV,
     MEMBERSHIP_TARGET,
+    REFERENCE_PREFIX,
     RUN_JSON,
 )
 from datarecon.kernel.outdir import OutDir, is_empty
+from datarecon.kernel.resume import folder_state
 from datarecon.models.checkpoint import model_identity
 from datarecon.report.figures import membership_roc_figure, save_figure
 from datarecon.utils.io import atomic_write_json, atomic_write_text, read_json, rows_to_csv, save_tensors
 
 __all__ = ["EXPOSED_CSV", "EXPOSED_FILE", "EXPOSED_KEPT", "RESULT_FILE", "ROC_FIGURE", "SCORES_FILE", "SIGNALS_CSV",
-           "TARGET_FORMAT", "check_membership_folder", "kept_folder", "membership_section", "read_membership_folder",
+           "TARGET_FORMAT", "check_membership_folder", "finished_evaluation", "kept_folder", "membership_section", "read_membership_folder",
            "ready_folder", "target_record", "write_membership"]
 
 #: the file of a membership folder that holds the result
 RESULT_FILE = MEMBERSHIP_RESULT
 #: the per-candidate scores, membership and split
 SCORES_FILE = MEMBERSHIP_SCORES
-ROC_FIGURE = "roc.png"
-SIGNALS_CSV = "signals.csv"
+ROC_FIGURE = MEMBERSHIP_ROC
+SIGNALS_CSV = MEMBERSHIP_SIGNALS_CSV
 #: the most exposed members' images (the report shows them) and every member ranked (a table)
 EXPOSED_FILE = MEMBERSHIP_EXPOSED
 EXPOSED_CSV = MEMBERSHIP_EXPOSED_CSV
@@ -97,7 +103,7 @@ def check_membership_folder(out: str | Path, model: str | Path | dict[str, Any],
         raise DataReconError(f"{option} {out} is the membership folder of {whose}, not of {mine['model']}, the model "
                              f"this run attacked; pass the folder of `datarecon membership --model {mine['model']} "
                              "--evaluate --out DIR`")
-    kept = len(list((out / REFERENCES_DIR).glob("ref-*"))) if (out / REFERENCES_DIR).is_dir() else 0
+    kept = len(list((out / REFERENCES_DIR).glob(f"{REFERENCE_PREFIX}*"))) if (out / REFERENCES_DIR).is_dir() else 0
     lost = "its result" + (f" and its {kept} reference models" if kept else "")
     raise DataReconError(f"--out {out} is the membership folder of {whose}; a call into it would replace {lost}: "
                          "choose another --out, or pass --overwrite to replace them")
@@ -120,6 +126,45 @@ def ready_folder(out: str | Path | OutDir | None, model: str | Path | dict[str, 
     if not (path / MEMBERSHIP_TARGET).is_file():
         atomic_write_json(path / MEMBERSHIP_TARGET, _record_of(model))
     return path
+
+
+def finished_evaluation(out: str | Path | OutDir | None, *, record: dict[str, Any], settings: dict[str, Any],
+                        candidates: dict[str, Any], knowledge: dict[str, Any]) -> dict[str, Any] | None:
+    """The result a membership folder holds of this very evaluation, or None (no folder, ``--overwrite``, no result,
+    or one of another evaluation): a finished evaluation called again takes no step and writes nothing.
+
+    ``membership.json``, written last, is the folder's completion record, read by the one reading of a resumed folder
+    (:func:`datarecon.kernel.resume.folder_state`) with the fields that say which evaluation wrote it as its key: the
+    model, the settings and where the candidates came from, as JSON reads them back; then the attacker's knowledge
+    (its summary aside: it also says whether reference models were trained), and every reference model it
+    records is still finished. The folder is first checked to measure this model (``record``,
+    :func:`check_membership_folder`: another model's is refused); the reference models' pool was checked before,
+    against its fingerprint.
+    """
+    if out is None or (isinstance(out, OutDir) and out.clear):
+        return None
+    path = out.path if isinstance(out, OutDir) else Path(out)
+    check_membership_folder(path, record)
+    key = json.loads(json.dumps({"model": record["model"], "settings": settings, "candidates": candidates}))
+    state = folder_state(path, record=RESULT_FILE, key=key)
+    if not state.finished or state.record is None:
+        return None
+
+    def facts(threat: Any) -> Any:
+        return {k: v for k, v in threat.items() if k != "summary"} if isinstance(threat, dict) else threat
+
+    if facts(state.record.get("knowledge")) != facts(json.loads(json.dumps(knowledge))):
+        return None
+    count = int((state.record.get("references") or {}).get("count") or 0)
+    if not set(range(count)) <= set(finished_references(state.path)):  # a reference model lost since: trained again
+        return None
+    try:  # checked, as every reader of the result; a damaged one is written again
+        result = read_membership_result(state.path / RESULT_FILE)
+    except DataReconError:
+        return None
+    signals = result.get("signals") or {}
+    order = [n for n in SIGNALS.ordered() if n in signals] + [n for n in signals if n not in SIGNALS]
+    return {**result, "signals": {n: signals[n] for n in order}}  # the file's keys are sorted: the signals' order
 
 
 def _table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:

@@ -31,13 +31,14 @@ from datarecon.experiments.membership.reference_store import (POOL_FILE, Referen
                                                               load_statistics)
 from datarecon.experiments.membership.settings import Calibration, Runtime
 from datarecon.experiments.membership.trainers import RecipeTrainer
+from datarecon.kernel.files import MEMBERSHIP_IMAGES
 from datarecon.kernel.outdir import OutDir
 from datarecon.utils.io import atomic_write_json, read_json
 
 __all__ = ["IMAGES_FILE", "score_images"]
 
 #: the file of a membership folder that holds the scores of a user's images
-IMAGES_FILE = "images.json"
+IMAGES_FILE = MEMBERSHIP_IMAGES
 
 
 @dataclass(frozen=True)

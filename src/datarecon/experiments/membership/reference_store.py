@@ -25,17 +25,19 @@ import torch
 
 from datarecon.errors import DataReconError
 from datarecon.experiments.membership.trainers import Trainer
-from datarecon.kernel.files import DONE_MARKER
-from datarecon.utils.io import load_tensors, read_json, save_tensors, sha256_file
+from datarecon.kernel.files import (DONE_MARKER, MEMBERSHIP_POOL, MEMBERSHIP_REFERENCES, REFERENCE_PREFIX,
+                                    REFERENCE_STATS)
+from datarecon.kernel.files import REFERENCE_WEIGHTS as REFERENCE_WEIGHTS
+from datarecon.kernel.resume import FolderState, folder_state
+from datarecon.utils.io import load_tensors, save_tensors, sha256_file
 
 __all__ = ["KEPT_ALWAYS", "POOL_FILE", "REFERENCES_DIR", "REFERENCE_WEIGHTS", "ReferencePool", "ReferenceStatistics",
-           "STATS_FILE", "done_record", "kept_references", "load_reference_model", "load_statistics", "read_checked",
-           "reference_dir"]
+           "STATS_FILE", "done_record", "finished_references", "kept_references", "load_reference_model", "load_statistics", "read_checked",
+           "reference_dir", "reference_key", "reference_state"]
 
-POOL_FILE = "pool.safetensors"
-REFERENCES_DIR = "references"
-STATS_FILE = "stats.safetensors"
-REFERENCE_WEIGHTS = "weights.safetensors"
+POOL_FILE = MEMBERSHIP_POOL
+REFERENCES_DIR = MEMBERSHIP_REFERENCES
+STATS_FILE = REFERENCE_STATS
 #: the first reference models keep their weights whatever ``keep_weights`` says: they play the target in turn to
 #: choose the strongest signal, and the white-box signals need their weights there
 KEPT_ALWAYS = 4
@@ -120,30 +122,46 @@ class ReferenceStatistics:
                                    population_loss=self.population_loss[idx])
 
 
+def reference_key(index: int) -> str:
+    """The folder of reference model ``index`` relative to its membership folder (``references/ref-00007``; its
+    piece's key)."""
+    return f"{REFERENCES_DIR}/{REFERENCE_PREFIX}{index:05d}"
+
+
 def reference_dir(out: Path, index: int) -> Path:
     """The folder of reference model ``index`` below the membership folder ``out``."""
-    return out / REFERENCES_DIR / f"ref-{index:05d}"
+    return out / reference_key(index)
+
+
+def reference_state(out: Path, index: int) -> FolderState:
+    """What the folder of reference model ``index`` holds: its completion marker read by the one reading of a
+    resumed folder (:func:`datarecon.kernel.resume.folder_state`)."""
+    return folder_state(reference_dir(out, index), record=DONE_MARKER)
+
+
+def finished_references(out: Path | None) -> dict[int, FolderState]:
+    """The reference models below ``out`` whose completion marker is there and readable, by index (sorted): every
+    reader of a folder's models (resume, the refusal of other settings, the kept weights) starts here."""
+    if out is None or not (out / REFERENCES_DIR).is_dir():
+        return {}
+    found = {}
+    for d in sorted((out / REFERENCES_DIR).glob(f"{REFERENCE_PREFIX}*")):
+        index = d.name[len(REFERENCE_PREFIX):]
+        state = reference_state(out, int(index)) if index.isdigit() else None
+        if state is not None and state.finished:
+            found[int(index)] = state
+    return found
 
 
 def done_record(out: Path, index: int) -> dict[str, Any]:
     """The summary the completion marker of reference model ``index`` records ({} when unreadable)."""
-    marker = reference_dir(out, index) / DONE_MARKER
-    try:
-        summary = read_json(marker).get("summary") if marker.is_file() else None
-    except (DataReconError, AttributeError):
-        summary = None
+    summary = (reference_state(out, index).record or {}).get("summary")
     return summary if isinstance(summary, dict) else {}
 
 
 def kept_references(out: Path | None) -> list[int]:
     """The indices of the finished reference models whose weights a membership folder keeps."""
-    if out is None or not (out / REFERENCES_DIR).is_dir():
-        return []
-    found = []
-    for d in sorted((out / REFERENCES_DIR).glob("ref-*")):
-        if (d / DONE_MARKER).is_file() and (d / REFERENCE_WEIGHTS).is_file() and d.name[4:].isdigit():
-            found.append(int(d.name[4:]))
-    return found
+    return [k for k, state in finished_references(out).items() if (state.path / REFERENCE_WEIGHTS).is_file()]
 
 
 def read_checked(out: Path, index: int, name: str) -> dict[str, torch.Tensor]:

@@ -38,14 +38,14 @@ from datarecon.attacks.mia.statistics import example_statistics
 from datarecon.errors import DataReconError
 from datarecon.experiments.backends import Task, make_backend
 from datarecon.experiments.execution import Execution
-from datarecon.experiments.membership.reference_store import (KEPT_ALWAYS, POOL_FILE, REFERENCE_WEIGHTS,
-                                                              REFERENCES_DIR, STATS_FILE, ReferencePool,
-                                                              ReferenceStatistics, done_record, load_statistics)
+from datarecon.experiments.membership.reference_store import (KEPT_ALWAYS, POOL_FILE, REFERENCE_WEIGHTS, STATS_FILE,
+                                                              ReferencePool, ReferenceStatistics, done_record,
+                                                              finished_references, load_statistics, reference_key)
 from datarecon.experiments.membership.settings import ReferenceSettings
 from datarecon.experiments.membership.trainers import Trainer, reference_seed, trainer_from_payload
 from datarecon.experiments.pipeline.pieces import Context, Piece, execute, is_done, piece_hashes
 from datarecon.kernel.engine import LineRate, LoopState, ProgressBar
-from datarecon.kernel.files import DONE_MARKER, MEMBERSHIP_RESULT
+from datarecon.kernel.files import MEMBERSHIP_RESULT
 from datarecon.utils.io import read_json, save_tensors, sha256_file
 from datarecon.utils.threads import set_threads
 
@@ -144,15 +144,7 @@ def _piece(index: int, job: ReferenceJob) -> Piece:
     # "checksummed": models kept before their files' SHA-256 was recorded are trained again, not read unchecked
     spec = {**job.trainer.identity(), "pool": pool_key, "index": index, "seed": settings.seed,
             "per_class": job.per_class, "keep_weights": keep, "checksummed": True}
-    return Piece(key=f"{REFERENCES_DIR}/ref-{index:05d}", run=run, spec=spec, kind="reference")
-
-
-def _finished_indices(out: Path) -> list[int]:
-    """The indices of the reference models below ``out`` that hold a completion marker."""
-    if not (out / REFERENCES_DIR).is_dir():
-        return []
-    return sorted(int(d.name[4:]) for d in (out / REFERENCES_DIR).glob("ref-*")
-                  if d.name[4:].isdigit() and (d / DONE_MARKER).is_file())
+    return Piece(key=reference_key(index), run=run, spec=spec, kind="reference")
 
 
 def refuse_other_models(job: ReferenceJob) -> None:
@@ -164,13 +156,13 @@ def refuse_other_models(job: ReferenceJob) -> None:
     Raises:
         DataReconError: how many would be replaced, the settings the folder's evaluation recorded, and the ways on.
     """
-    finished = _finished_indices(job.out)
+    finished = finished_references(job.out)
     if not finished:
         return
     planned = ReferenceJob(out=job.out, trainer=job.trainer, pool_key=job.pool_key,
                            settings=job.settings.fixed(max(finished) + 1), per_class=job.per_class).pieces()
     hashes = piece_hashes(planned)
-    other = [k for k in finished if not is_done(job.out / planned[k].key, hashes[planned[k].key])]
+    other = [k for k, state in finished.items() if (state.record or {}).get("hash") != hashes[planned[k].key]]
     if not other:
         return
     try:

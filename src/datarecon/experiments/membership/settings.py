@@ -7,7 +7,7 @@ models train and how the evaluation reports (:class:`Runtime`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -20,7 +20,7 @@ from datarecon.errors import DataReconError
 from datarecon.experiments.execution import Execution
 
 __all__ = ["AUTO", "Calibration", "MAX_REFERENCES", "MembershipSettings", "ReferenceSettings", "Runtime",
-           "check_budget_applies", "parse_references"]
+           "EVALUATION_ONLY", "REFERENCE_ONLY", "check_budget_applies", "check_settings_apply", "parse_references"]
 
 #: ``count: auto``: the number of reference models follows from the time budget
 AUTO = "auto"
@@ -91,6 +91,47 @@ def check_budget_applies(references: ReferenceSettings, *, budget_given: bool) -
     if budget_given and not references.auto:
         raise DataReconError(f"--budget-minutes sets how many reference models --references auto trains, and "
                              f"--references is {references.count}: drop --budget-minutes, or pass --references auto")
+
+
+#: what acts on reference models only (a call that trains none reads none of it): fields of
+#: :class:`MembershipSettings`, the user's training function (``recipe``) and where reference-model tasks run
+#: (``execution``: backend, workers, Ray address)
+REFERENCE_ONLY = ("references.budget_minutes", "references.seed", "references.keep_weights", "attacks.variance_prior",
+                  "attacks.rmia_a", "attacks.rmia_gamma", "recipe", "execution")
+#: the fields of :class:`MembershipSettings` that only an evaluation reads: scoring images (``--images``) calls them
+#: against a null with the reference models its folder keeps
+EVALUATION_ONLY = ("nonmembers", "population", "calibration_fraction", "seed", "references.count",
+                   "references.budget_minutes", "references.seed", "references.keep_weights")
+
+
+def check_settings_apply(references: ReferenceSettings, given: Mapping[str, str], *, evaluate: bool,
+                         out: bool) -> None:
+    """Refuse a setting this call would not read, naming the option it needs: no option silently does nothing.
+
+    Args:
+        references: the reference models asked for (a count of 0: none).
+        given: what the command line set, as :data:`REFERENCE_ONLY` and :data:`EVALUATION_ONLY` name it → the
+            option as the user spelled it.
+        evaluate: the call measures the signals (``--evaluate``), else it scores images (``--images``).
+        out: the call has a membership folder (``--out``).
+
+    Raises:
+        DataReconError: one line: the option, what it acts on, and the option it needs (or to drop it).
+    """
+    for path, flag in given.items():
+        if not evaluate and path in EVALUATION_ONLY:
+            raise DataReconError(f"{flag} sets what --evaluate measures; --images scores your images against --null "
+                                 f"with the reference models --out keeps: drop {flag}, or pass --evaluate")
+        if not evaluate and not out and path.startswith("attacks."):
+            raise DataReconError(f"{flag} sets the reference attacks, which --images runs with the reference models "
+                                 f"of a membership folder: pass --out DIR (a folder of --evaluate --references K), "
+                                 f"or drop {flag}")
+        if evaluate and references.count == 0 and path in REFERENCE_ONLY:
+            raise DataReconError(f"{flag} acts on reference models and --references is 0 (none): pass --references K "
+                                 f"or auto, or drop {flag}")
+        if evaluate and references.auto and not out and path == "references.keep_weights":
+            raise DataReconError(f"{flag} says which reference-model weights --out keeps, and without --out the "
+                                 f"reference models are deleted after the call: pass --out DIR, or drop {flag}")
 
 
 class MembershipSettings(BaseModel):
