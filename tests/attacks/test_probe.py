@@ -85,6 +85,40 @@ def test_the_rule_finds_the_largest_stable_step_of_a_planted_attack_within_its_r
     assert max(t["scale"] for t in tried if t["verdict"] == "ok") == result.scale
 
 
+class _Quadratic(Attack):
+    """Planted: gradient descent without momentum on ||x||²·a/2 multiplies x by (1 − lr_x·a) a step, so the
+    residual after k steps is (1 − lr_x·a)^(2k) of the first: smallest at lr_x = 1/a, growing beyond lr_x = 2/a."""
+
+    name: ClassVar[str] = "planted-quadratic"
+    config_cls: ClassVar[type] = _EdgeConfig  # edge: a's inverse (the best step)
+
+    def objective(self, target, prior, x, **variables):
+        return {"loss": (x ** 2).sum() / (2 * self.config.edge)}
+
+
+def test_the_polish_finds_a_best_step_inside_the_stable_range(target, prior) -> None:
+    attack = _Quadratic(_EdgeConfig(lr_x=1.0, edge=0.2, box_weight=0.0, momentum=0.0, dtype="float64"))
+    result = probe_step_sizes(attack, _setup(target, prior), steps=20)
+    tried = result.record["tried"]
+    # coarse 1 → 0.1, bisections 0.316 (ok), 0.562 (grew), 0.422 (ok: 1.1^40 < 1000, its residual large); the best
+    # of these, 0.1, lies below 0.316: the polish probes 0.178 (better), then 0.237 (worse)
+    assert [round(t["scale"], 3) for t in tried] == [1.0, 0.1, 0.316, 0.562, 0.422, 0.178, 0.237]
+    assert result.scale == pytest.approx(0.1 ** 0.75) and result.record["rule"]["polish"] == 2
+    assert 0.2 / 10 ** (1 / 8) < result.scale < 0.2 * 10 ** (1 / 8)  # the planted best step 1/a = 0.2
+    # the residuals are the planted objective's: (1 - scale/0.2)^(2·19) of the first loss, their peak in the window
+    first = (_setup(target, prior).x0.double() ** 2).sum().item() / 0.4
+    chosen = next(t for t in tried if t["scale"] == result.scale)
+    assert chosen["residual"] == pytest.approx(first * (1 - result.scale / 0.2) ** (2 * 16), rel=1e-9)
+    assert _verdict_counts(tried) == {"ok": 5, "grew": 2}
+
+
+def _verdict_counts(tried) -> dict:
+    out: dict = {}
+    for t in tried:
+        out[t["verdict"]] = out.get(t["verdict"], 0) + 1
+    return out
+
+
 def test_the_residual_not_the_largest_ok_scale_decides() -> None:
     """An ok scale at the edge that oscillates (its window's peak high) loses to a smaller one that got further."""
     tried = [{"scale": 1.0, "verdict": "grew", "residual": None}, {"scale": 0.1, "verdict": "ok", "residual": 2.0},

@@ -53,13 +53,15 @@ def test_a_failing_setting_is_bracketed_and_run_json_records_every_probe(model_d
     ok = [t for t in tried if t["verdict"] == "ok"]
     assert ok and probe["scale"] == min(ok, key=lambda t: (t["residual"], -t["scale"]))["scale"]
     coarse = [t for t in tried if t["scale"] in (1.0, 0.1, 0.1 ** 2, 0.1 ** 3, 0.1 ** 4)]
-    assert len(tried) == len(coarse) + 3  # the three bisections above the first ok coarse scale
+    bisections = tried[len(coarse):len(coarse) + 3]  # the three bisections above the first ok coarse scale
+    assert len(bisections) == 3 and len(tried) <= len(coarse) + 3 + 2  # then at most 2 polish probes
     bad = min(t["scale"] for t in tried if t["verdict"] != "ok")
     good = max(t["scale"] for t in ok)
     assert good < bad <= good * 10 ** (1 / 8) * (1 + 1e-12)  # the edge bracketed within the rule's resolution
     assert probe["fields"] == {f: v * probe["scale"] for f, v in HUGE[method].items()}
     assert {f: record["config"][f] for f in HUGE[method]} == probe["fields"]
-    assert probe["rule"] == {"factor": 0.1, "tries": 4, "refine": 3, "growth": 1e3, "window": 0.2}
+    assert probe["rule"] == {"factor": 0.1, "tries": 4, "refine": 3, "polish": 2, "growth": 1e3,
+                             "window": 0.2}
     assert rec.status == "complete"
 
 

@@ -17,11 +17,14 @@ The rule (the largest stable step, judged on the attack's objective):
 3. fine: between the last failing scale s_f and the first ok one s_o, ``refine`` (3) bisections in log
    scale (the next probe at √(s_f·s_o), replacing s_o when ok, else s_f), which brackets the edge of
    stability within a factor ``(1/factor) ** (1 / 2**refine)`` (10^(1/8) ≈ 1.33);
-4. the run takes the ok scale with the smallest residual (the larger scale on a tie), so a setting just
+4. polish: while the ok scale with the smallest residual is not the largest ok scale, up to ``polish`` (2)
+   probes at √(best · the next larger ok scale) (the residual's minimum often lies inside the stable range:
+   near the edge a run oscillates, far below it it crawls);
+5. the run takes the ok scale with the smallest residual (the larger scale on a tie), so a setting just
    under the edge that oscillates loses to a smaller one that made more progress.
 
-Cost: at most ``1 + tries + refine`` probes (8 by default) of ``steps`` steps, in memory, only when
-scale 1 fails. The run then starts afresh with the chosen step sizes (its config, hence its resume key,
+Cost: at most ``1 + tries + refine + polish`` probes (10 by default) of ``steps`` steps, in memory, only
+when scale 1 fails. The run then starts afresh with the chosen step sizes (its config, hence its resume key,
 holds them, and a resumed run probes again to the same choice) and run.json records every scale tried
 with its verdict and residual. Nothing but the attack's objective enters the choice.
 """
@@ -95,8 +98,8 @@ GROWTH = 1e3
 #: the share of the probe's last steps whose largest objective is an ok setting's residual
 WINDOW_FRACTION = 0.2
 
-#: coarse factor, coarse tries and log-scale bisections of the rule (module docstring)
-FACTOR, TRIES, REFINE = 0.1, 4, 3
+#: coarse factor, coarse tries, log-scale bisections and residual polish probes of the rule (module docstring)
+FACTOR, TRIES, REFINE, POLISH = 0.1, 4, 3, 2
 
 
 def _trial(attack: Attack, setup: AttackSetup, *, steps: int, scale: float) -> dict[str, Any]:
@@ -120,15 +123,27 @@ def chosen_scale(tried: list[dict[str, Any]]) -> float:
     return float(min(ok, key=lambda t: (t["residual"], -t["scale"]))["scale"])
 
 
+def _polished(tried: list[dict[str, Any]], probe: Any, *, polish: int) -> None:
+    """Step 4 of the rule: up to ``polish`` probes (``probe(scale)`` → a trial) at √(best · next larger ok scale),
+    appended to ``tried``, while the ok scale with the smallest residual has a larger ok neighbour."""
+    for _ in range(polish):
+        best = chosen_scale(tried)
+        above = [t["scale"] for t in tried if t["verdict"] == "ok" and t["scale"] > best]
+        if not above:
+            return
+        tried.append(probe(math.sqrt(best * min(above))))
+
+
 def probe_step_sizes(attack: Attack, setup: AttackSetup, *, steps: int, factor: float = FACTOR,
-                     tries: int = TRIES, refine: int = REFINE) -> ProbeResult:
+                     tries: int = TRIES, refine: int = REFINE, polish: int = POLISH) -> ProbeResult:
     """The step sizes a run of ``attack`` from ``setup`` starts with (the rule of the module docstring).
 
     Args:
         attack: the configured attack; setup: the run's target, prior, x₀ and generator (the
             generator is copied: the run draws the same numbers it would without the probe).
         steps: probe length (0: no probe, the attack unchanged); factor: 0 < factor < 1 (coarse);
-        tries: coarse tries ≥ 0; refine: log-scale bisections ≥ 0 after the first ok coarse scale.
+        tries: coarse tries ≥ 0; refine: log-scale bisections ≥ 0 after the first ok coarse scale;
+        polish: probes ≥ 0 toward a smaller residual inside the stable range.
 
     Returns:
         :class:`ProbeResult` (the last scale tried when none passed: the run then shows the divergence
@@ -145,9 +160,11 @@ def probe_step_sizes(attack: Attack, setup: AttackSetup, *, steps: int, factor: 
             trial = _trial(attack, setup, steps=steps, scale=math.sqrt(failing * ok))
             tried.append(trial)
             failing, ok = (failing, trial["scale"]) if trial["verdict"] == "ok" else (trial["scale"], ok)
+        _polished(tried, lambda scale: _trial(attack, setup, steps=steps, scale=scale), polish=polish)
     scale = chosen_scale(tried)
     candidate = scaled(attack, scale)
     fields = {f: getattr(candidate.config, f) for f in attack.step_size_fields}
-    rule = {"factor": factor, "tries": tries, "refine": refine, "growth": GROWTH, "window": WINDOW_FRACTION}
+    rule = {"factor": factor, "tries": tries, "refine": refine, "polish": polish, "growth": GROWTH,
+            "window": WINDOW_FRACTION}
     return ProbeResult(candidate, scale, {"steps": steps, "tried": tried, "scale": scale, "fields": fields,
                                           "rule": rule})

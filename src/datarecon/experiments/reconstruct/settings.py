@@ -154,8 +154,8 @@ class RunSettings(_Frozen, RecordedConfig):
         knowledge: what the attacker knows beyond the weights (:class:`~datarecon.attacks.knowledge.
             KnowledgeSettings`: a known initialisation, n); default: the weights only.
         step_probe: steps of the step-size probe before the run (:mod:`datarecon.attacks.probe`: when the
-            attack's step sizes fail a probe of this many steps, the largest stable scale of them, bracketed by
-            bisection in log scale); 0: off.
+            attack's step sizes fail a probe of this many steps, the stable scale of them whose objective fell
+            furthest, searched by bisection in log scale up to the edge of stability); 0: off.
         retry_diverged: a run that diverges later starts again from its start with every step size
             divided by 10, up to this many times (run.json's ``retry_diverged`` records each setting that
             diverged and where); 0: a diverged run stays diverged.
