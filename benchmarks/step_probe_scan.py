@@ -24,7 +24,7 @@ REF_A = {"method": "kkt", "steps": 3000, "lr_x": 0.555, "lr_lambda": 1e-4, "lamb
 
 
 def main() -> None:
-    from datarecon.attacks.probe import _trial, probe_step_sizes
+    from datarecon.attacks.probe import probe_step_sizes, probe_trial
     from datarecon.experiments.reconstruct import build_run, make_attack, prepare
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -42,7 +42,7 @@ def main() -> None:
     t0 = time.perf_counter()
     chosen = probe_step_sizes(attack, setup, steps=args.steps)
     probe_s = time.perf_counter() - t0
-    extra = [_trial(attack, setup, steps=args.steps, scale=float(s)) for s in args.scales.split(",") if s.strip()]
+    extra = [probe_trial(attack, setup, steps=args.steps, scale=float(s)) for s in args.scales.split(",") if s.strip()]
     result = {"model": args.model, "settings": REF_A, "probe": chosen.record, "probe_s": probe_s, "further": extra,
               "machine": machine(), "date": time.strftime("%Y-%m-%d")}
     print(json.dumps(result, indent=1))

@@ -10,7 +10,7 @@ grows beyond :data:`GROWTH` times its first value; otherwise it is ``ok`` and it
 largest objective over the last :data:`WINDOW_FRACTION` of the probe (an oscillating setting scores
 its peaks).
 
-The rule (the largest stable step, judged on the attack's objective):
+The rule (a search up to the largest stable step, the attack's objective deciding):
 
 1. scale 1 (the configured step sizes); if it is ok the run is left alone, bit for bit;
 2. coarse: the scale times ``factor`` (0.1) while it fails, up to ``tries`` (4) times;
@@ -43,7 +43,7 @@ from datarecon.attacks.runner import run_attack
 from datarecon.kernel.engine import LoopOptions, uncounted_loops
 from datarecon.kernel.status import Status
 
-__all__ = ["ProbeResult", "chosen_scale", "probe_step_sizes", "residual", "scaled"]
+__all__ = ["ProbeResult", "chosen_scale", "probe_step_sizes", "probe_trial", "residual", "scaled"]
 
 #: the probe's loop: no history beyond what it reads, no progress, no checkpoint
 _PROBE_LOOP = LoopOptions(log_every=1, progress=False, checkpoint_every=0)
@@ -102,7 +102,7 @@ WINDOW_FRACTION = 0.2
 FACTOR, TRIES, REFINE, POLISH = 0.1, 4, 3, 2
 
 
-def _trial(attack: Attack, setup: AttackSetup, *, steps: int, scale: float) -> dict[str, Any]:
+def probe_trial(attack: Attack, setup: AttackSetup, *, steps: int, scale: float) -> dict[str, Any]:
     """One probe of ``steps`` steps of ``attack`` with its step sizes times ``scale`` from a copy of ``setup``'s
     start: ``{"scale", "verdict", "residual"}`` (residual None unless ok)."""
     generator = torch.Generator(device=setup.generator.device).set_state(setup.generator.get_state())
@@ -151,16 +151,16 @@ def probe_step_sizes(attack: Attack, setup: AttackSetup, *, steps: int, factor: 
     """
     if steps <= 0 or not attack.step_size_fields:
         return ProbeResult(attack, 1.0, {})
-    tried = [_trial(attack, setup, steps=steps, scale=1.0)]
+    tried = [probe_trial(attack, setup, steps=steps, scale=1.0)]
     while tried[-1]["verdict"] != "ok" and len(tried) <= tries:
-        tried.append(_trial(attack, setup, steps=steps, scale=tried[-1]["scale"] * factor))
+        tried.append(probe_trial(attack, setup, steps=steps, scale=tried[-1]["scale"] * factor))
     if len(tried) > 1 and tried[-1]["verdict"] == "ok":
         failing, ok = tried[-2]["scale"], tried[-1]["scale"]
         for _ in range(refine):
-            trial = _trial(attack, setup, steps=steps, scale=math.sqrt(failing * ok))
+            trial = probe_trial(attack, setup, steps=steps, scale=math.sqrt(failing * ok))
             tried.append(trial)
             failing, ok = (failing, trial["scale"]) if trial["verdict"] == "ok" else (trial["scale"], ok)
-        _polished(tried, lambda scale: _trial(attack, setup, steps=steps, scale=scale), polish=polish)
+        _polished(tried, lambda scale: probe_trial(attack, setup, steps=steps, scale=scale), polish=polish)
     scale = chosen_scale(tried)
     candidate = scaled(attack, scale)
     fields = {f: getattr(candidate.config, f) for f in attack.step_size_fields}
