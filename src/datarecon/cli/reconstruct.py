@@ -47,6 +47,7 @@ from datarecon.experiments.reconstruct import (
     ReconstructionRun,
     RunLayers,
     RunOptions,
+    budgeted_runs,
     execute,
     layered_init_name,
     prepare,
@@ -178,21 +179,49 @@ class BatchOptions:
     """``--runs K``: K runs of one run with consecutive seeds, stepped together and pooled.
 
     Attributes:
-        runs: K ≥ 1 (1: a single run into OUT).
+        runs: K ≥ 1 (1: a single run into OUT) as given, or ``auto``: as many as ``budget_minutes`` allows
+            (:mod:`datarecon.experiments.reconstruct.budget`).
         mode: ``auto`` (looped on CPU, batched on CUDA), ``batched`` (KKT/DecoReco: one vmapped
             gradient and one update per step) or ``looped``.
+        budget_minutes: with ``runs`` ``auto``: the K runs' time budget in minutes.
     """
 
-    runs: int
+    runs: str
     mode: str
+    budget_minutes: float | None = None
+
+    def count(self) -> int | None:
+        """K as given, or None for ``auto``.
+
+        Raises:
+            DataReconError: a count that is not an integer or ``auto``; ``auto`` without a budget or a budget
+                without ``auto``.
+        """
+        if self.runs.strip().lower() == "auto":
+            if self.budget_minutes is None:
+                raise DataReconError("--runs auto picks K from a time budget; pass --budget-minutes MINUTES "
+                                     "(e.g. --runs auto --budget-minutes 30)")
+            return None
+        try:
+            runs = int(self.runs)
+        except ValueError:
+            raise DataReconError(f"--runs takes a count K >= 1 or auto, got {self.runs!r}; pass e.g. --runs 4, or "
+                                 "--runs auto --budget-minutes 30") from None
+        if self.budget_minutes is not None:
+            raise DataReconError("--budget-minutes applies to --runs auto (K chosen to fit the budget); pass "
+                                 "--runs auto, or drop --budget-minutes")
+        return runs
 
 
 BATCH_OPTIONS = {
-    "runs": (int, 1, typer.Option("--runs", help="K independent runs (seeds SEED..SEED+K-1) into OUT/run0..run<K-1>, "
+    "runs": (str, "1", typer.Option("--runs", help="K independent runs (seeds SEED..SEED+K-1) into OUT/run0..run<K-1>, "
                                   "stepped together (how: --batch-mode) and pooled into OUT "
-                                  "(evaluate OUT)")),
+                                  "(evaluate OUT); auto: as many as --budget-minutes allows")),
     "mode": (str, "auto", typer.Option("--batch-mode", help="with --runs: auto (looped on CPU, where batching "
                                         "measured slower; batched on CUDA) | batched | looped")),
+    "budget_minutes": (float | None, None, typer.Option("--budget-minutes", help="with --runs auto: the time "
+                                                        "budget of the K runs (K from the measured cost of run "
+                                                        "0's probe and first steps; run.json runs_auto)")),
 }
 
 
@@ -217,18 +246,21 @@ def reconstruct(
     Every field of the run (docs/RUNS.md) has its flag below: the run's settings, each method's attack
     fields (those of other methods are refused) and each initialisation's parameters.
     """
-    if batch.runs == 1 and batch.mode != "auto":
+    runs = batch.count()
+    if runs == 1 and batch.mode != "auto":
         raise DataReconError(f"--batch-mode {batch.mode} applies to --runs K (K runs stepped together); pass "
                              "--runs K or drop --batch-mode")
     run, target, record = _run(model, source, overrides)
     out, resume, overwrite = output.out, output.resume, output.overwrite
-    if batch.runs != 1:
+    if runs != 1:
         if target is not None:
             raise DataReconError("--runs K applies to a model directory; run a model given as "
                                  "package.module:factory once per --seed")
         options = RunOptions(resume=resume, overwrite=overwrite, progress=common.progress, data_dir=data_dir)
-        _reconstruct_runs(run, out, options, runs=batch.runs, batch_mode=batch.mode,
-                          record={"resume_command": resume_command()})
+        record = {"resume_command": resume_command()}
+        if runs is None:
+            runs, record["runs_auto"] = _budgeted(run, out, options, budget_minutes=float(batch.budget_minutes or 0))
+        _reconstruct_runs(run, out, options, runs=runs, batch_mode=batch.mode, record=record)
         return
     check_out_dir(out, kind="run", overwrite=overwrite, resume=resume)  # before the note below
     setup = None
@@ -295,6 +327,17 @@ def _check_counts(overrides: dict[str, Any]) -> None:
 def drop_none(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` without ``None`` values, recursively (an option left out overrides nothing)."""
     return {k: drop_none(v) if isinstance(v, dict) else v for k, v in data.items() if v is not None}
+
+
+def _budgeted(run: ReconstructionRun, out: Path, options: RunOptions, *, budget_minutes: float) -> tuple[int, Any]:
+    """``--runs auto``: K and run.json's ``runs_auto`` (:func:`~datarecon.experiments.reconstruct.budget.
+    budgeted_runs`), the output folder checked before anything is measured; one line saying what was chosen."""
+    check_out_dir(out, kind="run", overwrite=options.overwrite, resume=options.resume)
+    runs, chosen = budgeted_runs(run, out, budget_minutes=budget_minutes, resume=options.resume,
+                                 data_dir=options.data_dir)
+    typer.echo(f"--runs auto: {runs} runs in --budget-minutes {budget_minutes:g} (one run measured at about "
+               f"{chosen['seconds_per_run'] / 60:.3g} minutes here)", err=True)
+    return runs, chosen
 
 
 def _reconstruct_runs(run: ReconstructionRun, out: Path, options: RunOptions, *, runs: int, batch_mode: str, record: dict[str, Any]) -> None:

@@ -18,7 +18,8 @@ initialisation — never to the attack. Their labels then come with the images.
 
 The package, by responsibility: :mod:`.settings` (the typed run and its layers), :mod:`.preparation`
 (what the attack receives, the checks against the target), :mod:`.execution` (one run into its
-directory: probe, retries, resume) and :mod:`.batch` (K runs of one target and their pool).
+directory: probe, retries, resume), :mod:`.batch` (K runs of one target and their pool) and :mod:`.budget`
+(K chosen to fit a time budget: ``--runs auto``).
 
 Example:
     >>> from datarecon.experiments.reconstruct import ReconstructionRun, execute
@@ -66,13 +67,14 @@ from datarecon.experiments.reconstruct.execution import (
     save_subspace,
 )
 from datarecon.experiments.reconstruct.batch import coupled_mode, execute_batch, pool_runs, reconstruct_runs, run_name
+from datarecon.experiments.reconstruct.budget import MEASURE_STEPS, budgeted_runs, measured_cost, runs_for_budget
 
 __all__ = [
-    "CANDIDATE_COPIES", "DATA_INITS_NOTE", "MAX_BATCH_RUNS", "MAX_RETRIES", "OWN_MODEL", "RETRY_FACTOR",
+    "CANDIDATE_COPIES", "DATA_INITS_NOTE", "MAX_BATCH_RUNS", "MEASURE_STEPS", "MAX_RETRIES", "OWN_MODEL", "RETRY_FACTOR",
     "STEP_PROBE_STEPS", "CheckpointSettings", "EarlyStopSettings", "ReconstructionRun", "RunLayers",
-    "RunOptions", "RunSettings", "TargetRecord", "attack_spec", "build_run",
+    "RunOptions", "RunSettings", "TargetRecord", "attack_spec", "budgeted_runs", "build_run",
     "check_before_target", "coupled_mode", "default_candidates", "early_stop_rule", "execute", "execute_batch",
-    "init_sources", "init_spec", "layered_init_name", "load_run", "loop_options", "make_attack", "method_config",
+    "init_sources", "init_spec", "layered_init_name", "load_run", "loop_options", "make_attack", "measured_cost", "method_config",
     "pool_runs", "prepare", "probed", "reconstruct", "reconstruct_runs", "run_fields", "run_from_layers", "run_name",
-    "save_subspace",
+    "runs_for_budget", "save_subspace",
 ]

@@ -153,8 +153,9 @@ class RunSettings(_Frozen, RecordedConfig):
         checkpoint: :class:`CheckpointSettings`.
         knowledge: what the attacker knows beyond the weights (:class:`~datarecon.attacks.knowledge.
             KnowledgeSettings`: a known initialisation, n); default: the weights only.
-        step_probe: steps of the step-size probe before the run (:mod:`datarecon.attacks.probe`: the
-            attack's step sizes divided by 10 while a probe of this many steps diverges); 0: off.
+        step_probe: steps of the step-size probe before the run (:mod:`datarecon.attacks.probe`: when the
+            attack's step sizes fail a probe of this many steps, the stable scale of them whose objective fell
+            furthest, searched by bisection in log scale up to the edge of stability); 0: off.
         retry_diverged: a run that diverges later starts again from its start with every step size
             divided by 10, up to this many times (run.json's ``retry_diverged`` records each setting that
             diverged and where); 0: a diverged run stays diverged.
