@@ -45,6 +45,7 @@ from datarecon.experiments.reconstruct.settings import (
     method_config,
     run_fields,
     run_from_layers,
+    with_preset,
 )
 from datarecon.experiments.reconstruct.preparation import (
     CANDIDATE_COPIES,
@@ -74,5 +75,5 @@ __all__ = [
     "check_before_target", "coupled_mode", "default_candidates", "early_stop_rule", "execute", "execute_batch",
     "init_sources", "init_spec", "layered_init_name", "load_run", "loop_options", "make_attack", "method_config",
     "pool_runs", "prepare", "probed", "reconstruct", "reconstruct_runs", "run_fields", "run_from_layers", "run_name",
-    "save_subspace",
+    "save_subspace", "with_preset",
 ]
