@@ -62,15 +62,19 @@ COMPUTE = {
 
 @dataclass(frozen=True)
 class ModelReferences:
-    """The reference models of ``audit --model``'s membership (None: the scale's).
+    """What ``audit --model`` reads beside the model: its membership's reference models (None: the scale's) and the
+    leakage map it is placed on.
 
     Attributes:
         references: ``auto`` or a number of reference models.
         budget_minutes: with ``auto``, the wall time they may take.
+        leakage_map: the leakage map's results JSON (None: :func:`~datarecon.experiments.leakage_placement.
+            default_results`).
     """
 
     references: str | None
     budget_minutes: float | None
+    leakage_map: Path | None
 
 
 MODEL_REFERENCES = {
@@ -83,6 +87,10 @@ MODEL_REFERENCES = {
         "--budget-minutes", show_default=False,
         help="With --model and --references auto: the wall time the reference models may take. Default: the "
              "scale's (smoke 0.5, small and gpu 3).")),
+    "leakage_map": (Path | None, None, typer.Option(
+        "--leakage-map", show_default=False,
+        help="With --model: the leakage map's results JSON (benchmarks/leakage_map.py table) the model is placed on. "
+             "Default: $DATARECON_LEAKAGE_MAP, else the checkout's benchmarks/results/leakage_map.json.")),
 }
 
 
@@ -100,10 +108,6 @@ def audit_cmd(
     model: Annotated[Path | None, typer.Option("--model", help="Audit this trained model (a model directory) "
                                                "instead of the scale's grid: membership with the reference attacks "
                                                "and the scale's KKT runs.")] = None,
-    leakage_map: Annotated[Path | None, typer.Option("--leakage-map", help="With --model: the leakage map's results "
-                                                     "JSON (benchmarks/leakage_map.py table) the model is placed on "
-                                                     "(default: $DATARECON_LEAKAGE_MAP, else the checkout's "
-                                                     "benchmarks/results/leakage_map.json).")] = None,
     *,
     compute: Compute,
     references: ModelReferences,
@@ -115,7 +119,7 @@ def audit_cmd(
     check_threads(compute.threads)
     overrides = read_config_mapping(config) if config is not None else None
     cfg = load_audit_config(scale=scale, overrides=overrides)
-    if model is None and leakage_map is not None:
+    if model is None and references.leakage_map is not None:
         raise DataReconError("--leakage-map places the model of audit --model on the leakage map; pass --model DIR "
                              "or drop --leakage-map")
     if model is None and (references.references is not None or references.budget_minutes is not None):
@@ -129,7 +133,7 @@ def audit_cmd(
         if backend.backend != "local" or (backend.workers or 1) != 1:
             raise DataReconError("--model audits one model in this process; drop --backend and --workers")
         set_threads(compute.threads)
-        for line in placement_lines(read_model_meta(model), leakage_map):  # before the hours of the audit
+        for line in placement_lines(read_model_meta(model), references.leakage_map):  # before the hours of the audit
             typer.echo(line)
         report, lines = audit_model(model, cfg, out=output.out, runtime=runtime, overwrite=output.overwrite,
                                     log=typer.echo, scale=scale)
