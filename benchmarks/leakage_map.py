@@ -14,7 +14,8 @@ A cell is one target x one attack setting, named ``ARCH-sSTEPS-nN-BUDGET[-SETTIN
 * BUDGET: dynamics matching with the public start and the recipe known and the labels restored from the
   read-out's change (attacker-side; the balanced assumption cannot hold for n < 10), m = n candidates:
   ``b1500`` one restart of 1 500 outer steps (the rows' budget), ``b10k`` 4 restarts of 10 000, the restart
-  with the highest final cosine kept (the attack's own objective, an attacker-side choice);
+  with the highest final cosine kept (the attack's own objective, an attacker-side choice), ``b30k`` one restart
+  of 30 000 (SimuDy's budget: 20 x 1 500 steps; run with the ``simudy`` setting);
 * SETTING (an optional suffix, the attack-setting axis): none, the ``gradient-inversion`` preset of the rows
   (cosine objective, signed Adam at 0.1, step decay, TV 0.8, uniform start); ``-simudy``, the ``simudy`` preset
   (SimuDy's schedule: Adam 0.01 with betas 0.8/0.9 cosine-annealed with T_max 100, TV 1e-3, Gaussian start 0.5;
@@ -89,7 +90,8 @@ SCALES: dict[str, dict[str, Any]] = {
               "public": ["--n-per-class", "757", "--skip-per-class", "20", "--n-partition-per-class", "0",
                          "--n-heldout-per-class", "67"],
               "private": ["--n-per-class", "2", "--n-heldout-per-class", "4"],
-              "archs": {}, "budgets": {"b1500": (1, 1500), "b10k": (4, 10_000)}},
+              "archs": {}, "budgets": {"b1500": (1, 1500), "b10k": (4, 10_000),
+                                                         "b30k": (1, 30_000)}},
     "smoke": {"common": ["--dataset", "digits", "--task", "all", "--normalisation", "unit", "--loss",
                          "cross-entropy", "--no-bias"],
               "public": ["--n-per-class", "30", "--skip-per-class", "10", "--n-partition-per-class", "0",
@@ -98,7 +100,7 @@ SCALES: dict[str, dict[str, Any]] = {
               "archs": {"cnn": ["--arch", "cnn", "--channels", "4,8"],
                         "resnet8": ["--arch", "resnet8", "--channels", "4,8,8", "--batch-norm"],
                         "resnet8w": ["--arch", "resnet8", "--channels", "8,16,16", "--batch-norm"]},
-              "epochs": "1", "budgets": {"b1500": (1, 4), "b10k": (2, 6)}},
+              "epochs": "1", "budgets": {"b1500": (1, 4), "b10k": (2, 6), "b30k": (1, 8)}},
 }
 ATTACK = ["--known-init", "pretrained", "--known-recipe", "model", "--known-labels", "restored"]
 #: the public-data prior's weight in the -pca settings (fixed before any cell ran; module docstring)
@@ -139,7 +141,9 @@ def all_cells() -> list[Cell]:
              [Cell("resnet8w", s, n, "b1500") for s in STEPS for n in NS],
              [Cell(a, s, n, "b10k") for a, s in order + [("resnet8w", 1), ("resnet8w", 20)] for n in NS if n <= 4],
              [Cell(a, s, n, "b10k") for a, s in order + [("resnet8w", 1), ("resnet8w", 20)] for n in NS if n > 4],
-             [Cell(a, s, n, "b1500", setting) for setting in SETTINGS if setting for a, s in order for n in NS]]
+             [Cell(a, s, n, "b1500", setting) for setting in SETTINGS if setting for a, s in order for n in NS],
+             [Cell(a, s, n, "b30k", "simudy") for a, s in order for n in NS if n <= 4]
+             + [Cell("resnet8", 20, 20, "b30k", "simudy")]]
     return [c for tier in tiers for c in tier]
 
 
@@ -579,7 +583,7 @@ def figure(results: dict[str, Any], out: Path) -> None:
 
 def _panel(ax: Any, rows: list[dict[str, Any]]) -> None:
     colours = {("b1500", ""): "tab:blue", ("b10k", ""): "tab:red", ("b1500", "-simudy"): "tab:green",
-               ("b1500", "-pca"): "tab:purple", ("b1500", "-simudy-pca"): "tab:orange"}
+               ("b1500", "-pca"): "tab:purple", ("b1500", "-simudy-pca"): "tab:orange", ("b30k", "-simudy"): "tab:olive"}
     rows = sorted(rows, key=lambda r: r["n"])
     nulls = {r["n"]: r for r in rows if r.get("heldout_null_draws")}
     if nulls:  # the held-out null over its seeded draws: mean and 95 % range

@@ -77,9 +77,15 @@ def test_the_boundary_is_the_largest_n_with_half_recovered_else_the_best_ssim() 
     assert "resnet8w" not in b
 
 
+def names_of_budget(cells: list, name: str) -> list[str]:
+    return [c.name for c in cells if c.budget == name]
+
+
 def test_the_cells_and_their_order() -> None:
     cells = leakage_map.all_cells()
-    assert len(cells) == len({c.name for c in cells}) == 3 * 2 * 5 * 2 + 3 * 2 * 2 * 5  # + the setting axis
+    assert len(cells) == len({c.name for c in cells}) == 3 * 2 * 5 * 2 + 3 * 2 * 2 * 5 + 2 * 2 * 3 + 1  # + settings
+    assert names_of_budget(cells, "b30k") == [f"{a}-s{s}-n{n}-b30k-simudy" for s in (1, 20) for a in ("cnn", "resnet8")
+                                              for n in (1, 2, 4)] + ["resnet8-s20-n20-b30k-simudy"]
     names = [c.name for c in cells]
     assert names[:5] == [f"cnn-s1-n{n}-b1500" for n in (1, 2, 4, 8, 20)]
     assert names.index("resnet8-s20-n20-b1500") < names.index("resnet8w-s1-n1-b1500") < names.index("cnn-s1-n1-b10k")
