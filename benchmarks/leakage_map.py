@@ -1,6 +1,7 @@
 """The leakage map: where does a fine-tuned network's training data leak? (docs/RESULTS.md)
 
-A cell is one target x one attack setting, named ``ARCH-sSTEPS-nN-BUDGET`` (e.g. ``resnet8-s1-n4-b1500``):
+A cell is one target x one attack setting, named ``ARCH-sSTEPS-nN-BUDGET[-SETTING]`` (e.g. ``resnet8-s1-n4-b1500``,
+``resnet8-s1-n1-b1500-simudy``):
 
 * ARCH: ``cnn`` (CNN 32-64, the control that leaks), ``resnet8`` (ResNet-8 16-32-64 with batch norm) or
   ``resnet8w`` (ResNet-8 64-128-256 with batch norm), each pretrained once on public CIFAR-10 images (every
@@ -10,11 +11,18 @@ A cell is one target x one attack setting, named ``ARCH-sSTEPS-nN-BUDGET`` (e.g.
 * N: 1, 2, 4, 8 or 20 private images drawn across the classes (``train --n-train N``) from the first 2 of
   every class (seed 0; the draw of n is nested in the draw of 2n; n = 20 is the pool, the rows' images);
   the read-out is the pretrained 10-class one; held-out images: the first 4 test images of every class;
-* BUDGET: dynamics matching with the gradient-inversion settings of the rows (cosine objective, signed Adam at
-  0.1, step decay, TV 0.8, uniform start) with the public start and the recipe known and the labels restored
-  from the read-out's change (attacker-side; the balanced assumption cannot hold for n < 10), m = n candidates:
+* BUDGET: dynamics matching with the public start and the recipe known and the labels restored from the
+  read-out's change (attacker-side; the balanced assumption cannot hold for n < 10), m = n candidates:
   ``b1500`` one restart of 1 500 outer steps (the rows' budget), ``b10k`` 4 restarts of 10 000, the restart
-  with the highest final cosine kept (the attack's own objective, an attacker-side choice).
+  with the highest final cosine kept (the attack's own objective, an attacker-side choice), ``b30k`` one restart
+  of 30 000 (SimuDy's budget: 20 x 1 500 steps; run with the ``simudy`` setting);
+* SETTING (an optional suffix, the attack-setting axis): none, the ``gradient-inversion`` preset of the rows
+  (cosine objective, signed Adam at 0.1, step decay, TV 0.8, uniform start); ``-simudy``, the ``simudy`` preset
+  (SimuDy's schedule: Adam 0.01 with betas 0.8/0.9 cosine-annealed with T_max 100, TV 1e-3, Gaussian start 0.5;
+  its balanced labels replaced by the restored ones, as in every cell); ``-pca`` and ``-simudy-pca``, the same with
+  the public-data prior (``--pca-weight 10``: the residual outside the first 1 024 principal components of the
+  public pretraining images, weight fixed before any cell ran so that at a uniform start it weighs about as much
+  as the gradient-inversion preset's TV term, not tuned).
 
 Each cell fine-tunes its target if WORK/targets/ARCH-sSTEPS-nN is missing (pretraining first if needed), runs
 the attack into WORK/cells/CELL/attack (continued with --resume if it was cut short), evaluates the kept restart
@@ -82,7 +90,8 @@ SCALES: dict[str, dict[str, Any]] = {
               "public": ["--n-per-class", "757", "--skip-per-class", "20", "--n-partition-per-class", "0",
                          "--n-heldout-per-class", "67"],
               "private": ["--n-per-class", "2", "--n-heldout-per-class", "4"],
-              "archs": {}, "budgets": {"b1500": (1, 1500), "b10k": (4, 10_000)}},
+              "archs": {}, "budgets": {"b1500": (1, 1500), "b10k": (4, 10_000),
+                                                         "b30k": (1, 30_000)}},
     "smoke": {"common": ["--dataset", "digits", "--task", "all", "--normalisation", "unit", "--loss",
                          "cross-entropy", "--no-bias"],
               "public": ["--n-per-class", "30", "--skip-per-class", "10", "--n-partition-per-class", "0",
@@ -91,10 +100,18 @@ SCALES: dict[str, dict[str, Any]] = {
               "archs": {"cnn": ["--arch", "cnn", "--channels", "4,8"],
                         "resnet8": ["--arch", "resnet8", "--channels", "4,8,8", "--batch-norm"],
                         "resnet8w": ["--arch", "resnet8", "--channels", "8,16,16", "--batch-norm"]},
-              "epochs": "1", "budgets": {"b1500": (1, 4), "b10k": (2, 6)}},
+              "epochs": "1", "budgets": {"b1500": (1, 4), "b10k": (2, 6), "b30k": (1, 8)}},
 }
-ATTACK = ["--method", "dynamics", "--known-init", "pretrained", "--known-recipe", "model", "--known-labels",
-          "restored", "--init", "uniform", "--lr-x", "0.1", "--signed", "--lr-schedule", "step", "--tv-weight", "0.8"]
+ATTACK = ["--known-init", "pretrained", "--known-recipe", "model", "--known-labels", "restored"]
+#: the public-data prior's weight in the -pca settings (fixed before any cell ran; module docstring)
+PCA_WEIGHT = "10"
+#: the attack-setting axis: the cell name's suffix ("" for the rows' gradient-inversion settings) -> flags
+SETTINGS: dict[str, list[str]] = {
+    "": ["--preset", "gradient-inversion"],
+    "simudy": ["--preset", "simudy"],
+    "pca": ["--preset", "gradient-inversion", "--pca-weight", PCA_WEIGHT],
+    "simudy-pca": ["--preset", "simudy", "--pca-weight", PCA_WEIGHT],
+}
 HERE = Path(__file__).resolve().parent
 
 
@@ -106,6 +123,7 @@ class Cell:
     steps: int
     n: int
     budget: str
+    setting: str = ""
 
     @property
     def target(self) -> str:
@@ -113,7 +131,7 @@ class Cell:
 
     @property
     def name(self) -> str:
-        return f"{self.target}-{self.budget}"
+        return f"{self.target}-{self.budget}" + (f"-{self.setting}" if self.setting else "")
 
 
 def all_cells() -> list[Cell]:
@@ -122,7 +140,10 @@ def all_cells() -> list[Cell]:
     tiers = [[Cell(a, s, n, "b1500") for a, s in order for n in NS],
              [Cell("resnet8w", s, n, "b1500") for s in STEPS for n in NS],
              [Cell(a, s, n, "b10k") for a, s in order + [("resnet8w", 1), ("resnet8w", 20)] for n in NS if n <= 4],
-             [Cell(a, s, n, "b10k") for a, s in order + [("resnet8w", 1), ("resnet8w", 20)] for n in NS if n > 4]]
+             [Cell(a, s, n, "b10k") for a, s in order + [("resnet8w", 1), ("resnet8w", 20)] for n in NS if n > 4],
+             [Cell(a, s, n, "b1500", setting) for setting in SETTINGS if setting for a, s in order for n in NS],
+             [Cell(a, s, n, "b30k", "simudy") for a, s in order for n in NS if n <= 4]
+             + [Cell("resnet8", 20, 20, "b30k", "simudy")]]
     return [c for tier in tiers for c in tier]
 
 
@@ -191,7 +212,8 @@ def finetune_cmd(cell: Cell, work: Path, opts: dict[str, Any]) -> list[str]:
 
 def attack_cmd(cell: Cell, work: Path, opts: dict[str, Any], *, resume: bool) -> list[str]:
     restarts, steps = budget(cell.budget, opts)
-    return [*_dr(), "reconstruct", "--model", str(work / "targets" / cell.target), *ATTACK, "--candidates",
+    return [*_dr(), "reconstruct", "--model", str(work / "targets" / cell.target), *SETTINGS[cell.setting], *ATTACK,
+            "--candidates",
             str(cell.n), "--steps", str(steps), "--runs", str(restarts), *_run_flags(opts), "--no-progress",
             "--resume" if resume else "--overwrite", "--out", str(work / "cells" / cell.name / "attack")]
 
@@ -334,7 +356,8 @@ def fill_cell(cell: Cell, work: Path, opts: dict[str, Any]) -> dict[str, Any]:
     target = json.loads((work / "targets" / cell.target / "model.json").read_text())
     record = {
         "cell": cell.name, "arch": cell.arch, "arch_label": ARCHS[cell.arch]["label"], "finetune_steps": cell.steps,
-        "n": cell.n, "budget": cell.budget, "restarts": budget(cell.budget, opts)[0],
+        "n": cell.n, "budget": cell.budget, "setting": cell.setting or "gradient-inversion",
+        "restarts": budget(cell.budget, opts)[0],
         "outer_steps": budget(cell.budget, opts)[1], "scale": opts.get("scale") or "cifar",
         "command": f"python benchmarks/leakage_map.py cell {cell.name} WORK --threads {opts.get('threads') or 1}"
                    + (f" --scale {opts['scale']}" if opts.get("scale") not in (None, "cifar") else ""),
@@ -463,9 +486,20 @@ def finished(work: Path) -> dict[str, dict[str, Any]]:
             if (p := work / "cells" / c.name / "cell.json").is_file()}
 
 
+def _suffix(record: dict[str, Any]) -> str:
+    """The cell name's setting suffix of a record ("" for the gradient-inversion preset and older records)."""
+    setting = record.get("setting") or "gradient-inversion"
+    return "" if setting == "gradient-inversion" else f"-{setting}"
+
+
+def _series(record: dict[str, Any]) -> tuple[int, str, str]:
+    """(fine-tuning steps, budget, setting suffix): one series of the map."""
+    return record["finetune_steps"], record["budget"], _suffix(record)
+
+
 def boundary(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per architecture: the largest n with at least half the images above the threshold (over every fine-tuning
-    and budget measured, and per setting), else the best mean best SSIM reached and its cell."""
+    """Per architecture: the largest n with at least half the images above the threshold (over every fine-tuning,
+    budget and attack setting measured, and per series ``sSTEPS-BUDGET[-SETTING]``), else the best mean best SSIM reached and its cell."""
     out: dict[str, Any] = {}
     for arch in ARCHS:
         mine = [r for r in records if r["arch"] == arch]
@@ -473,9 +507,9 @@ def boundary(records: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         leaks = [r for r in mine if (r.get("headline") or {}).get("count", 0) * 2 >= r["n"]
                  and (r.get("headline") or {}).get("count", 0) > 0]
-        settings = sorted({(r["finetune_steps"], r["budget"]) for r in mine})
-        per = {f"s{s}-{b}": max((r["n"] for r in leaks if (r["finetune_steps"], r["budget"]) == (s, b)), default=None)
-               for s, b in settings}
+        settings = sorted({_series(r) for r in mine})
+        per = {f"s{s}-{b}{suffix}": max((r["n"] for r in leaks if _series(r) == (s, b, suffix)), default=None)
+               for s, b, suffix in settings}
         best = max(mine, key=lambda r: r["simudy"]["mean_best_ssim"])
         out[arch] = {"largest_n_half_recovered": max((r["n"] for r in leaks), default=None), "per_setting": per,
                      "best_mean_best_ssim": best["simudy"]["mean_best_ssim"], "best_cell": best["cell"],
@@ -548,7 +582,8 @@ def figure(results: dict[str, Any], out: Path) -> None:
 
 
 def _panel(ax: Any, rows: list[dict[str, Any]]) -> None:
-    colours = {"b1500": "tab:blue", "b10k": "tab:red"}
+    colours = {("b1500", ""): "tab:blue", ("b10k", ""): "tab:red", ("b1500", "-simudy"): "tab:green",
+               ("b1500", "-pca"): "tab:purple", ("b1500", "-simudy-pca"): "tab:orange", ("b30k", "-simudy"): "tab:olive"}
     rows = sorted(rows, key=lambda r: r["n"])
     nulls = {r["n"]: r for r in rows if r.get("heldout_null_draws")}
     if nulls:  # the held-out null over its seeded draws: mean and 95 % range
@@ -559,15 +594,15 @@ def _panel(ax: Any, rows: list[dict[str, Any]]) -> None:
         ax.plot(ns, [d["mean"] for d in draws], color="grey", label="held-out null (mean, 95 % of draws)")
         ax.plot(ns, [nulls[n]["simudy"]["mean_best_ssim_noise_null"] for n in ns], color="grey", ls=":",
                 label="noise null")
-    for name, colour in colours.items():
-        mine = [r for r in rows if r["budget"] == name]
+    for (name, suffix), colour in colours.items():
+        mine = [r for r in rows if r["budget"] == name and _suffix(r) == suffix]
         if not mine:
             continue
         x = [r["n"] for r in mine]
         y = [r["simudy"]["mean_best_ssim"] for r in mine]
         err = [[v - r["simudy"]["mean_best_ssim_ci95"][0] for v, r in zip(y, mine)],
                [r["simudy"]["mean_best_ssim_ci95"][1] - v for v, r in zip(y, mine)]]
-        label = f"{mine[0]['restarts']} x {mine[0]['outer_steps']} steps"
+        label = f"{mine[0]['restarts']} x {mine[0]['outer_steps']} steps" + (f", {suffix[1:]}" if suffix else "")
         ax.errorbar(x, y, yerr=err, color=colour, marker="o", capsize=3, label=label)
         for r, v in zip(mine, y):
             diverged = (r.get("attack") or {}).get("diverged")

@@ -163,6 +163,7 @@ def test_bad_list_text_is_a_one_line_error():
 #: what a flag needs beside it to act (alone it would change nothing, and is refused): the other settings
 NEEDS = {"attack.adam_beta1": {"optimizer": "adam"}, "attack.adam_beta2": {"optimizer": "adam"},
          "attack.adam_eps": {"optimizer": "adam"}, "early_stop.rel_tol": {"early_stop": {"patience": 1}},
+         "attack.pca_components": {"pca_weight": 1.0}, "attack.cosine_t_max": {"lr_schedule": "cosine"},
          **{f"attack.split_{f}": {"split_every": 1} for f in ("fraction", "scale", "iters")}}
 
 
@@ -224,7 +225,7 @@ def test_every_reconstruct_flag_reaches_its_field_and_a_foreign_one_is_refused()
             foreign = [i for i in INITS.names() if i not in flag.owners]
             if foreign:
                 with pytest.raises(DataReconError, match=f"{flag.decls[0]} applies to .* inits, not {foreign[0]!r}"):
-                    _run(model, RunSource(method=None, init=foreign[0], config_file=None, sets=None), {"init": given})
+                    _run(model, RunSource(method=None, init=foreign[0], config_file=None, sets=None, preset=None), {"init": given})
         else:
             owner = ReconstructionRun
             for part in flag.path.split(".")[:-1]:

@@ -67,22 +67,31 @@ def _record(arch: str, n: int, count: int, ssim: float, budget: str = "b1500", s
 
 def test_the_boundary_is_the_largest_n_with_half_recovered_else_the_best_ssim() -> None:
     records = [_record("cnn", 1, 1, 0.5), _record("cnn", 4, 2, 0.4), _record("cnn", 8, 3, 0.3),
-               _record("cnn", 2, 1, 0.45, steps=20), _record("resnet8", 1, 0, 0.2), _record("resnet8", 20, 0, 0.13)]
+               _record("cnn", 2, 1, 0.45, steps=20), _record("resnet8", 1, 0, 0.2), _record("resnet8", 20, 0, 0.13),
+               dict(_record("cnn", 8, 4, 0.35), setting="simudy"), dict(_record("cnn", 20, 1, 0.1), setting="pca")]
     b = leakage_map.boundary(records)
-    assert b["cnn"]["largest_n_half_recovered"] == 4  # 3 of 8 is less than half
-    assert b["cnn"]["per_setting"] == {"s1-b1500": 4, "s20-b1500": 2}
+    assert b["cnn"]["largest_n_half_recovered"] == 8  # 3 of 8 is less than half; 4 of 8 (simudy) is half
+    assert b["cnn"]["per_setting"] == {"s1-b1500": 4, "s20-b1500": 2, "s1-b1500-simudy": 8, "s1-b1500-pca": None}
     assert b["resnet8"]["largest_n_half_recovered"] is None
     assert (b["resnet8"]["best_mean_best_ssim"], b["resnet8"]["best_cell"]) == (0.2, "resnet8-s1-n1-b1500")
     assert "resnet8w" not in b
 
 
+def names_of_budget(cells: list, name: str) -> list[str]:
+    return [c.name for c in cells if c.budget == name]
+
+
 def test_the_cells_and_their_order() -> None:
     cells = leakage_map.all_cells()
-    assert len(cells) == len({c.name for c in cells}) == 3 * 2 * 5 * 2
+    assert len(cells) == len({c.name for c in cells}) == 3 * 2 * 5 * 2 + 3 * 2 * 2 * 5 + 2 * 2 * 3 + 1  # + settings
+    assert names_of_budget(cells, "b30k") == [f"{a}-s{s}-n{n}-b30k-simudy" for s in (1, 20) for a in ("cnn", "resnet8")
+                                              for n in (1, 2, 4)] + ["resnet8-s20-n20-b30k-simudy"]
     names = [c.name for c in cells]
     assert names[:5] == [f"cnn-s1-n{n}-b1500" for n in (1, 2, 4, 8, 20)]
     assert names.index("resnet8-s20-n20-b1500") < names.index("resnet8w-s1-n1-b1500") < names.index("cnn-s1-n1-b10k")
     assert names.index("resnet8w-s20-n4-b10k") < names.index("cnn-s1-n8-b10k")
+    assert names.index("resnet8w-s20-n20-b10k") < names.index("cnn-s1-n1-b1500-simudy")
+    assert {"resnet8-s1-n1-b1500-simudy", "resnet8-s1-n2-b1500-pca", "cnn-s20-n20-b1500-simudy-pca"} <= set(names)
     res = _run("cell", "resnet8-s3-n4-b1500", "/nonexistent")
     assert res.returncode == 2 and res.stderr.strip().startswith("error: 'resnet8-s3-n4-b1500' names no cell")
 
@@ -118,3 +127,19 @@ def test_a_cells_cost_per_step_counts_the_steps_its_restarts_took() -> None:
     stopped = {"run0": {"steps_done": 0}, "run1": {"steps_done": 0}}  # diverged at once: says nothing of the cost
     assert leakage_map._per_step({**base, "attack": {"wall_s": 3.0, "restarts": stopped}}) is None
     assert leakage_map._per_step({**base, "attack": {"wall_s": 9.0, "resumed": True, "run_wall_time_s": 5.0}}) is None
+
+
+@pytest.mark.slow
+def test_a_setting_cell_runs_its_preset_and_the_public_prior(tmp_path: Path, data_dir, monkeypatch) -> None:
+    monkeypatch.setenv("DATARECON_CACHE", str(tmp_path / "cache"))
+    work = tmp_path / "map"
+    res = _run("cell", "cnn-s1-n1-b1500-simudy-pca", str(work), "--scale", "smoke")
+    assert res.returncode == 0, res.stdout + res.stderr
+    cell = json.loads((work / "cells" / "cnn-s1-n1-b1500-simudy-pca" / "cell.json").read_text())
+    assert cell["setting"] == "simudy-pca" and "--preset simudy --pca-weight 10" in cell["commands"]["attack"]
+    run = json.loads((work / "cells" / "cnn-s1-n1-b1500-simudy-pca" / "attack" / "run.json").read_text())
+    assert run["preset"] == "simudy" and run["config"]["lr_schedule"] == "cosine" and run["config"]["pca_weight"] == 10
+    assert run["public_prior"]["n_public"] == 300 and run["public_prior"]["components"] == 21
+    assert sum(run["knowledge"]["labels"]["counts"]) == 1  # restored (the preset's balanced labels overridden)
+    b = leakage_map.boundary([cell])
+    assert list(b["cnn"]["per_setting"]) == ["s1-b1500-simudy-pca"]

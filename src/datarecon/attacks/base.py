@@ -292,7 +292,8 @@ class Attack:
         terms become the step's float metrics. The state is not changed."""
         g = self.gradients(target, prior, state)
         x = state["x"].detach()
-        given = PriorInput(x, *self.bounds(prior, x.device), target=target, labels=self.labels(prior, x.device))
+        given = PriorInput(x, *self.bounds(prior, x.device), target=target, labels=self.labels(prior, x.device),
+                           public=prior.public)
         terms, g.grads["x"] = add_priors(self.config, given, dict(g.terms), g.grads["x"],
                                          skip=CROSS_RUN_PRIORS + self.own_priors(target, prior))
         g.terms = self.metrics_of(terms)

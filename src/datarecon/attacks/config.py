@@ -39,6 +39,9 @@ class AttackConfig(RecordedConfig):
         box_weight: weight of the pixel-box prior (:data:`datarecon.attacks.priors.PRIORS` ``box``), >= 0.
         feature_stats_weight: weight of the feature-statistics prior of batch-norm targets (``feature_stats``), >= 0.
         group_weight: weight of group consistency across runs stepped together (``group``), >= 0.
+        pca_weight: weight of the public-data prior (``pca``: the residual outside the public images' principal
+            subspace, :mod:`datarecon.attacks.public`), >= 0.
+        pca_components: k of that subspace (None: min(1 024, d/3)); set only with ``pca_weight``.
         dtype: the attack's precision.
 
     An optimiser constant set away from its default for an optimiser that does not read it (``momentum``
@@ -47,7 +50,7 @@ class AttackConfig(RecordedConfig):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     #: the priors added after runs were recorded: left out of dumps at their default 0 (config hashes kept)
-    added_fields: ClassVar[tuple[str, ...]] = ("feature_stats_weight", "group_weight")
+    added_fields: ClassVar[tuple[str, ...]] = ("feature_stats_weight", "group_weight", "pca_weight", "pca_components")
 
     steps: int = Field(default=1000, ge=0, le=MAX_STEPS, description="optimisation steps")
     lr_x: float = Field(default=0.1, gt=0, description="learning rate of the candidates x")
@@ -61,6 +64,10 @@ class AttackConfig(RecordedConfig):
     feature_stats_weight: float = Field(default=0.0, ge=0, description="weight of the feature-statistics prior "
                                         "(batch-norm targets)")
     group_weight: float = Field(default=0.0, ge=0, description="weight of group consistency across --runs")
+    pca_weight: float = Field(default=0.0, ge=0, description="weight of the public-data prior (residual outside the "
+                              "public images' principal subspace)")
+    pca_components: int | None = Field(default=None, ge=1, description="principal components of the public-data "
+                                       "prior (default min(1024, d/3))")
     dtype: Literal["float32", "float64"] = Field(default="float32", description="float32 | float64")
 
     @model_validator(mode="after")
@@ -76,6 +83,9 @@ class AttackConfig(RecordedConfig):
                 raise DataReconError(f"{name} {getattr(self, name)} is a constant of optimizer {owner!r}, which this "
                                      f"run does not use (optimizer {self.optimizer!r}): pass --optimizer {owner}, or "
                                      f"drop {name}")
+        if self.pca_components is not None and not self.pca_weight:
+            raise DataReconError(f"pca_components {self.pca_components} does nothing without the public-data prior: "
+                                 "pass --pca-weight W (W > 0) with it, or drop pca_components")
         if self.nesterov and not self.momentum and "nesterov" in read:
             raise DataReconError("nesterov without momentum is plain gradient descent (it changes nothing): pass "
                                  "--momentum above 0 with --nesterov, or drop --nesterov")

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
 from datarecon.attacks.base import Attack, AttackConfig, AttackerPrior, Gradients, Target
@@ -78,8 +78,12 @@ class DynamicsConfig(AttackConfig):
             0 when the estimate of the whole unroll fits in half the machine's memory, else ⌈√T⌉).
         objective: ``cosine`` (SimuDy's 1 − cos of the parameter changes) or ``distance`` (the relative squared
             distance ‖θ_T − θ*‖² / ‖θ* − θ_init‖², which matches the change's size as well).
-        lr_schedule: step of x: ``constant``, or ``step`` (× 0.1 at 3/8, 5/8 and 7/8 of ``steps``, the
-            schedule of Geiping et al. 2020's gradient inversion).
+        lr_schedule: step of x: ``constant``; ``step`` (× 0.1 at 3/8, 5/8 and 7/8 of ``steps``, the
+            schedule of Geiping et al. 2020's gradient inversion); or ``cosine`` (SimuDy's: torch's
+            ``CosineAnnealingLR`` stepped every outer step, lr_x · (1 + cos(π·i / cosine_t_max)) / 2 at step i,
+            periodic with period 2·cosine_t_max, down to 0 at odd multiples of cosine_t_max).
+        cosine_t_max: T_max of the cosine schedule in outer steps (SimuDy's reference: 100), >= 1; set only
+            with ``lr_schedule: cosine``.
         signed: the optimiser on the sign of x's gradient (Geiping et al. 2020's "signed" gradient inversion;
             robust to the gradient's scale, which spans orders of magnitude between runs and layers).
         tv_weight: weight of the total variation per pixel (a natural-image prior, :data:`~datarecon.attacks.
@@ -90,7 +94,7 @@ class DynamicsConfig(AttackConfig):
 
     #: added after runs were recorded (the optimiser fields with the move to AttackConfig): left out at their default
     added_fields: ClassVar[tuple[str, ...]] = ("objective", "lr_schedule", "signed", "optimizer", "momentum",
-                                               "nesterov")
+                                               "nesterov", "cosine_t_max")
 
     steps: int = Field(default=500, ge=0, le=MAX_STEPS, description="optimisation steps")
     lr_x: float = Field(default=0.01, gt=0, description="step of the candidates x (Adam's by default)")
@@ -104,14 +108,27 @@ class DynamicsConfig(AttackConfig):
     tv_weight: float = Field(default=0.0, ge=0, description="weight of the mean total variation")
     objective: Literal["cosine", "distance"] = Field(default="cosine", description="cosine (SimuDy: 1 - cos of the "
                                                      "parameter changes) or distance (relative squared distance to θ*)")
-    lr_schedule: Literal["constant", "step"] = Field(default="constant", description="constant, or step: lr_x × 0.1 "
-                                                     "at 3/8, 5/8 and 7/8 of the steps")
+    lr_schedule: Literal["constant", "step", "cosine"] = Field(default="constant", description="constant; step: lr_x "
+                                                               "× 0.1 at 3/8, 5/8 and 7/8 of the steps; cosine: "
+                                                               "annealed with period 2·cosine_t_max (SimuDy)")
+    cosine_t_max: int = Field(default=100, ge=1, le=MAX_STEPS, description="T_max of the cosine schedule (outer "
+                              "steps; period 2·T_max)")
     signed: bool = Field(default=False, description="the optimiser on the sign of the candidates' gradient")
+
+    @model_validator(mode="after")
+    def _t_max_needs_the_cosine(self) -> DynamicsConfig:
+        """Refuse ``cosine_t_max`` away from its default under another schedule (it would change nothing)."""
+        if self.lr_schedule != "cosine" and self.cosine_t_max != type(self).model_fields["cosine_t_max"].default:
+            raise DataReconError(f"cosine_t_max {self.cosine_t_max} is the period of the cosine schedule and this run's "
+                                 f"lr_schedule is {self.lr_schedule!r}: pass --lr-schedule cosine, or drop cosine_t_max")
+        return self
 
     def lr_x_at(self, index: int) -> float:
         """The Adam step of x at outer step ``index`` (0-based) under :attr:`lr_schedule`."""
         if self.lr_schedule == "constant":
             return self.lr_x
+        if self.lr_schedule == "cosine":  # torch's CosineAnnealingLR (eta_min 0) in closed form
+            return self.lr_x * (1.0 + math.cos(math.pi * index / self.cosine_t_max)) / 2.0
         passed = sum(index >= self.steps * k / 8 for k in (3, 5, 7))
         return self.lr_x * 0.1 ** passed
 

@@ -69,7 +69,8 @@ class CoupledGroup:
         loss = torch.tensor([m["loss"] for m in metrics], dtype=x.dtype, device=x.device)
         gx = torch.stack([g["x"] for g in grads])
         skip = tuple(n for n in priors.PRIORS.ordered() if n not in CROSS_RUN_PRIORS)
-        given = priors.PriorInput(x, *first.bounds(prior, x.device), run_axis=True, target=target, labels=labels)
+        given = priors.PriorInput(x, *first.bounds(prior, x.device), run_axis=True, target=target, labels=labels,
+                                     public=prior.public)
         terms, gx = priors.add_priors(first.config, given, {"loss": loss}, gx, skip=skip)
         values = {k: v.tolist() for k, v in terms.items()}
         for j, (m, g) in enumerate(zip(metrics, grads, strict=True)):

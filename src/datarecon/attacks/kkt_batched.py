@@ -112,7 +112,7 @@ class StackedGroup:
         terms, gx, gl = kkt_batched_residual_and_grads(prep.forward, prep.params, x, self.labels, lam,
                                                        objective=first.kkt_objective(target))
         given = PriorInput(x, *first.bounds(self.runs[0].setup.prior, x.device), run_axis=True, target=target,
-                           labels=self.labels)
+                           labels=self.labels, public=self.runs[0].setup.prior.public)
         terms, gx = add_priors(first.config, given, terms, gx)
         values = {k: v.detach().tolist() for k, v in terms.items()}
         return [{k: float(v[j]) for k, v in values.items()} for j in range(len(self.runs))], gx, gl

@@ -1,9 +1,9 @@
 """Priors on the candidates, defined once: the pixel box, total variation, the feature statistics of
-batch norm and group consistency across restarts.
+batch norm, group consistency across restarts and the principal subspace of the attacker's public images.
 
 A prior in :data:`PRIORS` applies to an attack whose config has its weight field (``box_weight``,
 ``tv_weight``: the field names recorded runs already have, so their hashes do not change;
-``feature_stats_weight``, ``group_weight``); :func:`add_priors` adds every such prior to a step's
+``feature_stats_weight``, ``group_weight``, ``pca_weight``); :func:`add_priors` adds every such prior to a step's
 objective and gradient. Each prior is a value and its gradient (closed form where one is short,
 autograd where the prior runs the network), over all candidates, or per run over a leading run
 axis.
@@ -25,6 +25,7 @@ from scipy.optimize import linear_sum_assignment
 from torch import nn
 from torch.func import functional_call
 
+from datarecon.attacks.public import pca_value_and_grad
 from datarecon.errors import DataReconError
 from datarecon.registry import Registry
 
@@ -40,6 +41,8 @@ class PriorInput:
         target: the attacked model (:class:`datarecon.attacks.base.Target`: ``model`` and θ*
             ``params``), for the priors that run the network; None where no prior needs it.
         labels: (m,) the candidates' labels, or (K, m) with ``run_axis``; None where unknown.
+        public: the principal subspace of the attacker's public images (:class:`datarecon.attacks.public.
+            PublicSubspace`, in x's dtype and device) for the public-data prior; None where none was computed.
     """
 
     x: torch.Tensor
@@ -48,6 +51,7 @@ class PriorInput:
     run_axis: bool = False
     target: Any = None
     labels: torch.Tensor | None = None
+    public: Any = None
 
 
 #: PriorInput -> (value scalar or (K,), gradient like x)
@@ -272,6 +276,14 @@ def _group(p: PriorInput) -> tuple[torch.Tensor, torch.Tensor]:
     return group_value_and_grad(p.x, p.labels)
 
 
+def _pca(p: PriorInput) -> tuple[torch.Tensor, torch.Tensor]:
+    if p.public is None:
+        raise DataReconError("the public-data prior needs the principal subspace of the public images, which this "
+                             "run was not given (datarecon reconstruct computes it for a model fine-tuned from a "
+                             "pretrained model); set pca_weight to 0")
+    return pca_value_and_grad(p.x, p.public, run_axis=p.run_axis)
+
+
 @dataclass(frozen=True)
 class Prior:
     """A prior on the candidates.
@@ -298,6 +310,8 @@ PRIORS.register("feature_stats", Prior(_feature_stats, "feature_stats_weight", "
                                        "distance of the candidates' per-channel mean and variance to the running ones"))
 PRIORS.register("group", Prior(_group, "group_weight", "Σ ‖x − consensus‖² over restarts stepped together "
                                "(registered within each label)"))
+PRIORS.register("pca", Prior(_pca, "pca_weight", "squared residual per pixel outside the first pca_components "
+                             "principal components of the attacker's public images"))
 
 
 def add_priors(config: Any, given: PriorInput, terms: dict[str, torch.Tensor], grad: torch.Tensor, *,

@@ -210,6 +210,8 @@ class AttackerPrior:
             or None.
         recipe: the training recipe when the attacker knows it (:class:`datarecon.attacks.knowledge.
             KnownRecipe`), else None.
+        public: the principal subspace of the attacker's public images (:class:`datarecon.attacks.public.
+            PublicSubspace`) when the public-data prior is weighed, else None.
     """
 
     labels: torch.Tensor
@@ -220,6 +222,7 @@ class AttackerPrior:
     n: int | None = None
     subspace: Any = None
     recipe: Any = None
+    public: Any = None
 
     @property
     def m(self) -> int:

@@ -5,7 +5,9 @@ with several KKT runs (attacker-side selection), evaluates against the held-out 
 and writes ``DIR/report.html`` (count, mean best SSIM and held-out accuracy against ε, weight decay
 and epochs, with the DP-SGD bound). ``datarecon audit --model M --out DIR`` audits one trained model
 instead (:mod:`datarecon.experiments.audit_model`: membership with the reference attacks, the scale's KKT
-runs) and prints the answer. Rerunning the same command skips finished pieces.
+runs) and prints the answer, after the model's place on the leakage map (its n, fine-tuning steps and width
+beside the nearest measured cells: :mod:`datarecon.experiments.leakage_placement`). Rerunning the same command
+skips finished pieces.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from datarecon.errors import DataReconError
 from datarecon.experiments.audit import SCALES, load_audit_config, run_audit, summary_lines
 from datarecon.experiments.audit_model import audit_model, with_model_references
 from datarecon.experiments.execution import Execution
+from datarecon.experiments.leakage_placement import placement_lines
 from datarecon.experiments.membership.settings import parse_references
 from datarecon.experiments.pipeline.pieces import Runtime
+from datarecon.models.checkpoint import read_model_meta
 from datarecon.utils.device import parse_device
 
 #: what each audit scale is for (one entry per scale with a preset), shown by ``--scale``'s help
@@ -58,15 +62,19 @@ COMPUTE = {
 
 @dataclass(frozen=True)
 class ModelReferences:
-    """The reference models of ``audit --model``'s membership (None: the scale's).
+    """What ``audit --model`` reads beside the model: its membership's reference models (None: the scale's) and the
+    leakage map it is placed on.
 
     Attributes:
         references: ``auto`` or a number of reference models.
         budget_minutes: with ``auto``, the wall time they may take.
+        leakage_map: the leakage map's results JSON (None: :func:`~datarecon.experiments.leakage_placement.
+            default_results`).
     """
 
     references: str | None
     budget_minutes: float | None
+    leakage_map: Path | None
 
 
 MODEL_REFERENCES = {
@@ -79,6 +87,10 @@ MODEL_REFERENCES = {
         "--budget-minutes", show_default=False,
         help="With --model and --references auto: the wall time the reference models may take. Default: the "
              "scale's (smoke 0.5, small and gpu 3).")),
+    "leakage_map": (Path | None, None, typer.Option(
+        "--leakage-map", show_default=False,
+        help="With --model: the leakage map's results JSON (benchmarks/leakage_map.py table) the model is placed on. "
+             "Default: $DATARECON_LEAKAGE_MAP, else the checkout's benchmarks/results/leakage_map.json.")),
 }
 
 
@@ -107,6 +119,9 @@ def audit_cmd(
     check_threads(compute.threads)
     overrides = read_config_mapping(config) if config is not None else None
     cfg = load_audit_config(scale=scale, overrides=overrides)
+    if model is None and references.leakage_map is not None:
+        raise DataReconError("--leakage-map places the model of audit --model on the leakage map; pass --model DIR "
+                             "or drop --leakage-map")
     if model is None and (references.references is not None or references.budget_minutes is not None):
         raise DataReconError("--references and --budget-minutes set the reference models of audit --model's "
                              "membership; the grid's targets take theirs from --config (membership: {references: "
@@ -118,6 +133,8 @@ def audit_cmd(
         if backend.backend != "local" or (backend.workers or 1) != 1:
             raise DataReconError("--model audits one model in this process; drop --backend and --workers")
         set_threads(compute.threads)
+        for line in placement_lines(read_model_meta(model), references.leakage_map):  # before the hours of the audit
+            typer.echo(line)
         report, lines = audit_model(model, cfg, out=output.out, runtime=runtime, overwrite=output.overwrite,
                                     log=typer.echo, scale=scale)
         for line in lines:

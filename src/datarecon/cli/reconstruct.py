@@ -26,6 +26,7 @@ import typer
 import yaml
 
 from datarecon.attacks import ATTACKS, INITS
+from datarecon.attacks.presets import PRESETS
 from datarecon.cli._common import resume_command
 from datarecon.cli._own import OWN_OPTIONS, OwnOptions, is_own_model, own_model_target, own_options_refused
 from datarecon.cli.options import (
@@ -54,6 +55,7 @@ from datarecon.experiments.reconstruct import (
     reconstruct_runs,
     run_from_layers,
     run_name,
+    with_preset,
 )
 from datarecon.kernel.outdir import check_out_dir
 from datarecon.kernel.status import EVALUABLE
@@ -154,12 +156,14 @@ class RunSource:
         init: the initialisation (``init.name``; None: the run file's, else gaussian).
         config_file: a run file (YAML/TOML) the options override.
         sets: ``field=value`` overrides of any field (``--set``, repeatable).
+        preset: a settings preset laid under the run file (``attacks.presets.PRESETS``).
     """
 
     method: str | None
     init: str | None
     config_file: Path | None
     sets: list[str] | None
+    preset: str | None
 
 
 SOURCE_OPTIONS = {
@@ -171,6 +175,9 @@ SOURCE_OPTIONS = {
                                                     "ReconstructionRun; docs/RUNS.md); the options override it")),
     "sets": (list[str] | None, None, typer.Option("--set", help="field=value override of any config field "
                                                   "(repeatable)")),
+    "preset": (str | None, None, typer.Option("--preset", help="a published recipe's settings ("
+                                              + "; ".join(f"{k}: {PRESETS.get(k).description}" for k in PRESETS.ordered())
+                                              + "), under the run file, the flags and --set")),
 }
 
 
@@ -282,7 +289,8 @@ def _run(model_options: ModelOptions, source: RunSource, overrides: dict[str, An
     line parsed into the run's layers (:func:`~datarecon.experiments.reconstruct.run_from_layers`
     merges and validates them)."""
     config_file = source.config_file
-    fields = read_config_mapping(config_file) if config_file is not None else {}
+    fields = with_preset(source.preset, read_config_mapping(config_file) if config_file is not None else {},
+                         method=source.method)
     sets = parse_set(source.sets)
     _check_counts(overrides)
     init_name = layered_init_name(fields, source.init)
@@ -294,6 +302,8 @@ def _run(model_options: ModelOptions, source: RunSource, overrides: dict[str, An
     where = f"run file {config_file}" if config_file is not None else "run"
     run = run_from_layers(RunLayers(file=fields, flags=overrides, sets=sets, method=source.method, init=source.init,
                                     model=model, where=where))
+    if source.preset is not None:
+        record["preset"] = source.preset
     return run, target, record
 
 

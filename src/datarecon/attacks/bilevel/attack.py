@@ -258,7 +258,8 @@ class BilevelAttack(Attack):
     def _priors_at(self, target: Target, prior: AttackerPrior, x: torch.Tensor) -> float:
         """Σ weight·value of the run's own priors at ``x`` (0 without any): what a trial point of the line search
         adds to the upper loss, as the step adds it at x (:func:`~datarecon.attacks.priors.weighted_total`)."""
-        given = PriorInput(x, *self.bounds(prior, x.device), target=target, labels=self.labels(prior, x.device))
+        given = PriorInput(x, *self.bounds(prior, x.device), target=target, labels=self.labels(prior, x.device),
+                           public=prior.public)
         return weighted_total(self.config, given, skip=CROSS_RUN_PRIORS)
 
     def gradients(self, target: Target, prior: AttackerPrior, state: dict[str, torch.Tensor]) -> Gradients:

@@ -46,6 +46,7 @@ from datarecon.experiments.reconstruct.settings import (
     method_config,
     run_fields,
     run_from_layers,
+    with_preset,
 )
 from datarecon.experiments.reconstruct.preparation import (
     CANDIDATE_COPIES,
@@ -76,5 +77,5 @@ __all__ = [
     "check_before_target", "coupled_mode", "default_candidates", "early_stop_rule", "execute", "execute_batch",
     "init_sources", "init_spec", "layered_init_name", "load_run", "loop_options", "make_attack", "measured_cost", "method_config",
     "pool_runs", "prepare", "probed", "reconstruct", "reconstruct_runs", "run_fields", "run_from_layers", "run_name",
-    "runs_for_budget", "save_subspace",
+    "runs_for_budget", "save_subspace", "with_preset",
 ]

@@ -4,6 +4,7 @@ against its target before anything is written."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from datarecon.attacks.knowledge import RESTORED_NEEDS_INIT as _RESTORED_NEEDS_I
 from datarecon.attacks.knowledge import PRETRAINED, KnowledgeSettings, attacker_knowledge, check_known_n
 from datarecon.attacks import priors
 from datarecon.attacks.priors import weighted_priors
+from datarecon.attacks.public import public_subspace
 from datarecon.config import (
     build_record,
 )
@@ -253,6 +255,17 @@ def _own_model(target: Target, *, candidates: int | None, init: str, data_init: 
     return target.to(device=device, dtype=dtype), mean, lo, hi
 
 
+def _with_public(space: _InputSpace, run: ReconstructionRun, prior: AttackerPrior, *,
+                 data_dir: str | Path | None) -> AttackerPrior:
+    """The prior with the public images' principal subspace (:func:`~datarecon.attacks.public.public_subspace`,
+    attacker-side: the pretraining data the model records) where the run weighs the public-data prior."""
+    if not getattr(run.attack, "pca_weight", 0):
+        return prior
+    public = public_subspace(space.meta, input_mean=space.mean, components=run.attack.pca_components,
+                             data_dir=data_dir)
+    return dataclasses.replace(prior, public=public.to(dtype=run.dtype, device=parse_device(run.device)))
+
+
 def prepare(run: ReconstructionRun, *, data_dir: str | Path | None = None, sources: Any = None,
             target: Target | None = None) -> AttackSetup:
     """Target, prior, x₀ and generator of ``run``: what its attack receives.
@@ -294,9 +307,12 @@ def prepare(run: ReconstructionRun, *, data_dir: str | Path | None = None, sourc
     prior = _prior(space, run)
     prior, threat = attacker_knowledge(space.target, prior, run.knowledge, model_meta=space.meta, uses=uses,
                                        requires=requires)
+    prior = _with_public(space, run, prior, data_dir=data_dir)
     x0 = _x0(space, run, prior, generator)
     record = {"init": {"name": init, "params": params, "experimenter_choice": INITS.get(init).data},
               "candidates": space.m, "device": str(parse_device(run.device)), "knowledge": threat}
+    if prior.public is not None:
+        record["public_prior"] = prior.public.summary()
     if prior.subspace is not None:
         record["subspace"] = prior.subspace.summary()
     return AttackSetup(target=space.target, prior=prior, x0=x0, generator=generator, record=record)

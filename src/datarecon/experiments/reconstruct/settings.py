@@ -5,7 +5,7 @@ tag (docs/RUNS.md)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -19,6 +19,7 @@ from datarecon.attacks.base import (
 )
 from datarecon.attacks.init import INITS
 from datarecon.attacks.knowledge import (KnowledgeSettings)
+from datarecon.attacks.presets import PRESETS
 from datarecon.attacks.priors import check_weights
 from datarecon.config import (
     MAX_SEED,
@@ -292,6 +293,7 @@ class RunLayers:
         init: the initialisation chosen over the file's (``--init``; the file's parameters then go).
         model: the model chosen over the file's (``--model``).
         where: how errors name the source (``run file F``).
+        preset: a key of :data:`~datarecon.attacks.presets.PRESETS` laid under the run file (``--preset``).
     """
 
     file: Mapping[str, Any] = field(default_factory=dict)
@@ -301,6 +303,25 @@ class RunLayers:
     init: str | None = None
     model: str | None = None
     where: str = "run"
+    preset: str | None = None
+
+
+def with_preset(preset: str | None, file: Mapping[str, Any], *, method: str | None = None) -> dict[str, Any]:
+    """The run file's fields over the preset's (:data:`~datarecon.attacks.presets.PRESETS`; None: the file's).
+
+    Raises:
+        DataReconError: an unknown preset (the valid names listed), or a method other than the preset's chosen by
+            ``--method`` or the file (the preset's fields are that method's).
+    """
+    if preset is None:
+        return dict(file)
+    entry = PRESETS.get(preset)
+    section = file.get("attack")
+    chosen = method or (section.get("method") if isinstance(section, Mapping) else None)
+    if chosen is not None and chosen != entry.method:
+        raise DataReconError(f"preset {preset!r} sets {entry.method} settings and this run's method is {chosen!r}; "
+                             f"drop --preset or pass --method {entry.method}")
+    return merge(entry.run_fields(), dict(file))
 
 
 def _layered_attack(layers: RunLayers) -> tuple[str, dict[str, Any]]:
@@ -351,14 +372,17 @@ def _refuse_set_twice(layers: RunLayers) -> None:
 
 
 def run_from_layers(layers: RunLayers) -> ReconstructionRun:
-    """The run of ``layers``: defaults < run file < flags < sets, merged as mappings and validated once
+    """The run of ``layers``: defaults < preset < run file < flags < sets, merged as mappings and validated once
     (:func:`build_run`).
 
     Raises:
-        DataReconError: a section that is not a mapping, an unknown key of the file, no model, a flag
+        DataReconError: an unknown preset or one of another method, a section that is not a mapping, an unknown key
+            of the file, no model, a flag
             the method has no field for, a field given by a flag and by ``--set``, invalid fields, fewer than 1
             step or a bad device (one line).
     """
+    if layers.preset is not None:
+        layers = replace(layers, file=with_preset(layers.preset, layers.file, method=layers.method), preset=None)
     fields, where = layers.file, layers.where
     for section, example in (("attack", "{method: kkt, steps: 500}"), ("init", "{name: gaussian, scale: 0.05}")):
         if fields.get(section) is not None and not isinstance(fields[section], Mapping):
