@@ -1180,6 +1180,28 @@ CASES.update({
         "pretrained.head: Input should be 'pretrained' or 'new'"),
 })
 
+
+# -- issue 50 item 5: the seventh adversarial trial's findings (tests/faults/seventh_trial.py) -----------------------
+def _checkpoint_a_file(ws: Workspace) -> list[str]:
+    shutil.rmtree(ws.run / "checkpoint")
+    (ws.run / "checkpoint").write_text("x")
+    return _rec(ws, "--resume", out="run")
+
+
+CASES.update({
+    # internal error: an index beyond int64 reached NumPy ("OverflowError: Python int too large to convert to C long")
+    "train-indices-beyond-int64": Case(lambda ws: [*TRAIN, "--train-indices", str(2**70), "--out",
+                                                   str(ws.root / "m")], "less than or equal to 9223372036854775807"),
+    # misleading: a model.json whose recorded images are not its n_train's draw was told to "pass train_indices alone
+    # to train on the recorded images" by identifiability, membership and evaluate, which train nothing
+    "identifiability-recorded-images-not-the-draw": Case(lambda ws: [
+        "identifiability", str(ws.edit_meta(lambda m: m["data"].update(n_train=2, train_indices=[0, 2]))), "--out",
+        str(ws.root / "i.json")], "changed after its training: train the model again"),
+    # misleading: "File exists: run/checkpoint; check the path and the disk"
+    "resume-checkpoint-folder-a-file": Case(_checkpoint_a_file, "checkpoint is not a folder, where the checkpoint "
+                                            "folder belongs; move it away"),
+})
+
 def _bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
@@ -1203,6 +1225,7 @@ def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 234  # and 7 more by the sixth's membership findings (issue 50)
     assert len(CASES) >= 246  # and 12 more for issue 49's silent options and issue 50's plug-in errors
     assert len(CASES) >= 283  # and 37 more for issue 50's records checked when read and its misleading messages
+    assert len(CASES) >= 286  # and 3 more by the seventh trial's findings (issue 50 item 5)
 
 
 @pytest.mark.parametrize("name", list(CASES))

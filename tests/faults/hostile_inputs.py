@@ -1490,6 +1490,9 @@ def forked(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float, s
     if pid == 0:  # the child: the command, then exit with its code, never returning into the caller
         code = 1
         try:
+            # a terminal's Ctrl-C reaches a command with Python's handler, also when this process was started with
+            # SIGINT ignored (a background job of a shell without job control); the fault hooks send SIGINT
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             for fd, path in ((1, out), (2, err)):
                 os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
             os.chdir(cwd)
@@ -1586,7 +1589,8 @@ def run_trial(pristine: Path, trial: Trial, scratch: Path) -> tuple[str, str]:
             return "refused a valid input", message
         if trial.must is not None and trial.must not in message:
             return "misleading", message
-        return "clean", message
+        differs = trial.check(ws) if trial.check is not None else None
+        return ("resume changed files", differs) if differs else ("clean", message)
     if res.returncode == 0:
         if trial.expect == "refuse":
             return "wrongly accepted", message or ""

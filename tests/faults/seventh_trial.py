@@ -87,9 +87,9 @@ def _json(ws: Path, rel: str, change: Callable[[dict], object]) -> None:
     path.write_text(json.dumps(data))
 
 
-def _ok(ws: Path, *args: str, env: dict[str, str] | None = None) -> None:
+def _ok(ws: Path, *args: str, env: dict[str, str] | None = None, code: int = 0) -> None:
     res = adversarial_trials.cli(*args, cwd=ws, extra_env=env)
-    assert res.returncode == 0, (args, res.stderr[-1500:])
+    assert res.returncode == code, (args, res.stderr[-1500:])
 
 
 def _killed(ws: Path, *args: str, env: dict[str, str]) -> None:
@@ -135,28 +135,36 @@ def _kill_resume(args: list[str], env: dict[str, str], *, resume: tuple[str, ...
     def prepare(ws: Path) -> list[str]:
         if before is not None:
             before(ws)
-        _ok(ws, *args, "--out", "ref")
+        _ok(ws, *args, "--out", "n")
+        (ws / "n").rename(ws / "ref")  # the same path as the faulted run's: records name their folder
         _killed(ws, *args, "--out", "n", env=env)
         return [*args, "--out", "n", *resume]
     return prepare, {"expect": "accept", "check": _same("ref", "n")}
 
 
-def _finished_resume(args: list[str]) -> tuple[Callable[[Path], list[str]], dict[str, Any]]:
-    """A finished run resumed: it changes no byte (the copy ``ref`` is the folder before)."""
+def _finished_resume(args: list[str], *, code: int = 0) -> tuple[Callable[[Path], list[str]], dict[str, Any]]:
+    """A finished run resumed: it changes no byte (the copy ``ref`` is the folder before); a diverged run
+    (``code`` 2) is refused again with its line."""
     def prepare(ws: Path) -> list[str]:
-        _ok(ws, *args, "--out", "n")
+        _ok(ws, *args, "--out", "n", code=code)
         shutil.copytree(ws / "n", ws / "ref", symlinks=True)
         return [*args, "--out", "n", "--resume"]
+    if code:
+        return prepare, {"must": "diverged", "warn": True, "check": _same("ref", "n")}
     return prepare, {"expect": "accept", "check": _same("ref", "n")}
 
 
 def _resume_changed(base: list[str], changed: list[str], *, must: str | None = None,
                     expect: str = "refuse") -> tuple[Callable[[Path], list[str]], dict[str, Any]]:
-    """A run killed after step 3 (of 8, checkpoints every 2), resumed with other options."""
+    """A run killed after step 3 (of 8, checkpoints every 2), resumed with other options; accepted, it must equal
+    an uninterrupted run with those options."""
     def prepare(ws: Path) -> list[str]:
+        if expect == "accept":
+            _ok(ws, *base, *changed, "--out", "n")
+            (ws / "n").rename(ws / "ref")
         _killed(ws, *base, "--out", "n", env={STEP_ENV: "3:KILL"})
         return [*base, *changed, "--out", "n", "--resume"]
-    kw: dict[str, Any] = {"expect": expect}
+    kw: dict[str, Any] = {"expect": expect, "check": _same("ref", "n") if expect == "accept" else None}
     if must:
         kw["must"] = must
     return prepare, kw
@@ -164,12 +172,16 @@ def _resume_changed(base: list[str], changed: list[str], *, must: str | None = N
 
 def _damaged(base: list[str], damage: Callable[[Path], None], *, must: str | None = None,
              expect: str = "refuse") -> tuple[Callable[[Path], list[str]], dict[str, Any]]:
-    """A run killed after step 3, its checkpoint damaged, then resumed."""
+    """A run killed after step 3, its checkpoint damaged, then resumed; accepted, it must equal an uninterrupted
+    run (``progress.json`` is a readable copy of ``state.safetensors``' metadata, which wins, and is rewritten)."""
     def prepare(ws: Path) -> list[str]:
+        if expect == "accept":
+            _ok(ws, *base, "--out", "n")
+            (ws / "n").rename(ws / "ref")
         _killed(ws, *base, "--out", "n", env={STEP_ENV: "3:KILL"})
         damage(ws / "n" / "checkpoint")
         return [*base, "--out", "n", "--resume"]
-    kw: dict[str, Any] = {"expect": expect}
+    kw: dict[str, Any] = {"expect": expect, "check": _same("ref", "n") if expect == "accept" else None}
     if must:
         kw["must"] = must
     return prepare, kw
@@ -212,11 +224,15 @@ def _resume_rows() -> list[Row]:
              "--early-stop-tol", "0.5"], {STEP_ENV: "1:KILL"})),
         ("an early-stopped attack resumed (finished)", _finished_resume(
             [*REC, "--model", "model", "--steps", "40", "--early-stop-patience", "2", "--early-stop-tol", "0.5"])),
-        ("--step-probe 3 --lr-x 1e6 (probe lowers the step) killed after step 3, resumed", _kill_resume(
-            [*ATK, "--step-probe", "3", "--lr-x", "1e6"], {STEP_ENV: "3:KILL"})),
-        ("--retry-diverged 2 --lr-x 1e30 --step-probe 0 killed, resumed", _kill_resume(
-            [*ATK, "--retry-diverged", "2", "--lr-x", "1e30", "--step-probe", "0", "--dtype", "float32"],
-            {STEP_ENV: "1:KILL"})),
+        ("--step-probe 3 --lr-x 1e3 (the probe lowers the step) killed after step 3, resumed", _kill_resume(
+            [*ATK, "--step-probe", "3", "--lr-x", "1e3"], {STEP_ENV: "3:KILL"})),
+        # lr_x 1e3 diverges, then 1e2 at step 4 and 10 at step 6; 1 completes: killed in the retry at 10
+        ("--retry-diverged 3 --lr-x 1e3 --step-probe 0 killed inside its second retry, resumed", _kill_resume(
+            [*ATK, "--retry-diverged", "3", "--lr-x", "1e3", "--step-probe", "0"], {STEP_ENV: "3:KILL:2"})),
+        ("--retry-diverged 3 --lr-x 1e3 --step-probe 0 interrupted inside its last retry, resumed", _kill_resume(
+            [*ATK, "--retry-diverged", "3", "--lr-x", "1e3", "--step-probe", "0"], {STEP_ENV: "5:INT:3"})),
+        ("a run diverged after --retry-diverged 1, resumed (finished)", _finished_resume(
+            [*ATK, "--retry-diverged", "1", "--lr-x", "1e3", "--step-probe", "0"], code=2)),
         ("--runs 2 looped killed after step 3, resumed", _kill_resume([*ATK, "--runs", "2"], {STEP_ENV: "3:KILL"})),
         ("--runs 3 --batch-mode batched killed after run1's checkpoint at step 4", _kill_resume(
             [*ATK, "--runs", "3", "--batch-mode", "batched"], {CKPT_ENV: "run1:4:KILL"})),
@@ -235,13 +251,13 @@ def _resume_rows() -> list[Row]:
             [*TRAIN, "--epochs", "12", "--checkpoint-every", "4", "--dp-noise", "1", "--dp-clip", "1",
              "--dp-batch-size", "4"], {STEP_ENV: "6:KILL"})),
         ("margin ascent killed after ascent step 5, resumed", _kill_resume(
-            [*TRAIN, "--epochs", "5", "--margin-ascent-steps", "12", "--checkpoint-every", "2"],
+            [*TRAIN, "--epochs", "60", "--margin-ascent-steps", "12", "--checkpoint-every", "2"],
             {STEP_ENV: "5:KILL:1"})),
         ("margin ascent to convergence (rtol, window) interrupted after ascent step 4", _kill_resume(
-            [*TRAIN, "--epochs", "5", "--margin-ascent-steps", "12", "--margin-ascent-window", "2",
+            [*TRAIN, "--epochs", "60", "--margin-ascent-steps", "12", "--margin-ascent-window", "2",
              "--margin-ascent-rtol", "1e-9", "--checkpoint-every", "2"], {STEP_ENV: "4:INT:1"})),
         ("a margin-ascent training finished, resumed", _finished_resume(
-            [*TRAIN, "--epochs", "5", "--margin-ascent-steps", "6"])),
+            [*TRAIN, "--epochs", "60", "--margin-ascent-steps", "6"])),
         ("a fine-tuning with --n-train 2 killed after epoch 3, resumed", _kill_resume(
             [*FT_MC, "--n-train", "2", "--checkpoint-every", "1"], {STEP_ENV: "3:KILL"})),
         ("a train-mode batch-norm fine-tuning killed after epoch 1, resumed", _kill_resume(
@@ -261,10 +277,14 @@ def _resume_rows() -> list[Row]:
         ("resume with --steps 2 (fewer than done)", _resume_changed(kkt8, ["--steps", "2"], must="--steps")),
         ("resume with --steps 12 (more)", _resume_changed(kkt8, ["--steps", "12"], expect="accept")),
         ("resume with --checkpoint-every 3", _resume_changed(kkt8, ["--checkpoint-every", "3"], expect="accept")),
-        ("resume with --step-probe 5 (the run was probed for 50)", _resume_changed(kkt8, ["--step-probe", "5"])),
-        ("resume with --retry-diverged 2 added", _resume_changed(kkt8, ["--retry-diverged", "2"])),
+        # accepted when the run is what the new options give uninterrupted (the probe is run again: another scale is
+        # refused by the config's hash; retries apply to what is left)
+        ("resume with --step-probe 5 (the run was probed for 50)", _resume_changed(kkt8, ["--step-probe", "5"],
+                                                                                   expect="accept")),
+        ("resume with --retry-diverged 2 added", _resume_changed(kkt8, ["--retry-diverged", "2"], expect="accept")),
         ("resume with --runs 2 (a single run)", _resume_changed(kkt8, ["--runs", "2"])),
-        ("resume of --runs 2 with --runs 3", _resume_changed([*kkt8, "--runs", "2"], ["--runs", "3"])),
+        ("resume of --runs 2 with --runs 3 (runs 0-1 resumed, run 2 new)", _resume_changed(
+            [*kkt8, "--runs", "2"], ["--runs", "3"], expect="accept")),
         ("resume of a coupled group with --group-weight 2", _resume_changed(
             [*kkt8, "--runs", "2", "--group-weight", "1"], ["--group-weight", "2"])),
         ("resume of a coupled group without --group-weight", _resume_changed(
@@ -274,8 +294,9 @@ def _resume_rows() -> list[Row]:
                                                             {"expect": "refuse"})),
         ("resume of a training with --margin-ascent-steps 4 added", lambda: (
             lambda ws: _train_changed(ws, ["--margin-ascent-steps", "4"]), {"expect": "refuse"})),
+        # unlike an attack's steps, a training's epochs are part of its configuration's hash
         ("resume of a training with another --epochs", lambda: (
-            lambda ws: _train_changed(ws, ["--epochs", "30"]), {"expect": "accept"})),
+            lambda ws: _train_changed(ws, ["--epochs", "30"]), {"must": "another configuration"})),
         ("resume of a training with --n-train 2 added", lambda: (
             lambda ws: _train_changed(ws, ["--n-train", "2"]), {"expect": "refuse"})),
     ]
@@ -300,12 +321,15 @@ def _resume_rows() -> list[Row]:
         ("progress.json a list", lambda ck: _w(ck.parent, "checkpoint/progress.json", "[1, 2]"), "progress.json"),
         ("progress.json nested 100000 deep", lambda ck: _w(ck.parent, "checkpoint/progress.json",
                                                            "[" * 100000 + "]" * 100000), "progress.json"),
-        ("a checkpoint folder that is a file", lambda ck: (shutil.rmtree(ck), ck.write_text("x")), None),
+        ("a checkpoint folder that is a file", lambda ck: (shutil.rmtree(ck), ck.write_text("x")), "not a folder"),
         ("history.jsonl removed", lambda ck: (ck.parent / "history.jsonl").unlink(), None),
         ("run.json removed", lambda ck: (ck.parent / "run.json").unlink(missing_ok=True), None),
     ]
-    rows += [(f"damaged checkpoint: {name}", (lambda d=damage, m=must: _damaged(kkt8, d, must=m))())
-             for name, damage, must in damages]
+    # progress.json is never read for the state (state.safetensors' metadata wins): damage to it alone is repaired
+    copy_only = ("progress.json", "state.safetensors removed")
+    rows += [(f"damaged checkpoint: {name}", (lambda d=damage, m=must, a=name.startswith(copy_only) or name in (
+        "history.jsonl removed", "run.json removed"): _damaged(kkt8, d, must=m, expect="accept" if a else "refuse"))())
+        for name, damage, must in damages]
     out: list[Row] = []
     for name, made in rows:
         prepare, kw = made() if callable(made) else made
@@ -332,19 +356,21 @@ def _attack_rows() -> list[Row]:
             (f"{method} --feature-stats-weight 1 on the MLP", _rc("--method", method, *e, "--feature-stats-weight",
                                                                   "1"), {"must": "batch"}),
             (f"{method} --group-weight 1 with one run", _rc("--method", method, *e, "--group-weight", "1"),
-             {"must": "--runs"}),
+             {"must": "--group-weight" if method == "bilevel" else "--runs"}),
             (f"{method} --early-stop-patience 1", _rc("--method", method, *e, *bil, "--early-stop-patience", "1"),
              {"expect": "accept"}),
             (f"{method} --early-stop-tol 0 --early-stop-patience 2", _rc("--method", method, *e,
                                                                          "--early-stop-patience", "2",
                                                                          "--early-stop-tol", "0"), {}),
+            # bilevel and dynamics choose or bound their own steps: a retry is refused ("no step sizes")
             (f"{method} --retry-diverged 1", _rc("--method", method, *e, *bil, "--retry-diverged", "1"),
-             {"expect": "accept"}),
+             {"must": "no step sizes"} if method in ("bilevel", "dynamics") else {"expect": "accept"}),
             (f"{method} --known-labels bogus", _rc("--method", method, *e, "--known-labels", "bogus"), {}),
         ]
     rows += [
         ("kkt --tv-weight 1 on the n-train target", _rc("--tv-weight", "1", model="t2"), {"expect": "accept"}),
-        ("gradnorm --tv-weight 0 (off)", _rc("--method", "gradnorm", "--tv-weight", "0"), {"expect": "accept"}),
+        ("gradnorm --tv-weight 0 (off; the option is not gradnorm's)", _rc("--method", "gradnorm", "--tv-weight",
+                                                                          "0"), {"must": "does not apply"}),
         ("bilevel --tv-weight 1", _rc("--method", "bilevel", *METHODS["bilevel"], "--tv-weight", "1"),
          {"must": "tv"}),
         ("loo --feature-stats-weight 1 on the fine-tuned ResNet", _rc(
@@ -354,20 +380,23 @@ def _attack_rows() -> list[Row]:
             "--feature-stats-weight", "1", "--runs", "2", "--group-weight", "1", model="bn"), {"expect": "accept"}),
         ("kkt --group-weight -1 --runs 2", _rc("--group-weight", "-1", "--runs", "2"), {}),
         ("kkt --group-weight inf --runs 2", _rc("--group-weight", "inf", "--runs", "2"), {}),
-        ("kkt --step-probe 3 --lr-x 1e30 (probes down to a step that runs)", _rc(
-            "--step-probe", "3", "--lr-x", "1e30"), {"expect": "accept"}),
+        # the probe divides by 10 at most 4 times (1e30 -> 1e26), then the run shows the divergence itself
+        ("kkt --step-probe 3 --lr-x 1e30 (beyond what the probe lowers)", _rc(
+            "--step-probe", "3", "--lr-x", "1e30"), {"must": "diverged"}),
+        ("kkt --step-probe 3 --lr-x 1e3 (the probe lowers it)", _rc("--step-probe", "3", "--lr-x", "1e3"),
+         {"expect": "accept"}),
         ("gradnorm --step-probe 3", _rc("--method", "gradnorm", "--step-probe", "3"), {"expect": "accept"}),
         ("loo --step-probe 3 --known-init seed:0", _rc("--method", "loo", "--known-init", "seed:0", "--step-probe",
                                                        "3"), {"expect": "accept"}),
         ("kkt --step-probe 3 --runs 2 --batch-mode batched", _rc("--step-probe", "3", "--runs", "2", "--batch-mode",
                                                                  "batched"), {"expect": "accept"}),
         ("kkt --retry-diverged 1 --lr-x 1e30 --step-probe 0 (diverges on every setting)", _rc(
-            "--retry-diverged", "1", "--lr-x", "1e30", "--step-probe", "0"), {"must": "diverged"}),
+            "--retry-diverged", "1", "--lr-x", "1e30", "--step-probe", "0"), {"must": "diverged", "warn": True}),
         ("kkt --retry-diverged 6 --runs 2", _rc("--retry-diverged", "6", "--runs", "2"), {"expect": "accept"}),
         ("kkt --early-stop-patience 2 --runs 2 --batch-mode batched", _rc(
             "--early-stop-patience", "2", "--runs", "2", "--batch-mode", "batched"), {"expect": "accept"}),
-        ("kkt --early-stop-patience 2 --early-stop-tol 1e-320", _rc(
-            "--early-stop-patience", "2", "--early-stop-tol", "1e-320"), {}),
+        ("kkt --early-stop-patience 2 --early-stop-tol 1e-320 (in (0, 1))", _rc(
+            "--early-stop-patience", "2", "--early-stop-tol", "1e-320"), {"expect": "accept"}),
         ("kkt --early-stop-patience 2 --early-stop-tol -0.1", _rc(
             "--early-stop-patience", "2", "--early-stop-tol", "-0.1"), {}),
         ("kkt --known-labels restored on the n-train target without --known-init", _rc(
@@ -383,7 +412,7 @@ def _attack_rows() -> list[Row]:
             "reconstruct", "--steps", "2", "--no-progress", "--model", "t2", "--method", "dynamics", "--known-init",
             "pretrained", "--known-recipe", "model", "--out", "n"], {"expect": "accept"}),
         ("--config run file with tv_weight for gradnorm", lambda ws: [
-            "reconstruct", "--config", _w(ws, "c.yaml", "model: model\nmethod: gradnorm\nattack: {tv_weight: 1}\n"),
+            "reconstruct", "--config", _w(ws, "c.yaml", "model: model\nattack: {method: gradnorm, tv_weight: 1}\n"),
             "--steps", "2", "--candidates", "4", "--out", "n", "--no-progress"], {"must": "tv"}),
         ("--set attack.tv_weight=1 --method bilevel", _rc("--method", "bilevel", *METHODS["bilevel"], "--set",
                                                           "attack.tv_weight=1"), {"must": "tv"}),
@@ -400,9 +429,10 @@ def _attack_rows() -> list[Row]:
         ("train --norm-mode eval with --n-train 2 on a batch-norm start", _x(
             "train", *FT, "--arch", "resnet8", "--batch-norm", "--epochs", "1", "--pretrained", "bn", "--norm-mode",
             "eval", "--n-train", "2", "--out", "m"), {"expect": "accept"}),
+        # a batch of one still has 2x2 values per channel at the last stage: train-mode batch norm is defined
         ("train --norm-mode train --n-train 1 (a batch of one in train mode)", _x(
             "train", *FT, "--arch", "resnet8", "--batch-norm", "--epochs", "1", "--pretrained", "bn", "--norm-mode",
-            "train", "--n-train", "1", "--out", "m"), {}),
+            "train", "--n-train", "1", "--out", "m"), {"expect": "accept"}),
         ("train --norm-mode train --dp-noise 1 on batch norm", _x(
             "train", *FT, "--arch", "resnet8", "--batch-norm", "--epochs", "1", "--norm-mode", "train", "--dp-noise",
             "1", "--dp-batch-size", "4", "--out", "m"), {}),
@@ -524,14 +554,15 @@ def _plugin_rows() -> list[Row]:
                                                                   "--early-stop-patience", "2"), {}),
         ("early_stop_metric a number", _plug("metricnum", "MetricNum", "--early-stop-patience", "2"), {}),
         ("name empty", _plug("noname", "NoName"), {}),
-        ("name with a space", _plug("two words", "Spaced"), {}),
+        # a registry key is any text: the method runs by its name
+        ("name with a space", _plug("two words", "Spaced"), {"expect": "accept"}),
         ("config_cls dict", _plug("cfgnot", "CfgNot"), {}),
         ("objective's loss a vector", _plug("lossvec", "LossVec"), {"must": "lossvec"}),
         ("objective's loss an int", _plug("lossint", "LossInt"), {"must": "lossint"}),
         ("objective returns None", _plug("lossnone", "LossNone"), {"must": "lossnone"}),
         ("objective's extra term a string", _plug("extrastr", "ExtraStr"), {"must": "extrastr"}),
         ("objective infinite", _plug("infloss", "Inf"), {"must": "infloss"}),
-        ("objective complex", _plug("complexloss", "Complex"), {"must": "complexloss"}),
+        ("objective complex", _plug("complexloss", "Complex"), {"must": "real floating-point"}),
         ("entry point name differs from the class's name", _plug("alias", "Inv",
                                                                  ep="[datarecon.attacks]\nalias = hostile7:Inv\n"), {}),
         ("working plug-in --runs 2 --group-weight 1 --step-probe 3", _plug("inv", "Inv", "--runs", "2",
@@ -643,7 +674,8 @@ def _mem_killed(loop: int, step: int, *, args: list[str] | None = None, sig: str
     base = args or [*MC, "--references", "3" if loop >= 2 else "2"]
 
     def prepare(ws: Path) -> list[str]:
-        _ok(ws, *base, "--out", "ref")
+        _ok(ws, *base, "--out", "n")
+        (ws / "n").rename(ws / "ref")
         _killed(ws, *base, "--out", "n", env={STEP_ENV: f"{step}:{sig}:{loop}"})
         return [*base, "--out", "n"]
 
@@ -683,29 +715,47 @@ def _target_rows() -> list[Row]:
                                                                  "--out", "m"), {}),
         ("train --n-train 2 --dp-batch-size 4 --dp-noise 1 (DP batch beyond n)", _x(
             *FT_MC, "--n-train", "2", "--dp-noise", "1", "--dp-batch-size", "4", "--out", "m"), {}),
+        # a random pool of the fine-tuning overlaps mc's pretraining images: refused as such
         ("train --n-train 2 --selection random --data-seed 3", _x(*FT_MC, "--n-train", "2", "--selection",
                                                                   "random", "--data-seed", "3", "--out", "m"),
-         {"expect": "accept"}),
+         {"must": "pretrained model"}),
+        # valid: n of the pool from scratch too; quoted numbers are read as numbers, as in every config
         ("train --n-train 2 without --pretrained (from scratch)", _x(
-            "train", *FT, "--hidden", "8", "--no-bias", "--epochs", "2", "--n-train", "2", "--out", "m"), {}),
+            "train", *FT, "--hidden", "8", "--no-bias", "--epochs", "2", "--n-train", "2", "--out", "m"),
+         {"expect": "accept"}),
         ("train config: data.n_train '2' (text)", lambda ws: [
-            "train", "--config", _w(ws, "t.yaml", "data: {n_train: '2'}\n"), *FT_MC[1:], "--out", "m"], {}),
+            "train", "--config", _w(ws, "t.yaml", "data: {n_train: '2'}\n"), *FT_MC[1:], "--out", "m"],
+         {"expect": "accept"}),
         ("train config: data.train_indices a mapping", lambda ws: [
             "train", "--config", _w(ws, "t.yaml", "data: {train_indices: {a: 1}}\n"), *FT_MC[1:], "--out", "m"], {}),
-        ("train --set-like config: data.n_train 2.0", lambda ws: [
-            "train", "--config", _w(ws, "t.yaml", "data: {n_train: 2.0}\n"), *FT_MC[1:], "--out", "m"], {}),
-        ("model.json of t2 with train_indices changed (not its draw)", lambda ws: [
+        ("train config: data.n_train 2.0", lambda ws: [
+            "train", "--config", _w(ws, "t.yaml", "data: {n_train: 2.0}\n"), *FT_MC[1:], "--out", "m"],
+         {"expect": "accept"}),
+        ("train config: data.n_train 2.5", lambda ws: [
+            "train", "--config", _w(ws, "t.yaml", "data: {n_train: 2.5}\n"), *FT_MC[1:], "--out", "m"], {}),
+        # an attack that loads no data does not read the indices (accepted); every reader of the images refuses
+        ("model.json of t2 with train_indices changed (not its draw), reconstruct", lambda ws: [
             *REC, "--steps", "2", "--model", "t2", "--out", "n"] if _json(
-            ws, "t2/model.json", lambda m: m["data"].update(train_indices=[0, 1])) is None else [], {}),
+            ws, "t2/model.json", lambda m: m["data"].update(train_indices=[0, 1])) is None else [],
+         {"expect": "accept"}),
+        ("model.json of t2 with train_indices changed (not its draw), identifiability", lambda ws: [
+            "identifiability", "t2", "--out", "m.json"] if _json(
+            ws, "t2/model.json", lambda m: m["data"].update(train_indices=[0, 1])) is None else [],
+         {"must": "changed after its training"}),
+        ("model.json of t2 with train_indices changed (not its draw), membership", lambda ws: [
+            "membership", "--model", "t2", "--evaluate", "--references", "0", "--nonmembers", "50", "--no-progress",
+            "--out", "m"] if _json(ws, "t2/model.json", lambda m: m["data"].update(train_indices=[0, 1])) is None
+            else [], {"must": "changed after its training"}),
         ("model.json of t2 with n_train 5 (indices of 2)", lambda ws: [
             *REC, "--steps", "2", "--model", "t2", "--out", "n"] if _json(
             ws, "t2/model.json", lambda m: m["data"].update(n_train=5)) is None else [], {}),
         ("model.json of t2 with n_train 0", lambda ws: [
             *REC, "--steps", "2", "--model", "t2", "--out", "n"] if _json(
             ws, "t2/model.json", lambda m: m["data"].update(n_train=0)) is None else [], {}),
+        # the draw of n_train gives the same images again
         ("model.json of t2 with train_indices removed", lambda ws: [
             *REC, "--steps", "2", "--model", "t2", "--out", "n"] if _json(
-            ws, "t2/model.json", lambda m: m["data"].pop("train_indices")) is None else [], {}),
+            ws, "t2/model.json", lambda m: m["data"].pop("train_indices")) is None else [], {"expect": "accept"}),
         ("reconstruct the n-train target --runs 2", _rc("--runs", "2", model="t2"), {"expect": "accept"}),
         ("reconstruct the n-train target --known-n 12 (the pool, not n)", _rc("--known-n", "12", model="t2"),
          {"must": "n_train"}),
@@ -721,12 +771,13 @@ def _target_rows() -> list[Row]:
         ("membership of the n-train target --references 0", _x(
             "membership", "--model", "t2", "--evaluate", "--references", "0", "--nonmembers", "50", "--no-progress",
             "--out", "m"), {"expect": "accept"}),
-        ("identifiability of the n-train target", _x("identifiability", "t2", "--out", "m.json"), {}),
+        ("identifiability of the n-train target", _x("identifiability", "t2", "--out", "m.json"),
+         {"expect": "accept", "out": "m.json"}),
         ("sweep on the n-train target", lambda ws: ["sweep", "--config", _w(ws, "s.yaml", SWEEP_T2), "--out", "n",
                                                     "--no-progress"], {"expect": "accept"}),
         ("sweep grid over candidates [1, 2, 40] on the n-train target", lambda ws: [
             "sweep", "--config", _w(ws, "s.yaml", "model_dir: t2\nsteps: 2\nsearch: {grid: {candidates: [1, 2, 40]}}"
-                                    "\n"), "--out", "n", "--no-progress"], {}),
+                                    "\n"), "--out", "n", "--no-progress"], {"expect": "accept"}),
         ("sweep with knowledge n 12 on the n-train target", lambda ws: [
             "sweep", "--config", _w(ws, "s.yaml", "model_dir: t2\nsteps: 2\ncandidates: 4\nknowledge: {n: 12}\n"),
             "--out", "n", "--no-progress"], {}),
@@ -734,7 +785,8 @@ def _target_rows() -> list[Row]:
         ("run (experiment) training --n-train 2 on a pretrained head", lambda ws: [
             "run", _w(ws, "e.yaml", "train: {data: {dataset: digits, task: 'classes:0,1,2', n_per_class: 4, "
                       "n_train: 2, normalisation: unit}, arch: {name: mlp, hidden: [8], bias: false}, loss: "
-                      "cross-entropy, epochs: 2, pretrained: mc}\n"), "--out", "e", "--no-progress"], {}),
+                      "cross-entropy, epochs: 2, pretrained: mc}\n"), "--out", "e", "--no-progress"],
+         {"expect": "accept"}),
         ("run (experiment) training n_train 40", lambda ws: [
             "run", _w(ws, "e.yaml", "train: {data: {dataset: digits, task: 'classes:0,1,2', n_per_class: 4, "
                       "n_train: 40, normalisation: unit}, arch: {name: mlp, hidden: [8], bias: false}, loss: "
@@ -745,9 +797,10 @@ def _target_rows() -> list[Row]:
 
 def _sweep_killed() -> tuple[Callable[[Path], list[str]], dict[str, Any]]:
     def prepare(ws: Path) -> list[str]:
-        _w(ws, "s.yaml", SWEEP_T2.replace("steps: 4", "steps: 6") + "resources: {workers: 1}\n")
+        _w(ws, "s.yaml", SWEEP_T2.replace("steps: 4", "steps: 6"))
         args = ["sweep", "--config", "s.yaml", "--no-progress"]
-        _ok(ws, *args, "--out", "ref")
+        _ok(ws, *args, "--out", "n")
+        (ws / "n").rename(ws / "ref")
         _killed(ws, *args, "--out", "n", env={STEP_ENV: "3:KILL:1"})
         return [*args, "--out", "n"]
     return prepare, {"expect": "accept", "check": _same("ref", "n", skip=("index.sqlite", "task.json"))}
