@@ -1197,6 +1197,15 @@ CASES.update({
     "identifiability-recorded-images-not-the-draw": Case(lambda ws: [
         "identifiability", str(ws.edit_meta(lambda m: m["data"].update(n_train=2, train_indices=[0, 2]))), "--out",
         str(ws.root / "i.json")], "changed after its training: train the model again"),
+    # misleading: a user's training function that returned NaN weights was answered "a reference model's statistics
+    # are not finite; retrain the reference models", one of another architecture "mat1 and mat2 shapes cannot be
+    # multiplied"
+    "membership-own-recipe-returns-nan-weights": Case(lambda ws: _own_recipe(ws, "nan_recipe"),
+                                                      "dr_issue25_nets:nan_recipe returned a network with non-finite "
+                                                      "weights", out=lambda ws: ws.root / "m"),
+    "membership-own-recipe-returns-another-architecture": Case(lambda ws: _own_recipe(ws, "other_recipe"),
+                                                               "dr_issue25_nets:other_recipe returned a network that is "
+                                                               "not --model's architecture", out=lambda ws: ws.root / "m"),
     # misleading: "File exists: run/checkpoint; check the path and the disk"
     "resume-checkpoint-folder-a-file": Case(_checkpoint_a_file, "checkpoint is not a folder, where the checkpoint "
                                             "folder belongs; move it away"),
@@ -1225,7 +1234,7 @@ def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 234  # and 7 more by the sixth's membership findings (issue 50)
     assert len(CASES) >= 246  # and 12 more for issue 49's silent options and issue 50's plug-in errors
     assert len(CASES) >= 283  # and 37 more for issue 50's records checked when read and its misleading messages
-    assert len(CASES) >= 286  # and 3 more by the seventh trial's findings (issue 50 item 5)
+    assert len(CASES) >= 288  # and 5 more by the seventh trial's findings (issue 50 item 5)
 
 
 @pytest.mark.parametrize("name", list(CASES))
