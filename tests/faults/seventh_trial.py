@@ -811,8 +811,9 @@ def _sweep_killed() -> tuple[Callable[[Path], list[str]], dict[str, Any]]:
 
 def _audit_rows() -> list[Row]:
     rows: list[tuple[str, Callable, dict]] = [
-        ("audit --model bnft (fine-tuned batch-norm ResNet) --scale smoke", _x(
-            "audit", "--model", "bnft", "--scale", "smoke", "--out", "a", "--no-progress"), {"expect": "accept"}),
+        ("audit --model bnft (fine-tuned batch-norm ResNet) --scale smoke --references 2", _x(
+            "audit", "--model", "bnft", "--scale", "smoke", "--references", "2", "--out", "a", "--no-progress"),
+         {"expect": "accept"}),
         ("audit --model bnft --references 0", _x("audit", "--model", "bnft", "--scale", "smoke", "--references",
                                                  "0", "--out", "a", "--no-progress"), {"expect": "accept"}),
         ("audit --model bnft --references -2", _x("audit", "--model", "bnft", "--scale", "smoke", "--references",
@@ -828,8 +829,10 @@ def _audit_rows() -> list[Row]:
          {"must": "--model"}),
         ("audit --model t2 (the n-train target) --scale smoke", _x(
             "audit", "--model", "t2", "--scale", "smoke", "--out", "a", "--no-progress"), {"expect": "accept"}),
-        ("audit --model bnft --resume into nothing", _x("audit", "--model", "bnft", "--scale", "smoke", "--resume",
-                                                        "--out", "a"), {}),
+        # --resume continues what is there and starts what is not, as every command's --resume does
+        ("audit --model bnft --references 0 --resume into nothing", _x(
+            "audit", "--model", "bnft", "--scale", "smoke", "--references", "0", "--resume", "--out", "a",
+            "--no-progress"), {"expect": "accept"}),
         ("audit --model bnft with its weights flipped", lambda ws: [
             "audit", "--model", "bnft", "--scale", "smoke", "--out", "a"] if _flip("weights.safetensors")(
             ws / "bnft") is None else [], {"must": "weights"}),
