@@ -1206,6 +1206,10 @@ CASES.update({
     "membership-own-recipe-returns-another-architecture": Case(lambda ws: _own_recipe(ws, "other_recipe"),
                                                                "dr_issue25_nets:other_recipe returned a network that is "
                                                                "not --model's architecture", out=lambda ws: ws.root / "m"),
+    # wrongly accepted: a resume whose history.jsonl was removed recorded a history without the rows before its
+    # checkpoint (the file is written before the first checkpoint, so only a damaged folder lacks it)
+    "resume-history-removed": Case(lambda ws: _rec(ws, "--resume", out="run") if (ws.run / "history.jsonl").unlink()
+                                   is None else [], "history.jsonl is missing, yet the run's checkpoint is at step 3"),
     # misleading: "File exists: run/checkpoint; check the path and the disk"
     "resume-checkpoint-folder-a-file": Case(_checkpoint_a_file, "checkpoint is not a folder, where the checkpoint "
                                             "folder belongs; move it away"),
@@ -1234,7 +1238,7 @@ def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 234  # and 7 more by the sixth's membership findings (issue 50)
     assert len(CASES) >= 246  # and 12 more for issue 49's silent options and issue 50's plug-in errors
     assert len(CASES) >= 283  # and 37 more for issue 50's records checked when read and its misleading messages
-    assert len(CASES) >= 288  # and 5 more by the seventh trial's findings (issue 50 item 5)
+    assert len(CASES) >= 289  # and 6 more by the seventh trial's findings (issue 50 item 5)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -36,6 +36,10 @@ FT = ["--dataset", "digits", "--task", "classes:0,1,2", "--n-per-class", "4", "-
       "--normalisation", "unit", "--no-progress"]
 FT_MC = ["train", *FT, "--hidden", "8", "--no-bias", "--epochs", "5", "--pretrained", "mc"]
 TRAIN = ["train", *DIGITS, "--hidden", "4", "--no-bias", "--no-progress"]
+#: a training whose data are separated after its epochs, so its margin ascent runs (tests/faults/test_resume_unchanged)
+ASCENT = ["train", *DIGITS, "--hidden", "20", "--no-bias", "--dtype", "float64", "--init-scale", "1e-3", "--lr", "0.01",
+          "--schedule", "loss-normalised", "--max-lr-factor", "1e9", "--epochs", "50", "--checkpoint-every", "10",
+          "--no-progress"]
 METHODS = {"kkt": [], "decoreco": [], "gradnorm": [], "bilevel": ["--weight-decay-override", "0.01"],
            "loo": ["--known-init", "seed:0"],
            "dynamics": ["--known-init", "seed:0", "--known-recipe", "model", "--candidates", "10"]}
@@ -251,13 +255,12 @@ def _resume_rows() -> list[Row]:
             [*TRAIN, "--epochs", "12", "--checkpoint-every", "4", "--dp-noise", "1", "--dp-clip", "1",
              "--dp-batch-size", "4"], {STEP_ENV: "6:KILL"})),
         ("margin ascent killed after ascent step 5, resumed", _kill_resume(
-            [*TRAIN, "--epochs", "60", "--margin-ascent-steps", "12", "--checkpoint-every", "2"],
-            {STEP_ENV: "5:KILL:1"})),
+            [*ASCENT, "--margin-ascent-steps", "12"], {STEP_ENV: "5:KILL:1"})),
         ("margin ascent to convergence (rtol, window) interrupted after ascent step 4", _kill_resume(
-            [*TRAIN, "--epochs", "60", "--margin-ascent-steps", "12", "--margin-ascent-window", "2",
-             "--margin-ascent-rtol", "1e-9", "--checkpoint-every", "2"], {STEP_ENV: "4:INT:1"})),
+            [*ASCENT, "--margin-ascent-steps", "12", "--margin-ascent-window", "2", "--margin-ascent-rtol", "1e-9"],
+            {STEP_ENV: "4:INT:1"})),
         ("a margin-ascent training finished, resumed", _finished_resume(
-            [*TRAIN, "--epochs", "60", "--margin-ascent-steps", "6"])),
+            [*ASCENT, "--margin-ascent-steps", "6"])),
         ("a fine-tuning with --n-train 2 killed after epoch 3, resumed", _kill_resume(
             [*FT_MC, "--n-train", "2", "--checkpoint-every", "1"], {STEP_ENV: "3:KILL"})),
         ("a train-mode batch-norm fine-tuning killed after epoch 1, resumed", _kill_resume(
@@ -274,7 +277,10 @@ def _resume_rows() -> list[Row]:
         ("resume with another --method", _resume_changed(kkt8, ["--method", "decoreco"])),
         ("resume with --known-labels restored added", _resume_changed(kkt8, ["--known-init", "seed:0",
                                                                             "--known-labels", "restored"])),
-        ("resume with --steps 2 (fewer than done)", _resume_changed(kkt8, ["--steps", "2"], must="--steps")),
+        # the checkpoint of a kill after step 3 is at step 2: --steps 2 ends the run there (before the fix it took no
+        # step and recorded no final metrics, "loss nan"), --steps 1 is fewer than done
+        ("resume with --steps 2 (its checkpoint's step)", _resume_changed(kkt8, ["--steps", "2"], expect="accept")),
+        ("resume with --steps 1 (fewer than done)", _resume_changed(kkt8, ["--steps", "1"])),
         ("resume with --steps 12 (more)", _resume_changed(kkt8, ["--steps", "12"], expect="accept")),
         ("resume with --checkpoint-every 3", _resume_changed(kkt8, ["--checkpoint-every", "3"], expect="accept")),
         # accepted when the run is what the new options give uninterrupted (the probe is run again: another scale is
@@ -322,13 +328,13 @@ def _resume_rows() -> list[Row]:
         ("progress.json nested 100000 deep", lambda ck: _w(ck.parent, "checkpoint/progress.json",
                                                            "[" * 100000 + "]" * 100000), "progress.json"),
         ("a checkpoint folder that is a file", lambda ck: (shutil.rmtree(ck), ck.write_text("x")), "not a folder"),
-        ("history.jsonl removed", lambda ck: (ck.parent / "history.jsonl").unlink(), None),
+        ("history.jsonl removed", lambda ck: (ck.parent / "history.jsonl").unlink(), "history.jsonl is missing"),
         ("run.json removed", lambda ck: (ck.parent / "run.json").unlink(missing_ok=True), None),
     ]
     # progress.json is never read for the state (state.safetensors' metadata wins): damage to it alone is repaired
     copy_only = ("progress.json", "state.safetensors removed")
     rows += [(f"damaged checkpoint: {name}", (lambda d=damage, m=must, a=name.startswith(copy_only) or name in (
-        "history.jsonl removed", "run.json removed"): _damaged(kkt8, d, must=m, expect="accept" if a else "refuse"))())
+        "run.json removed",): _damaged(kkt8, d, must=m, expect="accept" if a else "refuse"))())
         for name, damage, must in damages]
     out: list[Row] = []
     for name, made in rows:
