@@ -1,4 +1,4 @@
-"""A catalogue of hostile inputs, run through the real command line and counted: the third and fifth
+"""A catalogue of hostile inputs, run through the real command line and counted: the third, fifth and seventh
 adversarial trials (docs/RELIABILITY.md, "Adversarial trials").
 
     python tests/faults/hostile_inputs.py                     # the current source (several minutes)
