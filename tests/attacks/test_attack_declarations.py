@@ -168,13 +168,23 @@ class _VectorTerm(_Probe):
         return {"loss": x.sum(), "rows": x.flatten(1).sum(1)}
 
 
+class _Complex(_Probe):
+    """The seventh trial: a complex loss ended in "grad can be implicitly created only for real scalar outputs"."""
+
+    name: ClassVar[str] = "complex-loss"
+
+    def objective(self, target, prior, x):
+        return {"loss": torch.complex(x.sum(), x.sum())}
+
+
 @pytest.mark.parametrize(("cls", "words"), [
     (_NoLoss, "objective() must return a mapping with the minimised total under 'loss'; it returned the keys "
               "['margin']"),
     (_Constant, "its objective's 'loss' does not depend on the candidates x"),
     (_Vector, "its objective's 'loss' must be a scalar tensor, got (6,)"),
     (_VectorTerm, "its objective's term 'rows' is not one number ((6,))"),
-], ids=["no-loss", "constant", "vector-loss", "vector-term"])
+    (_Complex, "its objective's 'loss' must be a real floating-point tensor, got complex128"),
+], ids=["no-loss", "constant", "vector-loss", "vector-term", "complex-loss"])
 def test_a_plugins_objective_faults_are_one_line_errors_naming_it(target, prior, cls, words) -> None:
     """Issue 50: KeyError 'loss' and "element 0 of tensors does not require grad" were internal errors."""
     with pytest.raises(DataReconError, match=f"attack {cls.name!r} \\(") as exc:

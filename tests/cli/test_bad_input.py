@@ -1212,6 +1212,40 @@ CASES.update({
         "without --out the reference models are deleted"),
 })
 
+# -- issue 50 item 5: the seventh adversarial trial's findings (tests/faults/seventh_trial.py) -----------------------
+def _checkpoint_a_file(ws: Workspace) -> list[str]:
+    shutil.rmtree(ws.run / "checkpoint")
+    (ws.run / "checkpoint").write_text("x")
+    return _rec(ws, "--resume", out="run")
+
+
+CASES.update({
+    # internal error: an index beyond int64 reached NumPy ("OverflowError: Python int too large to convert to C long")
+    "train-indices-beyond-int64": Case(lambda ws: [*TRAIN, "--train-indices", str(2**70), "--out",
+                                                   str(ws.root / "m")], "less than or equal to 9223372036854775807"),
+    # misleading: a model.json whose recorded images are not its n_train's draw was told to "pass train_indices alone
+    # to train on the recorded images" by identifiability, membership and evaluate, which train nothing
+    "identifiability-recorded-images-not-the-draw": Case(lambda ws: [
+        "identifiability", str(ws.edit_meta(lambda m: m["data"].update(n_train=2, train_indices=[0, 2]))), "--out",
+        str(ws.root / "i.json")], "changed after its training: train the model again"),
+    # misleading: a user's training function that returned NaN weights was answered "a reference model's statistics
+    # are not finite; retrain the reference models", one of another architecture "mat1 and mat2 shapes cannot be
+    # multiplied"
+    "membership-own-recipe-returns-nan-weights": Case(lambda ws: _own_recipe(ws, "nan_recipe"),
+                                                      "dr_issue25_nets:nan_recipe returned a network with non-finite "
+                                                      "weights", out=lambda ws: ws.root / "m"),
+    "membership-own-recipe-returns-another-architecture": Case(lambda ws: _own_recipe(ws, "other_recipe"),
+                                                               "dr_issue25_nets:other_recipe returned a network that is "
+                                                               "not --model's architecture", out=lambda ws: ws.root / "m"),
+    # wrongly accepted: a resume whose history.jsonl was removed recorded a history without the rows before its
+    # checkpoint (the file is written before the first checkpoint, so only a damaged folder lacks it)
+    "resume-history-removed": Case(lambda ws: _rec(ws, "--resume", out="run") if (ws.run / "history.jsonl").unlink()
+                                   is None else [], "history.jsonl is missing, yet the run's checkpoint is at step 3"),
+    # misleading: "File exists: run/checkpoint; check the path and the disk"
+    "resume-checkpoint-folder-a-file": Case(_checkpoint_a_file, "checkpoint is not a folder, where the checkpoint "
+                                            "folder belongs; move it away"),
+})
+
 def _bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
@@ -1236,6 +1270,7 @@ def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 246  # and 12 more for issue 49's silent options and issue 50's plug-in errors
     assert len(CASES) >= 283  # and 37 more for issue 50's records checked when read and its misleading messages
     assert len(CASES) >= 293  # and 10 more for issue 49's membership and training options that would do nothing
+    assert len(CASES) >= 299  # and 6 more by the seventh trial's findings (issue 50 item 5)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -85,7 +85,7 @@ def test_named_images_and_a_recorded_draw(data_dir) -> None:
     named = load_task(DataSpec(**POOL, train_indices=(2, 0)), data_dir=data_dir)
     assert named.train.indices.tolist() == [0, 2] and len(named.partition) == 20
     wrong = [i for i in load_task(DataSpec(**POOL), data_dir=data_dir).train.indices.tolist() if i not in drawn][:4]
-    with pytest.raises(DataReconError, match=r"^the training images recorded \(.*\) are not the draw of n_train 4 "
+    with pytest.raises(DataReconError, match=r"^the training images named \(.*\) are not the draw of n_train 4 "
                                              r"with seed 0 .*; pass train_indices alone"):
         load_task(DataSpec(**POOL, n_train=4, train_indices=tuple(wrong)), data_dir=data_dir)
     with pytest.raises(DataReconError, match=r"^train index 12 is not among the 20 images n_per_class 2 selects for "

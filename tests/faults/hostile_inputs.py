@@ -1,9 +1,10 @@
-"""A catalogue of hostile inputs, run through the real command line and counted: the third and fifth
+"""A catalogue of hostile inputs, run through the real command line and counted: the third, fifth and seventh
 adversarial trials (docs/RELIABILITY.md, "Adversarial trials").
 
     python tests/faults/hostile_inputs.py                     # the current source (several minutes)
     python tests/faults/hostile_inputs.py --only fifth        # the fifth trial (its groups start with "fifth")
     python tests/faults/hostile_inputs.py --only interface    # issue 49's options and issue 50's plug-in faults
+    python tests/faults/hostile_inputs.py --only seventh --fork  # the seventh trial (tests/faults/seventh_trial.py)
     python tests/faults/hostile_inputs.py --src /old/src      # another source tree, e.g. before a fix
     python tests/faults/hostile_inputs.py --only perm         # the trials whose group starts with "perm"
     python tests/faults/hostile_inputs.py --name manifest     # the trials whose name contains "manifest"
@@ -20,7 +21,8 @@ owns, with folders made read-only or files unreadable. Outcomes:
 * ``data lost``: a file of the workspace outside the command's own output changed or vanished;
 * ``internal error``: exit 1 "internal error", a traceback, or another exit code;
 * ``wrongly accepted``: an input that must be refused ran (exit 0, or still running after the limit);
-* ``refused a valid input``: exit 2 on an input that should run.
+* ``refused a valid input``: exit 2 on an input that should run;
+* ``resume changed files``: a resumed run that ran but differs from the uninterrupted one (a trial's ``check``).
 
 With ``--fork`` each command runs in a child forked from this process once it has imported datarecon (its
 command modules and PyTorch), with the trial's working directory first on ``sys.path`` as ``python -m`` puts
@@ -56,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import adversarial_trials  # noqa: E402
+import seventh_trial  # noqa: E402
 from adversarial_trials import DIGITS, build_workspace  # noqa: E402
 
 ENV: dict[str, str] = {}
@@ -87,6 +90,8 @@ class Trial:
         user: run as the unprivileged :data:`USER` (the permission trials).
         out: a further path the command may create or change.
         warn: ``warning: ...`` lines may come before the outcome (a broken plug-in is named in one and skipped).
+        check: after a command that ran, ``check(ws)`` returns None or what differs (the seventh trial's resumes
+            compared with an uninterrupted run: ``resume changed files``).
     """
 
     group: str
@@ -97,6 +102,7 @@ class Trial:
     user: bool = False
     out: str | None = None
     warn: bool = False
+    check: Callable[[Path], str | None] | None = None
 
 
 def _w(ws: Path, rel: str, data: str | bytes) -> str:
@@ -1395,7 +1401,10 @@ INTERFACE = [Trial("interface", name, prepare, **kw) for name, prepare, kw in [
         "--batch-mode", "batched"), {"expect": "accept"}),
 ]]
 
-TRIALS: list[Trial] = [*PATHS, *FILES, *OPTIONS, *CONFIGS, *STATE, *PERMISSIONS, *FIFTH, *INTERFACE]
+# -- the seventh trial (issue 50 item 5): tests/faults/seventh_trial.py, groups ``seventh-*``
+SEVENTH = [Trial(group, name, prepare, **kw) for group, name, prepare, kw in seventh_trial.rows()]
+
+TRIALS: list[Trial] = [*PATHS, *FILES, *OPTIONS, *CONFIGS, *STATE, *PERMISSIONS, *FIFTH, *INTERFACE, *SEVENTH]
 #: the groups whose trials need no more than the base workspace (the others: :func:`build_fifth_extras` too)
 BASE_GROUPS = ("paths", "files", "options", "configs", "state", "permission", "fifth-probe", "fifth-ascent")
 
@@ -1482,6 +1491,9 @@ def forked(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float, s
     if pid == 0:  # the child: the command, then exit with its code, never returning into the caller
         code = 1
         try:
+            # a terminal's Ctrl-C reaches a command with Python's handler, also when this process was started with
+            # SIGINT ignored (a background job of a shell without job control); the fault hooks send SIGINT
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             for fd, path in ((1, out), (2, err)):
                 os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
             os.chdir(cwd)
@@ -1533,7 +1545,7 @@ def _forked_cli(*args: str, cwd: Path | None = None, extra_env: dict[str, str] |
 def _needs_a_process(trial: Trial) -> bool:
     """Run as another user, or a plug-in trial (its prepare installs entry points, :func:`_plug`): a process of its
     own even with ``--fork``."""
-    return trial.user or trial.group.startswith("fifth-plugins") or getattr(trial.prepare, "plugin", False)
+    return trial.user or trial.group.startswith(("fifth-plugins", "seventh-plugins")) or getattr(trial.prepare, "plugin", False)
 
 
 def run_command(trial: Trial, argv: list[str], *, ws: Path, scratch: Path) -> Ran | subprocess.CompletedProcess:
@@ -1553,7 +1565,10 @@ def run_trial(pristine: Path, trial: Trial, scratch: Path) -> tuple[str, str]:
     if trial.user:
         shutil.chown(scratch, USER)
         subprocess.run(["chown", "-R", USER, str(ws)], check=True)
-    argv = trial.prepare(ws)
+    try:
+        argv = trial.prepare(ws)
+    except Exception as exc:  # noqa: BLE001 - a trial whose set-up failed is the catalogue's, shown as such
+        return "trial not built", f"{type(exc).__name__}: {str(exc)[-400:]}"
     skip = NEW + ((trial.out,) if trial.out else ()) + own_outputs(argv)
     before = snapshot_safe(ws, skip)
     try:
@@ -1576,9 +1591,13 @@ def run_trial(pristine: Path, trial: Trial, scratch: Path) -> tuple[str, str]:
             return "refused a valid input", message
         if trial.must is not None and trial.must not in message:
             return "misleading", message
-        return "clean", message
+        differs = trial.check(ws) if trial.check is not None else None
+        return ("resume changed files", differs) if differs else ("clean", message)
     if res.returncode == 0:
-        return ("wrongly accepted" if trial.expect == "refuse" else "accepted as it should"), message or ""
+        if trial.expect == "refuse":
+            return "wrongly accepted", message or ""
+        differs = trial.check(ws) if trial.check is not None else None
+        return ("resume changed files", differs) if differs else ("accepted as it should", message or "")
     return "internal error", f"exit {res.returncode}: {message}"
 
 
@@ -1663,6 +1682,8 @@ def main() -> None:
         pristine = build_workspace(root)
         if any(t.group not in BASE_GROUPS for t in trials):
             build_fifth_extras(pristine)
+        if any(t.group.startswith("seventh") for t in trials):
+            seventh_trial.build_seventh_extras(pristine)
         for trial in trials:
             scratch = root / "scratch"
             scratch.mkdir(exist_ok=True)

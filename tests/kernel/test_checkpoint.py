@@ -68,6 +68,24 @@ def test_a_stale_progress_copy_is_rewritten_from_the_tensor_file(tmp_path: Path)
     assert json.loads((tmp_path / checkpoint.PROGRESS_FILE).read_text()) == {"step": 2}
 
 
+def test_a_readable_copy_nested_too_deeply_is_rewritten(tmp_path: Path) -> None:
+    """The seventh trial: a ``progress.json`` of 100 000 nested brackets ended a resume in an internal error
+    (RecursionError while comparing the copy with the tensor file's metadata); it is a damaged copy, rewritten."""
+    checkpoint.save(tmp_path, _tensors(), {"step": 2}, kind=ATTACK)
+    (tmp_path / checkpoint.PROGRESS_FILE).write_text("[" * 100_000 + "]" * 100_000)
+    assert checkpoint.load(tmp_path, kind=ATTACK)[1] == {"step": 2}
+    assert json.loads((tmp_path / checkpoint.PROGRESS_FILE).read_text()) == {"step": 2}
+
+
+def test_a_checkpoint_folder_that_is_a_file_is_named(tmp_path: Path) -> None:
+    """The seventh trial: a file where the checkpoint folder belongs was answered "File exists: ...; check the path
+    and the disk" by the resume; it is named as what it is, with the fix."""
+    (tmp_path / "checkpoint").write_text("x")
+    with pytest.raises(CheckpointError, match=r"checkpoint is not a folder, where the checkpoint folder belongs; "
+                                              r"move it away"):
+        checkpoint.load(tmp_path / "checkpoint", kind=ATTACK)
+
+
 # ----- the older formats ------------------------------------------------------------------------------------
 
 

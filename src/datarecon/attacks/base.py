@@ -175,6 +175,8 @@ class Attack:
         progress_keys: the step metrics the progress line shows, in order (a key a step does not log is
             left out).
         progress_labels: how the progress line names a metric, where not by its key.
+        one_candidate_per_image: the attack needs exactly one candidate per training image (dynamics
+            matching replays the training on them), so its default m is n, not 2n.
 
     The declarations are checked when the attack is registered (:func:`check_attack`).
     """
@@ -192,6 +194,7 @@ class Attack:
     early_stop_reason: ClassVar[str] = "stopped early: loss plateau"
     progress_keys: ClassVar[tuple[str, ...]] = ("loss", "box")
     progress_labels: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    one_candidate_per_image: ClassVar[bool] = False
 
     def __init__(self, config: Any = None) -> None:
         self.config = config if config is not None else self.config_cls()
@@ -369,6 +372,9 @@ class Attack:
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             what = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
             raise DataReconError(f"{self.described()}: its objective's 'loss' must be a scalar tensor, got {what}")
+        if not loss.is_floating_point():  # a complex or integer loss has no minimum to step towards
+            raise DataReconError(f"{self.described()}: its objective's 'loss' must be a real floating-point tensor, "
+                                 f"got {str(loss.dtype).removeprefix('torch.')}")
         if not loss.requires_grad:
             raise DataReconError(f"{self.described()}: its objective's 'loss' does not depend on the candidates x "
                                  "(a constant has no gradient); compute it from x")

@@ -358,6 +358,7 @@ class DynamicsAttack(Attack):
     divergence_hint: ClassVar[str] = "lower lr_x (and lr_lr when the lr is learned)"
     #: not probed: Adam's step is bounded by lr_x whatever the gradient's scale
     step_size_fields: ClassVar[tuple[str, ...]] = ()
+    one_candidate_per_image: ClassVar[bool] = True
     progress_keys: ClassVar[tuple[str, ...]] = ("loss", "cosine", "box")
 
     def __init__(self, config: DynamicsConfig | None = None) -> None:

@@ -162,7 +162,16 @@ class RunDirectory:
                       UserWarning, stacklevel=4)
 
     def history(self, *, upto: int) -> list[dict[str, float]]:
-        """The rows of ``history.jsonl`` up to step ``upto`` (none when the file is missing)."""
+        """The rows of ``history.jsonl`` up to step ``upto`` (none when the file is missing at step 0).
+
+        Raises:
+            DataReconError: the file is missing while the checkpoint is past step 0 (every run writes it before its
+                first checkpoint; a resume would record a history without the rows before the checkpoint).
+        """
+        if upto > 0 and not (self.path / HISTORY).is_file():
+            raise DataReconError(f"{self.path / HISTORY} is missing, yet the run's checkpoint is at step {upto}: its "
+                                 "history before the checkpoint cannot be rebuilt; restore the file, or pass "
+                                 "--overwrite to start afresh")
         return read_json_lines(self.path / HISTORY, upto=upto)
 
     def begin(self, history_rows: list[dict[str, float]], *, steps_done: int, wall_time_s: float) -> None:

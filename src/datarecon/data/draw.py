@@ -84,9 +84,11 @@ def pick_training(pool: np.ndarray, classes: np.ndarray, *, n_train: int | None,
     if n_train is not None:
         drawn = np.sort(pool[draw_order(classes, seed=seed)[:n_train]])
         if train_indices is not None and sorted(train_indices) != drawn.tolist():
-            raise DataReconError(f"the training images recorded ({_listed(sorted(train_indices))}) are not the draw "
+            raise DataReconError(f"the training images named ({_listed(sorted(train_indices))}) are not the draw "
                                  f"of n_train {n_train} with seed {seed} ({_listed(drawn.tolist())}); pass "
-                                 "train_indices alone to train on the recorded images")
+                                 "train_indices alone to train on the images named, or n_train alone for its draw "
+                                 "(a model directory's model.json that records both was changed after its "
+                                 "training: train the model again)")
         return drawn.astype(np.int64)
     named = np.asarray(sorted(train_indices or ()), dtype=np.int64)
     outside = np.setdiff1d(named, pool)

@@ -54,6 +54,9 @@ from datarecon.errors import DataReconError
 from datarecon.config import MAX_SEED, RecordedConfig
 
 
+#: the largest dataset index a spec may name (an int64; beyond it NumPy's index arithmetic overflows)
+MAX_INDEX = 2**63 - 1
+
 #: Default held-out images per class, in units of ``n_per_class``: the attacks' default m is 2n, and a
 #: null with fewer candidates than the attack lowers the headline threshold and flatters the attack.
 HELDOUT_FACTOR = 2
@@ -99,7 +102,7 @@ class DataSpec(RecordedConfig):
     normalisation: Literal["unit", "unit-minus-mean"] = "unit-minus-mean"
     skip_per_class: int = Field(default=0, ge=0)
     n_train: int | None = Field(default=None, gt=0)
-    train_indices: tuple[Annotated[int, Field(ge=0)], ...] | None = Field(default=None, min_length=1)
+    train_indices: tuple[Annotated[int, Field(ge=0, le=MAX_INDEX)], ...] | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _one_training_set(self) -> DataSpec:

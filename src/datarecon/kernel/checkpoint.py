@@ -193,6 +193,9 @@ def load(folder: str | Path, *, kind: Kind, previous: bool = False
         CheckpointError: a corrupt checkpoint, or one written by another kind of loop.
     """
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise CheckpointError(f"{folder} is not a folder, where the checkpoint folder belongs; move it away and "
+                              "rerun the same command (or pass --overwrite to start afresh)")
     if previous:
         path = folder / PREVIOUS_STATE_FILE
         return _load_file(path, kind=kind) if path.is_file() else None
@@ -243,7 +246,7 @@ def _refresh_progress(folder: Path, meta: dict[str, Any]) -> None:
     readable = folder / PROGRESS_FILE
     try:
         stale = json.loads(readable.read_text()) != json.loads(json.dumps(to_jsonable(meta)))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a damaged copy (nested too deeply for the parser too): rewritten
         stale = True
     if stale:
         atomic_write_json(readable, meta)

@@ -149,13 +149,17 @@ class Engine:
         self.step = step
         self.hooks = list(hooks)
 
-    def begin(self, *, start: int, total: int, elapsed_s: float = 0.0) -> RunningLoop:
-        """Start the loop at ``start`` (the hooks' ``before_run`` are called); step it with :meth:`RunningLoop.advance`."""
-        return RunningLoop(self.hooks, LoopState(step=start, total=total, wall_time_s=elapsed_s))
+    def begin(self, *, start: int, total: int, elapsed_s: float = 0.0,
+              metrics: Mapping[str, float] | None = None) -> RunningLoop:
+        """Start the loop at ``start`` (the hooks' ``before_run`` are called); step it with :meth:`RunningLoop.advance`.
+        ``metrics``: those of step ``start`` (a resumed loop's checkpoint), the state's until a step is taken."""
+        return RunningLoop(self.hooks, LoopState(step=start, total=total, wall_time_s=elapsed_s,
+                                                 metrics=dict(metrics or {})))
 
-    def run(self, *, start: int, total: int, elapsed_s: float = 0.0) -> LoopState:
+    def run(self, *, start: int, total: int, elapsed_s: float = 0.0,
+            metrics: Mapping[str, float] | None = None) -> LoopState:
         """Run steps ``start .. total-1``; returns the final state."""
-        loop = self.begin(start=start, total=total, elapsed_s=elapsed_s)
+        loop = self.begin(start=start, total=total, elapsed_s=elapsed_s, metrics=metrics)
         finished = False
         try:
             while loop.going:
@@ -426,10 +430,18 @@ class History(BaseHook):
 
     def after_step(self, state: LoopState) -> None:
         if state.step % self.every == 0 or state.step == state.total:
-            row = {"step": state.step, **state.metrics}
-            self.rows.append(row)
-            if self.sink is not None:
-                self.sink(row)
+            self._keep({"step": state.step, **state.metrics})
+
+    def after_run(self, state: LoopState) -> None:
+        """A resumed loop that had no step left (its checkpoint at the last step, a row not due then) still ends
+        with the last step's row, from the checkpoint's metrics, as the uninterrupted loop does."""
+        if state.step == state.total > 0 and state.metrics and (not self.rows or self.rows[-1]["step"] != state.step):
+            self._keep({"step": state.step, **state.metrics})
+
+    def _keep(self, row: dict[str, float]) -> None:
+        self.rows.append(row)
+        if self.sink is not None:
+            self.sink(row)
 
 
 class NaNStop(BaseHook):

@@ -206,11 +206,13 @@ class RunLoop:
     def begin(self, *, start: int, total: int, elapsed_s: float = 0.0) -> RunningLoop:
         """The loop one step at a time, from ``start`` of ``total`` steps: a driver computes each step
         (e.g. with the steps of other loops) and hands its metrics to :meth:`RunningLoop.advance`."""
-        return Engine(self.step, hooks=self.hooks()).begin(start=start, total=total, elapsed_s=elapsed_s)
+        return Engine(self.step, hooks=self.hooks()).begin(start=start, total=total, elapsed_s=elapsed_s,
+                                                           metrics=self.restored_metrics)
 
     def run(self, *, start: int, total: int, elapsed_s: float = 0.0) -> LoopState:
         """Run steps ``start .. total-1`` (fewer if a hook stops the loop); the final state."""
-        return Engine(self.step, hooks=self.hooks()).run(start=start, total=total, elapsed_s=elapsed_s)
+        return Engine(self.step, hooks=self.hooks()).run(start=start, total=total, elapsed_s=elapsed_s,
+                                                         metrics=self.restored_metrics)
 
     def status(self, state: LoopState) -> Status:
         """Where the loop of ``state`` stands: the one status rule of every loop (and of its checkpoints).

@@ -190,10 +190,29 @@ class FunctionTrainer:
         if not isinstance(model, nn.Module):
             raise DataReconError(f"the training function {self.name} returned {type(model).__name__}, not an "
                                  "nn.Module; return the trained network")
+        _check_returned(model, self.blank(), name=self.name, index=index)
         return Fitted(model=model.to("cpu").eval(), shift=torch.zeros(x.shape[1:], dtype=torch.float64), record={})
 
     def build(self) -> nn.Module:
         return self.blank()
+
+
+def _check_returned(model: nn.Module, blank: nn.Module, *, name: str, index: int) -> None:
+    """The network a user's training function returned is the model's architecture (the parameters and buffers of
+    its factory, by name and shape) with finite weights; else one line naming the function (the seventh trial: a
+    network of another architecture ended in "mat1 and mat2 shapes cannot be multiplied", NaN weights in "a reference
+    model's statistics are not finite; retrain the reference models")."""
+    got = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    want = {k: tuple(v.shape) for k, v in blank.state_dict().items()}
+    if got != want:
+        diff = sorted(set(got.items()) ^ set(want.items()))[:2]
+        raise DataReconError(f"the training function {name} returned a network that is not --model's architecture "
+                             f"(reference model {index}; first differences in (name, shape): {diff}); return the "
+                             "factory's network, trained")
+    bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise DataReconError(f"the training function {name} returned a network with non-finite weights ({bad[0]}; "
+                             f"reference model {index}); fix its training (a lower learning rate, fewer steps)")
 
 
 Trainer = RecipeTrainer | FunctionTrainer

@@ -45,7 +45,8 @@ DATA_INITS_NOTE = ("initialisation (experimenter's choice): loading {init} image
 
 
 def default_candidates(data: Mapping[str, Any], num_outputs: int, *, data_init: bool) -> int:
-    """Default m: n for data-dependent inits, else 2n (Haim et al.); n from the model's data spec."""
+    """Default m: n for data-dependent inits and attacks of one candidate per image (``data_init``), else 2n
+    (Haim et al.); n from the model's data spec."""
     n = train_count(data, num_classes=2 if num_outputs == 1 else num_outputs)
     if n <= 0:
         raise DataReconError("the model's data spec has no n_per_class; pass candidates (--candidates M)")
@@ -179,8 +180,9 @@ def _input_space(model: str | Path | Target, run: ReconstructionRun, *, data_dir
     check_weight_scale(target)
     mean = load_tensors(Path(model) / EXTRAS)["input_mean"].to(torch.float64)
     lower, upper = (-mean).to(device=device, dtype=dtype), (1.0 - mean).to(device=device, dtype=dtype)
+    per_image = data_init or ATTACKS.get(run.method).one_candidate_per_image
     m = candidates if candidates is not None else default_candidates(meta.get("data", {}), target.num_outputs,
-                                                                     data_init=data_init)
+                                                                     data_init=per_image)
     if data_init and sources is None:
         sources = init_sources(model, data_dir=data_dir)
     return _InputSpace(target, mean, lower, upper, m, meta, sources)
