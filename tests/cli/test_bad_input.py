@@ -1205,6 +1205,10 @@ CASES.update({
     "membership-images-variance-prior-no-out": Case(
         lambda ws: ["membership", "--model", str(ws.model), "--images", str(_npz(ws)), "--variance-prior", "2"],
         "--variance-prior sets the reference attacks"),
+    # wrongly accepted (the ref branch's review): a cap of a learning rate that a constant schedule never raises
+    "train-max-lr-factor-with-constant-schedule": Case(lambda ws: [*TRAIN, "--max-lr-factor", "10", "--out",
+                                                                   str(ws.root / "m")],
+                                                       "schedule constant never grows: pass --schedule loss-normalised"),
     "train-margin-stable-rtol-without-patience": Case(lambda ws: [*TRAIN, "--margin-stable-rtol", "0.01", "--out",
                                                                   str(ws.root / "m")], "pass --margin-patience N"),
     "membership-keep-weights-no-out": Case(
@@ -1271,6 +1275,7 @@ def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 283  # and 37 more for issue 50's records checked when read and its misleading messages
     assert len(CASES) >= 293  # and 10 more for issue 49's membership and training options that would do nothing
     assert len(CASES) >= 299  # and 6 more by the seventh trial's findings (issue 50 item 5)
+    assert len(CASES) >= 300  # and --max-lr-factor with a constant schedule
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -66,7 +66,7 @@ def train_cmd(
         if missing:
             raise DataReconError(f"missing {', '.join(missing)}; pass them or a --config FILE")
         cfg = build_train_config(overrides)
-    cfg.stop.check_applies()
+    cfg.check_applies()
     probe = partial(kkt_gap_probe, loss=cfg.loss)  # the ascent curve's identifiability gap at its points
     result = train_target(cfg, data_dir=data_dir, out=output.out, resume=output.resume, overwrite=output.overwrite,
                           progress=common.progress, measures=TargetMeasures(ascent_probe=probe))

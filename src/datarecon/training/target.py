@@ -170,6 +170,20 @@ class TrainConfig(RecordedConfig):
             )
         return self
 
+    def check_applies(self) -> None:
+        """Refuse settings that would do nothing (the stop rules' own, :meth:`StopConfig.check_applies`, and a learning-
+        rate cap of a schedule that never grows). Checked where a training is asked for (``datarecon train``), not on
+        reading a model directory's record.
+
+        Raises:
+            DataReconError: naming the option and the one it needs.
+        """
+        self.stop.check_applies()
+        if self.schedule == "constant" and self.max_lr_factor != type(self).model_fields["max_lr_factor"].default:
+            raise DataReconError(f"max_lr_factor {self.max_lr_factor} (--max-lr-factor) caps a growing learning rate and "
+                                 "schedule constant never grows: pass --schedule loss-normalised (or increasing), or "
+                                 "drop --max-lr-factor")
+
     def _clashes(self, *, dp: bool, stop: bool) -> str:
         """The settings that mini-batch SGD and DP-SGD do not run with, as given (each with its flag); "" for none.
         ``dp``/``stop``: whether DP-SGD and the stop rules count."""
