@@ -299,6 +299,8 @@ def test_auto_picks_the_largest_count_whose_estimated_time_fits_the_budget(digit
     auto = res["references"]["auto"]
     assert auto["probe_models"] == 1 and auto["seconds_per_model"] == 1.0 and "skipped" not in auto
     assert res["references"]["count"] == 32  # at 1 s a model 16, then 32 fit in the minute; 64 would not
+    # all 32 trained by this call (the seventh trial: a fresh folder said "0 trained now, 32 reused")
+    assert res["references"]["trained"] == 32 and res["references"]["reused"] == 0
     assert res["references"]["in_models"]["mean"] == 16.0 and res["references"]["half_in"] == 60
     assert res["strongest"]["chosen"] is not None and "pseudo-targets" in res["strongest"]["rule"]
 

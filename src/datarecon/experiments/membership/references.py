@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from datarecon.evaluation.membership import EXPECTED_GAIN
 from datarecon.experiments.membership.candidates import Candidates
 from datarecon.experiments.membership.case import MembershipCase
 from datarecon.experiments.membership.reference_store import (KEPT_ALWAYS, POOL_FILE, ReferencePool,
-                                                              load_reference_model)
+                                                              finished_references, load_reference_model)
 from datarecon.experiments.membership.reference_training import (ReferenceJob, refuse_other_models, subset,
                                                                  train_references, trained_times)
 from datarecon.experiments.membership.settings import MembershipSettings, ReferenceSettings, Runtime
@@ -207,11 +207,14 @@ def case_references(case: MembershipCase, settings: MembershipSettings, folder: 
     auto = None
     count = ref.count
     if ref.auto:
+        before = set(finished_references(folder))  # what an earlier call left (the budget's climb trains the rest)
         count, auto = _auto_count(case, folder, ref, runtime)
         if count is None:
             return References(None, {"count": 0, "auto": auto}, None, auto["skipped"])
     stats = train_references(reference_job(case, folder, ref.fixed(count)), execution=runtime.execution,
                              device=runtime.device, log=runtime.log, progress=runtime.progress)
+    if ref.auto:  # the climb trained them in this call, before the call above found them all finished
+        stats = replace(stats, trained=stats.count - len(before & set(range(stats.count))))
     return References(stats, _record(case, ref, stats, auto),
                       _pseudo_targets(case, settings, stats, folder), "")
 
