@@ -265,10 +265,11 @@ def sha256_file(path: str | os.PathLike) -> str:
 #: byte-reproducible from its inputs (docs/RELIABILITY.md); these fields are where time goes: run and
 #: training wall times, the margin ascent's share of a training's (``model.json`` metrics), a worker's task
 #: time, when a piece finished or a pool was created, a store row's update, and the measured time per
-#: reference model of ``--references auto`` (``membership.json``). tests/utils/test_timing_fields.py keeps
+#: reference model of ``--references auto`` (``membership.json``) and the cost ``--runs auto`` measured
+#: (``run.json``'s ``runs_auto``). tests/utils/test_timing_fields.py keeps
 #: every such key written anywhere in the package in this list.
 TIMING_FIELDS = ("wall_time_s", "margin_ascent_wall_time_s", "task_time_s", "finished_at", "created", "updated",
-                 "seconds_per_model")
+                 "seconds_per_model", "probe_seconds", "prepare_seconds", "seconds_per_step", "seconds_per_run")
 
 
 def strip_timing(obj: Any) -> Any:
