@@ -1206,6 +1206,14 @@ CASES.update({
         lambda ws: ["membership", "--model", str(ws.model), "--images", str(_npz(ws)), "--variance-prior", "2"],
         "--variance-prior sets the reference attacks"),
     # wrongly accepted (the ref branch's review): a cap of a learning rate that a constant schedule never raises
+    # wrongly accepted (the seventh trial): counts of a model directory's draws given for a user's own model, whose
+    # non-members and population are its --heldout and --public files (recorded, changing nothing)
+    "membership-own-model-nonmembers-count": Case(lambda ws: [*_own_membership(ws, "new"), "--nonmembers", "40"],
+                                                  "your own model's non-members are --heldout FILE",
+                                                  out=lambda ws: ws.root / "m"),
+    "membership-own-model-population-count": Case(lambda ws: [*_own_membership(ws, "new"), "--population", "40"],
+                                                  "its population samples --public FILE: drop --population",
+                                                  out=lambda ws: ws.root / "m"),
     "train-max-lr-factor-with-constant-schedule": Case(lambda ws: [*TRAIN, "--max-lr-factor", "10", "--out",
                                                                    str(ws.root / "m")],
                                                        "schedule constant never grows: pass --schedule loss-normalised"),
@@ -1275,7 +1283,7 @@ def test_the_table_keeps_its_cases() -> None:
     assert len(CASES) >= 283  # and 37 more for issue 50's records checked when read and its misleading messages
     assert len(CASES) >= 293  # and 10 more for issue 49's membership and training options that would do nothing
     assert len(CASES) >= 299  # and 6 more by the seventh trial's findings (issue 50 item 5)
-    assert len(CASES) >= 300  # and --max-lr-factor with a constant schedule
+    assert len(CASES) >= 302  # and --max-lr-factor with a constant schedule, an own model's draw counts
 
 
 @pytest.mark.parametrize("name", list(CASES))

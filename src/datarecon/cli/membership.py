@@ -180,6 +180,10 @@ def membership(
     check_settings_apply(cfg.references, _given(settings, subject, backend), evaluate=evaluate,
                          out=where.out is not None)
     mine = _own_model(subject, images=images)
+    drawn = [flag for flag, key in (("--nonmembers", "nonmembers"), ("--population", "population")) if key in settings]
+    if mine is not None and drawn:  # they draw from a model directory's data spec; a user's model brings its sets
+        raise DataReconError(f"{drawn[0]} draws from a model directory's data; your own model's non-members are "
+                             f"--heldout FILE and its population samples --public FILE: drop {drawn[0]}")
     if not cfg.references.auto and cfg.references.count and where.out is None and evaluate:
         raise DataReconError(f"--references {cfg.references.count} needs --out DIR: the reference models are kept "
                              "there and reused by the next call")
