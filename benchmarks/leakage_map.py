@@ -166,7 +166,10 @@ def refuse(message: str) -> None:
 
 
 def _dr() -> list[str]:
-    return shlex.split(os.environ.get("DATARECON", "datarecon"))
+    """The datarecon command the cells run: ``$DATARECON`` if set, else this interpreter's (not a ``datarecon`` on
+    PATH, which a shell without the venv activated, such as ``make test``'s, does not have)."""
+    given = os.environ.get("DATARECON")
+    return shlex.split(given) if given else [sys.executable, "-m", "datarecon.cli.main"]
 
 
 def work_scale(work: Path, scale: str | None) -> str:
